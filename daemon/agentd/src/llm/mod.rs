@@ -1,0 +1,1 @@
+//! Placeholder: the LLM providers land here.

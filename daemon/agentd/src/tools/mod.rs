@@ -1,0 +1,1 @@
+//! Placeholder: the tools land here.

@@ -1,0 +1,113 @@
+//! Effects: commands for the runtime, in the imperative. The runtime runs
+//! them in order, after the new state is persisted.
+
+use crate::message::{Message, ToolCall};
+use crate::permission::{Decision, PermissionAsk};
+use crate::state::ErrorKind;
+use serde::{Deserialize, Serialize};
+
+/// What a model request is for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmPurpose {
+    /// The next round of the agent loop (tools offered).
+    Turn,
+    /// A continuation summary: the transcript plus this prompt, no tools.
+    Continuation {
+        /// The prompt appended as a user message.
+        prompt: String,
+    },
+}
+
+/// Something clients should be told that is not a state or a message.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Notice {
+    /// An attempt failed and will be retried.
+    Retrying {
+        /// The attempt that will run.
+        attempt: u32,
+        /// Attempts allowed.
+        max_attempts: u32,
+        /// Delay before it, ms.
+        delay_ms: u64,
+        /// Why the last one failed.
+        reason: String,
+    },
+    /// The turn failed.
+    Error {
+        /// For people.
+        message: String,
+        /// Classification.
+        kind: ErrorKind,
+    },
+    /// Plain information (recovery, stop reasons worth saying).
+    Info {
+        /// The text.
+        message: String,
+    },
+}
+
+/// A command for the runtime.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "effect", rename_all = "snake_case")]
+pub enum Effect {
+    /// Append a message to the transcript (durable before clients hear of it).
+    AppendMessage {
+        /// The message.
+        message: Message,
+    },
+    /// Ask the model, with the transcript as it stands.
+    RequestLlm {
+        /// 1-based attempt.
+        attempt: u32,
+        /// What for.
+        purpose: LlmPurpose,
+    },
+    /// Abort the model request in flight; the runtime reports `LlmAborted`.
+    AbortLlm,
+    /// Fire `RetryDue` after a delay.
+    ScheduleRetry {
+        /// Attempt that will run.
+        attempt: u32,
+        /// Delay, ms.
+        delay_ms: u64,
+    },
+    /// Forget a scheduled retry.
+    CancelRetry,
+    /// Run a tool; the runtime reports `ToolCompleted`.
+    ExecuteTool {
+        /// The call.
+        call: ToolCall,
+    },
+    /// Stop running tools (process groups are terminated); their late
+    /// results are ignored.
+    AbortTools {
+        /// The tool_use ids.
+        tool_use_ids: Vec<String>,
+    },
+    /// Show a permission request to every attached client.
+    AskPermission {
+        /// The request.
+        ask: PermissionAsk,
+    },
+    /// Tell clients how a permission request ended.
+    PermissionResolved {
+        /// The request.
+        request_id: String,
+        /// The decision.
+        decision: Decision,
+    },
+    /// Tell clients something.
+    Notify {
+        /// What.
+        notice: Notice,
+    },
+    /// Start a sub-agent (modelled for a later issue).
+    SpawnSubAgent {
+        /// Its id.
+        agent_id: String,
+        /// Its task.
+        prompt: String,
+    },
+}

@@ -1,0 +1,108 @@
+//! Events: facts that happened, in the past tense. Every input to
+//! `transition` is one of these.
+
+use crate::message::{ContentBlock, Reply, ToolResult, Usage};
+use crate::permission::Decision;
+use crate::state::{ErrorKind, SubAgentResult};
+use serde::{Deserialize, Serialize};
+
+/// Why a model request failed, as classified by the provider layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LlmFailure {
+    /// Classification.
+    pub kind: ErrorKind,
+    /// Whether another attempt may succeed.
+    pub retryable: bool,
+    /// For people (status, provider message, request id).
+    pub message: String,
+    /// The provider's `retry-after`, in ms.
+    pub retry_after_ms: Option<u64>,
+}
+
+/// An input to the state machine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// A user sent a message.
+    UserMessage {
+        /// The text (not empty).
+        text: String,
+    },
+    /// A user asked to cancel the turn.
+    UserCancel,
+    /// The model's reply arrived complete.
+    LlmCompleted {
+        /// The reply.
+        reply: Reply,
+    },
+    /// The model request failed.
+    LlmFailed {
+        /// What failed.
+        failure: LlmFailure,
+        /// A random draw in 0..1000 supplied by the runtime, for backoff jitter.
+        jitter_permille: u16,
+    },
+    /// The aborted stream reported what it had received.
+    LlmAborted {
+        /// The partial reply's blocks.
+        partial: Vec<ContentBlock>,
+    },
+    /// A scheduled retry's timer fired.
+    RetryDue,
+    /// A tool finished (successfully or not).
+    ToolCompleted {
+        /// Its result.
+        result: ToolResult,
+    },
+    /// A user answered a permission request.
+    PermissionAnswered {
+        /// The request answered.
+        request_id: String,
+        /// The decision.
+        decision: Decision,
+        /// Deny-and-stop: the next user message.
+        feedback: Option<String>,
+    },
+    /// A sub-agent finished (modelled for a later issue).
+    SubAgentFinished {
+        /// Its result.
+        result: SubAgentResult,
+    },
+    /// The continuation summary arrived.
+    ContinuationCompleted {
+        /// The summary text.
+        summary: String,
+        /// Usage of that request.
+        usage: Usage,
+    },
+    /// The continuation request failed after its retries.
+    ContinuationFailed {
+        /// Why.
+        error: String,
+    },
+    /// A user asked for a continuation summary by hand.
+    UserTriggerContinuation,
+    /// The daemon started and found this conversation in the stored state.
+    DaemonRestarted,
+}
+
+impl Event {
+    /// A short name, for logs and rendered tests.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::UserMessage { .. } => "UserMessage",
+            Event::UserCancel => "UserCancel",
+            Event::LlmCompleted { .. } => "LlmCompleted",
+            Event::LlmFailed { .. } => "LlmFailed",
+            Event::LlmAborted { .. } => "LlmAborted",
+            Event::RetryDue => "RetryDue",
+            Event::ToolCompleted { .. } => "ToolCompleted",
+            Event::PermissionAnswered { .. } => "PermissionAnswered",
+            Event::SubAgentFinished { .. } => "SubAgentFinished",
+            Event::ContinuationCompleted { .. } => "ContinuationCompleted",
+            Event::ContinuationFailed { .. } => "ContinuationFailed",
+            Event::UserTriggerContinuation => "UserTriggerContinuation",
+            Event::DaemonRestarted => "DaemonRestarted",
+        }
+    }
+}

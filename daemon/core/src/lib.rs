@@ -1,0 +1,34 @@
+//! `agentd-core`: everything the agent *decides*, and nothing it does.
+//!
+//! The heart is [`transition`]: a pure, deterministic function from the
+//! current [`ConvState`], the [`ConvContext`] and one [`Event`] to the next
+//! state and the [`Effect`]s the runtime must carry out. It never reads the
+//! clock, makes ids or draws random numbers: the clock reading arrives in the
+//! context, random draws (retry jitter) inside events.
+//!
+//! Architecture invariant: this crate has no dependency on tokio, tonic,
+//! prost, sled or reqwest. Purity is checked by the compiler.
+//!
+//! Invariants the property tests hold it to:
+//! - every assistant `tool_use` is answered by exactly one `tool_result` with
+//!   the same id in the next message, whose role is user — on success, error,
+//!   denial, cancellation and restart;
+//! - the same (state, context, event) gives the same result;
+//! - busy states refuse user messages with the seed's texts.
+
+pub mod effect;
+pub mod event;
+pub mod message;
+pub mod permission;
+pub mod state;
+pub mod texts;
+pub mod tools;
+pub mod transition;
+
+pub use effect::{Effect, LlmPurpose, Notice};
+pub use event::{Event, LlmFailure};
+pub use message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage};
+pub use permission::{Decision, Mode, PermissionAsk, Policy, Verdict};
+pub use state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun};
+pub use tools::ToolSpec;
+pub use transition::{Rejected, Transition, transition};

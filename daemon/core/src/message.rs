@@ -1,0 +1,255 @@
+//! The transcript: messages, content blocks, usage and stop reasons, in the
+//! provider-neutral shape the core reasons about.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who wrote a message. Tool results travel back to the model as `User`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// A person, or the tool results sent back to the model.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One block of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Plain text.
+    Text { text: String },
+    /// The model's reasoning; the signature must be sent back unchanged.
+    Thinking { thinking: String, signature: String },
+    /// Reasoning the provider encrypted; sent back unchanged.
+    RedactedThinking { data: String },
+    /// A tool call. `input` is the parsed JSON; when the model produced
+    /// invalid JSON it holds the raw text as a JSON string, and the tool
+    /// layer answers with an error result.
+    ToolUse { id: String, name: String, input: Value },
+    /// The answer to a tool call.
+    ToolResult {
+        tool_use_id: String,
+        content: String,
+        is_error: bool,
+    },
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text { text: text.into() }
+    }
+
+    /// A tool result block.
+    pub fn tool_result(tool_use_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        ContentBlock::ToolResult {
+            tool_use_id: tool_use_id.into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+}
+
+/// Token usage of one reply, or a sum.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Input tokens neither read from nor written to the cache.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    #[serde(default)]
+    pub cache_creation_input_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    #[serde(default)]
+    pub cache_read_input_tokens: u64,
+}
+
+impl Usage {
+    /// Every token of the context window this reply occupied.
+    pub fn context_tokens(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.cache_creation_input_tokens)
+            .saturating_add(self.cache_read_input_tokens)
+            .saturating_add(self.output_tokens)
+    }
+
+    /// Adds `other` into `self`.
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_creation_input_tokens = self
+            .cache_creation_input_tokens
+            .saturating_add(other.cache_creation_input_tokens);
+        self.cache_read_input_tokens = self.cache_read_input_tokens.saturating_add(other.cache_read_input_tokens);
+    }
+}
+
+/// Why the model stopped. The parity spec's set plus `pause_turn`, `refusal`
+/// and `model_context_window_exceeded`; anything else is kept as `Other`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The model finished its turn.
+    EndTurn,
+    /// The model wants tools run; the loop continues.
+    ToolUse,
+    /// The reply hit `max_tokens`.
+    MaxTokens,
+    /// A stop sequence matched.
+    StopSequence,
+    /// The provider filtered the content.
+    ContentFiltered,
+    /// A guardrail intervened.
+    GuardrailIntervened,
+    /// A long turn was paused by the provider; it continues as-is.
+    PauseTurn,
+    /// The model refused.
+    Refusal,
+    /// The context window was exceeded.
+    ModelContextWindowExceeded,
+    /// A stop reason this version does not know; tolerated.
+    Other(String),
+}
+
+impl StopReason {
+    /// Parses the provider's wire name.
+    pub fn from_wire(s: &str) -> Self {
+        match s {
+            "end_turn" => StopReason::EndTurn,
+            "tool_use" => StopReason::ToolUse,
+            "max_tokens" => StopReason::MaxTokens,
+            "stop_sequence" => StopReason::StopSequence,
+            "content_filtered" => StopReason::ContentFiltered,
+            "guardrail_intervened" => StopReason::GuardrailIntervened,
+            "pause_turn" => StopReason::PauseTurn,
+            "refusal" => StopReason::Refusal,
+            "model_context_window_exceeded" => StopReason::ModelContextWindowExceeded,
+            other => StopReason::Other(other.to_string()),
+        }
+    }
+
+    /// The provider's wire name.
+    pub fn as_wire(&self) -> &str {
+        match self {
+            StopReason::EndTurn => "end_turn",
+            StopReason::ToolUse => "tool_use",
+            StopReason::MaxTokens => "max_tokens",
+            StopReason::StopSequence => "stop_sequence",
+            StopReason::ContentFiltered => "content_filtered",
+            StopReason::GuardrailIntervened => "guardrail_intervened",
+            StopReason::PauseTurn => "pause_turn",
+            StopReason::Refusal => "refusal",
+            StopReason::ModelContextWindowExceeded => "model_context_window_exceeded",
+            StopReason::Other(s) => s,
+        }
+    }
+}
+
+/// One message of a transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    /// Who wrote it.
+    pub role: Role,
+    /// Its blocks, in order.
+    pub content: Vec<ContentBlock>,
+    /// When it was appended (Unix ms, from the context's clock reading).
+    pub created_at_ms: i64,
+    /// Assistant replies: token usage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+    /// Assistant replies: why the model stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_reason: Option<StopReason>,
+    /// The reply was cut short by a cancel.
+    #[serde(default)]
+    pub interrupted: bool,
+}
+
+impl Message {
+    /// A user message with the given blocks.
+    pub fn user(content: Vec<ContentBlock>, created_at_ms: i64) -> Self {
+        Message {
+            role: Role::User,
+            content,
+            created_at_ms,
+            usage: None,
+            stop_reason: None,
+            interrupted: false,
+        }
+    }
+
+    /// The tool calls of this message, in order.
+    pub fn tool_calls(&self) -> impl Iterator<Item = ToolCall> + '_ {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                input: input.clone(),
+            }),
+            _ => None,
+        })
+    }
+
+    /// The concatenated text blocks.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for b in &self.content {
+            if let ContentBlock::Text { text } = b {
+                out.push_str(text);
+            }
+        }
+        out
+    }
+}
+
+/// A tool call the model asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's tool_use id.
+    pub id: String,
+    /// The tool's name.
+    pub name: String,
+    /// Its input (see [`ContentBlock::ToolUse`]).
+    pub input: Value,
+}
+
+/// What a tool produced, as it goes into the transcript.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    /// The tool_use id it answers.
+    pub tool_use_id: String,
+    /// The output, or why it failed.
+    pub content: String,
+    /// Failed, denied, cancelled or skipped.
+    pub is_error: bool,
+}
+
+impl ToolResult {
+    /// A result for `tool_use_id`.
+    pub fn new(tool_use_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+        ToolResult {
+            tool_use_id: tool_use_id.into(),
+            content: content.into(),
+            is_error,
+        }
+    }
+
+    /// As a content block.
+    pub fn to_block(&self) -> ContentBlock {
+        ContentBlock::tool_result(&self.tool_use_id, &self.content, self.is_error)
+    }
+}
+
+/// A complete reply from the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Reply {
+    /// The content blocks.
+    pub content: Vec<ContentBlock>,
+    /// Why it stopped.
+    pub stop_reason: StopReason,
+    /// Token usage.
+    pub usage: Usage,
+}

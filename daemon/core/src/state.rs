@@ -1,0 +1,263 @@
+//! Conversation states and the context the transition function reads.
+
+use crate::message::{ToolCall, ToolResult, Usage};
+use crate::permission::{PermissionAsk, Policy};
+use serde::{Deserialize, Serialize};
+
+/// Error classification shown to users (seed REQ-BED-006).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorKind {
+    /// 401/403: not retried.
+    Auth,
+    /// 429 retried to exhaustion, or a spend cap.
+    RateLimit,
+    /// Connection failures and timeouts, retried to exhaustion.
+    Network,
+    /// 400/404/413: not retried.
+    InvalidRequest,
+    /// Anything else.
+    Unknown,
+    /// The context window is exhausted.
+    ContextExhausted,
+}
+
+/// What a conversation is doing. Persisted (as JSON) before the effects of
+/// the transition that produced it run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum ConvState {
+    /// Ready for a user message.
+    Idle,
+    /// A request to the model is due but not yet issued. The live loop passes
+    /// through it inside one transition; it is met at rest only in stores
+    /// written before a crash, and recovery re-issues the request.
+    AwaitingLlm {
+        /// Model round within the user turn.
+        iteration: u32,
+    },
+    /// A request to the model is in flight, or waiting to be retried.
+    LlmRequesting {
+        /// 1-based attempt.
+        attempt: u32,
+        /// Model round within the user turn (1-based).
+        iteration: u32,
+        /// Set while waiting for a retry timer.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        retry: Option<RetryWait>,
+    },
+    /// Tools of the last reply run; a permission request may be pending.
+    ToolExecuting(ToolRun),
+    /// A cancel aborted the model's stream; waiting for its partial reply.
+    Cancelling {
+        /// Model round that was cancelled.
+        iteration: u32,
+    },
+    /// Waiting for sub-agents (REQ-BED-008); modelled for a later issue.
+    AwaitingSubAgents {
+        /// Ids of sub-agents still running.
+        pending_ids: Vec<String>,
+        /// Results so far.
+        completed: Vec<SubAgentResult>,
+    },
+    /// A continuation summary is being requested (REQ-BED-019).
+    AwaitingContinuation {
+        /// Tool calls of the triggering reply that were not executed.
+        rejected_tool_calls: Vec<ToolCall>,
+        /// Usage of the triggering reply.
+        trigger_usage: Usage,
+        /// 1-based attempt of the continuation request.
+        attempt: u32,
+    },
+    /// The context is exhausted; the conversation is read-only.
+    ContextExhausted {
+        /// The continuation summary.
+        summary: String,
+        /// Usage when exhausted.
+        final_usage: Usage,
+    },
+    /// The last turn failed; a new user message leaves this state.
+    Error {
+        /// For people.
+        message: String,
+        /// Classification.
+        kind: ErrorKind,
+    },
+}
+
+impl ConvState {
+    /// A short name, for logs and rendered tests.
+    pub fn name(&self) -> &'static str {
+        match self {
+            ConvState::Idle => "Idle",
+            ConvState::AwaitingLlm { .. } => "AwaitingLlm",
+            ConvState::LlmRequesting { .. } => "LlmRequesting",
+            ConvState::ToolExecuting(run) if run.permission.is_some() => "AwaitingPermission",
+            ConvState::ToolExecuting(_) => "ToolExecuting",
+            ConvState::Cancelling { .. } => "Cancelling",
+            ConvState::AwaitingSubAgents { .. } => "AwaitingSubAgents",
+            ConvState::AwaitingContinuation { .. } => "AwaitingContinuation",
+            ConvState::ContextExhausted { .. } => "ContextExhausted",
+            ConvState::Error { .. } => "Error",
+        }
+    }
+
+    /// At rest: nothing runs and nothing will happen without a user.
+    pub fn is_at_rest(&self) -> bool {
+        matches!(
+            self,
+            ConvState::Idle | ConvState::Error { .. } | ConvState::ContextExhausted { .. }
+        )
+    }
+
+    /// The pending permission request, if any.
+    pub fn pending_permission(&self) -> Option<&PermissionAsk> {
+        match self {
+            ConvState::ToolExecuting(run) => run.permission.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// The model round within the current turn (0 at rest).
+    pub fn iteration(&self) -> u32 {
+        match self {
+            ConvState::AwaitingLlm { iteration }
+            | ConvState::LlmRequesting { iteration, .. }
+            | ConvState::Cancelling { iteration } => *iteration,
+            ConvState::ToolExecuting(run) => run.iteration,
+            _ => 0,
+        }
+    }
+}
+
+/// A scheduled retry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RetryWait {
+    /// Delay before the attempt, in ms.
+    pub delay_ms: u64,
+    /// Why the previous attempt failed.
+    pub reason: String,
+}
+
+/// The tools of one reply and their progress.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolRun {
+    /// Model round that asked for them.
+    pub iteration: u32,
+    /// Every call of the reply, in the model's order.
+    pub calls: Vec<ToolCall>,
+    /// Results so far, in completion order (sent in the model's order).
+    pub results: Vec<ToolResult>,
+    /// Ids of calls running now.
+    pub running: Vec<String>,
+    /// The pending permission request. While it is set nothing else runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permission: Option<PermissionAsk>,
+    /// Set by a "deny and stop" answer: the feedback to send once the
+    /// results are written (empty: none), and no further model request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stop_with_feedback: Option<String>,
+}
+
+impl ToolRun {
+    /// Ids of the calls neither finished nor running, in the model's order.
+    pub fn pending_ids(&self) -> Vec<String> {
+        self.calls
+            .iter()
+            .filter(|c| !self.is_done(&c.id) && !self.running.contains(&c.id))
+            .map(|c| c.id.clone())
+            .collect()
+    }
+
+    /// Whether `id` has a result.
+    pub fn is_done(&self, id: &str) -> bool {
+        self.results.iter().any(|r| r.tool_use_id == id)
+    }
+
+    /// Whether `id` is one of this run's calls.
+    pub fn has_call(&self, id: &str) -> bool {
+        self.calls.iter().any(|c| c.id == id)
+    }
+}
+
+/// What a sub-agent reported (REQ-BED-008).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubAgentResult {
+    /// The sub-agent's id.
+    pub agent_id: String,
+    /// Its submitted result.
+    pub result: String,
+    /// Whether it succeeded.
+    pub success: bool,
+}
+
+/// How a conversation handles a nearly full context (REQ-BED-019/024).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ContextExhaustionBehavior {
+    /// User conversations: ask for a continuation summary at the threshold.
+    ThresholdBasedContinuation,
+    /// Sub-agents: fail at once.
+    IntentionallyUnhandled,
+}
+
+/// Fraction of the context window that triggers a continuation.
+pub const CONTINUATION_THRESHOLD: f64 = 0.90;
+/// Fraction at which clients show a warning.
+pub const WARNING_THRESHOLD: f64 = 0.80;
+
+/// Everything `transition` may read besides the state and the event. The
+/// runtime fills it; the clock reading arrives here, never from a syscall.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConvContext {
+    /// The clock reading for this transition (Unix ms).
+    pub now_ms: i64,
+    /// Attempts per model request (default 3).
+    pub max_attempts: u32,
+    /// Model rounds per user turn (default 100).
+    pub max_iterations: u32,
+    /// First retry delay (ms); doubles per attempt.
+    pub retry_base_ms: u64,
+    /// Largest backoff delay (ms).
+    pub retry_max_ms: u64,
+    /// A `retry-after` longer than this is not waited for (ms).
+    pub max_retry_after_ms: u64,
+    /// The model's context window in tokens (0: unknown, no threshold).
+    pub context_window: u64,
+    /// What to do near the context limit.
+    pub exhaustion: ContextExhaustionBehavior,
+    /// The permission policy: mode and rules.
+    pub policy: Policy,
+    /// Same tool + identical input this many times in a row is a doom loop.
+    pub doom_loop_threshold: usize,
+    /// The most recent tool calls of this conversation, oldest first (for the
+    /// doom-loop detector); the runtime keeps the last few.
+    pub recent_calls: Vec<ToolCall>,
+}
+
+impl Default for ConvContext {
+    fn default() -> Self {
+        ConvContext {
+            now_ms: 0,
+            max_attempts: 3,
+            max_iterations: 100,
+            retry_base_ms: 1_000,
+            retry_max_ms: 30_000,
+            max_retry_after_ms: 120_000,
+            context_window: 200_000,
+            exhaustion: ContextExhaustionBehavior::ThresholdBasedContinuation,
+            policy: Policy::default(),
+            doom_loop_threshold: 3,
+            recent_calls: Vec::new(),
+        }
+    }
+}
+
+/// Whether `usage` reaches the continuation threshold of `window`.
+pub fn should_trigger_continuation(usage: &Usage, window: u64) -> bool {
+    if window == 0 {
+        return false;
+    }
+    let threshold = (window as f64 * CONTINUATION_THRESHOLD) as u64;
+    usage.context_tokens() >= threshold
+}

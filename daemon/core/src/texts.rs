@@ -1,0 +1,71 @@
+//! Exact texts the model and users see. They come from the seeds and are
+//! part of the contract: tests compare against these constants.
+
+/// Tool result for a tool that was running when the user cancelled.
+pub const CANCELLED_BY_USER: &str = "Cancelled by user";
+/// Tool result for a tool that had not started when the user cancelled.
+pub const SKIPPED_DUE_TO_CANCELLATION: &str = "Skipped due to cancellation";
+/// Appended after a reply the user interrupted.
+pub const INTERRUPT_USER: &str = "[Request interrupted by user]";
+/// First line of the result of a "deny and stop" answer.
+pub const INTERRUPT_TOOL: &str = "[Request interrupted by user for tool use]";
+/// The rest of the result of a "deny and stop" answer.
+pub const INTERRUPT_EXPLANATION: &str = "The user doesn't want to proceed with this tool use. \
+The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file). \
+STOP what you are doing and wait for the user to tell you how to proceed.";
+/// Rejection of a user message while a turn runs.
+pub const AGENT_IS_BUSY: &str = "agent is busy";
+/// Rejection of a user message while a cancel completes.
+pub const CANCELLATION_IN_PROGRESS: &str = "cancellation in progress";
+/// Rejection of a user message once the context is exhausted.
+pub const CONTEXT_EXHAUSTED: &str = "context exhausted";
+/// The iteration guard's error.
+pub const ERR_MAX_ITERATIONS: &str = "Maximum conversation iterations reached";
+/// Result of a running tool whose daemon crashed.
+pub const RESTARTED_WHILE_RUNNING: &str =
+    "agentd restarted while this tool was running; its effects are unknown";
+/// Result of a tool that had not started when the daemon crashed.
+pub const SKIPPED_DUE_TO_RESTART: &str = "Skipped: agentd restarted before this tool ran";
+/// Result of a tool skipped because an earlier one was denied with "stop".
+pub const SKIPPED_AFTER_INTERRUPT: &str = "Skipped: the user stopped this reply at an earlier tool";
+
+/// "Permission to use {tool} has been denied".
+pub fn permission_denied(tool: &str) -> String {
+    format!("Permission to use {tool} has been denied")
+}
+
+/// "Permission to use {tool} has been permanently denied".
+pub fn permission_denied_permanently(tool: &str) -> String {
+    format!("Permission to use {tool} has been permanently denied")
+}
+
+/// The seed's continuation prompt.
+pub const CONTINUATION_PROMPT: &str = "The conversation context is nearly full. Please provide a brief continuation summary that could seed a new conversation.
+
+Include:
+1. Current task status (if any)
+2. Key files or concepts discussed
+3. Suggested next steps
+
+Keep your response concise.";
+
+/// Summary used when the continuation request failed.
+pub const CONTINUATION_FALLBACK: &str = "Context limit reached. The continuation summary could not be generated. Please start a new conversation.";
+/// Summary used when the user cancelled the continuation request.
+pub const CONTINUATION_CANCELLED: &str = "Continuation cancelled by user.";
+
+/// The continuation prompt with the rejected tool calls listed.
+pub fn continuation_prompt(rejected_tools: &[String]) -> String {
+    let mut prompt = CONTINUATION_PROMPT.to_string();
+    if !rejected_tools.is_empty() {
+        prompt.push_str(
+            "\n\nNote: The following tool calls were requested but not executed due to context limits:\n",
+        );
+        for name in rejected_tools {
+            prompt.push_str("- ");
+            prompt.push_str(name);
+            prompt.push('\n');
+        }
+    }
+    prompt
+}

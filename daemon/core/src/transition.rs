@@ -1,0 +1,843 @@
+//! The transition function: `(state, context, event) -> (state, effects)`.
+//!
+//! Pure and deterministic: it reads nothing but its arguments. The seed's
+//! transition matrix (bedrock-state-machine-design.md) is its specification,
+//! REJECT rows included.
+
+use crate::effect::{Effect, LlmPurpose, Notice};
+use crate::event::{Event, LlmFailure};
+use crate::message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult};
+use crate::permission::{Decision, PermissionAsk, Verdict};
+use crate::state::{
+    ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
+    should_trigger_continuation,
+};
+use crate::texts;
+use crate::tools::is_read_only;
+use std::fmt;
+
+/// The outcome of an accepted event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// The new state (persisted before the effects run).
+    pub state: ConvState,
+    /// What the runtime must do, in order.
+    pub effects: Vec<Effect>,
+}
+
+impl Transition {
+    fn new(state: ConvState) -> Self {
+        Transition {
+            state,
+            effects: Vec::new(),
+        }
+    }
+
+    fn with(mut self, effect: Effect) -> Self {
+        self.effects.push(effect);
+        self
+    }
+
+    fn unchanged(state: &ConvState) -> Self {
+        Transition::new(state.clone())
+    }
+}
+
+/// Why an event was refused. The state is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejected {
+    /// A user message while a turn runs.
+    Busy,
+    /// A user message while a cancel completes.
+    CancellationInProgress,
+    /// A user message after the context is exhausted.
+    ContextExhausted,
+    /// A user message with no text.
+    EmptyMessage,
+    /// A permission answer when nothing is pending (e.g. a later answer).
+    NoPendingPermission,
+    /// A permission answer naming another request.
+    UnknownPermissionRequest(String),
+    /// A decision that this request does not offer.
+    DecisionNotOffered(Decision),
+    /// An event that does not apply to the state (e.g. a stale completion
+    /// of work that was cancelled). The runtime ignores these.
+    NotApplicable {
+        /// The state's name.
+        state: &'static str,
+        /// The event's name.
+        event: &'static str,
+    },
+}
+
+impl fmt::Display for Rejected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Rejected::Busy => f.write_str(texts::AGENT_IS_BUSY),
+            Rejected::CancellationInProgress => f.write_str(texts::CANCELLATION_IN_PROGRESS),
+            Rejected::ContextExhausted => f.write_str(texts::CONTEXT_EXHAUSTED),
+            Rejected::EmptyMessage => f.write_str("message text is empty"),
+            Rejected::NoPendingPermission => {
+                f.write_str("no permission request is pending (it was already answered)")
+            }
+            Rejected::UnknownPermissionRequest(id) => {
+                write!(f, "unknown permission request {id:?}")
+            }
+            Rejected::DecisionNotOffered(d) => write!(f, "decision {d:?} is not offered for this request"),
+            Rejected::NotApplicable { state, event } => write!(f, "{event} does not apply in state {state}"),
+        }
+    }
+}
+
+impl std::error::Error for Rejected {}
+
+/// Applies `event` to `state`.
+pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transition, Rejected> {
+    let not_applicable = |event: &Event| Rejected::NotApplicable {
+        state: state.name(),
+        event: event.name(),
+    };
+    match event {
+        Event::UserMessage { text } => on_user_message(state, ctx, text),
+        Event::UserCancel => Ok(on_cancel(state, ctx)),
+        Event::LlmCompleted { reply } => match state {
+            ConvState::LlmRequesting {
+                iteration, retry: None, ..
+            } => Ok(on_reply(ctx, *iteration, reply)),
+            ConvState::Cancelling { .. } => Ok(finish_cancel(ctx, reply.content)),
+            ConvState::AwaitingContinuation { trigger_usage, .. } => {
+                let mut usage = *trigger_usage;
+                usage.add(&reply.usage);
+                Ok(exhausted(ctx, text_of(&reply.content), usage))
+            }
+            _ => Err(not_applicable(&Event::LlmCompleted { reply })),
+        },
+        Event::LlmFailed {
+            failure,
+            jitter_permille,
+        } => match state {
+            ConvState::LlmRequesting {
+                attempt,
+                iteration,
+                retry: None,
+            } => Ok(on_llm_failed(ctx, *attempt, *iteration, failure, jitter_permille)),
+            ConvState::Cancelling { .. } => Ok(finish_cancel(ctx, Vec::new())),
+            ConvState::AwaitingContinuation {
+                rejected_tool_calls,
+                trigger_usage,
+                attempt,
+            } => {
+                if failure.retryable && *attempt < ctx.max_attempts {
+                    let delay_ms = retry_delay(ctx, *attempt, &failure, jitter_permille).unwrap_or(0);
+                    Ok(Transition::new(ConvState::AwaitingContinuation {
+                        rejected_tool_calls: rejected_tool_calls.clone(),
+                        trigger_usage: *trigger_usage,
+                        attempt: attempt + 1,
+                    })
+                    .with(Effect::ScheduleRetry {
+                        attempt: attempt + 1,
+                        delay_ms,
+                    }))
+                } else {
+                    Ok(exhausted(ctx, texts::CONTINUATION_FALLBACK.to_string(), *trigger_usage))
+                }
+            }
+            _ => Err(not_applicable(&Event::LlmFailed {
+                failure,
+                jitter_permille,
+            })),
+        },
+        Event::LlmAborted { partial } => match state {
+            ConvState::Cancelling { .. } => Ok(finish_cancel(ctx, partial)),
+            _ => Err(not_applicable(&Event::LlmAborted { partial })),
+        },
+        Event::RetryDue => match state {
+            ConvState::LlmRequesting {
+                attempt,
+                iteration,
+                retry: Some(_),
+            } => Ok(Transition::new(ConvState::LlmRequesting {
+                attempt: *attempt,
+                iteration: *iteration,
+                retry: None,
+            })
+            .with(Effect::RequestLlm {
+                attempt: *attempt,
+                purpose: LlmPurpose::Turn,
+            })),
+            ConvState::AwaitingContinuation {
+                rejected_tool_calls,
+                attempt,
+                ..
+            } => Ok(Transition::unchanged(state).with(Effect::RequestLlm {
+                attempt: *attempt,
+                purpose: continuation_purpose(rejected_tool_calls),
+            })),
+            _ => Err(not_applicable(&Event::RetryDue)),
+        },
+        Event::ToolCompleted { result } => match state {
+            ConvState::ToolExecuting(run) if run.running.contains(&result.tool_use_id) => {
+                let mut run = run.clone();
+                run.running.retain(|id| *id != result.tool_use_id);
+                run.results.push(result);
+                if run.running.is_empty() {
+                    Ok(schedule(ctx, run, Vec::new()))
+                } else {
+                    Ok(Transition::new(ConvState::ToolExecuting(run)))
+                }
+            }
+            _ => Err(not_applicable(&Event::ToolCompleted { result })),
+        },
+        Event::PermissionAnswered {
+            request_id,
+            decision,
+            feedback,
+        } => match state {
+            ConvState::ToolExecuting(run) => on_permission_answer(ctx, run, &request_id, decision, feedback),
+            _ => Err(Rejected::NoPendingPermission),
+        },
+        Event::SubAgentFinished { result } => match state {
+            ConvState::AwaitingSubAgents {
+                pending_ids,
+                completed,
+            } if pending_ids.contains(&result.agent_id) => {
+                let mut pending_ids = pending_ids.clone();
+                pending_ids.retain(|id| *id != result.agent_id);
+                let mut completed = completed.clone();
+                completed.push(result);
+                if !pending_ids.is_empty() {
+                    return Ok(Transition::new(ConvState::AwaitingSubAgents {
+                        pending_ids,
+                        completed,
+                    }));
+                }
+                let blocks = completed
+                    .iter()
+                    .map(|r| {
+                        let outcome = if r.success { "succeeded" } else { "failed" };
+                        ContentBlock::text(format!("Sub-agent {} {outcome}:\n{}", r.agent_id, r.result))
+                    })
+                    .collect();
+                Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
+                    message: Message::user(blocks, ctx.now_ms),
+                }))
+            }
+            _ => Err(not_applicable(&Event::SubAgentFinished { result })),
+        },
+        Event::ContinuationCompleted { summary, usage } => match state {
+            ConvState::AwaitingContinuation { trigger_usage, .. } => {
+                let mut total = *trigger_usage;
+                total.add(&usage);
+                Ok(exhausted(ctx, summary, total))
+            }
+            _ => Err(not_applicable(&Event::ContinuationCompleted { summary, usage })),
+        },
+        Event::ContinuationFailed { error } => match state {
+            ConvState::AwaitingContinuation { trigger_usage, .. } => {
+                Ok(exhausted(ctx, texts::CONTINUATION_FALLBACK.to_string(), *trigger_usage))
+            }
+            _ => Err(not_applicable(&Event::ContinuationFailed { error })),
+        },
+        Event::UserTriggerContinuation => match state {
+            ConvState::Idle => Ok(Transition::new(ConvState::AwaitingContinuation {
+                rejected_tool_calls: Vec::new(),
+                trigger_usage: Default::default(),
+                attempt: 1,
+            })
+            .with(Effect::RequestLlm {
+                attempt: 1,
+                purpose: continuation_purpose(&[]),
+            })),
+            _ => Err(not_applicable(&Event::UserTriggerContinuation)),
+        },
+        Event::DaemonRestarted => Ok(on_restart(state, ctx)),
+    }
+}
+
+impl Transition {
+    fn prepend(mut self, effect: Effect) -> Self {
+        self.effects.insert(0, effect);
+        self
+    }
+}
+
+fn on_user_message(state: &ConvState, ctx: &ConvContext, text: String) -> Result<Transition, Rejected> {
+    if text.trim().is_empty() {
+        return Err(Rejected::EmptyMessage);
+    }
+    match state {
+        ConvState::Idle | ConvState::Error { .. } => Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
+            message: Message::user(vec![ContentBlock::text(text)], ctx.now_ms),
+        })),
+        ConvState::Cancelling { .. } => Err(Rejected::CancellationInProgress),
+        ConvState::ContextExhausted { .. } => Err(Rejected::ContextExhausted),
+        ConvState::AwaitingLlm { .. }
+        | ConvState::LlmRequesting { .. }
+        | ConvState::ToolExecuting(_)
+        | ConvState::AwaitingSubAgents { .. }
+        | ConvState::AwaitingContinuation { .. } => Err(Rejected::Busy),
+    }
+}
+
+/// The first attempt of model round `iteration`.
+fn begin_request(_ctx: &ConvContext, iteration: u32) -> Transition {
+    Transition::new(ConvState::LlmRequesting {
+        attempt: 1,
+        iteration,
+        retry: None,
+    })
+    .with(Effect::RequestLlm {
+        attempt: 1,
+        purpose: LlmPurpose::Turn,
+    })
+}
+
+/// The round after `iteration`, unless the iteration guard stops the turn.
+fn next_round(ctx: &ConvContext, iteration: u32) -> Transition {
+    if iteration >= ctx.max_iterations {
+        return fail(texts::ERR_MAX_ITERATIONS.to_string(), ErrorKind::Unknown);
+    }
+    begin_request(ctx, iteration + 1)
+}
+
+fn fail(message: String, kind: ErrorKind) -> Transition {
+    Transition::new(ConvState::Error {
+        message: message.clone(),
+        kind,
+    })
+    .with(Effect::Notify {
+        notice: Notice::Error { message, kind },
+    })
+}
+
+fn interrupt_marker(ctx: &ConvContext) -> Effect {
+    Effect::AppendMessage {
+        message: Message::user(vec![ContentBlock::text(texts::INTERRUPT_USER)], ctx.now_ms),
+    }
+}
+
+fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
+    match state {
+        ConvState::Idle
+        | ConvState::Error { .. }
+        | ConvState::ContextExhausted { .. }
+        | ConvState::Cancelling { .. } => Transition::unchanged(state),
+        ConvState::AwaitingLlm { .. } => Transition::new(ConvState::Idle).with(interrupt_marker(ctx)),
+        ConvState::LlmRequesting { retry: Some(_), .. } => Transition::new(ConvState::Idle)
+            .with(Effect::CancelRetry)
+            .with(interrupt_marker(ctx)),
+        ConvState::LlmRequesting {
+            iteration, retry: None, ..
+        } => Transition::new(ConvState::Cancelling {
+            iteration: *iteration,
+        })
+        .with(Effect::AbortLlm),
+        ConvState::ToolExecuting(run) => {
+            let mut t = Transition::new(ConvState::Idle);
+            if !run.running.is_empty() {
+                t = t.with(Effect::AbortTools {
+                    tool_use_ids: run.running.clone(),
+                });
+            }
+            if let Some(ask) = &run.permission {
+                t = t.with(Effect::PermissionResolved {
+                    request_id: ask.request_id.clone(),
+                    decision: Decision::Cancelled,
+                });
+            }
+            let suspended = run.permission.as_ref().map(|a| a.tool_use_id.as_str());
+            let results = answer_all(run, |id| {
+                if run.running.iter().any(|r| r == id) || suspended == Some(id) {
+                    texts::CANCELLED_BY_USER
+                } else {
+                    texts::SKIPPED_DUE_TO_CANCELLATION
+                }
+            });
+            t.with(Effect::AppendMessage {
+                message: Message::user(results, ctx.now_ms),
+            })
+        }
+        ConvState::AwaitingSubAgents { .. } => Transition::new(ConvState::Idle).with(interrupt_marker(ctx)),
+        ConvState::AwaitingContinuation { trigger_usage, .. } => {
+            exhausted(ctx, texts::CONTINUATION_CANCELLED.to_string(), *trigger_usage).prepend(Effect::AbortLlm)
+        }
+    }
+}
+
+/// Result blocks for every call of `run` in the model's order: the recorded
+/// result where there is one, else an error with the text `unfinished` gives.
+fn answer_all<'a>(run: &'a ToolRun, unfinished: impl Fn(&str) -> &'a str) -> Vec<ContentBlock> {
+    run.calls
+        .iter()
+        .map(|call| match run.results.iter().find(|r| r.tool_use_id == call.id) {
+            Some(r) => r.to_block(),
+            None => ContentBlock::tool_result(&call.id, unfinished(&call.id), true),
+        })
+        .collect()
+}
+
+/// Ends a cancelled model request: keeps the partial text, marked
+/// interrupted, then the interrupt marker. Incomplete tool calls and
+/// unsigned reasoning are dropped (they could not be answered or replayed).
+fn finish_cancel(ctx: &ConvContext, partial: Vec<ContentBlock>) -> Transition {
+    let kept: Vec<ContentBlock> = partial
+        .into_iter()
+        .filter(|b| match b {
+            ContentBlock::Text { text } => !text.is_empty(),
+            ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
+            ContentBlock::RedactedThinking { .. } => true,
+            ContentBlock::ToolUse { .. } | ContentBlock::ToolResult { .. } => false,
+        })
+        .collect();
+    let mut t = Transition::new(ConvState::Idle);
+    if kept.iter().any(|b| matches!(b, ContentBlock::Text { .. })) {
+        t = t.with(Effect::AppendMessage {
+            message: Message {
+                role: Role::Assistant,
+                content: kept,
+                created_at_ms: ctx.now_ms,
+                usage: None,
+                stop_reason: None,
+                interrupted: true,
+            },
+        });
+    }
+    t.with(interrupt_marker(ctx))
+}
+
+fn on_reply(ctx: &ConvContext, iteration: u32, reply: Reply) -> Transition {
+    let calls: Vec<ToolCall> = reply
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                input: input.clone(),
+            }),
+            _ => None,
+        })
+        .collect();
+
+    if should_trigger_continuation(&reply.usage, ctx.context_window) {
+        // The tool calls are not executed, so they must not enter the
+        // transcript unanswered: keep only the rest of the reply.
+        let kept: Vec<ContentBlock> = reply
+            .content
+            .into_iter()
+            .filter(|b| !matches!(b, ContentBlock::ToolUse { .. }))
+            .collect();
+        let mut t = match ctx.exhaustion {
+            ContextExhaustionBehavior::ThresholdBasedContinuation => {
+                let purpose = continuation_purpose(&calls);
+                Transition::new(ConvState::AwaitingContinuation {
+                    rejected_tool_calls: calls,
+                    trigger_usage: reply.usage,
+                    attempt: 1,
+                })
+                .with(Effect::RequestLlm { attempt: 1, purpose })
+            }
+            ContextExhaustionBehavior::IntentionallyUnhandled => {
+                fail("Context window exhausted".to_string(), ErrorKind::ContextExhausted)
+            }
+        };
+        if !kept.is_empty() {
+            t = t.prepend(Effect::AppendMessage {
+                message: assistant(ctx, kept, &reply.stop_reason, reply.usage),
+            });
+        }
+        return t;
+    }
+
+    let append = (!reply.content.is_empty()).then(|| Effect::AppendMessage {
+        message: assistant(ctx, reply.content, &reply.stop_reason, reply.usage),
+    });
+    // Every tool_use must be answered, whatever the stop reason says.
+    let t = if !calls.is_empty() {
+        let run = ToolRun {
+            iteration,
+            calls,
+            results: Vec::new(),
+            running: Vec::new(),
+            permission: None,
+            stop_with_feedback: None,
+        };
+        schedule(ctx, run, Vec::new())
+    } else {
+        match &reply.stop_reason {
+            StopReason::PauseTurn => next_round(ctx, iteration),
+            StopReason::EndTurn | StopReason::StopSequence => Transition::new(ConvState::Idle),
+            StopReason::ToolUse => info(ConvState::Idle, "The model stopped for tool use but asked for no tool."),
+            StopReason::MaxTokens => info(ConvState::Idle, "The reply reached the max_tokens limit."),
+            StopReason::Refusal => info(ConvState::Idle, "The model declined to continue (refusal)."),
+            StopReason::ModelContextWindowExceeded => {
+                info(ConvState::Idle, "The model's context window was exceeded.")
+            }
+            StopReason::ContentFiltered | StopReason::GuardrailIntervened => {
+                info(ConvState::Idle, "The provider filtered the reply.")
+            }
+            StopReason::Other(s) => info(ConvState::Idle, &format!("The model stopped with an unknown reason: {s}")),
+        }
+    };
+    match append {
+        Some(effect) => t.prepend(effect),
+        None => t,
+    }
+}
+
+fn info(state: ConvState, message: &str) -> Transition {
+    Transition::new(state).with(Effect::Notify {
+        notice: Notice::Info {
+            message: message.to_string(),
+        },
+    })
+}
+
+fn assistant(ctx: &ConvContext, content: Vec<ContentBlock>, stop: &StopReason, usage: crate::message::Usage) -> Message {
+    Message {
+        role: Role::Assistant,
+        content,
+        created_at_ms: ctx.now_ms,
+        usage: Some(usage),
+        stop_reason: Some(stop.clone()),
+        interrupted: false,
+    }
+}
+
+fn text_of(blocks: &[ContentBlock]) -> String {
+    let mut out = String::new();
+    for b in blocks {
+        if let ContentBlock::Text { text } = b {
+            out.push_str(text);
+        }
+    }
+    out
+}
+
+fn continuation_purpose(rejected: &[ToolCall]) -> LlmPurpose {
+    let names: Vec<String> = rejected.iter().map(|c| c.name.clone()).collect();
+    LlmPurpose::Continuation {
+        prompt: texts::continuation_prompt(&names),
+    }
+}
+
+fn exhausted(ctx: &ConvContext, summary: String, final_usage: crate::message::Usage) -> Transition {
+    Transition::new(ConvState::ContextExhausted {
+        summary: summary.clone(),
+        final_usage,
+    })
+    .with(Effect::AppendMessage {
+        message: Message {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text(summary.clone())],
+            created_at_ms: ctx.now_ms,
+            usage: None,
+            stop_reason: None,
+            interrupted: false,
+        },
+    })
+    .with(Effect::Notify {
+        notice: Notice::Info {
+            message: format!("Context exhausted. Continuation summary:\n{summary}"),
+        },
+    })
+}
+
+/// The delay before attempt `attempt + 1`, or `None` when the failure must
+/// not be retried after all (a `retry-after` longer than we wait).
+fn retry_delay(ctx: &ConvContext, attempt: u32, failure: &LlmFailure, jitter_permille: u16) -> Option<u64> {
+    if let Some(after) = failure.retry_after_ms {
+        return (after <= ctx.max_retry_after_ms).then_some(after);
+    }
+    let exp = ctx
+        .retry_base_ms
+        .saturating_mul(1u64 << attempt.saturating_sub(1).min(20))
+        .min(ctx.retry_max_ms);
+    // "Equal jitter": half fixed, half random.
+    let jitter = u64::from(jitter_permille.min(999));
+    Some(exp / 2 + (exp / 2).saturating_mul(jitter) / 1000)
+}
+
+fn on_llm_failed(
+    ctx: &ConvContext,
+    attempt: u32,
+    iteration: u32,
+    failure: LlmFailure,
+    jitter_permille: u16,
+) -> Transition {
+    if failure.retryable && attempt < ctx.max_attempts {
+        if let Some(delay_ms) = retry_delay(ctx, attempt, &failure, jitter_permille) {
+            let next = attempt + 1;
+            return Transition::new(ConvState::LlmRequesting {
+                attempt: next,
+                iteration,
+                retry: Some(RetryWait {
+                    delay_ms,
+                    reason: failure.message.clone(),
+                }),
+            })
+            .with(Effect::ScheduleRetry {
+                attempt: next,
+                delay_ms,
+            })
+            .with(Effect::Notify {
+                notice: Notice::Retrying {
+                    attempt: next,
+                    max_attempts: ctx.max_attempts,
+                    delay_ms,
+                    reason: failure.message,
+                },
+            });
+        }
+    }
+    let message = if failure.retryable && attempt > 1 {
+        format!("Failed after {attempt} attempts: {}", failure.message)
+    } else {
+        failure.message
+    };
+    fail(message, failure.kind)
+}
+
+/// Starts whatever can run now. Called when nothing of `run` is running.
+///
+/// A run of consecutive read-only calls starts together; a mutating call
+/// starts alone; a call that needs permission suspends the run (nothing else
+/// runs meanwhile). When every call has a result, the results go back to the
+/// model as one user message.
+fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Transition {
+    if run.stop_with_feedback.is_none() {
+        for id in run.pending_ids() {
+            let Some(call) = run.calls.iter().find(|c| c.id == id).cloned() else {
+                continue;
+            };
+            let read_only = is_read_only(&call.name);
+            if !run.running.is_empty() && !read_only {
+                break;
+            }
+            match verdict(ctx, &run, &call) {
+                Verdict::Deny(reason) => {
+                    run.results.push(ToolResult::new(&call.id, reason, true));
+                }
+                Verdict::Ask(reason) => {
+                    if !run.running.is_empty() {
+                        break;
+                    }
+                    let ask = ask_for(&call, reason);
+                    effects.push(Effect::AskPermission { ask: ask.clone() });
+                    run.permission = Some(ask);
+                    return Transition {
+                        state: ConvState::ToolExecuting(run),
+                        effects,
+                    };
+                }
+                Verdict::Allow => {
+                    run.running.push(call.id.clone());
+                    effects.push(Effect::ExecuteTool { call });
+                    if !read_only {
+                        break;
+                    }
+                }
+            }
+        }
+        if !run.running.is_empty() {
+            return Transition {
+                state: ConvState::ToolExecuting(run),
+                effects,
+            };
+        }
+    }
+    // Everything answered (or the rest is skipped after a deny-and-stop).
+    let results = answer_all(&run, |_| texts::SKIPPED_AFTER_INTERRUPT);
+    let append = Effect::AppendMessage {
+        message: Message::user(results.clone(), ctx.now_ms),
+    };
+    let mut t = match run.stop_with_feedback.take() {
+        None => next_round(ctx, run.iteration),
+        Some(feedback) if feedback.trim().is_empty() => Transition::new(ConvState::Idle),
+        Some(feedback) => {
+            // The feedback rides in the same user message as the results.
+            let mut blocks = results;
+            blocks.push(ContentBlock::text(feedback));
+            let mut t = begin_request(ctx, 1).prepend(Effect::AppendMessage {
+                message: Message::user(blocks, ctx.now_ms),
+            });
+            effects.append(&mut t.effects);
+            t.effects = effects;
+            return t;
+        }
+    };
+    effects.push(append);
+    effects.append(&mut t.effects);
+    t.effects = effects;
+    t
+}
+
+/// The policy's verdict, with the doom-loop check on top.
+fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Verdict {
+    let base = ctx.policy.evaluate(call);
+    if matches!(base, Verdict::Deny(_)) {
+        return base;
+    }
+    let threshold = ctx.doom_loop_threshold;
+    if threshold >= 2 {
+        let earlier: Vec<&ToolCall> = ctx
+            .recent_calls
+            .iter()
+            .chain(run.calls.iter().take_while(|c| c.id != call.id))
+            .collect();
+        let repeats = earlier
+            .iter()
+            .rev()
+            .take_while(|c| c.name == call.name && c.input == call.input)
+            .count();
+        if repeats + 1 >= threshold {
+            return Verdict::Ask(format!(
+                "doom loop: {} was called with identical input {} times in a row",
+                call.name,
+                repeats + 1
+            ));
+        }
+    }
+    base
+}
+
+fn ask_for(call: &ToolCall, reason: String) -> PermissionAsk {
+    let mut options = vec![
+        Decision::AllowOnce,
+        Decision::AllowAlways,
+        Decision::Deny,
+        Decision::DenyAndStop,
+        Decision::Never,
+    ];
+    if reason.starts_with("doom loop") {
+        options.retain(|d| matches!(d, Decision::AllowOnce | Decision::Deny | Decision::DenyAndStop));
+    }
+    PermissionAsk {
+        request_id: format!("perm-{}", call.id),
+        tool_use_id: call.id.clone(),
+        tool_name: call.name.clone(),
+        input: call.input.clone(),
+        reason,
+        options,
+        suggested_rule: call.name.clone(),
+    }
+}
+
+fn on_permission_answer(
+    ctx: &ConvContext,
+    run: &ToolRun,
+    request_id: &str,
+    decision: Decision,
+    feedback: Option<String>,
+) -> Result<Transition, Rejected> {
+    let Some(ask) = &run.permission else {
+        return Err(Rejected::NoPendingPermission);
+    };
+    if !request_id.is_empty() && ask.request_id != request_id {
+        return Err(Rejected::UnknownPermissionRequest(request_id.to_string()));
+    }
+    if !ask.options.contains(&decision) {
+        return Err(Rejected::DecisionNotOffered(decision));
+    }
+    let mut run = run.clone();
+    run.permission = None;
+    let resolved = Effect::PermissionResolved {
+        request_id: ask.request_id.clone(),
+        decision,
+    };
+    let Some(call) = run.calls.iter().find(|c| c.id == ask.tool_use_id).cloned() else {
+        return Err(Rejected::UnknownPermissionRequest(ask.request_id.clone()));
+    };
+    match decision {
+        Decision::AllowOnce | Decision::AllowAlways => {
+            run.running.push(call.id.clone());
+            Ok(Transition::new(ConvState::ToolExecuting(run))
+                .with(resolved)
+                .with(Effect::ExecuteTool { call }))
+        }
+        Decision::Background => {
+            let mut call = call;
+            if let Some(obj) = call.input.as_object_mut() {
+                obj.insert("run_in_background".to_string(), serde_json::Value::Bool(true));
+            }
+            run.running.push(call.id.clone());
+            Ok(Transition::new(ConvState::ToolExecuting(run))
+                .with(resolved)
+                .with(Effect::ExecuteTool { call }))
+        }
+        Decision::Deny => {
+            run.results
+                .push(ToolResult::new(&call.id, texts::permission_denied(&call.name), true));
+            Ok(schedule(ctx, run, vec![resolved]))
+        }
+        Decision::Never => {
+            run.results.push(ToolResult::new(
+                &call.id,
+                texts::permission_denied_permanently(&call.name),
+                true,
+            ));
+            Ok(schedule(ctx, run, vec![resolved]))
+        }
+        Decision::DenyAndStop => {
+            run.results.push(ToolResult::new(
+                &call.id,
+                format!("{}\n\n{}", texts::INTERRUPT_TOOL, texts::INTERRUPT_EXPLANATION),
+                true,
+            ));
+            run.stop_with_feedback = Some(feedback.unwrap_or_default());
+            Ok(schedule(ctx, run, vec![resolved]))
+        }
+        Decision::Cancelled => Err(Rejected::DecisionNotOffered(decision)),
+    }
+}
+
+fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
+    let recovered = |what: &str| Effect::Notify {
+        notice: Notice::Info {
+            message: format!("agentd restarted: {what}"),
+        },
+    };
+    match state {
+        ConvState::Idle | ConvState::Error { .. } | ConvState::ContextExhausted { .. } => {
+            Transition::unchanged(state)
+        }
+        ConvState::AwaitingLlm { iteration } | ConvState::LlmRequesting { iteration, .. } => {
+            begin_request(ctx, (*iteration).max(1)).prepend(recovered("re-issuing the model request"))
+        }
+        ConvState::Cancelling { .. } => {
+            Transition::new(ConvState::Idle)
+                .with(recovered("completing the cancellation"))
+                .with(interrupt_marker(ctx))
+        }
+        ConvState::ToolExecuting(run) => {
+            if let Some(ask) = &run.permission {
+                return Transition::unchanged(state)
+                    .with(recovered("asking the pending permission request again"))
+                    .with(Effect::AskPermission { ask: ask.clone() });
+            }
+            let results = answer_all(run, |id| {
+                if run.running.iter().any(|r| r == id) {
+                    texts::RESTARTED_WHILE_RUNNING
+                } else {
+                    texts::SKIPPED_DUE_TO_RESTART
+                }
+            });
+            next_round(ctx, run.iteration)
+                .prepend(Effect::AppendMessage {
+                    message: Message::user(results, ctx.now_ms),
+                })
+                .prepend(recovered("tools that were running have unknown effects"))
+        }
+        ConvState::AwaitingSubAgents { .. } => Transition::unchanged(state),
+        ConvState::AwaitingContinuation {
+            rejected_tool_calls,
+            attempt,
+            ..
+        } => Transition::unchanged(state)
+            .with(recovered("re-issuing the continuation request"))
+            .with(Effect::RequestLlm {
+                attempt: *attempt,
+                purpose: continuation_purpose(rejected_tool_calls),
+            }),
+    }
+}
