@@ -11,7 +11,8 @@ pub mod v1 {
 }
 
 /// The encoded `FileDescriptorSet` of every `.proto` file, for gRPC reflection.
-pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/agent_descriptor.bin"));
+pub const FILE_DESCRIPTOR_SET: &[u8] =
+    include_bytes!(concat!(env!("OUT_DIR"), "/agent_descriptor.bin"));
 
 /// The fully qualified name of the service, for health checks.
 pub const SERVICE_NAME: &str = "agent.v1.AgentService";
@@ -23,7 +24,9 @@ pub const SERVICE_NAME: &str = "agent.v1.AgentService";
 /// this one function so they cannot disagree.
 pub fn default_socket_path() -> Result<std::path::PathBuf, String> {
     if let Some(dir) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
-        return Ok(std::path::PathBuf::from(dir).join("agentd").join("agentd.sock"));
+        return Ok(std::path::PathBuf::from(dir)
+            .join("agentd")
+            .join("agentd.sock"));
     }
     match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         Some(home) => Ok(std::path::PathBuf::from(home)

@@ -1,8 +1,241 @@
-//! Command line of the daemon (placeholder until the runtime lands).
+//! The daemon's command line and start-up: configuration, the data
+//! directory lock, the store, recovery, the socket, and the signal that
+//! stops it all. `main.rs` only calls [`main`]; the end-to-end tests build
+//! the same entry point into their own binary.
+
+use crate::config::{Config, ProviderKind};
+use crate::grpc::listener::{self, ListenError};
+use crate::llm::{AnthropicProvider, OpenAiProvider, Provider};
+use crate::runtime::{Manager, Shared};
+use crate::store::Store;
+use clap::Parser;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+
+/// agentd: the coding-agent daemon. Owns every conversation, background
+/// shell and all state; terminals talk to it with `agent`.
+#[derive(Debug, Parser)]
+#[command(name = "agentd", version, about, long_about = None)]
+pub struct Args {
+    /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/agentd/agentd.sock,
+    /// else ~/.local/state/agentd/run/agentd.sock].
+    #[arg(long, env = "AGENTD_SOCKET")]
+    pub socket: Option<PathBuf>,
+    /// Where conversations are stored [default: $XDG_DATA_HOME/agentd, else ~/.local/share/agentd].
+    #[arg(long, env = "AGENTD_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Config file (TOML) [default: $XDG_CONFIG_HOME/agentd/config.toml if it exists].
+    #[arg(long, env = "AGENTD_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Default model for new conversations.
+    #[arg(long)]
+    pub model: Option<String>,
+}
+
+/// Start-up failures, each a clear one-line message.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// No place for the socket or data.
+    #[error("{0}")]
+    Paths(String),
+    /// The socket could not be bound.
+    #[error(transparent)]
+    Listen(#[from] ListenError),
+    /// Another daemon owns the data directory.
+    #[error("another agentd{pid} is already using the data directory {dir}")]
+    Locked {
+        /// The data directory.
+        dir: PathBuf,
+        /// " (pid N)" when known.
+        pid: String,
+    },
+    /// The store could not be opened.
+    #[error("cannot open the store in {dir}: {source}")]
+    Store {
+        /// Where.
+        dir: PathBuf,
+        /// Why.
+        source: crate::store::StoreError,
+    },
+    /// The provider could not be set up.
+    #[error("cannot set up the model provider: {0}")]
+    Provider(String),
+    /// Recovery failed.
+    #[error("recovery failed: {0}")]
+    Recovery(#[from] crate::runtime::RuntimeError),
+    /// The server failed.
+    #[error(transparent)]
+    Serve(#[from] crate::grpc::ServeError),
+    /// Other I/O.
+    #[error("{what}: {source}")]
+    Io {
+        /// Context.
+        what: String,
+        /// Why.
+        source: std::io::Error,
+    },
+}
 
 /// Runs the daemon as the `agentd` binary does.
 pub fn main() -> ExitCode {
-    eprintln!("agentd: not built yet");
-    ExitCode::FAILURE
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("agentd=info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agentd: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args, shutdown_signal())) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            eprintln!("agentd: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Completes on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!("cannot install the SIGTERM handler: {e}");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+    }
+}
+
+fn env(key: &str) -> Option<String> {
+    std::env::var(key).ok()
+}
+
+/// Starts the daemon and serves until `shutdown` completes.
+pub async fn run(
+    args: Args,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) -> Result<(), StartError> {
+    let config = Config::load(args.config.as_deref(), &env, args.model)?;
+    let data_dir = match args.data_dir {
+        Some(d) => d,
+        None => crate::config::default_data_dir(&env).ok_or_else(|| {
+            StartError::Paths("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into())
+        })?,
+    };
+    let (socket, runtime_dir) = match args.socket {
+        Some(s) => (s, None),
+        None => {
+            let s = agent_proto::default_socket_path().map_err(StartError::Paths)?;
+            let rt = env("XDG_RUNTIME_DIR")
+                .filter(|d| !d.is_empty())
+                .map(PathBuf::from);
+            (s, rt)
+        }
+    };
+
+    listener::create_private_dir(&data_dir)?;
+    let _lock = lock_data_dir(&data_dir)?;
+    let db_dir = data_dir.join("db");
+    let store = Store::open(&db_dir).map_err(|source| StartError::Store {
+        dir: db_dir,
+        source,
+    })?;
+
+    if config.api_key.is_none() {
+        tracing::warn!(
+            "no API key configured: set ANTHROPIC_API_KEY (or OPENAI_API_KEY with provider = \"openai\") in agentd's environment or config file"
+        );
+    }
+    let provider: Arc<dyn Provider> = match config.provider {
+        ProviderKind::Anthropic => Arc::new(
+            AnthropicProvider::new(
+                config.api_key.clone().unwrap_or_default(),
+                config.base_url.clone(),
+            )
+            .map_err(|e| StartError::Provider(e.to_string()))?,
+        ),
+        ProviderKind::Openai => Arc::new(
+            OpenAiProvider::new(config.api_key.clone(), config.base_url.clone())
+                .map_err(|e| StartError::Provider(e.to_string()))?,
+        ),
+    };
+    tracing::info!(model = %config.model, provider = ?config.provider, base_url = %config.base_url, "configured");
+    let manager = Manager::new(Shared {
+        store,
+        config,
+        provider,
+        tools: Arc::new(crate::tools::Registry::new()),
+    });
+
+    let listener = listener::bind(&socket, runtime_dir.as_deref())?;
+    let recovered = manager.recover().await?;
+    if recovered > 0 {
+        tracing::info!("recovered {recovered} conversation(s) that were mid-turn");
+    }
+    tracing::info!(socket = %socket.display(), data_dir = %data_dir.display(), "agentd listening");
+    let result = crate::grpc::serve(listener::incoming(listener), manager, shutdown).await;
+    let _ = std::fs::remove_file(&socket);
+    tracing::info!("agentd stopped");
+    Ok(result?)
+}
+
+/// Takes the data directory's lock file (held for the daemon's life) so a
+/// second daemon on the same data refuses to start, naming the first.
+fn lock_data_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, StartError> {
+    let path = dir.join("agentd.lock");
+    let io = |what: &str| {
+        let what = format!("{what} {}", path.display());
+        move |source| StartError::Io { what, source }
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(io("cannot open lock file"))?;
+    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+        Ok(mut lock) => {
+            lock.set_len(0).map_err(io("cannot write lock file"))?;
+            lock.rewind().map_err(io("cannot write lock file"))?;
+            write!(lock, "{}", std::process::id()).map_err(io("cannot write lock file"))?;
+            Ok(lock)
+        }
+        Err((mut file, _errno)) => {
+            let mut pid = String::new();
+            let _ = file.read_to_string(&mut pid);
+            let pid = pid.trim();
+            Err(StartError::Locked {
+                dir: dir.to_path_buf(),
+                pid: if pid.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (pid {pid})")
+                },
+            })
+        }
+    }
 }

@@ -1,5 +1,21 @@
-//! agentd: the daemon. Every edge of the system lives here; decisions live in
-//! `agentd-core`.
+//! agentd: the daemon. Every edge of the system lives here; every decision
+//! lives in `agentd-core`.
+//!
+//! Layout (dependencies point inward: grpc → runtime → core; runtime → llm,
+//! tools, store):
+//! - [`cli`]: command line and start-up (`main.rs` only calls [`cli::main`]).
+//! - [`config`]: the TOML config file and environment.
+//! - [`grpc`]: the tonic service, the Unix socket and its security, and
+//!   `convert.rs`, the one place prost types meet the daemon's own.
+//! - [`runtime`]: one actor per live conversation, the manager, the hub.
+//! - [`llm`]: providers (Anthropic, OpenAI-compatible), SSE, retry classes.
+//! - [`tools`]: one file per tool, the registry, the tool context.
+//! - [`store`]: sled; the only module that knows keys and trees.
+
 pub mod cli;
+pub mod config;
+pub mod grpc;
 pub mod llm;
+pub mod runtime;
+pub mod store;
 pub mod tools;

@@ -27,7 +27,11 @@ pub enum ContentBlock {
     /// A tool call. `input` is the parsed JSON; when the model produced
     /// invalid JSON it holds the raw text as a JSON string, and the tool
     /// layer answers with an error result.
-    ToolUse { id: String, name: String, input: Value },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Value,
+    },
     /// The answer to a tool call.
     ToolResult {
         tool_use_id: String,
@@ -43,7 +47,11 @@ impl ContentBlock {
     }
 
     /// A tool result block.
-    pub fn tool_result(tool_use_id: impl Into<String>, content: impl Into<String>, is_error: bool) -> Self {
+    pub fn tool_result(
+        tool_use_id: impl Into<String>,
+        content: impl Into<String>,
+        is_error: bool,
+    ) -> Self {
         ContentBlock::ToolResult {
             tool_use_id: tool_use_id.into(),
             content: content.into(),
@@ -83,7 +91,9 @@ impl Usage {
         self.cache_creation_input_tokens = self
             .cache_creation_input_tokens
             .saturating_add(other.cache_creation_input_tokens);
-        self.cache_read_input_tokens = self.cache_read_input_tokens.saturating_add(other.cache_read_input_tokens);
+        self.cache_read_input_tokens = self
+            .cache_read_input_tokens
+            .saturating_add(other.cache_read_input_tokens);
     }
 }
 

@@ -26,6 +26,9 @@ pub enum ErrorKind {
 /// the transition that produced it run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
+// One state per conversation, cloned once per transition: the size of the
+// tool-run variant costs nothing worth a Box.
+#[allow(clippy::large_enum_variant)]
 pub enum ConvState {
     /// Ready for a user message.
     Idle,

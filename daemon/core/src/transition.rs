@@ -83,8 +83,12 @@ impl fmt::Display for Rejected {
             Rejected::UnknownPermissionRequest(id) => {
                 write!(f, "unknown permission request {id:?}")
             }
-            Rejected::DecisionNotOffered(d) => write!(f, "decision {d:?} is not offered for this request"),
-            Rejected::NotApplicable { state, event } => write!(f, "{event} does not apply in state {state}"),
+            Rejected::DecisionNotOffered(d) => {
+                write!(f, "decision {d:?} is not offered for this request")
+            }
+            Rejected::NotApplicable { state, event } => {
+                write!(f, "{event} does not apply in state {state}")
+            }
         }
     }
 }
@@ -92,7 +96,11 @@ impl fmt::Display for Rejected {
 impl std::error::Error for Rejected {}
 
 /// Applies `event` to `state`.
-pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transition, Rejected> {
+pub fn transition(
+    state: &ConvState,
+    ctx: &ConvContext,
+    event: Event,
+) -> Result<Transition, Rejected> {
     let not_applicable = |event: &Event| Rejected::NotApplicable {
         state: state.name(),
         event: event.name(),
@@ -102,7 +110,9 @@ pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<
         Event::UserCancel => Ok(on_cancel(state, ctx)),
         Event::LlmCompleted { reply } => match state {
             ConvState::LlmRequesting {
-                iteration, retry: None, ..
+                iteration,
+                retry: None,
+                ..
             } => Ok(on_reply(ctx, *iteration, reply)),
             ConvState::Cancelling { .. } => Ok(finish_cancel(ctx, reply.content)),
             ConvState::AwaitingContinuation { trigger_usage, .. } => {
@@ -120,7 +130,13 @@ pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<
                 attempt,
                 iteration,
                 retry: None,
-            } => Ok(on_llm_failed(ctx, *attempt, *iteration, failure, jitter_permille)),
+            } => Ok(on_llm_failed(
+                ctx,
+                *attempt,
+                *iteration,
+                failure,
+                jitter_permille,
+            )),
             ConvState::Cancelling { .. } => Ok(finish_cancel(ctx, Vec::new())),
             ConvState::AwaitingContinuation {
                 rejected_tool_calls,
@@ -128,7 +144,8 @@ pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<
                 attempt,
             } => {
                 if failure.retryable && *attempt < ctx.max_attempts {
-                    let delay_ms = retry_delay(ctx, *attempt, &failure, jitter_permille).unwrap_or(0);
+                    let delay_ms =
+                        retry_delay(ctx, *attempt, &failure, jitter_permille).unwrap_or(0);
                     Ok(Transition::new(ConvState::AwaitingContinuation {
                         rejected_tool_calls: rejected_tool_calls.clone(),
                         trigger_usage: *trigger_usage,
@@ -139,7 +156,11 @@ pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<
                         delay_ms,
                     }))
                 } else {
-                    Ok(exhausted(ctx, texts::CONTINUATION_FALLBACK.to_string(), *trigger_usage))
+                    Ok(exhausted(
+                        ctx,
+                        texts::CONTINUATION_FALLBACK.to_string(),
+                        *trigger_usage,
+                    ))
                 }
             }
             _ => Err(not_applicable(&Event::LlmFailed {
@@ -193,7 +214,9 @@ pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<
             decision,
             feedback,
         } => match state {
-            ConvState::ToolExecuting(run) => on_permission_answer(ctx, run, &request_id, decision, feedback),
+            ConvState::ToolExecuting(run) => {
+                on_permission_answer(ctx, run, &request_id, decision, feedback)
+            }
             _ => Err(Rejected::NoPendingPermission),
         },
         Event::SubAgentFinished { result } => match state {
@@ -215,7 +238,10 @@ pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<
                     .iter()
                     .map(|r| {
                         let outcome = if r.success { "succeeded" } else { "failed" };
-                        ContentBlock::text(format!("Sub-agent {} {outcome}:\n{}", r.agent_id, r.result))
+                        ContentBlock::text(format!(
+                            "Sub-agent {} {outcome}:\n{}",
+                            r.agent_id, r.result
+                        ))
                     })
                     .collect();
                 Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
@@ -230,12 +256,17 @@ pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<
                 total.add(&usage);
                 Ok(exhausted(ctx, summary, total))
             }
-            _ => Err(not_applicable(&Event::ContinuationCompleted { summary, usage })),
+            _ => Err(not_applicable(&Event::ContinuationCompleted {
+                summary,
+                usage,
+            })),
         },
         Event::ContinuationFailed { error } => match state {
-            ConvState::AwaitingContinuation { trigger_usage, .. } => {
-                Ok(exhausted(ctx, texts::CONTINUATION_FALLBACK.to_string(), *trigger_usage))
-            }
+            ConvState::AwaitingContinuation { trigger_usage, .. } => Ok(exhausted(
+                ctx,
+                texts::CONTINUATION_FALLBACK.to_string(),
+                *trigger_usage,
+            )),
             _ => Err(not_applicable(&Event::ContinuationFailed { error })),
         },
         Event::UserTriggerContinuation => match state {
@@ -261,14 +292,20 @@ impl Transition {
     }
 }
 
-fn on_user_message(state: &ConvState, ctx: &ConvContext, text: String) -> Result<Transition, Rejected> {
+fn on_user_message(
+    state: &ConvState,
+    ctx: &ConvContext,
+    text: String,
+) -> Result<Transition, Rejected> {
     if text.trim().is_empty() {
         return Err(Rejected::EmptyMessage);
     }
     match state {
-        ConvState::Idle | ConvState::Error { .. } => Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
-            message: Message::user(vec![ContentBlock::text(text)], ctx.now_ms),
-        })),
+        ConvState::Idle | ConvState::Error { .. } => {
+            Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
+                message: Message::user(vec![ContentBlock::text(text)], ctx.now_ms),
+            }))
+        }
         ConvState::Cancelling { .. } => Err(Rejected::CancellationInProgress),
         ConvState::ContextExhausted { .. } => Err(Rejected::ContextExhausted),
         ConvState::AwaitingLlm { .. }
@@ -322,12 +359,16 @@ fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
         | ConvState::Error { .. }
         | ConvState::ContextExhausted { .. }
         | ConvState::Cancelling { .. } => Transition::unchanged(state),
-        ConvState::AwaitingLlm { .. } => Transition::new(ConvState::Idle).with(interrupt_marker(ctx)),
+        ConvState::AwaitingLlm { .. } => {
+            Transition::new(ConvState::Idle).with(interrupt_marker(ctx))
+        }
         ConvState::LlmRequesting { retry: Some(_), .. } => Transition::new(ConvState::Idle)
             .with(Effect::CancelRetry)
             .with(interrupt_marker(ctx)),
         ConvState::LlmRequesting {
-            iteration, retry: None, ..
+            iteration,
+            retry: None,
+            ..
         } => Transition::new(ConvState::Cancelling {
             iteration: *iteration,
         })
@@ -357,10 +398,15 @@ fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
                 message: Message::user(results, ctx.now_ms),
             })
         }
-        ConvState::AwaitingSubAgents { .. } => Transition::new(ConvState::Idle).with(interrupt_marker(ctx)),
-        ConvState::AwaitingContinuation { trigger_usage, .. } => {
-            exhausted(ctx, texts::CONTINUATION_CANCELLED.to_string(), *trigger_usage).prepend(Effect::AbortLlm)
+        ConvState::AwaitingSubAgents { .. } => {
+            Transition::new(ConvState::Idle).with(interrupt_marker(ctx))
         }
+        ConvState::AwaitingContinuation { trigger_usage, .. } => exhausted(
+            ctx,
+            texts::CONTINUATION_CANCELLED.to_string(),
+            *trigger_usage,
+        )
+        .prepend(Effect::AbortLlm),
     }
 }
 
@@ -369,10 +415,12 @@ fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
 fn answer_all<'a>(run: &'a ToolRun, unfinished: impl Fn(&str) -> &'a str) -> Vec<ContentBlock> {
     run.calls
         .iter()
-        .map(|call| match run.results.iter().find(|r| r.tool_use_id == call.id) {
-            Some(r) => r.to_block(),
-            None => ContentBlock::tool_result(&call.id, unfinished(&call.id), true),
-        })
+        .map(
+            |call| match run.results.iter().find(|r| r.tool_use_id == call.id) {
+                Some(r) => r.to_block(),
+                None => ContentBlock::tool_result(&call.id, unfinished(&call.id), true),
+            },
+        )
         .collect()
 }
 
@@ -435,11 +483,15 @@ fn on_reply(ctx: &ConvContext, iteration: u32, reply: Reply) -> Transition {
                     trigger_usage: reply.usage,
                     attempt: 1,
                 })
-                .with(Effect::RequestLlm { attempt: 1, purpose })
+                .with(Effect::RequestLlm {
+                    attempt: 1,
+                    purpose,
+                })
             }
-            ContextExhaustionBehavior::IntentionallyUnhandled => {
-                fail("Context window exhausted".to_string(), ErrorKind::ContextExhausted)
-            }
+            ContextExhaustionBehavior::IntentionallyUnhandled => fail(
+                "Context window exhausted".to_string(),
+                ErrorKind::ContextExhausted,
+            ),
         };
         if !kept.is_empty() {
             t = t.prepend(Effect::AppendMessage {
@@ -467,16 +519,26 @@ fn on_reply(ctx: &ConvContext, iteration: u32, reply: Reply) -> Transition {
         match &reply.stop_reason {
             StopReason::PauseTurn => next_round(ctx, iteration),
             StopReason::EndTurn | StopReason::StopSequence => Transition::new(ConvState::Idle),
-            StopReason::ToolUse => info(ConvState::Idle, "The model stopped for tool use but asked for no tool."),
-            StopReason::MaxTokens => info(ConvState::Idle, "The reply reached the max_tokens limit."),
-            StopReason::Refusal => info(ConvState::Idle, "The model declined to continue (refusal)."),
+            StopReason::ToolUse => info(
+                ConvState::Idle,
+                "The model stopped for tool use but asked for no tool.",
+            ),
+            StopReason::MaxTokens => {
+                info(ConvState::Idle, "The reply reached the max_tokens limit.")
+            }
+            StopReason::Refusal => {
+                info(ConvState::Idle, "The model declined to continue (refusal).")
+            }
             StopReason::ModelContextWindowExceeded => {
                 info(ConvState::Idle, "The model's context window was exceeded.")
             }
             StopReason::ContentFiltered | StopReason::GuardrailIntervened => {
                 info(ConvState::Idle, "The provider filtered the reply.")
             }
-            StopReason::Other(s) => info(ConvState::Idle, &format!("The model stopped with an unknown reason: {s}")),
+            StopReason::Other(s) => info(
+                ConvState::Idle,
+                &format!("The model stopped with an unknown reason: {s}"),
+            ),
         }
     };
     match append {
@@ -493,7 +555,12 @@ fn info(state: ConvState, message: &str) -> Transition {
     })
 }
 
-fn assistant(ctx: &ConvContext, content: Vec<ContentBlock>, stop: &StopReason, usage: crate::message::Usage) -> Message {
+fn assistant(
+    ctx: &ConvContext,
+    content: Vec<ContentBlock>,
+    stop: &StopReason,
+    usage: crate::message::Usage,
+) -> Message {
     Message {
         role: Role::Assistant,
         content,
@@ -545,7 +612,12 @@ fn exhausted(ctx: &ConvContext, summary: String, final_usage: crate::message::Us
 
 /// The delay before attempt `attempt + 1`, or `None` when the failure must
 /// not be retried after all (a `retry-after` longer than we wait).
-fn retry_delay(ctx: &ConvContext, attempt: u32, failure: &LlmFailure, jitter_permille: u16) -> Option<u64> {
+fn retry_delay(
+    ctx: &ConvContext,
+    attempt: u32,
+    failure: &LlmFailure,
+    jitter_permille: u16,
+) -> Option<u64> {
     if let Some(after) = failure.retry_after_ms {
         return (after <= ctx.max_retry_after_ms).then_some(after);
     }
@@ -565,8 +637,11 @@ fn on_llm_failed(
     failure: LlmFailure,
     jitter_permille: u16,
 ) -> Transition {
-    if failure.retryable && attempt < ctx.max_attempts {
-        if let Some(delay_ms) = retry_delay(ctx, attempt, &failure, jitter_permille) {
+    if failure.retryable
+        && attempt < ctx.max_attempts
+        && let Some(delay_ms) = retry_delay(ctx, attempt, &failure, jitter_permille)
+    {
+        {
             let next = attempt + 1;
             return Transition::new(ConvState::LlmRequesting {
                 attempt: next,
@@ -710,7 +785,12 @@ fn ask_for(call: &ToolCall, reason: String) -> PermissionAsk {
         Decision::Never,
     ];
     if reason.starts_with("doom loop") {
-        options.retain(|d| matches!(d, Decision::AllowOnce | Decision::Deny | Decision::DenyAndStop));
+        options.retain(|d| {
+            matches!(
+                d,
+                Decision::AllowOnce | Decision::Deny | Decision::DenyAndStop
+            )
+        });
     }
     PermissionAsk {
         request_id: format!("perm-{}", call.id),
@@ -758,7 +838,10 @@ fn on_permission_answer(
         Decision::Background => {
             let mut call = call;
             if let Some(obj) = call.input.as_object_mut() {
-                obj.insert("run_in_background".to_string(), serde_json::Value::Bool(true));
+                obj.insert(
+                    "run_in_background".to_string(),
+                    serde_json::Value::Bool(true),
+                );
             }
             run.running.push(call.id.clone());
             Ok(Transition::new(ConvState::ToolExecuting(run))
@@ -766,8 +849,11 @@ fn on_permission_answer(
                 .with(Effect::ExecuteTool { call }))
         }
         Decision::Deny => {
-            run.results
-                .push(ToolResult::new(&call.id, texts::permission_denied(&call.name), true));
+            run.results.push(ToolResult::new(
+                &call.id,
+                texts::permission_denied(&call.name),
+                true,
+            ));
             Ok(schedule(ctx, run, vec![resolved]))
         }
         Decision::Never => {
@@ -781,7 +867,11 @@ fn on_permission_answer(
         Decision::DenyAndStop => {
             run.results.push(ToolResult::new(
                 &call.id,
-                format!("{}\n\n{}", texts::INTERRUPT_TOOL, texts::INTERRUPT_EXPLANATION),
+                format!(
+                    "{}\n\n{}",
+                    texts::INTERRUPT_TOOL,
+                    texts::INTERRUPT_EXPLANATION
+                ),
                 true,
             ));
             run.stop_with_feedback = Some(feedback.unwrap_or_default());
@@ -802,13 +892,12 @@ fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
             Transition::unchanged(state)
         }
         ConvState::AwaitingLlm { iteration } | ConvState::LlmRequesting { iteration, .. } => {
-            begin_request(ctx, (*iteration).max(1)).prepend(recovered("re-issuing the model request"))
+            begin_request(ctx, (*iteration).max(1))
+                .prepend(recovered("re-issuing the model request"))
         }
-        ConvState::Cancelling { .. } => {
-            Transition::new(ConvState::Idle)
-                .with(recovered("completing the cancellation"))
-                .with(interrupt_marker(ctx))
-        }
+        ConvState::Cancelling { .. } => Transition::new(ConvState::Idle)
+            .with(recovered("completing the cancellation"))
+            .with(interrupt_marker(ctx)),
         ConvState::ToolExecuting(run) => {
             if let Some(ask) = &run.permission {
                 return Transition::unchanged(state)

@@ -1,0 +1,334 @@
+//! Daemon configuration: a TOML file, the conventional environment
+//! variables, and command-line flags, in rising order of precedence.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+/// The model used when neither a flag, the config file nor the request names one.
+pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+
+/// Configuration errors, reported at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("invalid config file {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// An API key in a file other users can read.
+    #[error(
+        "config file {path} holds an API key but is readable by other users (mode {mode:o}); run `chmod 600 {path}`"
+    )]
+    InsecureKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// Its mode.
+        mode: u32,
+    },
+    /// A value out of range.
+    #[error("invalid configuration: {0}")]
+    Invalid(String),
+}
+
+/// Which wire protocol the LLM speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderKind {
+    /// Anthropic Messages API.
+    #[default]
+    Anthropic,
+    /// OpenAI-compatible chat completions (Ollama, vLLM, llama.cpp, OpenRouter).
+    Openai,
+}
+
+/// Credentials and endpoint of one provider.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderSection {
+    /// The API key (prefer the environment variable).
+    pub api_key: Option<String>,
+    /// The endpoint, e.g. `https://api.anthropic.com`.
+    pub base_url: Option<String>,
+}
+
+/// Retry policy for model requests.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetrySection {
+    /// Attempts per request, the first included.
+    pub max_attempts: u32,
+    /// First backoff delay; doubles per attempt.
+    pub base_delay_ms: u64,
+    /// Largest backoff delay.
+    pub max_delay_ms: u64,
+    /// A `retry-after` longer than this is not waited for.
+    pub max_retry_after_ms: u64,
+}
+
+impl Default for RetrySection {
+    fn default() -> Self {
+        RetrySection {
+            max_attempts: 3,
+            base_delay_ms: 1_000,
+            max_delay_ms: 30_000,
+            max_retry_after_ms: 120_000,
+        }
+    }
+}
+
+/// Limits on the agent loop and tools.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LimitsSection {
+    /// Model rounds per user turn.
+    pub max_iterations: u32,
+    /// Tool output kept for the model, bytes.
+    pub max_output_bytes: usize,
+    /// Default bash timeout, ms.
+    pub bash_default_timeout_ms: u64,
+    /// Largest bash timeout the model may ask for, ms.
+    pub bash_max_timeout_ms: u64,
+    /// Grace between SIGTERM and SIGKILL, ms.
+    pub kill_grace_ms: u64,
+    /// `max_tokens` of each model request.
+    pub max_tokens: u32,
+    /// The model's context window, tokens.
+    pub context_window: u64,
+}
+
+impl Default for LimitsSection {
+    fn default() -> Self {
+        LimitsSection {
+            max_iterations: 100,
+            max_output_bytes: 30_000,
+            bash_default_timeout_ms: 120_000,
+            bash_max_timeout_ms: 600_000,
+            kill_grace_ms: 2_000,
+            max_tokens: 16_384,
+            context_window: 200_000,
+        }
+    }
+}
+
+/// The config file's schema.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    /// Default model.
+    pub model: Option<String>,
+    /// Which provider.
+    pub provider: ProviderKind,
+    /// Replaces the built-in system prompt.
+    pub system_prompt: Option<String>,
+    /// Anthropic settings.
+    pub anthropic: ProviderSection,
+    /// OpenAI-compatible settings.
+    pub openai: ProviderSection,
+    /// Retry policy.
+    pub retry: RetrySection,
+    /// Limits.
+    pub limits: LimitsSection,
+}
+
+/// The effective configuration.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Default model.
+    pub model: String,
+    /// Which provider.
+    pub provider: ProviderKind,
+    /// API key for the provider (never logged, stored or sent to clients).
+    pub api_key: Option<String>,
+    /// Endpoint of the provider.
+    pub base_url: String,
+    /// Replaces the built-in system prompt.
+    pub system_prompt: Option<String>,
+    /// Retry policy.
+    pub retry: RetrySection,
+    /// Limits.
+    pub limits: LimitsSection,
+}
+
+impl Config {
+    /// Reads `path` (when given, or the default file when it exists) and
+    /// overlays the environment. `env` is injected so tests need not touch
+    /// the process environment.
+    pub fn load(
+        path: Option<&Path>,
+        env: &dyn Fn(&str) -> Option<String>,
+        model_flag: Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let file = match path {
+            Some(p) => read_file(p)?,
+            None => match default_config_path(env) {
+                Some(p) if p.exists() => read_file(&p)?,
+                _ => FileConfig::default(),
+            },
+        };
+        Config::from_parts(file, env, model_flag)
+    }
+
+    /// Combines a parsed file with the environment and flags.
+    pub fn from_parts(
+        file: FileConfig,
+        env: &dyn Fn(&str) -> Option<String>,
+        model_flag: Option<String>,
+    ) -> Result<Config, ConfigError> {
+        let nonempty = |k: &str| env(k).filter(|v| !v.is_empty());
+        let (api_key, base_url) = match file.provider {
+            ProviderKind::Anthropic => (
+                nonempty("ANTHROPIC_API_KEY").or(file.anthropic.api_key),
+                nonempty("ANTHROPIC_BASE_URL")
+                    .or(file.anthropic.base_url)
+                    .unwrap_or_else(|| "https://api.anthropic.com".to_string()),
+            ),
+            ProviderKind::Openai => (
+                nonempty("OPENAI_API_KEY").or(file.openai.api_key),
+                nonempty("OPENAI_BASE_URL")
+                    .or(file.openai.base_url)
+                    .unwrap_or_else(|| "https://api.openai.com/v1".to_string()),
+            ),
+        };
+        let model = model_flag
+            .or_else(|| nonempty("AGENTD_MODEL"))
+            .or(file.model)
+            .unwrap_or_else(|| DEFAULT_MODEL.to_string());
+        if file.retry.max_attempts == 0 {
+            return Err(ConfigError::Invalid(
+                "retry.max_attempts must be at least 1".into(),
+            ));
+        }
+        if file.limits.max_iterations == 0 {
+            return Err(ConfigError::Invalid(
+                "limits.max_iterations must be at least 1".into(),
+            ));
+        }
+        Ok(Config {
+            model,
+            provider: file.provider,
+            api_key,
+            base_url,
+            system_prompt: file.system_prompt,
+            retry: file.retry,
+            limits: file.limits,
+        })
+    }
+}
+
+/// `$XDG_CONFIG_HOME/agentd/config.toml`, else `~/.config/agentd/config.toml`.
+pub fn default_config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(dir) = env("XDG_CONFIG_HOME").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir).join("agentd/config.toml"));
+    }
+    env("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".config/agentd/config.toml"))
+}
+
+/// `$XDG_DATA_HOME/agentd`, else `~/.local/share/agentd`.
+pub fn default_data_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+    if let Some(dir) = env("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(dir).join("agentd"));
+    }
+    env("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".local/share/agentd"))
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let parsed: FileConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    if parsed.anthropic.api_key.is_some() || parsed.openai.api_key.is_some() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(path)
+            .map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?
+            .permissions()
+            .mode();
+        if mode & 0o077 != 0 {
+            return Err(ConfigError::InsecureKeyFile {
+                path: path.to_path_buf(),
+                mode: mode & 0o777,
+            });
+        }
+    }
+    Ok(parsed)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |k| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn environment_overrides_file_and_flag_overrides_both() {
+        let file: FileConfig = toml::from_str(
+            "model = \"from-file\"\n[anthropic]\nbase_url = \"http://file\"\n[retry]\nbase_delay_ms = 5\n",
+        )
+        .unwrap();
+        let env = env_of(&[
+            ("ANTHROPIC_BASE_URL", "http://env"),
+            ("ANTHROPIC_API_KEY", "k"),
+        ]);
+        let c = Config::from_parts(file.clone(), &env, None).unwrap();
+        assert_eq!(c.base_url, "http://env");
+        assert_eq!(c.model, "from-file");
+        assert_eq!(c.api_key.as_deref(), Some("k"));
+        assert_eq!(c.retry.base_delay_ms, 5);
+        assert_eq!(c.retry.max_attempts, 3);
+        let c = Config::from_parts(file, &env, Some("flag".into())).unwrap();
+        assert_eq!(c.model, "flag");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "modle = \"typo\"\n").unwrap();
+        let err = Config::load(Some(&p), &env_of(&[]), None).unwrap_err();
+        assert!(err.to_string().contains("modle"), "{err}");
+    }
+
+    #[test]
+    fn a_key_in_a_world_readable_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(&p, "[anthropic]\napi_key = \"secret\"\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = Config::load(Some(&p), &env_of(&[]), None).unwrap_err();
+        assert!(matches!(err, ConfigError::InsecureKeyFile { .. }));
+        assert!(!err.to_string().contains("secret"));
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = Config::load(Some(&p), &env_of(&[]), None).unwrap();
+        assert_eq!(c.api_key.as_deref(), Some("secret"));
+    }
+}

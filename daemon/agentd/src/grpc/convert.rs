@@ -1,0 +1,470 @@
+//! The one place that maps between prost types and the daemon's own types.
+
+use crate::runtime::{
+    ClientInfo, ConvEvent, EventKind, PermissionView, RuntimeError, SnapshotData,
+};
+use crate::store::ConversationRecord;
+use agent_proto::v1 as pb;
+use agentd_core::{
+    ContentBlock, ConvState, Decision, ErrorKind, Message, Mode, Rejected, Role, Usage,
+};
+use tonic::Status;
+
+/// The one mapping from runtime errors to gRPC statuses.
+pub fn to_status(e: RuntimeError) -> Status {
+    match e {
+        RuntimeError::NotFound(id) => Status::not_found(format!("unknown conversation {id}")),
+        RuntimeError::Ambiguous { .. } => Status::invalid_argument(e.to_string()),
+        RuntimeError::InvalidArgument(m) => Status::invalid_argument(m),
+        RuntimeError::Rejected(r) => match r {
+            Rejected::Busy
+            | Rejected::CancellationInProgress
+            | Rejected::ContextExhausted
+            | Rejected::NoPendingPermission
+            | Rejected::NotApplicable { .. } => Status::failed_precondition(r.to_string()),
+            Rejected::EmptyMessage | Rejected::DecisionNotOffered(_) => {
+                Status::invalid_argument(r.to_string())
+            }
+            Rejected::UnknownPermissionRequest(_) => Status::not_found(r.to_string()),
+        },
+        RuntimeError::Store(e) => Status::internal(e.to_string()),
+        RuntimeError::ShuttingDown => Status::unavailable("agentd is shutting down"),
+    }
+}
+
+pub fn error_kind(k: ErrorKind) -> pb::ErrorKind {
+    match k {
+        ErrorKind::Auth => pb::ErrorKind::Auth,
+        ErrorKind::RateLimit => pb::ErrorKind::RateLimit,
+        ErrorKind::Network => pb::ErrorKind::Network,
+        ErrorKind::InvalidRequest => pb::ErrorKind::InvalidRequest,
+        ErrorKind::Unknown => pb::ErrorKind::Unknown,
+        ErrorKind::ContextExhausted => pb::ErrorKind::ContextExhausted,
+    }
+}
+
+pub fn state(s: &ConvState, max_attempts: u32) -> pb::ConversationState {
+    let mut out = pb::ConversationState {
+        iteration: s.iteration(),
+        ..Default::default()
+    };
+    let kind = match s {
+        ConvState::Idle => pb::StateKind::Idle,
+        ConvState::AwaitingLlm { .. } => pb::StateKind::AwaitingLlm,
+        ConvState::LlmRequesting { attempt, retry, .. } => {
+            out.attempt = *attempt;
+            out.max_attempts = max_attempts;
+            out.retry_in_ms = retry.as_ref().map(|r| r.delay_ms).unwrap_or(0);
+            pb::StateKind::LlmRequesting
+        }
+        ConvState::ToolExecuting(run) => {
+            out.running_tool_ids = run.running.clone();
+            out.pending_tool_ids = run.pending_ids();
+            if run.permission.is_some() {
+                pb::StateKind::AwaitingPermission
+            } else {
+                pb::StateKind::ToolExecuting
+            }
+        }
+        ConvState::Cancelling { .. } => pb::StateKind::Cancelling,
+        ConvState::AwaitingSubAgents { .. } => pb::StateKind::AwaitingSubAgents,
+        ConvState::AwaitingContinuation { attempt, .. } => {
+            out.attempt = *attempt;
+            out.max_attempts = max_attempts;
+            pb::StateKind::AwaitingContinuation
+        }
+        ConvState::ContextExhausted { .. } => pb::StateKind::ContextExhausted,
+        ConvState::Error { message, kind } => {
+            out.error_message = message.clone();
+            out.error_kind = error_kind(*kind) as i32;
+            pb::StateKind::Error
+        }
+    };
+    out.kind = kind as i32;
+    out
+}
+
+pub fn mode(m: Mode) -> pb::PermissionMode {
+    match m {
+        Mode::ReadOnly => pb::PermissionMode::ReadOnly,
+        Mode::Default => pb::PermissionMode::Default,
+        Mode::AcceptEdits => pb::PermissionMode::AcceptEdits,
+        Mode::Plan => pb::PermissionMode::Plan,
+        Mode::Bypass => pb::PermissionMode::Bypass,
+    }
+}
+
+pub fn mode_from(m: i32) -> Result<Mode, Status> {
+    match pb::PermissionMode::try_from(m) {
+        Ok(pb::PermissionMode::Unspecified) | Ok(pb::PermissionMode::Default) => Ok(Mode::Default),
+        Ok(pb::PermissionMode::ReadOnly) => Ok(Mode::ReadOnly),
+        Ok(pb::PermissionMode::AcceptEdits) => Ok(Mode::AcceptEdits),
+        Ok(pb::PermissionMode::Plan) => Ok(Mode::Plan),
+        Ok(pb::PermissionMode::Bypass) => Ok(Mode::Bypass),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "unknown permission mode {m}"
+        ))),
+    }
+}
+
+pub fn usage(u: &Usage) -> pb::Usage {
+    pb::Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_creation_input_tokens: u.cache_creation_input_tokens,
+        cache_read_input_tokens: u.cache_read_input_tokens,
+    }
+}
+
+pub fn usage_from(u: &pb::Usage) -> Usage {
+    Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_creation_input_tokens: u.cache_creation_input_tokens,
+        cache_read_input_tokens: u.cache_read_input_tokens,
+    }
+}
+
+pub fn summary(
+    r: &ConversationRecord,
+    max_attempts: u32,
+    last_seq: u64,
+) -> pb::ConversationSummary {
+    pb::ConversationSummary {
+        id: r.id.clone(),
+        title: r.title.clone(),
+        cwd: r.cwd.display().to_string(),
+        model: r.model.clone(),
+        state: Some(state(&r.state, max_attempts)),
+        created_at_ms: r.created_at_ms,
+        updated_at_ms: r.updated_at_ms,
+        message_count: r.message_count,
+        mode: mode(r.mode) as i32,
+        usage: Some(usage(&r.usage)),
+        last_seq,
+    }
+}
+
+pub fn block(b: &ContentBlock) -> pb::ContentBlock {
+    use pb::content_block::Block;
+    let block = match b {
+        ContentBlock::Text { text } => Block::Text(pb::TextBlock { text: text.clone() }),
+        ContentBlock::Thinking {
+            thinking,
+            signature,
+        } => Block::Thinking(pb::ThinkingBlock {
+            thinking: thinking.clone(),
+            signature: signature.clone(),
+        }),
+        ContentBlock::RedactedThinking { .. } => Block::Thinking(pb::ThinkingBlock {
+            thinking: "[redacted reasoning]".to_string(),
+            signature: String::new(),
+        }),
+        ContentBlock::ToolUse { id, name, input } => Block::ToolUse(pb::ToolUseBlock {
+            id: id.clone(),
+            name: name.clone(),
+            input_json: input.to_string(),
+        }),
+        ContentBlock::ToolResult {
+            tool_use_id,
+            content,
+            is_error,
+        } => Block::ToolResult(pb::ToolResultBlock {
+            tool_use_id: tool_use_id.clone(),
+            content: content.clone(),
+            is_error: *is_error,
+        }),
+    };
+    pb::ContentBlock { block: Some(block) }
+}
+
+pub fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
+    use pb::content_block::Block;
+    match &b.block {
+        Some(Block::Text(t)) => Ok(ContentBlock::text(t.text.clone())),
+        Some(Block::Thinking(t)) => Ok(ContentBlock::Thinking {
+            thinking: t.thinking.clone(),
+            signature: t.signature.clone(),
+        }),
+        Some(Block::ToolUse(t)) => Ok(ContentBlock::ToolUse {
+            id: t.id.clone(),
+            name: t.name.clone(),
+            input: serde_json::from_str(&t.input_json).map_err(|e| {
+                Status::invalid_argument(format!("tool_use {} has invalid input JSON: {e}", t.id))
+            })?,
+        }),
+        Some(Block::ToolResult(t)) => Ok(ContentBlock::tool_result(
+            t.tool_use_id.clone(),
+            t.content.clone(),
+            t.is_error,
+        )),
+        None => Err(Status::invalid_argument("content block without a kind")),
+    }
+}
+
+pub fn message(seq: u64, m: &Message) -> pb::Message {
+    pb::Message {
+        seq,
+        role: match m.role {
+            Role::User => pb::Role::User,
+            Role::Assistant => pb::Role::Assistant,
+        } as i32,
+        content: m.content.iter().map(block).collect(),
+        created_at_ms: m.created_at_ms,
+        usage: m.usage.as_ref().map(usage),
+        stop_reason: m
+            .stop_reason
+            .as_ref()
+            .map(|s| s.as_wire().to_string())
+            .unwrap_or_default(),
+        interrupted: m.interrupted,
+    }
+}
+
+pub fn message_from(m: &pb::Message) -> Result<Message, Status> {
+    let role = match pb::Role::try_from(m.role) {
+        Ok(pb::Role::User) => Role::User,
+        Ok(pb::Role::Assistant) => Role::Assistant,
+        _ => {
+            return Err(Status::invalid_argument(format!(
+                "message {} has no valid role",
+                m.seq
+            )));
+        }
+    };
+    Ok(Message {
+        role,
+        content: m.content.iter().map(block_from).collect::<Result<_, _>>()?,
+        created_at_ms: m.created_at_ms,
+        usage: m.usage.as_ref().map(usage_from),
+        stop_reason: (!m.stop_reason.is_empty())
+            .then(|| agentd_core::StopReason::from_wire(&m.stop_reason)),
+        interrupted: m.interrupted,
+    })
+}
+
+pub fn decision(d: Decision) -> pb::PermissionDecision {
+    match d {
+        Decision::AllowOnce => pb::PermissionDecision::AllowOnce,
+        Decision::AllowAlways => pb::PermissionDecision::AllowAlways,
+        Decision::Deny => pb::PermissionDecision::Deny,
+        Decision::DenyAndStop => pb::PermissionDecision::DenyAndStop,
+        Decision::Never => pb::PermissionDecision::Never,
+        Decision::Background => pb::PermissionDecision::Background,
+        Decision::Cancelled => pb::PermissionDecision::Cancelled,
+    }
+}
+
+pub fn decision_from(d: i32) -> Result<Decision, Status> {
+    match pb::PermissionDecision::try_from(d) {
+        Ok(pb::PermissionDecision::AllowOnce) => Ok(Decision::AllowOnce),
+        Ok(pb::PermissionDecision::AllowAlways) => Ok(Decision::AllowAlways),
+        Ok(pb::PermissionDecision::Deny) => Ok(Decision::Deny),
+        Ok(pb::PermissionDecision::DenyAndStop) => Ok(Decision::DenyAndStop),
+        Ok(pb::PermissionDecision::Never) => Ok(Decision::Never),
+        Ok(pb::PermissionDecision::Background) => Ok(Decision::Background),
+        Ok(pb::PermissionDecision::Cancelled)
+        | Ok(pb::PermissionDecision::Unspecified)
+        | Err(_) => Err(Status::invalid_argument(format!(
+            "{d} is not a decision a client can give"
+        ))),
+    }
+}
+
+pub fn permission(v: &PermissionView) -> pb::PermissionRequest {
+    pb::PermissionRequest {
+        request_id: v.ask.request_id.clone(),
+        tool_name: v.ask.tool_name.clone(),
+        tool_use_id: v.ask.tool_use_id.clone(),
+        input_json: v.ask.input.to_string(),
+        summary: v.summary.clone(),
+        diff: v.diff.clone().unwrap_or_default(),
+        options: v.ask.options.iter().map(|d| decision(*d) as i32).collect(),
+        reason: v.ask.reason.clone(),
+        suggested_rule: v.ask.suggested_rule.clone(),
+    }
+}
+
+fn client(c: &ClientInfo) -> pb::ClientInfo {
+    pb::ClientInfo {
+        client_id: c.id.clone(),
+        name: c.name.clone(),
+    }
+}
+
+fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
+    let partial = (!s.partial.is_empty()).then(|| pb::Message {
+        seq: 0,
+        role: pb::Role::Assistant as i32,
+        content: s.partial.iter().map(block).collect(),
+        ..Default::default()
+    });
+    pb::Snapshot {
+        conversation: Some(summary(&s.record, s.max_attempts, seq)),
+        messages: s.messages.iter().map(|(seq, m)| message(*seq, m)).collect(),
+        partial_reply: partial,
+        pending_permission: s.pending.as_ref().map(permission),
+        clients: s.clients.iter().map(client).collect(),
+        your_client_id: s.your_client_id.clone(),
+    }
+}
+
+/// An event as it goes on the wire.
+pub fn event(e: &ConvEvent) -> pb::AttachResponse {
+    use pb::attach_response::Event as E;
+    let ev = match &e.kind {
+        EventKind::Snapshot(s) => E::Snapshot(snapshot(s, e.seq)),
+        EventKind::Resumed { after_seq } => E::Resumed(pb::Resumed {
+            after_seq: *after_seq,
+        }),
+        EventKind::StateChanged {
+            state: s,
+            max_attempts,
+        } => E::StateChanged(pb::StateChanged {
+            state: Some(state(s, *max_attempts)),
+        }),
+        EventKind::MessageAppended {
+            message_seq,
+            message: m,
+        } => E::MessageAppended(pb::MessageAppended {
+            message: Some(message(*message_seq, m)),
+        }),
+        EventKind::ReplyBegin { attempt } => E::ReplyBegin(pb::ReplyBegin { attempt: *attempt }),
+        EventKind::TextDelta { index, text } => E::TextDelta(pb::TextDelta {
+            block_index: *index,
+            text: text.clone(),
+        }),
+        EventKind::ThinkingDelta { index, text } => E::ThinkingDelta(pb::ThinkingDelta {
+            block_index: *index,
+            text: text.clone(),
+        }),
+        EventKind::ToolCallBegin {
+            tool_use_id,
+            name,
+            summary,
+            input_json,
+        } => E::ToolCallBegin(pb::ToolCallBegin {
+            tool_use_id: tool_use_id.clone(),
+            tool_name: name.clone(),
+            summary: summary.clone(),
+            input_json: input_json.clone(),
+        }),
+        EventKind::ToolCallEnd {
+            tool_use_id,
+            name,
+            is_error,
+            summary,
+            diff,
+            duration_ms,
+        } => E::ToolCallEnd(pb::ToolCallEnd {
+            tool_use_id: tool_use_id.clone(),
+            tool_name: name.clone(),
+            is_error: *is_error,
+            summary: summary.clone(),
+            diff: diff.clone().unwrap_or_default(),
+            duration_ms: *duration_ms,
+        }),
+        EventKind::PermissionRequested(v) => E::PermissionRequested(pb::PermissionRequested {
+            request: Some(permission(v)),
+        }),
+        EventKind::PermissionResolved {
+            request_id,
+            decision: d,
+            client: c,
+        } => E::PermissionResolved(pb::PermissionResolved {
+            request_id: request_id.clone(),
+            decision: decision(*d) as i32,
+            client_id: c.as_ref().map(|c| c.id.clone()).unwrap_or_default(),
+            client_name: c.as_ref().map(|c| c.name.clone()).unwrap_or_default(),
+        }),
+        EventKind::UsageUpdated { last, total } => E::UsageUpdated(pb::UsageUpdated {
+            last: Some(usage(last)),
+            total: Some(usage(total)),
+        }),
+        EventKind::Error { message, kind } => E::Error(pb::ErrorEvent {
+            message: message.clone(),
+            kind: error_kind(*kind) as i32,
+        }),
+        EventKind::ClientAttached(c) => E::ClientAttached(pb::ClientAttached {
+            client: Some(client(c)),
+        }),
+        EventKind::ClientDetached(c) => E::ClientDetached(pb::ClientDetached {
+            client: Some(client(c)),
+        }),
+        EventKind::Retrying {
+            attempt,
+            max_attempts,
+            delay_ms,
+            reason,
+        } => E::Retrying(pb::Retrying {
+            attempt: *attempt,
+            max_attempts: *max_attempts,
+            delay_ms: *delay_ms,
+            reason: reason.clone(),
+        }),
+        EventKind::Notice(m) => E::Notice(pb::Notice { message: m.clone() }),
+    };
+    pb::AttachResponse {
+        seq: e.seq,
+        at_ms: e.at_ms,
+        event: Some(ev),
+    }
+}
+
+/// A conversation from an export, validated. Conversations exported
+/// mid-turn come back at rest (Idle): the work in flight belonged to the
+/// daemon that exported them.
+pub fn exported_from(
+    e: &pb::ExportedConversation,
+) -> Result<(ConversationRecord, Vec<Message>), Status> {
+    let c = e
+        .conversation
+        .as_ref()
+        .ok_or_else(|| Status::invalid_argument("exported conversation without its record"))?;
+    let id = ulid::Ulid::from_string(&c.id)
+        .map_err(|err| {
+            Status::invalid_argument(format!("invalid conversation id {:?}: {err}", c.id))
+        })?
+        .to_string();
+    let mut messages = Vec::with_capacity(e.messages.len());
+    for (i, m) in e.messages.iter().enumerate() {
+        if m.seq != i as u64 + 1 {
+            return Err(Status::invalid_argument(format!(
+                "conversation {id}: message {} is out of sequence (expected {})",
+                m.seq,
+                i + 1
+            )));
+        }
+        messages.push(message_from(m)?);
+    }
+    let state = match c.state.as_ref() {
+        Some(s) if s.kind == pb::StateKind::Error as i32 => ConvState::Error {
+            message: s.error_message.clone(),
+            kind: match pb::ErrorKind::try_from(s.error_kind) {
+                Ok(pb::ErrorKind::Auth) => ErrorKind::Auth,
+                Ok(pb::ErrorKind::RateLimit) => ErrorKind::RateLimit,
+                Ok(pb::ErrorKind::Network) => ErrorKind::Network,
+                Ok(pb::ErrorKind::InvalidRequest) => ErrorKind::InvalidRequest,
+                Ok(pb::ErrorKind::ContextExhausted) => ErrorKind::ContextExhausted,
+                _ => ErrorKind::Unknown,
+            },
+        },
+        _ => ConvState::Idle,
+    };
+    let record = ConversationRecord {
+        id,
+        title: c.title.clone(),
+        cwd: std::path::PathBuf::from(&c.cwd),
+        model: c.model.clone(),
+        created_at_ms: c.created_at_ms,
+        updated_at_ms: c.updated_at_ms,
+        state,
+        mode: mode_from(c.mode)?,
+        additional_dirs: Vec::new(),
+        allow_rules: Vec::new(),
+        message_count: messages.len() as u64,
+        usage: c.usage.as_ref().map(usage_from).unwrap_or_default(),
+        seq_reserved: 0,
+    };
+    Ok((record, messages))
+}

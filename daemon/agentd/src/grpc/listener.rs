@@ -1,0 +1,189 @@
+//! The Unix socket listener and its security: a private directory, a 0600
+//! socket, stale-socket detection, and a peer-uid check on every connection.
+
+use std::fs::DirBuilder;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// Why the daemon cannot listen.
+#[derive(Debug, thiserror::Error)]
+pub enum ListenError {
+    /// A directory that other users could enter or change.
+    #[error(
+        "{what} {path} must be a directory owned by you (uid {uid}) with mode 0700; it is owned by uid {owner} with mode {mode:o}. Fix it with `chmod 700 {path}` or choose another --socket"
+    )]
+    Insecure {
+        /// Which directory.
+        what: &'static str,
+        /// Its path.
+        path: PathBuf,
+        /// Our uid.
+        uid: u32,
+        /// Its owner.
+        owner: u32,
+        /// Its mode.
+        mode: u32,
+    },
+    /// Another daemon answers on the socket.
+    #[error("another agentd is already listening on {0}")]
+    AlreadyRunning(PathBuf),
+    /// Something that is not a socket is in the way.
+    #[error("{0} exists and is not a socket; remove it or choose another --socket")]
+    NotASocket(PathBuf),
+    /// I/O failure.
+    #[error("cannot listen on {path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ListenError + '_ {
+    move |source| ListenError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Whether a connecting peer may talk to this daemon: only our own user.
+pub fn peer_allowed(peer_uid: u32, our_uid: u32) -> bool {
+    peer_uid == our_uid
+}
+
+/// Checks that `dir` is ours and private (no group/other permissions).
+pub fn check_private_dir(dir: &Path, what: &'static str) -> Result<(), ListenError> {
+    let meta = std::fs::metadata(dir).map_err(io_err(dir))?;
+    let uid = nix::unistd::geteuid().as_raw();
+    let mode = meta.permissions().mode() & 0o7777;
+    if !meta.is_dir() || meta.uid() != uid || mode & 0o077 != 0 {
+        return Err(ListenError::Insecure {
+            what,
+            path: dir.to_path_buf(),
+            uid,
+            owner: meta.uid(),
+            mode,
+        });
+    }
+    Ok(())
+}
+
+/// Creates `dir` (and missing parents) with mode 0700.
+pub fn create_private_dir(dir: &Path) -> Result<(), ListenError> {
+    DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(io_err(dir))
+}
+
+/// Binds the socket at `path` securely. When `runtime_dir` is given (the
+/// default socket under `$XDG_RUNTIME_DIR`), that directory must itself be
+/// the user's own 0700 directory, or we fail closed.
+pub fn bind(
+    path: &Path,
+    runtime_dir: Option<&Path>,
+) -> Result<tokio::net::UnixListener, ListenError> {
+    if let Some(rt) = runtime_dir {
+        check_private_dir(rt, "runtime directory")?;
+    }
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    if !parent.exists() {
+        create_private_dir(parent)?;
+    }
+    check_private_dir(parent, "socket directory")?;
+    match std::fs::symlink_metadata(path) {
+        Ok(meta) => {
+            use std::os::unix::fs::FileTypeExt;
+            if !meta.file_type().is_socket() {
+                return Err(ListenError::NotASocket(path.to_path_buf()));
+            }
+            // Try to connect before unlinking: a live daemon answers.
+            match std::os::unix::net::UnixStream::connect(path) {
+                Ok(_) => return Err(ListenError::AlreadyRunning(path.to_path_buf())),
+                Err(_) => {
+                    tracing::info!("removing stale socket {}", path.display());
+                    std::fs::remove_file(path).map_err(io_err(path))?;
+                }
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(io_err(path)(e)),
+    }
+    let listener = tokio::net::UnixListener::bind(path).map_err(io_err(path))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io_err(path))?;
+    Ok(listener)
+}
+
+/// The accepted connections of `listener` whose peer is our own user;
+/// others are logged and dropped.
+pub fn incoming(
+    listener: tokio::net::UnixListener,
+) -> impl tokio_stream::Stream<Item = Result<tokio::net::UnixStream, std::io::Error>> {
+    use tokio_stream::StreamExt;
+    let our_uid = nix::unistd::geteuid().as_raw();
+    tokio_stream::wrappers::UnixListenerStream::new(listener).filter(move |conn| match conn {
+        Ok(stream) => match stream.peer_cred() {
+            Ok(cred) if peer_allowed(cred.uid(), our_uid) => true,
+            Ok(cred) => {
+                tracing::warn!(
+                    "refused a connection from uid {} (not our user)",
+                    cred.uid()
+                );
+                false
+            }
+            Err(e) => {
+                tracing::warn!("refused a connection whose peer is unknown: {e}");
+                false
+            }
+        },
+        Err(_) => true,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn only_our_uid_is_allowed() {
+        assert!(peer_allowed(1000, 1000));
+        assert!(!peer_allowed(0, 1000));
+        assert!(!peer_allowed(1001, 1000));
+    }
+
+    #[tokio::test]
+    async fn socket_is_0600_in_a_0700_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("run/agentd.sock");
+        let _l = bind(&sock, None).unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(sock.parent().unwrap()), 0o700);
+        assert_eq!(mode(&sock), 0o600);
+    }
+
+    #[tokio::test]
+    async fn a_group_readable_socket_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        std::fs::create_dir(&run).unwrap();
+        std::fs::set_permissions(&run, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let err = bind(&run.join("s.sock"), None).unwrap_err();
+        assert!(matches!(err, ListenError::Insecure { .. }), "{err}");
+    }
+
+    #[tokio::test]
+    async fn a_stale_socket_is_replaced_and_a_live_one_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("run");
+        create_private_dir(&run).unwrap();
+        let sock = run.join("s.sock");
+        drop(std::os::unix::net::UnixListener::bind(&sock).unwrap());
+        let live = bind(&sock, None).unwrap();
+        let err = bind(&sock, None).unwrap_err();
+        assert!(matches!(err, ListenError::AlreadyRunning(_)), "{err}");
+        drop(live);
+    }
+}

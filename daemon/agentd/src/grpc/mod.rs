@@ -1,0 +1,76 @@
+//! The gRPC edge: the service, the Unix socket listener and its security,
+//! and the conversion between wire and daemon types (`convert.rs`, the only
+//! place prost types meet the daemon's own).
+
+pub mod convert;
+pub mod listener;
+pub mod service;
+
+use crate::runtime::Manager;
+use agent_proto::v1::agent_service_server::AgentServiceServer;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How long a graceful shutdown may take before the server is dropped.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Errors of the gRPC server.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// tonic failed.
+    #[error("gRPC server failed: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// Reflection could not be set up.
+    #[error("gRPC reflection failed: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+}
+
+/// Serves the agent service (plus health and reflection) on `incoming`
+/// until `shutdown` completes; then ends every stream, stops the actors
+/// (their persisted state is kept for recovery) and returns within a
+/// bounded time even if clients hold streams open.
+pub async fn serve<S>(
+    incoming: S,
+    manager: Arc<Manager>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ServeError>
+where
+    S: tokio_stream::Stream<Item = Result<tokio::net::UnixStream, std::io::Error>> + Send + 'static,
+{
+    let stop = CancellationToken::new();
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<AgentServiceServer<service::Service>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(agent_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()?;
+    let svc = service::Service::new(manager.clone(), stop.clone());
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(AgentServiceServer::new(svc))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = server_stopped.await;
+        });
+    tokio::pin!(server);
+    tokio::select! {
+        r = &mut server => return Ok(r?),
+        _ = shutdown => {}
+    }
+    tracing::info!("shutting down");
+    stop.cancel();
+    manager.shutdown().await;
+    let _ = stop_server.send(());
+    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
+        Ok(r) => Ok(r?),
+        Err(_) => {
+            tracing::warn!("clients held connections open; stopped without waiting for them");
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,496 @@
+//! The `agent.v1.AgentService` implementation: validates requests, resolves
+//! id prefixes, and hands the work to the runtime.
+
+use super::convert::{self, to_status};
+use crate::runtime::{ConvEvent, EventKind, Manager, NewConversation};
+use agent_proto::v1 as pb;
+use agent_proto::v1::agent_service_server::AgentService;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+use tokio::sync::{broadcast, mpsc};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Frames buffered per attached client before its forwarding task waits
+/// (and its broadcast receiver starts to lag, which leads to a resync).
+const CLIENT_BUFFER: usize = 1024;
+
+/// The service.
+#[derive(Debug, Clone)]
+pub struct Service {
+    manager: Arc<Manager>,
+    shutdown: CancellationToken,
+}
+
+impl Service {
+    /// A service over `manager`; `shutdown` ends every open stream.
+    pub fn new(manager: Arc<Manager>, shutdown: CancellationToken) -> Self {
+        Service { manager, shutdown }
+    }
+
+    fn max_attempts(&self) -> u32 {
+        self.manager.shared().config.retry.max_attempts
+    }
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+fn local_error(message: String) -> pb::AttachResponse {
+    pb::AttachResponse {
+        seq: 0,
+        at_ms: 0,
+        event: Some(pb::attach_response::Event::Error(pb::ErrorEvent {
+            message,
+            kind: pb::ErrorKind::Unspecified as i32,
+        })),
+    }
+}
+
+fn validate_dir(raw: &str, what: &str) -> Result<PathBuf, Status> {
+    let path = PathBuf::from(raw);
+    if !path.is_absolute() {
+        return Err(Status::invalid_argument(format!(
+            "{what} must be an absolute path, got {raw:?}"
+        )));
+    }
+    let canonical = std::fs::canonicalize(&path)
+        .map_err(|e| Status::invalid_argument(format!("{what} {raw:?} is not usable: {e}")))?;
+    if !canonical.is_dir() {
+        return Err(Status::invalid_argument(format!(
+            "{what} {raw:?} is not a directory"
+        )));
+    }
+    Ok(canonical)
+}
+
+#[tonic::async_trait]
+impl AgentService for Service {
+    async fn create_conversation(
+        &self,
+        request: Request<pb::CreateConversationRequest>,
+    ) -> Result<Response<pb::CreateConversationResponse>, Status> {
+        let req = request.into_inner();
+        if req.cwd.is_empty() {
+            return Err(Status::invalid_argument("cwd is required"));
+        }
+        let cwd = validate_dir(&req.cwd, "cwd")?;
+        let additional_dirs = req
+            .additional_dirs
+            .iter()
+            .map(|d| validate_dir(d, "additional directory"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let prompt = req.prompt;
+        if !prompt.is_empty() && prompt.trim().is_empty() {
+            return Err(Status::invalid_argument("prompt is empty"));
+        }
+        let record = self
+            .manager
+            .create(NewConversation {
+                cwd,
+                model: req.model,
+                mode: convert::mode_from(req.mode)?,
+                allow_rules: req.allow_rules,
+                additional_dirs,
+            })
+            .await
+            .map_err(to_status)?;
+        let record = if prompt.is_empty() {
+            record
+        } else {
+            self.manager
+                .send(&record.id, prompt)
+                .await
+                .map_err(to_status)?;
+            self.manager.record(&record.id).map_err(to_status)?
+        };
+        Ok(Response::new(pb::CreateConversationResponse {
+            conversation: Some(convert::summary(&record, self.max_attempts(), 0)),
+        }))
+    }
+
+    async fn list_conversations(
+        &self,
+        _request: Request<pb::ListConversationsRequest>,
+    ) -> Result<Response<pb::ListConversationsResponse>, Status> {
+        let all = self.manager.list().map_err(to_status)?;
+        Ok(Response::new(pb::ListConversationsResponse {
+            conversations: all
+                .iter()
+                .map(|r| convert::summary(r, self.max_attempts(), 0))
+                .collect(),
+        }))
+    }
+
+    async fn get_conversation(
+        &self,
+        request: Request<pb::GetConversationRequest>,
+    ) -> Result<Response<pb::GetConversationResponse>, Status> {
+        let id = self
+            .manager
+            .resolve(&request.into_inner().conversation_id)
+            .map_err(to_status)?;
+        let record = self.manager.record(&id).map_err(to_status)?;
+        let messages = self.manager.messages(&id).map_err(to_status)?;
+        let pending = record
+            .state
+            .pending_permission()
+            .map(|ask| pb::PermissionRequest {
+                request_id: ask.request_id.clone(),
+                tool_name: ask.tool_name.clone(),
+                tool_use_id: ask.tool_use_id.clone(),
+                input_json: ask.input.to_string(),
+                summary: crate::tools::summarize_call(&ask.tool_name, &ask.input),
+                options: ask
+                    .options
+                    .iter()
+                    .map(|d| convert::decision(*d) as i32)
+                    .collect(),
+                reason: ask.reason.clone(),
+                suggested_rule: ask.suggested_rule.clone(),
+                ..Default::default()
+            });
+        Ok(Response::new(pb::GetConversationResponse {
+            conversation: Some(convert::summary(&record, self.max_attempts(), 0)),
+            messages: messages
+                .iter()
+                .map(|(s, m)| convert::message(*s, m))
+                .collect(),
+            pending_permission: pending,
+        }))
+    }
+
+    async fn send_message(
+        &self,
+        request: Request<pb::SendMessageRequest>,
+    ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        let req = request.into_inner();
+        if req.text.trim().is_empty() {
+            return Err(Status::invalid_argument("message text is empty"));
+        }
+        let id = self
+            .manager
+            .resolve(&req.conversation_id)
+            .map_err(to_status)?;
+        let seq = self.manager.send(&id, req.text).await.map_err(to_status)?;
+        Ok(Response::new(pb::SendMessageResponse {
+            message_seq: seq,
+            conversation_id: id,
+        }))
+    }
+
+    async fn cancel_conversation(
+        &self,
+        request: Request<pb::CancelConversationRequest>,
+    ) -> Result<Response<pb::CancelConversationResponse>, Status> {
+        let id = self
+            .manager
+            .resolve(&request.into_inner().conversation_id)
+            .map_err(to_status)?;
+        let was_busy = self.manager.cancel(&id).await.map_err(to_status)?;
+        Ok(Response::new(pb::CancelConversationResponse { was_busy }))
+    }
+
+    async fn answer_permission(
+        &self,
+        request: Request<pb::AnswerPermissionRequest>,
+    ) -> Result<Response<pb::AnswerPermissionResponse>, Status> {
+        let req = request.into_inner();
+        let id = self
+            .manager
+            .resolve(&req.conversation_id)
+            .map_err(to_status)?;
+        let decision = convert::decision_from(req.decision)?;
+        let name = if req.client_name.is_empty() {
+            "agent answer".to_string()
+        } else {
+            req.client_name
+        };
+        let client = crate::runtime::ClientInfo {
+            id: String::new(),
+            name,
+        };
+        let feedback = (!req.feedback.is_empty()).then_some(req.feedback);
+        self.manager
+            .answer(&id, req.request_id, decision, feedback, Some(client))
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::AnswerPermissionResponse {}))
+    }
+
+    async fn list_shells(
+        &self,
+        request: Request<pb::ListShellsRequest>,
+    ) -> Result<Response<pb::ListShellsResponse>, Status> {
+        let req = request.into_inner();
+        if !req.conversation_id.is_empty() {
+            self.manager
+                .resolve(&req.conversation_id)
+                .map_err(to_status)?;
+        }
+        // Background shells are not part of this build yet: there are none.
+        Ok(Response::new(pb::ListShellsResponse { shells: Vec::new() }))
+    }
+
+    type ReadShellOutputStream = BoxStream<pb::ReadShellOutputResponse>;
+
+    async fn read_shell_output(
+        &self,
+        request: Request<pb::ReadShellOutputRequest>,
+    ) -> Result<Response<Self::ReadShellOutputStream>, Status> {
+        Err(Status::not_found(format!(
+            "unknown shell {}",
+            request.into_inner().shell_id
+        )))
+    }
+
+    async fn kill_shell(
+        &self,
+        request: Request<pb::KillShellRequest>,
+    ) -> Result<Response<pb::KillShellResponse>, Status> {
+        Err(Status::not_found(format!(
+            "unknown shell {}",
+            request.into_inner().shell_id
+        )))
+    }
+
+    type AttachStream = ReceiverStream<Result<pb::AttachResponse, Status>>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<pb::AttachRequest>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = match inbound.message().await? {
+            Some(f) => f,
+            None => {
+                return Err(Status::invalid_argument(
+                    "the Attach stream ended before `subscribe`",
+                ));
+            }
+        };
+        let Some(pb::attach_request::Frame::Subscribe(sub)) = first.frame else {
+            return Err(Status::invalid_argument(
+                "the first Attach frame must be `subscribe`",
+            ));
+        };
+        let id = self
+            .manager
+            .resolve(&sub.conversation_id)
+            .map_err(to_status)?;
+        let name = if sub.client_name.trim().is_empty() {
+            "anonymous".to_string()
+        } else {
+            sub.client_name
+        };
+        let subscription = self
+            .manager
+            .subscribe(&id, sub.after_seq, name)
+            .await
+            .map_err(to_status)?;
+        let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
+        let client = subscription.client.clone();
+        tokio::spawn(forward(
+            self.manager.clone(),
+            id.clone(),
+            subscription,
+            tx.clone(),
+            self.shutdown.clone(),
+        ));
+        tokio::spawn(read_frames(
+            self.manager.clone(),
+            id,
+            client,
+            inbound,
+            tx,
+            self.shutdown.clone(),
+        ));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type ExportConversationsStream = BoxStream<pb::ExportedConversation>;
+
+    async fn export_conversations(
+        &self,
+        request: Request<pb::ExportConversationsRequest>,
+    ) -> Result<Response<Self::ExportConversationsStream>, Status> {
+        let req = request.into_inner();
+        let ids: Vec<String> = if req.conversation_ids.is_empty() {
+            self.manager
+                .list()
+                .map_err(to_status)?
+                .into_iter()
+                .map(|r| r.id)
+                .collect()
+        } else {
+            req.conversation_ids
+                .iter()
+                .map(|p| self.manager.resolve(p))
+                .collect::<Result<_, _>>()
+                .map_err(to_status)?
+        };
+        let manager = self.manager.clone();
+        let max_attempts = self.max_attempts();
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(async move {
+            for id in ids {
+                let item = manager.record(&id).and_then(|r| {
+                    let messages = manager.messages(&id)?;
+                    Ok(pb::ExportedConversation {
+                        conversation: Some(convert::summary(&r, max_attempts, 0)),
+                        messages: messages
+                            .iter()
+                            .map(|(s, m)| convert::message(*s, m))
+                            .collect(),
+                    })
+                });
+                if tx.send(item.map_err(to_status)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn import_conversations(
+        &self,
+        request: Request<Streaming<pb::ExportedConversation>>,
+    ) -> Result<Response<pb::ImportConversationsResponse>, Status> {
+        let mut inbound = request.into_inner();
+        let mut imported = 0;
+        let mut skipped_ids = Vec::new();
+        while let Some(item) = inbound.message().await? {
+            let (record, messages) = convert::exported_from(&item)?;
+            let id = record.id.clone();
+            if self
+                .manager
+                .import(record, messages)
+                .await
+                .map_err(to_status)?
+            {
+                imported += 1;
+            } else {
+                skipped_ids.push(id);
+            }
+        }
+        Ok(Response::new(pb::ImportConversationsResponse {
+            imported,
+            skipped_ids,
+        }))
+    }
+}
+
+/// Copies a conversation's events to one client. A client that falls
+/// behind the broadcast buffer is sent a fresh snapshot; it never slows the
+/// conversation or the other clients.
+async fn forward(
+    manager: Arc<Manager>,
+    id: String,
+    sub: crate::runtime::Subscription,
+    tx: mpsc::Sender<Result<pb::AttachResponse, Status>>,
+    shutdown: CancellationToken,
+) {
+    let client_id = sub.client.id.clone();
+    let mut live = sub.live;
+    let mut last = 0u64;
+    let send = |ev: &ConvEvent| tx.send(Ok(convert::event(ev)));
+    for ev in &sub.initial {
+        last = last.max(ev.seq);
+        if send(ev).await.is_err() {
+            manager.detach(&id, client_id).await;
+            return;
+        }
+    }
+    loop {
+        let ev: Arc<ConvEvent> = tokio::select! {
+            _ = shutdown.cancelled() => {
+                let _ = tx.try_send(Ok(convert::event(&ConvEvent {
+                    seq: 0,
+                    at_ms: 0,
+                    kind: EventKind::Notice("agentd is shutting down".to_string()),
+                })));
+                break;
+            }
+            _ = tx.closed() => break,
+            r = live.recv() => match r {
+                Ok(ev) => ev,
+                Err(broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::debug!(conversation = %id, client = %client_id, "client lagged by {n} events; resynchronising");
+                    match manager.resync(&id, client_id.clone()).await {
+                        Ok(snap) => snap,
+                        Err(_) => break,
+                    }
+                }
+                Err(broadcast::error::RecvError::Closed) => break,
+            },
+        };
+        let is_snapshot = matches!(ev.kind, EventKind::Snapshot(_));
+        if ev.seq <= last && !is_snapshot {
+            continue;
+        }
+        last = last.max(ev.seq);
+        if send(&ev).await.is_err() {
+            break;
+        }
+    }
+    manager.detach(&id, client_id).await;
+}
+
+/// Reads a client's frames after `subscribe`. Refusals of its own requests
+/// go back to that client only (sequence number 0).
+async fn read_frames(
+    manager: Arc<Manager>,
+    id: String,
+    client: crate::runtime::ClientInfo,
+    mut inbound: Streaming<pb::AttachRequest>,
+    tx: mpsc::Sender<Result<pb::AttachResponse, Status>>,
+    shutdown: CancellationToken,
+) {
+    use pb::attach_request::Frame;
+    loop {
+        let frame = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tx.closed() => break,
+            m = inbound.message() => match m {
+                Ok(Some(f)) => f,
+                Ok(None) | Err(_) => break,
+            },
+        };
+        let outcome: Result<(), Status> = match frame.frame {
+            Some(Frame::Subscribe(_)) => Err(Status::invalid_argument("already subscribed")),
+            Some(Frame::Send(s)) => {
+                if s.text.trim().is_empty() {
+                    Err(Status::invalid_argument("message text is empty"))
+                } else {
+                    manager
+                        .send(&id, s.text)
+                        .await
+                        .map(|_| ())
+                        .map_err(to_status)
+                }
+            }
+            Some(Frame::Answer(a)) => match convert::decision_from(a.decision) {
+                Ok(decision) => {
+                    let feedback = (!a.feedback.is_empty()).then_some(a.feedback);
+                    manager
+                        .answer(&id, a.request_id, decision, feedback, Some(client.clone()))
+                        .await
+                        .map_err(to_status)
+                }
+                Err(s) => Err(s),
+            },
+            Some(Frame::Cancel(_)) => manager.cancel(&id).await.map(|_| ()).map_err(to_status),
+            None => Err(Status::invalid_argument("empty Attach frame")),
+        };
+        if let Err(status) = outcome
+            && tx
+                .send(Ok(local_error(status.message().to_string())))
+                .await
+                .is_err()
+        {
+            break;
+        }
+    }
+}

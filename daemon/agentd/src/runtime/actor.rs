@@ -1,0 +1,828 @@
+//! One actor (task) per live conversation.
+//!
+//! The actor owns the conversation's state. For every event it calls the
+//! core's `transition`, persists the new state and messages (flushed), and
+//! only then carries out the effects. Long effects (a model stream, a tool
+//! run, a retry timer) are spawned and report back as inputs tagged with a
+//! call number, so a cancel reaches `transition` while they are in flight and
+//! late reports of cancelled work are recognised and dropped.
+
+use super::Shared;
+use super::error::RuntimeError;
+use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
+use super::partial::PartialReply;
+use super::prompt;
+use crate::llm::{LlmError, LlmRequest, StreamEvent};
+use crate::store::ConversationRecord;
+use crate::tools::{ToolContext, ToolOutput};
+use agentd_core::{
+    ContentBlock, ConvContext, ConvState, Decision, Effect, Event, LlmPurpose, Message, Notice,
+    Policy, Rejected, Reply, Role, ToolCall, ToolResult, transition,
+};
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{broadcast, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// How many events a client may fall behind before it is resynchronised
+/// with a fresh snapshot instead of slowing anyone down.
+pub const HUB_CAPACITY: usize = 8192;
+/// Recent events kept for clients that reconnect with `after_seq`.
+const REPLAY_CAPACITY: usize = 4096;
+/// Event sequence numbers reserved (and persisted) ahead of use, so a
+/// restarted daemon never hands out a number twice.
+const SEQ_RESERVE: u64 = 1 << 16;
+/// Tool calls remembered for the doom-loop detector.
+const RECENT_CALLS: usize = 8;
+
+/// What an actor receives.
+pub(crate) enum Input {
+    /// A request from a client.
+    Command(Command),
+    /// A piece of the model's reply.
+    LlmStream { call: u64, event: StreamEvent },
+    /// The model request ended.
+    LlmDone {
+        call: u64,
+        result: Result<Reply, LlmError>,
+    },
+    /// A tool ended.
+    ToolDone {
+        call: u64,
+        tool_use_id: String,
+        output: ToolOutput,
+        duration_ms: u64,
+    },
+    /// A retry timer fired.
+    RetryDue { call: u64 },
+    /// The daemon found this conversation mid-turn at start-up.
+    Recover,
+    /// The daemon is stopping.
+    Shutdown { done: oneshot::Sender<()> },
+}
+
+/// A client's request to an actor.
+pub(crate) enum Command {
+    Send {
+        text: String,
+        reply: oneshot::Sender<Result<u64, RuntimeError>>,
+    },
+    Cancel {
+        reply: oneshot::Sender<Result<bool, RuntimeError>>,
+    },
+    Answer {
+        request_id: String,
+        decision: Decision,
+        feedback: Option<String>,
+        client: Option<ClientInfo>,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    Subscribe {
+        after_seq: u64,
+        name: String,
+        client_id: String,
+        reply: oneshot::Sender<Subscription>,
+    },
+    Detach {
+        client_id: String,
+    },
+    Resync {
+        client_id: String,
+        reply: oneshot::Sender<Arc<ConvEvent>>,
+    },
+}
+
+/// A client's view onto a conversation.
+#[derive(Debug)]
+pub struct Subscription {
+    /// Who the client is.
+    pub client: ClientInfo,
+    /// What to send first (a snapshot, or `Resumed` and the missed events).
+    pub initial: Vec<Arc<ConvEvent>>,
+    /// Live events.
+    pub live: broadcast::Receiver<Arc<ConvEvent>>,
+}
+
+struct InFlight {
+    call: u64,
+    cancel: CancellationToken,
+}
+
+pub(crate) struct Actor {
+    shared: Arc<Shared>,
+    record: ConversationRecord,
+    transcript: Vec<Message>,
+    rx: mpsc::UnboundedReceiver<Input>,
+    tx: mpsc::UnboundedSender<Input>,
+    hub: broadcast::Sender<Arc<ConvEvent>>,
+    replay: VecDeque<Arc<ConvEvent>>,
+    clients: Vec<ClientInfo>,
+    next_seq: u64,
+    next_call: u64,
+    llm: Option<InFlight>,
+    partial: PartialReply,
+    tools: HashMap<String, (InFlight, Instant)>,
+    retry: Option<(u64, tokio::task::JoinHandle<()>)>,
+    /// The client whose answer is being applied (named in the resolved event).
+    answering: Option<ClientInfo>,
+    /// Summary and diff of the pending permission request.
+    pending_view: Option<PermissionView>,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Actor {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        record: ConversationRecord,
+        transcript: Vec<Message>,
+        rx: mpsc::UnboundedReceiver<Input>,
+        tx: mpsc::UnboundedSender<Input>,
+    ) -> Actor {
+        let (hub, _) = broadcast::channel(HUB_CAPACITY);
+        let next_seq = record.seq_reserved + 1;
+        Actor {
+            shared,
+            record,
+            transcript,
+            rx,
+            tx,
+            hub,
+            replay: VecDeque::new(),
+            clients: Vec::new(),
+            next_seq,
+            next_call: 1,
+            llm: None,
+            partial: PartialReply::default(),
+            tools: HashMap::new(),
+            retry: None,
+            answering: None,
+            pending_view: None,
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        // Reserve sequence numbers before the first event goes out.
+        if let Err(e) = self.reserve_seqs().await {
+            tracing::error!(conversation = %self.record.id, "cannot persist sequence reservation: {e}");
+        }
+        if let Some(ask) = self.record.state.pending_permission().cloned() {
+            self.pending_view = Some(self.permission_view(&ask).await);
+        }
+        while let Some(input) = self.rx.recv().await {
+            match input {
+                Input::Shutdown { done } => {
+                    self.shutdown();
+                    let _ = done.send(());
+                    return;
+                }
+                other => self.handle(other).await,
+            }
+        }
+    }
+
+    async fn handle(&mut self, input: Input) {
+        match input {
+            Input::Command(cmd) => self.command(cmd).await,
+            Input::LlmStream { call, event } => {
+                if self.llm.as_ref().is_some_and(|f| f.call == call) {
+                    self.partial.apply(&event);
+                    let kind = match event {
+                        StreamEvent::TextDelta { index, text } => {
+                            EventKind::TextDelta { index, text }
+                        }
+                        StreamEvent::ThinkingDelta { index, text } => {
+                            EventKind::ThinkingDelta { index, text }
+                        }
+                        _ => return,
+                    };
+                    self.emit(kind);
+                }
+            }
+            Input::LlmDone { call, result } => {
+                if self.llm.as_ref().is_none_or(|f| f.call != call) {
+                    return;
+                }
+                self.llm = None;
+                self.partial.clear();
+                let event = match result {
+                    Ok(reply) => Event::LlmCompleted { reply },
+                    Err(LlmError::Cancelled) => return,
+                    Err(e) => {
+                        tracing::warn!(conversation = %self.record.id, "model request failed: {e}");
+                        Event::LlmFailed {
+                            failure: e.to_failure(),
+                            jitter_permille: rand::random_range(0..1000),
+                        }
+                    }
+                };
+                self.apply_internal(event).await;
+            }
+            Input::ToolDone {
+                call,
+                tool_use_id,
+                output,
+                duration_ms,
+            } => {
+                if self
+                    .tools
+                    .get(&tool_use_id)
+                    .is_none_or(|(f, _)| f.call != call)
+                {
+                    return;
+                }
+                self.tools.remove(&tool_use_id);
+                let name = self.tool_name(&tool_use_id);
+                self.emit(EventKind::ToolCallEnd {
+                    tool_use_id: tool_use_id.clone(),
+                    name,
+                    is_error: output.is_error,
+                    summary: output.summary.clone(),
+                    diff: output.diff.clone(),
+                    duration_ms,
+                });
+                self.apply_internal(Event::ToolCompleted {
+                    result: ToolResult::new(tool_use_id, output.content, output.is_error),
+                })
+                .await;
+            }
+            Input::RetryDue { call } => {
+                if self.retry.as_ref().is_some_and(|(c, _)| *c == call) {
+                    self.retry = None;
+                    self.apply_internal(Event::RetryDue).await;
+                }
+            }
+            Input::Recover => self.apply_internal(Event::DaemonRestarted).await,
+            Input::Shutdown { .. } => {}
+        }
+    }
+
+    async fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Send { text, reply } => {
+                let result = self.apply(Event::UserMessage { text }).await;
+                let _ = reply.send(result.map(|_| self.last_user_message_seq()));
+            }
+            Command::Cancel { reply } => {
+                let busy = !self.record.state.is_at_rest();
+                let result = self.apply(Event::UserCancel).await;
+                let _ = reply.send(result.map(|_| busy));
+            }
+            Command::Answer {
+                request_id,
+                decision,
+                feedback,
+                client,
+                reply,
+            } => {
+                self.answering = client;
+                let result = self
+                    .apply(Event::PermissionAnswered {
+                        request_id,
+                        decision,
+                        feedback,
+                    })
+                    .await;
+                self.answering = None;
+                let _ = reply.send(result);
+            }
+            Command::Subscribe {
+                after_seq,
+                name,
+                client_id,
+                reply,
+            } => {
+                let client = ClientInfo {
+                    id: client_id,
+                    name,
+                };
+                let live = self.hub.subscribe();
+                let initial = self.initial_frames(after_seq, &client);
+                self.clients.push(client.clone());
+                let _ = reply.send(Subscription {
+                    client: client.clone(),
+                    initial,
+                    live,
+                });
+                self.emit(EventKind::ClientAttached(client));
+            }
+            Command::Detach { client_id } => {
+                if let Some(pos) = self.clients.iter().position(|c| c.id == client_id) {
+                    let client = self.clients.remove(pos);
+                    self.emit(EventKind::ClientDetached(client));
+                }
+            }
+            Command::Resync { client_id, reply } => {
+                let client = self
+                    .clients
+                    .iter()
+                    .find(|c| c.id == client_id)
+                    .cloned()
+                    .unwrap_or(ClientInfo {
+                        id: client_id,
+                        name: String::new(),
+                    });
+                let _ = reply.send(self.snapshot(&client));
+            }
+        }
+    }
+
+    /// A snapshot, or — when the client reconnects and every event it
+    /// missed is still in the replay buffer — a `Resumed` marker and those events.
+    fn initial_frames(&self, after_seq: u64, client: &ClientInfo) -> Vec<Arc<ConvEvent>> {
+        let last = self.next_seq - 1;
+        if after_seq > 0 && after_seq <= last {
+            let oldest = self.replay.front().map(|e| e.seq);
+            let complete = match oldest {
+                Some(o) => o <= after_seq + 1,
+                None => after_seq == last,
+            };
+            if complete {
+                let mut frames = vec![Arc::new(ConvEvent {
+                    seq: 0,
+                    at_ms: now_ms(),
+                    kind: EventKind::Resumed { after_seq },
+                })];
+                frames.extend(self.replay.iter().filter(|e| e.seq > after_seq).cloned());
+                return frames;
+            }
+        }
+        vec![self.snapshot(client)]
+    }
+
+    fn snapshot(&self, client: &ClientInfo) -> Arc<ConvEvent> {
+        let messages = self
+            .transcript
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (i as u64 + 1, m.clone()))
+            .collect();
+        let mut clients = self.clients.clone();
+        if !clients.iter().any(|c| c.id == client.id) {
+            clients.push(client.clone());
+        }
+        Arc::new(ConvEvent {
+            seq: self.next_seq - 1,
+            at_ms: now_ms(),
+            kind: EventKind::Snapshot(Box::new(SnapshotData {
+                record: self.record.clone(),
+                messages,
+                partial: self.partial.blocks(),
+                pending: self.pending_view.clone(),
+                clients,
+                your_client_id: client.id.clone(),
+                max_attempts: self.shared.config.retry.max_attempts,
+            })),
+        })
+    }
+
+    fn last_user_message_seq(&self) -> u64 {
+        self.transcript
+            .iter()
+            .rposition(|m| m.role == Role::User)
+            .map(|i| i as u64 + 1)
+            .unwrap_or(0)
+    }
+
+    fn tool_name(&self, tool_use_id: &str) -> String {
+        match &self.record.state {
+            ConvState::ToolExecuting(run) => run
+                .calls
+                .iter()
+                .find(|c| c.id == tool_use_id)
+                .map(|c| c.name.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
+        }
+    }
+
+    /// Sends an event to every attached client (never blocks).
+    fn emit(&mut self, kind: EventKind) {
+        let event = Arc::new(ConvEvent {
+            seq: self.next_seq,
+            at_ms: now_ms(),
+            kind,
+        });
+        self.next_seq += 1;
+        if self.next_seq + SEQ_RESERVE / 2 > self.record.seq_reserved {
+            // Half the reservation is used: extend it long before it runs
+            // out, so the flush is done before any number beyond the old
+            // reservation is handed out.
+            self.record.seq_reserved = self.next_seq + SEQ_RESERVE;
+            match self.shared.store.commit(&self.record, &[]) {
+                Ok(()) => {
+                    let store = self.shared.store.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = store.flush().await {
+                            tracing::error!("flushing sequence reservation failed: {e}");
+                        }
+                    });
+                }
+                Err(e) => tracing::error!("persisting sequence reservation failed: {e}"),
+            }
+        }
+        if self.replay.len() == REPLAY_CAPACITY {
+            self.replay.pop_front();
+        }
+        self.replay.push_back(event.clone());
+        // No receivers is fine: nobody is attached.
+        let _ = self.hub.send(event);
+    }
+
+    async fn reserve_seqs(&mut self) -> Result<(), crate::store::StoreError> {
+        self.record.seq_reserved = self.next_seq + SEQ_RESERVE;
+        self.shared.store.commit(&self.record, &[])?;
+        self.shared.store.flush().await
+    }
+
+    fn context(&self) -> ConvContext {
+        let cfg = &self.shared.config;
+        ConvContext {
+            now_ms: now_ms(),
+            max_attempts: cfg.retry.max_attempts,
+            max_iterations: cfg.limits.max_iterations,
+            retry_base_ms: cfg.retry.base_delay_ms,
+            retry_max_ms: cfg.retry.max_delay_ms,
+            max_retry_after_ms: cfg.retry.max_retry_after_ms,
+            context_window: cfg.limits.context_window,
+            exhaustion: agentd_core::ContextExhaustionBehavior::ThresholdBasedContinuation,
+            policy: Policy {
+                mode: self.record.mode,
+            },
+            doom_loop_threshold: 3,
+            recent_calls: self.recent_calls(),
+        }
+    }
+
+    /// The last tool calls of the transcript, oldest first, excluding the
+    /// calls of the run in progress (the core sees those in the state).
+    fn recent_calls(&self) -> Vec<ToolCall> {
+        let current: Vec<&str> = match &self.record.state {
+            ConvState::ToolExecuting(run) => run.calls.iter().map(|c| c.id.as_str()).collect(),
+            _ => Vec::new(),
+        };
+        let mut calls: Vec<ToolCall> = self
+            .transcript
+            .iter()
+            .rev()
+            .filter(|m| m.role == Role::Assistant)
+            .flat_map(|m| m.tool_calls().collect::<Vec<_>>().into_iter().rev())
+            .filter(|c| !current.contains(&c.id.as_str()))
+            .take(RECENT_CALLS)
+            .collect();
+        calls.reverse();
+        calls
+    }
+
+    /// Applies a client's event; the rejection goes back to that client.
+    async fn apply(&mut self, event: Event) -> Result<(), RuntimeError> {
+        let ctx = self.context();
+        let t = transition(&self.record.state, &ctx, event).map_err(RuntimeError::Rejected)?;
+        self.commit_and_run(t).await
+    }
+
+    /// Applies an event reported by the runtime itself; a rejection means
+    /// the report is stale and is dropped.
+    async fn apply_internal(&mut self, event: Event) {
+        match self.apply(event).await {
+            Ok(()) => {}
+            Err(RuntimeError::Rejected(r @ Rejected::NotApplicable { .. })) => {
+                tracing::debug!(conversation = %self.record.id, "dropped: {r}");
+            }
+            Err(e) => tracing::warn!(conversation = %self.record.id, "event not applied: {e}"),
+        }
+    }
+
+    /// Persists a transition, tells clients, runs its effects; effects that
+    /// complete at once (an abort) feed further events through a queue.
+    async fn commit_and_run(&mut self, first: agentd_core::Transition) -> Result<(), RuntimeError> {
+        let mut queue: VecDeque<agentd_core::Transition> = VecDeque::from([first]);
+        while let Some(t) = queue.pop_front() {
+            let old_state = std::mem::replace(&mut self.record.state, t.state);
+            let base = self.transcript.len() as u64;
+            let mut appended: Vec<Message> = Vec::new();
+            for e in &t.effects {
+                if let Effect::AppendMessage { message } = e {
+                    appended.push(message.clone());
+                }
+            }
+            self.update_record(&appended);
+            let numbered: Vec<(u64, &Message)> = appended
+                .iter()
+                .enumerate()
+                .map(|(i, m)| (base + i as u64 + 1, m))
+                .collect();
+            let persisted = match self.shared.store.commit(&self.record, &numbered) {
+                Ok(()) => self.shared.store.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = persisted {
+                // Nothing may run on state we could not persist: roll back.
+                tracing::error!(conversation = %self.record.id, "persisting failed: {e}");
+                self.record.state = old_state;
+                self.record.message_count = base;
+                return Err(RuntimeError::Store(e));
+            }
+            for (i, m) in appended.into_iter().enumerate() {
+                let usage = m.usage;
+                self.transcript.push(m.clone());
+                self.emit(EventKind::MessageAppended {
+                    message_seq: base + i as u64 + 1,
+                    message: m,
+                });
+                if let Some(last) = usage {
+                    self.emit(EventKind::UsageUpdated {
+                        last,
+                        total: self.record.usage,
+                    });
+                }
+            }
+            if self.record.state != old_state {
+                if self.record.state.pending_permission().is_none() {
+                    self.pending_view = None;
+                }
+                self.emit(EventKind::StateChanged {
+                    state: self.record.state.clone(),
+                    max_attempts: self.shared.config.retry.max_attempts,
+                });
+            }
+            for effect in t.effects {
+                if let Some(next) = self.run_effect(effect).await {
+                    queue.push_back(next);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn update_record(&mut self, appended: &[Message]) {
+        let now = now_ms();
+        self.record.updated_at_ms = now;
+        self.record.message_count = self.transcript.len() as u64 + appended.len() as u64;
+        for m in appended {
+            if let Some(u) = &m.usage {
+                self.record.usage.add(u);
+            }
+            if self.record.title.is_empty() && m.role == Role::User {
+                self.record.title = title_of(&m.text());
+            }
+        }
+    }
+
+    /// Carries out one effect. Returns a follow-up transition when the
+    /// effect completes at once (an aborted stream reports its partial reply).
+    async fn run_effect(&mut self, effect: Effect) -> Option<agentd_core::Transition> {
+        match effect {
+            Effect::AppendMessage { .. } => None,
+            Effect::RequestLlm { attempt, purpose } => {
+                self.start_llm(attempt, purpose);
+                None
+            }
+            Effect::AbortLlm => {
+                let partial = self.partial.blocks();
+                self.partial.clear();
+                if let Some(f) = self.llm.take() {
+                    f.cancel.cancel();
+                }
+                let ctx = self.context();
+                match transition(&self.record.state, &ctx, Event::LlmAborted { partial }) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        tracing::debug!("abort not applicable: {e}");
+                        None
+                    }
+                }
+            }
+            Effect::ScheduleRetry {
+                attempt: _,
+                delay_ms,
+            } => {
+                let call = self.next_call;
+                self.next_call += 1;
+                let tx = self.tx.clone();
+                let handle = tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                    let _ = tx.send(Input::RetryDue { call });
+                });
+                if let Some((_, old)) = self.retry.replace((call, handle)) {
+                    old.abort();
+                }
+                None
+            }
+            Effect::CancelRetry => {
+                if let Some((_, h)) = self.retry.take() {
+                    h.abort();
+                }
+                None
+            }
+            Effect::ExecuteTool { call } => {
+                self.start_tool(call);
+                None
+            }
+            Effect::AbortTools { tool_use_ids } => {
+                for id in tool_use_ids {
+                    if let Some((f, started)) = self.tools.remove(&id) {
+                        f.cancel.cancel();
+                        self.emit(EventKind::ToolCallEnd {
+                            tool_use_id: id.clone(),
+                            name: String::new(),
+                            is_error: true,
+                            summary: agentd_core::texts::CANCELLED_BY_USER.to_string(),
+                            diff: None,
+                            duration_ms: started.elapsed().as_millis() as u64,
+                        });
+                    }
+                }
+                None
+            }
+            Effect::AskPermission { ask } => {
+                let view = self.permission_view(&ask).await;
+                self.pending_view = Some(view.clone());
+                self.emit(EventKind::PermissionRequested(view));
+                None
+            }
+            Effect::PermissionResolved {
+                request_id,
+                decision,
+            } => {
+                self.pending_view = None;
+                let client = self.answering.clone();
+                self.emit(EventKind::PermissionResolved {
+                    request_id,
+                    decision,
+                    client,
+                });
+                None
+            }
+            Effect::Notify { notice } => {
+                let kind = match notice {
+                    Notice::Retrying {
+                        attempt,
+                        max_attempts,
+                        delay_ms,
+                        reason,
+                    } => EventKind::Retrying {
+                        attempt,
+                        max_attempts,
+                        delay_ms,
+                        reason,
+                    },
+                    Notice::Error { message, kind } => EventKind::Error { message, kind },
+                    Notice::Info { message } => EventKind::Notice(message),
+                };
+                self.emit(kind);
+                None
+            }
+            Effect::SpawnSubAgent { agent_id, .. } => {
+                tracing::warn!(conversation = %self.record.id, "sub-agent {agent_id} requested but sub-agents are not available");
+                None
+            }
+        }
+    }
+
+    async fn permission_view(&self, ask: &agentd_core::PermissionAsk) -> PermissionView {
+        let ctx = self.tool_context(CancellationToken::new());
+        PermissionView {
+            summary: crate::tools::summarize_call(&ask.tool_name, &ask.input),
+            diff: crate::tools::preview_diff(&ask.tool_name, &ask.input, &ctx).await,
+            ask: ask.clone(),
+        }
+    }
+
+    fn tool_context(&self, cancel: CancellationToken) -> ToolContext {
+        let l = &self.shared.config.limits;
+        ToolContext {
+            cwd: self.record.cwd.clone(),
+            additional_dirs: self.record.additional_dirs.clone(),
+            cancel,
+            limits: crate::tools::ToolLimits {
+                max_output_bytes: l.max_output_bytes,
+                bash_default_timeout_ms: l.bash_default_timeout_ms,
+                bash_max_timeout_ms: l.bash_max_timeout_ms,
+                kill_grace_ms: l.kill_grace_ms,
+                ..Default::default()
+            },
+        }
+    }
+
+    fn start_llm(&mut self, attempt: u32, purpose: LlmPurpose) {
+        if let Some(old) = self.llm.take() {
+            old.cancel.cancel();
+        }
+        let call = self.next_call;
+        self.next_call += 1;
+        let cancel = CancellationToken::new();
+        self.llm = Some(InFlight {
+            call,
+            cancel: cancel.clone(),
+        });
+        self.partial.clear();
+        self.emit(EventKind::ReplyBegin { attempt });
+        let read_only = matches!(
+            self.record.mode,
+            agentd_core::Mode::ReadOnly | agentd_core::Mode::Plan
+        );
+        let mut messages = self.transcript.clone();
+        let tools = match &purpose {
+            LlmPurpose::Turn => self.shared.tools.specs(read_only),
+            LlmPurpose::Continuation { prompt } => {
+                messages.push(Message::user(
+                    vec![ContentBlock::text(prompt.clone())],
+                    now_ms(),
+                ));
+                Vec::new()
+            }
+        };
+        let system = match &self.shared.config.system_prompt {
+            Some(s) => s.clone(),
+            None => prompt::system_prompt(&self.record.cwd, now_ms()),
+        };
+        let request = LlmRequest {
+            model: self.record.model.clone(),
+            system,
+            messages,
+            tools,
+            max_tokens: self.shared.config.limits.max_tokens,
+        };
+        let provider = self.shared.provider.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let stream_tx = tx.clone();
+            let mut on_event = move |event: StreamEvent| {
+                let _ = stream_tx.send(Input::LlmStream { call, event });
+            };
+            let result = provider.stream(&request, &mut on_event, cancel).await;
+            let _ = tx.send(Input::LlmDone { call, result });
+        });
+    }
+
+    fn start_tool(&mut self, call: ToolCall) {
+        let id = self.next_call;
+        self.next_call += 1;
+        let cancel = CancellationToken::new();
+        self.tools.insert(
+            call.id.clone(),
+            (
+                InFlight {
+                    call: id,
+                    cancel: cancel.clone(),
+                },
+                Instant::now(),
+            ),
+        );
+        self.emit(EventKind::ToolCallBegin {
+            tool_use_id: call.id.clone(),
+            name: call.name.clone(),
+            summary: crate::tools::summarize_call(&call.name, &call.input),
+            input_json: call.input.to_string(),
+        });
+        let ctx = self.tool_context(cancel);
+        let registry = self.shared.tools.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let output = registry.run(&call.name, call.input, &ctx).await;
+            let _ = tx.send(Input::ToolDone {
+                call: id,
+                tool_use_id: call.id,
+                output,
+                duration_ms: started.elapsed().as_millis() as u64,
+            });
+        });
+    }
+
+    /// Stops in-flight work without changing the persisted state: a
+    /// restarted daemon recovers the conversation from it.
+    fn shutdown(&mut self) {
+        if let Some(f) = self.llm.take() {
+            f.cancel.cancel();
+        }
+        for (_, (f, _)) in self.tools.drain() {
+            f.cancel.cancel();
+        }
+        if let Some((_, h)) = self.retry.take() {
+            h.abort();
+        }
+        self.emit(EventKind::Notice("agentd is shutting down".to_string()));
+    }
+}
+
+/// A title from the first line of the first user message.
+fn title_of(text: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("")
+        .trim();
+    let mut title: String = line.chars().take(60).collect();
+    if line.chars().count() > 60 {
+        title.push('…');
+    }
+    title
+}

@@ -1,0 +1,33 @@
+//! Runtime errors, each with one explicit mapping to a gRPC status in
+//! `grpc/convert.rs`.
+
+use crate::store::StoreError;
+use agentd_core::Rejected;
+
+/// Why the runtime refused or failed a request.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// No conversation with that id or prefix.
+    #[error("unknown conversation {0}")]
+    NotFound(String),
+    /// A prefix that matches several conversations.
+    #[error("ambiguous conversation prefix {prefix} (matches {examples})")]
+    Ambiguous {
+        /// The prefix.
+        prefix: String,
+        /// Some of the matches.
+        examples: String,
+    },
+    /// The request itself is malformed.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The state machine refused the event.
+    #[error("{0}")]
+    Rejected(Rejected),
+    /// Persistence failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The daemon is stopping.
+    #[error("agentd is shutting down")]
+    ShuttingDown,
+}

@@ -1,0 +1,326 @@
+//! The runtime: one actor per live conversation, the manager that owns the
+//! actors and recovers interrupted conversations at start-up, and the hub
+//! (a broadcast channel per actor) that fans events out to attached clients.
+//!
+//! Reads of persisted data (list, transcript) go straight to the store:
+//! every transition is persisted before anyone hears of it, so the store is
+//! never behind what clients were told.
+
+mod actor;
+pub mod error;
+pub mod events;
+mod partial;
+pub mod prompt;
+
+pub use actor::{HUB_CAPACITY, Subscription};
+pub use error::RuntimeError;
+pub use events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
+
+use crate::config::Config;
+use crate::llm::Provider;
+use crate::store::{ConversationRecord, Store};
+use crate::tools::Registry;
+use actor::{Actor, Command, Input};
+use agentd_core::{ConvState, Decision, Message, Mode, Usage};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use tokio::sync::{Mutex, mpsc, oneshot};
+
+/// What every actor shares.
+#[derive(Debug)]
+pub struct Shared {
+    /// Persistence.
+    pub store: Store,
+    /// Effective configuration.
+    pub config: Config,
+    /// The model provider.
+    pub provider: Arc<dyn Provider>,
+    /// The tools.
+    pub tools: Arc<Registry>,
+}
+
+/// Parameters of a new conversation.
+#[derive(Debug, Clone, Default)]
+pub struct NewConversation {
+    /// Absolute, existing working directory.
+    pub cwd: PathBuf,
+    /// Model (empty: the default).
+    pub model: String,
+    /// Permission mode.
+    pub mode: Mode,
+    /// Rules given at creation.
+    pub allow_rules: Vec<String>,
+    /// Extra directories.
+    pub additional_dirs: Vec<PathBuf>,
+}
+
+/// Owns the actors.
+pub struct Manager {
+    shared: Arc<Shared>,
+    actors: Mutex<HashMap<String, mpsc::UnboundedSender<Input>>>,
+    next_client: AtomicU64,
+    next_id: std::sync::Mutex<ulid::Generator>,
+}
+
+impl std::fmt::Debug for Manager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Manager").finish_non_exhaustive()
+    }
+}
+
+impl Manager {
+    /// A manager over `shared`; call [`Manager::recover`] next.
+    pub fn new(shared: Shared) -> Arc<Manager> {
+        Arc::new(Manager {
+            shared: Arc::new(shared),
+            actors: Mutex::new(HashMap::new()),
+            next_client: AtomicU64::new(1),
+            next_id: std::sync::Mutex::new(ulid::Generator::new()),
+        })
+    }
+
+    /// The shared parts (store, config).
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// Resumes every conversation the store holds mid-turn. Returns how many.
+    pub async fn recover(&self) -> Result<usize, RuntimeError> {
+        let mut n = 0;
+        for rec in self.shared.store.conversations()? {
+            if rec.state.is_at_rest() {
+                continue;
+            }
+            tracing::info!(conversation = %rec.id, state = rec.state.name(), "recovering conversation");
+            let tx = self.actor(&rec.id).await?;
+            tx.send(Input::Recover)
+                .map_err(|_| RuntimeError::ShuttingDown)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The full id for an id or unique prefix.
+    pub fn resolve(&self, prefix: &str) -> Result<String, RuntimeError> {
+        let prefix = prefix.trim().to_ascii_uppercase();
+        if prefix.is_empty() {
+            return Err(RuntimeError::InvalidArgument(
+                "conversation id is empty".into(),
+            ));
+        }
+        let ids = self.shared.store.ids_with_prefix(&prefix, 3)?;
+        match ids.as_slice() {
+            [] => Err(RuntimeError::NotFound(prefix)),
+            [one] => Ok(one.clone()),
+            [first, second, ..] => {
+                if *first == prefix {
+                    return Ok(first.clone());
+                }
+                Err(RuntimeError::Ambiguous {
+                    prefix,
+                    examples: format!("{first}, {second}, …"),
+                })
+            }
+        }
+    }
+
+    /// Creates a conversation.
+    pub async fn create(&self, new: NewConversation) -> Result<ConversationRecord, RuntimeError> {
+        let id = {
+            let mut generator = self
+                .next_id
+                .lock()
+                .map_err(|_| RuntimeError::ShuttingDown)?;
+            generator
+                .generate()
+                .map_err(|e| RuntimeError::InvalidArgument(format!("cannot make an id: {e}")))?
+                .to_string()
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0);
+        let model = if new.model.trim().is_empty() {
+            self.shared.config.model.clone()
+        } else {
+            new.model.trim().to_string()
+        };
+        let record = ConversationRecord {
+            id: id.clone(),
+            title: String::new(),
+            cwd: new.cwd,
+            model,
+            created_at_ms: now,
+            updated_at_ms: now,
+            state: ConvState::Idle,
+            mode: new.mode,
+            additional_dirs: new.additional_dirs,
+            allow_rules: new.allow_rules,
+            message_count: 0,
+            usage: Usage::default(),
+            seq_reserved: 0,
+        };
+        self.shared.store.commit(&record, &[])?;
+        self.shared.store.flush().await?;
+        Ok(record)
+    }
+
+    /// The record of a conversation.
+    pub fn record(&self, id: &str) -> Result<ConversationRecord, RuntimeError> {
+        self.shared
+            .store
+            .conversation(id)?
+            .ok_or_else(|| RuntimeError::NotFound(id.to_string()))
+    }
+
+    /// Every conversation, newest first.
+    pub fn list(&self) -> Result<Vec<ConversationRecord>, RuntimeError> {
+        let mut all = self.shared.store.conversations()?;
+        all.sort_by(|a, b| b.id.cmp(&a.id));
+        Ok(all)
+    }
+
+    /// The transcript.
+    pub fn messages(&self, id: &str) -> Result<Vec<(u64, Message)>, RuntimeError> {
+        Ok(self.shared.store.messages_after(id, 0)?)
+    }
+
+    async fn actor(&self, id: &str) -> Result<mpsc::UnboundedSender<Input>, RuntimeError> {
+        let mut actors = self.actors.lock().await;
+        if let Some(tx) = actors.get(id)
+            && !tx.is_closed()
+        {
+            return Ok(tx.clone());
+        }
+        let record = self.record(id)?;
+        let transcript = self
+            .shared
+            .store
+            .messages_after(id, 0)?
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Actor::new(self.shared.clone(), record, transcript, rx, tx.clone());
+        tokio::spawn(actor.run());
+        actors.insert(id.to_string(), tx.clone());
+        Ok(tx)
+    }
+
+    async fn ask<T>(
+        &self,
+        id: &str,
+        make: impl FnOnce(oneshot::Sender<T>) -> Command,
+    ) -> Result<T, RuntimeError> {
+        let tx = self.actor(id).await?;
+        let (reply, rx) = oneshot::channel();
+        tx.send(Input::Command(make(reply)))
+            .map_err(|_| RuntimeError::ShuttingDown)?;
+        rx.await.map_err(|_| RuntimeError::ShuttingDown)
+    }
+
+    /// Sends a user message; returns its message sequence number once durable.
+    pub async fn send(&self, id: &str, text: String) -> Result<u64, RuntimeError> {
+        if text.trim().is_empty() {
+            return Err(RuntimeError::InvalidArgument(
+                "message text is empty".into(),
+            ));
+        }
+        self.ask(id, |reply| Command::Send { text, reply }).await?
+    }
+
+    /// Cancels the turn; returns whether anything was running.
+    pub async fn cancel(&self, id: &str) -> Result<bool, RuntimeError> {
+        self.ask(id, |reply| Command::Cancel { reply }).await?
+    }
+
+    /// Answers the pending permission request.
+    pub async fn answer(
+        &self,
+        id: &str,
+        request_id: String,
+        decision: Decision,
+        feedback: Option<String>,
+        client: Option<ClientInfo>,
+    ) -> Result<(), RuntimeError> {
+        self.ask(id, |reply| Command::Answer {
+            request_id,
+            decision,
+            feedback,
+            client,
+            reply,
+        })
+        .await?
+    }
+
+    /// Attaches a client.
+    pub async fn subscribe(
+        &self,
+        id: &str,
+        after_seq: u64,
+        name: String,
+    ) -> Result<Subscription, RuntimeError> {
+        let client_id = format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed));
+        self.ask(id, |reply| Command::Subscribe {
+            after_seq,
+            name,
+            client_id,
+            reply,
+        })
+        .await
+    }
+
+    /// Detaches a client (it went away).
+    pub async fn detach(&self, id: &str, client_id: String) {
+        if let Some(tx) = self.actors.lock().await.get(id) {
+            let _ = tx.send(Input::Command(Command::Detach { client_id }));
+        }
+    }
+
+    /// A fresh snapshot for a client that fell behind.
+    pub async fn resync(
+        &self,
+        id: &str,
+        client_id: String,
+    ) -> Result<Arc<ConvEvent>, RuntimeError> {
+        self.ask(id, |reply| Command::Resync { client_id, reply })
+            .await
+    }
+
+    /// Stores an imported conversation. Returns false when the id exists.
+    pub async fn import(
+        &self,
+        record: ConversationRecord,
+        messages: Vec<Message>,
+    ) -> Result<bool, RuntimeError> {
+        if self.shared.store.conversation(&record.id)?.is_some() {
+            return Ok(false);
+        }
+        let numbered: Vec<(u64, &Message)> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (i as u64 + 1, m))
+            .collect();
+        self.shared.store.commit(&record, &numbered)?;
+        self.shared.store.flush().await?;
+        Ok(true)
+    }
+
+    /// Stops every actor: in-flight work is cancelled, persisted state is
+    /// kept for recovery, and every client stream ends.
+    pub async fn shutdown(&self) {
+        let actors: Vec<_> = self.actors.lock().await.drain().collect();
+        for (id, tx) in actors {
+            let (done, rx) = oneshot::channel();
+            if tx.send(Input::Shutdown { done }).is_ok()
+                && tokio::time::timeout(std::time::Duration::from_secs(3), rx)
+                    .await
+                    .is_err()
+            {
+                tracing::warn!(conversation = %id, "actor did not stop in time");
+            }
+        }
+    }
+}

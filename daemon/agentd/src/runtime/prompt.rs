@@ -1,0 +1,51 @@
+//! The built-in system prompt: short, because it is sent with every request,
+//! but enough to steer a capable model.
+
+use std::path::Path;
+
+/// The system prompt for a conversation in `cwd`, dated from `now_ms`.
+pub fn system_prompt(cwd: &Path, now_ms: i64) -> String {
+    format!(
+        "You are agentd, an autonomous coding agent working in the user's repository at {cwd} \
+(OS: {os}; today: {date}).
+
+Work the task through to the end: inspect before you change, make focused edits, run the \
+project's tests or build to check your work, and fix what fails. Use tools rather than guessing; \
+batch independent read-only calls (read, grep, glob) in one reply. Paths are relative to the \
+working directory; tools refuse paths outside it. Prefer edit/patch over rewriting whole files. \
+Long-running commands belong in the background (bash with run_in_background) and are polled with \
+bash_output. If a tool call is denied, do not retry it unchanged: adapt or ask. When you are done, \
+reply with a short summary of what changed and how you verified it.",
+        cwd = cwd.display(),
+        os = std::env::consts::OS,
+        date = civil_date(now_ms),
+    )
+}
+
+/// `YYYY-MM-DD` (UTC) of a Unix-ms instant, without a date library.
+fn civil_date(now_ms: i64) -> String {
+    // Howard Hinnant's days-to-civil algorithm.
+    let days = now_ms.div_euclid(86_400_000);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(951_782_400_000), "2000-02-29");
+        assert_eq!(civil_date(1_795_219_200_000), "2026-11-21");
+    }
+}

@@ -1,0 +1,350 @@
+//! Persistence in sled. This is the only module that knows keys and trees.
+//!
+//! Trees: `conversations` (id → [`ConversationRecord`] JSON), `messages`
+//! (id ‖ big-endian seq → [`Message`] JSON), `meta` (schema version).
+//! sled 0.34 makes nothing durable until a flush, so every write a client is
+//! told about goes through [`Store::flush`], which group-commits concurrent
+//! callers into one `flush_async`.
+
+use agentd_core::{ConvState, Message, Mode, Usage};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use tokio::sync::{mpsc, oneshot};
+
+/// Bumped when the record layout changes incompatibly.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// sled's page cache; its 1 GiB default is far more than a daemon needs.
+const CACHE_CAPACITY: u64 = 32 * 1024 * 1024;
+
+/// Storage failures.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// sled failed.
+    #[error("store error: {0}")]
+    Sled(#[from] sled::Error),
+    /// A record could not be (de)serialized.
+    #[error("corrupt record {key}: {message}")]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// The decoder's message.
+        message: String,
+    },
+    /// The data was written by an incompatible version.
+    #[error("data directory has schema version {found}, this agentd understands {expected}")]
+    Schema {
+        /// On disk.
+        found: u32,
+        /// Expected.
+        expected: u32,
+    },
+    /// The flush task is gone (daemon shutting down).
+    #[error("store is shutting down")]
+    Closed,
+    /// A flush failed.
+    #[error("flush failed: {0}")]
+    Flush(String),
+}
+
+/// A conversation as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConversationRecord {
+    /// ULID.
+    pub id: String,
+    /// From the first user message.
+    pub title: String,
+    /// Working directory, fixed at creation.
+    pub cwd: PathBuf,
+    /// Model.
+    pub model: String,
+    /// Unix ms.
+    pub created_at_ms: i64,
+    /// Unix ms.
+    pub updated_at_ms: i64,
+    /// The state machine's state.
+    pub state: ConvState,
+    /// Permission mode.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Extra directories tools may touch.
+    #[serde(default)]
+    pub additional_dirs: Vec<PathBuf>,
+    /// Rules given at creation.
+    #[serde(default)]
+    pub allow_rules: Vec<String>,
+    /// Messages in the transcript (= the last message seq).
+    pub message_count: u64,
+    /// Sum of usage over replies.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Event sequence numbers below this may have been handed out; a
+    /// restarted actor continues above it so no number is reused.
+    #[serde(default)]
+    pub seq_reserved: u64,
+}
+
+/// The store.
+#[derive(Clone)]
+pub struct Store {
+    db: sled::Db,
+    convs: sled::Tree,
+    msgs: sled::Tree,
+    flush_tx: mpsc::UnboundedSender<FlushRequest>,
+}
+
+/// A flush request carries its own handle to the database, so the flush
+/// task holds none while idle and dropping the last `Store` closes the db.
+type FlushRequest = (sled::Db, oneshot::Sender<Result<(), String>>);
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").finish_non_exhaustive()
+    }
+}
+
+fn message_key(conv_id: &str, seq: u64) -> Vec<u8> {
+    let mut key = Vec::with_capacity(conv_id.len() + 9);
+    key.extend_from_slice(conv_id.as_bytes());
+    key.push(0);
+    key.extend_from_slice(&seq.to_be_bytes());
+    key
+}
+
+fn message_prefix(conv_id: &str) -> Vec<u8> {
+    let mut key = conv_id.as_bytes().to_vec();
+    key.push(0);
+    key
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
+    serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        message: e.to_string(),
+    })
+}
+
+fn encode<T: Serialize>(key: &str, value: &T) -> Result<Vec<u8>, StoreError> {
+    serde_json::to_vec(value).map_err(|e| StoreError::Corrupt {
+        key: key.to_string(),
+        message: e.to_string(),
+    })
+}
+
+impl Store {
+    /// Opens (or creates) the store under `dir`. Must be called inside a
+    /// tokio runtime: it starts the group-commit flusher.
+    pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        let db = sled::Config::new()
+            .path(dir)
+            .cache_capacity(CACHE_CAPACITY)
+            .open()?;
+        let meta = db.open_tree("meta")?;
+        match meta.get("schema_version")? {
+            Some(v) => {
+                let found: u32 = decode(b"schema_version", &v)?;
+                if found != SCHEMA_VERSION {
+                    return Err(StoreError::Schema {
+                        found,
+                        expected: SCHEMA_VERSION,
+                    });
+                }
+            }
+            None => {
+                meta.insert("schema_version", encode("schema_version", &SCHEMA_VERSION)?)?;
+                db.flush()?;
+            }
+        }
+        let convs = db.open_tree("conversations")?;
+        let msgs = db.open_tree("messages")?;
+        let (flush_tx, flush_rx) = mpsc::unbounded_channel();
+        tokio::spawn(group_commit(flush_rx));
+        Ok(Store {
+            db,
+            convs,
+            msgs,
+            flush_tx,
+        })
+    }
+
+    /// Makes every write so far durable. Concurrent callers share one flush.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        let (tx, rx) = oneshot::channel();
+        self.flush_tx
+            .send((self.db.clone(), tx))
+            .map_err(|_| StoreError::Closed)?;
+        rx.await
+            .map_err(|_| StoreError::Closed)?
+            .map_err(StoreError::Flush)
+    }
+
+    /// Writes a conversation record and new messages atomically (not yet
+    /// durable: call [`Store::flush`]).
+    pub fn commit(
+        &self,
+        record: &ConversationRecord,
+        messages: &[(u64, &Message)],
+    ) -> Result<(), StoreError> {
+        let rec = encode(&record.id, record)?;
+        let mut encoded = Vec::with_capacity(messages.len());
+        for (seq, m) in messages {
+            encoded.push((message_key(&record.id, *seq), encode(&record.id, m)?));
+        }
+        if encoded.is_empty() {
+            self.convs.insert(record.id.as_bytes(), rec)?;
+            return Ok(());
+        }
+        use sled::Transactional;
+        (&self.convs, &self.msgs)
+            .transaction(|(c, m)| {
+                c.insert(record.id.as_bytes(), rec.clone())?;
+                for (k, v) in &encoded {
+                    m.insert(k.as_slice(), v.clone())?;
+                }
+                Ok(())
+            })
+            .map_err(|e: sled::transaction::TransactionError<()>| match e {
+                sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
+                sled::transaction::TransactionError::Abort(()) => {
+                    StoreError::Flush("transaction aborted".to_string())
+                }
+            })
+    }
+
+    /// One conversation record.
+    pub fn conversation(&self, id: &str) -> Result<Option<ConversationRecord>, StoreError> {
+        match self.convs.get(id.as_bytes())? {
+            Some(v) => Ok(Some(decode(id.as_bytes(), &v)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Every conversation record (unordered).
+    pub fn conversations(&self) -> Result<Vec<ConversationRecord>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.convs.iter() {
+            let (k, v) = item?;
+            out.push(decode(&k, &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Ids starting with `prefix`, at most `limit` of them.
+    pub fn ids_with_prefix(&self, prefix: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.convs.scan_prefix(prefix.as_bytes()).keys().take(limit) {
+            out.push(String::from_utf8_lossy(&item?).into_owned());
+        }
+        Ok(out)
+    }
+
+    /// The transcript of `conv_id` after message `after` (0: all), in order.
+    pub fn messages_after(
+        &self,
+        conv_id: &str,
+        after: u64,
+    ) -> Result<Vec<(u64, Message)>, StoreError> {
+        let start = message_key(conv_id, after.saturating_add(1));
+        let prefix = message_prefix(conv_id);
+        let mut out = Vec::new();
+        for item in self.msgs.range(start..) {
+            let (k, v) = item?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            let seq_bytes: [u8; 8] =
+                k[prefix.len()..]
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt {
+                        key: String::from_utf8_lossy(&k).into_owned(),
+                        message: "bad message key".to_string(),
+                    })?;
+            out.push((u64::from_be_bytes(seq_bytes), decode(&k, &v)?));
+        }
+        Ok(out)
+    }
+
+    /// Bytes the database occupies on disk (approximate).
+    pub fn size_on_disk(&self) -> u64 {
+        self.db.size_on_disk().unwrap_or(0)
+    }
+}
+
+/// One flush for every request that arrived while the previous flush ran.
+async fn group_commit(mut rx: mpsc::UnboundedReceiver<FlushRequest>) {
+    while let Some((db, first)) = rx.recv().await {
+        let mut waiters = vec![first];
+        while let Ok((_, w)) = rx.try_recv() {
+            waiters.push(w);
+        }
+        let result = db
+            .flush_async()
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string());
+        if let Err(e) = &result {
+            tracing::error!("sled flush failed: {e}");
+        }
+        for w in waiters {
+            let _ = w.send(result.clone());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use agentd_core::{ContentBlock, Message};
+
+    fn record(id: &str) -> ConversationRecord {
+        ConversationRecord {
+            id: id.to_string(),
+            title: "t".into(),
+            cwd: "/".into(),
+            model: "m".into(),
+            created_at_ms: 1,
+            updated_at_ms: 1,
+            state: ConvState::Idle,
+            mode: Mode::Default,
+            additional_dirs: vec![],
+            allow_rules: vec![],
+            message_count: 0,
+            usage: Usage::default(),
+            seq_reserved: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_are_ordered_and_isolated_per_conversation() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let m = |t: &str| Message::user(vec![ContentBlock::text(t)], 0);
+        let (a1, a2, b1) = (m("a1"), m("a2"), m("b1"));
+        store.commit(&record("A"), &[(1, &a1), (2, &a2)]).unwrap();
+        store.commit(&record("AB"), &[(1, &b1)]).unwrap();
+        store.flush().await.unwrap();
+        let got = store.messages_after("A", 0).unwrap();
+        assert_eq!(
+            got.iter().map(|(s, m)| (*s, m.text())).collect::<Vec<_>>(),
+            vec![(1, "a1".into()), (2, "a2".into())]
+        );
+        assert_eq!(store.messages_after("A", 1).unwrap().len(), 1);
+        assert_eq!(
+            store.ids_with_prefix("A", 5).unwrap(),
+            vec!["A".to_string(), "AB".to_string()]
+        );
+    }
+
+    #[tokio::test]
+    async fn data_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.commit(&record("X"), &[]).unwrap();
+            store.flush().await.unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.conversation("X").unwrap(), Some(record("X")));
+    }
+}
