@@ -1,0 +1,355 @@
+//! The agent loop end to end: autonomous tool rounds, cancellation,
+//! retries, and the busy rule.
+
+use super::attach::{Attached, is_idle};
+use super::foundation::{create, get, text_of_message, wait_state, workdir};
+use agent_proto::v1 as pb;
+use agent_tests::fake_llm::{FakeLlm, Gate, Recorded, ReplyScript, Script};
+use agent_tests::harness::TestDaemon;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+const T: Duration = Duration::from_secs(30);
+
+/// Checks the message chain of a recorded request: roles alternate from
+/// user, and every tool_use is answered, in order, by the next message's
+/// tool_results (and nothing else answers).
+pub fn assert_valid_chain(req: &Recorded) {
+    let messages = req.body["messages"].as_array().expect("messages");
+    assert!(!messages.is_empty());
+    assert_eq!(messages[0]["role"], "user");
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            assert_ne!(messages[i - 1]["role"], m["role"], "roles alternate at {i}: {messages:#?}");
+        }
+        let blocks = m["content"].as_array().cloned().unwrap_or_default();
+        let uses: Vec<&str> = blocks
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| b["id"].as_str().unwrap())
+            .collect();
+        if !uses.is_empty() {
+            assert_eq!(m["role"], "assistant");
+            let next = messages.get(i + 1).expect("tool_use answered in the next message");
+            assert_eq!(next["role"], "user");
+            let results: Vec<&str> = next["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|b| b["type"] == "tool_result")
+                .map(|b| b["tool_use_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(results, uses, "every tool_use gets exactly one tool_result, in order");
+        }
+        if m["role"] == "user" && i > 0 {
+            let prev_uses = messages[i - 1]["content"]
+                .as_array()
+                .map(|a| a.iter().filter(|b| b["type"] == "tool_use").count())
+                .unwrap_or(0);
+            let results = blocks.iter().filter(|b| b["type"] == "tool_result").count();
+            assert_eq!(results, prev_uses, "no tool_result without its tool_use");
+        }
+    }
+}
+
+fn tool_results(req: &Recorded) -> Vec<Value> {
+    let messages = req.body["messages"].as_array().unwrap();
+    let last = messages.last().unwrap();
+    assert_eq!(last["role"], "user");
+    last["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["type"] == "tool_result")
+        .cloned()
+        .collect()
+}
+
+fn tool(id: &str, name: &str, input: Value) -> Script {
+    Script::Reply(ReplyScript::new().text("Working on it.").tool_use(id, name, input))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ten_round_task_runs_autonomously_with_a_valid_chain() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        tool("t1", "bash", json!({"command": "echo hello > a.txt && cat a.txt"})),
+        tool("t2", "read", json!({"path": "a.txt"})),
+        tool("t3", "edit", json!({"path": "a.txt", "old_string": "hello", "new_string": "world"})),
+        tool("t4", "grep", json!({"pattern": "world"})),
+        tool("t5", "glob", json!({"pattern": "*.txt"})),
+        Script::Reply(
+            ReplyScript::new()
+                .text("Two at once.")
+                .tool_use("t6a", "read", json!({"path": "a.txt"}))
+                .tool_use("t6b", "think", json!({"thought": "the file says world"})),
+        ),
+        tool("t7", "bash", json!({"command": "echo failing >&2; exit 3"})),
+        tool("t8", "edit", json!({"path": "a.txt", "old_string": "absent", "new_string": "x"})),
+        tool("t9", "keyword_search", json!({"keywords": ["world"]})),
+        tool("t10", "write", json!({"path": "b.txt", "content": "done\n"})),
+        Script::Reply(ReplyScript::new().text("All done.")),
+    ]);
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "do the task").await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    assert_eq!(text_of_message(r.messages.last().unwrap()), "All done.");
+
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 11, "one request per round plus the last");
+    for req in &reqs {
+        assert_valid_chain(req);
+    }
+    let expect_error = |i: usize| matches!(i, 7 | 8);
+    for (i, req) in reqs.iter().enumerate().skip(1) {
+        let results = tool_results(req);
+        let round = i; // request i answers round i
+        if round == 6 {
+            assert_eq!(results.len(), 2);
+            assert_eq!(results[0]["tool_use_id"], "t6a");
+            assert_eq!(results[1]["tool_use_id"], "t6b");
+            continue;
+        }
+        assert_eq!(results.len(), 1, "round {round}: {results:?}");
+        assert_eq!(results[0]["tool_use_id"], format!("t{round}"));
+        let is_error = results[0]["is_error"].as_bool().unwrap_or(false);
+        assert_eq!(is_error, expect_error(round), "round {round}: {}", results[0]);
+    }
+    assert!(tool_results(&reqs[1])[0]["content"].as_str().unwrap().contains("hello"));
+    assert!(tool_results(&reqs[4])[0]["content"].as_str().unwrap().contains("world"));
+    assert!(tool_results(&reqs[7])[0]["content"].as_str().unwrap().contains('3'));
+    assert_eq!(std::fs::read_to_string(work.path().join("a.txt")).unwrap(), "world\n");
+    assert_eq!(std::fs::read_to_string(work.path().join("b.txt")).unwrap(), "done\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
+    let fake = FakeLlm::start().await;
+    fake.push(Script::Reply(
+        ReplyScript::new().deltas(2_000, "slow ").pace(Duration::from_millis(10)),
+    ));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+    let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "talk slowly".into(),
+        })
+        .await
+        .unwrap();
+    a.until(T, |m| matches!(m.event, Some(pb::attach_response::Event::TextDelta(_))))
+        .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let started = Instant::now();
+    client
+        .cancel_conversation(pb::CancelConversationRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    a.until(T, is_idle).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_millis(200), "cancel took {took:?}");
+
+    let r = get(&mut client, &id).await;
+    let texts: Vec<String> = r.messages.iter().map(text_of_message).collect();
+    assert!(r.messages[1].interrupted, "the partial reply is kept, marked interrupted");
+    assert!(texts[1].starts_with("slow "));
+    assert_eq!(texts[2], "[Request interrupted by user]");
+
+    fake.push(Script::Reply(ReplyScript::new().text("ok")));
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "next".into(),
+        })
+        .await
+        .unwrap();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_valid_chain(&reqs[1]);
+}
+
+fn processes_matching(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_during_a_tool_kills_its_process_group() {
+    let fake = FakeLlm::start().await;
+    // A child of a child, so only a group kill gets both.
+    fake.push(tool("s1", "bash", json!({"command": "sleep 30.417 & sleep 30.417; wait"})));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+    let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "sleep".into(),
+        })
+        .await
+        .unwrap();
+    a.until(T, |m| matches!(m.event, Some(pb::attach_response::Event::ToolCallBegin(_))))
+        .await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while processes_matching("sleep 30.417").len() < 2 {
+        assert!(Instant::now() < deadline, "the sleeps never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let started = Instant::now();
+    client
+        .cancel_conversation(pb::CancelConversationRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .unwrap();
+    a.until(T, is_idle).await;
+    while !processes_matching("sleep 30.417").is_empty() {
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "orphans left: {:?}",
+            processes_matching("sleep 30.417")
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    fake.push(Script::Reply(ReplyScript::new().text("ok")));
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "next".into(),
+        })
+        .await
+        .unwrap();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_valid_chain(&reqs[1]);
+    let messages = reqs[1].body["messages"].as_array().unwrap();
+    let result = &messages[2]["content"][0];
+    assert_eq!(result["tool_use_id"], "s1");
+    assert_eq!(result["content"], "Cancelled by user");
+    assert_eq!(result["is_error"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overloaded_twice_then_success_is_retried_visibly() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::overloaded(),
+        Script::overloaded(),
+        Script::Reply(ReplyScript::new().text("third time lucky")),
+    ]);
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+    let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "hi".into(),
+        })
+        .await
+        .unwrap();
+    let frames = a.until(T, is_idle).await;
+    let retries: Vec<(u32, u32)> = frames
+        .iter()
+        .filter_map(|m| match &m.event {
+            Some(pb::attach_response::Event::Retrying(r)) => Some((r.attempt, r.max_attempts)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(retries, vec![(2, 3), (3, 3)]);
+    let attempts: Vec<u32> = frames
+        .iter()
+        .filter_map(|m| match &m.event {
+            Some(pb::attach_response::Event::StateChanged(s)) => {
+                s.state.as_ref().filter(|s| s.kind == pb::StateKind::LlmRequesting as i32).map(|s| s.attempt)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(attempts.contains(&2) && attempts.contains(&3), "attempts in the state: {attempts:?}");
+    assert_eq!(fake.requests().len(), 3);
+    let r = get(&mut client, &id).await;
+    assert_eq!(r.messages.len(), 2, "the failed attempts left nothing behind");
+    assert_eq!(text_of_message(&r.messages[1]), "third time lucky");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limits_honour_retry_after_and_a_spend_cap_is_not_retried() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::rate_limited(Some("1")),
+        Script::Reply(ReplyScript::new().text("after the wait")),
+        Script::rate_limited(None),
+    ]);
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "one").await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2);
+    let waited = reqs[1].received_at.duration_since(reqs[0].received_at).unwrap();
+    assert!(waited >= Duration::from_secs(1), "waited only {waited:?}");
+
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "two".into(),
+        })
+        .await
+        .unwrap();
+    let r = wait_state(&mut client, &id, pb::StateKind::Error).await;
+    assert_eq!(
+        r.conversation.unwrap().state.unwrap().error_kind,
+        pb::ErrorKind::RateLimit as i32
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(fake.requests().len(), 3, "a 429 without retry-after is not retried");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_while_busy_is_refused() {
+    let fake = FakeLlm::start().await;
+    let gate = Gate::new();
+    fake.push(Script::Reply(ReplyScript::new().text("held reply").hold_after(2, gate.clone())));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "first").await;
+    fake.wait_for_requests(1, T).await;
+    let e = client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "second".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert_eq!(e.message(), "agent is busy");
+    gate.open();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+}

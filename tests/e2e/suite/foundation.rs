@@ -1,0 +1,388 @@
+//! The foundation: `agent run`, multi-client attach, persistence across a
+//! restart, socket security, and bad input.
+
+use super::attach::{Attached, deltas, is_idle, text_of};
+use agent_proto::v1 as pb;
+use agent_proto::v1::agent_service_client::AgentServiceClient;
+use agent_tests::fake_llm::{FakeLlm, Gate, ReplyScript, Script};
+use agent_tests::harness::{TestDaemon, wait_for};
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+const T: Duration = Duration::from_secs(20);
+
+pub async fn create(client: &mut AgentServiceClient<Channel>, cwd: &std::path::Path, prompt: &str) -> String {
+    client
+        .create_conversation(pb::CreateConversationRequest {
+            cwd: cwd.display().to_string(),
+            prompt: prompt.to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .conversation
+        .unwrap()
+        .id
+}
+
+pub async fn get(client: &mut AgentServiceClient<Channel>, id: &str) -> pb::GetConversationResponse {
+    client
+        .get_conversation(pb::GetConversationRequest {
+            conversation_id: id.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+pub fn kind_of(r: &pb::GetConversationResponse) -> pb::StateKind {
+    let k = r.conversation.as_ref().and_then(|c| c.state.as_ref()).map(|s| s.kind).unwrap_or(0);
+    pb::StateKind::try_from(k).unwrap()
+}
+
+/// Polls until the conversation is in `kind`.
+pub async fn wait_state(client: &mut AgentServiceClient<Channel>, id: &str, kind: pb::StateKind) -> pb::GetConversationResponse {
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let r = get(client, id).await;
+        if kind_of(&r) == kind {
+            return r;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "conversation never reached {kind:?}; last: {r:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn text_of_message(m: &pb::Message) -> String {
+    m.content
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(pb::content_block::Block::Text(t)) => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+pub fn workdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_run_streams_the_reply_and_sends_a_correct_request() {
+    let fake = FakeLlm::start().await;
+    fake.push(Script::Reply(ReplyScript::new().text("Hello there, this reply was streamed.")));
+    let d = TestDaemon::start(&fake).await;
+    let work = workdir();
+    let out = tokio::process::Command::from(d.agent())
+        .args(["run", "--cwd", &work.path().display().to_string(), "hi"])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "agent run failed: {stderr}\n{}", d.log());
+    assert!(stdout.contains("Hello there, this reply was streamed."), "stdout: {stdout}");
+
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1);
+    let r = &reqs[0];
+    assert_eq!(r.path, "/v1/messages");
+    let header = |n: &str| r.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.clone());
+    assert_eq!(header("x-api-key").as_deref(), Some("test-key"));
+    assert_eq!(header("anthropic-version").as_deref(), Some("2023-06-01"));
+    let body = &r.body;
+    assert_eq!(body["model"], "claude-test");
+    assert_eq!(body["stream"], true);
+    assert!(body["max_tokens"].as_u64().unwrap() > 0);
+    let system = body["system"].to_string();
+    assert!(system.contains("agentd"), "system prompt: {system}");
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(messages[0]["content"][0]["type"], "text");
+    assert_eq!(messages[0]["content"][0]["text"], "hi");
+    assert!(!body["tools"].as_array().unwrap().is_empty(), "tools are offered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_reply() {
+    let fake = FakeLlm::start().await;
+    let gate = Gate::new();
+    let words: Vec<String> = (0..40).map(|i| format!("w{i} ")).collect();
+    let full: String = words.concat();
+    // message_start + content_block_start + 20 deltas, then hold.
+    fake.push(Script::Reply(ReplyScript::new().text(&full).chunk_chars(3).hold_after(22, gate.clone())));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    let mut b = Attached::open(&mut client, &id, 0, "B").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "go".into(),
+        })
+        .await
+        .unwrap();
+
+    // Wait until A has seen the held part of the reply.
+    let mut a_frames = a.until(T, |m| text_of(std::slice::from_ref(m)).contains("w5")).await;
+    let seen = text_of(&a_frames);
+    let mut c = Attached::open(&mut client, &id, 0, "C").await;
+    let snap = c.next(T).await;
+    let Some(pb::attach_response::Event::Snapshot(s)) = &snap.event else {
+        panic!("first frame is not a snapshot: {snap:?}");
+    };
+    let partial = s.partial_reply.as_ref().map(text_of_message).unwrap_or_default();
+    assert!(partial.starts_with(&seen) || seen.starts_with(&partial), "partial {partial:?} vs seen {seen:?}");
+    assert!(partial.contains("w5"), "the snapshot carries the partial reply: {partial:?}");
+    assert_eq!(s.clients.len(), 3, "snapshot lists the attached clients");
+
+    gate.open();
+    a_frames.extend(a.until(T, is_idle).await);
+    let b_frames = b.until(T, is_idle).await;
+    let c_frames = c.until(T, is_idle).await;
+
+    assert_eq!(text_of(&a_frames), full);
+    let (da, db) = (deltas(&a_frames), deltas(&b_frames));
+    assert_eq!(da, db, "A and B see the same deltas with the same sequence numbers");
+    assert!(da.windows(2).all(|w| w[0].0 < w[1].0), "sequence numbers increase");
+    // C: the partial reply from its snapshot plus the deltas after it.
+    let after: Vec<_> = da.iter().filter(|(seq, _)| *seq > snap.seq).cloned().collect();
+    assert_eq!(deltas(&c_frames), after);
+    assert_eq!(format!("{partial}{}", text_of(&c_frames)), full);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_does_not_hold_up_the_others() {
+    let fake = FakeLlm::start().await;
+    // Far more than the HTTP/2 window and the hub's buffer hold.
+    fake.push(Script::Reply(ReplyScript::new().deltas(20_000, "0123456789abcdef")));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+
+    let mut stalled = Attached::open(&mut client, &id, 0, "stalled").await;
+    let _first = stalled.next(T).await; // its snapshot; then it reads nothing
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "go".into(),
+        })
+        .await
+        .unwrap();
+    let frames = a.until(T, is_idle).await;
+    // Whether A saw every delta or was resynchronised, it ends with the
+    // whole reply as a durable message.
+    let reply = frames
+        .iter()
+        .find_map(|m| match &m.event {
+            Some(pb::attach_response::Event::MessageAppended(ma)) => {
+                ma.message.as_ref().filter(|m| m.role == pb::Role::Assistant as i32).cloned()
+            }
+            _ => None,
+        })
+        .expect("the reply message reached A");
+    assert_eq!(text_of_message(&reply).len(), 20_000 * 16);
+    // The stalled client, reading at last, catches up to Idle too.
+    let rest = stalled.until(T, |m| {
+        is_idle(m)
+            || matches!(&m.event, Some(pb::attach_response::Event::Snapshot(s))
+                if s.conversation.as_ref().and_then(|c| c.state.as_ref()).map(|s| s.kind) == Some(pb::StateKind::Idle as i32))
+    })
+    .await;
+    assert!(!rest.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conversations_survive_a_restart_and_a_second_daemon_is_refused() {
+    let fake = FakeLlm::start().await;
+    fake.push(Script::Reply(ReplyScript::new().text("persisted reply")));
+    let mut d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "remember me").await;
+    let before = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    assert_eq!(before.messages.len(), 2);
+
+    // A second daemon on the same data directory refuses to start.
+    let other_sock = d.dir.path().join("other.sock");
+    let out = std::process::Command::new(agent_tests::harness::daemon_bin())
+        .arg("--socket")
+        .arg(&other_sock)
+        .arg("--data-dir")
+        .arg(&d.data_dir)
+        .arg("--config")
+        .arg(&d.config_path)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("already using the data directory"), "stderr: {err}");
+
+    let status = d.terminate().await;
+    assert!(status.success(), "SIGTERM exits cleanly: {status:?}\n{}", d.log());
+    d.restart().await;
+    let mut client = d.client().await;
+    let after = get(&mut client, &id).await;
+    assert_eq!(after.messages, before.messages);
+    let list = client
+        .list_conversations(pb::ListConversationsRequest {})
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(list.conversations.len(), 1);
+    assert_eq!(list.conversations[0].id, id);
+    let out = tokio::process::Command::from(d.agent()).args(["show", &id[..8]]).output().await.unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("persisted reply"));
+    let out = tokio::process::Command::from(d.agent()).args(["ls"]).output().await.unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("remember me"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_is_private() {
+    let fake = FakeLlm::start().await;
+    let d = TestDaemon::start(&fake).await;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&d.socket), 0o600);
+    assert_eq!(mode(d.socket.parent().unwrap()), 0o700);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_statuses() {
+    let fake = FakeLlm::start().await;
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+
+    let e = client
+        .get_conversation(pb::GetConversationRequest {
+            conversation_id: "01ZZZZZZZZZZZZZZZZZZZZZZZZ".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound, "{e}");
+    let e = client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: "nope".into(),
+            text: "hi".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::NotFound);
+
+    let id = create(&mut client, work.path(), "").await;
+    let e = client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "  ".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e}");
+    let e = client
+        .create_conversation(pb::CreateConversationRequest {
+            cwd: work.path().display().to_string(),
+            prompt: " \n ".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let e = client
+        .create_conversation(pb::CreateConversationRequest {
+            cwd: "relative/dir".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let out = tokio::process::Command::from(d.agent()).args(["run", ""]).output().await.unwrap();
+    assert!(!out.status.success());
+
+    // The first Attach frame must be a subscribe.
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(super::attach::frame(pb::attach_request::Frame::Cancel(pb::CancelFrame {})))
+        .await
+        .unwrap();
+    let status = match client.attach(tokio_stream::wrappers::ReceiverStream::new(rx)).await {
+        Err(s) => s,
+        Ok(resp) => resp.into_inner().message().await.unwrap_err(),
+    };
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status}");
+
+    // An unknown decision value.
+    let e = client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: id.clone(),
+            decision: 99,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    // An answer when nothing is pending.
+    let e = client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: id.clone(),
+            decision: pb::PermissionDecision::AllowOnce as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_auth_error_is_shown_and_the_next_message_works() {
+    let fake = FakeLlm::start().await;
+    fake.push(Script::unauthorized());
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "hello").await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Error).await;
+    let state = r.conversation.unwrap().state.unwrap();
+    assert_eq!(state.error_kind, pb::ErrorKind::Auth as i32, "{state:?}");
+    assert_eq!(fake.requests().len(), 1, "a 401 is not retried");
+
+    // The key is fixed (the fake accepts now): the next message works.
+    fake.push(Script::Reply(ReplyScript::new().with_ping().with_unknown_event().text("works now")));
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "again".into(),
+        })
+        .await
+        .unwrap();
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let last = r.messages.last().unwrap();
+    assert_eq!(text_of_message(last), "works now");
+    assert!(d.log().contains("401") || d.log().to_lowercase().contains("auth"));
+    wait_for("daemon still running", Duration::from_secs(2), || d.socket.exists()).await;
+}
+
+#[test]
+fn the_core_has_no_io_dependencies() {
+    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../daemon/core/Cargo.toml")).unwrap();
+    let mut section = "";
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            section = line;
+            continue;
+        }
+        if section == "[dependencies]" {
+            for banned in ["tokio", "tonic", "prost", "sled", "reqwest"] {
+                assert!(!line.starts_with(banned), "agentd-core depends on {banned}: {line}");
+            }
+        }
+    }
+}
