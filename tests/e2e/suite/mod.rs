@@ -1,3 +1,4 @@
 //! One module per area.
 
+mod fake_llm;
 mod harness;
