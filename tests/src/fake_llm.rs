@@ -36,7 +36,7 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -93,7 +93,9 @@ pub(crate) struct Shared {
     scripts: Mutex<VecDeque<Script>>,
     default: Mutex<Option<Script>>,
     requests: Mutex<Vec<Recorded>>,
-    arrived: Notify,
+    disconnects: AtomicUsize,
+    /// Woken when a request arrives or a client goes away.
+    changed: Notify,
     seq: AtomicU64,
     pub(crate) shutdown: CancellationToken,
 }
@@ -121,7 +123,12 @@ impl Shared {
 
     pub(crate) fn record(&self, request: Recorded) {
         lock(&self.requests).push(request);
-        self.arrived.notify_waiters();
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn note_disconnect(&self) {
+        self.disconnects.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
     }
 
     pub(crate) fn next_script(&self) -> Option<Script> {
@@ -152,7 +159,8 @@ impl FakeLlm {
             scripts: Mutex::new(VecDeque::new()),
             default: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
-            arrived: Notify::new(),
+            disconnects: AtomicUsize::new(0),
+            changed: Notify::new(),
             seq: AtomicU64::new(0),
             shutdown: shutdown.clone(),
         });
@@ -216,26 +224,54 @@ impl FakeLlm {
     /// # Panics
     /// On timeout, listing what did arrive.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Recorded> {
+        let done = self
+            .wait_until(timeout, || self.requests().len() >= n)
+            .await;
+        let requests = self.requests();
+        if !done {
+            let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
+            panic!(
+                "fake LLM: expected {n} request(s) within {timeout:?}, got {}: {paths:?}",
+                requests.len()
+            );
+        }
+        requests
+    }
+
+    /// How many replies lost their client before they were complete: a
+    /// stream the client stopped reading (e.g. a cancelled turn), a `Hang`
+    /// or a held reply it gave up on. Scripted faults do not count.
+    pub fn disconnects(&self) -> usize {
+        self.shared.disconnects.load(Ordering::SeqCst)
+    }
+
+    /// Waits until [`disconnects`](Self::disconnects) reaches `n`.
+    ///
+    /// # Panics
+    /// On timeout.
+    pub async fn wait_for_disconnects(&self, n: usize, timeout: Duration) {
+        if !self.wait_until(timeout, || self.disconnects() >= n).await {
+            panic!(
+                "fake LLM: expected {n} client disconnect(s) within {timeout:?}, saw {}",
+                self.disconnects()
+            );
+        }
+    }
+
+    /// Re-checks `ready` whenever a request arrives or a client leaves;
+    /// false on timeout.
+    async fn wait_until(&self, timeout: Duration, ready: impl Fn() -> bool) -> bool {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            // Register before looking, so an arrival in between still wakes us.
-            let arrived = self.shared.arrived.notified();
-            tokio::pin!(arrived);
-            arrived.as_mut().enable();
-            let requests = self.requests();
-            if requests.len() >= n {
-                return requests;
+            // Register before looking, so a change in between still wakes us.
+            let changed = self.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if ready() {
+                return true;
             }
-            if tokio::time::timeout_at(deadline, arrived).await.is_err() {
-                let requests = self.requests();
-                if requests.len() >= n {
-                    return requests;
-                }
-                let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
-                panic!(
-                    "fake LLM: expected {n} request(s) within {timeout:?}, got {}: {paths:?}",
-                    requests.len()
-                );
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return ready();
             }
         }
     }

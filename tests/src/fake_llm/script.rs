@@ -283,8 +283,9 @@ impl ReplyScript {
         self
     }
 
-    /// A text block made of `n` `text_delta`s, each exactly `each`. Events
-    /// are produced lazily, so 100 000 deltas cost no up-front work.
+    /// A text block made of `n` `text_delta`s, each exactly `each`. No
+    /// per-delta string is built up front: each event is encoded when it is
+    /// written, one buffer per event, with no sleep unless `pace` is set.
     pub fn deltas(mut self, n: usize, each: &str) -> Self {
         self.blocks.push(Block::Deltas {
             n,
@@ -308,7 +309,10 @@ impl ReplyScript {
     }
 
     /// Prefixes each text and thinking delta with `⟨t=UNIX_NANOS⟩`, the time
-    /// the event was written, for latency measurements.
+    /// the event was encoded and handed to the HTTP server, for latency
+    /// measurements. Without `pace` the server may coalesce several ready
+    /// events into one socket write (and a slow reader makes events queue),
+    /// so measure latency with a pace and throughput without.
     pub fn timestamps(mut self) -> Self {
         self.timestamps = true;
         self

@@ -98,22 +98,30 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             json_response(seq, code, &extra, &body)
         }
         Script::Hang => {
+            // Dropped with the handler when the client gives up.
+            let mut guard = Unfinished::new(&shared);
             shared.shutdown.cancelled().await;
+            guard.armed = false;
             aborted_response(seq)
         }
         Script::Reply(reply) => {
             let plan = Plan::new(reply, model, seq, unix_now().as_secs());
             if stream {
-                stream_response(seq, plan, format, shared.shutdown.clone())
+                stream_response(seq, plan, format, &shared)
             } else {
-                whole_response(seq, plan, format, &shared.shutdown).await
+                let mut guard = Unfinished::new(&shared);
+                let response = whole_response(seq, plan, format, &shared.shutdown).await;
+                guard.armed = false;
+                response
             }
         }
     }
 }
 
-fn stream_response(seq: u64, plan: Plan, format: Format, shutdown: CancellationToken) -> Response {
+fn stream_response(seq: u64, plan: Plan, format: Format, shared: &Arc<Shared>) -> Response {
     let emitter = Emitter {
+        guard: Unfinished::new(shared),
+        shutdown: shared.shutdown.clone(),
         holds: plan.script.holds.clone(),
         fault: plan.script.fault.clone(),
         pace: plan.script.pace,
@@ -121,7 +129,6 @@ fn stream_response(seq: u64, plan: Plan, format: Format, shutdown: CancellationT
         format,
         pos: 0,
         sent: 0,
-        shutdown,
         done: false,
     };
     let events = futures::stream::unfold(emitter, |mut emitter| async move {
@@ -258,8 +265,34 @@ async fn wait_gate(gate: &Gate, shutdown: &CancellationToken) -> bool {
     }
 }
 
+/// Counts a client disconnect when dropped while armed: the reply was cut
+/// short by its client, not by its script or a server shutdown.
+struct Unfinished {
+    shared: Arc<Shared>,
+    armed: bool,
+}
+
+impl Unfinished {
+    fn new(shared: &Arc<Shared>) -> Self {
+        Unfinished {
+            shared: Arc::clone(shared),
+            armed: true,
+        }
+    }
+}
+
+impl Drop for Unfinished {
+    fn drop(&mut self) {
+        if self.armed {
+            self.shared.note_disconnect();
+        }
+    }
+}
+
 /// Produces a reply's SSE frames one at a time, each as one write.
 struct Emitter {
+    /// Disarmed once the last frame is out or the stream ends on purpose.
+    guard: Unfinished,
     plan: Plan,
     format: Format,
     /// Next step of the plan.
@@ -275,6 +308,14 @@ struct Emitter {
 
 impl Emitter {
     async fn next(&mut self) -> Option<Result<Bytes, io::Error>> {
+        let item = self.step().await;
+        if self.done || self.pos >= self.plan.steps.len() {
+            self.guard.armed = false;
+        }
+        item
+    }
+
+    async fn step(&mut self) -> Option<Result<Bytes, io::Error>> {
         if self.done {
             return None;
         }

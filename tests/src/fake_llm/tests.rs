@@ -686,3 +686,58 @@ async fn dropping_the_last_handle_stops_the_server() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+#[tokio::test]
+async fn a_client_leaving_a_held_stream_counts_as_a_disconnect() {
+    let llm = FakeLlm::start().await;
+    let gate = Gate::new();
+    llm.push(
+        ReplyScript::new()
+            .text("a b c")
+            .hold_after(2, gate.clone())
+            .into(),
+    );
+    llm.push(Script::text("complete"));
+    let r = post(&llm, "/v1/messages", &anthropic_request(true)).await;
+    let mut stream = r.bytes_stream();
+    let mut buffer = String::new();
+    assert!(read_events(&mut stream, &mut buffer, 2).await.is_none());
+    assert_eq!(llm.disconnects(), 0);
+    drop(stream);
+    llm.wait_for_disconnects(1, Duration::from_secs(5)).await;
+
+    // A reply read to its end, and a scripted drop, do not count.
+    post(&llm, "/v1/messages", &anthropic_request(true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    llm.push(ReplyScript::new().text("x").drop_after(1).into());
+    let _ = post(&llm, "/v1/messages", &anthropic_request(true))
+        .await
+        .text()
+        .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(llm.disconnects(), 1);
+}
+
+#[tokio::test]
+async fn a_client_giving_up_on_a_hang_counts_as_a_disconnect() {
+    let llm = FakeLlm::start().await;
+    llm.push(Script::Hang);
+    let result = reqwest::Client::new()
+        .post(format!("{}/v1/messages", llm.base_url()))
+        .json(&anthropic_request(true))
+        .timeout(Duration::from_millis(100))
+        .send()
+        .await;
+    assert!(result.is_err());
+    llm.wait_for_disconnects(1, Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+#[should_panic(expected = "fake LLM: expected 1 client disconnect(s)")]
+async fn wait_for_disconnects_panics_on_timeout() {
+    let llm = FakeLlm::start().await;
+    llm.wait_for_disconnects(1, Duration::from_millis(50)).await;
+}
