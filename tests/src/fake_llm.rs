@@ -1,0 +1,278 @@
+//! A fake LLM provider: a real HTTP server on 127.0.0.1 that answers each
+//! request with the next scripted reply and records everything it receives.
+//!
+//! It speaks two wire formats from the same scripts:
+//! - Anthropic Messages: `POST /v1/messages`; with `"stream": true` the reply
+//!   is `text/event-stream` with `message_start`, `content_block_*`,
+//!   `message_delta`, `message_stop` (and `ping`/`error`) events byte for
+//!   byte as Anthropic writes them.
+//! - OpenAI chat completions: `POST /v1/chat/completions`; chunks as
+//!   `data: {...}` lines ending with `data: [DONE]`. Point a client at
+//!   `base_url() + "/v1"` when it expects an OpenAI-style base URL.
+//!
+//! Every response carries `request-id: req_fake_N`, N counting requests from 1.
+//!
+//! ```no_run
+//! # async fn demo() {
+//! use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
+//! let llm = FakeLlm::start().await;
+//! llm.push(ReplyScript::new().tool_use("toolu_1", "read", serde_json::json!({"path": "a.txt"})).into());
+//! llm.push(Script::text("Done."));
+//! // ... point the daemon at llm.base_url(), drive it ...
+//! let requests = llm.wait_for_requests(2, std::time::Duration::from_secs(5)).await;
+//! assert_eq!(requests[1].body["messages"][2]["role"], "user");
+//! # }
+//! ```
+
+mod anthropic;
+mod openai;
+mod plan;
+mod script;
+mod server;
+mod sse;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use axum::serve::ListenerExt;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+pub use script::{Gate, ReplyScript, Script, error_body};
+pub use sse::{SseEvent, parse_sse};
+
+/// One request the fake LLM received.
+#[derive(Debug, Clone)]
+pub struct Recorded {
+    /// The URI path, e.g. `/v1/messages` (no query string).
+    pub path: String,
+    /// Every header, names lower-case, in the order received.
+    pub headers: Vec<(String, String)>,
+    /// The body as JSON; a JSON string of the raw text when it is not JSON.
+    pub body: serde_json::Value,
+    /// When the body had been read.
+    pub received_at: SystemTime,
+}
+
+impl Recorded {
+    /// The first value of header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// A running fake LLM server. Clones share the server; it stops when the
+/// last clone is dropped.
+#[derive(Clone)]
+pub struct FakeLlm {
+    shared: Arc<Shared>,
+    _life: Arc<Lifetime>,
+}
+
+impl std::fmt::Debug for FakeLlm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeLlm")
+            .field("addr", &self.shared.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+/// State shared by the handles and the request handler.
+pub(crate) struct Shared {
+    addr: SocketAddr,
+    // std Mutexes: nothing async happens while any of them is held.
+    scripts: Mutex<VecDeque<Script>>,
+    default: Mutex<Option<Script>>,
+    requests: Mutex<Vec<Recorded>>,
+    disconnects: AtomicUsize,
+    /// Woken when a request arrives or a client goes away.
+    changed: Notify,
+    seq: AtomicU64,
+    pub(crate) shutdown: CancellationToken,
+}
+
+/// Held only by the handles, so dropping the last one stops the server
+/// (the handler's `Arc<Shared>` would keep it alive otherwise).
+struct Lifetime {
+    shutdown: CancellationToken,
+}
+
+impl Drop for Lifetime {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Shared {
+    pub(crate) fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    pub(crate) fn record(&self, request: Recorded) {
+        lock(&self.requests).push(request);
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn note_disconnect(&self) {
+        self.disconnects.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    pub(crate) fn next_script(&self) -> Option<Script> {
+        let queued = lock(&self.scripts).pop_front();
+        queued.or_else(|| lock(&self.default).clone())
+    }
+}
+
+impl FakeLlm {
+    /// Starts a server on 127.0.0.1 on a free port.
+    ///
+    /// # Panics
+    /// When it cannot bind, which only a broken test machine causes.
+    pub async fn start() -> FakeLlm {
+        match FakeLlm::bind(SocketAddr::from(([127, 0, 0, 1], 0))).await {
+            Ok(llm) => llm,
+            Err(e) => panic!("fake LLM: cannot listen on 127.0.0.1:0: {e}"),
+        }
+    }
+
+    /// Starts a server on `addr` (the `fake-llm` binary uses a fixed port).
+    pub async fn bind(addr: SocketAddr) -> std::io::Result<FakeLlm> {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let shared = Arc::new(Shared {
+            addr,
+            scripts: Mutex::new(VecDeque::new()),
+            default: Mutex::new(None),
+            requests: Mutex::new(Vec::new()),
+            disconnects: AtomicUsize::new(0),
+            changed: Notify::new(),
+            seq: AtomicU64::new(0),
+            shutdown: shutdown.clone(),
+        });
+        // Latency benchmarks run against this server: no Nagle delay.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        let app = axum::Router::new()
+            .fallback(server::handle)
+            .with_state(Arc::clone(&shared));
+        let stop = shutdown.clone().cancelled_owned();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(stop)
+                .await;
+        });
+        Ok(FakeLlm {
+            shared,
+            _life: Arc::new(Lifetime { shutdown }),
+        })
+    }
+
+    /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.shared.addr)
+    }
+
+    /// The address the server listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.shared.addr
+    }
+
+    /// Queues a script; each request to a model endpoint takes the next one.
+    pub fn push(&self, script: Script) {
+        lock(&self.shared.scripts).push_back(script);
+    }
+
+    /// Queues several scripts in order.
+    pub fn push_all(&self, scripts: impl IntoIterator<Item = Script>) {
+        lock(&self.shared.scripts).extend(scripts);
+    }
+
+    /// The script used (cloned) whenever the queue is empty. With `None`,
+    /// such requests get a 500 whose message is "fake LLM: no script left".
+    pub fn set_default(&self, script: Option<Script>) {
+        *lock(&self.shared.default) = script;
+    }
+
+    /// How many queued scripts no request has taken yet.
+    pub fn scripts_left(&self) -> usize {
+        lock(&self.shared.scripts).len()
+    }
+
+    /// Every request received so far, in order.
+    pub fn requests(&self) -> Vec<Recorded> {
+        lock(&self.shared.requests).clone()
+    }
+
+    /// Waits until at least `n` requests have arrived and returns them all.
+    ///
+    /// # Panics
+    /// On timeout, listing what did arrive.
+    pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Recorded> {
+        let done = self
+            .wait_until(timeout, || self.requests().len() >= n)
+            .await;
+        let requests = self.requests();
+        if !done {
+            let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
+            panic!(
+                "fake LLM: expected {n} request(s) within {timeout:?}, got {}: {paths:?}",
+                requests.len()
+            );
+        }
+        requests
+    }
+
+    /// How many replies lost their client before they were complete: a
+    /// stream the client stopped reading (e.g. a cancelled turn), a `Hang`
+    /// or a held reply it gave up on. Scripted faults do not count.
+    pub fn disconnects(&self) -> usize {
+        self.shared.disconnects.load(Ordering::SeqCst)
+    }
+
+    /// Waits until [`disconnects`](Self::disconnects) reaches `n`.
+    ///
+    /// # Panics
+    /// On timeout.
+    pub async fn wait_for_disconnects(&self, n: usize, timeout: Duration) {
+        if !self.wait_until(timeout, || self.disconnects() >= n).await {
+            panic!(
+                "fake LLM: expected {n} client disconnect(s) within {timeout:?}, saw {}",
+                self.disconnects()
+            );
+        }
+    }
+
+    /// Re-checks `ready` whenever a request arrives or a client leaves;
+    /// false on timeout.
+    async fn wait_until(&self, timeout: Duration, ready: impl Fn() -> bool) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            // Register before looking, so a change in between still wakes us.
+            let changed = self.shared.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if ready() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                return ready();
+            }
+        }
+    }
+}

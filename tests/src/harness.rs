@@ -1,0 +1,440 @@
+//! Runs a real daemon for a test: the `test-agentd` binary on a temporary
+//! socket and data directory, pointed at a [`FakeLlm`], and clients for it.
+//!
+//! Everything here panics with a clear message on failure (it is test code);
+//! panics that concern the daemon include its log.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use agent_proto::v1::agent_service_client::AgentServiceClient;
+use hyper_util::rt::TokioIo;
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::fake_llm::FakeLlm;
+
+/// How long a daemon gets to start listening, and to exit after SIGTERM.
+const DAEMON_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The configuration every test daemon starts with (fast retries).
+pub const DEFAULT_CONFIG: &str =
+    "model = \"claude-test\"\n\n[retry]\nbase_delay_ms = 50\nmax_delay_ms = 500\n";
+
+/// The daemon binary: `$AGENT_TESTS_DAEMON_BIN`, else `test-agentd` in the
+/// cargo target directory of the running test.
+pub fn daemon_bin() -> PathBuf {
+    find_bin("AGENT_TESTS_DAEMON_BIN", "test-agentd")
+}
+
+/// The client binary: `$AGENT_TESTS_CLIENT_BIN`, else `test-agent` in the
+/// cargo target directory of the running test.
+pub fn client_bin() -> PathBuf {
+    find_bin("AGENT_TESTS_CLIENT_BIN", "test-agent")
+}
+
+fn find_bin(var: &str, name: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe()
+        .unwrap_or_else(|e| panic!("cannot find the current executable: {e}"));
+    // Test executables live in target/<profile>/deps, binaries one level up.
+    let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let candidate = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !candidate.exists() {
+        panic!(
+            "{name} not found at {}: build it with `cargo build -p agent-tests --bins`, or set {var}",
+            candidate.display()
+        );
+    }
+    candidate
+}
+
+/// How a [`TestDaemon`] differs from the default.
+#[derive(Debug, Clone, Default)]
+pub struct DaemonOptions {
+    /// TOML appended to [`DEFAULT_CONFIG`] in `config.toml`.
+    pub extra_config: String,
+    /// Environment set after the defaults (so it can override them).
+    pub env: Vec<(String, String)>,
+    /// Arguments after `--socket/--data-dir/--config`.
+    pub args: Vec<String>,
+    /// Another daemon binary than [`daemon_bin()`] (a release build for a
+    /// benchmark, or a stand-in for testing the harness).
+    pub daemon_bin: Option<PathBuf>,
+}
+
+/// A running `test-agentd` with its own temporary directory:
+///
+/// ```text
+/// <dir>/agentd.sock   socket          <dir>/config.toml  config
+/// <dir>/data          data directory  <dir>/daemon.log   stdout + stderr
+/// <dir>/work          a working directory for conversations
+/// <dir>/xdg/...       XDG_CONFIG_HOME & co, so no user file leaks in
+/// ```
+///
+/// The daemon is killed (SIGKILL to its process group) when this is dropped.
+pub struct TestDaemon {
+    /// The temporary directory holding everything; removed on drop.
+    pub dir: tempfile::TempDir,
+    /// The Unix socket the daemon listens on.
+    pub socket: PathBuf,
+    /// The daemon's data directory (`--data-dir`).
+    pub data_dir: PathBuf,
+    /// The configuration file (`--config`).
+    pub config_path: PathBuf,
+    /// An empty directory to use as a conversation's working directory; also
+    /// the current directory of [`TestDaemon::agent`].
+    pub work_dir: PathBuf,
+    /// Where the daemon's stdout and stderr go.
+    pub log_path: PathBuf,
+    llm_url: String,
+    opts: DaemonOptions,
+    child: Option<Child>,
+    /// Process groups of daemons that were stopped: whatever they left
+    /// running is killed on drop.
+    dead_groups: Vec<Pid>,
+}
+
+impl std::fmt::Debug for TestDaemon {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestDaemon")
+            .field("dir", &self.dir.path())
+            .field("pid", &self.child.as_ref().map(Child::id))
+            .finish_non_exhaustive()
+    }
+}
+
+impl TestDaemon {
+    /// Starts a daemon with the default configuration.
+    pub async fn start(fake: &FakeLlm) -> TestDaemon {
+        TestDaemon::start_with(fake, DaemonOptions::default()).await
+    }
+
+    /// Starts a daemon with `opts` and waits until its socket accepts
+    /// connections.
+    pub async fn start_with(fake: &FakeLlm, opts: DaemonOptions) -> TestDaemon {
+        let dir = tempfile::Builder::new()
+            .prefix("agentd-test-")
+            .tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        let root = dir.path().to_path_buf();
+        let config_path = root.join("config.toml");
+        let mut config = DEFAULT_CONFIG.to_string();
+        if !opts.extra_config.is_empty() {
+            config.push('\n');
+            config.push_str(&opts.extra_config);
+            config.push('\n');
+        }
+        write_file(&config_path, config.as_bytes());
+        let work_dir = root.join("work");
+        create_dir(&work_dir);
+        for sub in XDG_DIRS {
+            create_dir(&root.join("xdg").join(sub.1));
+        }
+        let mut daemon = TestDaemon {
+            socket: root.join("agentd.sock"),
+            data_dir: root.join("data"),
+            config_path,
+            work_dir,
+            log_path: root.join("daemon.log"),
+            dir,
+            llm_url: fake.base_url(),
+            opts,
+            child: None,
+            dead_groups: Vec::new(),
+        };
+        daemon.spawn().await;
+        daemon
+    }
+
+    /// Starts the daemon again on the same directories and configuration,
+    /// after [`terminate`](Self::terminate) or [`kill9`](Self::kill9).
+    ///
+    /// # Panics
+    /// When the daemon is still running.
+    pub async fn restart(&mut self) {
+        if let Some(status) = self.exit_status() {
+            self.child = None;
+            self.append_log(&format!(
+                "\n----- test harness: daemon had exited ({status}); restarting -----\n"
+            ));
+        } else if self.child.is_some() {
+            panic!(
+                "TestDaemon::restart: the daemon is still running; terminate() or kill9() it first"
+            );
+        } else {
+            self.append_log("\n----- test harness: restarting the daemon -----\n");
+        }
+        self.spawn().await;
+    }
+
+    /// The daemon's process id.
+    ///
+    /// # Panics
+    /// When no daemon is running.
+    pub fn pid(&self) -> u32 {
+        match &self.child {
+            Some(child) => child.id(),
+            None => panic!("TestDaemon::pid: no daemon is running"),
+        }
+    }
+
+    /// Whether the daemon exited on its own: its status if so.
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|child| child.try_wait().ok().flatten())
+    }
+
+    /// Sends SIGTERM and waits for the daemon to exit.
+    ///
+    /// # Panics
+    /// When no daemon is running, or it is still running after 10 s (it is
+    /// then killed).
+    pub async fn terminate(&mut self) -> ExitStatus {
+        let Some(mut child) = self.child.take() else {
+            panic!("TestDaemon::terminate: no daemon is running");
+        };
+        let pid = pid_of(&child);
+        self.dead_groups.push(pid);
+        if let Err(e) = kill(pid, Signal::SIGTERM) {
+            panic!("TestDaemon::terminate: cannot signal {pid}: {e}");
+        }
+        let deadline = tokio::time::Instant::now() + DAEMON_TIMEOUT;
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return status,
+                Ok(None) => {}
+                Err(e) => panic!("TestDaemon::terminate: cannot wait for {pid}: {e}"),
+            }
+            if tokio::time::Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "the daemon did not exit within {DAEMON_TIMEOUT:?} of SIGTERM; it was killed. Log:\n{}",
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Kills the daemon with SIGKILL (only the daemon, not its children, as
+    /// a crash would) and reaps it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            self.dead_groups.push(pid_of(&child));
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// A gRPC client connected over the daemon's socket.
+    pub async fn client(&self) -> AgentServiceClient<Channel> {
+        match connect_uds(&self.socket).await {
+            Ok(channel) => AgentServiceClient::new(channel),
+            Err(e) => panic!(
+                "cannot connect to the daemon at {}: {e:?}. Log:\n{}",
+                self.socket.display(),
+                self.log()
+            ),
+        }
+    }
+
+    /// The client binary with `--socket <socket> --no-autostart`, run in
+    /// `work_dir`, without any `AGENTD_*` variable from the test's
+    /// environment. Add the subcommand and run it.
+    pub fn agent(&self) -> Command {
+        let mut cmd = Command::new(client_bin());
+        cmd.arg("--socket").arg(&self.socket).arg("--no-autostart");
+        cmd.current_dir(&self.work_dir);
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("AGENTD_") {
+                cmd.env_remove(name);
+            }
+        }
+        self.isolate_xdg(&mut cmd);
+        cmd.env("NO_COLOR", "1");
+        cmd
+    }
+
+    /// Everything the daemon wrote to stdout and stderr so far.
+    pub fn log(&self) -> String {
+        match fs::read(&self.log_path) {
+            Ok(bytes) => String::from_utf8_lossy(&bytes).into_owned(),
+            Err(e) => format!("<cannot read {}: {e}>", self.log_path.display()),
+        }
+    }
+
+    async fn spawn(&mut self) {
+        let log = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", self.log_path.display()));
+        let log_err = log
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot duplicate the log file handle: {e}"));
+        let bin = self.opts.daemon_bin.clone().unwrap_or_else(daemon_bin);
+        let mut cmd = Command::new(&bin);
+        cmd.arg("--socket")
+            .arg(&self.socket)
+            .arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--config")
+            .arg(&self.config_path)
+            .args(&self.opts.args);
+        for (name, _) in std::env::vars_os() {
+            let name_str = name.to_string_lossy();
+            if ["AGENTD_", "ANTHROPIC_", "OPENAI_"]
+                .iter()
+                .any(|p| name_str.starts_with(p))
+            {
+                cmd.env_remove(name);
+            }
+        }
+        self.isolate_xdg(&mut cmd);
+        cmd.env("ANTHROPIC_BASE_URL", &self.llm_url)
+            .env("ANTHROPIC_API_KEY", "test-key")
+            .env("RUST_LOG", "agentd=debug")
+            .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.work_dir)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            // Its own process group, so Drop can take down whatever it left
+            // running, and a Ctrl-C in the terminal reaches only the tests.
+            .process_group(0);
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        self.child = Some(child);
+        self.wait_until_listening().await;
+    }
+
+    async fn wait_until_listening(&mut self) {
+        let deadline = tokio::time::Instant::now() + DAEMON_TIMEOUT;
+        loop {
+            if let Some(status) = self.exit_status() {
+                self.child = None;
+                panic!(
+                    "the daemon exited ({status}) before listening on {}. Log:\n{}",
+                    self.socket.display(),
+                    self.log()
+                );
+            }
+            if tokio::net::UnixStream::connect(&self.socket).await.is_ok() {
+                return;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!(
+                    "the daemon did not listen on {} within {DAEMON_TIMEOUT:?}. Log:\n{}",
+                    self.socket.display(),
+                    self.log()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn isolate_xdg(&self, cmd: &mut Command) {
+        for (var, sub) in XDG_DIRS {
+            cmd.env(var, self.dir.path().join("xdg").join(sub));
+        }
+    }
+
+    fn append_log(&self, line: &str) {
+        if let Ok(mut file) = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log_path)
+        {
+            let _ = file.write_all(line.as_bytes());
+        }
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        // Whole groups: each daemon and anything it started in its group.
+        for group in self.dead_groups.drain(..) {
+            let _ = kill(Pid::from_raw(-group.as_raw()), Signal::SIGKILL);
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = kill(Pid::from_raw(-pid_of(&child).as_raw()), Signal::SIGKILL);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// XDG variables pointed into the daemon's directory, and their subfolders.
+const XDG_DIRS: [(&str, &str); 5] = [
+    ("XDG_CONFIG_HOME", "config"),
+    ("XDG_DATA_HOME", "data"),
+    ("XDG_STATE_HOME", "state"),
+    ("XDG_CACHE_HOME", "cache"),
+    ("XDG_RUNTIME_DIR", "run"),
+];
+
+fn pid_of(child: &Child) -> Pid {
+    match i32::try_from(child.id()) {
+        Ok(pid) => Pid::from_raw(pid),
+        Err(_) => panic!("process id {} does not fit a pid_t", child.id()),
+    }
+}
+
+fn write_file(path: &Path, contents: &[u8]) {
+    let result = File::create(path).and_then(|mut f| f.write_all(contents));
+    if let Err(e) = result {
+        panic!("cannot write {}: {e}", path.display());
+    }
+}
+
+fn create_dir(path: &Path) {
+    if let Err(e) = fs::create_dir_all(path) {
+        panic!("cannot create {}: {e}", path.display());
+    }
+}
+
+/// Polls `f` every 10 ms until it returns true.
+///
+/// # Panics
+/// After `timeout`, naming `what`.
+pub async fn wait_for<F: FnMut() -> bool>(what: &str, timeout: Duration, mut f: F) {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if f() {
+            return;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A tonic channel over the Unix socket at `path`.
+pub async fn connect_uds(path: &Path) -> Result<Channel, tonic::transport::Error> {
+    let path = path.to_path_buf();
+    // The URI is required by tonic but unused: the connector ignores it.
+    Endpoint::from_static("http://agentd.local")
+        .connect_with_connector(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(TokioIo::new(stream))
+            }
+        }))
+        .await
+}
