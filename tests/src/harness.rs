@@ -128,6 +128,12 @@ impl TestDaemon {
             .tempdir()
             .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
         let root = dir.path().to_path_buf();
+        // The daemon refuses a socket directory other users can enter.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o700))
+                .unwrap_or_else(|e| panic!("cannot make {} private: {e}", root.display()));
+        }
         let config_path = root.join("config.toml");
         let mut config = DEFAULT_CONFIG.to_string();
         if !opts.extra_config.is_empty() {
