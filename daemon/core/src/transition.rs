@@ -565,30 +565,31 @@ fn on_llm_failed(
     failure: LlmFailure,
     jitter_permille: u16,
 ) -> Transition {
-    if failure.retryable && attempt < ctx.max_attempts {
-        if let Some(delay_ms) = retry_delay(ctx, attempt, &failure, jitter_permille) {
-            let next = attempt + 1;
-            return Transition::new(ConvState::LlmRequesting {
-                attempt: next,
-                iteration,
-                retry: Some(RetryWait {
-                    delay_ms,
-                    reason: failure.message.clone(),
-                }),
-            })
-            .with(Effect::ScheduleRetry {
-                attempt: next,
+    if failure.retryable
+        && attempt < ctx.max_attempts
+        && let Some(delay_ms) = retry_delay(ctx, attempt, &failure, jitter_permille)
+    {
+        let next = attempt + 1;
+        return Transition::new(ConvState::LlmRequesting {
+            attempt: next,
+            iteration,
+            retry: Some(RetryWait {
                 delay_ms,
-            })
-            .with(Effect::Notify {
-                notice: Notice::Retrying {
-                    attempt: next,
-                    max_attempts: ctx.max_attempts,
-                    delay_ms,
-                    reason: failure.message,
-                },
-            });
-        }
+                reason: failure.message.clone(),
+            }),
+        })
+        .with(Effect::ScheduleRetry {
+            attempt: next,
+            delay_ms,
+        })
+        .with(Effect::Notify {
+            notice: Notice::Retrying {
+                attempt: next,
+                max_attempts: ctx.max_attempts,
+                delay_ms,
+                reason: failure.message,
+            },
+        });
     }
     let message = if failure.retryable && attempt > 1 {
         format!("Failed after {attempt} attempts: {}", failure.message)
