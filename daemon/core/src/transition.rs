@@ -127,8 +127,12 @@ pub fn transition(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<
                 trigger_usage,
                 attempt,
             } => {
-                if failure.retryable && *attempt < ctx.max_attempts {
-                    let delay_ms = retry_delay(ctx, *attempt, &failure, jitter_permille).unwrap_or(0);
+                // A retry-after longer than we wait is not retried (as for
+                // a turn's request), rather than retried at once.
+                if failure.retryable
+                    && *attempt < ctx.max_attempts
+                    && let Some(delay_ms) = retry_delay(ctx, *attempt, &failure, jitter_permille)
+                {
                     Ok(Transition::new(ConvState::AwaitingContinuation {
                         rejected_tool_calls: rejected_tool_calls.clone(),
                         trigger_usage: *trigger_usage,

@@ -1288,7 +1288,7 @@ fn retry_of_the_continuation_request() {
         + append assistant: text "Context limit reached. The continuation summary could not be generated. Please start a new conversation."
         + notify info "Context exhausted. Continuation summary:\nContext limit reached. The continuation summary could not be generated. Please start a new conversation."
         "#;
-    // Exhausted, or not retryable.
+    // Exhausted, not retryable, or a retry-after longer than we wait.
     check(
         continuation(3),
         &ctx(),
@@ -1299,6 +1299,12 @@ fn retry_of_the_continuation_request() {
         continuation(1),
         &ctx(),
         failed(ErrorKind::Auth, false, None, 0),
+        fallback,
+    );
+    check(
+        continuation(1),
+        &ctx(),
+        failed(ErrorKind::RateLimit, true, Some(600_000), 0),
         fallback,
     );
 }
