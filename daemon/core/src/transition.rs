@@ -409,7 +409,13 @@ fn finish_cancel(ctx: &ConvContext, partial: Vec<ContentBlock>) -> Transition {
     t.with(interrupt_marker(ctx))
 }
 
-fn on_reply(ctx: &ConvContext, iteration: u32, reply: Reply) -> Transition {
+fn on_reply(ctx: &ConvContext, iteration: u32, mut reply: Reply) -> Transition {
+    // Providers may stream an empty text block (e.g. before a tool call) but
+    // refuse one sent back ("text content blocks must be non-empty"): it
+    // must not enter the transcript, or every later request fails.
+    reply
+        .content
+        .retain(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()));
     let calls: Vec<ToolCall> = reply
         .content
         .iter()

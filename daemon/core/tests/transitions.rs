@@ -1762,6 +1762,31 @@ fn stop_tool_calls_are_answered_whatever_the_stop_reason() {
 }
 
 #[test]
+fn reply_empty_text_blocks_are_not_kept() {
+    // Providers stream them (e.g. before a tool call) but refuse them when
+    // they are sent back.
+    check(
+        requesting(1, 1),
+        &ctx(),
+        reply(
+            vec![text(""), tool_use("t1", "read", json!({"path": "a"}))],
+            StopReason::ToolUse,
+        ),
+        r#"
+        ToolExecuting iter=1 calls=[t1:read] running=[t1] results=[]
+        + append assistant stop=tool_use: tool_use t1 read {"path":"a"}
+        + execute t1 read {"path":"a"}
+        "#,
+    );
+    check(
+        requesting(1, 1),
+        &ctx(),
+        reply(vec![text("")], StopReason::EndTurn),
+        "Idle",
+    );
+}
+
+#[test]
 fn stop_reason_wire_names_round_trip() {
     for name in [
         "end_turn",
