@@ -1304,7 +1304,7 @@ proptest! {
         cases: CASES,
         // Integration tests have no lib.rs beside them: keep regressions
         // next to this file.
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("regressions"))),
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
         ..ProptestConfig::default()
     })]
 
