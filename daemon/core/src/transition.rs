@@ -143,9 +143,12 @@ pub fn transition(
                 trigger_usage,
                 attempt,
             } => {
-                if failure.retryable && *attempt < ctx.max_attempts {
-                    let delay_ms =
-                        retry_delay(ctx, *attempt, &failure, jitter_permille).unwrap_or(0);
+                // A retry-after longer than we wait is not retried (as for
+                // a turn's request), rather than retried at once.
+                if failure.retryable
+                    && *attempt < ctx.max_attempts
+                    && let Some(delay_ms) = retry_delay(ctx, *attempt, &failure, jitter_permille)
+                {
                     Ok(Transition::new(ConvState::AwaitingContinuation {
                         rejected_tool_calls: rejected_tool_calls.clone(),
                         trigger_usage: *trigger_usage,
@@ -453,7 +456,13 @@ fn finish_cancel(ctx: &ConvContext, partial: Vec<ContentBlock>) -> Transition {
     t.with(interrupt_marker(ctx))
 }
 
-fn on_reply(ctx: &ConvContext, iteration: u32, reply: Reply) -> Transition {
+fn on_reply(ctx: &ConvContext, iteration: u32, mut reply: Reply) -> Transition {
+    // Providers may stream an empty text block (e.g. before a tool call) but
+    // refuse one sent back ("text content blocks must be non-empty"): it
+    // must not enter the transcript, or every later request fails.
+    reply
+        .content
+        .retain(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()));
     let calls: Vec<ToolCall> = reply
         .content
         .iter()
@@ -641,29 +650,27 @@ fn on_llm_failed(
         && attempt < ctx.max_attempts
         && let Some(delay_ms) = retry_delay(ctx, attempt, &failure, jitter_permille)
     {
-        {
-            let next = attempt + 1;
-            return Transition::new(ConvState::LlmRequesting {
-                attempt: next,
-                iteration,
-                retry: Some(RetryWait {
-                    delay_ms,
-                    reason: failure.message.clone(),
-                }),
-            })
-            .with(Effect::ScheduleRetry {
-                attempt: next,
+        let next = attempt + 1;
+        return Transition::new(ConvState::LlmRequesting {
+            attempt: next,
+            iteration,
+            retry: Some(RetryWait {
                 delay_ms,
-            })
-            .with(Effect::Notify {
-                notice: Notice::Retrying {
-                    attempt: next,
-                    max_attempts: ctx.max_attempts,
-                    delay_ms,
-                    reason: failure.message,
-                },
-            });
-        }
+                reason: failure.message.clone(),
+            }),
+        })
+        .with(Effect::ScheduleRetry {
+            attempt: next,
+            delay_ms,
+        })
+        .with(Effect::Notify {
+            notice: Notice::Retrying {
+                attempt: next,
+                max_attempts: ctx.max_attempts,
+                delay_ms,
+                reason: failure.message,
+            },
+        });
     }
     let message = if failure.retryable && attempt > 1 {
         format!("Failed after {attempt} attempts: {}", failure.message)
