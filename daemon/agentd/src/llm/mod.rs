@@ -4,6 +4,8 @@
 //! - [`AnthropicProvider`]: the Messages API with `stream: true`, the primary
 //!   provider, with prompt caching of the system prompt, the tools and the
 //!   conversation tail.
+//! - [`OpenAiProvider`]: OpenAI-compatible chat completions (OpenAI, Ollama,
+//!   vLLM, llama.cpp, OpenRouter).
 //!
 //! A provider call is exactly one attempt. Retrying belongs to the state
 //! machine, which must show "retrying (2/3)" and must be able to cancel a
@@ -16,6 +18,7 @@
 
 mod anthropic;
 mod error;
+mod openai;
 mod retry;
 pub mod sse;
 mod transport;
@@ -26,10 +29,13 @@ mod testkit;
 
 pub use anthropic::AnthropicProvider;
 pub use error::LlmError;
+pub use openai::OpenAiProvider;
 
 use agentd_core::{Message, Reply, ToolSpec, Usage};
 use futures::future::BoxFuture;
 use serde_json::Value;
+use std::fmt;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// One request to a model.
@@ -108,6 +114,94 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<Reply, LlmError>>;
 }
 
+/// Anthropic's API, when `ANTHROPIC_BASE_URL` is not set.
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// OpenAI's API, when `OPENAI_BASE_URL` is not set.
+pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Which provider to talk to, and how. Its `Debug` output never shows a key.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ProviderConfig {
+    /// The Anthropic Messages API.
+    Anthropic {
+        /// The API key.
+        api_key: String,
+        /// E.g. `https://api.anthropic.com`.
+        base_url: String,
+    },
+    /// An OpenAI-compatible chat-completions server.
+    OpenAi {
+        /// The bearer token; local servers often need none.
+        api_key: Option<String>,
+        /// E.g. `https://api.openai.com/v1` or `http://localhost:11434`.
+        base_url: String,
+    },
+}
+
+impl ProviderConfig {
+    /// Reads the conventional environment variables (see
+    /// [`ProviderConfig::from_vars`]).
+    pub fn from_env() -> Result<Self, LlmError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Chooses a provider from variables looked up by `var`: Anthropic when
+    /// `ANTHROPIC_API_KEY` is set (with `ANTHROPIC_BASE_URL` if given), else
+    /// an OpenAI-compatible server when `OPENAI_API_KEY` or
+    /// `OPENAI_BASE_URL` is set. Empty values count as unset.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
+        let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        if let Some(api_key) = get("ANTHROPIC_API_KEY") {
+            return Ok(ProviderConfig::Anthropic {
+                api_key,
+                base_url: get("ANTHROPIC_BASE_URL")
+                    .unwrap_or_else(|| ANTHROPIC_DEFAULT_BASE_URL.to_string()),
+            });
+        }
+        let api_key = get("OPENAI_API_KEY");
+        let base_url = get("OPENAI_BASE_URL");
+        if api_key.is_some() || base_url.is_some() {
+            return Ok(ProviderConfig::OpenAi {
+                api_key,
+                base_url: base_url.unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_string()),
+            });
+        }
+        Err(LlmError::Config(
+            "no model provider configured: set ANTHROPIC_API_KEY, or OPENAI_BASE_URL (and OPENAI_API_KEY if the server needs one)"
+                .to_string(),
+        ))
+    }
+
+    /// Builds the provider.
+    pub fn build(&self) -> Result<Arc<dyn Provider>, LlmError> {
+        Ok(match self {
+            ProviderConfig::Anthropic { api_key, base_url } => {
+                Arc::new(AnthropicProvider::new(api_key.clone(), base_url.clone())?)
+            }
+            ProviderConfig::OpenAi { api_key, base_url } => {
+                Arc::new(OpenAiProvider::new(api_key.clone(), base_url.clone())?)
+            }
+        })
+    }
+}
+
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProviderConfig::Anthropic { base_url, .. } => f
+                .debug_struct("Anthropic")
+                .field("api_key", &"<redacted>")
+                .field("base_url", &transport::redact(base_url))
+                .finish(),
+            ProviderConfig::OpenAi { api_key, base_url } => f
+                .debug_struct("OpenAi")
+                .field("api_key", &api_key.as_ref().map(|_| "<redacted>"))
+                .field("base_url", &transport::redact(base_url))
+                .finish(),
+        }
+    }
+}
+
 /// A tool call's input from the JSON text the model streamed. No text means
 /// no arguments (`{}`); text that is not valid JSON is kept verbatim as a
 /// JSON string, so that the tool layer can tell the model what was wrong.
@@ -118,10 +212,74 @@ fn tool_input_from_json(raw: &str) -> Value {
     serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
 }
 
+/// A block index as stream events carry it. Replies have a handful of
+/// blocks, so the saturation is never reached in practice.
+fn wire_index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use std::collections::HashMap;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn config_from_vars() {
+        assert_eq!(
+            ProviderConfig::from_vars(vars(&[
+                ("ANTHROPIC_API_KEY", "sk-ant"),
+                ("OPENAI_BASE_URL", "http://x")
+            ]))
+            .unwrap(),
+            ProviderConfig::Anthropic {
+                api_key: "sk-ant".into(),
+                base_url: ANTHROPIC_DEFAULT_BASE_URL.into()
+            }
+        );
+        assert_eq!(
+            ProviderConfig::from_vars(vars(&[
+                ("ANTHROPIC_API_KEY", " "),
+                ("OPENAI_BASE_URL", "http://localhost:11434/v1")
+            ]))
+            .unwrap(),
+            ProviderConfig::OpenAi {
+                api_key: None,
+                base_url: "http://localhost:11434/v1".into()
+            }
+        );
+        assert!(matches!(
+            ProviderConfig::from_vars(vars(&[])),
+            Err(LlmError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn config_debug_hides_keys() {
+        let c = ProviderConfig::Anthropic {
+            api_key: "sk-ant-secret".into(),
+            base_url: "https://u:pw-secret@example.com".into(),
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        let provider = c.build().unwrap();
+        let shown = format!("{provider:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        let c = ProviderConfig::OpenAi {
+            api_key: Some("sk-secret".into()),
+            base_url: OPENAI_DEFAULT_BASE_URL.into(),
+        };
+        assert!(!format!("{c:?}").contains("secret"));
+        assert!(!format!("{:?}", c.build().unwrap()).contains("secret"));
+    }
 
     #[test]
     fn tool_input_parsing() {
