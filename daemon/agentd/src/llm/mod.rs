@@ -14,11 +14,12 @@
 //!
 //! Layout: `sse` decodes event streams, `transport` holds the HTTP plumbing
 //! both providers share, `retry` reads retry hints from headers, `error`
-//! classifies failures.
+//! classifies failures, `partial` keeps what a cancelled stream produced.
 
 mod anthropic;
 mod error;
 mod openai;
+mod partial;
 mod retry;
 pub mod sse;
 mod transport;
@@ -30,6 +31,7 @@ mod testkit;
 pub use anthropic::AnthropicProvider;
 pub use error::LlmError;
 pub use openai::OpenAiProvider;
+pub use partial::PartialReply;
 
 use agentd_core::{Message, Reply, ToolSpec, Usage};
 use futures::future::BoxFuture;
