@@ -465,11 +465,7 @@ impl AnthropicStream {
         delta: WireDelta,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<(), LlmError> {
-        let slot = self.blocks.get_mut(&index).ok_or_else(|| {
-            LlmError::decode(format!(
-                "delta for content block {index}, which never started"
-            ))
-        })?;
+        let slot = self.slot(index, "delta")?;
         match (&mut slot.block, delta) {
             (Block::Text(text), WireDelta::TextDelta { text: more }) => {
                 text.push_str(&more);
@@ -508,13 +504,18 @@ impl AnthropicStream {
         index: u32,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<(), LlmError> {
-        let slot = self.blocks.get_mut(&index).ok_or_else(|| {
-            LlmError::decode(format!(
-                "stop for content block {index}, which never started"
-            ))
-        })?;
+        let slot = self.slot(index, "stop")?;
         close(index, slot, emit);
         Ok(())
+    }
+
+    /// The block an event of kind `what` refers to, which must have started.
+    fn slot(&mut self, index: u32, what: &str) -> Result<&mut Slot, LlmError> {
+        self.blocks.get_mut(&index).ok_or_else(|| {
+            LlmError::decode(format!(
+                "{what} for content block {index}, which never started"
+            ))
+        })
     }
 }
 
@@ -629,20 +630,9 @@ impl StreamParser for AnthropicStream {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::llm::testkit::{self, Step, TestServer};
+    use crate::llm::testkit::{self, Step, TestServer, message};
     use agentd_core::{ErrorKind, ToolSpec};
     use std::time::{Duration, Instant};
-
-    fn msg(role: Role, content: Vec<ContentBlock>) -> Message {
-        Message {
-            role,
-            content,
-            created_at_ms: 0,
-            usage: None,
-            stop_reason: None,
-            interrupted: false,
-        }
-    }
 
     fn tool_use(id: &str, input: Value) -> ContentBlock {
         ContentBlock::ToolUse {
@@ -714,7 +704,7 @@ mod tests {
             Message::user(vec![ContentBlock::text("first")], 0),
             Message::user(vec![ContentBlock::text("")], 0),
             Message::user(vec![ContentBlock::text("second")], 0),
-            msg(
+            message(
                 Role::Assistant,
                 vec![
                     ContentBlock::Thinking {
@@ -729,8 +719,8 @@ mod tests {
                     tool_use("t1", json!({ "path": "a" })),
                 ],
             ),
-            msg(Role::Assistant, vec![]),
-            msg(
+            message(Role::Assistant, vec![]),
+            message(
                 Role::Assistant,
                 vec![tool_use("t2", Value::String("{\"path\":".into()))],
             ),
@@ -768,7 +758,7 @@ mod tests {
 
     #[test]
     fn tail_breakpoint_skips_thinking_blocks() {
-        let messages = vec![msg(
+        let messages = vec![message(
             Role::Assistant,
             vec![
                 ContentBlock::text("partial"),

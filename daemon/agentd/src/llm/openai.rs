@@ -307,13 +307,19 @@ impl WireUsage {
 /// stream index.
 #[derive(Debug)]
 enum Block {
-    Text(String),
-    Thinking(String),
+    Prose(Prose, String),
     ToolUse {
         id: String,
         name: String,
         arguments: String,
     },
+}
+
+/// The two kinds of streamed prose, which accumulate alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Prose {
+    Text,
+    Thinking,
 }
 
 /// Assembles one streamed reply.
@@ -322,10 +328,9 @@ struct OpenAiStream {
     blocks: Vec<Block>,
     /// Blocks whose `BlockEnd` was emitted.
     closed: Vec<bool>,
-    /// The text block that further text extends, while nothing else began.
-    open_text: Option<usize>,
-    /// The thinking block that further reasoning extends, likewise.
-    open_thinking: Option<usize>,
+    /// The prose block that further prose of its kind extends, while
+    /// nothing else began.
+    open_prose: Option<(Prose, usize)>,
     /// The block of each tool call, by the server's tool-call index.
     tool_calls: HashMap<u32, usize>,
     finish_reason: Option<StopReason>,
@@ -333,14 +338,11 @@ struct OpenAiStream {
 }
 
 impl OpenAiStream {
-    /// Adds a block. Text or reasoning that was being extended is complete
-    /// once something else begins; tool calls stay open to the end, since
-    /// their fragments may interleave.
+    /// Adds a block. Prose that was being extended is complete once
+    /// something else begins; tool calls stay open to the end, since their
+    /// fragments may interleave.
     fn open(&mut self, block: Block, emit: &mut dyn FnMut(StreamEvent)) -> usize {
-        for i in [self.open_text.take(), self.open_thinking.take()]
-            .into_iter()
-            .flatten()
-        {
+        if let Some((_, i)) = self.open_prose.take() {
             self.close(i, emit);
         }
         self.blocks.push(block);
@@ -359,45 +361,25 @@ impl OpenAiStream {
         }
     }
 
-    fn text(&mut self, more: String, emit: &mut dyn FnMut(StreamEvent)) {
+    fn prose(&mut self, kind: Prose, more: String, emit: &mut dyn FnMut(StreamEvent)) {
         if more.is_empty() {
             return;
         }
-        let i = match self.open_text {
-            Some(i) => i,
-            None => {
-                let i = self.open(Block::Text(String::new()), emit);
-                self.open_text = Some(i);
+        let i = match self.open_prose {
+            Some((open, i)) if open == kind => i,
+            _ => {
+                let i = self.open(Block::Prose(kind, String::new()), emit);
+                self.open_prose = Some((kind, i));
                 i
             }
         };
-        if let Some(Block::Text(text)) = self.blocks.get_mut(i) {
-            text.push_str(&more);
+        if let Some(Block::Prose(_, all)) = self.blocks.get_mut(i) {
+            all.push_str(&more);
         }
-        emit(StreamEvent::TextDelta {
-            index: wire_index(i),
-            text: more,
-        });
-    }
-
-    fn thinking(&mut self, more: String, emit: &mut dyn FnMut(StreamEvent)) {
-        if more.is_empty() {
-            return;
-        }
-        let i = match self.open_thinking {
-            Some(i) => i,
-            None => {
-                let i = self.open(Block::Thinking(String::new()), emit);
-                self.open_thinking = Some(i);
-                i
-            }
-        };
-        if let Some(Block::Thinking(thinking)) = self.blocks.get_mut(i) {
-            thinking.push_str(&more);
-        }
-        emit(StreamEvent::ThinkingDelta {
-            index: wire_index(i),
-            text: more,
+        let index = wire_index(i);
+        emit(match kind {
+            Prose::Text => StreamEvent::TextDelta { index, text: more },
+            Prose::Thinking => StreamEvent::ThinkingDelta { index, text: more },
         });
     }
 
@@ -512,10 +494,10 @@ impl StreamParser for OpenAiStream {
         if let Some(choice) = chunk.choices.into_iter().next() {
             if let Some(delta) = choice.delta {
                 if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning) {
-                    self.thinking(reasoning, emit);
+                    self.prose(Prose::Thinking, reasoning, emit);
                 }
                 if let Some(content) = delta.content {
-                    self.text(content, emit);
+                    self.prose(Prose::Text, content, emit);
                 }
                 for (position, call) in delta.tool_calls.into_iter().flatten().enumerate() {
                     self.tool_call(position, call, emit);
@@ -556,9 +538,9 @@ impl StreamParser for OpenAiStream {
             .blocks
             .into_iter()
             .map(|b| match b {
-                Block::Text(text) => ContentBlock::Text { text },
+                Block::Prose(Prose::Text, text) => ContentBlock::Text { text },
                 // No signature: the Anthropic provider will not send it back.
-                Block::Thinking(thinking) => ContentBlock::Thinking {
+                Block::Prose(Prose::Thinking, thinking) => ContentBlock::Thinking {
                     thinking,
                     signature: String::new(),
                 },
@@ -585,19 +567,8 @@ impl StreamParser for OpenAiStream {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use crate::llm::testkit::{self, TestServer};
+    use crate::llm::testkit::{self, TestServer, message};
     use agentd_core::{ErrorKind, ToolSpec};
-
-    fn msg(role: Role, content: Vec<ContentBlock>) -> Message {
-        Message {
-            role,
-            content,
-            created_at_ms: 0,
-            usage: None,
-            stop_reason: None,
-            interrupted: false,
-        }
-    }
 
     fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> LlmRequest {
         LlmRequest {
@@ -613,7 +584,7 @@ mod tests {
     fn body_maps_the_transcript_onto_chat_messages() {
         let messages = vec![
             Message::user(vec![ContentBlock::text("list files")], 0),
-            msg(
+            message(
                 Role::Assistant,
                 vec![
                     ContentBlock::Thinking {
@@ -641,7 +612,7 @@ mod tests {
                 ],
                 0,
             ),
-            msg(
+            message(
                 Role::Assistant,
                 vec![ContentBlock::RedactedThinking { data: "x".into() }],
             ),

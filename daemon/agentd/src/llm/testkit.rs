@@ -2,7 +2,7 @@
 //! it gets and answers with a scripted response, and a way to run a stream
 //! parser over canned SSE text cut into small chunks.
 
-use agentd_core::Reply;
+use agentd_core::{ContentBlock, Message, Reply, Role};
 use bytes::Bytes;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -11,6 +11,18 @@ use tokio::sync::oneshot;
 
 use super::transport::{StreamParser, parse_body};
 use super::{LlmError, StreamEvent};
+
+/// A transcript message of either role.
+pub(crate) fn message(role: Role, content: Vec<ContentBlock>) -> Message {
+    Message {
+        role,
+        content,
+        created_at_ms: 0,
+        usage: None,
+        stop_reason: None,
+        interrupted: false,
+    }
+}
 
 /// Runs `parser` over `sse`, delivered in chunks of `chunk_size` bytes (so
 /// that chunks end inside lines and inside UTF-8 sequences).
