@@ -1,1 +1,298 @@
-//! Placeholder: the LLM providers land here.
+//! Model providers: one streaming request in, stream events and a complete
+//! [`Reply`] out.
+//!
+//! - [`AnthropicProvider`]: the Messages API with `stream: true`, the primary
+//!   provider, with prompt caching of the system prompt, the tools and the
+//!   conversation tail.
+//! - [`OpenAiProvider`]: OpenAI-compatible chat completions (OpenAI, Ollama,
+//!   vLLM, llama.cpp, OpenRouter).
+//!
+//! A provider call is exactly one attempt. Retrying belongs to the state
+//! machine, which must show "retrying (2/3)" and must be able to cancel a
+//! scheduled retry; the provider's part is to classify the failure
+//! ([`LlmError::to_failure`]). Cancellation drops the HTTP stream at once.
+//!
+//! Layout: `sse` decodes event streams, `transport` holds the HTTP plumbing
+//! both providers share, `retry` reads retry hints from headers, `error`
+//! classifies failures, `partial` keeps what a cancelled stream produced.
+
+mod anthropic;
+mod error;
+mod openai;
+mod partial;
+mod retry;
+pub mod sse;
+mod transport;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod testkit;
+
+pub use anthropic::AnthropicProvider;
+pub use error::LlmError;
+pub use openai::OpenAiProvider;
+pub use partial::PartialReply;
+
+use agentd_core::{Message, Reply, ToolSpec, Usage};
+use futures::future::BoxFuture;
+use serde_json::Value;
+use std::fmt;
+use std::sync::Arc;
+use tokio_util::sync::CancellationToken;
+
+/// One request to a model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmRequest {
+    /// The provider's model name.
+    pub model: String,
+    /// The system prompt; empty for none.
+    pub system: String,
+    /// The transcript. Providers sanitize it on the way out (see each
+    /// provider), so it may contain empty messages or same-role runs.
+    pub messages: Vec<Message>,
+    /// The tools the model may call.
+    pub tools: Vec<ToolSpec>,
+    /// Upper bound on the reply's output tokens.
+    pub max_tokens: u32,
+}
+
+/// Something the model produced, as it streams. `index` identifies a block
+/// within the reply: all events of one block carry its index, blocks appear
+/// in the final [`Reply`] in index order, and a block ends with
+/// [`StreamEvent::BlockEnd`]. (Indices may skip numbers: blocks of a type
+/// this version does not know are left out.)
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamEvent {
+    /// More text of a text block (the first delta also begins the block).
+    TextDelta {
+        /// The block.
+        index: u32,
+        /// The new text.
+        text: String,
+    },
+    /// More reasoning of a thinking block.
+    ThinkingDelta {
+        /// The block.
+        index: u32,
+        /// The new reasoning text.
+        text: String,
+    },
+    /// The model began a tool call.
+    ToolUseBegin {
+        /// The block.
+        index: u32,
+        /// The tool_use id.
+        id: String,
+        /// The tool's name.
+        name: String,
+    },
+    /// More of a tool call's input JSON (concatenate the fragments).
+    ToolInputDelta {
+        /// The block.
+        index: u32,
+        /// The next fragment of the JSON text.
+        partial_json: String,
+    },
+    /// A block is complete.
+    BlockEnd {
+        /// The block.
+        index: u32,
+    },
+    /// The reply's token usage so far (a snapshot, not an increment).
+    Usage(Usage),
+}
+
+/// A model provider.
+pub trait Provider: Send + Sync + std::fmt::Debug {
+    /// Streams one reply. Each stream event is passed to `on_event` as it
+    /// arrives. Returns the complete reply, or an error; returns
+    /// `Err(LlmError::Cancelled)` promptly when `cancel` fires, dropping the
+    /// HTTP stream at once.
+    fn stream<'a>(
+        &'a self,
+        req: &'a LlmRequest,
+        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<Reply, LlmError>>;
+}
+
+/// Anthropic's API, when `ANTHROPIC_BASE_URL` is not set.
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// OpenAI's API, when `OPENAI_BASE_URL` is not set.
+pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
+/// Which provider to talk to, and how. Its `Debug` output never shows a key.
+#[derive(Clone, PartialEq, Eq)]
+pub enum ProviderConfig {
+    /// The Anthropic Messages API.
+    Anthropic {
+        /// The API key.
+        api_key: String,
+        /// E.g. `https://api.anthropic.com`.
+        base_url: String,
+    },
+    /// An OpenAI-compatible chat-completions server.
+    OpenAi {
+        /// The bearer token; local servers often need none.
+        api_key: Option<String>,
+        /// E.g. `https://api.openai.com/v1` or `http://localhost:11434`.
+        base_url: String,
+    },
+}
+
+impl ProviderConfig {
+    /// Reads the conventional environment variables (see
+    /// [`ProviderConfig::from_vars`]).
+    pub fn from_env() -> Result<Self, LlmError> {
+        Self::from_vars(|name| std::env::var(name).ok())
+    }
+
+    /// Chooses a provider from variables looked up by `var`: Anthropic when
+    /// `ANTHROPIC_API_KEY` is set (with `ANTHROPIC_BASE_URL` if given), else
+    /// an OpenAI-compatible server when `OPENAI_API_KEY` or
+    /// `OPENAI_BASE_URL` is set. Empty values count as unset.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
+        let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
+        if let Some(api_key) = get("ANTHROPIC_API_KEY") {
+            return Ok(ProviderConfig::Anthropic {
+                api_key,
+                base_url: get("ANTHROPIC_BASE_URL")
+                    .unwrap_or_else(|| ANTHROPIC_DEFAULT_BASE_URL.to_string()),
+            });
+        }
+        let api_key = get("OPENAI_API_KEY");
+        let base_url = get("OPENAI_BASE_URL");
+        if api_key.is_some() || base_url.is_some() {
+            return Ok(ProviderConfig::OpenAi {
+                api_key,
+                base_url: base_url.unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_string()),
+            });
+        }
+        Err(LlmError::Config(
+            "no model provider configured: set ANTHROPIC_API_KEY, or OPENAI_BASE_URL (and OPENAI_API_KEY if the server needs one)"
+                .to_string(),
+        ))
+    }
+
+    /// Builds the provider.
+    pub fn build(&self) -> Result<Arc<dyn Provider>, LlmError> {
+        Ok(match self {
+            ProviderConfig::Anthropic { api_key, base_url } => {
+                Arc::new(AnthropicProvider::new(api_key.clone(), base_url.clone())?)
+            }
+            ProviderConfig::OpenAi { api_key, base_url } => {
+                Arc::new(OpenAiProvider::new(api_key.clone(), base_url.clone())?)
+            }
+        })
+    }
+}
+
+impl fmt::Debug for ProviderConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProviderConfig::Anthropic { base_url, .. } => f
+                .debug_struct("Anthropic")
+                .field("api_key", &"<redacted>")
+                .field("base_url", &transport::redact(base_url))
+                .finish(),
+            ProviderConfig::OpenAi { api_key, base_url } => f
+                .debug_struct("OpenAi")
+                .field("api_key", &api_key.as_ref().map(|_| "<redacted>"))
+                .field("base_url", &transport::redact(base_url))
+                .finish(),
+        }
+    }
+}
+
+/// A tool call's input from the JSON text the model streamed. No text means
+/// no arguments (`{}`); text that is not valid JSON is kept verbatim as a
+/// JSON string, so that the tool layer can tell the model what was wrong.
+fn tool_input_from_json(raw: &str) -> Value {
+    if raw.trim().is_empty() {
+        return Value::Object(serde_json::Map::new());
+    }
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+/// A block index as stream events carry it. Replies have a handful of
+/// blocks, so the saturation is never reached in practice.
+fn wire_index(i: usize) -> u32 {
+    u32::try_from(i).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn config_from_vars() {
+        assert_eq!(
+            ProviderConfig::from_vars(vars(&[
+                ("ANTHROPIC_API_KEY", "sk-ant"),
+                ("OPENAI_BASE_URL", "http://x")
+            ]))
+            .unwrap(),
+            ProviderConfig::Anthropic {
+                api_key: "sk-ant".into(),
+                base_url: ANTHROPIC_DEFAULT_BASE_URL.into()
+            }
+        );
+        assert_eq!(
+            ProviderConfig::from_vars(vars(&[
+                ("ANTHROPIC_API_KEY", " "),
+                ("OPENAI_BASE_URL", "http://localhost:11434/v1")
+            ]))
+            .unwrap(),
+            ProviderConfig::OpenAi {
+                api_key: None,
+                base_url: "http://localhost:11434/v1".into()
+            }
+        );
+        assert!(matches!(
+            ProviderConfig::from_vars(vars(&[])),
+            Err(LlmError::Config(_))
+        ));
+    }
+
+    #[test]
+    fn config_debug_hides_keys() {
+        let c = ProviderConfig::Anthropic {
+            api_key: "sk-ant-secret".into(),
+            base_url: "https://u:pw-secret@example.com".into(),
+        };
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        let provider = c.build().unwrap();
+        let shown = format!("{provider:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        let c = ProviderConfig::OpenAi {
+            api_key: Some("sk-secret".into()),
+            base_url: OPENAI_DEFAULT_BASE_URL.into(),
+        };
+        assert!(!format!("{c:?}").contains("secret"));
+        assert!(!format!("{:?}", c.build().unwrap()).contains("secret"));
+    }
+
+    #[test]
+    fn tool_input_parsing() {
+        assert_eq!(tool_input_from_json(""), serde_json::json!({}));
+        assert_eq!(
+            tool_input_from_json("{\"a\":1}"),
+            serde_json::json!({"a": 1})
+        );
+        assert_eq!(
+            tool_input_from_json("{\"a\":"),
+            Value::String("{\"a\":".into())
+        );
+    }
+}
