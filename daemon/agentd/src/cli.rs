@@ -5,7 +5,7 @@
 
 use crate::config::{Config, ProviderKind};
 use crate::grpc::listener::{self, ListenError};
-use crate::llm::{AnthropicProvider, OpenAiProvider, Provider};
+use crate::llm::ProviderConfig;
 use crate::runtime::{Manager, Shared};
 use crate::store::Store;
 use clap::Parser;
@@ -169,19 +169,18 @@ pub async fn run(
             "no API key configured: set ANTHROPIC_API_KEY (or OPENAI_API_KEY with provider = \"openai\") in agentd's environment or config file"
         );
     }
-    let provider: Arc<dyn Provider> = match config.provider {
-        ProviderKind::Anthropic => Arc::new(
-            AnthropicProvider::new(
-                config.api_key.clone().unwrap_or_default(),
-                config.base_url.clone(),
-            )
-            .map_err(|e| StartError::Provider(e.to_string()))?,
-        ),
-        ProviderKind::Openai => Arc::new(
-            OpenAiProvider::new(config.api_key.clone(), config.base_url.clone())
-                .map_err(|e| StartError::Provider(e.to_string()))?,
-        ),
-    };
+    let provider = match config.provider {
+        ProviderKind::Anthropic => ProviderConfig::Anthropic {
+            api_key: config.api_key.clone().unwrap_or_default(),
+            base_url: config.base_url.clone(),
+        },
+        ProviderKind::Openai => ProviderConfig::OpenAi {
+            api_key: config.api_key.clone(),
+            base_url: config.base_url.clone(),
+        },
+    }
+    .build()
+    .map_err(|e| StartError::Provider(e.to_string()))?;
     tracing::info!(model = %config.model, provider = ?config.provider, base_url = %config.base_url, "configured");
     let manager = Manager::new(Shared {
         store,

@@ -191,13 +191,13 @@ impl Config {
                 nonempty("ANTHROPIC_API_KEY").or(file.anthropic.api_key),
                 nonempty("ANTHROPIC_BASE_URL")
                     .or(file.anthropic.base_url)
-                    .unwrap_or_else(|| "https://api.anthropic.com".to_string()),
+                    .unwrap_or_else(|| crate::llm::ANTHROPIC_DEFAULT_BASE_URL.to_string()),
             ),
             ProviderKind::Openai => (
                 nonempty("OPENAI_API_KEY").or(file.openai.api_key),
                 nonempty("OPENAI_BASE_URL")
                     .or(file.openai.base_url)
-                    .unwrap_or_else(|| "https://api.openai.com/v1".to_string()),
+                    .unwrap_or_else(|| crate::llm::OPENAI_DEFAULT_BASE_URL.to_string()),
             ),
         };
         let model = model_flag

@@ -121,7 +121,8 @@ pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// OpenAI's API, when `OPENAI_BASE_URL` is not set.
 pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
-/// Which provider to talk to, and how. Its `Debug` output never shows a key.
+/// Which provider to talk to, and how (built from `config::Config`). Its
+/// `Debug` output never shows a key.
 #[derive(Clone, PartialEq, Eq)]
 pub enum ProviderConfig {
     /// The Anthropic Messages API.
@@ -141,39 +142,6 @@ pub enum ProviderConfig {
 }
 
 impl ProviderConfig {
-    /// Reads the conventional environment variables (see
-    /// [`ProviderConfig::from_vars`]).
-    pub fn from_env() -> Result<Self, LlmError> {
-        Self::from_vars(|name| std::env::var(name).ok())
-    }
-
-    /// Chooses a provider from variables looked up by `var`: Anthropic when
-    /// `ANTHROPIC_API_KEY` is set (with `ANTHROPIC_BASE_URL` if given), else
-    /// an OpenAI-compatible server when `OPENAI_API_KEY` or
-    /// `OPENAI_BASE_URL` is set. Empty values count as unset.
-    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Result<Self, LlmError> {
-        let get = |name: &str| var(name).filter(|v| !v.trim().is_empty());
-        if let Some(api_key) = get("ANTHROPIC_API_KEY") {
-            return Ok(ProviderConfig::Anthropic {
-                api_key,
-                base_url: get("ANTHROPIC_BASE_URL")
-                    .unwrap_or_else(|| ANTHROPIC_DEFAULT_BASE_URL.to_string()),
-            });
-        }
-        let api_key = get("OPENAI_API_KEY");
-        let base_url = get("OPENAI_BASE_URL");
-        if api_key.is_some() || base_url.is_some() {
-            return Ok(ProviderConfig::OpenAi {
-                api_key,
-                base_url: base_url.unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_string()),
-            });
-        }
-        Err(LlmError::Config(
-            "no model provider configured: set ANTHROPIC_API_KEY, or OPENAI_BASE_URL (and OPENAI_API_KEY if the server needs one)"
-                .to_string(),
-        ))
-    }
-
     /// Builds the provider.
     pub fn build(&self) -> Result<Arc<dyn Provider>, LlmError> {
         Ok(match self {
@@ -224,45 +192,6 @@ fn wire_index(i: usize) -> u32 {
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
-
-    fn vars(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
-
-    #[test]
-    fn config_from_vars() {
-        assert_eq!(
-            ProviderConfig::from_vars(vars(&[
-                ("ANTHROPIC_API_KEY", "sk-ant"),
-                ("OPENAI_BASE_URL", "http://x")
-            ]))
-            .unwrap(),
-            ProviderConfig::Anthropic {
-                api_key: "sk-ant".into(),
-                base_url: ANTHROPIC_DEFAULT_BASE_URL.into()
-            }
-        );
-        assert_eq!(
-            ProviderConfig::from_vars(vars(&[
-                ("ANTHROPIC_API_KEY", " "),
-                ("OPENAI_BASE_URL", "http://localhost:11434/v1")
-            ]))
-            .unwrap(),
-            ProviderConfig::OpenAi {
-                api_key: None,
-                base_url: "http://localhost:11434/v1".into()
-            }
-        );
-        assert!(matches!(
-            ProviderConfig::from_vars(vars(&[])),
-            Err(LlmError::Config(_))
-        ));
-    }
 
     #[test]
     fn config_debug_hides_keys() {

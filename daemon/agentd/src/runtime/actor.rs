@@ -10,9 +10,8 @@
 use super::Shared;
 use super::error::RuntimeError;
 use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
-use super::partial::PartialReply;
 use super::prompt;
-use crate::llm::{LlmError, LlmRequest, StreamEvent};
+use crate::llm::{LlmError, LlmRequest, PartialReply, StreamEvent};
 use crate::store::ConversationRecord;
 use crate::tools::{ToolContext, ToolOutput};
 use agentd_core::{
@@ -192,7 +191,7 @@ impl Actor {
             Input::Command(cmd) => self.command(cmd).await,
             Input::LlmStream { call, event } => {
                 if self.llm.as_ref().is_some_and(|f| f.call == call) {
-                    self.partial.apply(&event);
+                    self.partial.push(&event);
                     let kind = match event {
                         StreamEvent::TextDelta { index, text } => {
                             EventKind::TextDelta { index, text }
@@ -210,7 +209,7 @@ impl Actor {
                     return;
                 }
                 self.llm = None;
-                self.partial.clear();
+                self.partial = PartialReply::new();
                 let event = match result {
                     Ok(reply) => Event::LlmCompleted { reply },
                     Err(LlmError::Cancelled) => return,
@@ -373,7 +372,7 @@ impl Actor {
             kind: EventKind::Snapshot(Box::new(SnapshotData {
                 record: self.record.clone(),
                 messages,
-                partial: self.partial.blocks(),
+                partial: self.partial.clone().into_blocks(),
                 pending: self.pending_view.clone(),
                 clients,
                 your_client_id: client.id.clone(),
@@ -585,8 +584,7 @@ impl Actor {
                 None
             }
             Effect::AbortLlm => {
-                let partial = self.partial.blocks();
-                self.partial.clear();
+                let partial = std::mem::take(&mut self.partial).into_blocks();
                 if let Some(f) = self.llm.take() {
                     f.cancel.cancel();
                 }
@@ -722,7 +720,7 @@ impl Actor {
             call,
             cancel: cancel.clone(),
         });
-        self.partial.clear();
+        self.partial = PartialReply::new();
         self.emit(EventKind::ReplyBegin { attempt });
         let read_only = matches!(
             self.record.mode,

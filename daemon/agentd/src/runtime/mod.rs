@@ -9,7 +9,6 @@
 mod actor;
 pub mod error;
 pub mod events;
-mod partial;
 pub mod prompt;
 
 pub use actor::{HUB_CAPACITY, Subscription};
