@@ -1,4 +1,8 @@
-//! agent: the thin client (placeholder).
+//! `agent`: the thin terminal client of agentd (being built).
+
+pub mod cli;
+pub mod error;
+
 use std::process::ExitCode;
 
 /// Runs the client as the `agent` binary does.
