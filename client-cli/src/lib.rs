@@ -3,6 +3,7 @@
 pub mod cli;
 pub mod error;
 pub mod json;
+pub mod render;
 
 use std::process::ExitCode;
 
