@@ -1,7 +1,9 @@
 //! `agent`: the thin terminal client of agentd (being built).
 
 pub mod cli;
+pub mod connect;
 pub mod error;
+pub mod io;
 pub mod json;
 pub mod render;
 
