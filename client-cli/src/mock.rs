@@ -252,6 +252,10 @@ impl AgentService for Mock {
     }
 }
 
+fn lock_vec<T>(v: &Mutex<Vec<T>>) -> std::sync::MutexGuard<'_, Vec<T>> {
+    v.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub fn state(kind: pb::StateKind) -> pb::ConversationState {
     pb::ConversationState {
         kind: kind as i32,
@@ -259,11 +263,41 @@ pub fn state(kind: pb::StateKind) -> pb::ConversationState {
     }
 }
 
+fn serve(
+    socket: &std::path::Path,
+    state: Arc<Mutex<State>>,
+    attaches: mpsc::Sender<AttachCall>,
+    connections: Connections,
+) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::UnixListener::bind(socket).expect("bind");
+    let mock = Mock { state, attaches };
+    // Keep a handle on every connection so stop() can cut them like a crash.
+    let incoming = UnixListenerStream::new(listener).map(move |conn| {
+        let conn = conn?.into_std()?;
+        connections
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(conn.try_clone()?);
+        tokio::net::UnixStream::from_std(conn)
+    });
+    tokio::spawn(async move {
+        let _ = tonic::transport::Server::builder()
+            .add_service(AgentServiceServer::new(mock))
+            .serve_with_incoming(incoming)
+            .await;
+    })
+}
+
+type Connections = Arc<Mutex<Vec<std::os::unix::net::UnixStream>>>;
+
 /// A running mock daemon.
 pub struct Daemon {
     pub socket: PathBuf,
     pub state: Arc<Mutex<State>>,
     pub attaches: mpsc::Receiver<AttachCall>,
+    attach_tx: mpsc::Sender<AttachCall>,
+    server: tokio::task::JoinHandle<()>,
+    connections: Connections,
     _dir: tempfile::TempDir,
 }
 
@@ -271,24 +305,44 @@ impl Daemon {
     pub async fn start() -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agentd.sock");
-        let listener = tokio::net::UnixListener::bind(&socket).expect("bind");
-        let (tx, attaches) = mpsc::channel(8);
+        let (attach_tx, attaches) = mpsc::channel(8);
         let state = Arc::new(Mutex::new(State::default()));
-        let mock = Mock {
-            state: state.clone(),
-            attaches: tx,
-        };
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(AgentServiceServer::new(mock))
-                .serve_with_incoming(UnixListenerStream::new(listener)),
+        let connections = Connections::default();
+        let server = serve(
+            &socket,
+            state.clone(),
+            attach_tx.clone(),
+            connections.clone(),
         );
         Daemon {
             socket,
             state,
             attaches,
+            attach_tx,
+            server,
+            connections,
             _dir: dir,
         }
+    }
+
+    /// Stops serving, dropping every connection, as a crashed daemon would.
+    pub async fn stop(&mut self) {
+        self.server.abort();
+        let _ = (&mut self.server).await;
+        for conn in lock_vec(&self.connections).drain(..) {
+            let _ = conn.shutdown(std::net::Shutdown::Both);
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+
+    /// Serves again on the same socket, as a restarted daemon would.
+    pub fn restart(&mut self) {
+        self.server = serve(
+            &self.socket,
+            self.state.clone(),
+            self.attach_tx.clone(),
+            self.connections.clone(),
+        );
     }
 
     pub fn state(&self) -> std::sync::MutexGuard<'_, State> {

@@ -306,11 +306,7 @@ impl Session<'_> {
             | Code::Internal
             | Code::Cancelled
             | Code::Aborted => {
-                let why = if status.message().is_empty() {
-                    format!("{:?}", status.code())
-                } else {
-                    status.message().to_string()
-                };
+                let why = broken_reason(&status);
                 return Ok(StreamEnd::Broken { why, delivered });
             }
             _ => {}
@@ -684,6 +680,23 @@ impl Session<'_> {
             .error_line(text)
             .and_then(|()| self.render.flush())
             .map_err(|e| CliError::io("writing output", e))
+    }
+}
+
+/// Why a stream broke, for people: the daemon's own words when it said
+/// something (e.g. "shutting down"), not the transport's internals.
+fn broken_reason(status: &tonic::Status) -> String {
+    let message = status.message();
+    let internal = [
+        "h2 protocol error",
+        "transport error",
+        "error reading a body",
+        "connection reset",
+    ];
+    if message.is_empty() || internal.iter().any(|i| message.contains(i)) {
+        "connection lost".to_string()
+    } else {
+        message.to_string()
     }
 }
 

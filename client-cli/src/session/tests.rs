@@ -520,3 +520,49 @@ async fn json_mode_prints_one_object_per_event() {
     assert_eq!(lines[3]["state_changed"]["state"]["kind"], "idle");
     assert_eq!(err, format!("conversation {CONV_ID}\n"));
 }
+
+#[tokio::test]
+async fn a_daemon_restart_is_survived() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["attach", CONV_ID], false);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(
+        3,
+        snapshot(S::LlmRequesting, vec![user_text(1, "hi")], None),
+    )
+    .await;
+    call.send(4, delta("Hel")).await;
+    agent.wait_for_output("Hel").await;
+    // The daemon dies mid-reply; the client keeps trying; it comes back.
+    daemon.stop().await;
+    drop(call);
+    agent.wait_for_output("reconnecting…").await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    daemon.restart();
+    let mut call = daemon.attach_call().await;
+    let sub = call.subscribe().await;
+    assert_eq!(sub.after_seq, 4);
+    // A fresh snapshot (the daemon chose not to replay): only what is new is shown.
+    call.send(
+        6,
+        snapshot(
+            S::Idle,
+            vec![user_text(1, "hi"), assistant_text(2, "Hello.")],
+            None,
+        ),
+    )
+    .await;
+    agent.wait_for_output("Hello.").await;
+    let mut agent = agent;
+    agent.close_stdin();
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert!(
+        out.starts_with(&format!(
+            "conversation {CONV_ID} · thinking\n> hi\nHel\nreconnecting… (connection lost)\n"
+        )),
+        "{out}"
+    );
+    assert!(out.ends_with("reconnected\nHello.\n"), "{out}");
+}
