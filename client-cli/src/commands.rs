@@ -466,35 +466,4 @@ async fn import(ctx: &Ctx, file: Option<PathBuf>, io: &mut Io) -> Result<Exit, C
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn export_lines_parse_back_with_line_numbers_in_errors() {
-        let one = js::exported_conversation(&pb::ExportedConversation {
-            conversation: Some(pb::ConversationSummary {
-                id: "01A".into(),
-                ..Default::default()
-            }),
-            messages: vec![],
-        });
-        let text = format!("{one}\n\n{one}\n");
-        assert_eq!(parse_export(&text).unwrap().len(), 2);
-        let err = parse_export(&format!("{one}\n{{\"conversation\": 3}}\n")).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "line 2: conversation: expected an object, found a number"
-        );
-        let err = parse_export("nope").unwrap_err();
-        assert!(err.to_string().starts_with("line 1: not JSON: "), "{err}");
-    }
-
-    #[test]
-    fn client_names_say_who_and_where() {
-        let name = client_name();
-        assert!(
-            name.ends_with(&format!(":{}", std::process::id())),
-            "{name}"
-        );
-    }
-}
+mod tests;
