@@ -141,6 +141,10 @@ impl CliError {
             Code::NotFound if names(&message, "conversation") => {
                 CliError::UnknownConversation(id.to_string())
             }
+            // The daemon's own wording also lists some matches: keep it.
+            Code::InvalidArgument if message.starts_with("ambiguous conversation prefix") => {
+                CliError::Server(message)
+            }
             Code::InvalidArgument if message.to_lowercase().contains("ambiguous") => {
                 CliError::AmbiguousPrefix(id.to_string())
             }
@@ -205,6 +209,14 @@ mod tests {
             "01",
         );
         assert_eq!(e.to_string(), "ambiguous conversation prefix 01");
+        let e = CliError::conversation_status(
+            Status::invalid_argument("ambiguous conversation prefix 01 (matches 01A, 01B)"),
+            "01",
+        );
+        assert_eq!(
+            e.to_string(),
+            "ambiguous conversation prefix 01 (matches 01A, 01B)"
+        );
         let e = CliError::conversation_status(Status::failed_precondition("agent is busy"), "01");
         assert_eq!(e.to_string(), "agent is busy");
         let e =

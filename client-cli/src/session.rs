@@ -143,6 +143,7 @@ pub async fn run_session(
         own_client_id: String::new(),
         prompt: None,
         answered: None,
+        late_answer_reported: false,
         input_closed: false,
         interrupted: false,
         cancel_sent: false,
@@ -193,6 +194,8 @@ struct Session<'a> {
     prompt: Option<Prompt>,
     /// The answer this client sent and has not seen resolved: (request, decision).
     answered: Option<(String, Decision)>,
+    /// "Another client answered first" was said; the refusal that follows is not repeated.
+    late_answer_reported: bool,
     /// Lines from stdin are wanted (always for attach; for run once asked).
     reading_input: bool,
     input_closed: bool,
@@ -315,12 +318,7 @@ impl Session<'_> {
             // The daemon refused something this client sent (a late answer,
             // a message while busy): say so and carry on.
             let error = CliError::conversation_status(status, &self.config.conversation_id);
-            if let Some((_, decision)) = self.answered.take() {
-                self.show_error(&format!("answer \"{}\" refused: {error}", decision.label()))?;
-            } else {
-                self.unacked.pop_front();
-                self.show_error(&format!("message not sent: {error}"))?;
-            }
+            self.refused(&error.to_string())?;
             return Ok(StreamEnd::Resubscribe);
         }
         Err(CliError::conversation_status(
@@ -368,6 +366,9 @@ impl Session<'_> {
         }
         self.last_seq = self.last_seq.max(ev.seq);
         if let Event::Snapshot(s) = event {
+            // A snapshot is the new baseline, even if it is older than what
+            // was seen (a daemon that lost events must not be ignored forever).
+            self.last_seq = ev.seq;
             if let Some(c) = &s.conversation {
                 self.last_seq = self.last_seq.max(c.last_seq);
                 if !c.id.is_empty() {
@@ -375,6 +376,17 @@ impl Session<'_> {
                 }
             }
             self.own_client_id.clone_from(&s.your_client_id);
+        }
+        if let Event::Error(e) = event
+            && ev.seq == 0
+        {
+            // Sequence number 0: addressed to this client only, the refusal
+            // of something it sent.
+            if self.json_out.is_some() {
+                self.output(&ev)?;
+            }
+            self.refused(&e.message)?;
+            return Ok(self.finished(false));
         }
         self.output(&ev)?;
 
@@ -526,6 +538,24 @@ impl Session<'_> {
         ))
     }
 
+    /// The daemon refused a frame of this client's (it says so with an
+    /// error event of sequence number 0, or by ending the stream).
+    fn refused(&mut self, message: &str) -> Result<(), CliError> {
+        if let Some((_, decision)) = self.answered.take() {
+            self.show_error(&format!(
+                "answer \"{}\" refused: {message}",
+                decision.label()
+            ))
+        } else if std::mem::take(&mut self.late_answer_reported) {
+            // Already explained: another client answered first.
+            Ok(())
+        } else if self.unacked.pop_front().is_some() {
+            self.show_error(&format!("message not sent: {message}"))
+        } else {
+            self.show_error(message)
+        }
+    }
+
     fn permission_resolved(&mut self, p: &pb::PermissionResolved) -> Result<(), CliError> {
         if self
             .prompt
@@ -548,6 +578,7 @@ impl Session<'_> {
                 "your answer \"{}\" came too late: {who} answered first",
                 decision.label()
             ))?;
+            self.late_answer_reported = true;
         }
         Ok(())
     }

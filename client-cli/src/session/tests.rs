@@ -75,6 +75,13 @@ fn request(options: &[D]) -> pb::PermissionRequest {
     }
 }
 
+fn local_error(message: &str) -> E {
+    E::Error(pb::ErrorEvent {
+        message: message.into(),
+        kind: pb::ErrorKind::Unspecified as i32,
+    })
+}
+
 fn resolved(decision: D, client_id: &str, name: &str) -> E {
     E::PermissionResolved(pb::PermissionResolved {
         request_id: "req1".into(),
@@ -322,10 +329,18 @@ async fn a_late_answer_says_who_answered_first() {
     agent.type_line("n").await;
     assert!(matches!(call.frame().await, Frame::Answer(_)));
     call.send(5, resolved(D::AllowOnce, "c2", "bob")).await;
+    // The daemon's refusal of the late answer, to this client only.
+    call.send(
+        0,
+        local_error("permission request req1 is already answered"),
+    )
+    .await;
     call.send(6, changed(S::Idle)).await;
     let (_, out, _) = agent.finish().await;
     assert!(
-        out.contains("✗ your answer \"deny\" came too late: bob answered first"),
+        out.ends_with(
+            "  ⎿ allow once (answered by bob)\n✗ your answer \"deny\" came too late: bob answered first\n"
+        ),
         "{out}"
     );
 
@@ -565,4 +580,43 @@ async fn a_daemon_restart_is_survived() {
         "{out}"
     );
     assert!(out.ends_with("reconnected\nHello.\n"), "{out}");
+}
+
+#[tokio::test]
+async fn a_refused_message_is_reported_and_not_waited_for() {
+    let mut daemon = Daemon::start().await;
+    let mut agent = daemon.agent(&["attach", CONV_ID], false);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(3, snapshot(S::LlmRequesting, vec![], None)).await;
+    agent.type_line("more").await;
+    assert!(matches!(call.frame().await, Frame::Send(_)));
+    agent.close_stdin();
+    call.send(0, local_error("agent is busy")).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert!(
+        out.ends_with("✗ message not sent: agent is busy\n"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_snapshot_resets_the_sequence_baseline() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(50, delta("a")).await;
+    call.fail(Status::unavailable("restarting")).await;
+    let mut call = daemon.attach_call().await;
+    assert_eq!(call.subscribe().await.after_seq, 50);
+    // This daemon lost its numbering: a snapshot at 10, then 11.
+    let mut snap = snapshot(S::LlmRequesting, vec![user_text(1, "hi")], None);
+    if let E::Snapshot(s) = &mut snap {
+        s.conversation.as_mut().unwrap().last_seq = 10;
+    }
+    call.send(10, snap).await;
+    call.send(11, changed(S::Idle)).await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
 }
