@@ -79,7 +79,11 @@ async fn connect_or_start_with(
         Ok(client) => return Ok(client),
         Err(e) => e,
     };
-    if !autostart || !daemon_absent(&first, socket) {
+    let absent = daemon_absent(&first, socket);
+    if absent && !autostart {
+        return Err(CliError::NoDaemon(socket.to_path_buf()));
+    }
+    if !absent {
         return Err(CliError::Connect {
             socket: socket.to_path_buf(),
             why: error_chain(&first),
@@ -91,7 +95,7 @@ async fn connect_or_start_with(
     };
     let bin = find_binary().map_err(failed)?;
     let (mut child, log) = spawn_daemon(&bin, socket, pass_socket).map_err(failed)?;
-    let log_hint = log.map_or(String::new(), |l| format!(" (see {})", l.display()));
+    let log_hint = |log: &Option<DaemonLog>| log.as_ref().map_or(String::new(), DaemonLog::hint);
     let deadline = Instant::now() + AUTOSTART_WAIT;
     let mut delay = Duration::from_millis(25);
     loop {
@@ -107,13 +111,17 @@ async fn connect_or_start_with(
             if let Ok(client) = try_connect(socket).await {
                 return Ok(client);
             }
-            return Err(failed(format!("agentd exited ({status}){log_hint}")));
+            return Err(failed(format!(
+                "agentd exited ({status}){}",
+                log_hint(&log)
+            )));
         }
         if Instant::now() >= deadline {
             return Err(failed(format!(
-                "agentd did not answer within {} s: {}{log_hint}",
+                "agentd did not answer within {} s: {}{}",
                 AUTOSTART_WAIT.as_secs(),
-                error_chain(&last)
+                error_chain(&last),
+                log_hint(&log)
             )));
         }
         delay = (delay * 2).min(Duration::from_millis(400));
@@ -180,7 +188,7 @@ fn spawn_daemon(
     bin: &Path,
     socket: &Path,
     pass_socket: bool,
-) -> Result<(Child, Option<PathBuf>), String> {
+) -> Result<(Child, Option<DaemonLog>), String> {
     let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
     let mut command = Command::new(bin);
     if pass_socket {
@@ -202,8 +210,12 @@ fn spawn_daemon(
             .open(path)
             .ok()
     });
-    let (stdout, stderr, log_path) = match log.and_then(|f| Some((f.try_clone().ok()?, f))) {
-        Some((out, err)) => (Stdio::from(out), Stdio::from(err), log_path),
+    let (stdout, stderr, log) = match log.and_then(|f| Some((f.try_clone().ok()?, f))) {
+        Some((out, err)) => {
+            let start = err.metadata().map_or(0, |m| m.len());
+            let log = log_path.map(|path| DaemonLog { path, start });
+            (Stdio::from(out), Stdio::from(err), log)
+        }
         None => (Stdio::null(), Stdio::null(), None),
     };
     command
@@ -215,7 +227,29 @@ fn spawn_daemon(
     let child = command
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
-    Ok((child, log_path))
+    Ok((child, log))
+}
+
+/// The log a started daemon writes to, and where this start's output begins.
+struct DaemonLog {
+    path: PathBuf,
+    start: u64,
+}
+
+impl DaemonLog {
+    /// " (see PATH)", or ": LAST LINE (see PATH)" when this start logged something.
+    fn hint(&self) -> String {
+        let last = std::fs::read(&self.path).ok().and_then(|bytes| {
+            let new = bytes.get(usize::try_from(self.start).ok()?..)?;
+            let text = String::from_utf8_lossy(new);
+            let line = text.lines().rev().map(str::trim).find(|l| !l.is_empty())?;
+            Some(crate::render::one_line(line, 200))
+        });
+        match last {
+            Some(line) => format!(": {line} (see {})", self.path.display()),
+            None => format!(" (see {})", self.path.display()),
+        }
+    }
 }
 
 /// An error and its sources, `: `-separated, without repeats.
@@ -241,13 +275,17 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let socket = dir.path().join("none.sock");
         let err = connect_or_start(&socket, true, false).await.unwrap_err();
-        let text = err.to_string();
+        assert_eq!(
+            err.to_string(),
+            format!("no daemon at {} (autostart is off)", socket.display())
+        );
+        let err = connect(&socket).await.unwrap_err();
         assert!(
-            text.starts_with(&format!(
+            err.to_string().starts_with(&format!(
                 "cannot connect to agentd at {}: ",
                 socket.display()
             )),
-            "{text}"
+            "{err}"
         );
     }
 
@@ -258,16 +296,20 @@ mod tests {
         // A "daemon" that logs its arguments and exits at once.
         let fake = dir.path().join("fake-agentd");
         std::fs::write(&fake, "#!/bin/sh\necho started \"$@\"\nexit 3\n").unwrap();
+        let log_path = dir.path().join("run").join("agentd.log");
         std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
         FAKE.with(|f| *f.borrow_mut() = Some(fake.clone()));
         let err = connect_or_start_with(&socket, true, true, fake_binary).await;
         let text = err.unwrap_err().to_string();
-        assert!(
-            text.starts_with(&format!(
-                "no daemon at {} and autostart failed: agentd exited",
-                socket.display()
-            )),
-            "{text}"
+        assert_eq!(
+            text,
+            format!(
+                "no daemon at {} and autostart failed: agentd exited (exit status: 3): \
+                 started --socket {} (see {})",
+                socket.display(),
+                socket.display(),
+                log_path.display()
+            )
         );
         let log = std::fs::read_to_string(dir.path().join("run").join("agentd.log")).unwrap();
         assert_eq!(log, format!("started --socket {}\n", socket.display()));

@@ -51,6 +51,9 @@ pub enum CliError {
         /// Why the daemon could not be started or reached.
         why: String,
     },
+    /// Nothing answers on the socket and autostart is off.
+    #[error("no daemon at {} (autostart is off)", .0.display())]
+    NoDaemon(PathBuf),
     /// The socket exists but connecting failed for another reason (or
     /// autostart is off).
     #[error("cannot connect to agentd at {}: {why}", socket.display())]
@@ -112,6 +115,7 @@ impl CliError {
         match self {
             CliError::ContextExhausted(_) => Exit::ContextExhausted,
             CliError::AutostartFailed { .. }
+            | CliError::NoDaemon(_)
             | CliError::Connect { .. }
             | CliError::NoSocketPath(_)
             | CliError::UnknownConversation(_)

@@ -262,10 +262,9 @@ async fn no_daemon_and_no_autostart() {
     let (_int, int_rx) = tokio::sync::mpsc::channel(1);
     let (mut io, _) = Io::captured(lines_rx, false, int_rx);
     let err = execute(cli, &mut io).await.unwrap_err();
-    assert!(
-        err.to_string()
-            .starts_with(&format!("cannot connect to agentd at {}", socket.display())),
-        "{err}"
+    assert_eq!(
+        err.to_string(),
+        format!("no daemon at {} (autostart is off)", socket.display())
     );
 }
 
