@@ -127,6 +127,14 @@ impl<W: Write> Renderer<W> {
         self.line_open = false;
     }
 
+    /// The stream broke: deltas that were missed will not be replayed, so
+    /// the reply being streamed is shown whole when its message arrives.
+    pub fn stream_broken(&mut self) -> io::Result<()> {
+        self.end_line()?;
+        self.streamed_reply = false;
+        Ok(())
+    }
+
     /// Flushes the writer.
     pub fn flush(&mut self) -> io::Result<()> {
         self.out.flush()

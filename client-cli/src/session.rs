@@ -330,6 +330,9 @@ impl Session<'_> {
     /// Connects again with backoff. `Some` when the session ended meanwhile.
     async fn reconnect(&mut self, why: &str) -> Result<Option<Outcome>, CliError> {
         self.tx = None;
+        self.render
+            .stream_broken()
+            .map_err(|e| CliError::io("writing output", e))?;
         self.note(&format!("reconnecting… ({why})"))?;
         let give_up = Instant::now() + RECONNECT_WINDOW;
         let mut delay = RECONNECT_FIRST_DELAY;

@@ -426,6 +426,24 @@ async fn a_broken_stream_resumes_after_the_last_seq_without_duplicates() {
         out,
         "one \nreconnecting… (daemon restarting)\nreconnected\ntwo\n"
     );
+
+    // Deltas missed during the break are not replayed: the durable
+    // message then shows the whole reply.
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(4, delta("Hel")).await;
+    call.fail(Status::unavailable("daemon restarting")).await;
+    let mut call = daemon.attach_call().await;
+    assert_eq!(call.subscribe().await.after_seq, 4);
+    call.send(0, E::Resumed(pb::Resumed { after_seq: 4 })).await;
+    call.send(6, appended(assistant_text(2, "Hello world")))
+        .await;
+    call.send(7, changed(S::Idle)).await;
+    let (_, out, _) = agent.finish().await;
+    assert_eq!(
+        out,
+        "Hel\nreconnecting… (daemon restarting)\nreconnected\nHello world\n"
+    );
 }
 
 #[tokio::test]
