@@ -23,16 +23,22 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub struct Cli {
     /// The daemon's Unix socket [default: $XDG_RUNTIME_DIR/agentd/agentd.sock,
     /// else ~/.local/state/agentd/run/agentd.sock]
-    #[arg(long, global = true, env = "AGENTD_SOCKET", value_name = "PATH")]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTD_SOCKET",
+        value_name = "PATH",
+        help_heading = "Global options"
+    )]
     pub socket: Option<PathBuf>,
 
     /// Machine-readable output: JSON (streaming commands print one object per
     /// event per line)
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
 
     /// Do not start agentd when no daemon answers on the socket
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = "Global options")]
     pub no_autostart: bool,
 
     /// What to do.

@@ -434,6 +434,10 @@ async fn import(ctx: &Ctx, file: Option<PathBuf>, io: &mut Io) -> Result<Exit, C
         .map_or("stdin".to_string(), |f| f.display().to_string());
     let text = text.map_err(|e| CliError::io(format!("reading {name}"), e))?;
     let conversations = parse_export(&text).map_err(|e| CliError::Input(format!("{name}: {e}")))?;
+    if conversations.is_empty() {
+        // An empty backup (from a daemon with nothing in it) restores nothing.
+        return report_import(ctx, io, 0, &[]);
+    }
     let response = ctx
         .client()
         .await?
@@ -441,24 +445,24 @@ async fn import(ctx: &Ctx, file: Option<PathBuf>, io: &mut Io) -> Result<Exit, C
         .await
         .map_err(CliError::status)?
         .into_inner();
+    report_import(ctx, io, response.imported, &response.skipped_ids)
+}
+
+fn report_import(
+    ctx: &Ctx,
+    io: &mut Io,
+    imported: u64,
+    skipped: &[String],
+) -> Result<Exit, CliError> {
     if ctx.json {
-        print_json(
-            io,
-            &json!({"imported": response.imported, "skipped_ids": response.skipped_ids}),
-        )?;
+        print_json(io, &json!({"imported": imported, "skipped_ids": skipped}))?;
     } else {
-        let plural = if response.imported == 1 { "" } else { "s" };
-        print_line(
-            io,
-            &format!("imported {} conversation{plural}", response.imported),
-        )?;
-        if !response.skipped_ids.is_empty() {
+        let plural = if imported == 1 { "" } else { "s" };
+        print_line(io, &format!("imported {imported} conversation{plural}"))?;
+        if !skipped.is_empty() {
             print_line(
                 io,
-                &format!(
-                    "skipped (already present): {}",
-                    response.skipped_ids.join(", ")
-                ),
+                &format!("skipped (already present): {}", skipped.join(", ")),
             )?;
         }
     }
