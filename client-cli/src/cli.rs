@@ -398,8 +398,23 @@ pub fn parse_typed_answer(line: &str, offered: &[Decision]) -> Result<TypedAnswe
     }
     let feedback = match decision {
         Decision::DenyAndStop if !rest.is_empty() => Some(rest.to_string()),
-        Decision::DenyAndStop
-        | Decision::AllowOnce
+        Decision::DenyAndStop => None,
+        // A sentence that happens to start with "yes" or "no" is more likely a
+        // message typed as the request arrived than an answer.
+        Decision::AllowOnce
+        | Decision::AllowAlways
+        | Decision::Deny
+        | Decision::Never
+        | Decision::Background
+            if !rest.is_empty() =>
+        {
+            return Err(format!(
+                "to {}, type just `{}`",
+                decision.label(),
+                decision.key()
+            ));
+        }
+        Decision::AllowOnce
         | Decision::AllowAlways
         | Decision::Deny
         | Decision::Never
@@ -616,8 +631,11 @@ mod tests {
                 feedback: Some("use git mv instead".to_string())
             }
         );
-        // Feedback only means something for deny-and-stop.
-        assert_eq!(ok("n because").feedback, None);
+        // Only deny-and-stop takes words after the key.
+        assert_eq!(
+            parse_typed_answer("yes please do it", &all).unwrap_err(),
+            "to allow once, type just `y`"
+        );
         assert!(parse_typed_answer("", &all).is_err());
         assert!(parse_typed_answer("x", &all).is_err());
         let no_bg = offered_decisions(&[
