@@ -1,8 +1,79 @@
-//! agent: the thin client (placeholder).
-use std::process::ExitCode;
+//! `agent`: the thin terminal client of agentd.
+//!
+//! The daemon owns every conversation, background shell and bit of state;
+//! this crate only speaks its gRPC protocol (crate `agent-proto`, never the
+//! daemon's own crates) over a Unix socket and renders what comes back.
+//!
+//! Layout:
+//! - [`cli`]: the clap command line (parsing only), decisions and modes.
+//! - [`commands`]: one function per subcommand; [`execute`] dispatches.
+//! - [`session`]: the live Attach stream behind `run` and `attach`: rendering,
+//!   permission prompts, stdin, Ctrl-C, reconnection without duplicates.
+//! - [`connect`]: the Unix-socket channel and daemon autostart.
+//! - [`render`]: human output into any `impl Write` (events, transcripts,
+//!   permission prompts, tables).
+//! - [`json`]: the hand-written JSON mapping of the wire types (`--json`,
+//!   `export`/`import`).
+//! - [`io`]: stdin/stdout/stderr/Ctrl-C behind one struct, so tests can drive
+//!   the client in-process.
+//! - [`error`]: [`CliError`] (one line per failure) and [`Exit`] statuses.
 
-/// Runs the client as the `agent` binary does.
+pub mod cli;
+pub mod commands;
+pub mod connect;
+pub mod error;
+pub mod io;
+pub mod json;
+#[cfg(test)]
+mod mock;
+pub mod render;
+pub mod session;
+
+use std::io::Write;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+
+pub use cli::Cli;
+pub use commands::{client_name, execute};
+pub use connect::{Client, connect, connect_or_start};
+pub use error::{CliError, Exit};
+pub use io::Io;
+
+/// Runs the client as the `agent` binary does: parses the process's
+/// arguments, runs the command on a fresh tokio runtime, prints a failure as
+/// one `agent: <message>` line on stderr, and returns the exit status
+/// (0 ok, 1 error, 2 usage, 3 context exhausted, 130 interrupted).
 pub fn main() -> ExitCode {
-    eprintln!("agent: not built yet");
-    ExitCode::FAILURE
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout with status 0; mistakes to stderr with 2.
+            let _ = e.print();
+            return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(Exit::Usage.code()));
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("agent: cannot start the async runtime: {e}");
+            return Exit::Error.into();
+        }
+    };
+    let mut io = Io::stdio();
+    let result = runtime.block_on(execute(cli, &mut io));
+    // A thread blocked reading the terminal must not hold the exit up.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    match result {
+        Ok(exit) => exit.into(),
+        Err(e) => {
+            let _ = io.out.flush();
+            eprintln!("agent: {e}");
+            e.exit().into()
+        }
+    }
 }

@@ -1,0 +1,652 @@
+//! The command line: every flag and subcommand of `agent`, as clap types.
+//!
+//! Parsing is kept apart from running so it can be tested with
+//! `Cli::try_parse_from` and reused by tests that drive the client in-process.
+
+use std::path::PathBuf;
+
+use agent_proto::v1::{PermissionDecision, PermissionMode};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// `agent`: the terminal client of agentd, the coding-agent daemon.
+#[derive(Debug, Parser)]
+#[command(
+    name = "agent",
+    version,
+    about = "Terminal client of agentd, the coding-agent daemon",
+    long_about = "Terminal client of agentd, the coding-agent daemon.\n\n\
+        The daemon owns every conversation and background shell; `agent` only talks to it.\n\
+        Closing a terminal loses nothing: `agent attach ID` joins again later.\n\
+        Conversation ids may be abbreviated to any unique prefix.",
+    after_help = "Exit status: 0 ok, 1 error, 2 usage, 3 context window exhausted, 130 interrupted."
+)]
+pub struct Cli {
+    /// The daemon's Unix socket [default: $XDG_RUNTIME_DIR/agentd/agentd.sock,
+    /// else ~/.local/state/agentd/run/agentd.sock]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENTD_SOCKET",
+        value_name = "PATH",
+        help_heading = "Global options"
+    )]
+    pub socket: Option<PathBuf>,
+
+    /// Machine-readable output: JSON (streaming commands print one object per
+    /// event per line)
+    #[arg(long, global = true, help_heading = "Global options")]
+    pub json: bool,
+
+    /// Do not start agentd when no daemon answers on the socket
+    #[arg(long, global = true, help_heading = "Global options")]
+    pub no_autostart: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start a new conversation with PROMPT and stream it until the turn ends
+    ///
+    /// Prints the conversation id on stderr first, so another terminal can
+    /// `agent attach` to it. Ctrl-C cancels the turn (a second Ctrl-C quits at
+    /// once). Exits 0 when the agent is idle again, 1 when the turn failed, 3
+    /// when the context window is exhausted, 130 when interrupted.
+    Run(RunArgs),
+
+    /// Join a live conversation: show it, stream it, chat with it
+    ///
+    /// Prints the transcript, the reply being streamed and any pending
+    /// permission request, then live events. Each line typed on stdin is sent
+    /// as a user message (while a permission request is pending, the next line
+    /// answers it). Ctrl-D detaches; the conversation goes on. Ctrl-C cancels
+    /// the turn in flight, or detaches when the agent is idle.
+    Attach(AttachArgs),
+
+    /// Send a user message to a conversation (starts a turn)
+    Send {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The message; several words are joined with spaces
+        #[arg(value_name = "TEXT", required = true, num_args = 1..)]
+        text: Vec<String>,
+    },
+
+    /// Cancel the turn in flight, if any
+    Cancel {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+
+    /// List conversations, newest first
+    Ls,
+
+    /// Print a conversation's transcript
+    Show {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+
+    /// Answer a conversation's pending permission request (for scripts)
+    Answer(AnswerArgs),
+
+    /// List background shells, read their output, kill them
+    Shells(ShellsArgs),
+
+    /// Write conversations as JSON lines (one conversation per line) to stdout
+    Export {
+        /// Conversation ids or unique prefixes [default: all]
+        #[arg(value_name = "ID")]
+        ids: Vec<String>,
+    },
+
+    /// Restore conversations written by `agent export`
+    Import {
+        /// A JSON-lines file, or `-` for stdin [default: -]
+        #[arg(value_name = "FILE")]
+        file: Option<PathBuf>,
+    },
+}
+
+/// `agent run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Working directory of the conversation [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+
+    /// Model to use [default: the daemon's]
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+
+    /// Permission mode [default: the daemon's]
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<Mode>,
+
+    /// Extra permission rule for this conversation, e.g. 'bash(cargo test:*)'
+    /// or 'write(src/**)' (repeatable)
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+
+    /// DANGEROUS: answer "allow once" to every permission request, so the
+    /// agent may run any command and change any file without asking
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+
+    /// The first message; several words are joined with spaces
+    #[arg(value_name = "PROMPT", required = true, num_args = 1..)]
+    pub prompt: Vec<String>,
+}
+
+/// `agent attach`.
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    /// DANGEROUS: answer "allow once" to every permission request this client
+    /// sees, so the agent may run any command and change any file without asking
+    #[arg(long, short = 'y')]
+    pub yes: bool,
+
+    /// Conversation id or unique prefix
+    #[arg(value_name = "ID")]
+    pub id: String,
+}
+
+/// `agent answer`.
+#[derive(Debug, Args)]
+pub struct AnswerArgs {
+    /// Conversation id or unique prefix
+    #[arg(value_name = "ID")]
+    pub id: String,
+
+    /// The decision
+    #[arg(value_name = "DECISION")]
+    pub decision: Decision,
+
+    /// With deny_and_stop: what the agent should do instead (sent as the next
+    /// user message)
+    #[arg(long, value_name = "TEXT")]
+    pub feedback: Option<String>,
+
+    /// With allow_always / never: the rule applies to every conversation in
+    /// the same working directory, not just this one
+    #[arg(long)]
+    pub always_project: bool,
+}
+
+/// `agent shells`.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct ShellsArgs {
+    /// `output` or `kill`; without one, lists shells.
+    #[command(subcommand)]
+    pub command: Option<ShellsCommand>,
+
+    /// List the shells of every conversation (the default without CONVERSATION)
+    #[arg(long, conflicts_with = "conversation")]
+    pub all: bool,
+
+    /// Only the shells of this conversation (id or unique prefix)
+    #[arg(value_name = "CONVERSATION")]
+    pub conversation: Option<String>,
+}
+
+/// `agent shells output|kill`.
+#[derive(Debug, Subcommand)]
+pub enum ShellsCommand {
+    /// Write a shell's output (raw bytes) to stdout
+    Output {
+        /// Shell id
+        #[arg(value_name = "SHELL_ID")]
+        shell_id: String,
+        /// Keep streaming until the shell exits
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// Start at this byte offset
+        #[arg(long, value_name = "OFFSET", default_value_t = 0)]
+        from: u64,
+    },
+    /// Kill a shell and its whole process group
+    Kill {
+        /// Shell id
+        #[arg(value_name = "SHELL_ID")]
+        shell_id: String,
+    },
+}
+
+/// A permission mode, as typed on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Mode {
+    /// Mutating tools are not offered; the agent may ask to upgrade
+    #[value(name = "read_only", alias = "read-only")]
+    ReadOnly,
+    /// Read-only tools run; others ask unless a rule allows them
+    #[value(name = "default")]
+    Default,
+    /// Like default, but file edits inside the working directory are allowed
+    #[value(name = "accept_edits", alias = "accept-edits")]
+    AcceptEdits,
+    /// Planning: like read_only, and the agent is told to plan
+    #[value(name = "plan")]
+    Plan,
+    /// Nothing asks (only if the daemon was started with --allow-bypass)
+    #[value(name = "bypass")]
+    Bypass,
+}
+
+impl Mode {
+    /// The wire value.
+    pub fn to_proto(self) -> PermissionMode {
+        match self {
+            Mode::ReadOnly => PermissionMode::ReadOnly,
+            Mode::Default => PermissionMode::Default,
+            Mode::AcceptEdits => PermissionMode::AcceptEdits,
+            Mode::Plan => PermissionMode::Plan,
+            Mode::Bypass => PermissionMode::Bypass,
+        }
+    }
+}
+
+/// A permission decision, as typed on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Decision {
+    /// Run this call once
+    #[value(name = "allow_once", alias = "allow-once")]
+    AllowOnce,
+    /// Run it and add a rule so it is not asked again
+    #[value(name = "allow_always", alias = "allow-always")]
+    AllowAlways,
+    /// Do not run it; the agent is told and continues
+    #[value(name = "deny")]
+    Deny,
+    /// Do not run it and stop the turn (--feedback becomes the next message)
+    #[value(name = "deny_and_stop", alias = "deny-and-stop")]
+    DenyAndStop,
+    /// Do not run it and add a deny rule
+    #[value(name = "never")]
+    Never,
+    /// bash only: run the command as a background shell
+    #[value(name = "background")]
+    Background,
+}
+
+impl Decision {
+    /// The wire value.
+    pub fn to_proto(self) -> PermissionDecision {
+        match self {
+            Decision::AllowOnce => PermissionDecision::AllowOnce,
+            Decision::AllowAlways => PermissionDecision::AllowAlways,
+            Decision::Deny => PermissionDecision::Deny,
+            Decision::DenyAndStop => PermissionDecision::DenyAndStop,
+            Decision::Never => PermissionDecision::Never,
+            Decision::Background => PermissionDecision::Background,
+        }
+    }
+
+    /// The decision a wire value names, if it is one a person can give.
+    pub fn from_proto(decision: PermissionDecision) -> Option<Self> {
+        match decision {
+            PermissionDecision::AllowOnce => Some(Decision::AllowOnce),
+            PermissionDecision::AllowAlways => Some(Decision::AllowAlways),
+            PermissionDecision::Deny => Some(Decision::Deny),
+            PermissionDecision::DenyAndStop => Some(Decision::DenyAndStop),
+            PermissionDecision::Never => Some(Decision::Never),
+            PermissionDecision::Background => Some(Decision::Background),
+            PermissionDecision::Unspecified | PermissionDecision::Cancelled => None,
+        }
+    }
+
+    /// Every decision, in the order the prompt lists them.
+    pub const ALL: [Decision; 6] = [
+        Decision::AllowOnce,
+        Decision::AllowAlways,
+        Decision::Deny,
+        Decision::DenyAndStop,
+        Decision::Never,
+        Decision::Background,
+    ];
+
+    /// The key that picks it at the interactive prompt.
+    pub fn key(self) -> char {
+        match self {
+            Decision::AllowOnce => 'y',
+            Decision::AllowAlways => 'a',
+            Decision::Deny => 'n',
+            Decision::DenyAndStop => 's',
+            Decision::Never => 'v',
+            Decision::Background => 'b',
+        }
+    }
+
+    /// The prompt's label for it.
+    pub fn label(self) -> &'static str {
+        match self {
+            Decision::AllowOnce => "allow once",
+            Decision::AllowAlways => "allow always",
+            Decision::Deny => "deny",
+            Decision::DenyAndStop => "deny and stop",
+            Decision::Never => "never",
+            Decision::Background => "background",
+        }
+    }
+
+    /// The command-line name (`allow_once`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Decision::AllowOnce => "allow_once",
+            Decision::AllowAlways => "allow_always",
+            Decision::Deny => "deny",
+            Decision::DenyAndStop => "deny_and_stop",
+            Decision::Never => "never",
+            Decision::Background => "background",
+        }
+    }
+}
+
+/// A line typed at the permission prompt, understood.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TypedAnswer {
+    /// The decision.
+    pub decision: Decision,
+    /// Feedback typed on the same line after `s` (deny and stop).
+    pub feedback: Option<String>,
+}
+
+/// Parses a line typed at the permission prompt: a key (`y`, `a`, `n`, `s`,
+/// `v`, `b`) or a decision name (`allow_once`, `deny`, ...), and for deny and
+/// stop optionally the feedback after it on the same line (`s use git mv`).
+/// `offered` is the request's list of options; an empty list offers all but
+/// background.
+pub fn parse_typed_answer(line: &str, offered: &[Decision]) -> Result<TypedAnswer, String> {
+    let line = line.trim();
+    let (word, rest) = match line.split_once(char::is_whitespace) {
+        Some((word, rest)) => (word, rest.trim()),
+        None => (line, ""),
+    };
+    let word = word.to_lowercase().replace('-', "_");
+    let decision = match word.as_str() {
+        "y" | "yes" | "allow" | "allow_once" | "once" => Decision::AllowOnce,
+        "a" | "always" | "allow_always" => Decision::AllowAlways,
+        "n" | "no" | "deny" => Decision::Deny,
+        "s" | "stop" | "deny_and_stop" => Decision::DenyAndStop,
+        "v" | "never" => Decision::Never,
+        "b" | "bg" | "background" => Decision::Background,
+        "" => return Err("type one of the keys in brackets".to_string()),
+        other => {
+            return Err(format!(
+                "`{other}` is not an answer; type one of the keys in brackets"
+            ));
+        }
+    };
+    let offered_all;
+    let offered = if offered.is_empty() {
+        offered_all = default_options();
+        &offered_all[..]
+    } else {
+        offered
+    };
+    if !offered.contains(&decision) {
+        return Err(format!(
+            "{} is not offered for this request",
+            decision.label()
+        ));
+    }
+    let feedback = match decision {
+        Decision::DenyAndStop if !rest.is_empty() => Some(rest.to_string()),
+        Decision::DenyAndStop => None,
+        // A sentence that happens to start with "yes" or "no" is more likely a
+        // message typed as the request arrived than an answer.
+        Decision::AllowOnce
+        | Decision::AllowAlways
+        | Decision::Deny
+        | Decision::Never
+        | Decision::Background
+            if !rest.is_empty() =>
+        {
+            return Err(format!(
+                "to {}, type just `{}`",
+                decision.label(),
+                decision.key()
+            ));
+        }
+        Decision::AllowOnce
+        | Decision::AllowAlways
+        | Decision::Deny
+        | Decision::Never
+        | Decision::Background => None,
+    };
+    Ok(TypedAnswer { decision, feedback })
+}
+
+/// The options shown when a request lists none.
+pub fn default_options() -> Vec<Decision> {
+    Decision::ALL
+        .into_iter()
+        .filter(|d| *d != Decision::Background)
+        .collect()
+}
+
+/// The decisions a request offers, in prompt order.
+pub fn offered_decisions(options: &[i32]) -> Vec<Decision> {
+    let offered: Vec<Decision> = options
+        .iter()
+        .filter_map(|o| PermissionDecision::try_from(*o).ok())
+        .filter_map(Decision::from_proto)
+        .collect();
+    if offered.is_empty() {
+        return default_options();
+    }
+    Decision::ALL
+        .into_iter()
+        .filter(|d| offered.contains(d))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+    use std::path::Path;
+
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from(std::iter::once("agent").chain(args.iter().copied()))
+    }
+
+    #[test]
+    fn the_command_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn run_takes_flags_and_joins_the_prompt() {
+        let cli = parse(&[
+            "run",
+            "--cwd",
+            "/tmp",
+            "--model",
+            "m1",
+            "--mode",
+            "accept_edits",
+            "--allow",
+            "bash(git status)",
+            "--allow",
+            "write(src/**)",
+            "--yes",
+            "fix",
+            "the",
+            "test",
+        ])
+        .unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.cwd, Some(PathBuf::from("/tmp")));
+        assert_eq!(run.model.as_deref(), Some("m1"));
+        assert_eq!(run.mode, Some(Mode::AcceptEdits));
+        assert_eq!(run.allow, vec!["bash(git status)", "write(src/**)"]);
+        assert!(run.yes);
+        assert_eq!(run.prompt.join(" "), "fix the test");
+    }
+
+    #[test]
+    fn run_needs_a_prompt_and_a_known_mode() {
+        assert_eq!(
+            parse(&["run"]).unwrap_err().kind(),
+            clap::error::ErrorKind::MissingRequiredArgument
+        );
+        assert_eq!(
+            parse(&["run", "--mode", "yolo", "x"]).unwrap_err().kind(),
+            clap::error::ErrorKind::InvalidValue
+        );
+        let cli = parse(&["run", "--mode", "read-only", "x"]).unwrap();
+        let Command::Run(run) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.mode, Some(Mode::ReadOnly));
+    }
+
+    #[test]
+    fn global_flags_go_anywhere() {
+        let cli = parse(&["ls", "--json", "--socket", "/s.sock", "--no-autostart"]).unwrap();
+        assert!(cli.json && cli.no_autostart);
+        assert_eq!(cli.socket, Some(PathBuf::from("/s.sock")));
+        assert!(matches!(cli.command, Command::Ls));
+        let cli = parse(&["--json", "show", "01AB"]).unwrap();
+        assert!(cli.json);
+        assert!(matches!(cli.command, Command::Show { id } if id == "01AB"));
+    }
+
+    #[test]
+    fn answer_parses_decisions() {
+        let cli = parse(&[
+            "answer",
+            "01AB",
+            "deny_and_stop",
+            "--feedback",
+            "use git mv",
+        ])
+        .unwrap();
+        let Command::Answer(a) = cli.command else {
+            panic!("not answer")
+        };
+        assert_eq!(a.decision, Decision::DenyAndStop);
+        assert_eq!(a.feedback.as_deref(), Some("use git mv"));
+        assert!(!a.always_project);
+        for d in Decision::ALL {
+            let cli = parse(&["answer", "x", d.name(), "--always-project"]).unwrap();
+            let Command::Answer(a) = cli.command else {
+                panic!("not answer")
+            };
+            assert_eq!(a.decision, d);
+            assert!(a.always_project);
+            assert_eq!(Decision::from_proto(d.to_proto()), Some(d));
+        }
+        assert!(parse(&["answer", "x", "maybe"]).is_err());
+        assert!(parse(&["answer", "x", "allow-once"]).is_ok());
+    }
+
+    #[test]
+    fn shells_lists_reads_and_kills() {
+        let cli = parse(&["shells"]).unwrap();
+        let Command::Shells(s) = cli.command else {
+            panic!("not shells")
+        };
+        assert!(s.command.is_none() && !s.all && s.conversation.is_none());
+
+        let cli = parse(&["shells", "--all"]).unwrap();
+        let Command::Shells(s) = cli.command else {
+            panic!("not shells")
+        };
+        assert!(s.all);
+
+        let cli = parse(&["shells", "01AB"]).unwrap();
+        let Command::Shells(s) = cli.command else {
+            panic!("not shells")
+        };
+        assert_eq!(s.conversation.as_deref(), Some("01AB"));
+        assert!(parse(&["shells", "--all", "01AB"]).is_err());
+
+        let cli = parse(&["shells", "output", "sh1", "--follow", "--from", "42"]).unwrap();
+        let Command::Shells(s) = cli.command else {
+            panic!("not shells")
+        };
+        assert!(matches!(
+            s.command,
+            Some(ShellsCommand::Output { shell_id, follow: true, from: 42 }) if shell_id == "sh1"
+        ));
+
+        let cli = parse(&["shells", "kill", "sh1"]).unwrap();
+        let Command::Shells(s) = cli.command else {
+            panic!("not shells")
+        };
+        assert!(matches!(s.command, Some(ShellsCommand::Kill { shell_id }) if shell_id == "sh1"));
+    }
+
+    #[test]
+    fn export_import_send_cancel_attach() {
+        let cli = parse(&["export"]).unwrap();
+        assert!(matches!(cli.command, Command::Export { ids } if ids.is_empty()));
+        let cli = parse(&["export", "01A", "01B"]).unwrap();
+        assert!(matches!(cli.command, Command::Export { ids } if ids.len() == 2));
+        let cli = parse(&["import"]).unwrap();
+        assert!(matches!(cli.command, Command::Import { file: None }));
+        let cli = parse(&["import", "-"]).unwrap();
+        assert!(matches!(cli.command, Command::Import { file: Some(f) } if f == Path::new("-")));
+        let cli = parse(&["send", "01A", "hello", "there"]).unwrap();
+        assert!(
+            matches!(cli.command, Command::Send { id, text } if id == "01A" && text.len() == 2)
+        );
+        assert!(parse(&["send", "01A"]).is_err());
+        let cli = parse(&["cancel", "01A"]).unwrap();
+        assert!(matches!(cli.command, Command::Cancel { id } if id == "01A"));
+        let cli = parse(&["attach", "--yes", "01A"]).unwrap();
+        assert!(matches!(cli.command, Command::Attach(a) if a.yes && a.id == "01A"));
+        assert_eq!(
+            parse(&["frobnicate"]).unwrap_err().kind(),
+            clap::error::ErrorKind::InvalidSubcommand
+        );
+    }
+
+    #[test]
+    fn typed_answers() {
+        let all = Decision::ALL.to_vec();
+        let ok = |line: &str| parse_typed_answer(line, &all).unwrap();
+        assert_eq!(ok("y").decision, Decision::AllowOnce);
+        assert_eq!(ok(" Y ").decision, Decision::AllowOnce);
+        assert_eq!(ok("a").decision, Decision::AllowAlways);
+        assert_eq!(ok("n").decision, Decision::Deny);
+        assert_eq!(ok("v").decision, Decision::Never);
+        assert_eq!(ok("b").decision, Decision::Background);
+        assert_eq!(ok("allow-always").decision, Decision::AllowAlways);
+        assert_eq!(ok("deny_and_stop").feedback, None);
+        assert_eq!(
+            ok("s  use git mv instead "),
+            TypedAnswer {
+                decision: Decision::DenyAndStop,
+                feedback: Some("use git mv instead".to_string())
+            }
+        );
+        // Only deny-and-stop takes words after the key.
+        assert_eq!(
+            parse_typed_answer("yes please do it", &all).unwrap_err(),
+            "to allow once, type just `y`"
+        );
+        assert!(parse_typed_answer("", &all).is_err());
+        assert!(parse_typed_answer("x", &all).is_err());
+        let no_bg = offered_decisions(&[
+            PermissionDecision::AllowOnce as i32,
+            PermissionDecision::Deny as i32,
+        ]);
+        assert_eq!(no_bg, vec![Decision::AllowOnce, Decision::Deny]);
+        assert!(parse_typed_answer("b", &no_bg).is_err());
+        // A request that lists nothing offers everything but background.
+        assert_eq!(offered_decisions(&[]), default_options());
+        assert!(parse_typed_answer("b", &[]).is_err());
+        assert!(parse_typed_answer("a", &[]).is_ok());
+    }
+}

@@ -1,0 +1,473 @@
+//! One function per subcommand. Each checks its own input first (so a typo
+//! does not start a daemon), then connects, calls the daemon, and prints.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use agent_proto::v1 as pb;
+use serde_json::{Value, json};
+
+use crate::cli::{AnswerArgs, AttachArgs, Cli, Command, RunArgs, ShellsArgs, ShellsCommand};
+use crate::connect::{Client, connect_or_start, socket_path};
+use crate::error::{CliError, Exit};
+use crate::io::Io;
+use crate::json as js;
+use crate::render::{Renderer, conversation_table, shell_table};
+use crate::session::{SessionConfig, SessionKind, run_session};
+
+/// Runs a parsed command line against the daemon, printing through `io`.
+pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
+    let ctx = Ctx {
+        socket: socket_path(cli.socket.as_deref())?,
+        pass_socket: cli.socket.is_some(),
+        autostart: !cli.no_autostart,
+        json: cli.json,
+    };
+    match cli.command {
+        Command::Run(args) => run(&ctx, args, io).await,
+        Command::Attach(args) => attach(&ctx, args, io).await,
+        Command::Send { id, text } => send(&ctx, id, text.join(" "), io).await,
+        Command::Cancel { id } => cancel(&ctx, id, io).await,
+        Command::Ls => ls(&ctx, io).await,
+        Command::Show { id } => show(&ctx, id, io).await,
+        Command::Answer(args) => answer(&ctx, args, io).await,
+        Command::Shells(args) => shells(&ctx, args, io).await,
+        Command::Export { ids } => export(&ctx, ids, io).await,
+        Command::Import { file } => import(&ctx, file, io).await,
+    }
+}
+
+/// What every command needs to reach the daemon.
+struct Ctx {
+    socket: PathBuf,
+    pass_socket: bool,
+    autostart: bool,
+    json: bool,
+}
+
+impl Ctx {
+    async fn client(&self) -> Result<Client, CliError> {
+        connect_or_start(&self.socket, self.pass_socket, self.autostart).await
+    }
+}
+
+fn out_err(e: std::io::Error) -> CliError {
+    CliError::io("writing output", e)
+}
+
+fn print_json(io: &mut Io, value: &Value) -> Result<(), CliError> {
+    writeln!(io.out, "{value}")
+        .and_then(|()| io.out.flush())
+        .map_err(out_err)
+}
+
+fn print_line(io: &mut Io, text: &str) -> Result<(), CliError> {
+    writeln!(io.out, "{text}")
+        .and_then(|()| io.out.flush())
+        .map_err(out_err)
+}
+
+/// This client's name as the other clients see it: `user@host:pid`.
+pub fn client_name() -> String {
+    let pid = std::process::id();
+    let user = std::env::var("USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .or_else(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.name)
+        });
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .filter(|h| !h.is_empty());
+    match (user, host) {
+        (Some(user), Some(host)) => format!("{user}@{host}:{pid}"),
+        (Some(user), None) => format!("{user}:{pid}"),
+        (None, _) => format!("agent-{pid}"),
+    }
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
+    let cwd = match args.cwd {
+        Some(dir) => dir,
+        None => std::env::current_dir().map_err(|e| CliError::io("current directory", e))?,
+    };
+    let cwd = cwd
+        .canonicalize()
+        .map_err(|e| CliError::io(format!("working directory {}", cwd.display()), e))?;
+    if !cwd.is_dir() {
+        return Err(CliError::Input(format!(
+            "{} is not a directory",
+            cwd.display()
+        )));
+    }
+    let cwd = cwd
+        .to_str()
+        .ok_or_else(|| {
+            CliError::Input(format!("working directory {} is not UTF-8", cwd.display()))
+        })?
+        .to_string();
+    let prompt = args.prompt.join(" ");
+    if prompt.trim().is_empty() {
+        return Err(CliError::Input("the prompt is empty".to_string()));
+    }
+    let mut client = ctx.client().await?;
+    let created = client
+        .create_conversation(pb::CreateConversationRequest {
+            cwd,
+            model: args.model.unwrap_or_default(),
+            prompt: prompt.clone(),
+            mode: args.mode.map_or(0, |m| m.to_proto() as i32),
+            allow_rules: args.allow,
+            additional_dirs: Vec::new(),
+        })
+        .await
+        .map_err(CliError::status)?
+        .into_inner();
+    let conversation = created
+        .conversation
+        .ok_or_else(|| CliError::Server("the daemon returned no conversation".to_string()))?;
+    writeln!(io.err, "conversation {}", conversation.id)
+        .and_then(|()| io.err.flush())
+        .map_err(out_err)?;
+    if ctx.json {
+        print_json(
+            io,
+            &json!({"type": "conversation_created", "conversation": js::conversation_summary(&conversation)}),
+        )?;
+    }
+    let config = SessionConfig {
+        kind: SessionKind::Run,
+        conversation_id: conversation.id,
+        socket: ctx.socket.clone(),
+        yes: args.yes,
+        json: ctx.json,
+        client_name: client_name(),
+        sent_prompt: Some(prompt),
+    };
+    run_session(client, config, io).await
+}
+
+async fn attach(ctx: &Ctx, args: AttachArgs, io: &mut Io) -> Result<Exit, CliError> {
+    let client = ctx.client().await?;
+    let config = SessionConfig {
+        kind: SessionKind::Attach,
+        conversation_id: args.id,
+        socket: ctx.socket.clone(),
+        yes: args.yes,
+        json: ctx.json,
+        client_name: client_name(),
+        sent_prompt: None,
+    };
+    run_session(client, config, io).await
+}
+
+async fn send(ctx: &Ctx, id: String, text: String, io: &mut Io) -> Result<Exit, CliError> {
+    if text.trim().is_empty() {
+        return Err(CliError::Input("the message is empty".to_string()));
+    }
+    let response = ctx
+        .client()
+        .await?
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text,
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner();
+    if ctx.json {
+        print_json(
+            io,
+            &json!({"conversation_id": response.conversation_id, "message_seq": response.message_seq}),
+        )?;
+    } else {
+        print_line(
+            io,
+            &format!(
+                "sent to {} (message {})",
+                response.conversation_id, response.message_seq
+            ),
+        )?;
+    }
+    Ok(Exit::Ok)
+}
+
+async fn cancel(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
+    let response = ctx
+        .client()
+        .await?
+        .cancel_conversation(pb::CancelConversationRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner();
+    if ctx.json {
+        print_json(io, &json!({"was_busy": response.was_busy}))?;
+    } else if response.was_busy {
+        print_line(io, "cancelled")?;
+    } else {
+        print_line(io, "nothing to cancel: the agent is idle")?;
+    }
+    Ok(Exit::Ok)
+}
+
+async fn ls(ctx: &Ctx, io: &mut Io) -> Result<Exit, CliError> {
+    let response = ctx
+        .client()
+        .await?
+        .list_conversations(pb::ListConversationsRequest {})
+        .await
+        .map_err(CliError::status)?
+        .into_inner();
+    if ctx.json {
+        let list: Vec<Value> = response
+            .conversations
+            .iter()
+            .map(js::conversation_summary)
+            .collect();
+        print_json(io, &Value::Array(list))?;
+    } else {
+        conversation_table(&mut io.out, &response.conversations, now_ms(), false)
+            .and_then(|()| io.out.flush())
+            .map_err(out_err)?;
+    }
+    Ok(Exit::Ok)
+}
+
+async fn show(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
+    let response = ctx
+        .client()
+        .await?
+        .get_conversation(pb::GetConversationRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner();
+    if ctx.json {
+        print_json(io, &js::get_conversation_response(&response))?;
+    } else {
+        let color = io.color;
+        let mut render = Renderer::new(&mut io.out, color);
+        render.transcript(&response).map_err(out_err)?;
+    }
+    Ok(Exit::Ok)
+}
+
+async fn answer(ctx: &Ctx, args: AnswerArgs, io: &mut Io) -> Result<Exit, CliError> {
+    let scope = if args.always_project {
+        pb::RuleScope::Project
+    } else {
+        pb::RuleScope::Unspecified
+    };
+    ctx.client()
+        .await?
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: args.id.clone(),
+            request_id: String::new(),
+            decision: args.decision.to_proto() as i32,
+            feedback: args.feedback.unwrap_or_default(),
+            client_name: client_name(),
+            scope: scope as i32,
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &args.id))?;
+    if ctx.json {
+        print_json(
+            io,
+            &js::answer(args.decision.to_proto() as i32, scope as i32),
+        )?;
+    } else {
+        print_line(io, &format!("answered: {}", args.decision.label()))?;
+    }
+    Ok(Exit::Ok)
+}
+
+async fn shells(ctx: &Ctx, args: ShellsArgs, io: &mut Io) -> Result<Exit, CliError> {
+    match args.command {
+        None => {
+            let conversation = args.conversation.unwrap_or_default();
+            let response = ctx
+                .client()
+                .await?
+                .list_shells(pb::ListShellsRequest {
+                    conversation_id: conversation.clone(),
+                })
+                .await
+                .map_err(|s| CliError::conversation_status(s, &conversation))?
+                .into_inner();
+            if ctx.json {
+                let list: Vec<Value> = response.shells.iter().map(js::shell_info).collect();
+                print_json(io, &Value::Array(list))?;
+            } else {
+                shell_table(&mut io.out, &response.shells, now_ms())
+                    .and_then(|()| io.out.flush())
+                    .map_err(out_err)?;
+            }
+        }
+        Some(ShellsCommand::Output {
+            shell_id,
+            follow,
+            from,
+        }) => shell_output(ctx, shell_id, follow, from, io).await?,
+        Some(ShellsCommand::Kill { shell_id }) => {
+            let response = ctx
+                .client()
+                .await?
+                .kill_shell(pb::KillShellRequest {
+                    shell_id: shell_id.clone(),
+                })
+                .await
+                .map_err(|s| CliError::shell_status(s, &shell_id))?
+                .into_inner();
+            if ctx.json {
+                let shell = response.shell.as_ref().map_or(Value::Null, js::shell_info);
+                print_json(io, &shell)?;
+            } else {
+                print_line(io, &format!("shell {shell_id} killed"))?;
+            }
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+async fn shell_output(
+    ctx: &Ctx,
+    shell_id: String,
+    follow: bool,
+    from: u64,
+    io: &mut Io,
+) -> Result<(), CliError> {
+    let mut stream = ctx
+        .client()
+        .await?
+        .read_shell_output(pb::ReadShellOutputRequest {
+            shell_id: shell_id.clone(),
+            offset: from,
+            follow,
+        })
+        .await
+        .map_err(|s| CliError::shell_status(s, &shell_id))?
+        .into_inner();
+    loop {
+        let chunk = match stream.message().await {
+            Ok(Some(chunk)) => chunk,
+            Ok(None) => return Ok(()),
+            Err(status) => return Err(CliError::shell_status(status, &shell_id)),
+        };
+        if ctx.json {
+            print_json(io, &js::shell_output(&chunk))?;
+            continue;
+        }
+        io.out
+            .write_all(&chunk.data)
+            .and_then(|()| io.out.flush())
+            .map_err(out_err)?;
+        if let Some(shell) = &chunk.finished {
+            let status = match pb::ShellStatus::try_from(shell.status) {
+                Ok(pb::ShellStatus::Exited) => format!("exited ({})", shell.exit_code),
+                Ok(pb::ShellStatus::Killed) => "killed".to_string(),
+                Ok(pb::ShellStatus::Lost) => "lost".to_string(),
+                Ok(pb::ShellStatus::Running) => "running".to_string(),
+                Ok(pb::ShellStatus::Unspecified) | Err(_) => "ended".to_string(),
+            };
+            writeln!(io.err, "shell {}: {status}", shell.id)
+                .and_then(|()| io.err.flush())
+                .map_err(out_err)?;
+        }
+    }
+}
+
+async fn export(ctx: &Ctx, ids: Vec<String>, io: &mut Io) -> Result<Exit, CliError> {
+    let map_status = |status: tonic::Status| match ids.as_slice() {
+        [one] => CliError::conversation_status(status, one),
+        _ => CliError::status(status),
+    };
+    let mut stream = ctx
+        .client()
+        .await?
+        .export_conversations(pb::ExportConversationsRequest {
+            conversation_ids: ids.clone(),
+        })
+        .await
+        .map_err(map_status)?
+        .into_inner();
+    while let Some(exported) = stream.message().await.map_err(map_status)? {
+        print_json(io, &js::exported_conversation(&exported))?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// Parses `agent export` output: one conversation per non-blank line.
+pub fn parse_export(text: &str) -> Result<Vec<pb::ExportedConversation>, CliError> {
+    text.lines()
+        .enumerate()
+        .filter(|(_, line)| !line.trim().is_empty())
+        .map(|(n, line)| {
+            let value: Value = serde_json::from_str(line)
+                .map_err(|e| CliError::Input(format!("line {}: not JSON: {e}", n + 1)))?;
+            js::read_exported_conversation(&value)
+                .map_err(|e| CliError::Input(format!("line {}: {e}", n + 1)))
+        })
+        .collect()
+}
+
+async fn import(ctx: &Ctx, file: Option<PathBuf>, io: &mut Io) -> Result<Exit, CliError> {
+    let text = match file.as_deref() {
+        None => io.input.read_to_string().await,
+        Some(path) if path == Path::new("-") => io.input.read_to_string().await,
+        Some(path) => std::fs::read_to_string(path),
+    };
+    let name = file
+        .as_ref()
+        .map_or("stdin".to_string(), |f| f.display().to_string());
+    let text = text.map_err(|e| CliError::io(format!("reading {name}"), e))?;
+    let conversations = parse_export(&text).map_err(|e| CliError::Input(format!("{name}: {e}")))?;
+    if conversations.is_empty() {
+        // An empty backup (from a daemon with nothing in it) restores nothing.
+        return report_import(ctx, io, 0, &[]);
+    }
+    let response = ctx
+        .client()
+        .await?
+        .import_conversations(futures::stream::iter(conversations))
+        .await
+        .map_err(CliError::status)?
+        .into_inner();
+    report_import(ctx, io, response.imported, &response.skipped_ids)
+}
+
+fn report_import(
+    ctx: &Ctx,
+    io: &mut Io,
+    imported: u64,
+    skipped: &[String],
+) -> Result<Exit, CliError> {
+    if ctx.json {
+        print_json(io, &json!({"imported": imported, "skipped_ids": skipped}))?;
+    } else {
+        let plural = if imported == 1 { "" } else { "s" };
+        print_line(io, &format!("imported {imported} conversation{plural}"))?;
+        if !skipped.is_empty() {
+            print_line(
+                io,
+                &format!("skipped (already present): {}", skipped.join(", ")),
+            )?;
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,835 @@
+//! A hand-written JSON mapping of the wire types the client prints, and the
+//! inverse for the ones it reads back (`agent import`).
+//!
+//! The shape follows the proto: field names as in the `.proto` file
+//! (snake_case), every field present (defaults included), 64-bit integers as
+//! JSON numbers, enums as the lowercase value name without the enum prefix
+//! (`STATE_KIND_AWAITING_PERMISSION` → `"awaiting_permission"`), unset
+//! message fields as `null`. A `oneof` is an object with a `"type"` naming the
+//! variant. The readers are lenient where it is harmless: missing fields take
+//! their proto default, integers may be strings, enums may be full names or
+//! numbers.
+
+use agent_proto::v1::{
+    self as pb, ErrorKind, PermissionDecision, PermissionMode, Role, RuleScope, ShellStatus,
+    StateKind, attach_response::Event, content_block::Block,
+};
+use serde_json::{Map, Value, json};
+
+/// A JSON document that does not describe the expected wire type.
+#[derive(Debug, thiserror::Error)]
+#[error("{path}: {what}")]
+pub struct JsonError {
+    /// Where in the document (`conversation.state.kind`).
+    pub path: String,
+    /// What is wrong there.
+    pub what: String,
+}
+
+// ---------------------------------------------------------------------------
+// Enums
+
+fn enum_json(value: i32, full_name: Option<&str>, prefix: &str) -> Value {
+    match full_name.and_then(|n| n.strip_prefix(prefix)) {
+        Some(short) => Value::String(short.to_lowercase()),
+        None => Value::from(value),
+    }
+}
+
+/// The lowercase short name of a state (`"awaiting_permission"`).
+pub fn state_kind_name(kind: i32) -> Value {
+    enum_json(
+        kind,
+        StateKind::try_from(kind).ok().map(|k| k.as_str_name()),
+        "STATE_KIND_",
+    )
+}
+
+fn error_kind_json(kind: i32) -> Value {
+    enum_json(
+        kind,
+        ErrorKind::try_from(kind).ok().map(|k| k.as_str_name()),
+        "ERROR_KIND_",
+    )
+}
+
+fn mode_json(mode: i32) -> Value {
+    enum_json(
+        mode,
+        PermissionMode::try_from(mode).ok().map(|k| k.as_str_name()),
+        "PERMISSION_MODE_",
+    )
+}
+
+fn role_json(role: i32) -> Value {
+    enum_json(
+        role,
+        Role::try_from(role).ok().map(|k| k.as_str_name()),
+        "ROLE_",
+    )
+}
+
+fn decision_json(decision: i32) -> Value {
+    enum_json(
+        decision,
+        PermissionDecision::try_from(decision)
+            .ok()
+            .map(|k| k.as_str_name()),
+        "PERMISSION_DECISION_",
+    )
+}
+
+fn scope_json(scope: i32) -> Value {
+    enum_json(
+        scope,
+        RuleScope::try_from(scope).ok().map(|k| k.as_str_name()),
+        "RULE_SCOPE_",
+    )
+}
+
+fn shell_status_json(status: i32) -> Value {
+    enum_json(
+        status,
+        ShellStatus::try_from(status).ok().map(|k| k.as_str_name()),
+        "SHELL_STATUS_",
+    )
+}
+
+// ---------------------------------------------------------------------------
+// Writers
+
+/// Token usage.
+pub fn usage(u: &pb::Usage) -> Value {
+    json!({
+        "input_tokens": u.input_tokens,
+        "output_tokens": u.output_tokens,
+        "cache_creation_input_tokens": u.cache_creation_input_tokens,
+        "cache_read_input_tokens": u.cache_read_input_tokens,
+    })
+}
+
+fn opt<T>(v: Option<&T>, f: impl Fn(&T) -> Value) -> Value {
+    v.map_or(Value::Null, f)
+}
+
+/// A conversation's state.
+pub fn conversation_state(s: &pb::ConversationState) -> Value {
+    json!({
+        "kind": state_kind_name(s.kind),
+        "attempt": s.attempt,
+        "max_attempts": s.max_attempts,
+        "retry_in_ms": s.retry_in_ms,
+        "error_message": s.error_message,
+        "error_kind": error_kind_json(s.error_kind),
+        "running_tool_ids": s.running_tool_ids,
+        "pending_tool_ids": s.pending_tool_ids,
+        "iteration": s.iteration,
+    })
+}
+
+/// A conversation without its messages.
+pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
+    json!({
+        "id": c.id,
+        "title": c.title,
+        "cwd": c.cwd,
+        "model": c.model,
+        "state": opt(c.state.as_ref(), conversation_state),
+        "created_at_ms": c.created_at_ms,
+        "updated_at_ms": c.updated_at_ms,
+        "message_count": c.message_count,
+        "mode": mode_json(c.mode),
+        "usage": opt(c.usage.as_ref(), usage),
+        "last_seq": c.last_seq,
+    })
+}
+
+/// One content block.
+pub fn content_block(b: &pb::ContentBlock) -> Value {
+    match &b.block {
+        None => json!({}),
+        Some(Block::Text(t)) => json!({"type": "text", "text": t.text}),
+        Some(Block::Thinking(t)) => {
+            json!({"type": "thinking", "thinking": t.thinking, "signature": t.signature})
+        }
+        Some(Block::ToolUse(t)) => json!({
+            "type": "tool_use", "id": t.id, "name": t.name, "input_json": t.input_json,
+        }),
+        Some(Block::ToolResult(t)) => json!({
+            "type": "tool_result",
+            "tool_use_id": t.tool_use_id,
+            "content": t.content,
+            "is_error": t.is_error,
+        }),
+    }
+}
+
+/// One transcript message.
+pub fn message(m: &pb::Message) -> Value {
+    json!({
+        "seq": m.seq,
+        "role": role_json(m.role),
+        "content": m.content.iter().map(content_block).collect::<Vec<_>>(),
+        "created_at_ms": m.created_at_ms,
+        "usage": opt(m.usage.as_ref(), usage),
+        "stop_reason": m.stop_reason,
+        "interrupted": m.interrupted,
+    })
+}
+
+/// A pending permission request.
+pub fn permission_request(r: &pb::PermissionRequest) -> Value {
+    json!({
+        "request_id": r.request_id,
+        "tool_name": r.tool_name,
+        "tool_use_id": r.tool_use_id,
+        "input_json": r.input_json,
+        "summary": r.summary,
+        "diff": r.diff,
+        "options": r.options.iter().map(|o| decision_json(*o)).collect::<Vec<_>>(),
+        "reason": r.reason,
+        "suggested_rule": r.suggested_rule,
+    })
+}
+
+/// A background shell.
+pub fn shell_info(s: &pb::ShellInfo) -> Value {
+    json!({
+        "id": s.id,
+        "conversation_id": s.conversation_id,
+        "command": s.command,
+        "cwd": s.cwd,
+        "pid": s.pid,
+        "started_at_ms": s.started_at_ms,
+        "status": shell_status_json(s.status),
+        "exit_code": s.exit_code,
+        "output_bytes": s.output_bytes,
+        "ended_at_ms": s.ended_at_ms,
+    })
+}
+
+/// An attached client.
+pub fn client_info(c: &pb::ClientInfo) -> Value {
+    json!({"client_id": c.client_id, "name": c.name})
+}
+
+/// A conversation with its transcript, as `agent show --json` prints it.
+pub fn get_conversation_response(r: &pb::GetConversationResponse) -> Value {
+    json!({
+        "conversation": opt(r.conversation.as_ref(), conversation_summary),
+        "messages": r.messages.iter().map(message).collect::<Vec<_>>(),
+        "pending_permission": opt(r.pending_permission.as_ref(), permission_request),
+    })
+}
+
+/// A chunk of shell output; the bytes as (lossy) UTF-8 text.
+pub fn shell_output(r: &pb::ReadShellOutputResponse) -> Value {
+    json!({
+        "offset": r.offset,
+        "data": String::from_utf8_lossy(&r.data),
+        "finished": opt(r.finished.as_ref(), shell_info),
+    })
+}
+
+/// An exported conversation (one line of `agent export`).
+pub fn exported_conversation(e: &pb::ExportedConversation) -> Value {
+    json!({
+        "conversation": opt(e.conversation.as_ref(), conversation_summary),
+        "messages": e.messages.iter().map(message).collect::<Vec<_>>(),
+    })
+}
+
+/// The name of an event's variant (`"text_delta"`), as in the proto's oneof.
+pub fn event_type(event: &Event) -> &'static str {
+    match event {
+        Event::Snapshot(_) => "snapshot",
+        Event::StateChanged(_) => "state_changed",
+        Event::MessageAppended(_) => "message_appended",
+        Event::TextDelta(_) => "text_delta",
+        Event::ThinkingDelta(_) => "thinking_delta",
+        Event::ToolCallBegin(_) => "tool_call_begin",
+        Event::ToolCallEnd(_) => "tool_call_end",
+        Event::PermissionRequested(_) => "permission_requested",
+        Event::PermissionResolved(_) => "permission_resolved",
+        Event::UsageUpdated(_) => "usage_updated",
+        Event::Error(_) => "error",
+        Event::ClientAttached(_) => "client_attached",
+        Event::ClientDetached(_) => "client_detached",
+        Event::Retrying(_) => "retrying",
+        Event::Resumed(_) => "resumed",
+        Event::ShellStarted(_) => "shell_started",
+        Event::ShellExited(_) => "shell_exited",
+        Event::Notice(_) => "notice",
+        Event::ReplyBegin(_) => "reply_begin",
+    }
+}
+
+fn event_body(event: &Event) -> Value {
+    match event {
+        Event::Snapshot(s) => json!({
+            "conversation": opt(s.conversation.as_ref(), conversation_summary),
+            "messages": s.messages.iter().map(message).collect::<Vec<_>>(),
+            "partial_reply": opt(s.partial_reply.as_ref(), message),
+            "pending_permission": opt(s.pending_permission.as_ref(), permission_request),
+            "clients": s.clients.iter().map(client_info).collect::<Vec<_>>(),
+            "your_client_id": s.your_client_id,
+        }),
+        Event::StateChanged(s) => json!({"state": opt(s.state.as_ref(), conversation_state)}),
+        Event::MessageAppended(m) => json!({"message": opt(m.message.as_ref(), message)}),
+        Event::TextDelta(d) => json!({"block_index": d.block_index, "text": d.text}),
+        Event::ThinkingDelta(d) => json!({"block_index": d.block_index, "text": d.text}),
+        Event::ToolCallBegin(t) => json!({
+            "tool_use_id": t.tool_use_id,
+            "tool_name": t.tool_name,
+            "summary": t.summary,
+            "input_json": t.input_json,
+        }),
+        Event::ToolCallEnd(t) => json!({
+            "tool_use_id": t.tool_use_id,
+            "tool_name": t.tool_name,
+            "is_error": t.is_error,
+            "summary": t.summary,
+            "diff": t.diff,
+            "duration_ms": t.duration_ms,
+        }),
+        Event::PermissionRequested(p) => {
+            json!({"request": opt(p.request.as_ref(), permission_request)})
+        }
+        Event::PermissionResolved(p) => json!({
+            "request_id": p.request_id,
+            "decision": decision_json(p.decision),
+            "client_id": p.client_id,
+            "client_name": p.client_name,
+        }),
+        Event::UsageUpdated(u) => json!({
+            "last": opt(u.last.as_ref(), usage),
+            "total": opt(u.total.as_ref(), usage),
+        }),
+        Event::Error(e) => json!({"message": e.message, "kind": error_kind_json(e.kind)}),
+        Event::ClientAttached(c) => json!({"client": opt(c.client.as_ref(), client_info)}),
+        Event::ClientDetached(c) => json!({"client": opt(c.client.as_ref(), client_info)}),
+        Event::Retrying(r) => json!({
+            "attempt": r.attempt,
+            "max_attempts": r.max_attempts,
+            "delay_ms": r.delay_ms,
+            "reason": r.reason,
+        }),
+        Event::Resumed(r) => json!({"after_seq": r.after_seq}),
+        Event::ShellStarted(s) => json!({"shell": opt(s.shell.as_ref(), shell_info)}),
+        Event::ShellExited(s) => json!({"shell": opt(s.shell.as_ref(), shell_info)}),
+        Event::Notice(n) => json!({"message": n.message}),
+        Event::ReplyBegin(r) => json!({"attempt": r.attempt}),
+    }
+}
+
+/// One event of an attach stream:
+/// `{"seq": 7, "at_ms": …, "type": "text_delta", "text_delta": {…}}`.
+pub fn event(ev: &pb::AttachResponse) -> Value {
+    let mut map = Map::new();
+    map.insert("seq".into(), ev.seq.into());
+    map.insert("at_ms".into(), ev.at_ms.into());
+    match &ev.event {
+        Some(e) => {
+            let ty = event_type(e);
+            map.insert("type".into(), ty.into());
+            map.insert(ty.into(), event_body(e));
+        }
+        None => {
+            map.insert("type".into(), Value::Null);
+        }
+    }
+    Value::Object(map)
+}
+
+/// The answer to `AnswerPermissionRequest`, for `agent answer --json`.
+pub fn answer(decision: i32, scope: i32) -> Value {
+    json!({"answered": true, "decision": decision_json(decision), "scope": scope_json(scope)})
+}
+
+// ---------------------------------------------------------------------------
+// Readers
+
+/// A JSON object being read, with the path to it for error messages.
+struct Obj<'a> {
+    map: &'a Map<String, Value>,
+    path: String,
+}
+
+impl<'a> Obj<'a> {
+    fn new(value: &'a Value, path: &str) -> Result<Self, JsonError> {
+        match value {
+            Value::Object(map) => Ok(Obj {
+                map,
+                path: path.to_string(),
+            }),
+            other => Err(JsonError {
+                path: display_path(path),
+                what: format!("expected an object, found {}", kind_of(other)),
+            }),
+        }
+    }
+
+    fn sub(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    fn err(&self, key: &str, what: impl Into<String>) -> JsonError {
+        JsonError {
+            path: self.sub(key),
+            what: what.into(),
+        }
+    }
+
+    /// The field, with `null` read as absent.
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).filter(|v| !v.is_null())
+    }
+
+    fn string(&self, key: &str) -> Result<String, JsonError> {
+        match self.get(key) {
+            None => Ok(String::new()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(other) => {
+                Err(self.err(key, format!("expected a string, found {}", kind_of(other))))
+            }
+        }
+    }
+
+    fn boolean(&self, key: &str) -> Result<bool, JsonError> {
+        match self.get(key) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(other) => {
+                Err(self.err(key, format!("expected a boolean, found {}", kind_of(other))))
+            }
+        }
+    }
+
+    fn int<T: TryFrom<i128>>(&self, key: &str) -> Result<T, JsonError> {
+        let wide: i128 = match self.get(key) {
+            None => 0,
+            Some(Value::Number(n)) => {
+                if let Some(u) = n.as_u64() {
+                    i128::from(u)
+                } else if let Some(i) = n.as_i64() {
+                    i128::from(i)
+                } else {
+                    return Err(self.err(key, format!("expected an integer, found {n}")));
+                }
+            }
+            Some(Value::String(s)) => s
+                .trim()
+                .parse()
+                .map_err(|_| self.err(key, format!("expected an integer, found {s:?}")))?,
+            Some(other) => {
+                return Err(self.err(
+                    key,
+                    format!("expected an integer, found {}", kind_of(other)),
+                ));
+            }
+        };
+        T::try_from(wide).map_err(|_| self.err(key, format!("{wide} is out of range")))
+    }
+
+    fn enumeration(
+        &self,
+        key: &str,
+        prefix: &str,
+        from_name: fn(&str) -> Option<i32>,
+    ) -> Result<i32, JsonError> {
+        match self.get(key) {
+            None => Ok(0),
+            Some(Value::String(s)) => {
+                let upper = s.trim().to_uppercase();
+                let full = if upper.starts_with(prefix) {
+                    upper
+                } else {
+                    format!("{prefix}{upper}")
+                };
+                from_name(&full).ok_or_else(|| self.err(key, format!("unknown value {s:?}")))
+            }
+            Some(Value::Number(_)) => self.int(key),
+            Some(other) => Err(self.err(
+                key,
+                format!("expected an enum name, found {}", kind_of(other)),
+            )),
+        }
+    }
+
+    fn object(&self, key: &str) -> Result<Option<Obj<'a>>, JsonError> {
+        self.get(key)
+            .map(|v| Obj::new(v, &self.sub(key)))
+            .transpose()
+    }
+
+    fn array(&self, key: &str) -> Result<&'a [Value], JsonError> {
+        match self.get(key) {
+            None => Ok(&[]),
+            Some(Value::Array(items)) => Ok(items),
+            Some(other) => {
+                Err(self.err(key, format!("expected an array, found {}", kind_of(other))))
+            }
+        }
+    }
+
+    fn strings(&self, key: &str) -> Result<Vec<String>, JsonError> {
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.clone()),
+                other => Err(JsonError {
+                    path: format!("{}[{i}]", self.sub(key)),
+                    what: format!("expected a string, found {}", kind_of(other)),
+                }),
+            })
+            .collect()
+    }
+
+    fn objects<T>(
+        &self,
+        key: &str,
+        read: impl Fn(&Obj<'a>) -> Result<T, JsonError>,
+    ) -> Result<Vec<T>, JsonError> {
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| read(&Obj::new(v, &format!("{}[{i}]", self.sub(key)))?))
+            .collect()
+    }
+}
+
+fn display_path(path: &str) -> String {
+    if path.is_empty() {
+        "(top level)".to_string()
+    } else {
+        path.to_string()
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn read_usage(o: &Obj<'_>) -> Result<pb::Usage, JsonError> {
+    Ok(pb::Usage {
+        input_tokens: o.int("input_tokens")?,
+        output_tokens: o.int("output_tokens")?,
+        cache_creation_input_tokens: o.int("cache_creation_input_tokens")?,
+        cache_read_input_tokens: o.int("cache_read_input_tokens")?,
+    })
+}
+
+fn read_state(o: &Obj<'_>) -> Result<pb::ConversationState, JsonError> {
+    Ok(pb::ConversationState {
+        kind: o.enumeration("kind", "STATE_KIND_", |s| {
+            StateKind::from_str_name(s).map(|k| k as i32)
+        })?,
+        attempt: o.int("attempt")?,
+        max_attempts: o.int("max_attempts")?,
+        retry_in_ms: o.int("retry_in_ms")?,
+        error_message: o.string("error_message")?,
+        error_kind: o.enumeration("error_kind", "ERROR_KIND_", |s| {
+            ErrorKind::from_str_name(s).map(|k| k as i32)
+        })?,
+        running_tool_ids: o.strings("running_tool_ids")?,
+        pending_tool_ids: o.strings("pending_tool_ids")?,
+        iteration: o.int("iteration")?,
+    })
+}
+
+fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
+    Ok(pb::ConversationSummary {
+        id: o.string("id")?,
+        title: o.string("title")?,
+        cwd: o.string("cwd")?,
+        model: o.string("model")?,
+        state: o.object("state")?.map(|s| read_state(&s)).transpose()?,
+        created_at_ms: o.int("created_at_ms")?,
+        updated_at_ms: o.int("updated_at_ms")?,
+        message_count: o.int("message_count")?,
+        mode: o.enumeration("mode", "PERMISSION_MODE_", |s| {
+            PermissionMode::from_str_name(s).map(|k| k as i32)
+        })?,
+        usage: o.object("usage")?.map(|u| read_usage(&u)).transpose()?,
+        last_seq: o.int("last_seq")?,
+    })
+}
+
+fn read_block(o: &Obj<'_>) -> Result<pb::ContentBlock, JsonError> {
+    let block = match o.get("type") {
+        None => None,
+        Some(Value::String(t)) => Some(match t.as_str() {
+            "text" => Block::Text(pb::TextBlock {
+                text: o.string("text")?,
+            }),
+            "thinking" => Block::Thinking(pb::ThinkingBlock {
+                thinking: o.string("thinking")?,
+                signature: o.string("signature")?,
+            }),
+            "tool_use" => Block::ToolUse(pb::ToolUseBlock {
+                id: o.string("id")?,
+                name: o.string("name")?,
+                input_json: o.string("input_json")?,
+            }),
+            "tool_result" => Block::ToolResult(pb::ToolResultBlock {
+                tool_use_id: o.string("tool_use_id")?,
+                content: o.string("content")?,
+                is_error: o.boolean("is_error")?,
+            }),
+            other => return Err(o.err("type", format!("unknown content block type {other:?}"))),
+        }),
+        Some(other) => {
+            return Err(o.err(
+                "type",
+                format!("expected a string, found {}", kind_of(other)),
+            ));
+        }
+    };
+    Ok(pb::ContentBlock { block })
+}
+
+fn read_message(o: &Obj<'_>) -> Result<pb::Message, JsonError> {
+    Ok(pb::Message {
+        seq: o.int("seq")?,
+        role: o.enumeration("role", "ROLE_", |s| {
+            Role::from_str_name(s).map(|k| k as i32)
+        })?,
+        content: o.objects("content", read_block)?,
+        created_at_ms: o.int("created_at_ms")?,
+        usage: o.object("usage")?.map(|u| read_usage(&u)).transpose()?,
+        stop_reason: o.string("stop_reason")?,
+        interrupted: o.boolean("interrupted")?,
+    })
+}
+
+/// Reads one line of `agent export` back.
+pub fn read_exported_conversation(value: &Value) -> Result<pb::ExportedConversation, JsonError> {
+    let o = Obj::new(value, "")?;
+    let conversation = o
+        .object("conversation")?
+        .map(|c| read_summary(&c))
+        .transpose()?;
+    if conversation.as_ref().is_none_or(|c| c.id.is_empty()) {
+        return Err(o.err("conversation", "missing, or without an id"));
+    }
+    Ok(pb::ExportedConversation {
+        conversation,
+        messages: o.objects("messages", read_message)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage_n(n: u64) -> pb::Usage {
+        pb::Usage {
+            input_tokens: n,
+            output_tokens: n + 1,
+            cache_creation_input_tokens: n + 2,
+            cache_read_input_tokens: n + 3,
+        }
+    }
+
+    fn block(b: Block) -> pb::ContentBlock {
+        pb::ContentBlock { block: Some(b) }
+    }
+
+    /// An export with every field set to something other than its default.
+    pub(crate) fn rich_export() -> pb::ExportedConversation {
+        pb::ExportedConversation {
+            conversation: Some(pb::ConversationSummary {
+                id: "01JDXYZABCDEFGHJKMNPQRSTVW".into(),
+                title: "fix the \"failing\" test ✓".into(),
+                cwd: "/home/u/proj".into(),
+                model: "claude-x".into(),
+                state: Some(pb::ConversationState {
+                    kind: StateKind::Error as i32,
+                    attempt: 2,
+                    max_attempts: 3,
+                    retry_in_ms: 1200,
+                    error_message: "bad key".into(),
+                    error_kind: ErrorKind::Auth as i32,
+                    running_tool_ids: vec!["t1".into()],
+                    pending_tool_ids: vec!["t2".into(), "t3".into()],
+                    iteration: 4,
+                }),
+                created_at_ms: 1_700_000_000_000,
+                updated_at_ms: 1_700_000_000_500,
+                message_count: 3,
+                mode: PermissionMode::AcceptEdits as i32,
+                usage: Some(usage_n(10)),
+                last_seq: 99,
+            }),
+            messages: vec![
+                pb::Message {
+                    seq: 1,
+                    role: Role::User as i32,
+                    content: vec![block(Block::Text(pb::TextBlock {
+                        text: "hi\nthere".into(),
+                    }))],
+                    created_at_ms: 1,
+                    usage: None,
+                    stop_reason: String::new(),
+                    interrupted: false,
+                },
+                pb::Message {
+                    seq: 2,
+                    role: Role::Assistant as i32,
+                    content: vec![
+                        block(Block::Thinking(pb::ThinkingBlock {
+                            thinking: "hmm".into(),
+                            signature: "sig==".into(),
+                        })),
+                        block(Block::Text(pb::TextBlock { text: "ok".into() })),
+                        block(Block::ToolUse(pb::ToolUseBlock {
+                            id: "toolu_1".into(),
+                            name: "bash".into(),
+                            input_json: "{\"command\": \"ls\"}".into(),
+                        })),
+                        pb::ContentBlock { block: None },
+                    ],
+                    created_at_ms: 2,
+                    usage: Some(usage_n(5)),
+                    stop_reason: "tool_use".into(),
+                    interrupted: true,
+                },
+                pb::Message {
+                    seq: 3,
+                    role: Role::User as i32,
+                    content: vec![block(Block::ToolResult(pb::ToolResultBlock {
+                        tool_use_id: "toolu_1".into(),
+                        content: "a\nb".into(),
+                        is_error: true,
+                    }))],
+                    created_at_ms: -3,
+                    usage: None,
+                    stop_reason: String::new(),
+                    interrupted: false,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn export_round_trips_through_json_text() {
+        let original = rich_export();
+        let line = exported_conversation(&original).to_string();
+        assert!(!line.contains('\n'), "one export per line");
+        let value: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(read_exported_conversation(&value).unwrap(), original);
+        // Defaults round-trip too.
+        let minimal = pb::ExportedConversation {
+            conversation: Some(pb::ConversationSummary {
+                id: "x".into(),
+                ..Default::default()
+            }),
+            messages: vec![pb::Message::default()],
+        };
+        let value = exported_conversation(&minimal);
+        assert_eq!(read_exported_conversation(&value).unwrap(), minimal);
+    }
+
+    #[test]
+    fn enums_are_short_lowercase_names() {
+        let v = exported_conversation(&rich_export());
+        assert_eq!(v["conversation"]["state"]["kind"], "error");
+        assert_eq!(v["conversation"]["state"]["error_kind"], "auth");
+        assert_eq!(v["conversation"]["mode"], "accept_edits");
+        assert_eq!(v["messages"][0]["role"], "user");
+        assert_eq!(v["messages"][1]["content"][2]["type"], "tool_use");
+        assert_eq!(
+            state_kind_name(StateKind::AwaitingPermission as i32),
+            "awaiting_permission"
+        );
+        // Values this client does not know stay numbers.
+        assert_eq!(state_kind_name(77), 77);
+    }
+
+    #[test]
+    fn readers_are_lenient_where_harmless() {
+        let v = json!({
+            "conversation": {
+                "id": "01A",
+                "created_at_ms": "1700000000000",
+                "state": {"kind": "STATE_KIND_IDLE"},
+                "mode": 2,
+            },
+            "messages": [{"seq": "1", "role": "ROLE_ASSISTANT", "usage": null}],
+        });
+        let e = read_exported_conversation(&v).unwrap();
+        let c = e.conversation.unwrap();
+        assert_eq!(c.created_at_ms, 1_700_000_000_000);
+        assert_eq!(c.state.unwrap().kind, StateKind::Idle as i32);
+        assert_eq!(c.mode, PermissionMode::Default as i32);
+        assert_eq!(e.messages[0].role, Role::Assistant as i32);
+        assert_eq!(e.messages[0].usage, None);
+    }
+
+    #[test]
+    fn readers_say_where_the_document_is_wrong() {
+        let bad = |v: Value| read_exported_conversation(&v).unwrap_err().to_string();
+        assert_eq!(
+            bad(json!([])),
+            "(top level): expected an object, found an array"
+        );
+        assert_eq!(bad(json!({})), "conversation: missing, or without an id");
+        assert_eq!(
+            bad(json!({"conversation": {"id": "x", "state": {"kind": "sleeping"}}})),
+            "conversation.state.kind: unknown value \"sleeping\""
+        );
+        assert_eq!(
+            bad(json!({"conversation": {"id": "x"}, "messages": [{"seq": -1}]})),
+            "messages[0].seq: -1 is out of range"
+        );
+        assert_eq!(
+            bad(
+                json!({"conversation": {"id": "x"}, "messages": [{"content": [{"type": "video"}]}]})
+            ),
+            "messages[0].content[0].type: unknown content block type \"video\""
+        );
+    }
+
+    #[test]
+    fn events_name_their_variant() {
+        let ev = pb::AttachResponse {
+            seq: 7,
+            at_ms: 8,
+            event: Some(Event::TextDelta(pb::TextDelta {
+                block_index: 1,
+                text: "hé".into(),
+            })),
+        };
+        assert_eq!(
+            event(&ev),
+            json!({"seq": 7, "at_ms": 8, "type": "text_delta",
+                   "text_delta": {"block_index": 1, "text": "hé"}})
+        );
+        let ev = pb::AttachResponse {
+            seq: 9,
+            at_ms: 0,
+            event: Some(Event::PermissionResolved(pb::PermissionResolved {
+                request_id: "r1".into(),
+                decision: PermissionDecision::DenyAndStop as i32,
+                client_id: "c1".into(),
+                client_name: "bob".into(),
+            })),
+        };
+        assert_eq!(
+            event(&ev)["permission_resolved"]["decision"],
+            "deny_and_stop"
+        );
+    }
+}

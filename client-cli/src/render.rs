@@ -1,0 +1,953 @@
+//! Human-readable rendering of conversations, events, permission requests
+//! and tables.
+//!
+//! Everything writes into an `impl Write`, so tests render into a `Vec<u8>`
+//! and compare strings. Colour (ANSI) is used only when asked for, which the
+//! caller decides from whether stdout is a terminal and `NO_COLOR`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{self, Write};
+
+use agent_proto::v1::{
+    self as pb, ErrorKind, PermissionDecision, Role, ShellStatus, StateKind,
+    attach_response::Event, content_block::Block,
+};
+
+use crate::cli::{Decision, offered_decisions};
+
+const RESET: &str = "\x1b[0m";
+const BOLD: &str = "\x1b[1m";
+const DIM: &str = "\x1b[2m";
+const RED: &str = "\x1b[31m";
+const GREEN: &str = "\x1b[32m";
+const YELLOW: &str = "\x1b[33m";
+const CYAN: &str = "\x1b[36m";
+
+/// How many messages a snapshot shows before "… N earlier messages".
+pub const SNAPSHOT_TAIL: usize = 20;
+
+/// What the cursor is in the middle of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    /// Nothing is streaming.
+    None,
+    /// Reply text of this content block.
+    Text(u32),
+    /// Reasoning of this content block.
+    Thinking(u32),
+}
+
+/// Renders a conversation for people, event by event.
+///
+/// It remembers what it has shown (the last message, which tool calls have
+/// been announced and finished, the pending request) so that the same thing
+/// arriving twice — in a snapshot after a reconnect, as a durable message
+/// after streamed deltas — is shown once.
+pub struct Renderer<W: Write> {
+    out: W,
+    color: bool,
+    /// The cursor is not at the start of a line.
+    line_open: bool,
+    stream: Stream,
+    /// Deltas of the current reply were shown (so its message is not repeated).
+    streamed_reply: bool,
+    /// Tool calls seen in messages: id → one-line summary.
+    tool_uses: HashMap<String, String>,
+    /// Tool calls announced with `⏺`.
+    begun: HashSet<String>,
+    /// Tool calls whose outcome was shown with `⎿`.
+    ended: HashSet<String>,
+    /// Highest transcript message seq shown.
+    last_message_seq: u64,
+    /// The last error line shown (a state change repeating it is not shown twice).
+    last_error: Option<String>,
+    /// The permission request whose block was shown last.
+    shown_request: Option<String>,
+    /// This client's id, from the snapshot (its own join is not announced).
+    own_client_id: String,
+    /// User messages this client sent and will see come back.
+    sent_texts: VecDeque<String>,
+    /// Show the conversation header with the first snapshot.
+    show_header: bool,
+    header_shown: bool,
+}
+
+impl<W: Write> Renderer<W> {
+    /// A renderer writing into `out`, with ANSI colour when `color`.
+    pub fn new(out: W, color: bool) -> Self {
+        Renderer {
+            out,
+            color,
+            line_open: false,
+            stream: Stream::None,
+            streamed_reply: false,
+            tool_uses: HashMap::new(),
+            begun: HashSet::new(),
+            ended: HashSet::new(),
+            last_message_seq: 0,
+            last_error: None,
+            shown_request: None,
+            own_client_id: String::new(),
+            sent_texts: VecDeque::new(),
+            show_header: true,
+            header_shown: false,
+        }
+    }
+
+    /// Whether the first snapshot prints the conversation header (`agent run`
+    /// has already printed the id).
+    pub fn with_header(mut self, show: bool) -> Self {
+        self.show_header = show;
+        self
+    }
+
+    /// The writer, back.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
+    /// The writer, to write something the renderer does not know about.
+    pub fn writer(&mut self) -> &mut W {
+        &mut self.out
+    }
+
+    /// This client's id (known after the snapshot).
+    pub fn own_client_id(&self) -> &str {
+        &self.own_client_id
+    }
+
+    /// Remembers that this client sent `text`, so it is not echoed when the
+    /// message comes back.
+    pub fn note_sent(&mut self, text: &str) {
+        self.sent_texts.push_back(text.trim().to_string());
+    }
+
+    /// The person typed a line: the terminal has moved to a new line.
+    pub fn input_consumed(&mut self) {
+        self.line_open = false;
+    }
+
+    /// The stream broke: deltas that were missed will not be replayed, so
+    /// the reply being streamed is shown whole when its message arrives.
+    pub fn stream_broken(&mut self) -> io::Result<()> {
+        self.end_line()?;
+        self.streamed_reply = false;
+        Ok(())
+    }
+
+    /// Flushes the writer.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+
+    fn paint(&self, code: &str, text: &str) -> String {
+        if self.color && !text.is_empty() {
+            format!("{code}{text}{RESET}")
+        } else {
+            text.to_string()
+        }
+    }
+
+    /// Ends the current line if the cursor is in the middle of one.
+    pub fn end_line(&mut self) -> io::Result<()> {
+        if self.line_open {
+            writeln!(self.out)?;
+            self.line_open = false;
+        }
+        self.stream = Stream::None;
+        Ok(())
+    }
+
+    fn line(&mut self, text: &str) -> io::Result<()> {
+        self.end_line()?;
+        writeln!(self.out, "{text}")
+    }
+
+    /// A dim informational line.
+    pub fn info(&mut self, text: &str) -> io::Result<()> {
+        let text = self.paint(DIM, text);
+        self.line(&text)
+    }
+
+    /// A highlighted notice line.
+    pub fn notice(&mut self, text: &str) -> io::Result<()> {
+        let text = self.paint(YELLOW, &format!("! {text}"));
+        self.line(&text)
+    }
+
+    /// A red error line.
+    pub fn error_line(&mut self, text: &str) -> io::Result<()> {
+        let text = self.paint(RED, &format!("✗ {text}"));
+        self.line(&text)
+    }
+
+    // -----------------------------------------------------------------------
+    // Events
+
+    /// Renders one event of an attach stream.
+    pub fn event(&mut self, ev: &pb::AttachResponse) -> io::Result<()> {
+        let Some(event) = &ev.event else {
+            return Ok(());
+        };
+        match event {
+            Event::Snapshot(s) => self.snapshot(s)?,
+            Event::StateChanged(s) => {
+                if let Some(state) = &s.state {
+                    self.state_changed(state)?;
+                }
+            }
+            Event::MessageAppended(m) => {
+                if let Some(message) = &m.message {
+                    self.message(message, true)?;
+                }
+            }
+            Event::TextDelta(d) => self.text_delta(d.block_index, &d.text)?,
+            Event::ThinkingDelta(d) => self.thinking_delta(d.block_index, &d.text)?,
+            Event::ToolCallBegin(t) => {
+                let summary = if t.summary.is_empty() {
+                    tool_use_summary(&t.tool_name, &t.input_json)
+                } else {
+                    t.summary.clone()
+                };
+                self.tool_uses
+                    .insert(t.tool_use_id.clone(), summary.clone());
+                self.tool_begin(&t.tool_use_id, &summary)?;
+            }
+            Event::ToolCallEnd(t) => self.tool_end(t)?,
+            Event::PermissionRequested(p) => {
+                if let Some(request) = &p.request {
+                    self.permission_request(request)?;
+                }
+            }
+            Event::PermissionResolved(p) => self.permission_resolved(p)?,
+            Event::UsageUpdated(_) | Event::Resumed(_) => {}
+            Event::Error(e) => {
+                let text = error_text(e.kind, &e.message);
+                self.last_error = Some(e.message.clone());
+                self.error_line(&text)?;
+            }
+            Event::ClientAttached(c) => {
+                if let Some(client) = c
+                    .client
+                    .as_ref()
+                    .filter(|c| c.client_id != self.own_client_id)
+                {
+                    self.info(&format!("· {} attached", client_label(client)))?;
+                }
+            }
+            Event::ClientDetached(c) => {
+                if let Some(client) = c
+                    .client
+                    .as_ref()
+                    .filter(|c| c.client_id != self.own_client_id)
+                {
+                    self.info(&format!("· {} detached", client_label(client)))?;
+                }
+            }
+            Event::Retrying(r) => {
+                let mut text = format!(
+                    "retrying ({}/{}) in {}",
+                    r.attempt,
+                    r.max_attempts,
+                    format_duration_ms(r.delay_ms)
+                );
+                if !r.reason.is_empty() {
+                    text.push_str(": ");
+                    text.push_str(&r.reason);
+                }
+                let text = self.paint(YELLOW, &text);
+                self.line(&text)?;
+            }
+            Event::ShellStarted(s) => {
+                if let Some(shell) = &s.shell {
+                    self.info(&format!(
+                        "· shell {} started: {}",
+                        shell.id,
+                        one_line(&shell.command, 80)
+                    ))?;
+                }
+            }
+            Event::ShellExited(s) => {
+                if let Some(shell) = &s.shell {
+                    self.info(&format!(
+                        "· shell {} {}",
+                        shell.id,
+                        shell_status_text(shell)
+                    ))?;
+                }
+            }
+            Event::Notice(n) => self.notice(&n.message)?,
+            Event::ReplyBegin(_) => {
+                self.end_line()?;
+                self.streamed_reply = false;
+            }
+        }
+        self.out.flush()
+    }
+
+    fn text_delta(&mut self, block: u32, text: &str) -> io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        if self.stream != Stream::Text(block) {
+            self.end_line()?;
+            self.stream = Stream::Text(block);
+        }
+        write!(self.out, "{text}")?;
+        self.line_open = !text.ends_with('\n');
+        self.streamed_reply = true;
+        Ok(())
+    }
+
+    fn thinking_delta(&mut self, block: u32, text: &str) -> io::Result<()> {
+        if text.is_empty() {
+            return Ok(());
+        }
+        if self.stream != Stream::Thinking(block) {
+            self.end_line()?;
+            let label = self.paint(DIM, "thinking: ");
+            write!(self.out, "{label}")?;
+            self.stream = Stream::Thinking(block);
+        }
+        let body = self.paint(DIM, text);
+        write!(self.out, "{body}")?;
+        self.line_open = !text.ends_with('\n');
+        self.streamed_reply = true;
+        Ok(())
+    }
+
+    fn tool_begin(&mut self, id: &str, summary: &str) -> io::Result<()> {
+        let dot = self.paint(GREEN, "⏺");
+        self.line(&format!("{dot} {summary}"))?;
+        self.begun.insert(id.to_string());
+        Ok(())
+    }
+
+    fn tool_end(&mut self, t: &pb::ToolCallEnd) -> io::Result<()> {
+        if !self.begun.contains(&t.tool_use_id) {
+            let summary = self
+                .tool_uses
+                .get(&t.tool_use_id)
+                .cloned()
+                .unwrap_or_else(|| t.tool_name.clone());
+            self.tool_begin(&t.tool_use_id, &summary)?;
+        }
+        let outcome = if t.is_error {
+            self.paint(RED, "error")
+        } else {
+            self.paint(GREEN, "ok")
+        };
+        let mut text = format!("  ⎿ {outcome}");
+        if !t.summary.is_empty() {
+            text.push(' ');
+            text.push_str(&one_line(&t.summary, 120));
+        }
+        if t.duration_ms >= 1000 {
+            let took = self.paint(DIM, &format!(" ({})", format_duration_ms(t.duration_ms)));
+            text.push_str(&took);
+        }
+        self.line(&text)?;
+        self.diff(&t.diff, "    ")?;
+        self.ended.insert(t.tool_use_id.clone());
+        Ok(())
+    }
+
+    fn diff(&mut self, diff: &str, indent: &str) -> io::Result<()> {
+        for line in diff.lines() {
+            let painted = if line.starts_with("+++") || line.starts_with("---") {
+                self.paint(BOLD, line)
+            } else if line.starts_with('+') {
+                self.paint(GREEN, line)
+            } else if line.starts_with('-') {
+                self.paint(RED, line)
+            } else if line.starts_with("@@") {
+                self.paint(CYAN, line)
+            } else {
+                line.to_string()
+            };
+            self.line(&format!("{indent}{painted}"))?;
+        }
+        Ok(())
+    }
+
+    fn state_changed(&mut self, state: &pb::ConversationState) -> io::Result<()> {
+        match StateKind::try_from(state.kind).unwrap_or(StateKind::Unspecified) {
+            StateKind::Error => {
+                if self.last_error.as_deref() != Some(state.error_message.as_str()) {
+                    self.last_error = Some(state.error_message.clone());
+                    self.error_line(&error_text(state.error_kind, &state.error_message))?;
+                }
+            }
+            StateKind::ContextExhausted => {
+                self.error_line("context window exhausted: the conversation is read-only")?;
+            }
+            StateKind::Cancelling => self.info("cancelling…")?,
+            StateKind::AwaitingContinuation => {
+                self.info("context nearly full: summarizing to continue…")?;
+            }
+            StateKind::Idle => {
+                self.end_line()?;
+                self.last_error = None;
+            }
+            StateKind::Unspecified
+            | StateKind::AwaitingLlm
+            | StateKind::LlmRequesting
+            | StateKind::ToolExecuting
+            | StateKind::AwaitingPermission
+            | StateKind::AwaitingSubAgents => {}
+        }
+        Ok(())
+    }
+
+    fn permission_resolved(&mut self, p: &pb::PermissionResolved) -> io::Result<()> {
+        if self.shown_request.as_deref() == Some(p.request_id.as_str()) {
+            self.shown_request = None;
+        }
+        let decision = PermissionDecision::try_from(p.decision).unwrap_or_default();
+        let text = match Decision::from_proto(decision) {
+            None if decision == PermissionDecision::Cancelled => {
+                "  ⎿ permission request cancelled".to_string()
+            }
+            None => "  ⎿ permission request resolved".to_string(),
+            Some(d) if p.client_id.is_empty() => format!("  ⎿ {}", d.label()),
+            Some(d) if p.client_id == self.own_client_id => format!("  ⎿ {} (you)", d.label()),
+            Some(d) => format!(
+                "  ⎿ {} (answered by {})",
+                d.label(),
+                name_or_id(&p.client_name, &p.client_id)
+            ),
+        };
+        let text = self.paint(DIM, &text);
+        self.line(&text)
+    }
+
+    // -----------------------------------------------------------------------
+    // Snapshots and transcripts
+
+    /// Renders a snapshot: header (first time), the transcript messages not
+    /// shown yet (the last [`SNAPSHOT_TAIL`] the first time), the partial
+    /// reply, the pending permission request, and an error state.
+    pub fn snapshot(&mut self, s: &pb::Snapshot) -> io::Result<()> {
+        self.own_client_id.clone_from(&s.your_client_id);
+        let first = !self.header_shown;
+        if first && self.show_header {
+            if let Some(c) = &s.conversation {
+                self.header(c)?;
+            }
+            let others: Vec<String> = s
+                .clients
+                .iter()
+                .filter(|c| c.client_id != s.your_client_id)
+                .map(client_label)
+                .collect();
+            if !others.is_empty() {
+                self.info(&format!("also attached: {}", others.join(", ")))?;
+            }
+        }
+        self.header_shown = true;
+        let new: Vec<&pb::Message> = s
+            .messages
+            .iter()
+            .filter(|m| m.seq == 0 || m.seq > self.last_message_seq)
+            .collect();
+        let skip = if first && self.show_header {
+            new.len().saturating_sub(SNAPSHOT_TAIL)
+        } else {
+            0
+        };
+        if skip > 0 {
+            let id = s.conversation.as_ref().map_or("ID", |c| c.id.as_str());
+            self.info(&format!("… {skip} earlier messages (agent show {id})"))?;
+        }
+        for m in new.into_iter().skip(skip) {
+            self.message(m, false)?;
+        }
+        if let Some(partial) = &s.partial_reply {
+            self.partial_reply(partial)?;
+        }
+        if let Some(request) = &s.pending_permission {
+            self.permission_request(request)?;
+        }
+        if let Some(state) = s.conversation.as_ref().and_then(|c| c.state.as_ref()) {
+            match StateKind::try_from(state.kind).unwrap_or(StateKind::Unspecified) {
+                StateKind::Error | StateKind::ContextExhausted => self.state_changed(state)?,
+                _ => {}
+            }
+        }
+        self.out.flush()
+    }
+
+    fn header(&mut self, c: &pb::ConversationSummary) -> io::Result<()> {
+        let state = c.state.as_ref().map_or("unknown".to_string(), state_text);
+        let mut parts = vec![format!("conversation {}", c.id), state];
+        if !c.model.is_empty() {
+            parts.push(c.model.clone());
+        }
+        if !c.cwd.is_empty() {
+            parts.push(shorten_home(&c.cwd));
+        }
+        let head = self.paint(BOLD, &parts.join(" · "));
+        self.line(&head)?;
+        if !c.title.is_empty() {
+            let title = self.paint(DIM, &one_line(&c.title, 100));
+            self.line(&title)?;
+        }
+        Ok(())
+    }
+
+    fn partial_reply(&mut self, m: &pb::Message) -> io::Result<()> {
+        for (index, block) in m.content.iter().enumerate() {
+            let index = u32::try_from(index).unwrap_or(u32::MAX);
+            match &block.block {
+                Some(Block::Text(t)) => self.text_delta(index, &t.text)?,
+                Some(Block::Thinking(t)) => self.thinking_delta(index, &t.thinking)?,
+                Some(Block::ToolUse(t)) => {
+                    self.tool_uses
+                        .insert(t.id.clone(), tool_use_summary(&t.name, &t.input_json));
+                }
+                Some(Block::ToolResult(_)) | None => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Renders one transcript message. `live`: it arrives as an event while
+    /// the reply was (probably) streamed, so assistant text already shown is
+    /// not repeated and tool calls are announced when they run.
+    pub fn message(&mut self, m: &pb::Message, live: bool) -> io::Result<()> {
+        self.last_message_seq = self.last_message_seq.max(m.seq);
+        let role = Role::try_from(m.role).unwrap_or(Role::Unspecified);
+        if role == Role::Assistant {
+            let already_streamed = live && self.streamed_reply;
+            self.streamed_reply = false;
+            self.end_line()?;
+            for block in &m.content {
+                match &block.block {
+                    Some(Block::Text(t)) if !already_streamed => {
+                        let text = t.text.trim_end();
+                        if !text.is_empty() {
+                            self.line(text)?;
+                        }
+                    }
+                    Some(Block::Thinking(t)) if !already_streamed => {
+                        let text =
+                            self.paint(DIM, &format!("thinking: {}", one_line(&t.thinking, 100)));
+                        self.line(&text)?;
+                    }
+                    Some(Block::ToolUse(t)) => {
+                        let summary = tool_use_summary(&t.name, &t.input_json);
+                        self.tool_uses.insert(t.id.clone(), summary.clone());
+                        if !live && !self.begun.contains(&t.id) {
+                            self.tool_begin(&t.id, &summary)?;
+                        }
+                    }
+                    Some(Block::Text(_) | Block::Thinking(_) | Block::ToolResult(_)) | None => {}
+                }
+            }
+            if m.interrupted {
+                self.info("[interrupted]")?;
+            }
+            match m.stop_reason.as_str() {
+                "max_tokens" => self.info("[reply cut at the output token limit]")?,
+                "refusal" => self.info("[the model refused]")?,
+                _ => {}
+            }
+            return Ok(());
+        }
+        for block in &m.content {
+            match &block.block {
+                Some(Block::Text(t)) => {
+                    let text = t.text.trim();
+                    if self.sent_texts.front().is_some_and(|s| s == text) {
+                        self.sent_texts.pop_front();
+                        continue;
+                    }
+                    self.user_text(text)?;
+                }
+                Some(Block::ToolResult(r)) => self.tool_result(r)?,
+                Some(Block::Thinking(_) | Block::ToolUse(_)) | None => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn user_text(&mut self, text: &str) -> io::Result<()> {
+        self.end_line()?;
+        for (i, line) in text.lines().enumerate() {
+            let prefix = if i == 0 { "> " } else { "  " };
+            let line = self.paint(BOLD, &format!("{prefix}{line}"));
+            writeln!(self.out, "{line}")?;
+        }
+        Ok(())
+    }
+
+    fn tool_result(&mut self, r: &pb::ToolResultBlock) -> io::Result<()> {
+        if self.ended.contains(&r.tool_use_id) {
+            return Ok(());
+        }
+        if !self.begun.contains(&r.tool_use_id) {
+            let summary = self
+                .tool_uses
+                .get(&r.tool_use_id)
+                .cloned()
+                .unwrap_or_else(|| format!("tool call {}", r.tool_use_id));
+            self.tool_begin(&r.tool_use_id, &summary)?;
+        }
+        let text = if r.is_error {
+            format!(
+                "  ⎿ {} {}",
+                self.paint(RED, "error:"),
+                abbreviate(&r.content)
+            )
+        } else {
+            format!("  ⎿ {}", abbreviate(&r.content))
+        };
+        self.line(&text)?;
+        self.ended.insert(r.tool_use_id.clone());
+        Ok(())
+    }
+
+    /// Renders a whole conversation, as `agent show` prints it.
+    pub fn transcript(&mut self, r: &pb::GetConversationResponse) -> io::Result<()> {
+        if let Some(c) = &r.conversation {
+            self.header(c)?;
+        }
+        for m in &r.messages {
+            // A blank line before each turn's words, none before tool results.
+            let has_text = m
+                .content
+                .iter()
+                .any(|b| matches!(b.block, Some(Block::Text(_))));
+            if has_text {
+                writeln!(self.out)?;
+            }
+            self.message(m, false)?;
+        }
+        if let Some(state) = r.conversation.as_ref().and_then(|c| c.state.as_ref()) {
+            match StateKind::try_from(state.kind).unwrap_or(StateKind::Unspecified) {
+                StateKind::Error | StateKind::ContextExhausted => {
+                    writeln!(self.out)?;
+                    self.state_changed(state)?;
+                }
+                _ => {}
+            }
+        }
+        if let Some(request) = &r.pending_permission {
+            writeln!(self.out)?;
+            self.permission_request(request)?;
+        }
+        self.out.flush()
+    }
+
+    // -----------------------------------------------------------------------
+    // Permission requests
+
+    /// Renders a permission request block: tool, summary, reason, diff and
+    /// the keys of the options it offers. A request already shown (same id)
+    /// is not shown again.
+    pub fn permission_request(&mut self, r: &pb::PermissionRequest) -> io::Result<()> {
+        if self.shown_request.as_deref() == Some(r.request_id.as_str()) {
+            return Ok(());
+        }
+        self.shown_request = Some(r.request_id.clone());
+        self.end_line()?;
+        let title = self.paint(YELLOW, &format!("⚠ permission needed: {}", r.tool_name));
+        self.line(&title)?;
+        if !r.summary.is_empty() {
+            for line in r.summary.lines() {
+                let line = self.paint(BOLD, line);
+                self.line(&format!("  {line}"))?;
+            }
+        } else if !r.input_json.is_empty() {
+            self.line(&format!("  {}", one_line(&r.input_json, 200)))?;
+        }
+        if !r.reason.is_empty() {
+            self.line(&format!("  why: {}", r.reason))?;
+        }
+        self.diff(&r.diff, "  ")?;
+        let offered = offered_decisions(&r.options);
+        if !r.suggested_rule.is_empty() && offered.contains(&Decision::AllowAlways) {
+            let rule = self.paint(
+                DIM,
+                &format!("  \"allow always\" adds the rule {}", r.suggested_rule),
+            );
+            self.line(&rule)?;
+        }
+        let keys = self.keys(&offered);
+        self.line(&format!("  {keys}"))
+    }
+
+    fn keys(&self, offered: &[Decision]) -> String {
+        offered
+            .iter()
+            .map(|d| {
+                let key = self.paint(BOLD, &format!("[{}]", d.key()));
+                match d {
+                    Decision::DenyAndStop => format!("{key} {} (then type feedback)", d.label()),
+                    _ => format!("{key} {}", d.label()),
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("  ")
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Tables
+
+/// The `agent ls` table. `full_ids` prints whole ids instead of 10 characters.
+pub fn conversation_table(
+    out: &mut impl Write,
+    conversations: &[pb::ConversationSummary],
+    now_ms: i64,
+    full_ids: bool,
+) -> io::Result<()> {
+    if conversations.is_empty() {
+        return writeln!(out, "no conversations");
+    }
+    let rows: Vec<[String; 5]> = conversations
+        .iter()
+        .map(|c| {
+            [
+                if full_ids {
+                    c.id.clone()
+                } else {
+                    c.id.chars().take(10).collect()
+                },
+                c.state.as_ref().map_or("unknown".to_string(), state_text),
+                format_age(now_ms.saturating_sub(c.created_at_ms)),
+                shorten_home(&c.cwd),
+                one_line(&c.title, 60),
+            ]
+        })
+        .collect();
+    table(out, ["ID", "STATE", "AGE", "CWD", "TITLE"], &rows)
+}
+
+/// The `agent shells` table.
+pub fn shell_table(out: &mut impl Write, shells: &[pb::ShellInfo], now_ms: i64) -> io::Result<()> {
+    if shells.is_empty() {
+        return writeln!(out, "no background shells");
+    }
+    let rows: Vec<[String; 5]> = shells
+        .iter()
+        .map(|s| {
+            [
+                s.id.clone(),
+                s.conversation_id.chars().take(10).collect(),
+                shell_status_text(s),
+                format_age(now_ms.saturating_sub(s.started_at_ms)),
+                one_line(&s.command, 70),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        ["ID", "CONVERSATION", "STATE", "AGE", "COMMAND"],
+        &rows,
+    )
+}
+
+fn table<const N: usize>(
+    out: &mut impl Write,
+    head: [&str; N],
+    rows: &[[String; N]],
+) -> io::Result<()> {
+    let mut widths = head.map(|h| h.chars().count());
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let print = |out: &mut dyn Write, cells: Vec<&str>| -> io::Result<()> {
+        let mut line = String::new();
+        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == N {
+                line.push_str(cell);
+            } else {
+                line.push_str(cell);
+                line.push_str(&" ".repeat(w - cell.chars().count() + 2));
+            }
+        }
+        writeln!(out, "{}", line.trim_end())
+    };
+    print(out, head.to_vec())?;
+    for row in rows {
+        print(out, row.iter().map(String::as_str).collect())?;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Small formatting helpers
+
+/// A state for people: "idle", "waiting for permission", "retrying (2/3)", …
+pub fn state_text(s: &pb::ConversationState) -> String {
+    match StateKind::try_from(s.kind).unwrap_or(StateKind::Unspecified) {
+        StateKind::Unspecified => "unknown".into(),
+        StateKind::Idle => "idle".into(),
+        StateKind::AwaitingLlm => "starting".into(),
+        StateKind::LlmRequesting if s.attempt > 1 => {
+            format!("retrying ({}/{})", s.attempt, s.max_attempts)
+        }
+        StateKind::LlmRequesting => "thinking".into(),
+        StateKind::ToolExecuting => "running tools".into(),
+        StateKind::AwaitingPermission => "waiting for permission".into(),
+        StateKind::Cancelling => "cancelling".into(),
+        StateKind::AwaitingSubAgents => "waiting for sub-agents".into(),
+        StateKind::AwaitingContinuation => "summarizing".into(),
+        StateKind::ContextExhausted => "context exhausted".into(),
+        StateKind::Error => {
+            let kind = error_kind_text(s.error_kind);
+            if kind.is_empty() {
+                "error".into()
+            } else {
+                format!("error ({kind})")
+            }
+        }
+    }
+}
+
+/// The lowercase name of an error kind ("auth", "rate limit", …), empty for none.
+pub fn error_kind_text(kind: i32) -> &'static str {
+    match ErrorKind::try_from(kind).unwrap_or(ErrorKind::Unknown) {
+        ErrorKind::Unspecified => "",
+        ErrorKind::Auth => "auth",
+        ErrorKind::RateLimit => "rate limit",
+        ErrorKind::Network => "network",
+        ErrorKind::InvalidRequest => "invalid request",
+        ErrorKind::Unknown => "unknown",
+        ErrorKind::ContextExhausted => "context exhausted",
+    }
+}
+
+fn error_text(kind: i32, message: &str) -> String {
+    match error_kind_text(kind) {
+        "" => format!("error: {message}"),
+        kind => format!("error ({kind}): {message}"),
+    }
+}
+
+fn shell_status_text(s: &pb::ShellInfo) -> String {
+    match ShellStatus::try_from(s.status).unwrap_or(ShellStatus::Unspecified) {
+        ShellStatus::Unspecified => "unknown".into(),
+        ShellStatus::Running => "running".into(),
+        ShellStatus::Exited => format!("exited ({})", s.exit_code),
+        ShellStatus::Killed => "killed".into(),
+        ShellStatus::Lost => "lost".into(),
+    }
+}
+
+fn client_label(c: &pb::ClientInfo) -> String {
+    name_or_id(&c.name, &c.client_id).to_string()
+}
+
+fn name_or_id<'a>(name: &'a str, id: &'a str) -> &'a str {
+    if name.is_empty() { id } else { name }
+}
+
+/// A one-line summary of a tool call from its name and JSON input:
+/// `bash: cargo test`, `edit: src/main.rs`.
+pub fn tool_use_summary(name: &str, input_json: &str) -> String {
+    const KEYS: [&str; 9] = [
+        "command",
+        "file_path",
+        "path",
+        "pattern",
+        "query",
+        "shell_id",
+        "reason",
+        "thought",
+        "url",
+    ];
+    let value: serde_json::Value =
+        serde_json::from_str(input_json).unwrap_or(serde_json::Value::Null);
+    if let Some(obj) = value.as_object() {
+        for key in KEYS {
+            if let Some(s) = obj.get(key).and_then(|v| v.as_str()) {
+                return format!("{name}: {}", one_line(s, 100));
+            }
+        }
+        if obj.is_empty() {
+            return name.to_string();
+        }
+        return format!("{name}: {}", one_line(&value.to_string(), 100));
+    }
+    if input_json.trim().is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}: {}", one_line(input_json, 100))
+    }
+}
+
+/// The first non-empty line of `s`, cut to `max` characters (with `…`).
+pub fn one_line(s: &str, max: usize) -> String {
+    let first = s
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("");
+    truncate_chars(first, max)
+}
+
+fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut cut: String = s.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// A tool result in one line: its first line, and how many more there are.
+pub fn abbreviate(content: &str) -> String {
+    let lines = content.lines().filter(|l| !l.trim().is_empty()).count();
+    let first = one_line(content, 100);
+    match lines {
+        0 => "(no output)".to_string(),
+        1 => first,
+        n => format!("{first} … (+{} lines)", n - 1),
+    }
+}
+
+/// `850ms`, `1.2s`, `42s`, `3m05s`.
+pub fn format_duration_ms(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 10_000 {
+        format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
+    } else if ms < 60_000 {
+        format!("{}s", ms / 1000)
+    } else {
+        format!("{}m{:02}s", ms / 60_000, (ms % 60_000) / 1000)
+    }
+}
+
+/// `12s`, `5m`, `3h`, `4d`.
+pub fn format_age(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    if s < 60 {
+        format!("{s}s")
+    } else if s < 3600 {
+        format!("{}m", s / 60)
+    } else if s < 48 * 3600 {
+        format!("{}h", s / 3600)
+    } else {
+        format!("{}d", s / 86_400)
+    }
+}
+
+/// `/home/me/proj` → `~/proj`.
+pub fn shorten_home(path: &str) -> String {
+    match std::env::var("HOME") {
+        Ok(home) if !home.is_empty() && home != "/" => match path.strip_prefix(&home) {
+            Some("") => "~".to_string(),
+            Some(rest) if rest.starts_with('/') => format!("~{rest}"),
+            _ => path.to_string(),
+        },
+        _ => path.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,614 @@
+use super::*;
+use agent_proto::v1::{PermissionDecision as D, attach_response::Event as E};
+
+fn ev(event: E) -> pb::AttachResponse {
+    pb::AttachResponse {
+        seq: 1,
+        at_ms: 0,
+        event: Some(event),
+    }
+}
+
+/// Renders events without colour into a string.
+fn render(events: Vec<E>) -> String {
+    let mut r = Renderer::new(Vec::new(), false);
+    for e in events {
+        r.event(&ev(e)).unwrap();
+    }
+    r.end_line().unwrap();
+    String::from_utf8(r.into_inner()).unwrap()
+}
+
+fn text(t: &str) -> pb::ContentBlock {
+    pb::ContentBlock {
+        block: Some(Block::Text(pb::TextBlock { text: t.into() })),
+    }
+}
+
+fn tool_use(id: &str, name: &str, input: &str) -> pb::ContentBlock {
+    pb::ContentBlock {
+        block: Some(Block::ToolUse(pb::ToolUseBlock {
+            id: id.into(),
+            name: name.into(),
+            input_json: input.into(),
+        })),
+    }
+}
+
+fn tool_result(id: &str, content: &str, is_error: bool) -> pb::ContentBlock {
+    pb::ContentBlock {
+        block: Some(Block::ToolResult(pb::ToolResultBlock {
+            tool_use_id: id.into(),
+            content: content.into(),
+            is_error,
+        })),
+    }
+}
+
+fn msg(seq: u64, role: Role, content: Vec<pb::ContentBlock>) -> pb::Message {
+    pb::Message {
+        seq,
+        role: role as i32,
+        content,
+        ..Default::default()
+    }
+}
+
+fn state(kind: StateKind) -> pb::ConversationState {
+    pb::ConversationState {
+        kind: kind as i32,
+        ..Default::default()
+    }
+}
+
+fn appended(m: pb::Message) -> E {
+    E::MessageAppended(pb::MessageAppended { message: Some(m) })
+}
+
+fn request(options: &[D]) -> pb::PermissionRequest {
+    pb::PermissionRequest {
+        request_id: "req1".into(),
+        tool_name: "edit".into(),
+        tool_use_id: "t1".into(),
+        input_json: "{}".into(),
+        summary: "edit src/main.rs".into(),
+        diff: "--- a\n+++ b\n@@ -1 +1 @@\n-old\n+new".into(),
+        options: options.iter().map(|d| *d as i32).collect(),
+        reason: "edits ask in default mode".into(),
+        suggested_rule: "edit(src/**)".into(),
+    }
+}
+
+#[test]
+fn text_deltas_stream_inline_and_the_message_is_not_repeated() {
+    let out = render(vec![
+        E::ReplyBegin(pb::ReplyBegin { attempt: 1 }),
+        E::TextDelta(pb::TextDelta {
+            block_index: 0,
+            text: "Hel".into(),
+        }),
+        E::TextDelta(pb::TextDelta {
+            block_index: 0,
+            text: "lo!".into(),
+        }),
+        appended(msg(2, Role::Assistant, vec![text("Hello!")])),
+        E::StateChanged(pb::StateChanged {
+            state: Some(state(StateKind::Idle)),
+        }),
+    ]);
+    assert_eq!(out, "Hello!\n");
+}
+
+#[test]
+fn thinking_is_prefixed_and_text_starts_a_new_line() {
+    let out = render(vec![
+        E::ThinkingDelta(pb::ThinkingDelta {
+            block_index: 0,
+            text: "let me ".into(),
+        }),
+        E::ThinkingDelta(pb::ThinkingDelta {
+            block_index: 0,
+            text: "see".into(),
+        }),
+        E::TextDelta(pb::TextDelta {
+            block_index: 1,
+            text: "Done.".into(),
+        }),
+    ]);
+    assert_eq!(out, "thinking: let me see\nDone.\n");
+}
+
+#[test]
+fn thinking_is_dimmed_with_colour() {
+    let mut r = Renderer::new(Vec::new(), true);
+    r.event(&ev(E::ThinkingDelta(pb::ThinkingDelta {
+        block_index: 0,
+        text: "hm".into(),
+    })))
+    .unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert_eq!(out, "\x1b[2mthinking: \x1b[0m\x1b[2mhm\x1b[0m");
+}
+
+#[test]
+fn tool_calls_begin_and_end() {
+    let out = render(vec![
+        E::TextDelta(pb::TextDelta {
+            block_index: 0,
+            text: "Running tests".into(),
+        }),
+        E::ToolCallBegin(pb::ToolCallBegin {
+            tool_use_id: "t1".into(),
+            tool_name: "bash".into(),
+            summary: "bash: cargo test".into(),
+            input_json: "{\"command\":\"cargo test\"}".into(),
+        }),
+        E::ToolCallEnd(pb::ToolCallEnd {
+            tool_use_id: "t1".into(),
+            tool_name: "bash".into(),
+            is_error: false,
+            summary: "exit 0, 12 lines".into(),
+            diff: String::new(),
+            duration_ms: 1500,
+        }),
+        E::ToolCallBegin(pb::ToolCallBegin {
+            tool_use_id: "t2".into(),
+            tool_name: "edit".into(),
+            summary: String::new(),
+            input_json: "{\"file_path\":\"src/a.rs\"}".into(),
+        }),
+        E::ToolCallEnd(pb::ToolCallEnd {
+            tool_use_id: "t2".into(),
+            tool_name: "edit".into(),
+            is_error: true,
+            summary: "old_string not found".into(),
+            diff: "@@ -1 +1 @@\n-a\n+b".into(),
+            duration_ms: 3,
+        }),
+        // The durable result message does not repeat what was shown.
+        appended(msg(
+            3,
+            Role::User,
+            vec![tool_result("t1", "ok", false), tool_result("t2", "x", true)],
+        )),
+    ]);
+    assert_eq!(
+        out,
+        "Running tests\n\
+         ⏺ bash: cargo test\n  ⎿ ok exit 0, 12 lines (1.5s)\n\
+         ⏺ edit: src/a.rs\n  ⎿ error old_string not found\n    @@ -1 +1 @@\n    -a\n    +b\n"
+    );
+}
+
+#[test]
+fn diffs_are_coloured_only_with_colour() {
+    let mut r = Renderer::new(Vec::new(), true);
+    r.event(&ev(E::ToolCallEnd(pb::ToolCallEnd {
+        tool_use_id: "t".into(),
+        tool_name: "edit".into(),
+        diff: "-a\n+b".into(),
+        ..Default::default()
+    })))
+    .unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(out.contains("\x1b[31m-a\x1b[0m"), "{out:?}");
+    assert!(out.contains("\x1b[32m+b\x1b[0m"), "{out:?}");
+}
+
+#[test]
+fn results_of_tools_never_run_show_the_call() {
+    // A denied call never gets ToolCallBegin: its result names it.
+    let out = render(vec![
+        appended(msg(
+            2,
+            Role::Assistant,
+            vec![
+                text("I'll delete it"),
+                tool_use("t9", "bash", "{\"command\":\"rm -rf x\"}"),
+            ],
+        )),
+        appended(msg(
+            3,
+            Role::User,
+            vec![tool_result("t9", "Permission denied by user\nmore", true)],
+        )),
+    ]);
+    assert_eq!(
+        out,
+        "I'll delete it\n⏺ bash: rm -rf x\n  ⎿ error: Permission denied by user … (+1 lines)\n"
+    );
+}
+
+#[test]
+fn user_messages_are_quoted_unless_sent_here() {
+    let mut r = Renderer::new(Vec::new(), false);
+    r.note_sent("mine");
+    r.event(&ev(appended(msg(1, Role::User, vec![text("mine")]))))
+        .unwrap();
+    r.event(&ev(appended(msg(
+        2,
+        Role::User,
+        vec![text("theirs\nline two")],
+    ))))
+    .unwrap();
+    assert_eq!(
+        String::from_utf8(r.into_inner()).unwrap(),
+        "> theirs\n  line two\n"
+    );
+}
+
+#[test]
+fn retrying_error_and_states() {
+    let out = render(vec![
+        E::Retrying(pb::Retrying {
+            attempt: 2,
+            max_attempts: 3,
+            delay_ms: 1200,
+            reason: "overloaded".into(),
+        }),
+        E::Error(pb::ErrorEvent {
+            message: "invalid x-api-key".into(),
+            kind: ErrorKind::Auth as i32,
+        }),
+        // The same error as a state change is not repeated.
+        E::StateChanged(pb::StateChanged {
+            state: Some(pb::ConversationState {
+                kind: StateKind::Error as i32,
+                error_message: "invalid x-api-key".into(),
+                error_kind: ErrorKind::Auth as i32,
+                ..Default::default()
+            }),
+        }),
+        E::StateChanged(pb::StateChanged {
+            state: Some(pb::ConversationState {
+                kind: StateKind::Error as i32,
+                error_message: "boom".into(),
+                error_kind: ErrorKind::Network as i32,
+                ..Default::default()
+            }),
+        }),
+        E::StateChanged(pb::StateChanged {
+            state: Some(state(StateKind::Cancelling)),
+        }),
+        E::StateChanged(pb::StateChanged {
+            state: Some(state(StateKind::ContextExhausted)),
+        }),
+        E::StateChanged(pb::StateChanged {
+            state: Some(state(StateKind::ToolExecuting)),
+        }),
+        E::UsageUpdated(pb::UsageUpdated::default()),
+        E::Resumed(pb::Resumed { after_seq: 3 }),
+    ]);
+    assert_eq!(
+        out,
+        "retrying (2/3) in 1.2s: overloaded\n\
+         ✗ error (auth): invalid x-api-key\n\
+         ✗ error (network): boom\n\
+         cancelling…\n\
+         ✗ context window exhausted: the conversation is read-only\n"
+    );
+}
+
+#[test]
+fn clients_shells_and_notices() {
+    let client = |id: &str, name: &str| pb::ClientInfo {
+        client_id: id.into(),
+        name: name.into(),
+    };
+    let shell = pb::ShellInfo {
+        id: "sh1".into(),
+        command: "sleep 100".into(),
+        status: ShellStatus::Exited as i32,
+        exit_code: 2,
+        ..Default::default()
+    };
+    let out = render(vec![
+        E::ClientAttached(pb::ClientAttached {
+            client: Some(client("c2", "bob@box:12")),
+        }),
+        E::ClientDetached(pb::ClientDetached {
+            client: Some(client("c3", "")),
+        }),
+        E::ShellStarted(pb::ShellStarted {
+            shell: Some(shell.clone()),
+        }),
+        E::ShellExited(pb::ShellExited { shell: Some(shell) }),
+        E::Notice(pb::Notice {
+            message: "recovered after restart".into(),
+        }),
+    ]);
+    assert_eq!(
+        out,
+        "· bob@box:12 attached\n· c3 detached\n· shell sh1 started: sleep 100\n\
+         · shell sh1 exited (2)\n! recovered after restart\n"
+    );
+}
+
+#[test]
+fn own_join_is_not_announced() {
+    let mut r = Renderer::new(Vec::new(), false).with_header(false);
+    r.event(&ev(E::Snapshot(pb::Snapshot {
+        your_client_id: "me".into(),
+        ..Default::default()
+    })))
+    .unwrap();
+    r.event(&ev(E::ClientAttached(pb::ClientAttached {
+        client: Some(pb::ClientInfo {
+            client_id: "me".into(),
+            name: "x".into(),
+        }),
+    })))
+    .unwrap();
+    assert_eq!(String::from_utf8(r.into_inner()).unwrap(), "");
+}
+
+#[test]
+fn permission_request_block_and_resolution() {
+    let out = render(vec![
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[
+                D::AllowOnce,
+                D::AllowAlways,
+                D::Deny,
+                D::DenyAndStop,
+                D::Never,
+            ])),
+        }),
+        // Shown once even if it arrives again (snapshot after a reconnect).
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[D::AllowOnce])),
+        }),
+        E::PermissionResolved(pb::PermissionResolved {
+            request_id: "req1".into(),
+            decision: D::AllowOnce as i32,
+            client_id: "c2".into(),
+            client_name: "bob".into(),
+        }),
+        E::PermissionResolved(pb::PermissionResolved {
+            request_id: "req2".into(),
+            decision: D::Cancelled as i32,
+            ..Default::default()
+        }),
+    ]);
+    assert_eq!(
+        out,
+        "⚠ permission needed: edit\n\
+         \x20 edit src/main.rs\n\
+         \x20 why: edits ask in default mode\n\
+         \x20 --- a\n  +++ b\n  @@ -1 +1 @@\n  -old\n  +new\n\
+         \x20 \"allow always\" adds the rule edit(src/**)\n\
+         \x20 [y] allow once  [a] allow always  [n] deny  [s] deny and stop (then type feedback)  [v] never\n\
+         \x20 ⎿ allow once (answered by bob)\n\
+         \x20 ⎿ permission request cancelled\n"
+    );
+}
+
+#[test]
+fn background_is_listed_only_when_offered() {
+    let mut r = Renderer::new(Vec::new(), false);
+    let mut req = request(&[D::AllowOnce, D::Background]);
+    req.diff.clear();
+    req.reason.clear();
+    r.permission_request(&req).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(out.ends_with("  [y] allow once  [b] background\n"), "{out}");
+    assert!(!out.contains("adds the rule"));
+}
+
+#[test]
+fn snapshot_shows_header_transcript_partial_and_pending() {
+    let snapshot = pb::Snapshot {
+        conversation: Some(pb::ConversationSummary {
+            id: "01JABC".into(),
+            title: "fix it".into(),
+            cwd: "/nowhere/proj".into(),
+            model: "m".into(),
+            state: Some(state(StateKind::AwaitingPermission)),
+            ..Default::default()
+        }),
+        messages: vec![
+            msg(1, Role::User, vec![text("fix it")]),
+            msg(
+                2,
+                Role::Assistant,
+                vec![
+                    text("Looking."),
+                    tool_use("t1", "read", "{\"path\":\"a.rs\"}"),
+                ],
+            ),
+            msg(
+                3,
+                Role::User,
+                vec![tool_result("t1", "fn main() {}", false)],
+            ),
+        ],
+        partial_reply: Some(msg(0, Role::Assistant, vec![text("Now I will")])),
+        pending_permission: Some(request(&[D::AllowOnce, D::Deny])),
+        clients: vec![
+            pb::ClientInfo {
+                client_id: "me".into(),
+                name: "me@here".into(),
+            },
+            pb::ClientInfo {
+                client_id: "c2".into(),
+                name: "bob@there".into(),
+            },
+        ],
+        your_client_id: "me".into(),
+    };
+    let mut r = Renderer::new(Vec::new(), false);
+    r.snapshot(&snapshot).unwrap();
+    // The reply goes on streaming where the partial text stopped.
+    r.event(&ev(E::TextDelta(pb::TextDelta {
+        block_index: 0,
+        text: " edit".into(),
+    })))
+    .unwrap();
+    // A second snapshot (after a reconnect) repeats nothing already shown.
+    let mut again = snapshot.clone();
+    again.partial_reply = None;
+    again.messages.push(msg(4, Role::User, vec![text("hurry")]));
+    r.snapshot(&again).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert_eq!(
+        out,
+        "conversation 01JABC · waiting for permission · m · /nowhere/proj\n\
+         fix it\n\
+         also attached: bob@there\n\
+         > fix it\n\
+         Looking.\n\
+         ⏺ read: a.rs\n\
+         \x20 ⎿ fn main() {}\n\
+         Now I will\n\
+         ⚠ permission needed: edit\n\
+         \x20 edit src/main.rs\n\
+         \x20 why: edits ask in default mode\n\
+         \x20 --- a\n  +++ b\n  @@ -1 +1 @@\n  -old\n  +new\n\
+         \x20 [y] allow once  [n] deny\n\
+         \x20edit\n\
+         > hurry\n"
+    );
+}
+
+#[test]
+fn snapshot_of_a_long_conversation_shows_the_tail() {
+    let messages = (1..=30)
+        .map(|i| msg(i, Role::User, vec![text(&format!("m{i}"))]))
+        .collect();
+    let mut r = Renderer::new(Vec::new(), false);
+    r.snapshot(&pb::Snapshot {
+        conversation: Some(pb::ConversationSummary {
+            id: "01X".into(),
+            ..Default::default()
+        }),
+        messages,
+        ..Default::default()
+    })
+    .unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(
+        out.contains("… 10 earlier messages (agent show 01X)\n> m11\n"),
+        "{out}"
+    );
+    assert!(out.ends_with("> m30\n"));
+}
+
+#[test]
+fn transcript_for_show() {
+    let response = pb::GetConversationResponse {
+        conversation: Some(pb::ConversationSummary {
+            id: "01JABC".into(),
+            state: Some(pb::ConversationState {
+                kind: StateKind::Error as i32,
+                error_kind: ErrorKind::RateLimit as i32,
+                error_message: "spend cap".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        messages: vec![
+            msg(1, Role::User, vec![text("hi")]),
+            pb::Message {
+                interrupted: true,
+                ..msg(
+                    2,
+                    Role::Assistant,
+                    vec![
+                        text("Hello"),
+                        tool_use("t1", "glob", "{\"pattern\":\"*.rs\"}"),
+                    ],
+                )
+            },
+            msg(3, Role::User, vec![tool_result("t1", "", false)]),
+        ],
+        pending_permission: None,
+    };
+    let mut r = Renderer::new(Vec::new(), false);
+    r.transcript(&response).unwrap();
+    assert_eq!(
+        String::from_utf8(r.into_inner()).unwrap(),
+        "conversation 01JABC · error (rate limit)\n\n> hi\n\nHello\n⏺ glob: *.rs\n[interrupted]\n\
+         \x20 ⎿ (no output)\n\n✗ error (rate limit): spend cap\n"
+    );
+}
+
+#[test]
+fn tables() {
+    let mut out = Vec::new();
+    let convs = vec![
+        pb::ConversationSummary {
+            id: "01JDXYZABCDEFGHJKMNPQRSTVW".into(),
+            title: "fix the test".into(),
+            cwd: "/srv/p".into(),
+            state: Some(state(StateKind::AwaitingPermission)),
+            created_at_ms: 1_000,
+            ..Default::default()
+        },
+        pb::ConversationSummary {
+            id: "01JDXYZ999".into(),
+            title: "".into(),
+            cwd: "/srv/q".into(),
+            state: Some(pb::ConversationState {
+                kind: StateKind::LlmRequesting as i32,
+                attempt: 2,
+                max_attempts: 3,
+                ..Default::default()
+            }),
+            created_at_ms: 1_000 - 7_200_000,
+            ..Default::default()
+        },
+    ];
+    conversation_table(&mut out, &convs, 61_000, false).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "ID          STATE                   AGE  CWD     TITLE\n\
+         01JDXYZABC  waiting for permission  1m   /srv/p  fix the test\n\
+         01JDXYZ999  retrying (2/3)          2h   /srv/q\n"
+    );
+    let mut out = Vec::new();
+    conversation_table(&mut out, &convs[..1], 61_000, true).unwrap();
+    assert!(
+        String::from_utf8(out)
+            .unwrap()
+            .contains("01JDXYZABCDEFGHJKMNPQRSTVW  waiting")
+    );
+
+    let mut out = Vec::new();
+    let shells = vec![pb::ShellInfo {
+        id: "sh1".into(),
+        conversation_id: "01JDXYZABCDEFG".into(),
+        command: "npm run dev".into(),
+        status: ShellStatus::Running as i32,
+        started_at_ms: 0,
+        ..Default::default()
+    }];
+    shell_table(&mut out, &shells, 5_000).unwrap();
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "ID   CONVERSATION  STATE    AGE  COMMAND\nsh1  01JDXYZABC    running  5s   npm run dev\n"
+    );
+    let mut out = Vec::new();
+    shell_table(&mut out, &[], 0).unwrap();
+    assert_eq!(String::from_utf8(out).unwrap(), "no background shells\n");
+}
+
+#[test]
+fn helpers() {
+    assert_eq!(format_duration_ms(850), "850ms");
+    assert_eq!(format_duration_ms(1234), "1.2s");
+    assert_eq!(format_duration_ms(42_000), "42s");
+    assert_eq!(format_duration_ms(185_000), "3m05s");
+    assert_eq!(format_age(59_999), "59s");
+    assert_eq!(format_age(-5), "0s");
+    assert_eq!(format_age(3 * 86_400_000), "3d");
+    assert_eq!(one_line("\n  first  \nsecond", 100), "first");
+    assert_eq!(one_line("ééééé", 3), "éé…");
+    assert_eq!(abbreviate("a\n\nb\nc"), "a … (+2 lines)");
+    assert_eq!(
+        tool_use_summary("bash", "{\"command\":\"ls -la\\nrm\"}"),
+        "bash: ls -la"
+    );
+    assert_eq!(tool_use_summary("think", "{}"), "think");
+    assert_eq!(tool_use_summary("x", "{\"n\":1}"), "x: {\"n\":1}");
+    assert_eq!(tool_use_summary("x", "not json"), "x: not json");
+}

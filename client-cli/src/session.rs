@@ -1,0 +1,738 @@
+//! The live side of `agent run` and `agent attach`: one Attach stream at a
+//! time, events rendered as they arrive, permission prompts, lines typed on
+//! stdin, Ctrl-C, and reconnection when the stream breaks.
+//!
+//! Reconnecting resubscribes with `after_seq` = the last sequence number
+//! seen, and every event at or below it is dropped, so a daemon restart shows
+//! nothing twice.
+
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use agent_proto::v1::{
+    self as pb, AttachRequest, StateKind, attach_request::Frame, attach_response::Event,
+    content_block::Block,
+};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+use crate::cli::{Decision, TypedAnswer, offered_decisions, parse_typed_answer};
+use crate::connect::{Client, connect};
+use crate::error::{CliError, Exit};
+use crate::io::{Input, Interrupts, Io};
+use crate::json;
+use crate::render::{Renderer, error_kind_text};
+
+/// First delay before reconnecting; doubles up to [`RECONNECT_MAX_DELAY`].
+const RECONNECT_FIRST_DELAY: Duration = Duration::from_millis(100);
+const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(2);
+/// How long to keep trying before giving up on the daemon.
+const RECONNECT_WINDOW: Duration = Duration::from_secs(30);
+/// Streams that break before delivering anything, in a row, before giving up.
+const MAX_FRUITLESS_STREAMS: u32 = 5;
+/// How long `attach` waits, after stdin ends, for its last messages to be
+/// acknowledged.
+const DETACH_GRACE: Duration = Duration::from_secs(5);
+
+/// Which command is streaming.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SessionKind {
+    /// `agent run`: ends when the turn ends.
+    Run,
+    /// `agent attach`: ends when stdin ends (or Ctrl-C).
+    Attach,
+}
+
+/// What a session needs to know.
+#[derive(Debug, Clone)]
+pub struct SessionConfig {
+    /// Run or attach.
+    pub kind: SessionKind,
+    /// The conversation (a prefix is replaced by the full id from the snapshot).
+    pub conversation_id: String,
+    /// Where to reconnect.
+    pub socket: PathBuf,
+    /// Answer "allow once" to every permission request.
+    pub yes: bool,
+    /// Print events as JSON lines instead of rendering them.
+    pub json: bool,
+    /// This client's name, shown to the others.
+    pub client_name: String,
+    /// The prompt `run` sent, so it is not echoed back.
+    pub sent_prompt: Option<String>,
+}
+
+/// Where a session writes.
+type Output = dyn Write + Send + 'static;
+
+/// How a session ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Outcome {
+    /// `run`: the agent is idle again.
+    Idle,
+    /// `run`: the turn failed.
+    Failed { kind: i32, message: String },
+    /// `run`: the context window is exhausted.
+    ContextExhausted(String),
+    /// Ctrl-C.
+    Interrupted,
+    /// `attach`: stdin ended.
+    Detached,
+}
+
+/// How one Attach stream ended.
+enum StreamEnd {
+    Done(Outcome),
+    /// The connection broke: reconnect with backoff.
+    Broken {
+        why: String,
+        delivered: bool,
+    },
+    /// The daemon refused a frame and closed the stream: subscribe again now.
+    Resubscribe,
+}
+
+/// What the person is being asked.
+struct Prompt {
+    request: pb::PermissionRequest,
+    offered: Vec<Decision>,
+    /// Deny-and-stop was chosen; the next line is its feedback.
+    wants_feedback: bool,
+}
+
+/// Streams a conversation until the session ends; returns the exit status.
+pub async fn run_session(
+    client: Client,
+    config: SessionConfig,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
+    let Io {
+        out,
+        err,
+        color,
+        input,
+        interrupts,
+    } = io;
+    let (human, json_out, color): (&mut Output, Option<&mut Output>, bool) = if config.json {
+        (&mut **err, Some(&mut **out), false)
+    } else {
+        (&mut **out, None, *color)
+    };
+    let mut render = Renderer::new(human, color).with_header(config.kind == SessionKind::Attach);
+    if let Some(prompt) = &config.sent_prompt {
+        render.note_sent(prompt);
+    }
+    let mut session = Session {
+        reading_input: config.kind == SessionKind::Attach,
+        config,
+        client,
+        render,
+        json_out,
+        input,
+        interrupts,
+        tx: None,
+        last_seq: 0,
+        state: StateKind::Unspecified,
+        error_kind: 0,
+        error_message: String::new(),
+        own_client_id: String::new(),
+        prompt: None,
+        answered: None,
+        late_answer_reported: false,
+        input_closed: false,
+        interrupted: false,
+        cancel_sent: false,
+        feedback_pending: false,
+        unacked: VecDeque::new(),
+        detach_deadline: None,
+    };
+    let outcome = session.run().await;
+    let _ = session.render.end_line();
+    let _ = session.render.flush();
+    match outcome? {
+        Outcome::Idle | Outcome::Detached => Ok(Exit::Ok),
+        Outcome::Interrupted => Ok(Exit::Interrupted),
+        Outcome::Failed { kind, message } => Err(CliError::TurnFailed {
+            kind: match error_kind_text(kind) {
+                "" => "unknown".to_string(),
+                k => k.to_string(),
+            },
+            message,
+        }),
+        Outcome::ContextExhausted(message) => {
+            Err(CliError::ContextExhausted(if message.is_empty() {
+                "the conversation is read-only".to_string()
+            } else {
+                message
+            }))
+        }
+    }
+}
+
+struct Session<'a> {
+    config: SessionConfig,
+    client: Client,
+    /// Human output: stdout, or stderr with --json (prompts and notes only).
+    render: Renderer<&'a mut Output>,
+    /// With --json: stdout, one event per line.
+    json_out: Option<&'a mut Output>,
+    input: &'a mut Input,
+    interrupts: &'a mut Interrupts,
+    /// Frames to the daemon on the current stream.
+    tx: Option<mpsc::Sender<AttachRequest>>,
+    /// The highest event sequence number seen.
+    last_seq: u64,
+    state: StateKind,
+    error_kind: i32,
+    error_message: String,
+    own_client_id: String,
+    prompt: Option<Prompt>,
+    /// The answer this client sent and has not seen resolved: (request, decision).
+    answered: Option<(String, Decision)>,
+    /// "Another client answered first" was said; the refusal that follows is not repeated.
+    late_answer_reported: bool,
+    /// Lines from stdin are wanted (always for attach; for run once asked).
+    reading_input: bool,
+    input_closed: bool,
+    /// `run`: Ctrl-C was pressed once and a cancel sent.
+    interrupted: bool,
+    /// `attach`: a cancel was sent for the current turn.
+    cancel_sent: bool,
+    /// `run`: deny-and-stop feedback will start another turn.
+    feedback_pending: bool,
+    /// Messages sent and not yet seen appended.
+    unacked: VecDeque<String>,
+    /// `attach`: stdin ended; leave when `unacked` is empty or at this time.
+    detach_deadline: Option<Instant>,
+}
+
+impl Session<'_> {
+    async fn run(&mut self) -> Result<Outcome, CliError> {
+        self.interrupts.install();
+        let mut fruitless = 0;
+        loop {
+            match self.stream_once().await? {
+                StreamEnd::Done(outcome) => return Ok(outcome),
+                StreamEnd::Resubscribe => {}
+                StreamEnd::Broken { why, delivered } => {
+                    fruitless = if delivered { 0 } else { fruitless + 1 };
+                    if fruitless >= MAX_FRUITLESS_STREAMS {
+                        return Err(CliError::Disconnected(why));
+                    }
+                    if let Some(outcome) = self.reconnect(&why).await? {
+                        return Ok(outcome);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Subscribes and handles one stream until it ends.
+    async fn stream_once(&mut self) -> Result<StreamEnd, CliError> {
+        let (tx, rx) = mpsc::channel(32);
+        let subscribe = Frame::Subscribe(pb::Subscribe {
+            conversation_id: self.config.conversation_id.clone(),
+            after_seq: self.last_seq,
+            client_name: self.config.client_name.clone(),
+        });
+        // The receiver is alive: this cannot fail.
+        let _ = tx
+            .send(AttachRequest {
+                frame: Some(subscribe),
+            })
+            .await;
+        self.tx = Some(tx);
+        if self.interrupted || self.cancel_sent {
+            // The cancel may have been lost with the old connection; it is idempotent.
+            self.send_frame(Frame::Cancel(pb::CancelFrame {})).await;
+        }
+        let mut inbound = match self.client.attach(ReceiverStream::new(rx)).await {
+            Ok(response) => response.into_inner(),
+            Err(status) => return self.stream_error(status, false),
+        };
+        let mut delivered = false;
+        loop {
+            let deadline = self.detach_deadline;
+            let detach_timer = async move {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let want_line = self.reading_input && !self.input_closed;
+            tokio::select! {
+                item = inbound.next() => match item {
+                    Some(Ok(event)) => {
+                        delivered = true;
+                        if let Some(outcome) = self.handle(event).await? {
+                            return Ok(StreamEnd::Done(outcome));
+                        }
+                    }
+                    Some(Err(status)) => return self.stream_error(status, delivered),
+                    None => {
+                        return Ok(StreamEnd::Broken {
+                            why: "the daemon closed the stream".to_string(),
+                            delivered,
+                        });
+                    }
+                },
+                line = self.input.next_line(), if want_line => {
+                    if let Some(outcome) = self.on_line(line).await? {
+                        return Ok(StreamEnd::Done(outcome));
+                    }
+                }
+                () = self.interrupts.next() => {
+                    if let Some(outcome) = self.on_interrupt().await? {
+                        return Ok(StreamEnd::Done(outcome));
+                    }
+                }
+                () = detach_timer => return Ok(StreamEnd::Done(Outcome::Detached)),
+            }
+        }
+    }
+
+    /// Decides what an error status on the stream means.
+    fn stream_error(
+        &mut self,
+        status: tonic::Status,
+        delivered: bool,
+    ) -> Result<StreamEnd, CliError> {
+        self.tx = None;
+        match status.code() {
+            Code::Unavailable
+            | Code::Unknown
+            | Code::Internal
+            | Code::Cancelled
+            | Code::Aborted => {
+                let why = broken_reason(&status);
+                return Ok(StreamEnd::Broken { why, delivered });
+            }
+            _ => {}
+        }
+        if delivered && (self.answered.is_some() || !self.unacked.is_empty()) {
+            // The daemon refused something this client sent (a late answer,
+            // a message while busy): say so and carry on.
+            let error = CliError::conversation_status(status, &self.config.conversation_id);
+            self.refused(&error.to_string())?;
+            return Ok(StreamEnd::Resubscribe);
+        }
+        Err(CliError::conversation_status(
+            status,
+            &self.config.conversation_id,
+        ))
+    }
+
+    /// Connects again with backoff. `Some` when the session ended meanwhile.
+    async fn reconnect(&mut self, why: &str) -> Result<Option<Outcome>, CliError> {
+        self.tx = None;
+        self.render
+            .stream_broken()
+            .map_err(|e| CliError::io("writing output", e))?;
+        self.note(&format!("reconnecting… ({why})"))?;
+        let give_up = Instant::now() + RECONNECT_WINDOW;
+        let mut delay = RECONNECT_FIRST_DELAY;
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = self.interrupts.next() => return Ok(Some(Outcome::Interrupted)),
+            }
+            match connect(&self.config.socket).await {
+                Ok(client) => {
+                    self.client = client;
+                    self.note("reconnected")?;
+                    return Ok(None);
+                }
+                Err(e) if Instant::now() >= give_up => {
+                    return Err(CliError::Disconnected(format!("{why}; {e}")));
+                }
+                Err(_) => {}
+            }
+            delay = (delay * 2).min(RECONNECT_MAX_DELAY);
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Events
+
+    async fn handle(&mut self, ev: pb::AttachResponse) -> Result<Option<Outcome>, CliError> {
+        let Some(event) = &ev.event else {
+            return Ok(None);
+        };
+        let marker = matches!(event, Event::Snapshot(_) | Event::Resumed(_));
+        if !marker && ev.seq != 0 && ev.seq <= self.last_seq {
+            return Ok(None);
+        }
+        self.last_seq = self.last_seq.max(ev.seq);
+        if let Event::Snapshot(s) = event {
+            // A snapshot is the new baseline, even if it is older than what
+            // was seen (a daemon that lost events must not be ignored forever).
+            self.last_seq = ev.seq;
+            if let Some(c) = &s.conversation {
+                self.last_seq = self.last_seq.max(c.last_seq);
+                if !c.id.is_empty() {
+                    self.config.conversation_id.clone_from(&c.id);
+                }
+            }
+            self.own_client_id.clone_from(&s.your_client_id);
+        }
+        if let Event::Error(e) = event
+            && ev.seq == 0
+        {
+            // Sequence number 0: addressed to this client only, the refusal
+            // of something it sent.
+            if self.json_out.is_some() {
+                self.output(&ev)?;
+            }
+            self.refused(&e.message)?;
+            return Ok(self.finished(false));
+        }
+        self.output(&ev)?;
+
+        let mut state_event = false;
+        match event {
+            Event::Snapshot(s) => {
+                state_event = true;
+                if let Some(state) = s.conversation.as_ref().and_then(|c| c.state.as_ref()) {
+                    self.set_state(state);
+                }
+                for m in &s.messages {
+                    self.note_message(m);
+                }
+                match &s.pending_permission {
+                    Some(request) => self.permission_requested(request).await?,
+                    None => {
+                        if self.prompt.take().is_some() {
+                            self.note("the permission request is no longer pending")?;
+                        }
+                        self.answered = None;
+                    }
+                }
+            }
+            Event::StateChanged(s) => {
+                state_event = true;
+                if let Some(state) = &s.state {
+                    self.set_state(state);
+                }
+            }
+            Event::MessageAppended(m) => {
+                if let Some(message) = &m.message {
+                    self.note_message(message);
+                }
+            }
+            Event::PermissionRequested(p) => {
+                if let Some(request) = &p.request {
+                    self.permission_requested(request).await?;
+                }
+            }
+            Event::PermissionResolved(p) => self.permission_resolved(p)?,
+            _ => {}
+        }
+        Ok(self.finished(state_event))
+    }
+
+    fn output(&mut self, ev: &pb::AttachResponse) -> Result<(), CliError> {
+        let written = match &mut self.json_out {
+            Some(out) => writeln!(out, "{}", json::event(ev)).and_then(|()| out.flush()),
+            None => self.render.event(ev),
+        };
+        written.map_err(|e| CliError::io("writing output", e))
+    }
+
+    fn set_state(&mut self, state: &pb::ConversationState) {
+        self.state = StateKind::try_from(state.kind).unwrap_or(StateKind::Unspecified);
+        self.error_kind = state.error_kind;
+        self.error_message.clone_from(&state.error_message);
+        if self.state == StateKind::Idle {
+            self.cancel_sent = false;
+        }
+    }
+
+    fn note_message(&mut self, m: &pb::Message) {
+        if m.role != pb::Role::User as i32 {
+            return;
+        }
+        for block in &m.content {
+            if let Some(Block::Text(t)) = &block.block {
+                self.feedback_pending = false;
+                if self.unacked.front().is_some_and(|u| u == t.text.trim()) {
+                    self.unacked.pop_front();
+                }
+            }
+        }
+    }
+
+    /// Whether the session is over after this event.
+    fn finished(&self, state_event: bool) -> Option<Outcome> {
+        match self.config.kind {
+            SessionKind::Run if state_event => match self.state {
+                StateKind::Idle if self.interrupted => Some(Outcome::Interrupted),
+                StateKind::Idle if self.feedback_pending => None,
+                StateKind::Idle => Some(Outcome::Idle),
+                StateKind::Error if self.interrupted => Some(Outcome::Interrupted),
+                StateKind::Error => Some(Outcome::Failed {
+                    kind: self.error_kind,
+                    message: self.error_message.clone(),
+                }),
+                StateKind::ContextExhausted => {
+                    Some(Outcome::ContextExhausted(self.error_message.clone()))
+                }
+                StateKind::Unspecified
+                | StateKind::AwaitingLlm
+                | StateKind::LlmRequesting
+                | StateKind::ToolExecuting
+                | StateKind::AwaitingPermission
+                | StateKind::Cancelling
+                | StateKind::AwaitingSubAgents
+                | StateKind::AwaitingContinuation => None,
+            },
+            SessionKind::Run => None,
+            SessionKind::Attach => (self.detach_deadline.is_some() && self.unacked.is_empty())
+                .then_some(Outcome::Detached),
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Permissions
+
+    async fn permission_requested(
+        &mut self,
+        request: &pb::PermissionRequest,
+    ) -> Result<(), CliError> {
+        let id = &request.request_id;
+        if self
+            .prompt
+            .as_ref()
+            .is_some_and(|p| &p.request.request_id == id)
+            || self.answered.as_ref().is_some_and(|(a, _)| a == id)
+        {
+            return Ok(());
+        }
+        if self.json_out.is_some() {
+            // With --json the block goes to stderr for the person.
+            self.render
+                .permission_request(request)
+                .map_err(|e| CliError::io("writing output", e))?;
+        }
+        let offered = offered_decisions(&request.options);
+        if self.config.yes {
+            self.send_answer(id.clone(), Decision::AllowOnce, None)
+                .await;
+            return self.note("allowed once (--yes)");
+        }
+        if self.input.is_terminal() && !self.input_closed {
+            self.prompt = Some(Prompt {
+                request: request.clone(),
+                offered,
+                wants_feedback: false,
+            });
+            self.reading_input = true;
+            return self.note("type a key and press Enter");
+        }
+        let names: Vec<&str> = offered.iter().map(|d| d.name()).collect();
+        let short: String = self.config.conversation_id.chars().take(10).collect();
+        self.note(&format!(
+            "waiting for another client to answer (agent answer {short} {})",
+            names.join("|")
+        ))
+    }
+
+    /// The daemon refused a frame of this client's (it says so with an
+    /// error event of sequence number 0, or by ending the stream).
+    fn refused(&mut self, message: &str) -> Result<(), CliError> {
+        if let Some((_, decision)) = self.answered.take() {
+            self.show_error(&format!(
+                "answer \"{}\" refused: {message}",
+                decision.label()
+            ))
+        } else if std::mem::take(&mut self.late_answer_reported) {
+            // Already explained: another client answered first.
+            Ok(())
+        } else if self.unacked.pop_front().is_some() {
+            self.show_error(&format!("message not sent: {message}"))
+        } else {
+            self.show_error(message)
+        }
+    }
+
+    fn permission_resolved(&mut self, p: &pb::PermissionResolved) -> Result<(), CliError> {
+        if self
+            .prompt
+            .as_ref()
+            .is_some_and(|q| q.request.request_id == p.request_id)
+        {
+            self.prompt = None;
+        }
+        let by_other = !p.client_id.is_empty() && p.client_id != self.own_client_id;
+        let mine = self.answered.take_if(|(id, _)| *id == p.request_id);
+        if let Some((_, decision)) = mine
+            && by_other
+        {
+            let who = if p.client_name.is_empty() {
+                &p.client_id
+            } else {
+                &p.client_name
+            };
+            self.show_error(&format!(
+                "your answer \"{}\" came too late: {who} answered first",
+                decision.label()
+            ))?;
+            self.late_answer_reported = true;
+        }
+        Ok(())
+    }
+
+    async fn send_answer(
+        &mut self,
+        request_id: String,
+        decision: Decision,
+        feedback: Option<String>,
+    ) {
+        let feedback = feedback.unwrap_or_default();
+        if decision == Decision::DenyAndStop && !feedback.trim().is_empty() {
+            // The feedback comes back as the next user message and starts a turn.
+            self.feedback_pending = true;
+            self.render.note_sent(&feedback);
+        }
+        self.answered = Some((request_id.clone(), decision));
+        self.prompt = None;
+        self.send_frame(Frame::Answer(pb::AnswerPermissionFrame {
+            request_id,
+            decision: decision.to_proto() as i32,
+            feedback,
+            scope: pb::RuleScope::Unspecified as i32,
+        }))
+        .await;
+    }
+
+    async fn send_frame(&mut self, frame: Frame) {
+        if let Some(tx) = &self.tx {
+            // A failure means the stream is gone; the reconnect logic takes over.
+            let _ = tx.send(AttachRequest { frame: Some(frame) }).await;
+        }
+    }
+
+    // -----------------------------------------------------------------------
+    // Input and Ctrl-C
+
+    async fn on_line(&mut self, line: Option<String>) -> Result<Option<Outcome>, CliError> {
+        let Some(line) = line else {
+            self.input_closed = true;
+            if self.config.kind == SessionKind::Attach {
+                if self.unacked.is_empty() {
+                    return Ok(Some(Outcome::Detached));
+                }
+                self.detach_deadline = Some(Instant::now() + DETACH_GRACE);
+            } else if self.prompt.take().is_some() {
+                self.note("stdin closed: waiting for another client to answer")?;
+            }
+            return Ok(None);
+        };
+        self.render.input_consumed();
+        if let Some(prompt) = &mut self.prompt {
+            let id = prompt.request.request_id.clone();
+            if prompt.wants_feedback {
+                let feedback = Some(line.trim().to_string()).filter(|f| !f.is_empty());
+                self.send_answer(id, Decision::DenyAndStop, feedback).await;
+                return Ok(None);
+            }
+            match parse_typed_answer(&line, &prompt.offered) {
+                Err(why) => self.show_error(&why)?,
+                Ok(TypedAnswer {
+                    decision: Decision::DenyAndStop,
+                    feedback: None,
+                }) => {
+                    prompt.wants_feedback = true;
+                    self.note("what should the agent do instead? (Enter for nothing)")?;
+                }
+                Ok(answer) => self.send_answer(id, answer.decision, answer.feedback).await,
+            }
+            return Ok(None);
+        }
+        match self.config.kind {
+            SessionKind::Attach => {
+                let text = line.trim();
+                if !text.is_empty() {
+                    self.unacked.push_back(text.to_string());
+                    self.render.note_sent(text);
+                    self.send_frame(Frame::Send(pb::SendMessageFrame {
+                        text: text.to_string(),
+                    }))
+                    .await;
+                }
+            }
+            SessionKind::Run => {
+                self.note(
+                    "(typed lines only answer permission requests here; `agent attach` to chat)",
+                )?;
+            }
+        }
+        Ok(None)
+    }
+
+    async fn on_interrupt(&mut self) -> Result<Option<Outcome>, CliError> {
+        let busy = !matches!(
+            self.state,
+            StateKind::Idle | StateKind::Error | StateKind::ContextExhausted
+        );
+        match self.config.kind {
+            SessionKind::Run => {
+                if self.interrupted || !busy {
+                    return Ok(Some(Outcome::Interrupted));
+                }
+                self.interrupted = true;
+                self.prompt = None;
+                self.send_frame(Frame::Cancel(pb::CancelFrame {})).await;
+                self.note("cancelling… (Ctrl-C again to quit now)")?;
+            }
+            SessionKind::Attach => {
+                if self.cancel_sent || !busy {
+                    return Ok(Some(Outcome::Interrupted));
+                }
+                self.cancel_sent = true;
+                self.prompt = None;
+                self.send_frame(Frame::Cancel(pb::CancelFrame {})).await;
+                self.note("cancelling the turn… (Ctrl-C again to detach)")?;
+            }
+        }
+        Ok(None)
+    }
+
+    fn note(&mut self, text: &str) -> Result<(), CliError> {
+        self.render
+            .info(text)
+            .and_then(|()| self.render.flush())
+            .map_err(|e| CliError::io("writing output", e))
+    }
+
+    fn show_error(&mut self, text: &str) -> Result<(), CliError> {
+        self.render
+            .error_line(text)
+            .and_then(|()| self.render.flush())
+            .map_err(|e| CliError::io("writing output", e))
+    }
+}
+
+/// Why a stream broke, for people: the daemon's own words when it said
+/// something (e.g. "shutting down"), not the transport's internals.
+fn broken_reason(status: &tonic::Status) -> String {
+    let message = status.message();
+    let internal = [
+        "h2 protocol error",
+        "transport error",
+        "error reading a body",
+        "connection reset",
+    ];
+    if message.is_empty() || internal.iter().any(|i| message.contains(i)) {
+        "connection lost".to_string()
+    } else {
+        message.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests;

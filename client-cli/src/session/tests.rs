@@ -1,0 +1,640 @@
+//! The live commands against the scripted mock daemon.
+
+use agent_proto::v1::{self as pb, PermissionDecision as D, StateKind as S, attach_request::Frame};
+use pb::attach_response::Event as E;
+use tonic::Status;
+
+use crate::error::Exit;
+use crate::mock::{AttachCall, CONV_ID, Daemon, state};
+
+fn snapshot(kind: S, messages: Vec<pb::Message>, pending: Option<pb::PermissionRequest>) -> E {
+    E::Snapshot(pb::Snapshot {
+        conversation: Some(pb::ConversationSummary {
+            id: CONV_ID.into(),
+            state: Some(state(kind)),
+            last_seq: 3,
+            ..Default::default()
+        }),
+        messages,
+        partial_reply: None,
+        pending_permission: pending,
+        clients: vec![pb::ClientInfo {
+            client_id: "me".into(),
+            name: "me@test".into(),
+        }],
+        your_client_id: "me".into(),
+    })
+}
+
+fn user_text(seq: u64, text: &str) -> pb::Message {
+    pb::Message {
+        seq,
+        role: pb::Role::User as i32,
+        content: vec![pb::ContentBlock {
+            block: Some(pb::content_block::Block::Text(pb::TextBlock {
+                text: text.into(),
+            })),
+        }],
+        ..Default::default()
+    }
+}
+
+fn assistant_text(seq: u64, text: &str) -> pb::Message {
+    pb::Message {
+        role: pb::Role::Assistant as i32,
+        ..user_text(seq, text)
+    }
+}
+
+fn changed(kind: S) -> E {
+    E::StateChanged(pb::StateChanged {
+        state: Some(state(kind)),
+    })
+}
+
+fn delta(text: &str) -> E {
+    E::TextDelta(pb::TextDelta {
+        block_index: 0,
+        text: text.into(),
+    })
+}
+
+fn appended(m: pb::Message) -> E {
+    E::MessageAppended(pb::MessageAppended { message: Some(m) })
+}
+
+fn request(options: &[D]) -> pb::PermissionRequest {
+    pb::PermissionRequest {
+        request_id: "req1".into(),
+        tool_name: "bash".into(),
+        tool_use_id: "t1".into(),
+        input_json: "{\"command\":\"rm x\"}".into(),
+        summary: "rm x".into(),
+        options: options.iter().map(|d| *d as i32).collect(),
+        ..Default::default()
+    }
+}
+
+fn local_error(message: &str) -> E {
+    E::Error(pb::ErrorEvent {
+        message: message.into(),
+        kind: pb::ErrorKind::Unspecified as i32,
+    })
+}
+
+fn resolved(decision: D, client_id: &str, name: &str) -> E {
+    E::PermissionResolved(pb::PermissionResolved {
+        request_id: "req1".into(),
+        decision: decision as i32,
+        client_id: client_id.into(),
+        client_name: name.into(),
+    })
+}
+
+/// Subscribes and sends the opening snapshot of a fresh `run`.
+async fn open(daemon: &mut Daemon) -> AttachCall {
+    open_with(daemon, "hi").await
+}
+
+async fn open_with(daemon: &mut Daemon, prompt: &str) -> AttachCall {
+    let mut call = daemon.attach_call().await;
+    let sub = call.subscribe().await;
+    assert_eq!(sub.conversation_id, CONV_ID);
+    assert_eq!(sub.after_seq, 0);
+    assert!(!sub.client_name.is_empty());
+    call.send(
+        3,
+        snapshot(S::AwaitingLlm, vec![user_text(1, prompt)], None),
+    )
+    .await;
+    call
+}
+
+#[tokio::test]
+async fn run_streams_the_reply_and_exits_when_idle() {
+    let mut daemon = Daemon::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().to_str().unwrap().to_string();
+    let agent = daemon.agent(
+        &[
+            "run", "--cwd", &cwd, "--model", "m", "--mode", "plan", "--allow", "bash(ls)", "say",
+            "hi",
+        ],
+        false,
+    );
+    let call = open_with(&mut daemon, "say hi").await;
+    call.send(4, E::ReplyBegin(pb::ReplyBegin { attempt: 1 }))
+        .await;
+    call.send(5, delta("Hello")).await;
+    call.send(6, delta(" world")).await;
+    call.send(7, appended(assistant_text(2, "Hello world")))
+        .await;
+    call.send(8, changed(S::Idle)).await;
+    let (result, out, err) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    // The prompt is not echoed; the reply is shown once.
+    assert_eq!(out, "Hello world\n");
+    assert_eq!(err, format!("conversation {CONV_ID}\n"));
+    let created = daemon.state().created.clone();
+    let canonical = dir.path().canonicalize().unwrap();
+    assert_eq!(
+        created,
+        vec![pb::CreateConversationRequest {
+            cwd: canonical.to_str().unwrap().into(),
+            model: "m".into(),
+            prompt: "say hi".into(),
+            mode: pb::PermissionMode::Plan as i32,
+            allow_rules: vec!["bash(ls)".into()],
+            additional_dirs: vec![],
+        }]
+    );
+}
+
+#[tokio::test]
+async fn run_ends_at_once_when_the_turn_already_finished() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(
+        3,
+        snapshot(
+            S::Idle,
+            vec![user_text(1, "hi"), assistant_text(2, "Hi there.")],
+            None,
+        ),
+    )
+    .await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert_eq!(out, "Hi there.\n");
+}
+
+#[tokio::test]
+async fn run_fails_with_the_error_and_exits_3_when_context_is_exhausted() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::StateChanged(pb::StateChanged {
+            state: Some(pb::ConversationState {
+                kind: S::Error as i32,
+                error_kind: pb::ErrorKind::Auth as i32,
+                error_message: "invalid x-api-key".into(),
+                ..Default::default()
+            }),
+        }),
+    )
+    .await;
+    let (result, out, _) = agent.finish().await;
+    let err = result.unwrap_err();
+    assert_eq!(err.to_string(), "turn failed (auth): invalid x-api-key");
+    assert_eq!(err.exit(), Exit::Error);
+    assert_eq!(out, "✗ error (auth): invalid x-api-key\n");
+
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(4, changed(S::ContextExhausted)).await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(result.unwrap_err().exit().code(), 3);
+}
+
+#[tokio::test]
+async fn a_typed_answer_goes_back_on_the_stream() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], true);
+    let mut call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[D::AllowOnce, D::Deny])),
+        }),
+    )
+    .await;
+    agent.wait_for_output("type a key").await;
+    // Not an option here, then a real answer.
+    agent.type_line("b").await;
+    agent.type_line("y").await;
+    match call.frame().await {
+        Frame::Answer(a) => {
+            assert_eq!(a.request_id, "req1");
+            assert_eq!(a.decision, D::AllowOnce as i32);
+        }
+        other => panic!("expected an answer, got {other:?}"),
+    }
+    call.send(5, resolved(D::AllowOnce, "me", "me@test")).await;
+    call.send(6, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert_eq!(
+        out,
+        "⚠ permission needed: bash\n  rm x\n  [y] allow once  [n] deny\ntype a key and press Enter\n\
+         ✗ background is not offered for this request\n  ⎿ allow once (you)\n"
+    );
+}
+
+#[tokio::test]
+async fn deny_and_stop_asks_for_feedback_and_waits_for_the_next_turn() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], true);
+    let mut call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[])),
+        }),
+    )
+    .await;
+    agent.wait_for_output("type a key").await;
+    agent.type_line("s").await;
+    agent.wait_for_output("instead?").await;
+    agent.type_line("use trash instead").await;
+    match call.frame().await {
+        Frame::Answer(a) => {
+            assert_eq!(a.decision, D::DenyAndStop as i32);
+            assert_eq!(a.feedback, "use trash instead");
+        }
+        other => panic!("expected an answer, got {other:?}"),
+    }
+    call.send(5, resolved(D::DenyAndStop, "me", "me")).await;
+    // Idle between the stopped turn and the feedback's turn: not the end.
+    call.send(6, changed(S::Idle)).await;
+    call.send(7, appended(user_text(4, "use trash instead")))
+        .await;
+    call.send(8, changed(S::AwaitingLlm)).await;
+    call.send(9, delta("OK.")).await;
+    call.send(10, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert!(out.ends_with("  ⎿ deny and stop (you)\nOK.\n"), "{out}");
+}
+
+#[tokio::test]
+async fn yes_answers_allow_once_by_itself() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "--yes", "hi"], false);
+    let mut call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[D::AllowOnce, D::Deny])),
+        }),
+    )
+    .await;
+    assert!(matches!(call.frame().await, Frame::Answer(a) if a.decision == D::AllowOnce as i32));
+    call.send(5, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert!(out.contains("allowed once (--yes)"), "{out}");
+}
+
+#[tokio::test]
+async fn without_a_terminal_it_waits_for_another_client() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[D::AllowOnce, D::Deny, D::Never])),
+        }),
+    )
+    .await;
+    call.send(5, resolved(D::Deny, "c2", "bob@box:7")).await;
+    call.send(6, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert!(
+        out.contains(
+            "waiting for another client to answer (agent answer 01TESTCONV allow_once|deny|never)\n  ⎿ deny (answered by bob@box:7)\n"
+        ),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_late_answer_says_who_answered_first() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], true);
+    let mut call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[D::AllowOnce, D::Deny])),
+        }),
+    )
+    .await;
+    agent.wait_for_output("type a key").await;
+    agent.type_line("n").await;
+    assert!(matches!(call.frame().await, Frame::Answer(_)));
+    call.send(5, resolved(D::AllowOnce, "c2", "bob")).await;
+    // The daemon's refusal of the late answer, to this client only.
+    call.send(
+        0,
+        local_error("permission request req1 is already answered"),
+    )
+    .await;
+    call.send(6, changed(S::Idle)).await;
+    let (_, out, _) = agent.finish().await;
+    assert!(
+        out.ends_with(
+            "  ⎿ allow once (answered by bob)\n✗ your answer \"deny\" came too late: bob answered first\n"
+        ),
+        "{out}"
+    );
+
+    // A refusal as an error status on the stream is reported and the
+    // client subscribes again from where it was.
+    let agent = daemon.agent(&["run", "hi"], true);
+    let mut call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[D::AllowOnce, D::Deny])),
+        }),
+    )
+    .await;
+    agent.wait_for_output("type a key").await;
+    agent.type_line("y").await;
+    assert!(matches!(call.frame().await, Frame::Answer(_)));
+    call.fail(Status::failed_precondition(
+        "request already answered by bob",
+    ))
+    .await;
+    let mut call = daemon.attach_call().await;
+    assert_eq!(call.subscribe().await.after_seq, 4);
+    call.send(5, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert!(
+        out.contains("✗ answer \"allow once\" refused: request already answered by bob\n"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn ctrl_c_cancels_then_exits_130() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let mut call = open(&mut daemon).await;
+    call.send(4, changed(S::LlmRequesting)).await;
+    call.send(5, delta("Work")).await;
+    agent.wait_for_output("Work").await;
+    agent.interrupt().await;
+    assert!(matches!(call.frame().await, Frame::Cancel(_)));
+    call.send(6, changed(S::Cancelling)).await;
+    call.send(7, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Interrupted);
+    assert!(
+        out.contains("cancelling… (Ctrl-C again to quit now)"),
+        "{out}"
+    );
+
+    // A second Ctrl-C does not wait.
+    let agent = daemon.agent(&["run", "hi"], false);
+    let mut call = open(&mut daemon).await;
+    call.send(4, changed(S::LlmRequesting)).await;
+    agent.interrupt().await;
+    assert!(matches!(call.frame().await, Frame::Cancel(_)));
+    agent.interrupt().await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Interrupted);
+}
+
+#[tokio::test]
+async fn a_broken_stream_resumes_after_the_last_seq_without_duplicates() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(4, changed(S::LlmRequesting)).await;
+    call.send(5, delta("one ")).await;
+    call.fail(Status::unavailable("daemon restarting")).await;
+
+    let mut call = daemon.attach_call().await;
+    let sub = call.subscribe().await;
+    assert_eq!((sub.conversation_id.as_str(), sub.after_seq), (CONV_ID, 5));
+    call.send(0, E::Resumed(pb::Resumed { after_seq: 5 })).await;
+    // Already seen: dropped.
+    call.send(5, delta("one ")).await;
+    call.send(6, delta("two")).await;
+    call.send(7, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert_eq!(
+        out,
+        "one \nreconnecting… (daemon restarting)\nreconnected\ntwo\n"
+    );
+
+    // Deltas missed during the break are not replayed: the durable
+    // message then shows the whole reply.
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(4, delta("Hel")).await;
+    call.fail(Status::unavailable("daemon restarting")).await;
+    let mut call = daemon.attach_call().await;
+    assert_eq!(call.subscribe().await.after_seq, 4);
+    call.send(0, E::Resumed(pb::Resumed { after_seq: 4 })).await;
+    call.send(6, appended(assistant_text(2, "Hello world")))
+        .await;
+    call.send(7, changed(S::Idle)).await;
+    let (_, out, _) = agent.finish().await;
+    assert_eq!(
+        out,
+        "Hel\nreconnecting… (daemon restarting)\nreconnected\nHello world\n"
+    );
+}
+
+#[tokio::test]
+async fn attach_shows_the_snapshot_sends_lines_and_detaches_at_eof() {
+    let mut daemon = Daemon::start().await;
+    let mut agent = daemon.agent(&["attach", "01TEST"], true);
+    let mut call = daemon.attach_call().await;
+    let sub = call.subscribe().await;
+    assert_eq!((sub.conversation_id.as_str(), sub.after_seq), ("01TEST", 0));
+    call.send(
+        3,
+        snapshot(
+            S::Idle,
+            vec![user_text(1, "hi"), assistant_text(2, "Hello.")],
+            None,
+        ),
+    )
+    .await;
+    agent.type_line("").await;
+    agent.type_line("  how are you?  ").await;
+    match call.frame().await {
+        Frame::Send(s) => assert_eq!(s.text, "how are you?"),
+        other => panic!("expected a message, got {other:?}"),
+    }
+    agent.close_stdin();
+    // The client waits for its message to be acknowledged before leaving.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    assert!(!agent.task.is_finished());
+    call.send(4, appended(user_text(3, "how are you?"))).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert_eq!(
+        out,
+        format!("conversation {CONV_ID} · idle\n> hi\nHello.\n")
+    );
+}
+
+#[tokio::test]
+async fn attach_prompts_for_a_pending_request_and_ctrl_c_cancels() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["attach", CONV_ID], true);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(
+        3,
+        snapshot(
+            S::AwaitingPermission,
+            vec![],
+            Some(request(&[D::AllowOnce, D::Deny])),
+        ),
+    )
+    .await;
+    agent.wait_for_output("type a key").await;
+    agent.type_line("n").await;
+    assert!(matches!(call.frame().await, Frame::Answer(a) if a.decision == D::Deny as i32));
+    call.send(4, resolved(D::Deny, "me", "me")).await;
+    call.send(5, changed(S::LlmRequesting)).await;
+    agent.wait_for_output("(you)").await;
+    // Lines are messages again.
+    agent.type_line("stop that").await;
+    assert!(matches!(call.frame().await, Frame::Send(s) if s.text == "stop that"));
+    agent.interrupt().await;
+    assert!(matches!(call.frame().await, Frame::Cancel(_)));
+    agent.interrupt().await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Interrupted);
+}
+
+#[tokio::test]
+async fn attach_to_an_unknown_conversation_fails_clearly() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["attach", "01NOPE"], true);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.fail(Status::not_found("no conversation 01NOPE")).await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(
+        result.unwrap_err().to_string(),
+        "unknown conversation 01NOPE"
+    );
+}
+
+#[tokio::test]
+async fn json_mode_prints_one_object_per_event() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["--json", "run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(4, delta("Hi")).await;
+    call.send(5, changed(S::Idle)).await;
+    let (result, out, err) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let types: Vec<&str> = lines.iter().map(|l| l["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        types,
+        [
+            "conversation_created",
+            "snapshot",
+            "text_delta",
+            "state_changed"
+        ]
+    );
+    assert_eq!(lines[2]["text_delta"]["text"], "Hi");
+    assert_eq!(lines[3]["state_changed"]["state"]["kind"], "idle");
+    assert_eq!(err, format!("conversation {CONV_ID}\n"));
+}
+
+#[tokio::test]
+async fn a_daemon_restart_is_survived() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["attach", CONV_ID], false);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(
+        3,
+        snapshot(S::LlmRequesting, vec![user_text(1, "hi")], None),
+    )
+    .await;
+    call.send(4, delta("Hel")).await;
+    agent.wait_for_output("Hel").await;
+    // The daemon dies mid-reply; the client keeps trying; it comes back.
+    daemon.stop().await;
+    drop(call);
+    agent.wait_for_output("reconnecting…").await;
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    daemon.restart();
+    let mut call = daemon.attach_call().await;
+    let sub = call.subscribe().await;
+    assert_eq!(sub.after_seq, 4);
+    // A fresh snapshot (the daemon chose not to replay): only what is new is shown.
+    call.send(
+        6,
+        snapshot(
+            S::Idle,
+            vec![user_text(1, "hi"), assistant_text(2, "Hello.")],
+            None,
+        ),
+    )
+    .await;
+    agent.wait_for_output("Hello.").await;
+    let mut agent = agent;
+    agent.close_stdin();
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert!(
+        out.starts_with(&format!(
+            "conversation {CONV_ID} · thinking\n> hi\nHel\nreconnecting… (connection lost)\n"
+        )),
+        "{out}"
+    );
+    assert!(out.ends_with("reconnected\nHello.\n"), "{out}");
+}
+
+#[tokio::test]
+async fn a_refused_message_is_reported_and_not_waited_for() {
+    let mut daemon = Daemon::start().await;
+    let mut agent = daemon.agent(&["attach", CONV_ID], false);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(3, snapshot(S::LlmRequesting, vec![], None)).await;
+    agent.type_line("more").await;
+    assert!(matches!(call.frame().await, Frame::Send(_)));
+    agent.close_stdin();
+    call.send(0, local_error("agent is busy")).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert!(
+        out.ends_with("✗ message not sent: agent is busy\n"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_snapshot_resets_the_sequence_baseline() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(50, delta("a")).await;
+    call.fail(Status::unavailable("restarting")).await;
+    let mut call = daemon.attach_call().await;
+    assert_eq!(call.subscribe().await.after_seq, 50);
+    // This daemon lost its numbering: a snapshot at 10, then 11.
+    let mut snap = snapshot(S::LlmRequesting, vec![user_text(1, "hi")], None);
+    if let E::Snapshot(s) = &mut snap {
+        s.conversation.as_mut().unwrap().last_seq = 10;
+    }
+    call.send(10, snap).await;
+    call.send(11, changed(S::Idle)).await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+}
