@@ -146,7 +146,7 @@ async fn execute(
         ));
     };
     let pgid = Pid::from_raw(pid);
-    let output = Arc::new(Mutex::new(HeadTail::new(limits.max_output_bytes)));
+    let output = Arc::new(Mutex::new(HeadTail::new(limits.content_budget())));
     let receiver = pipe::Receiver::from_owned_fd(read_end)
         .map_err(|e| ToolError::new(format!("bash: cannot read the command's output: {e}")))?;
     let reader = tokio::spawn(pump(receiver, Arc::clone(&output)));
@@ -187,7 +187,7 @@ async fn execute(
     let text = output
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .render(limits.max_output_bytes);
+        .render(limits.content_budget());
     Ok(report(
         end,
         text,
@@ -535,7 +535,7 @@ mod tests {
             &out.content[out.content.len() - 100..]
         );
         assert!(
-            out.content.len() < ctx.limits.max_output_bytes + 200,
+            out.content.len() <= ctx.limits.max_output_bytes,
             "{}",
             out.content.len()
         );

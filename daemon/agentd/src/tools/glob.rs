@@ -105,15 +105,22 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
             "no files".to_string(),
         ));
     }
+    let budget = ctx.limits.content_budget();
     let mut out = String::new();
+    let mut shown = 0;
     for (_, path) in found.iter().take(MAX_RESULTS) {
-        out.push_str(&paths::display(ctx, path));
+        let line = paths::display(ctx, path);
+        if out.len() + line.len() + 1 > budget {
+            break;
+        }
+        out.push_str(&line);
         out.push('\n');
+        shown += 1;
     }
-    if total > MAX_RESULTS {
+    if shown < total {
         out.push_str(&format!(
             "… [{} more files not shown; {total} in all. Narrow the pattern or path]\n",
-            total - MAX_RESULTS
+            total - shown
         ));
     }
     let summary = if total == 1 {

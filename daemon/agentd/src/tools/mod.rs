@@ -54,6 +54,18 @@ pub struct ToolLimits {
     pub max_read_line_chars: usize,
 }
 
+impl ToolLimits {
+    /// The bytes a tool may spend on its main output. The rest of
+    /// `max_output_bytes` is kept for the tool's closing note (exit code,
+    /// "results cut", paging hint), so the registry's backstop never has to
+    /// cut a result that a tool already shaped.
+    pub(crate) fn content_budget(&self) -> usize {
+        self.max_output_bytes
+            .saturating_sub(400)
+            .max(self.max_output_bytes / 2)
+    }
+}
+
 impl Default for ToolLimits {
     fn default() -> Self {
         ToolLimits {
@@ -493,6 +505,28 @@ mod tests {
             .await;
         assert!(out.is_error);
         assert!(out.content.contains("`keywords`"), "{}", out.content);
+    }
+
+    #[tokio::test]
+    async fn tool_output_fits_the_budget_with_one_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = ctx_in(dir.path());
+        ctx.limits.max_output_bytes = 5_000;
+        let out = Registry::new()
+            .run("bash", json!({"command": "seq 1 100000"}), &ctx)
+            .await;
+        assert!(out.content.len() <= 5_000, "{}", out.content.len());
+        assert_eq!(
+            out.content.matches("output truncated").count(),
+            1,
+            "{}",
+            out.content
+        );
+        assert!(
+            out.content.ends_with("100000\n[exit code 0]"),
+            "{}",
+            out.content
+        );
     }
 
     #[test]

@@ -109,74 +109,141 @@ impl FilePatch {
 
 /// The files a patch names, for one-line summaries.
 pub(crate) fn touched_files(patch: &str) -> Vec<String> {
-    parse(patch).iter().map(|f| f.label().to_string()).collect()
+    parse(patch)
+        .unwrap_or_default()
+        .iter()
+        .map(|f| f.label().to_string())
+        .collect()
 }
 
-fn parse(text: &str) -> Vec<FilePatch> {
+/// Splits a patch into files and hunks. Anything before the first file
+/// header is preamble (git's `diff --git` and `index` lines, prose, a code
+/// fence) and skipped; after it, a line that is neither part of a hunk nor a
+/// known header line is an error, because skipping it could silently drop a
+/// removal the model meant.
+fn parse(text: &str) -> Result<Vec<FilePatch>, String> {
     let lines: Vec<&str> = text.lines().collect();
     let is_file_header = |i: usize| {
         lines[i].starts_with("--- ") && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ "))
     };
-    let mut files = Vec::new();
+    let mut files: Vec<FilePatch> = Vec::new();
+    let mut hunk: Option<Hunk> = None;
     let mut i = 0;
     while i < lines.len() {
-        if !is_file_header(i) {
-            // Preamble: `diff --git`, `index`, mode lines, prose.
-            i += 1;
+        let line = lines[i];
+        if is_file_header(i) {
+            finish_hunk(&mut hunk, &mut files);
+            let (old, new) =
+                strip_prefixes(header_path(&line[4..]), header_path(&lines[i + 1][4..]));
+            files.push(FilePatch {
+                old,
+                new,
+                hunks: Vec::new(),
+            });
+            i += 2;
             continue;
         }
-        let (old, new) =
-            strip_prefixes(header_path(&lines[i][4..]), header_path(&lines[i + 1][4..]));
-        i += 2;
-        let mut hunks = Vec::new();
-        while i < lines.len() && !is_file_header(i) && !lines[i].starts_with("diff ") {
-            if !lines[i].starts_with("@@") {
-                i += 1;
-                continue;
+        if line.starts_with("@@") {
+            finish_hunk(&mut hunk, &mut files);
+            if files.is_empty() {
+                return Err(format!(
+                    "line {} of the patch: the hunk header `{}` comes before any file header \
+                     (`--- a/path` and `+++ b/path`)",
+                    i + 1,
+                    clip(line)
+                ));
             }
-            let mut hunk = Hunk {
-                header: lines[i].to_string(),
-                old_start: hunk_old_start(lines[i]),
+            hunk = Some(Hunk {
+                header: line.to_string(),
+                old_start: hunk_old_start(line),
                 lines: Vec::new(),
                 old_no_eol: false,
                 new_no_eol: false,
-            };
+            });
             i += 1;
-            while i < lines.len()
-                && !is_file_header(i)
-                && !lines[i].starts_with("@@")
-                && !lines[i].starts_with("diff ")
-            {
-                let line = lines[i];
-                match line.as_bytes().first() {
-                    Some(b' ') => hunk.lines.push(Line::Context(line[1..].to_string())),
-                    Some(b'-') => hunk.lines.push(Line::Remove(line[1..].to_string())),
-                    Some(b'+') => hunk.lines.push(Line::Add(line[1..].to_string())),
-                    // A blank line whose leading space got lost.
-                    None => hunk.lines.push(Line::Context(String::new())),
-                    Some(b'\\') => match hunk.lines.last() {
-                        Some(Line::Remove(_)) => hunk.old_no_eol = true,
-                        Some(Line::Add(_)) => hunk.new_no_eol = true,
-                        Some(Line::Context(_)) => {
-                            hunk.old_no_eol = true;
-                            hunk.new_no_eol = true;
-                        }
-                        None => {}
-                    },
-                    Some(_) => break,
+            continue;
+        }
+        if let Some(h) = hunk.as_mut() {
+            let parsed = match line.as_bytes().first() {
+                Some(b' ') => Some(Line::Context(line[1..].to_string())),
+                Some(b'-') => Some(Line::Remove(line[1..].to_string())),
+                Some(b'+') => Some(Line::Add(line[1..].to_string())),
+                // A blank context line whose leading space got lost.
+                None => Some(Line::Context(String::new())),
+                _ => None,
+            };
+            if let Some(parsed) = parsed {
+                h.lines.push(parsed);
+                i += 1;
+                continue;
+            }
+            if line.starts_with('\\') {
+                match h.lines.last() {
+                    Some(Line::Remove(_)) => h.old_no_eol = true,
+                    Some(Line::Add(_)) => h.new_no_eol = true,
+                    Some(Line::Context(_)) => {
+                        h.old_no_eol = true;
+                        h.new_no_eol = true;
+                    }
+                    None => {}
                 }
                 i += 1;
+                continue;
             }
-            // Blank lines after a hunk are usually separators; dropping
-            // trailing context never changes where or how a hunk applies.
-            while hunk.lines.last() == Some(&Line::Context(String::new())) {
-                hunk.lines.pop();
-            }
-            hunks.push(hunk);
         }
-        files.push(FilePatch { old, new, hunks });
+        finish_hunk(&mut hunk, &mut files);
+        if files.is_empty() || is_meta_line(line) {
+            i += 1;
+            continue;
+        }
+        return Err(format!(
+            "line {} of the patch is not part of a hunk: `{}`. Every hunk line starts with ' ' \
+             (context), '-' (removed) or '+' (added)",
+            i + 1,
+            clip(line)
+        ));
     }
-    files
+    finish_hunk(&mut hunk, &mut files);
+    Ok(files)
+}
+
+fn finish_hunk(hunk: &mut Option<Hunk>, files: &mut [FilePatch]) {
+    let (Some(mut h), Some(file)) = (hunk.take(), files.last_mut()) else {
+        return;
+    };
+    // Blank lines after a hunk are usually separators; dropping trailing
+    // context never changes where or how a hunk applies.
+    while h.lines.last() == Some(&Line::Context(String::new())) {
+        h.lines.pop();
+    }
+    if !h.lines.is_empty() {
+        file.hunks.push(h);
+    }
+}
+
+/// Lines git and people put between file sections that carry no content.
+fn is_meta_line(line: &str) -> bool {
+    const PREFIXES: [&str; 14] = [
+        "diff ",
+        "index ",
+        "new file mode",
+        "deleted file mode",
+        "old mode",
+        "new mode",
+        "similarity index",
+        "dissimilarity index",
+        "rename from",
+        "rename to",
+        "copy from",
+        "copy to",
+        "Binary files",
+        "```",
+    ];
+    line.trim().is_empty() || PREFIXES.iter().any(|p| line.starts_with(p))
+}
+
+fn clip(line: &str) -> String {
+    super::one_line(line, 80)
 }
 
 /// The path of a `---`/`+++` line: without a trailing timestamp or quotes.
@@ -215,7 +282,7 @@ fn hunk_old_start(header: &str) -> Option<usize> {
 /// The changes a patch would make.
 pub(crate) fn plan(input: Value, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolError> {
     let input: Input = input::parse("patch", &schema(), input)?;
-    let files = parse(&input.patch);
+    let files = parse(&input.patch).map_err(|e| ToolError::new(format!("patch: {e}")))?;
     if files.is_empty() {
         return Err(ToolError::new(
             "patch: no file headers found; each file needs a `--- a/path` line and a `+++ b/path` \
@@ -305,6 +372,11 @@ fn plan_file(
             let src = paths::resolve(ctx, old)?;
             let dst = paths::resolve(ctx, new)?;
             let shown = paths::display(ctx, &src);
+            if file.hunks.is_empty() && src == dst {
+                return Err(ToolError::new(format!(
+                    "patch: the section for {shown} has no hunks"
+                )));
+            }
             let Some(content) = current(ctx, changes, &src)? else {
                 return Err(ToolError::new(format!(
                     "patch: file not found: {shown} (to create a file, use `--- /dev/null`)"
@@ -677,6 +749,32 @@ index 000..111 100644
         )
         .unwrap();
         assert_eq!(read(&ctx, "w.txt"), "a\r\nc\r\n");
+    }
+
+    #[test]
+    fn stray_lines_inside_a_file_section_are_refused() {
+        let (_d, ctx) = setup(&[("a.txt", "a\nb\nc\nd\n")]);
+        // `c` lost its leading space; skipping it would drop the `-d` after it.
+        let patch = "--- a/a.txt\n+++ b/a.txt\n@@ -1,4 +1,3 @@\n a\n b\nc\n-d\n";
+        let err = run(json!({"patch": patch}), &ctx).unwrap_err().0;
+        assert!(
+            err.contains("line 6 of the patch is not part of a hunk: `c`"),
+            "{err}"
+        );
+        assert_eq!(read(&ctx, "a.txt"), "a\nb\nc\nd\n");
+        // Code fences and git's metadata lines are fine.
+        let patch = "```diff\ndiff --git a/a.txt b/a.txt\nindex 1..2 100644\n--- a/a.txt\n+++ b/a.txt\n@@ -3,2 +3,1 @@\n c\n-d\n```\n";
+        run(json!({"patch": patch}), &ctx).unwrap();
+        assert_eq!(read(&ctx, "a.txt"), "a\nb\nc\n");
+    }
+
+    #[test]
+    fn renames_move_the_content() {
+        let (dir, ctx) = setup(&[("old.rs", "x\ny\n")]);
+        let patch = "--- a/old.rs\n+++ b/new.rs\n@@ -1,2 +1,2 @@\n x\n-y\n+z\n";
+        run(json!({"patch": patch}), &ctx).unwrap();
+        assert!(!dir.path().join("old.rs").exists());
+        assert_eq!(read(&ctx, "new.rs"), "x\nz\n");
     }
 
     #[test]

@@ -91,9 +91,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     }
     let mut reader = BufReader::with_capacity(64 * 1024, Cursor::new(sniff).chain(file));
 
-    // Room is left for the trailer line, so the registry's backstop never
-    // has to cut a read in the middle.
-    let budget = ctx.limits.max_output_bytes.saturating_sub(100);
+    let budget = ctx.limits.content_budget();
     let mut out = String::new();
     let mut line = Vec::new();
     let mut number: u64 = 0;
