@@ -38,6 +38,14 @@ const POLL: Duration = Duration::from_millis(10);
 /// process that left the group (setsid) and kept the pipe open makes this
 /// wait matter.
 const DRAIN: Duration = Duration::from_millis(500);
+/// Variables holding the daemon's credentials, removed from the command's
+/// environment.
+const SECRET_ENV: [&str; 4] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "AGENTD_TOKEN",
+];
 /// How long SIGKILL gets to take effect before the run reports anyway.
 const KILL_WAIT: Duration = Duration::from_millis(500);
 
@@ -110,26 +118,18 @@ async fn execute(
     ctx: &ToolContext,
 ) -> Result<ToolOutput, ToolError> {
     let limits = ctx.limits;
+    if ctx.cancel.is_cancelled() {
+        return Ok(super::cancelled_output());
+    }
     let pipe_err = |e: nix::Error| ToolError::new(format!("bash: cannot create a pipe: {e}"));
     let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(pipe_err)?;
     let write_end_2 = write_end
         .try_clone()
         .map_err(|e| ToolError::new(format!("bash: cannot create a pipe: {e}")))?;
     let spawned = {
-        let mut cmd = tokio::process::Command::new("bash");
-        cmd.arg("-c")
-            .arg(command)
-            .current_dir(&ctx.cwd)
-            .stdin(Stdio::null())
-            .stdout(Stdio::from(write_end))
-            .stderr(Stdio::from(write_end_2))
-            .process_group(0)
-            .kill_on_drop(true)
-            // Nothing can answer a prompt: make git fail instead of waiting
-            // for a password, and keep pagers out of the way.
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_PAGER", "cat")
-            .env("PAGER", "cat");
+        let mut cmd = shell_command(command, ctx);
+        cmd.stdout(Stdio::from(write_end))
+            .stderr(Stdio::from(write_end_2));
         cmd.spawn()
         // `cmd` is dropped here with our copies of the pipe's write end, so
         // end-of-file means every process of the command has closed it.
@@ -146,15 +146,16 @@ async fn execute(
         ));
     };
     let pgid = Pid::from_raw(pid);
+    let mut guard = GroupGuard {
+        pgid,
+        armed: true,
+        reader: None,
+    };
     let output = Arc::new(Mutex::new(HeadTail::new(limits.content_budget())));
     let receiver = pipe::Receiver::from_owned_fd(read_end)
         .map_err(|e| ToolError::new(format!("bash: cannot read the command's output: {e}")))?;
     let reader = tokio::spawn(pump(receiver, Arc::clone(&output)));
-    let mut guard = GroupGuard {
-        pgid,
-        armed: true,
-        reader: reader.abort_handle(),
-    };
+    guard.reader = Some(reader.abort_handle());
 
     let started = Instant::now();
     let end = tokio::select! {
@@ -196,6 +197,28 @@ async fn execute(
         stopped_leftovers,
         limits.bash_max_timeout_ms,
     ))
+}
+
+/// `bash -c command` in its own process group, without stdin.
+fn shell_command(command: &str, ctx: &ToolContext) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(&ctx.cwd)
+        .stdin(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        // Nothing can answer a prompt: make git fail instead of waiting for
+        // a password, and keep pagers out of the way.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_PAGER", "cat")
+        .env("PAGER", "cat");
+    // The daemon's own credentials are not the command's business: a
+    // command could print them into the transcript.
+    for name in SECRET_ENV {
+        cmd.env_remove(name);
+    }
+    cmd
 }
 
 /// Builds the result the model sees.
@@ -289,7 +312,7 @@ async fn pump(mut receiver: pipe::Receiver, output: Arc<Mutex<HeadTail>>) {
 struct GroupGuard {
     pgid: Pid,
     armed: bool,
-    reader: AbortHandle,
+    reader: Option<AbortHandle>,
 }
 
 impl Drop for GroupGuard {
@@ -297,7 +320,9 @@ impl Drop for GroupGuard {
         if self.armed {
             let _ = killpg(self.pgid, Signal::SIGKILL);
         }
-        self.reader.abort();
+        if let Some(reader) = &self.reader {
+            reader.abort();
+        }
     }
 }
 
@@ -401,6 +426,21 @@ mod tests {
             "{}",
             out.content
         );
+    }
+
+    #[test]
+    fn daemon_credentials_are_not_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let cmd = shell_command("env", &ctx(&dir));
+        let removed: Vec<_> = cmd
+            .as_std()
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        for name in SECRET_ENV {
+            assert!(removed.iter().any(|r| r == name), "{name} is passed on");
+        }
     }
 
     #[tokio::test]
