@@ -276,7 +276,7 @@ impl Registry {
 async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     match tool {
         Tool::Bash => bash::run(input, ctx).await,
-        Tool::Read => blocking(ctx, false, move |c| read::run(input, c)).await,
+        Tool::Read => blocking(ctx, true, move |c| read::run(input, c)).await,
         Tool::Write => blocking(ctx, false, move |c| write::run(input, c)).await,
         Tool::Edit => blocking(ctx, false, move |c| edit::run(input, c)).await,
         Tool::Patch => blocking(ctx, false, move |c| patch::run(input, c)).await,
@@ -288,8 +288,8 @@ async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOut
 }
 
 /// Runs a synchronous tool on the blocking pool. Read-only tools stop
-/// waiting as soon as the user cancels (their walkers notice the token and
-/// wind down on their own); tools that write are awaited to the end, because
+/// waiting as soon as the user cancels (the walkers notice the token and
+/// wind down on their own; a read simply finishes unobserved); tools that write are awaited to the end, because
 /// reporting "cancelled" for a write that then happens would be a lie.
 async fn blocking<F>(
     ctx: &ToolContext,
@@ -505,6 +505,24 @@ mod tests {
             .await;
         assert!(out.is_error);
         assert!(out.content.contains("`keywords`"), "{}", out.content);
+    }
+
+    #[tokio::test]
+    async fn cancelled_searches_say_so() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "needle\n").unwrap();
+        let ctx = ctx_in(dir.path());
+        ctx.cancel.cancel();
+        for (tool, input) in [
+            ("grep", json!({"pattern": "needle"})),
+            ("glob", json!({"pattern": "*"})),
+            ("keyword_search", json!({"keywords": ["needle"]})),
+            ("bash", json!({"command": "echo hi"})),
+        ] {
+            let out = Registry::new().run(tool, input, &ctx).await;
+            assert!(out.is_error, "{tool}");
+            assert_eq!(out.content, agentd_core::texts::CANCELLED_BY_USER, "{tool}");
+        }
     }
 
     #[tokio::test]

@@ -64,6 +64,10 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
             "{shown} is a directory, not a file; use glob to list its files"
         )));
     }
+    // A FIFO or a device could block the read forever or never end.
+    if !meta.is_file() {
+        return Err(ToolError::new(format!("{shown} is not a regular file")));
+    }
     let offset = input.offset.unwrap_or(1).max(1);
     let limit = match input.limit {
         Some(0) => return Err(ToolError::new("read: `limit` must be at least 1")),
