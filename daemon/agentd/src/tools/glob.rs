@@ -50,11 +50,7 @@ pub(crate) fn spec() -> ToolSpec {
 
 pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let input: Input = input::parse("glob", &schema(), input)?;
-    let root = paths::resolve(ctx, input.path.as_deref().unwrap_or("."))?;
-    let root_shown = paths::display(ctx, &root);
-    if !root.exists() {
-        return Err(ToolError::new(format!("directory not found: {root_shown}")));
-    }
+    let (root, root_shown) = walk::search_root(ctx, input.path.as_deref())?;
     let pattern = relative_pattern(&input.pattern, &root)?;
     let by_name = !pattern.contains('/');
     let matcher = GlobBuilder::new(&pattern)

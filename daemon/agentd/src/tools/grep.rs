@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use agentd_core::ToolSpec;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
-use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkContext, SinkMatch};
+use grep_searcher::{Searcher, Sink, SinkContext, SinkMatch};
 use ignore::WalkState;
 use ignore::overrides::OverrideBuilder;
 use serde::Deserialize;
@@ -88,11 +88,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         Some(_) => Mode::Count,
     };
     let context = input.context.unwrap_or(0).min(50) as usize;
-    let root = paths::resolve(ctx, input.path.as_deref().unwrap_or("."))?;
-    let root_shown = paths::display(ctx, &root);
-    if !root.exists() {
-        return Err(ToolError::new(format!("path not found: {root_shown}")));
-    }
+    let (root, root_shown) = walk::search_root(ctx, input.path.as_deref())?;
     if input.pattern.is_empty() {
         return Err(ToolError::new("grep: `pattern` is empty"));
     }
@@ -120,12 +116,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     let capped = AtomicBool::new(false);
     let results: Mutex<Vec<FileHits>> = Mutex::new(Vec::new());
     walk::files(&root, &options, &ctx.cancel, || {
-        let mut searcher = SearcherBuilder::new()
-            .line_number(true)
-            .binary_detection(BinaryDetection::quit(0))
-            .before_context(if mode == Mode::Content { context } else { 0 })
-            .after_context(if mode == Mode::Content { context } else { 0 })
-            .build();
+        let mut searcher = walk::searcher(if mode == Mode::Content { context } else { 0 });
         let matcher = matcher.clone();
         let mut sink = walk::Collector::new(&results);
         let (collected, capped) = (&collected, &capped);

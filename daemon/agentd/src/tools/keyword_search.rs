@@ -12,7 +12,7 @@ use std::sync::Mutex;
 
 use agentd_core::ToolSpec;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
-use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder, Sink, SinkMatch};
+use grep_searcher::{Searcher, Sink, SinkMatch};
 use ignore::WalkState;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -84,11 +84,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
             terms.len()
         )));
     }
-    let root = paths::resolve(ctx, input.path.as_deref().unwrap_or("."))?;
-    let root_shown = paths::display(ctx, &root);
-    if !root.exists() {
-        return Err(ToolError::new(format!("path not found: {root_shown}")));
-    }
+    let (root, root_shown) = walk::search_root(ctx, input.path.as_deref())?;
     let alternation: Vec<String> = terms.iter().map(|t| regex::escape(t)).collect();
     let matcher = RegexMatcherBuilder::new()
         .case_insensitive(true)
@@ -98,10 +94,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
 
     let results: Mutex<Vec<Scored>> = Mutex::new(Vec::new());
     walk::files(&root, &WalkOptions::default(), &ctx.cancel, || {
-        let mut searcher = SearcherBuilder::new()
-            .line_number(true)
-            .binary_detection(BinaryDetection::quit(0))
-            .build();
+        let mut searcher = walk::searcher(0);
         let matcher = matcher.clone();
         let mut sink = walk::Collector::new(&results);
         let (terms, root) = (&terms, &root);

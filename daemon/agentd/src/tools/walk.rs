@@ -6,12 +6,16 @@
 //! `.git` yet, and its `target/` is still noise), and symbolic links are not
 //! followed, so a link cannot lead a search outside the allowed directories.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+
+use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder};
 
 use ignore::overrides::Override;
 use ignore::{DirEntry, WalkBuilder, WalkState};
 use tokio_util::sync::CancellationToken;
+
+use super::{ToolContext, ToolError, paths};
 
 /// Which files a walk yields.
 #[derive(Debug, Clone, Default)]
@@ -20,6 +24,31 @@ pub(crate) struct WalkOptions {
     pub(crate) hidden: bool,
     /// Glob filters in ripgrep's `-g` sense.
     pub(crate) overrides: Option<Override>,
+}
+
+/// Where a search starts (the `path` input, the working directory by
+/// default), resolved and checked, with how it is shown.
+pub(crate) fn search_root(
+    ctx: &ToolContext,
+    path: Option<&str>,
+) -> Result<(PathBuf, String), ToolError> {
+    let root = paths::resolve(ctx, path.unwrap_or("."))?;
+    let shown = paths::display(ctx, &root);
+    if !root.exists() {
+        return Err(ToolError::new(format!("path not found: {shown}")));
+    }
+    Ok((root, shown))
+}
+
+/// A line searcher with ripgrep's defaults: line numbers, and a file that
+/// has a NUL byte is binary and abandoned.
+pub(crate) fn searcher(context_lines: usize) -> Searcher {
+    SearcherBuilder::new()
+        .line_number(true)
+        .binary_detection(BinaryDetection::quit(0))
+        .before_context(context_lines)
+        .after_context(context_lines)
+        .build()
 }
 
 /// Calls a visitor for every regular file under `root` (or `root` itself
