@@ -1,1 +1,605 @@
-//! Placeholder: the tools land here.
+//! The tools the model can call, and the one place that runs them.
+//!
+//! Every tool lives in its own file and exposes the same three things: a
+//! `spec()` (what the model sees), a typed input struct, and a `run` function.
+//! [`Registry::run`] is the only entry point the runtime uses; it turns every
+//! failure — unknown tool, bad input, a path outside the working directory, an
+//! I/O error, even a panic — into an `is_error` [`ToolOutput`], because the
+//! model must always get an answer to its call and the daemon must never fall
+//! over because of what the model sent.
+//!
+//! Blocking work (file system walks, reads, writes) runs on tokio's blocking
+//! pool so a large grep never stalls the conversation actors. Only `bash` is
+//! truly asynchronous: it owns a child process group and must react to
+//! timeouts and cancellation while the command runs.
+
+mod bash;
+mod diff;
+mod edit;
+mod glob;
+mod grep;
+mod input;
+mod keyword_search;
+mod patch;
+mod paths;
+mod read;
+mod think;
+mod truncate;
+mod walk;
+mod write;
+
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+
+use agentd_core::ToolSpec;
+use futures::FutureExt;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+/// Sizes and time limits of tool runs. They are configuration, not constants,
+/// because the right output budget depends on the model's context window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ToolLimits {
+    /// Largest tool result sent to the model, in bytes.
+    pub max_output_bytes: usize,
+    /// Timeout of a bash command that names none.
+    pub bash_default_timeout_ms: u64,
+    /// Upper bound of the timeout a bash command may ask for.
+    pub bash_max_timeout_ms: u64,
+    /// Time between SIGTERM and SIGKILL when a command is stopped.
+    pub kill_grace_ms: u64,
+    /// Lines `read` returns when the call names no limit.
+    pub read_default_lines: usize,
+    /// Longest line `read` returns before clipping it.
+    pub max_read_line_chars: usize,
+}
+
+impl ToolLimits {
+    /// The bytes a tool may spend on its main output. The rest of
+    /// `max_output_bytes` is kept for the tool's closing note (exit code,
+    /// "results cut", paging hint), so the registry's backstop never has to
+    /// cut a result that a tool already shaped.
+    pub(crate) fn content_budget(&self) -> usize {
+        self.max_output_bytes
+            .saturating_sub(400)
+            .max(self.max_output_bytes / 2)
+    }
+}
+
+impl Default for ToolLimits {
+    fn default() -> Self {
+        ToolLimits {
+            max_output_bytes: 30_000,
+            bash_default_timeout_ms: 120_000,
+            bash_max_timeout_ms: 600_000,
+            kill_grace_ms: 2_000,
+            read_default_lines: 2000,
+            max_read_line_chars: 2000,
+        }
+    }
+}
+
+/// Everything a tool run may depend on besides its input.
+#[derive(Debug, Clone)]
+pub struct ToolContext {
+    /// The conversation's working directory: absolute and canonical.
+    pub cwd: PathBuf,
+    /// Further directories the tools may touch.
+    pub additional_dirs: Vec<PathBuf>,
+    /// Fired when the user cancels; long tools stop and report it.
+    pub cancel: CancellationToken,
+    /// Output sizes and timeouts.
+    pub limits: ToolLimits,
+}
+
+impl ToolContext {
+    /// A context rooted at `cwd` with default limits and no extra directories.
+    pub fn new(cwd: PathBuf) -> Self {
+        ToolContext {
+            cwd,
+            additional_dirs: Vec::new(),
+            cancel: CancellationToken::new(),
+            limits: ToolLimits::default(),
+        }
+    }
+}
+
+/// What a tool run produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolOutput {
+    /// The text the model receives.
+    pub content: String,
+    /// The call failed; the model sees it as an error result.
+    pub is_error: bool,
+    /// One short line for people watching (clients), about the outcome.
+    pub summary: String,
+    /// The unified diff of a file change, for clients to render.
+    pub diff: Option<String>,
+}
+
+impl ToolOutput {
+    /// A successful result.
+    pub(crate) fn ok(content: impl Into<String>, summary: impl Into<String>) -> Self {
+        ToolOutput {
+            content: content.into(),
+            is_error: false,
+            summary: summary.into(),
+            diff: None,
+        }
+    }
+
+    /// A failed result whose summary is the first line of the message.
+    pub(crate) fn error(content: impl Into<String>) -> Self {
+        let content = content.into();
+        let summary = format!("error: {}", one_line(&content, 100));
+        ToolOutput {
+            content,
+            is_error: true,
+            summary,
+            diff: None,
+        }
+    }
+}
+
+/// Why a tool could not do what it was asked. The message is written for the
+/// model: it says what was wrong and, where possible, what to do instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ToolError(pub(crate) String);
+
+impl ToolError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        ToolError(message.into())
+    }
+}
+
+/// The tools this daemon offers, in the order the model sees them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Tool {
+    Bash,
+    Read,
+    Write,
+    Edit,
+    Patch,
+    Glob,
+    Grep,
+    KeywordSearch,
+    Think,
+}
+
+impl Tool {
+    const ALL: [Tool; 9] = [
+        Tool::Bash,
+        Tool::Read,
+        Tool::Write,
+        Tool::Edit,
+        Tool::Patch,
+        Tool::Glob,
+        Tool::Grep,
+        Tool::KeywordSearch,
+        Tool::Think,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Tool::Bash => "bash",
+            Tool::Read => "read",
+            Tool::Write => "write",
+            Tool::Edit => "edit",
+            Tool::Patch => "patch",
+            Tool::Glob => "glob",
+            Tool::Grep => "grep",
+            Tool::KeywordSearch => "keyword_search",
+            Tool::Think => "think",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Tool> {
+        Tool::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    fn spec(self) -> ToolSpec {
+        match self {
+            Tool::Bash => bash::spec(),
+            Tool::Read => read::spec(),
+            Tool::Write => write::spec(),
+            Tool::Edit => edit::spec(),
+            Tool::Patch => patch::spec(),
+            Tool::Glob => glob::spec(),
+            Tool::Grep => grep::spec(),
+            Tool::KeywordSearch => keyword_search::spec(),
+            Tool::Think => think::spec(),
+        }
+    }
+}
+
+/// The set of tools and their specs. Specs are built once because the
+/// runtime asks for them on every model request.
+#[derive(Debug, Clone)]
+pub struct Registry {
+    specs: Vec<(Tool, ToolSpec)>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Registry {
+    /// All built-in tools.
+    pub fn new() -> Self {
+        Registry {
+            specs: Tool::ALL.into_iter().map(|t| (t, t.spec())).collect(),
+        }
+    }
+
+    /// Specs the model sees (name, description, JSON schema), in a stable
+    /// order. `read_only` = true returns only read-only tools.
+    pub fn specs(&self, read_only: bool) -> Vec<ToolSpec> {
+        self.specs
+            .iter()
+            .filter(|(t, _)| !read_only || agentd_core::tools::is_read_only(t.name()))
+            .map(|(_, s)| s.clone())
+            .collect()
+    }
+
+    /// Runs a tool. Never panics: every failure becomes an `is_error`
+    /// output whose content says what was wrong.
+    pub async fn run(&self, name: &str, input: Value, ctx: &ToolContext) -> ToolOutput {
+        let Some(tool) = Tool::from_name(name) else {
+            let names: Vec<&str> = self.specs.iter().map(|(t, _)| t.name()).collect();
+            return ToolOutput::error(format!(
+                "unknown tool `{name}`; available tools: {}",
+                names.join(", ")
+            ));
+        };
+        // A panic in a tool is a bug, but it must cost one error result, not
+        // the conversation actor that awaits this future.
+        let result = AssertUnwindSafe(dispatch(tool, input, ctx))
+            .catch_unwind()
+            .await;
+        let mut out = match result {
+            Ok(Ok(out)) => out,
+            Ok(Err(e)) => ToolOutput::error(e.0),
+            Err(_) => ToolOutput::error(format!("{name}: internal error (the tool panicked)")),
+        };
+        // Each tool budgets its own output; this is the backstop that keeps
+        // the promise to the model whatever a tool did.
+        if out.content.len() > ctx.limits.max_output_bytes {
+            out.content = truncate::truncate(&out.content, ctx.limits.max_output_bytes);
+        }
+        out
+    }
+}
+
+async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    match tool {
+        Tool::Bash => bash::run(input, ctx).await,
+        Tool::Read => blocking(ctx, true, move |c| read::run(input, c)).await,
+        Tool::Write => blocking(ctx, false, move |c| write::run(input, c)).await,
+        Tool::Edit => blocking(ctx, false, move |c| edit::run(input, c)).await,
+        Tool::Patch => blocking(ctx, false, move |c| patch::run(input, c)).await,
+        Tool::Glob => blocking(ctx, true, move |c| glob::run(input, c)).await,
+        Tool::Grep => blocking(ctx, true, move |c| grep::run(input, c)).await,
+        Tool::KeywordSearch => blocking(ctx, true, move |c| keyword_search::run(input, c)).await,
+        Tool::Think => think::run(input),
+    }
+}
+
+/// Runs a synchronous tool on the blocking pool. Read-only tools stop
+/// waiting as soon as the user cancels (the walkers notice the token and
+/// wind down on their own; a read simply finishes unobserved); tools that write are awaited to the end, because
+/// reporting "cancelled" for a write that then happens would be a lie.
+async fn blocking<F>(
+    ctx: &ToolContext,
+    abandon_on_cancel: bool,
+    f: F,
+) -> Result<ToolOutput, ToolError>
+where
+    F: FnOnce(&ToolContext) -> Result<ToolOutput, ToolError> + Send + 'static,
+{
+    let owned = ctx.clone();
+    let handle = tokio::task::spawn_blocking(move || f(&owned));
+    let joined = if abandon_on_cancel {
+        tokio::select! {
+            joined = handle => joined,
+            () = ctx.cancel.cancelled() => return Ok(cancelled_output()),
+        }
+    } else {
+        handle.await
+    };
+    match joined {
+        Ok(result) => result,
+        Err(e) if e.is_panic() => Err(ToolError::new("internal error (the tool panicked)")),
+        Err(_) => Ok(cancelled_output()),
+    }
+}
+
+/// The result of a tool the user cancelled while it ran.
+pub(crate) fn cancelled_output() -> ToolOutput {
+    ToolOutput {
+        content: agentd_core::texts::CANCELLED_BY_USER.to_string(),
+        is_error: true,
+        summary: "cancelled".to_string(),
+        diff: None,
+    }
+}
+
+/// One short human line describing a call before it runs ("bash: cargo
+/// test", "edit src/main.rs", "grep 'foo' in src").
+pub fn summarize_call(name: &str, input: &Value) -> String {
+    let str_field = |key: &str| input.get(key).and_then(Value::as_str);
+    let quoted = |s: &str| format!("'{}'", one_line(s, 60));
+    let in_path = || match str_field("path") {
+        Some(p) if !p.is_empty() && p != "." => format!(" in {}", one_line(p, 60)),
+        _ => String::new(),
+    };
+    let Some(tool) = Tool::from_name(name) else {
+        return name.to_string();
+    };
+    let described = match tool {
+        Tool::Bash => str_field("command").map(|c| format!("bash: {}", one_line(c, 80))),
+        Tool::Read => str_field("path").map(|p| {
+            let offset = input.get("offset").and_then(Value::as_u64);
+            let limit = input.get("limit").and_then(Value::as_u64);
+            let range = match (offset, limit) {
+                (None, None) => String::new(),
+                (o, Some(l)) => {
+                    let from = o.unwrap_or(1).max(1);
+                    format!(
+                        " (lines {from}-{})",
+                        from.saturating_add(l).saturating_sub(1)
+                    )
+                }
+                (Some(o), None) => format!(" (from line {o})"),
+            };
+            format!("read {}{range}", one_line(p, 80))
+        }),
+        Tool::Write => str_field("path").map(|p| format!("write {}", one_line(p, 80))),
+        Tool::Edit => str_field("path").map(|p| format!("edit {}", one_line(p, 80))),
+        Tool::Patch => str_field("patch").map(|p| {
+            let files = patch::touched_files(p);
+            match files.len() {
+                0 => "patch".to_string(),
+                1..=3 => format!("patch {}", files.join(", ")),
+                n => format!("patch {}, … ({n} files)", files[..2].join(", ")),
+            }
+        }),
+        Tool::Glob => str_field("pattern").map(|p| format!("glob {}{}", quoted(p), in_path())),
+        Tool::Grep => str_field("pattern").map(|p| format!("grep {}{}", quoted(p), in_path())),
+        Tool::KeywordSearch => input.get("keywords").and_then(Value::as_array).map(|ks| {
+            let words: Vec<&str> = ks.iter().filter_map(Value::as_str).collect();
+            format!(
+                "keyword_search {}{}",
+                one_line(&words.join(", "), 80),
+                in_path()
+            )
+        }),
+        Tool::Think => Some("think".to_string()),
+    };
+    described.unwrap_or_else(|| format!("{name} (invalid input)"))
+}
+
+/// For permission prompts: the unified diff an edit/write/patch call WOULD
+/// make, without making it (None for other tools or when it cannot be
+/// computed).
+pub async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Option<String> {
+    let tool = Tool::from_name(name)?;
+    let input = input.clone();
+    let owned = ctx.clone();
+    let plan = move || match tool {
+        Tool::Write => write::plan(input, &owned).ok(),
+        Tool::Edit => edit::plan(input, &owned).ok(),
+        Tool::Patch => patch::plan(input, &owned).ok(),
+        _ => None,
+    };
+    let changes = tokio::task::spawn_blocking(plan).await.ok()??;
+    Some(diff::unified_all(&changes, ctx))
+}
+
+/// The first line of `s`, clipped to `max` characters.
+pub(crate) fn one_line(s: &str, max: usize) -> String {
+    let first = s.trim_start().lines().next().unwrap_or("");
+    let clipped: String = first.chars().take(max).collect();
+    let more_lines = s.trim().lines().nth(1).is_some();
+    if clipped.len() < first.len() || more_lines {
+        format!("{}…", clipped.trim_end())
+    } else {
+        clipped
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn ctx_in(dir: &std::path::Path) -> ToolContext {
+        ToolContext::new(dir.canonicalize().unwrap())
+    }
+
+    #[test]
+    fn specs_are_lean_and_ordered() {
+        let reg = Registry::new();
+        let all = reg.specs(false);
+        let names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "bash",
+                "read",
+                "write",
+                "edit",
+                "patch",
+                "glob",
+                "grep",
+                "keyword_search",
+                "think"
+            ]
+        );
+        let ro: Vec<String> = reg.specs(true).into_iter().map(|s| s.name).collect();
+        assert_eq!(ro, ["read", "glob", "grep", "keyword_search", "think"]);
+        let bytes = serde_json::to_string(&all).unwrap().len();
+        assert!(bytes < 6_000, "tool specs are {bytes} bytes of JSON");
+        for s in &all {
+            assert_eq!(s.input_schema["type"], "object", "{}", s.name);
+        }
+    }
+
+    #[tokio::test]
+    async fn unknown_tool_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Registry::new()
+            .run("frobnicate", json!({}), &ctx_in(dir.path()))
+            .await;
+        assert!(out.is_error);
+        assert!(
+            out.content.contains("unknown tool `frobnicate`"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[tokio::test]
+    async fn malformed_inputs_name_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx_in(dir.path());
+        let reg = Registry::new();
+
+        let out = reg.run("bash", json!("{\"command\": \"ls"), &ctx).await;
+        assert!(out.is_error);
+        assert!(out.content.contains("not valid JSON"), "{}", out.content);
+
+        let out = reg.run("bash", json!({}), &ctx).await;
+        assert!(out.is_error);
+        assert_eq!(out.content, "bash: missing field `command`");
+
+        let out = reg
+            .run("bash", json!({"command": "true", "timeout_ms": "5"}), &ctx)
+            .await;
+        assert!(out.is_error);
+        assert!(
+            out.content.contains("`timeout_ms`") && out.content.contains("integer"),
+            "{}",
+            out.content
+        );
+
+        let out = reg
+            .run("read", json!({"path": "x", "bogus": 1}), &ctx)
+            .await;
+        assert!(out.is_error);
+        assert!(
+            out.content.contains("unknown field `bogus`"),
+            "{}",
+            out.content
+        );
+
+        let out = reg.run("read", json!([1, 2]), &ctx).await;
+        assert!(out.is_error);
+        assert!(out.content.contains("JSON object"), "{}", out.content);
+
+        let out = reg
+            .run("keyword_search", json!({"keywords": [1]}), &ctx)
+            .await;
+        assert!(out.is_error);
+        assert!(out.content.contains("`keywords`"), "{}", out.content);
+    }
+
+    #[tokio::test]
+    async fn cancelled_searches_say_so() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "needle\n").unwrap();
+        let ctx = ctx_in(dir.path());
+        ctx.cancel.cancel();
+        for (tool, input) in [
+            ("grep", json!({"pattern": "needle"})),
+            ("glob", json!({"pattern": "*"})),
+            ("keyword_search", json!({"keywords": ["needle"]})),
+            ("bash", json!({"command": "echo hi"})),
+        ] {
+            let out = Registry::new().run(tool, input, &ctx).await;
+            assert!(out.is_error, "{tool}");
+            assert_eq!(out.content, agentd_core::texts::CANCELLED_BY_USER, "{tool}");
+        }
+    }
+
+    #[tokio::test]
+    async fn tool_output_fits_the_budget_with_one_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = ctx_in(dir.path());
+        ctx.limits.max_output_bytes = 5_000;
+        let out = Registry::new()
+            .run("bash", json!({"command": "seq 1 100000"}), &ctx)
+            .await;
+        assert!(out.content.len() <= 5_000, "{}", out.content.len());
+        assert_eq!(
+            out.content.matches("output truncated").count(),
+            1,
+            "{}",
+            out.content
+        );
+        assert!(
+            out.content.ends_with("100000\n[exit code 0]"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[test]
+    fn summaries_are_short_and_specific() {
+        assert_eq!(
+            summarize_call("bash", &json!({"command": "cargo test"})),
+            "bash: cargo test"
+        );
+        assert_eq!(
+            summarize_call("edit", &json!({"path": "src/main.rs"})),
+            "edit src/main.rs"
+        );
+        assert_eq!(
+            summarize_call("grep", &json!({"pattern": "foo", "path": "src"})),
+            "grep 'foo' in src"
+        );
+        assert_eq!(
+            summarize_call("read", &json!({"path": "a.rs", "offset": 10, "limit": 5})),
+            "read a.rs (lines 10-14)"
+        );
+        assert_eq!(
+            summarize_call(
+                "patch",
+                &json!({"patch": "--- a/x.rs\n+++ b/x.rs\n@@ -1 +1 @@\n-a\n+b\n"})
+            ),
+            "patch x.rs"
+        );
+        assert_eq!(
+            summarize_call("bash", &json!("garbage")),
+            "bash (invalid input)"
+        );
+        assert_eq!(
+            summarize_call("bash", &json!({"command": "a\nb"})),
+            "bash: a…"
+        );
+    }
+
+    #[tokio::test]
+    async fn preview_diff_does_not_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx_in(dir.path());
+        std::fs::write(dir.path().join("f.txt"), "one\ntwo\n").unwrap();
+        let input = json!({"path": "f.txt", "old_string": "two", "new_string": "three"});
+        let diff = preview_diff("edit", &input, &ctx).await.unwrap();
+        assert!(diff.contains("-two") && diff.contains("+three"), "{diff}");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("f.txt")).unwrap(),
+            "one\ntwo\n"
+        );
+        assert!(
+            preview_diff("bash", &json!({"command": "ls"}), &ctx)
+                .await
+                .is_none()
+        );
+        let bad = json!({"path": "f.txt", "old_string": "nope", "new_string": "x"});
+        assert!(preview_diff("edit", &bad, &ctx).await.is_none());
+    }
+}

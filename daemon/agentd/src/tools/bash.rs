@@ -1,0 +1,604 @@
+//! `bash`: run a shell command in the working directory.
+//!
+//! The command runs in a process group of its own, so "stop it" means every
+//! process it started, not just the shell: on timeout or cancel the whole
+//! group gets SIGTERM, then SIGKILL after the grace period, and processes the
+//! command leaves behind when it exits are stopped the same way. If the
+//! future running the command is dropped (the runtime gave up on it), a guard
+//! kills the group too. Nothing the model starts outlives its tool call;
+//! long-running processes belong to background shells, which the daemon
+//! tracks.
+//!
+//! stdout and stderr share one pipe, so their lines arrive interleaved in
+//! the order the command wrote them, as in a terminal. The pipe is drained
+//! into a head-and-tail buffer, so memory stays bounded whatever the command
+//! prints.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agentd_core::ToolSpec;
+use nix::fcntl::OFlag;
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::task::AbortHandle;
+
+use super::truncate::HeadTail;
+use super::{ToolContext, ToolError, ToolOutput, input};
+
+/// How often a dying process group is checked.
+const POLL: Duration = Duration::from_millis(10);
+/// How long output is still read after the command's group is gone. Only a
+/// process that left the group (setsid) and kept the pipe open makes this
+/// wait matter.
+const DRAIN: Duration = Duration::from_millis(500);
+/// Variables holding the daemon's credentials, removed from the command's
+/// environment.
+const SECRET_ENV: [&str; 4] = [
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "OPENAI_API_KEY",
+    "AGENTD_TOKEN",
+];
+/// How long SIGKILL gets to take effect before the run reports anyway.
+const KILL_WAIT: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Input {
+    command: String,
+    timeout_ms: Option<u64>,
+    #[allow(dead_code)]
+    description: Option<String>,
+    #[serde(default)]
+    run_in_background: bool,
+}
+
+fn schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "command": {"type": "string"},
+            "timeout_ms": {"type": "integer", "description": "Default 120000, max 600000"},
+            "description": {"type": "string", "description": "What it does, in 5-10 words"},
+            "run_in_background": {"type": "boolean"}
+        },
+        "required": ["command"]
+    })
+}
+
+pub(crate) fn spec() -> ToolSpec {
+    ToolSpec {
+        name: "bash".to_string(),
+        description: "Run a command with `bash -c` in the working directory; stdin is empty. \
+                      Returns stdout and stderr interleaved, and the exit code (non-zero is an \
+                      error). On timeout the command and its children are killed; processes left \
+                      running when it ends are stopped. Prefer read, grep, glob and edit over \
+                      cat, grep, find and sed."
+            .to_string(),
+        input_schema: schema(),
+    }
+}
+
+pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
+    let input: Input = input::parse("bash", &schema(), input)?;
+    if input.command.trim().is_empty() {
+        return Err(ToolError::new("bash: `command` is empty"));
+    }
+    if input.run_in_background {
+        return Err(ToolError::new(
+            "bash: background shells are not available yet; run the command in the foreground \
+             with a suitable timeout_ms",
+        ));
+    }
+    let limits = ctx.limits;
+    let timeout_ms = input
+        .timeout_ms
+        .unwrap_or(limits.bash_default_timeout_ms)
+        .clamp(1, limits.bash_max_timeout_ms);
+    execute(&input.command, timeout_ms, ctx).await
+}
+
+/// How the wait for the command ended.
+enum End {
+    Exited(std::io::Result<ExitStatus>),
+    TimedOut,
+    Cancelled,
+}
+
+async fn execute(
+    command: &str,
+    timeout_ms: u64,
+    ctx: &ToolContext,
+) -> Result<ToolOutput, ToolError> {
+    let limits = ctx.limits;
+    if ctx.cancel.is_cancelled() {
+        return Ok(super::cancelled_output());
+    }
+    let pipe_err = |e: nix::Error| ToolError::new(format!("bash: cannot create a pipe: {e}"));
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(pipe_err)?;
+    let write_end_2 = write_end
+        .try_clone()
+        .map_err(|e| ToolError::new(format!("bash: cannot create a pipe: {e}")))?;
+    let spawned = {
+        let mut cmd = shell_command(command, ctx);
+        cmd.stdout(Stdio::from(write_end))
+            .stderr(Stdio::from(write_end_2));
+        cmd.spawn()
+        // `cmd` is dropped here with our copies of the pipe's write end, so
+        // end-of-file means every process of the command has closed it.
+    };
+    let mut child = spawned.map_err(|e| {
+        ToolError::new(format!(
+            "bash: cannot start bash in {}: {e}",
+            ctx.cwd.display()
+        ))
+    })?;
+    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+        return Err(ToolError::new(
+            "bash: the shell exited before it could be tracked",
+        ));
+    };
+    let pgid = Pid::from_raw(pid);
+    let mut guard = GroupGuard {
+        pgid,
+        armed: true,
+        reader: None,
+    };
+    let output = Arc::new(Mutex::new(HeadTail::new(limits.content_budget())));
+    let receiver = pipe::Receiver::from_owned_fd(read_end)
+        .map_err(|e| ToolError::new(format!("bash: cannot read the command's output: {e}")))?;
+    let reader = tokio::spawn(pump(receiver, Arc::clone(&output)));
+    guard.reader = Some(reader.abort_handle());
+
+    let started = Instant::now();
+    let end = tokio::select! {
+        status = child.wait() => End::Exited(status),
+        () = tokio::time::sleep(Duration::from_millis(timeout_ms)) => End::TimedOut,
+        () = ctx.cancel.cancelled() => End::Cancelled,
+    };
+    let elapsed = started.elapsed();
+    let grace = Duration::from_millis(limits.kill_grace_ms);
+    let mut stopped_leftovers = false;
+    match &end {
+        End::Exited(Ok(_)) => {
+            if group_alive(pgid) {
+                terminate_group(pgid, grace).await;
+                stopped_leftovers = true;
+            }
+        }
+        End::Exited(Err(_)) | End::TimedOut | End::Cancelled => {
+            terminate_group(pgid, grace).await;
+            // Reap the shell; it is dead or dying from SIGKILL by now.
+            let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
+        }
+    }
+    if !group_alive(pgid) {
+        guard.armed = false;
+    }
+    let _ = tokio::time::timeout(DRAIN, reader).await;
+    drop(guard);
+
+    let text = output
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .render(limits.content_budget());
+    Ok(report(
+        end,
+        text,
+        elapsed,
+        timeout_ms,
+        stopped_leftovers,
+        limits.bash_max_timeout_ms,
+    ))
+}
+
+/// `bash -c command` in its own process group, without stdin.
+fn shell_command(command: &str, ctx: &ToolContext) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new("bash");
+    cmd.arg("-c")
+        .arg(command)
+        .current_dir(&ctx.cwd)
+        .stdin(Stdio::null())
+        .process_group(0)
+        .kill_on_drop(true)
+        // Nothing can answer a prompt: make git fail instead of waiting for
+        // a password, and keep pagers out of the way.
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_PAGER", "cat")
+        .env("PAGER", "cat");
+    // The daemon's own credentials are not the command's business: a
+    // command could print them into the transcript.
+    for name in SECRET_ENV {
+        cmd.env_remove(name);
+    }
+    cmd
+}
+
+/// Builds the result the model sees.
+fn report(
+    end: End,
+    text: String,
+    elapsed: Duration,
+    timeout_ms: u64,
+    stopped_leftovers: bool,
+    max_timeout_ms: u64,
+) -> ToolOutput {
+    let mut content = text;
+    if !content.is_empty() && !content.ends_with('\n') {
+        content.push('\n');
+    }
+    let secs = elapsed.as_secs_f64();
+    let (is_error, summary) = match end {
+        End::Exited(Ok(status)) => {
+            let (what, failed) = match (status.code(), status.signal()) {
+                (Some(code), _) => (format!("exit code {code}"), code != 0),
+                (None, Some(sig)) => (format!("killed by signal {sig}{}", signal_name(sig)), true),
+                (None, None) => ("exit status unknown".to_string(), true),
+            };
+            if content.is_empty() {
+                content = format!("[{what}; no output]");
+            } else {
+                content.push_str(&format!("[{what}]"));
+            }
+            (failed, format!("{what} in {secs:.1} s"))
+        }
+        End::Exited(Err(e)) => {
+            content.push_str(&format!(
+                "[waiting for the command failed: {e}; it was killed]"
+            ));
+            (true, "failed".to_string())
+        }
+        End::TimedOut => {
+            content.push_str(&format!(
+                "[timed out after {timeout_ms} ms; the command and its child processes were killed. \
+                 For a server or watcher use run_in_background: true; otherwise raise timeout_ms \
+                 (max {max_timeout_ms})]"
+            ));
+            (true, format!("timed out after {timeout_ms} ms"))
+        }
+        End::Cancelled => {
+            let text = agentd_core::texts::CANCELLED_BY_USER;
+            content = if content.is_empty() {
+                text.to_string()
+            } else {
+                format!("{text}\nOutput before the cancel:\n{content}")
+            };
+            (true, "cancelled".to_string())
+        }
+    };
+    if stopped_leftovers {
+        content.push_str(
+            "\n[processes the command left running were stopped; use run_in_background for \
+             long-running processes]",
+        );
+    }
+    ToolOutput {
+        content,
+        is_error,
+        summary,
+        diff: None,
+    }
+}
+
+fn signal_name(sig: i32) -> String {
+    Signal::try_from(sig)
+        .map(|s| format!(" ({s})"))
+        .unwrap_or_default()
+}
+
+/// Copies the command's output into the bounded buffer until end-of-file.
+async fn pump(mut receiver: pipe::Receiver, output: Arc<Mutex<HeadTail>>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match receiver.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => output
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(&buf[..n]),
+        }
+    }
+}
+
+/// Kills the process group when the run is abandoned halfway (its future
+/// dropped), so no process of the command is left behind.
+struct GroupGuard {
+    pgid: Pid,
+    armed: bool,
+    reader: Option<AbortHandle>,
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if self.armed {
+            let _ = killpg(self.pgid, Signal::SIGKILL);
+        }
+        if let Some(reader) = &self.reader {
+            reader.abort();
+        }
+    }
+}
+
+/// SIGTERM to the group, SIGKILL after `grace` to whatever is left.
+async fn terminate_group(pgid: Pid, grace: Duration) {
+    let _ = killpg(pgid, Signal::SIGTERM);
+    // A stopped process acts on SIGTERM only once it runs again.
+    let _ = killpg(pgid, Signal::SIGCONT);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline {
+        if !group_alive(pgid) {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    let _ = killpg(pgid, Signal::SIGKILL);
+    let deadline = Instant::now() + KILL_WAIT;
+    while group_alive(pgid) && Instant::now() < deadline {
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether any live process is in the group. Zombies do not count: they
+/// are dead and only wait for a parent to reap them (and in a container the
+/// init process may never do so), but signal 0 still reaches them.
+pub(crate) fn group_alive(pgid: Pid) -> bool {
+    if killpg(pgid, None).is_err() {
+        return false;
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    entries.flatten().any(|entry| {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            return false;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // Fields after the command name, which is in parentheses and may
+        // itself contain spaces: state, ppid, pgrp, ...
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            return false;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
+        pgrp == Some(pgid.as_raw()) && state != "Z" && state != "X"
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use crate::tools::tests::ctx_in;
+
+    fn ctx(dir: &tempfile::TempDir) -> ToolContext {
+        let mut ctx = ctx_in(dir.path());
+        ctx.limits.kill_grace_ms = 500;
+        ctx
+    }
+
+    /// The pgid the command printed first (`echo $$`).
+    fn printed_pgid(content: &str) -> Pid {
+        let first = content.lines().next().unwrap();
+        Pid::from_raw(first.trim().parse().unwrap())
+    }
+
+    #[tokio::test]
+    async fn runs_in_cwd_and_interleaves_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(&dir);
+        let out = run(
+            json!({"command": "pwd; echo out; echo err >&2; echo out2"}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+        assert!(!out.is_error);
+        let cwd = ctx.cwd.display().to_string();
+        assert_eq!(out.content, format!("{cwd}\nout\nerr\nout2\n[exit code 0]"));
+        assert!(out.summary.starts_with("exit code 0"), "{}", out.summary);
+    }
+
+    #[tokio::test]
+    async fn nonzero_exit_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(json!({"command": "exit 3"}), &ctx(&dir)).await.unwrap();
+        assert!(out.is_error);
+        assert_eq!(out.content, "[exit code 3; no output]");
+        let out = run(json!({"command": "kill -9 $$"}), &ctx(&dir))
+            .await
+            .unwrap();
+        assert!(
+            out.is_error && out.content.contains("killed by signal 9 (SIGKILL)"),
+            "{}",
+            out.content
+        );
+    }
+
+    #[test]
+    fn daemon_credentials_are_not_passed_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let cmd = shell_command("env", &ctx(&dir));
+        let removed: Vec<_> = cmd
+            .as_std()
+            .get_envs()
+            .filter(|(_, v)| v.is_none())
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect();
+        for name in SECRET_ENV {
+            assert!(removed.iter().any(|r| r == name), "{name} is passed on");
+        }
+    }
+
+    #[tokio::test]
+    async fn stdin_is_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = run(json!({"command": "cat; echo done"}), &ctx(&dir))
+            .await
+            .unwrap();
+        assert_eq!(out.content, "done\n[exit code 0]");
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let out = run(
+            json!({"command": "echo $$; sleep 30 & sleep 30 & trap '' TERM; sleep 30", "timeout_ms": 300}),
+            &ctx(&dir),
+        )
+        .await
+        .unwrap();
+        assert!(out.is_error);
+        assert!(
+            out.content.contains("timed out after 300 ms"),
+            "{}",
+            out.content
+        );
+        assert!(out.content.contains("run_in_background"), "{}", out.content);
+        assert!(
+            started.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            started.elapsed()
+        );
+        let pgid = printed_pgid(&out.content);
+        assert!(!group_alive(pgid), "a process of group {pgid} survived");
+    }
+
+    #[tokio::test]
+    async fn cancel_returns_within_grace_even_if_term_is_ignored() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(&dir);
+        let cancel = ctx.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            cancel.cancel();
+        });
+        let started = Instant::now();
+        let out = run(
+            json!({"command": "echo $$; trap '' TERM; sleep 30 & sleep 30"}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+        let elapsed = started.elapsed();
+        assert!(out.is_error);
+        assert!(
+            out.content.starts_with("Cancelled by user"),
+            "{}",
+            out.content
+        );
+        // 200 ms until the cancel, 500 ms of grace, then SIGKILL.
+        assert!(elapsed < Duration::from_millis(1500), "{elapsed:?}");
+        let pgid = Pid::from_raw(out.content.lines().nth(2).unwrap().trim().parse().unwrap());
+        assert!(!group_alive(pgid));
+    }
+
+    #[tokio::test]
+    async fn leftover_background_processes_are_stopped() {
+        let dir = tempfile::tempdir().unwrap();
+        let started = Instant::now();
+        let out = run(
+            json!({"command": "echo $$; sleep 30 >/dev/null 2>&1 & echo started"}),
+            &ctx(&dir),
+        )
+        .await
+        .unwrap();
+        assert!(!out.is_error, "{}", out.content);
+        assert!(
+            out.content.contains("left running were stopped"),
+            "{}",
+            out.content
+        );
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(!group_alive(printed_pgid(&out.content)));
+    }
+
+    #[tokio::test]
+    async fn dropping_the_run_kills_the_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("pgid");
+        let command = format!("echo $$ > {}; sleep 30", marker.display());
+        let ctx = ctx(&dir);
+        let fut = run(json!({"command": command}), &ctx);
+        let _ = tokio::time::timeout(Duration::from_millis(300), fut).await;
+        let pgid = Pid::from_raw(
+            std::fs::read_to_string(&marker)
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap(),
+        );
+        for _ in 0..100 {
+            if !group_alive(pgid) {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        panic!("group {pgid} survived the dropped run");
+    }
+
+    #[tokio::test]
+    async fn huge_output_is_truncated_with_a_marker() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = ctx(&dir);
+        let out = run(
+            json!({"command": "yes | head -c 50000000; echo; echo THE END"}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+        assert!(!out.is_error, "{}", out.summary);
+        assert!(
+            out.content
+                .contains("[output truncated: 50000009 bytes total"),
+            "{}",
+            &out.content[..200]
+        );
+        assert!(out.content.starts_with("y\ny\n"));
+        assert!(
+            out.content.ends_with("THE END\n[exit code 0]"),
+            "{}",
+            &out.content[out.content.len() - 100..]
+        );
+        assert!(
+            out.content.len() <= ctx.limits.max_output_bytes,
+            "{}",
+            out.content.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn background_and_empty_commands_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = run(
+            json!({"command": "sleep 1", "run_in_background": true}),
+            &ctx(&dir),
+        )
+        .await
+        .unwrap_err()
+        .0;
+        assert!(
+            err.contains("background shells are not available yet"),
+            "{err}"
+        );
+        let err = run(json!({"command": "  "}), &ctx(&dir))
+            .await
+            .unwrap_err()
+            .0;
+        assert!(err.contains("empty"), "{err}");
+    }
+}
