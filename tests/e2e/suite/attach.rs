@@ -18,7 +18,12 @@ pub fn frame(f: pb::attach_request::Frame) -> pb::AttachRequest {
 }
 
 impl Attached {
-    pub async fn open(client: &mut AgentServiceClient<Channel>, id: &str, after_seq: u64, name: &str) -> Attached {
+    pub async fn open(
+        client: &mut AgentServiceClient<Channel>,
+        id: &str,
+        after_seq: u64,
+        name: &str,
+    ) -> Attached {
         let (tx, rx) = mpsc::channel(16);
         tx.send(frame(pb::attach_request::Frame::Subscribe(pb::Subscribe {
             conversation_id: id.to_string(),
@@ -27,7 +32,11 @@ impl Attached {
         })))
         .await
         .unwrap();
-        let rx = client.attach(ReceiverStream::new(rx)).await.unwrap().into_inner();
+        let rx = client
+            .attach(ReceiverStream::new(rx))
+            .await
+            .unwrap()
+            .into_inner();
         Attached { tx, rx }
     }
 
@@ -67,9 +76,10 @@ impl Attached {
 
 pub fn state_kind(m: &pb::AttachResponse) -> Option<pb::StateKind> {
     match &m.event {
-        Some(pb::attach_response::Event::StateChanged(s)) => {
-            s.state.as_ref().and_then(|s| pb::StateKind::try_from(s.kind).ok())
-        }
+        Some(pb::attach_response::Event::StateChanged(s)) => s
+            .state
+            .as_ref()
+            .and_then(|s| pb::StateKind::try_from(s.kind).ok()),
         _ => None,
     }
 }

@@ -20,7 +20,11 @@ pub fn assert_valid_chain(req: &Recorded) {
     assert_eq!(messages[0]["role"], "user");
     for (i, m) in messages.iter().enumerate() {
         if i > 0 {
-            assert_ne!(messages[i - 1]["role"], m["role"], "roles alternate at {i}: {messages:#?}");
+            assert_ne!(
+                messages[i - 1]["role"],
+                m["role"],
+                "roles alternate at {i}: {messages:#?}"
+            );
         }
         let blocks = m["content"].as_array().cloned().unwrap_or_default();
         let uses: Vec<&str> = blocks
@@ -30,7 +34,9 @@ pub fn assert_valid_chain(req: &Recorded) {
             .collect();
         if !uses.is_empty() {
             assert_eq!(m["role"], "assistant");
-            let next = messages.get(i + 1).expect("tool_use answered in the next message");
+            let next = messages
+                .get(i + 1)
+                .expect("tool_use answered in the next message");
             assert_eq!(next["role"], "user");
             let results: Vec<&str> = next["content"]
                 .as_array()
@@ -39,7 +45,10 @@ pub fn assert_valid_chain(req: &Recorded) {
                 .filter(|b| b["type"] == "tool_result")
                 .map(|b| b["tool_use_id"].as_str().unwrap())
                 .collect();
-            assert_eq!(results, uses, "every tool_use gets exactly one tool_result, in order");
+            assert_eq!(
+                results, uses,
+                "every tool_use gets exactly one tool_result, in order"
+            );
         }
         if m["role"] == "user" && i > 0 {
             let prev_uses = messages[i - 1]["content"]
@@ -66,16 +75,28 @@ fn tool_results(req: &Recorded) -> Vec<Value> {
 }
 
 fn tool(id: &str, name: &str, input: Value) -> Script {
-    Script::Reply(ReplyScript::new().text("Working on it.").tool_use(id, name, input))
+    Script::Reply(
+        ReplyScript::new()
+            .text("Working on it.")
+            .tool_use(id, name, input),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_round_task_runs_autonomously_with_a_valid_chain() {
     let fake = FakeLlm::start().await;
     fake.push_all([
-        tool("t1", "bash", json!({"command": "echo hello > a.txt && cat a.txt"})),
+        tool(
+            "t1",
+            "bash",
+            json!({"command": "echo hello > a.txt && cat a.txt"}),
+        ),
         tool("t2", "read", json!({"path": "a.txt"})),
-        tool("t3", "edit", json!({"path": "a.txt", "old_string": "hello", "new_string": "world"})),
+        tool(
+            "t3",
+            "edit",
+            json!({"path": "a.txt", "old_string": "hello", "new_string": "world"}),
+        ),
         tool("t4", "grep", json!({"pattern": "world"})),
         tool("t5", "glob", json!({"pattern": "*.txt"})),
         Script::Reply(
@@ -85,9 +106,17 @@ async fn a_ten_round_task_runs_autonomously_with_a_valid_chain() {
                 .tool_use("t6b", "think", json!({"thought": "the file says world"})),
         ),
         tool("t7", "bash", json!({"command": "echo failing >&2; exit 3"})),
-        tool("t8", "edit", json!({"path": "a.txt", "old_string": "absent", "new_string": "x"})),
+        tool(
+            "t8",
+            "edit",
+            json!({"path": "a.txt", "old_string": "absent", "new_string": "x"}),
+        ),
         tool("t9", "keyword_search", json!({"keywords": ["world"]})),
-        tool("t10", "write", json!({"path": "b.txt", "content": "done\n"})),
+        tool(
+            "t10",
+            "write",
+            json!({"path": "b.txt", "content": "done\n"}),
+        ),
         Script::Reply(ReplyScript::new().text("All done.")),
     ]);
     let d = TestDaemon::start(&fake).await;
@@ -115,20 +144,48 @@ async fn a_ten_round_task_runs_autonomously_with_a_valid_chain() {
         assert_eq!(results.len(), 1, "round {round}: {results:?}");
         assert_eq!(results[0]["tool_use_id"], format!("t{round}"));
         let is_error = results[0]["is_error"].as_bool().unwrap_or(false);
-        assert_eq!(is_error, expect_error(round), "round {round}: {}", results[0]);
+        assert_eq!(
+            is_error,
+            expect_error(round),
+            "round {round}: {}",
+            results[0]
+        );
     }
-    assert!(tool_results(&reqs[1])[0]["content"].as_str().unwrap().contains("hello"));
-    assert!(tool_results(&reqs[4])[0]["content"].as_str().unwrap().contains("world"));
-    assert!(tool_results(&reqs[7])[0]["content"].as_str().unwrap().contains('3'));
-    assert_eq!(std::fs::read_to_string(work.path().join("a.txt")).unwrap(), "world\n");
-    assert_eq!(std::fs::read_to_string(work.path().join("b.txt")).unwrap(), "done\n");
+    assert!(
+        tool_results(&reqs[1])[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("hello")
+    );
+    assert!(
+        tool_results(&reqs[4])[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("world")
+    );
+    assert!(
+        tool_results(&reqs[7])[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains('3')
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("a.txt")).unwrap(),
+        "world\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(work.path().join("b.txt")).unwrap(),
+        "done\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
     let fake = FakeLlm::start().await;
     fake.push(Script::Reply(
-        ReplyScript::new().deltas(2_000, "slow ").pace(Duration::from_millis(10)),
+        ReplyScript::new()
+            .deltas(2_000, "slow ")
+            .pace(Duration::from_millis(10)),
     ));
     let d = TestDaemon::start(&fake).await;
     let mut client = d.client().await;
@@ -142,8 +199,10 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
         })
         .await
         .unwrap();
-    a.until(T, |m| matches!(m.event, Some(pb::attach_response::Event::TextDelta(_))))
-        .await;
+    a.until(T, |m| {
+        matches!(m.event, Some(pb::attach_response::Event::TextDelta(_)))
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(100)).await;
     let started = Instant::now();
     client
@@ -158,7 +217,10 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
 
     let r = get(&mut client, &id).await;
     let texts: Vec<String> = r.messages.iter().map(text_of_message).collect();
-    assert!(r.messages[1].interrupted, "the partial reply is kept, marked interrupted");
+    assert!(
+        r.messages[1].interrupted,
+        "the partial reply is kept, marked interrupted"
+    );
     assert!(texts[1].starts_with("slow "));
     assert_eq!(texts[2], "[Request interrupted by user]");
 
@@ -196,7 +258,11 @@ fn processes_matching(needle: &str) -> Vec<u32> {
 async fn cancel_during_a_tool_kills_its_process_group() {
     let fake = FakeLlm::start().await;
     // A child of a child, so only a group kill gets both.
-    fake.push(tool("s1", "bash", json!({"command": "sleep 30.417 & sleep 30.417; wait"})));
+    fake.push(tool(
+        "s1",
+        "bash",
+        json!({"command": "sleep 30.417 & sleep 30.417; wait"}),
+    ));
     let d = TestDaemon::start(&fake).await;
     let mut client = d.client().await;
     let work = workdir();
@@ -209,8 +275,10 @@ async fn cancel_during_a_tool_kills_its_process_group() {
         })
         .await
         .unwrap();
-    a.until(T, |m| matches!(m.event, Some(pb::attach_response::Event::ToolCallBegin(_))))
-        .await;
+    a.until(T, |m| {
+        matches!(m.event, Some(pb::attach_response::Event::ToolCallBegin(_)))
+    })
+    .await;
     let deadline = Instant::now() + Duration::from_secs(5);
     while processes_matching("sleep 30.417").len() < 2 {
         assert!(Instant::now() < deadline, "the sleeps never started");
@@ -284,16 +352,25 @@ async fn overloaded_twice_then_success_is_retried_visibly() {
     let attempts: Vec<u32> = frames
         .iter()
         .filter_map(|m| match &m.event {
-            Some(pb::attach_response::Event::StateChanged(s)) => {
-                s.state.as_ref().filter(|s| s.kind == pb::StateKind::LlmRequesting as i32).map(|s| s.attempt)
-            }
+            Some(pb::attach_response::Event::StateChanged(s)) => s
+                .state
+                .as_ref()
+                .filter(|s| s.kind == pb::StateKind::LlmRequesting as i32)
+                .map(|s| s.attempt),
             _ => None,
         })
         .collect();
-    assert!(attempts.contains(&2) && attempts.contains(&3), "attempts in the state: {attempts:?}");
+    assert!(
+        attempts.contains(&2) && attempts.contains(&3),
+        "attempts in the state: {attempts:?}"
+    );
     assert_eq!(fake.requests().len(), 3);
     let r = get(&mut client, &id).await;
-    assert_eq!(r.messages.len(), 2, "the failed attempts left nothing behind");
+    assert_eq!(
+        r.messages.len(),
+        2,
+        "the failed attempts left nothing behind"
+    );
     assert_eq!(text_of_message(&r.messages[1]), "third time lucky");
 }
 
@@ -312,7 +389,10 @@ async fn rate_limits_honour_retry_after_and_a_spend_cap_is_not_retried() {
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
-    let waited = reqs[1].received_at.duration_since(reqs[0].received_at).unwrap();
+    let waited = reqs[1]
+        .received_at
+        .duration_since(reqs[0].received_at)
+        .unwrap();
     assert!(waited >= Duration::from_secs(1), "waited only {waited:?}");
 
     client
@@ -328,14 +408,22 @@ async fn rate_limits_honour_retry_after_and_a_spend_cap_is_not_retried() {
         pb::ErrorKind::RateLimit as i32
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert_eq!(fake.requests().len(), 3, "a 429 without retry-after is not retried");
+    assert_eq!(
+        fake.requests().len(),
+        3,
+        "a 429 without retry-after is not retried"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_while_busy_is_refused() {
     let fake = FakeLlm::start().await;
     let gate = Gate::new();
-    fake.push(Script::Reply(ReplyScript::new().text("held reply").hold_after(2, gate.clone())));
+    fake.push(Script::Reply(
+        ReplyScript::new()
+            .text("held reply")
+            .hold_after(2, gate.clone()),
+    ));
     let d = TestDaemon::start(&fake).await;
     let mut client = d.client().await;
     let work = workdir();

@@ -12,7 +12,11 @@ use tonic::transport::Channel;
 
 const T: Duration = Duration::from_secs(20);
 
-pub async fn create(client: &mut AgentServiceClient<Channel>, cwd: &std::path::Path, prompt: &str) -> String {
+pub async fn create(
+    client: &mut AgentServiceClient<Channel>,
+    cwd: &std::path::Path,
+    prompt: &str,
+) -> String {
     client
         .create_conversation(pb::CreateConversationRequest {
             cwd: cwd.display().to_string(),
@@ -27,7 +31,10 @@ pub async fn create(client: &mut AgentServiceClient<Channel>, cwd: &std::path::P
         .id
 }
 
-pub async fn get(client: &mut AgentServiceClient<Channel>, id: &str) -> pb::GetConversationResponse {
+pub async fn get(
+    client: &mut AgentServiceClient<Channel>,
+    id: &str,
+) -> pb::GetConversationResponse {
     client
         .get_conversation(pb::GetConversationRequest {
             conversation_id: id.to_string(),
@@ -38,19 +45,31 @@ pub async fn get(client: &mut AgentServiceClient<Channel>, id: &str) -> pb::GetC
 }
 
 pub fn kind_of(r: &pb::GetConversationResponse) -> pb::StateKind {
-    let k = r.conversation.as_ref().and_then(|c| c.state.as_ref()).map(|s| s.kind).unwrap_or(0);
+    let k = r
+        .conversation
+        .as_ref()
+        .and_then(|c| c.state.as_ref())
+        .map(|s| s.kind)
+        .unwrap_or(0);
     pb::StateKind::try_from(k).unwrap()
 }
 
 /// Polls until the conversation is in `kind`.
-pub async fn wait_state(client: &mut AgentServiceClient<Channel>, id: &str, kind: pb::StateKind) -> pb::GetConversationResponse {
+pub async fn wait_state(
+    client: &mut AgentServiceClient<Channel>,
+    id: &str,
+    kind: pb::StateKind,
+) -> pb::GetConversationResponse {
     let deadline = tokio::time::Instant::now() + T;
     loop {
         let r = get(client, id).await;
         if kind_of(&r) == kind {
             return r;
         }
-        assert!(tokio::time::Instant::now() < deadline, "conversation never reached {kind:?}; last: {r:?}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conversation never reached {kind:?}; last: {r:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -72,7 +91,9 @@ pub fn workdir() -> tempfile::TempDir {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_run_streams_the_reply_and_sends_a_correct_request() {
     let fake = FakeLlm::start().await;
-    fake.push(Script::Reply(ReplyScript::new().text("Hello there, this reply was streamed.")));
+    fake.push(Script::Reply(
+        ReplyScript::new().text("Hello there, this reply was streamed."),
+    ));
     let d = TestDaemon::start(&fake).await;
     let work = workdir();
     let out = tokio::process::Command::from(d.agent())
@@ -82,14 +103,26 @@ async fn agent_run_streams_the_reply_and_sends_a_correct_request() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "agent run failed: {stderr}\n{}", d.log());
-    assert!(stdout.contains("Hello there, this reply was streamed."), "stdout: {stdout}");
+    assert!(
+        out.status.success(),
+        "agent run failed: {stderr}\n{}",
+        d.log()
+    );
+    assert!(
+        stdout.contains("Hello there, this reply was streamed."),
+        "stdout: {stdout}"
+    );
 
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 1);
     let r = &reqs[0];
     assert_eq!(r.path, "/v1/messages");
-    let header = |n: &str| r.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.clone());
+    let header = |n: &str| {
+        r.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+            .map(|(_, v)| v.clone())
+    };
     assert_eq!(header("x-api-key").as_deref(), Some("test-key"));
     assert_eq!(header("anthropic-version").as_deref(), Some("2023-06-01"));
     let body = &r.body;
@@ -103,7 +136,10 @@ async fn agent_run_streams_the_reply_and_sends_a_correct_request() {
     assert_eq!(messages[0]["role"], "user");
     assert_eq!(messages[0]["content"][0]["type"], "text");
     assert_eq!(messages[0]["content"][0]["text"], "hi");
-    assert!(!body["tools"].as_array().unwrap().is_empty(), "tools are offered");
+    assert!(
+        !body["tools"].as_array().unwrap().is_empty(),
+        "tools are offered"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,7 +149,12 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
     let words: Vec<String> = (0..40).map(|i| format!("w{i} ")).collect();
     let full: String = words.concat();
     // message_start + content_block_start + 20 deltas, then hold.
-    fake.push(Script::Reply(ReplyScript::new().text(&full).chunk_chars(3).hold_after(22, gate.clone())));
+    fake.push(Script::Reply(
+        ReplyScript::new()
+            .text(&full)
+            .chunk_chars(3)
+            .hold_after(22, gate.clone()),
+    ));
     let d = TestDaemon::start(&fake).await;
     let mut client = d.client().await;
     let work = workdir();
@@ -130,16 +171,28 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
         .unwrap();
 
     // Wait until A has seen the held part of the reply.
-    let mut a_frames = a.until(T, |m| text_of(std::slice::from_ref(m)).contains("w5")).await;
+    let mut a_frames = a
+        .until(T, |m| text_of(std::slice::from_ref(m)).contains("w5"))
+        .await;
     let seen = text_of(&a_frames);
     let mut c = Attached::open(&mut client, &id, 0, "C").await;
     let snap = c.next(T).await;
     let Some(pb::attach_response::Event::Snapshot(s)) = &snap.event else {
         panic!("first frame is not a snapshot: {snap:?}");
     };
-    let partial = s.partial_reply.as_ref().map(text_of_message).unwrap_or_default();
-    assert!(partial.starts_with(&seen) || seen.starts_with(&partial), "partial {partial:?} vs seen {seen:?}");
-    assert!(partial.contains("w5"), "the snapshot carries the partial reply: {partial:?}");
+    let partial = s
+        .partial_reply
+        .as_ref()
+        .map(text_of_message)
+        .unwrap_or_default();
+    assert!(
+        partial.starts_with(&seen) || seen.starts_with(&partial),
+        "partial {partial:?} vs seen {seen:?}"
+    );
+    assert!(
+        partial.contains("w5"),
+        "the snapshot carries the partial reply: {partial:?}"
+    );
     assert_eq!(s.clients.len(), 3, "snapshot lists the attached clients");
 
     gate.open();
@@ -149,10 +202,20 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
 
     assert_eq!(text_of(&a_frames), full);
     let (da, db) = (deltas(&a_frames), deltas(&b_frames));
-    assert_eq!(da, db, "A and B see the same deltas with the same sequence numbers");
-    assert!(da.windows(2).all(|w| w[0].0 < w[1].0), "sequence numbers increase");
+    assert_eq!(
+        da, db,
+        "A and B see the same deltas with the same sequence numbers"
+    );
+    assert!(
+        da.windows(2).all(|w| w[0].0 < w[1].0),
+        "sequence numbers increase"
+    );
     // C: the partial reply from its snapshot plus the deltas after it.
-    let after: Vec<_> = da.iter().filter(|(seq, _)| *seq > snap.seq).cloned().collect();
+    let after: Vec<_> = da
+        .iter()
+        .filter(|(seq, _)| *seq > snap.seq)
+        .cloned()
+        .collect();
     assert_eq!(deltas(&c_frames), after);
     assert_eq!(format!("{partial}{}", text_of(&c_frames)), full);
 }
@@ -161,7 +224,9 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
 async fn a_client_that_stops_reading_does_not_hold_up_the_others() {
     let fake = FakeLlm::start().await;
     // Far more than the HTTP/2 window and the hub's buffer hold.
-    fake.push(Script::Reply(ReplyScript::new().deltas(20_000, "0123456789abcdef")));
+    fake.push(Script::Reply(
+        ReplyScript::new().deltas(20_000, "0123456789abcdef"),
+    ));
     let d = TestDaemon::start(&fake).await;
     let mut client = d.client().await;
     let work = workdir();
@@ -183,9 +248,11 @@ async fn a_client_that_stops_reading_does_not_hold_up_the_others() {
     let reply = frames
         .iter()
         .find_map(|m| match &m.event {
-            Some(pb::attach_response::Event::MessageAppended(ma)) => {
-                ma.message.as_ref().filter(|m| m.role == pb::Role::Assistant as i32).cloned()
-            }
+            Some(pb::attach_response::Event::MessageAppended(ma)) => ma
+                .message
+                .as_ref()
+                .filter(|m| m.role == pb::Role::Assistant as i32)
+                .cloned(),
             _ => None,
         })
         .expect("the reply message reached A");
@@ -224,10 +291,17 @@ async fn conversations_survive_a_restart_and_a_second_daemon_is_refused() {
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("already using the data directory"), "stderr: {err}");
+    assert!(
+        err.contains("already using the data directory"),
+        "stderr: {err}"
+    );
 
     let status = d.terminate().await;
-    assert!(status.success(), "SIGTERM exits cleanly: {status:?}\n{}", d.log());
+    assert!(
+        status.success(),
+        "SIGTERM exits cleanly: {status:?}\n{}",
+        d.log()
+    );
     d.restart().await;
     let mut client = d.client().await;
     let after = get(&mut client, &id).await;
@@ -239,10 +313,22 @@ async fn conversations_survive_a_restart_and_a_second_daemon_is_refused() {
         .into_inner();
     assert_eq!(list.conversations.len(), 1);
     assert_eq!(list.conversations[0].id, id);
-    let out = tokio::process::Command::from(d.agent()).args(["show", &id[..8]]).output().await.unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = tokio::process::Command::from(d.agent())
+        .args(["show", &id[..8]])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(String::from_utf8_lossy(&out.stdout).contains("persisted reply"));
-    let out = tokio::process::Command::from(d.agent()).args(["ls"]).output().await.unwrap();
+    let out = tokio::process::Command::from(d.agent())
+        .args(["ls"])
+        .output()
+        .await
+        .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("remember me"));
 }
 
@@ -304,15 +390,24 @@ async fn bad_input_gets_clear_statuses() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
-    let out = tokio::process::Command::from(d.agent()).args(["run", ""]).output().await.unwrap();
+    let out = tokio::process::Command::from(d.agent())
+        .args(["run", ""])
+        .output()
+        .await
+        .unwrap();
     assert!(!out.status.success());
 
     // The first Attach frame must be a subscribe.
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(super::attach::frame(pb::attach_request::Frame::Cancel(pb::CancelFrame {})))
+    tx.send(super::attach::frame(pb::attach_request::Frame::Cancel(
+        pb::CancelFrame {},
+    )))
+    .await
+    .unwrap();
+    let status = match client
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx))
         .await
-        .unwrap();
-    let status = match client.attach(tokio_stream::wrappers::ReceiverStream::new(rx)).await {
+    {
         Err(s) => s,
         Ok(resp) => resp.into_inner().message().await.unwrap_err(),
     };
@@ -354,7 +449,12 @@ async fn an_auth_error_is_shown_and_the_next_message_works() {
     assert_eq!(fake.requests().len(), 1, "a 401 is not retried");
 
     // The key is fixed (the fake accepts now): the next message works.
-    fake.push(Script::Reply(ReplyScript::new().with_ping().with_unknown_event().text("works now")));
+    fake.push(Script::Reply(
+        ReplyScript::new()
+            .with_ping()
+            .with_unknown_event()
+            .text("works now"),
+    ));
     client
         .send_message(pb::SendMessageRequest {
             conversation_id: id.clone(),
@@ -366,12 +466,19 @@ async fn an_auth_error_is_shown_and_the_next_message_works() {
     let last = r.messages.last().unwrap();
     assert_eq!(text_of_message(last), "works now");
     assert!(d.log().contains("401") || d.log().to_lowercase().contains("auth"));
-    wait_for("daemon still running", Duration::from_secs(2), || d.socket.exists()).await;
+    wait_for("daemon still running", Duration::from_secs(2), || {
+        d.socket.exists()
+    })
+    .await;
 }
 
 #[test]
 fn the_core_has_no_io_dependencies() {
-    let manifest = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../daemon/core/Cargo.toml")).unwrap();
+    let manifest = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../daemon/core/Cargo.toml"
+    ))
+    .unwrap();
     let mut section = "";
     for line in manifest.lines() {
         let line = line.trim();
@@ -381,7 +488,10 @@ fn the_core_has_no_io_dependencies() {
         }
         if section == "[dependencies]" {
             for banned in ["tokio", "tonic", "prost", "sled", "reqwest"] {
-                assert!(!line.starts_with(banned), "agentd-core depends on {banned}: {line}");
+                assert!(
+                    !line.starts_with(banned),
+                    "agentd-core depends on {banned}: {line}"
+                );
             }
         }
     }
