@@ -195,10 +195,30 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
     );
     assert_eq!(s.clients.len(), 3, "snapshot lists the attached clients");
 
+    // A message sent on the stream while the turn runs is refused, to
+    // this client only (sequence number 0), and the stream goes on.
+    c.send(pb::attach_request::Frame::Send(pb::SendMessageFrame {
+        text: "me too".into(),
+    }))
+    .await;
+    let refusal = c
+        .until(T, |m| {
+            matches!(m.event, Some(pb::attach_response::Event::Error(_)))
+        })
+        .await;
+    let last = refusal.last().unwrap();
+    assert_eq!(last.seq, 0);
+    let Some(pb::attach_response::Event::Error(e)) = &last.event else {
+        unreachable!()
+    };
+    assert_eq!(e.message, "agent is busy");
+    let c_early: Vec<_> = refusal[..refusal.len() - 1].to_vec();
+
     gate.open();
     a_frames.extend(a.until(T, is_idle).await);
     let b_frames = b.until(T, is_idle).await;
-    let c_frames = c.until(T, is_idle).await;
+    let mut c_frames = c_early;
+    c_frames.extend(c.until(T, is_idle).await);
 
     assert_eq!(text_of(&a_frames), full);
     let (da, db) = (deltas(&a_frames), deltas(&b_frames));
