@@ -214,6 +214,8 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
     a.until(T, is_idle).await;
     let took = started.elapsed();
     assert!(took < Duration::from_millis(200), "cancel took {took:?}");
+    // The HTTP stream was dropped, not left to run.
+    fake.wait_for_disconnects(1, Duration::from_secs(2)).await;
 
     let r = get(&mut client, &id).await;
     let texts: Vec<String> = r.messages.iter().map(text_of_message).collect();
@@ -440,4 +442,85 @@ async fn a_message_while_busy_is_refused() {
     assert_eq!(e.message(), "agent is busy");
     gate.open();
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_attempts_mid_stream_are_retried_without_duplicating_text() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        // message_start, block start, a couple of deltas, then trouble.
+        Script::Reply(
+            ReplyScript::new()
+                .text("partial words that vanish")
+                .chunk_chars(5)
+                .error_after(4, "overloaded_error", "Overloaded"),
+        ),
+        Script::Reply(
+            ReplyScript::new()
+                .text("partial words that vanish")
+                .chunk_chars(5)
+                .drop_after(4),
+        ),
+        Script::Reply(ReplyScript::new().text("the one true reply")),
+    ]);
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "hi").await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    assert_eq!(fake.requests().len(), 3);
+    assert_eq!(r.messages.len(), 2, "{:?}", r.messages);
+    assert_eq!(text_of_message(&r.messages[1]), "the one true reply");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_tool_input_from_the_model_becomes_an_error_result() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::Reply(ReplyScript::new().raw_tool_use("bad1", "bash", "{\"command\": \"echo hi")),
+        Script::Reply(ReplyScript::new().tool_use("bad2", "read", json!({"pathh": "x"}))),
+        Script::Reply(ReplyScript::new().tool_use("bad3", "no_such_tool", json!({}))),
+        Script::Reply(ReplyScript::new().text("recovered")),
+    ]);
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "go").await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 4);
+    for (i, req) in reqs.iter().enumerate().skip(1) {
+        assert_valid_chain(req);
+        let r = &tool_results(req)[0];
+        assert_eq!(r["is_error"], true, "request {i}: {r}");
+        assert!(!r["content"].as_str().unwrap().is_empty());
+    }
+    // The model's broken JSON goes back as a valid object, and the error
+    // says what was wrong.
+    let sent = &reqs[1].body["messages"][1]["content"];
+    let tool_use = sent
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_use")
+        .unwrap();
+    assert!(tool_use["input"].is_object());
+    assert!(
+        tool_results(&reqs[1])[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("JSON")
+    );
+    assert!(
+        tool_results(&reqs[2])[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("path")
+    );
+    assert!(
+        tool_results(&reqs[3])[0]["content"]
+            .as_str()
+            .unwrap()
+            .contains("no_such_tool")
+    );
 }

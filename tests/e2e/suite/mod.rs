@@ -1,6 +1,7 @@
 //! One module per area.
 
 mod attach;
+mod cli;
 mod core_loop;
 mod fake_llm;
 mod foundation;

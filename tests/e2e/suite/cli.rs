@@ -1,0 +1,175 @@
+//! The `agent` client against a real daemon: autostart, one-line errors,
+//! and the standard gRPC services (health, reflection).
+
+use super::foundation::{create, wait_state, workdir};
+use agent_proto::v1 as pb;
+use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
+use agent_tests::harness::{TestDaemon, client_bin, daemon_bin, wait_for};
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+async fn agent(d: &TestDaemon, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::from(d.agent())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_starts_the_daemon_when_none_answers() {
+    let fake = FakeLlm::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let private = |p: &std::path::Path| {
+        std::fs::create_dir_all(p).unwrap();
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
+    };
+    let (runtime, data, home) = (
+        root.path().join("run"),
+        root.path().join("data"),
+        root.path().join("home"),
+    );
+    private(&runtime);
+    private(&data);
+    private(&home);
+    let out = tokio::process::Command::new(client_bin())
+        .arg("ls")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("XDG_DATA_HOME", &data)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("AGENTD_BIN", daemon_bin())
+        .env("ANTHROPIC_BASE_URL", fake.base_url())
+        .env("ANTHROPIC_API_KEY", "test-key")
+        .output()
+        .await
+        .unwrap();
+    let lock = data.join("agentd/agentd.lock");
+    let pid = std::fs::read_to_string(&lock).unwrap_or_default();
+    let stop = || {
+        if let Ok(pid) = pid.trim().parse::<i32>() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+        }
+    };
+    if !out.status.success() {
+        stop();
+        panic!("agent ls failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    assert!(
+        runtime.join("agentd/agentd.sock").exists(),
+        "the daemon listens on the default socket"
+    );
+    stop();
+    wait_for(
+        "the autostarted daemon to stop",
+        Duration::from_secs(10),
+        || !runtime.join("agentd/agentd.sock").exists(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn errors_are_one_clear_line() {
+    let fake = FakeLlm::start().await;
+    let d = TestDaemon::start(&fake).await;
+
+    let nowhere = d.dir.path().join("nowhere.sock");
+    let out = tokio::process::Command::new(client_bin())
+        .arg("--socket")
+        .arg(&nowhere)
+        .arg("--no-autostart")
+        .arg("ls")
+        .output()
+        .await
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("no daemon at"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    let (ok, _, err) = agent(&d, &["show", "01ZZZZZZZZ"]).await;
+    assert!(!ok);
+    assert!(err.contains("unknown conversation"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+
+    let mut client = d.client().await;
+    let work = workdir();
+    let a = create(&mut client, work.path(), "").await;
+    let b = create(&mut client, work.path(), "").await;
+    let common: String = a
+        .chars()
+        .zip(b.chars())
+        .take_while(|(x, y)| x == y)
+        .map(|(x, _)| x)
+        .collect();
+    let (ok, _, err) = agent(&d, &["show", &common]).await;
+    assert!(!ok);
+    assert!(err.contains("ambiguous"), "{err}");
+
+    fake.push(Script::Reply(
+        ReplyScript::new()
+            .text("x")
+            .hold_after(2, agent_tests::fake_llm::Gate::new()),
+    ));
+    let (ok, _, _) = agent(&d, &["send", &a, "first"]).await;
+    assert!(ok);
+    wait_state(&mut client, &a, pb::StateKind::LlmRequesting).await;
+    let (ok, _, err) = agent(&d, &["send", &a, "second"]).await;
+    assert!(!ok);
+    assert!(err.contains("agent is busy"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_and_reflection_answer() {
+    let fake = FakeLlm::start().await;
+    let d = TestDaemon::start(&fake).await;
+    let channel = agent_tests::harness::connect_uds(&d.socket).await.unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
+    let status = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: agent_proto::SERVICE_NAME.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status;
+    assert_eq!(
+        status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+
+    use tonic_reflection::pb::v1::{
+        ServerReflectionRequest, server_reflection_client::ServerReflectionClient,
+        server_reflection_request::MessageRequest, server_reflection_response::MessageResponse,
+    };
+    let mut reflection = ServerReflectionClient::new(channel);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut stream = reflection
+        .server_reflection_info(tokio_stream::iter([request]))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = stream.message().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = reply.message_response else {
+        panic!("unexpected reflection reply: {reply:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    assert!(
+        names.contains(&agent_proto::SERVICE_NAME.to_string()),
+        "{names:?}"
+    );
+}
