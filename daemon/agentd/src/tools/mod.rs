@@ -22,6 +22,7 @@ mod input;
 mod keyword_search;
 mod patch;
 mod paths;
+pub use paths::resolve_real;
 mod read;
 mod think;
 mod truncate;

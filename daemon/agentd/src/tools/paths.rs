@@ -16,6 +16,19 @@ use super::{ToolContext, ToolError};
 /// Symbolic-link hops followed before giving up, as the kernel does.
 const MAX_LINK_HOPS: usize = 40;
 
+/// Where `raw` really points, seen from `cwd`: absolute, `..` resolved,
+/// symbolic links followed (also for paths that do not exist yet). The
+/// permission policy judges this path, exactly as the tools will use it.
+pub fn resolve_real(cwd: &Path, raw: &str) -> io::Result<PathBuf> {
+    let expanded = expand_home(raw);
+    let joined = if expanded.is_absolute() {
+        expanded
+    } else {
+        cwd.join(expanded)
+    };
+    canonicalize_lenient(&normalize(&joined), 0)
+}
+
 /// Resolves `raw` for a tool and checks it stays inside the working
 /// directory or one of the additional directories.
 pub(crate) fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolError> {
