@@ -318,7 +318,7 @@ impl Policy {
                 };
                 hit.then(|| (strength(rule.action, false), *rule))
             })
-            .max_by_key(|(s, _)| *s);
+            .max_by(strongest);
 
         let outcomes: Vec<Outcome> = if parts.is_empty() {
             vec![self.settle(tool, None, whole)]
@@ -330,7 +330,7 @@ impl Policy {
                         .iter()
                         .filter_map(|(rule, c)| self.part_hit(rule, c, part).map(|s| (s, *rule)))
                         .chain(whole)
-                        .max_by_key(|(s, _)| *s);
+                        .max_by(strongest);
                     self.settle(tool, Some(part), held)
                 })
                 .collect()
@@ -640,6 +640,13 @@ enum Match {
     Yes,
     /// Cannot tell (an expansion, an unknown path).
     Maybe,
+}
+
+/// Orders rule hits by strength; among equals, by the rule's text, so the
+/// reason given does not depend on the order of the rules.
+fn strongest(a: &(Strength, &Rule), b: &(Strength, &Rule)) -> std::cmp::Ordering {
+    a.0.cmp(&b.0)
+        .then_with(|| (&b.1.tool, &b.1.pattern).cmp(&(&a.1.tool, &a.1.pattern)))
 }
 
 fn strength(action: Action, maybe: bool) -> Strength {
