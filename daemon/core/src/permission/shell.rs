@@ -434,6 +434,14 @@ impl Lexer {
                 if compared == heredoc.delimiter {
                     break;
                 }
+                if heredoc.expands && line.chars().rev().take_while(|c| *c == '\\').count() % 2 == 1
+                {
+                    // bash joins this line with the next before looking for
+                    // the delimiter; refuse rather than model it.
+                    return Err(
+                        "a line continuation inside a here-document is not supported".to_string(),
+                    );
+                }
                 body.push_str(&line);
                 body.push('\n');
             }
@@ -864,6 +872,14 @@ mod tests {
         assert_eq!(parts("cat <<'EOF'\n$(rm -rf x)\nEOF"), ["cat"]);
         assert_eq!(parts("cat <<-EOF\n\tit's\n\tEOF\nls"), ["cat", "ls"]);
         assert!(parts("cat <<EOF\nno end").join("").starts_with("ERROR"));
+        // bash would join `x\` with `EOF` and read on to the second EOF.
+        assert!(
+            parts("cat <<EOF\nx\\\nEOF\nit's\nEOF\nrm -rf y\necho '")
+                .join("")
+                .starts_with("ERROR")
+        );
+        assert_eq!(parts("cat <<'EOF'\nx\\\nEOF\nls"), ["cat", "ls"]);
+        assert_eq!(parts("cat <<EOF\nx\\\\\nEOF\nls"), ["cat", "ls"]);
     }
 
     #[test]
