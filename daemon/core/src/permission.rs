@@ -262,17 +262,14 @@ impl Policy {
         let tool = call.name.as_str();
         if tool == REQUEST_MODE_UPGRADE {
             if let Some(rule) = self.bare_rule(tool, Action::Deny) {
-                return Verdict::Deny(format!(
-                    "{} by the rule `{}`",
-                    crate::texts::permission_denied(tool),
-                    rule.spec()
-                ));
+                return Verdict::Deny(denied_by(tool, rule, ""));
             }
-            let reason = input_str(call, "reason").unwrap_or("");
-            return Verdict::Ask(format!(
-                "the model asks to leave {} mode: {reason}",
-                self.mode
-            ));
+            let mut ask = format!("the model asks to leave {} mode", self.mode);
+            if let Some(reason) = input_str(call, "reason").filter(|r| !r.trim().is_empty()) {
+                ask.push_str(": ");
+                ask.push_str(reason.trim());
+            }
+            return Verdict::Ask(ask);
         }
         if matches!(self.mode, Mode::ReadOnly | Mode::Plan) && !is_read_only(tool) {
             return Verdict::Deny(format!(
@@ -284,11 +281,7 @@ impl Policy {
         let script = match bash_script(call) {
             Some(Err(e)) => {
                 if let Some(rule) = self.bare_rule(tool, Action::Deny) {
-                    return Verdict::Deny(format!(
-                        "{} by the rule `{}`",
-                        crate::texts::permission_denied(tool),
-                        rule.spec()
-                    ));
+                    return Verdict::Deny(denied_by(tool, rule, ""));
                 }
                 return Verdict::Ask(format!(
                     "the command cannot be checked against the rules: {e}"
@@ -577,11 +570,7 @@ impl Policy {
         let about = part.map(|p| format!(" ({p})")).unwrap_or_default();
         let subject = part.map_or_else(|| format!("this {tool} call"), |p| p.to_string());
         match held {
-            Some((Strength::Deny, rule)) => Outcome::Deny(format!(
-                "{} by the rule `{}`{about}",
-                crate::texts::permission_denied(tool),
-                rule.spec()
-            )),
+            Some((Strength::Deny, rule)) => Outcome::Deny(denied_by(tool, rule, &about)),
             Some((Strength::MaybeDeny, rule)) => Outcome::Ask(format!(
                 "{subject} cannot be checked against the rule `{}`",
                 rule.spec()
@@ -640,6 +629,16 @@ enum Match {
     Yes,
     /// Cannot tell (an expansion, an unknown path).
     Maybe,
+}
+
+/// The tool result of a call a rule denies: the seed's denial text, the
+/// rule, and what it denied (`about`, may be empty).
+fn denied_by(tool: &str, rule: &Rule, about: &str) -> String {
+    format!(
+        "{} by the rule `{}`{about}",
+        crate::texts::permission_denied(tool),
+        rule.spec()
+    )
 }
 
 /// Orders rule hits by strength; among equals, by the rule's text, so the
