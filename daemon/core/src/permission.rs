@@ -1,9 +1,47 @@
 //! Permission policy: modes, rules and the decision for one tool call.
 //!
-//! The policy is data; `Policy::evaluate` is a pure function of the call.
+//! The policy is data; [`Policy::evaluate`] is a pure function of the call.
+//! Nothing here touches the file system: symbolic links are resolved by the
+//! runtime and handed in as [`Policy::resolved_paths`].
+//!
+//! How a call is decided:
+//! 1. `request_mode_upgrade` asks (a deny rule on it denies); the transition
+//!    code answers it where the mode makes it moot.
+//! 2. In `read_only` and `plan` modes every tool that is not read-only is
+//!    denied, whatever the rules say.
+//! 3. The call is cut into parts: the simple commands and file
+//!    redirections of a bash line, the files of a write/edit/patch, the
+//!    file or directory of a read or search. Every rule that matches a part
+//!    (or the whole call) counts, and the strongest wins: deny beats ask
+//!    beats allow. A part no rule matches gets the default: read-only tools
+//!    allow, the rest ask; `accept_edits` allows file writes inside the
+//!    working and additional directories; `bypass` allows everything but
+//!    what a deny rule denies.
+//! 4. Any part denied: deny. Otherwise any part asking: ask. Otherwise
+//!    allow. So a compound command is allowed only if every part is.
+//!
+//! Anything the policy cannot read with certainty (an unbalanced quote, a
+//! path it cannot resolve) is never allowed by a rule that might not cover
+//! it, and is asked about when a deny rule might cover it.
+
+mod paths;
+mod rule;
+mod shell;
+mod suggest;
+
+pub use paths::patch_paths;
+pub use rule::{Action, Rule, RuleError};
+pub use shell::split_compound;
+pub use suggest::{suggest_rule, suggested_rule};
 
 use crate::message::ToolCall;
+use crate::tools::is_read_only;
+use paths::PathGlob;
+use rule::{BashPattern, READ_TOOLS, WRITE_TOOLS};
 use serde::{Deserialize, Serialize};
+use shell::{Script, Word};
+use std::collections::BTreeMap;
+use std::fmt;
 
 /// The permission mode of a conversation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,6 +58,25 @@ pub enum Mode {
     Plan,
     /// Nothing asks (only when the daemon allows it).
     Bypass,
+}
+
+impl Mode {
+    /// The config and wire name (`read_only`, `default`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read_only",
+            Mode::Default => "default",
+            Mode::AcceptEdits => "accept_edits",
+            Mode::Plan => "plan",
+            Mode::Bypass => "bypass",
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// How a user answered a permission request.
@@ -72,16 +129,589 @@ pub enum Verdict {
     Deny(String),
 }
 
+/// The tool through which the model asks to leave a restricted mode.
+pub const REQUEST_MODE_UPGRADE: &str = "request_mode_upgrade";
+
 /// The permission policy of a conversation.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+///
+/// `Policy::default()` is [`Policy::allow_all`]: it is what
+/// `ConvContext::default()` carries, so the state-machine tests run tools
+/// without permission requests. The daemon never relies on it: it builds
+/// each conversation's policy with [`Policy::new`] (or fills every field).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Policy {
     /// The mode.
     pub mode: Mode,
+    /// Every rule in force, from all sources (config file, the rules given
+    /// at creation, rules added by "always"/"never" answers). Order does not
+    /// matter: the strongest matching action wins.
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    /// What a doom loop (the same call again and again) does: ask by
+    /// default; allow never asks; deny refuses the call.
+    #[serde(default)]
+    pub doom_loop: Action,
+    /// The conversation's working directory: absolute, canonical. Relative
+    /// path rules and relative paths are anchored here.
+    pub cwd: String,
+    /// Further directories the conversation may work in (absolute,
+    /// canonical).
+    #[serde(default)]
+    pub additional_dirs: Vec<String>,
+    /// Paths as the model wrote them → absolute canonical paths, symbolic
+    /// links resolved. The runtime fills it before each transition for the
+    /// paths [`Policy::paths_to_resolve`] names. A path missing here is
+    /// normalised lexically against `cwd` (`..` resolved); one starting
+    /// with `~` cannot be, and is treated as unknown.
+    #[serde(default)]
+    pub resolved_paths: BTreeMap<String, String>,
+}
+
+impl Default for Policy {
+    /// [`Policy::allow_all`]; see the type's documentation.
+    fn default() -> Self {
+        Policy::allow_all()
+    }
+}
+
+/// How strongly rules hold a part. `Maybe…`: a deny or ask rule that might
+/// match, but the part cannot be read well enough to tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Strength {
+    Allow,
+    MaybeAsk,
+    Ask,
+    MaybeDeny,
+    Deny,
+}
+
+/// One thing a call does, that rules judge separately.
+#[derive(Debug)]
+enum Part {
+    /// A simple command of a bash line.
+    Command(Vec<Word>),
+    /// A file read, searched or written. `path`: absolute and canonical,
+    /// `None` when it cannot be known without running anything.
+    File {
+        shown: String,
+        path: Option<String>,
+        write: bool,
+        search_root: bool,
+    },
+    /// A background shell's id.
+    ShellId(String),
+}
+
+impl fmt::Display for Part {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Part::Command(words) => {
+                let text: Vec<&str> = words.iter().map(|w| w.raw.as_str()).collect();
+                write!(f, "`{}`", text.join(" "))
+            }
+            Part::File { shown, .. } => f.write_str(shown),
+            Part::ShellId(id) => f.write_str(id),
+        }
+    }
+}
+
+/// A rule with its pattern read once per evaluation.
+#[derive(Debug)]
+enum Compiled {
+    Bare,
+    Bash(BashPattern),
+    Path(PathGlob),
+    Text(String),
+    /// A pattern that does not read (a rule built without `Rule::parse`):
+    /// allows nothing, and a deny or ask rule might match anything.
+    Invalid,
+}
+
+/// How one part fares.
+#[derive(Debug)]
+enum Outcome {
+    Allow,
+    Ask(String),
+    Deny(String),
 }
 
 impl Policy {
-    /// The verdict for `call`.
-    pub fn evaluate(&self, _call: &ToolCall) -> Verdict {
-        Verdict::Allow
+    /// A conversation's policy: `mode`, working directory `cwd` (absolute,
+    /// canonical), no rules yet, doom loops ask.
+    pub fn new(mode: Mode, cwd: impl Into<String>) -> Policy {
+        Policy {
+            mode,
+            rules: Vec::new(),
+            doom_loop: Action::Ask,
+            cwd: cwd.into(),
+            additional_dirs: Vec::new(),
+            resolved_paths: BTreeMap::new(),
+        }
     }
+
+    /// Allows every call except `request_mode_upgrade` (which always asks)
+    /// and a bash line that cannot be read; doom loops still ask. Mode
+    /// `bypass`, no rules, working directory `/`. For tests and tools that
+    /// must not ask.
+    pub fn allow_all() -> Policy {
+        Policy::new(Mode::Bypass, "/")
+    }
+
+    /// The verdict for `call`.
+    pub fn evaluate(&self, call: &ToolCall) -> Verdict {
+        let tool = call.name.as_str();
+        if tool == REQUEST_MODE_UPGRADE {
+            if let Some(rule) = self.bare_rule(tool, Action::Deny) {
+                return Verdict::Deny(denied_by(tool, rule, ""));
+            }
+            let mut ask = format!("the model asks to leave {} mode", self.mode);
+            if let Some(reason) = input_str(call, "reason").filter(|r| !r.trim().is_empty()) {
+                ask.push_str(": ");
+                ask.push_str(reason.trim());
+            }
+            return Verdict::Ask(ask);
+        }
+        if matches!(self.mode, Mode::ReadOnly | Mode::Plan) && !is_read_only(tool) {
+            return Verdict::Deny(format!(
+                "{tool} is not available in {} mode; use {REQUEST_MODE_UPGRADE} to ask for \
+                 write access",
+                self.mode
+            ));
+        }
+        let script = match bash_script(call) {
+            Some(Err(e)) => {
+                if let Some(rule) = self.bare_rule(tool, Action::Deny) {
+                    return Verdict::Deny(denied_by(tool, rule, ""));
+                }
+                return Verdict::Ask(format!(
+                    "the command cannot be checked against the rules: {e}"
+                ));
+            }
+            Some(Ok(script)) => Some(script),
+            None => None,
+        };
+        let parts = self.parts(call, script.as_ref());
+        let compiled: Vec<(&Rule, Compiled)> = self
+            .rules
+            .iter()
+            .filter(|r| self.rule_concerns(r, tool))
+            .map(|r| (r, self.compile(r)))
+            .collect();
+
+        // Rules that hold the call as a whole hold every part.
+        let whole = compiled
+            .iter()
+            .filter_map(|(rule, c)| {
+                let hit = match c {
+                    Compiled::Bare => rule.tool == tool,
+                    Compiled::Bash(BashPattern::Exact(pattern)) => script
+                        .as_ref()
+                        .is_some_and(|s| s.normalized == pattern.normalized),
+                    _ => false,
+                };
+                hit.then(|| (strength(rule.action, false), *rule))
+            })
+            .max_by(strongest);
+
+        let outcomes: Vec<Outcome> = if parts.is_empty() {
+            vec![self.settle(tool, None, whole)]
+        } else {
+            parts
+                .iter()
+                .map(|part| {
+                    let held = compiled
+                        .iter()
+                        .filter_map(|(rule, c)| self.part_hit(rule, c, part).map(|s| (s, *rule)))
+                        .chain(whole)
+                        .max_by(strongest);
+                    self.settle(tool, Some(part), held)
+                })
+                .collect()
+        };
+        let mut asks: Vec<String> = Vec::new();
+        for outcome in outcomes {
+            match outcome {
+                Outcome::Deny(reason) => return Verdict::Deny(reason),
+                Outcome::Ask(reason) => {
+                    if !asks.contains(&reason) {
+                        asks.push(reason);
+                    }
+                }
+                Outcome::Allow => {}
+            }
+        }
+        if asks.is_empty() {
+            Verdict::Allow
+        } else {
+            Verdict::Ask(asks.join("; "))
+        }
+    }
+
+    /// The raw paths of `call` that the runtime should resolve (symbolic
+    /// links) into [`Policy::resolved_paths`] before evaluating it.
+    pub fn paths_to_resolve(call: &ToolCall) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        match call.name.as_str() {
+            "write" | "edit" | "read" | "glob" | "grep" | "keyword_search" => {
+                out.extend(input_str(call, "path").map(str::to_string));
+            }
+            "patch" => out.extend(
+                input_str(call, "patch")
+                    .map(patch_paths)
+                    .unwrap_or_default(),
+            ),
+            "bash" => {
+                if let Some(Ok(script)) = bash_script(call) {
+                    out.extend(
+                        script
+                            .writes
+                            .iter()
+                            .filter_map(|w| w.target.literal.clone()),
+                    );
+                }
+            }
+            _ => {}
+        }
+        out
+    }
+
+    /// A bare rule on `tool` with `action`, if there is one.
+    fn bare_rule(&self, tool: &str, action: Action) -> Option<&Rule> {
+        self.rules
+            .iter()
+            .find(|r| r.tool == tool && r.pattern.is_none() && r.action == action)
+    }
+
+    /// Whether `rule` can say anything about a call of `tool`.
+    fn rule_concerns(&self, rule: &Rule, tool: &str) -> bool {
+        if rule.tool == tool {
+            return true;
+        }
+        // Path rules on one file-writing tool apply to all file writes,
+        // bash redirections included; likewise for reading tools.
+        rule.is_path_rule()
+            && ((WRITE_TOOLS.contains(&rule.tool.as_str())
+                && (WRITE_TOOLS.contains(&tool) || tool == "bash"))
+                || (READ_TOOLS.contains(&rule.tool.as_str()) && READ_TOOLS.contains(&tool)))
+    }
+
+    fn compile(&self, rule: &Rule) -> Compiled {
+        let Some(pattern) = &rule.pattern else {
+            return Compiled::Bare;
+        };
+        if rule.validate().is_err() {
+            return Compiled::Invalid;
+        }
+        if rule.tool == "bash" {
+            match rule::bash_pattern(pattern) {
+                Ok(p) => Compiled::Bash(p),
+                Err(_) => Compiled::Invalid,
+            }
+        } else if rule.is_path_rule() {
+            Compiled::Path(PathGlob::new(pattern, &self.cwd))
+        } else {
+            Compiled::Text(pattern.trim().to_string())
+        }
+    }
+
+    /// The absolute canonical form of a path the model wrote.
+    fn resolve(&self, raw: &str) -> Option<String> {
+        match self.resolved_paths.get(raw) {
+            Some(resolved) => paths::normalize(resolved),
+            None => paths::absolute(raw, &self.cwd),
+        }
+    }
+
+    /// Whether an absolute path is inside the working or an additional
+    /// directory.
+    fn is_inside_roots(&self, path: &str) -> bool {
+        std::iter::once(&self.cwd)
+            .chain(&self.additional_dirs)
+            .any(|dir| paths::is_inside(path, dir))
+    }
+
+    /// `path` as people read it: relative to the working directory when
+    /// inside it.
+    fn shown(&self, raw: &str, path: Option<&str>) -> String {
+        match path.and_then(|p| paths::relative_to(p, &self.cwd)) {
+            Some("") => ".".to_string(),
+            Some(rel) => rel.to_string(),
+            None => path.unwrap_or(raw).to_string(),
+        }
+    }
+
+    fn file(&self, raw: &str, write: bool, search_root: bool) -> Part {
+        let path = self.resolve(raw);
+        Part::File {
+            shown: self.shown(raw, path.as_deref()),
+            path,
+            write,
+            search_root,
+        }
+    }
+
+    /// The parts of `call` that rules judge.
+    fn parts(&self, call: &ToolCall, script: Option<&Script>) -> Vec<Part> {
+        match call.name.as_str() {
+            "bash" => {
+                let Some(script) = script else {
+                    return Vec::new();
+                };
+                let mut parts: Vec<Part> = script
+                    .commands
+                    .iter()
+                    .map(|words| Part::Command(words.clone()))
+                    .collect();
+                for w in &script.writes {
+                    let shown = format!("{} {}", w.op, w.target.raw);
+                    // After a `cd`, a relative target is relative to who
+                    // knows where.
+                    let path = w
+                        .target
+                        .literal
+                        .as_deref()
+                        .filter(|t| t.starts_with('/') || !script.changes_dir)
+                        .and_then(|t| self.resolve(t));
+                    parts.push(Part::File {
+                        shown: format!("the redirection `{shown}`"),
+                        path,
+                        write: true,
+                        search_root: false,
+                    });
+                }
+                parts
+            }
+            "write" | "edit" => input_str(call, "path")
+                .map(|p| vec![self.file(p, true, false)])
+                .unwrap_or_default(),
+            "patch" => input_str(call, "patch")
+                .map(|patch| {
+                    patch_paths(patch)
+                        .iter()
+                        .map(|p| self.file(p, true, false))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            "read" => input_str(call, "path")
+                .map(|p| vec![self.file(p, false, false)])
+                .unwrap_or_default(),
+            "glob" | "grep" | "keyword_search" => {
+                vec![self.file(input_str(call, "path").unwrap_or("."), false, true)]
+            }
+            "kill_shell" | "bash_output" => input_str(call, "shell_id")
+                .map(|id| vec![Part::ShellId(id.to_string())])
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// How `rule` (compiled as `c`) holds `part`, if it matches it.
+    fn part_hit(&self, rule: &Rule, c: &Compiled, part: &Part) -> Option<Strength> {
+        let applies = match part {
+            Part::Command(_) => rule.tool == "bash",
+            Part::File { write: true, .. } => WRITE_TOOLS.contains(&rule.tool.as_str()),
+            Part::File { write: false, .. } => READ_TOOLS.contains(&rule.tool.as_str()),
+            Part::ShellId(_) => !rule.is_path_rule() && rule.tool != "bash",
+        };
+        if !applies {
+            return None;
+        }
+        let strict = rule.action == Action::Allow;
+        let found = match (c, part) {
+            (Compiled::Bare, _) => return None, // held as a whole instead
+            (Compiled::Invalid, _) => Match::Maybe,
+            (Compiled::Bash(BashPattern::Prefix(prefix)), Part::Command(words)) => {
+                match_words(prefix, words, false, strict)
+            }
+            (Compiled::Bash(BashPattern::Exact(script)), Part::Command(words)) => {
+                if script.is_simple() {
+                    let pattern = script.commands.first().map(Vec::as_slice).unwrap_or(&[]);
+                    match_words(pattern, words, true, strict)
+                } else {
+                    Match::No
+                }
+            }
+            (
+                Compiled::Path(glob),
+                Part::File {
+                    path, search_root, ..
+                },
+            ) => match path {
+                None => Match::Maybe,
+                Some(path) => {
+                    let inside = !glob.relative || self.is_inside_roots(path);
+                    if glob.matches(path, *search_root) && (inside || !strict) {
+                        Match::Yes
+                    } else {
+                        Match::No
+                    }
+                }
+            },
+            (Compiled::Text(text), Part::ShellId(id)) => {
+                if text == id {
+                    Match::Yes
+                } else {
+                    Match::No
+                }
+            }
+            _ => Match::No,
+        };
+        match found {
+            Match::No => None,
+            Match::Yes => Some(strength(rule.action, false)),
+            Match::Maybe if strict => None,
+            Match::Maybe => Some(strength(rule.action, true)),
+        }
+    }
+
+    /// The outcome of one part (`None`: the call has no parts) given the
+    /// strongest rule holding it.
+    fn settle(&self, tool: &str, part: Option<&Part>, held: Option<(Strength, &Rule)>) -> Outcome {
+        let about = part.map(|p| format!(" ({p})")).unwrap_or_default();
+        let subject = part.map_or_else(|| format!("this {tool} call"), |p| p.to_string());
+        match held {
+            Some((Strength::Deny, rule)) => Outcome::Deny(denied_by(tool, rule, &about)),
+            Some((Strength::MaybeDeny, rule)) => Outcome::Ask(format!(
+                "{subject} cannot be checked against the rule `{}`",
+                rule.spec()
+            )),
+            _ if self.mode == Mode::Bypass => Outcome::Allow,
+            Some((Strength::Ask, rule)) => {
+                Outcome::Ask(format!("the rule `{}` asks about {subject}", rule.spec()))
+            }
+            Some((Strength::MaybeAsk, rule)) => Outcome::Ask(format!(
+                "{subject} cannot be checked against the rule `{}`",
+                rule.spec()
+            )),
+            Some((Strength::Allow, _)) => Outcome::Allow,
+            None => self.default_outcome(tool, part),
+        }
+    }
+
+    /// What a part no rule holds gets.
+    fn default_outcome(&self, tool: &str, part: Option<&Part>) -> Outcome {
+        if is_read_only(tool) {
+            return Outcome::Allow;
+        }
+        match part {
+            Some(Part::File {
+                write: true,
+                path: Some(path),
+                ..
+            }) if self.mode == Mode::AcceptEdits && self.is_inside_roots(path) => Outcome::Allow,
+            Some(Part::File {
+                write: true, path, ..
+            }) if self.mode == Mode::AcceptEdits => {
+                let p = part.map(ToString::to_string).unwrap_or_default();
+                Outcome::Ask(match path {
+                    Some(_) => format!("{p} is outside the working directories"),
+                    None => format!("where {p} writes cannot be known in advance"),
+                })
+            }
+            Some(Part::File { write: true, .. }) if tool == "bash" => Outcome::Ask(format!(
+                "{} writes a file",
+                part.map(ToString::to_string).unwrap_or_default()
+            )),
+            Some(Part::File { .. }) => Outcome::Ask(format!(
+                "{tool} {} needs permission",
+                part.map(ToString::to_string).unwrap_or_default()
+            )),
+            Some(p) => Outcome::Ask(format!("{tool} {p} needs permission")),
+            None => Outcome::Ask(format!("{tool} needs permission")),
+        }
+    }
+}
+
+/// Whether a pattern matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Match {
+    No,
+    Yes,
+    /// Cannot tell (an expansion, an unknown path).
+    Maybe,
+}
+
+/// The tool result of a call a rule denies: the seed's denial text, the
+/// rule, and what it denied (`about`, may be empty).
+fn denied_by(tool: &str, rule: &Rule, about: &str) -> String {
+    format!(
+        "{} by the rule `{}`{about}",
+        crate::texts::permission_denied(tool),
+        rule.spec()
+    )
+}
+
+/// Orders rule hits by strength; among equals, by the rule's text, so the
+/// reason given does not depend on the order of the rules.
+fn strongest(a: &(Strength, &Rule), b: &(Strength, &Rule)) -> std::cmp::Ordering {
+    a.0.cmp(&b.0)
+        .then_with(|| (&b.1.tool, &b.1.pattern).cmp(&(&a.1.tool, &a.1.pattern)))
+}
+
+fn strength(action: Action, maybe: bool) -> Strength {
+    match (action, maybe) {
+        (Action::Allow, _) => Strength::Allow,
+        (Action::Ask, false) => Strength::Ask,
+        (Action::Ask, true) => Strength::MaybeAsk,
+        (Action::Deny, false) => Strength::Deny,
+        (Action::Deny, true) => Strength::MaybeDeny,
+    }
+}
+
+/// Whether `words` start with (`exact`: are) the `pattern` words.
+///
+/// `strict` (for allow rules): the words' text must be the same, quotes
+/// included. Otherwise (deny and ask rules, which must not be dodged by
+/// spelling): quotes are removed, the command is compared by its file name
+/// (`/bin/rm` is `rm`), and a word with an expansion might be anything.
+fn match_words(pattern: &[Word], words: &[Word], exact: bool, strict: bool) -> Match {
+    if strict {
+        let same = |(p, w): (&Word, &Word)| p.raw == w.raw;
+        let ok = if exact {
+            pattern.len() == words.len() && pattern.iter().zip(words).all(same)
+        } else {
+            pattern.len() <= words.len() && pattern.iter().zip(words).all(same)
+        };
+        return if ok { Match::Yes } else { Match::No };
+    }
+    let base = |s: &str| s.rsplit('/').next().unwrap_or(s).to_string();
+    for (i, p) in pattern.iter().enumerate() {
+        let Some(w) = words.get(i) else {
+            return Match::No;
+        };
+        let Some(lit) = &w.literal else {
+            return Match::Maybe;
+        };
+        let want = p.literal.as_deref().unwrap_or(&p.raw);
+        let same = if i == 0 {
+            base(lit) == base(want)
+        } else {
+            lit == want
+        };
+        if !same {
+            return Match::No;
+        }
+    }
+    if exact && words.len() > pattern.len() {
+        // An expansion may come out empty; literal extra words do not.
+        return if words[pattern.len()..].iter().any(|w| w.literal.is_none()) {
+            Match::Maybe
+        } else {
+            Match::No
+        };
+    }
+    Match::Yes
+}
+
+fn input_str<'a>(call: &'a ToolCall, key: &str) -> Option<&'a str> {
+    call.input.get(key).and_then(serde_json::Value::as_str)
+}
+
+/// The bash line of a bash call, read; `None` for other tools and for a
+/// bash call without a command.
+fn bash_script(call: &ToolCall) -> Option<Result<Script, String>> {
+    if call.name != "bash" {
+        return None;
+    }
+    input_str(call, "command").map(shell::parse)
 }

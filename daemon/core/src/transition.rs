@@ -7,7 +7,7 @@
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::{Event, LlmFailure};
 use crate::message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult};
-use crate::permission::{Decision, PermissionAsk, Verdict};
+use crate::permission::{Action, Decision, PermissionAsk, Verdict, suggest_rule};
 use crate::state::{
     ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
     should_trigger_continuation,
@@ -704,7 +704,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                     if !run.running.is_empty() {
                         break;
                     }
-                    let ask = ask_for(&call, reason);
+                    let ask = ask_for(ctx, &call, reason);
                     effects.push(Effect::AskPermission { ask: ask.clone() });
                     run.permission = Some(ask);
                     return Transition {
@@ -761,7 +761,9 @@ fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Verdict {
         return base;
     }
     let threshold = ctx.doom_loop_threshold;
-    if threshold >= 2 {
+    // The doom-loop setting (config `doom_loop = allow|ask|deny`): allow
+    // turns the check off; ask and deny act on a loop found below.
+    if threshold >= 2 && ctx.policy.doom_loop != Action::Allow {
         let earlier: Vec<&ToolCall> = ctx
             .recent_calls
             .iter()
@@ -773,24 +775,40 @@ fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Verdict {
             .take_while(|c| c.name == call.name && c.input == call.input)
             .count();
         if repeats + 1 >= threshold {
-            return Verdict::Ask(format!(
+            let reason = format!(
                 "doom loop: {} was called with identical input {} times in a row",
                 call.name,
                 repeats + 1
-            ));
+            );
+            return match ctx.policy.doom_loop {
+                Action::Deny => Verdict::Deny(reason),
+                Action::Ask | Action::Allow => Verdict::Ask(reason),
+            };
         }
     }
     base
 }
 
-fn ask_for(call: &ToolCall, reason: String) -> PermissionAsk {
-    let mut options = vec![
-        Decision::AllowOnce,
-        Decision::AllowAlways,
-        Decision::Deny,
-        Decision::DenyAndStop,
-        Decision::Never,
-    ];
+/// Whether bash requests offer "run it in the background". Off until
+/// background shells land; then this is the one line to change.
+const OFFER_BACKGROUND: bool = false;
+
+fn ask_for(ctx: &ConvContext, call: &ToolCall, reason: String) -> PermissionAsk {
+    // "Always" and "never" add a rule; without a narrow one to add (a bash
+    // call whose command cannot be read, a write without a path) they are
+    // not offered, rather than allowing or denying the whole tool.
+    let rule = suggest_rule(call, &ctx.policy.cwd);
+    let mut options = vec![Decision::AllowOnce];
+    if rule.is_some() {
+        options.push(Decision::AllowAlways);
+    }
+    options.extend([Decision::Deny, Decision::DenyAndStop]);
+    if rule.is_some() {
+        options.push(Decision::Never);
+    }
+    if OFFER_BACKGROUND && call.name == "bash" {
+        options.push(Decision::Background);
+    }
     if reason.starts_with("doom loop") {
         options.retain(|d| {
             matches!(
@@ -806,7 +824,7 @@ fn ask_for(call: &ToolCall, reason: String) -> PermissionAsk {
         input: call.input.clone(),
         reason,
         options,
-        suggested_rule: call.name.clone(),
+        suggested_rule: rule.map_or_else(|| call.name.clone(), |r| r.to_string()),
     }
 }
 

@@ -1,0 +1,266 @@
+//! Paths for path rules: lexical normalisation, containment, globs, and the
+//! files a patch touches. No file system access: symbolic links are
+//! resolved by the runtime and arrive in `Policy::resolved_paths`.
+
+use globset::{GlobBuilder, GlobMatcher};
+
+/// Resolves `.` and `..` of an absolute path without touching the file
+/// system; `..` above the root stays at the root. `None` for a relative
+/// path.
+pub(crate) fn normalize(path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    Some(format!("/{}", parts.join("/")))
+}
+
+/// `raw` made absolute against `cwd` and normalised, or `None` when that
+/// cannot be done without the file system or the environment (`~`), or
+/// when `cwd` is not absolute.
+pub(crate) fn absolute(raw: &str, cwd: &str) -> Option<String> {
+    if raw.is_empty() || raw.starts_with('~') {
+        return None;
+    }
+    if raw.starts_with('/') {
+        return normalize(raw);
+    }
+    normalize(&format!("{}/{raw}", normalize(cwd)?))
+}
+
+/// Whether the normalised absolute `path` is `dir` or below it.
+pub(crate) fn is_inside(path: &str, dir: &str) -> bool {
+    let Some(dir) = normalize(dir) else {
+        return false;
+    };
+    if dir == "/" {
+        return true;
+    }
+    path == dir
+        || path
+            .strip_prefix(dir.as_str())
+            .is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// `path` relative to `dir` when inside it (`""` for `dir` itself).
+pub(crate) fn relative_to<'a>(path: &'a str, dir: &str) -> Option<&'a str> {
+    let dir = normalize(dir)?;
+    if !is_inside(path, &dir) {
+        return None;
+    }
+    if dir == "/" {
+        return Some(path.trim_start_matches('/'));
+    }
+    Some(path[dir.len()..].trim_start_matches('/'))
+}
+
+/// Checks a path rule's pattern: a valid glob, no `..` (a relative rule
+/// must not reach out of the working directory), no `~` (nothing expands
+/// it here).
+pub(crate) fn check_pattern(pattern: &str) -> Result<(), String> {
+    if pattern.starts_with('~') {
+        return Err("`~` is not expanded in path rules; write the absolute path".to_string());
+    }
+    if pattern.split('/').any(|c| c == "..") {
+        return Err(
+            "`..` is not allowed in path rules; write an absolute pattern for files outside \
+             the working directory"
+                .to_string(),
+        );
+    }
+    build_glob(&anchor(pattern, "/")).map(|_| ())
+}
+
+/// Whether `pattern` is absolute (not anchored at the working directory).
+pub(crate) fn is_absolute_pattern(pattern: &str) -> bool {
+    pattern.starts_with('/')
+}
+
+/// The absolute glob of a path rule's pattern: relative ones are anchored
+/// at `cwd` (its glob characters escaped). `./` and `.` components are
+/// dropped; a trailing `/` means everything below.
+fn anchor(pattern: &str, cwd: &str) -> String {
+    let mut glob = if is_absolute_pattern(pattern) {
+        String::new()
+    } else {
+        globset::escape(cwd.trim_end_matches('/'))
+    };
+    for part in pattern.split('/') {
+        if part.is_empty() || part == "." {
+            continue;
+        }
+        glob.push('/');
+        glob.push_str(part);
+    }
+    if pattern.ends_with('/') {
+        glob.push_str("/**");
+    }
+    if glob.is_empty() {
+        glob.push('/');
+    }
+    glob
+}
+
+fn build_glob(glob: &str) -> Result<GlobMatcher, String> {
+    GlobBuilder::new(glob)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map(|g| g.compile_matcher())
+        .map_err(|e| e.kind().to_string())
+}
+
+/// A path rule's pattern, compiled against a working directory.
+#[derive(Debug)]
+pub(crate) struct PathGlob {
+    matcher: Option<GlobMatcher>,
+    /// Relative to the working directory.
+    pub relative: bool,
+}
+
+impl PathGlob {
+    pub(crate) fn new(pattern: &str, cwd: &str) -> PathGlob {
+        let relative = !is_absolute_pattern(pattern);
+        let usable = check_pattern(pattern).is_ok() && (!relative || normalize(cwd).is_some());
+        let matcher = usable
+            .then(|| build_glob(&anchor(pattern, &normalize(cwd).unwrap_or_default())).ok())
+            .flatten();
+        PathGlob { matcher, relative }
+    }
+
+    /// Whether the normalised absolute `path` matches; a directory that is
+    /// searched also matches `dir/**`-style patterns.
+    pub(crate) fn matches(&self, path: &str, is_search_root: bool) -> bool {
+        let Some(m) = &self.matcher else {
+            return false;
+        };
+        m.is_match(path)
+            || (is_search_root && m.is_match(format!("{}/", path.trim_end_matches('/'))))
+    }
+}
+
+/// The paths a unified diff touches, as written in its `--- `/`+++ `
+/// headers (git's `a/`/`b/` prefixes removed when both sides carry them;
+/// `/dev/null` left out), each once, in order.
+///
+/// This follows the patch tool's reading of headers: a `--- ` line directly
+/// followed by a `+++ ` line, anywhere in the text; the path ends at a tab
+/// and loses surrounding quotes. Both the old and the new path count.
+pub fn patch_paths(patch: &str) -> Vec<String> {
+    let lines: Vec<&str> = patch.lines().collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i + 1 < lines.len() {
+        let (Some(old), Some(new)) = (
+            lines[i].strip_prefix("--- "),
+            lines[i + 1].strip_prefix("+++ "),
+        ) else {
+            i += 1;
+            continue;
+        };
+        let (old, new) = (header_path(old), header_path(new));
+        let prefixed = old.as_deref().is_none_or(|p| p.starts_with("a/"))
+            && new.as_deref().is_none_or(|p| p.starts_with("b/"));
+        for path in [old, new].into_iter().flatten() {
+            let path = if prefixed {
+                path[2..].to_string()
+            } else {
+                path
+            };
+            if !out.contains(&path) {
+                out.push(path);
+            }
+        }
+        i += 2;
+    }
+    out
+}
+
+fn header_path(rest: &str) -> Option<String> {
+    let path = rest.split('\t').next().unwrap_or("").trim();
+    let path = path
+        .strip_prefix('"')
+        .and_then(|p| p.strip_suffix('"'))
+        .unwrap_or(path);
+    (path != "/dev/null" && !path.is_empty()).then(|| path.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalises_lexically() {
+        assert_eq!(normalize("/a/./b/../c//d/").as_deref(), Some("/a/c/d"));
+        assert_eq!(normalize("/../../etc").as_deref(), Some("/etc"));
+        assert_eq!(normalize("a/b"), None);
+        assert_eq!(
+            absolute("../../etc/passwd", "/w/p").as_deref(),
+            Some("/etc/passwd")
+        );
+        assert_eq!(
+            absolute("src/a.rs", "/w/p").as_deref(),
+            Some("/w/p/src/a.rs")
+        );
+        assert_eq!(absolute("/tmp/x", "/w/p").as_deref(), Some("/tmp/x"));
+        assert_eq!(absolute("~/x", "/w/p"), None);
+        assert_eq!(absolute("x", "relative"), None);
+    }
+
+    #[test]
+    fn containment() {
+        assert!(is_inside("/w/p", "/w/p"));
+        assert!(is_inside("/w/p/a", "/w/p/"));
+        assert!(!is_inside("/w/project", "/w/p"));
+        assert!(is_inside("/anything", "/"));
+        assert_eq!(relative_to("/w/p/src/a.rs", "/w/p"), Some("src/a.rs"));
+        assert_eq!(relative_to("/w/p", "/w/p"), Some(""));
+        assert_eq!(relative_to("/w/q", "/w/p"), None);
+    }
+
+    #[test]
+    fn globs_anchor_at_cwd() {
+        let g = PathGlob::new("src/**", "/w/p");
+        assert!(g.relative);
+        assert!(g.matches("/w/p/src/a.rs", false));
+        assert!(g.matches("/w/p/src/x/y.rs", false));
+        assert!(!g.matches("/w/p/src", false));
+        assert!(g.matches("/w/p/src", true));
+        assert!(!g.matches("/w/p/other/a.rs", false));
+        let g = PathGlob::new("*.md", "/w/p");
+        assert!(g.matches("/w/p/README.md", false));
+        assert!(!g.matches("/w/p/docs/a.md", false));
+        let g = PathGlob::new("./docs/", "/w/p");
+        assert!(g.matches("/w/p/docs/a.md", false));
+        // Glob characters in the working directory are literal.
+        let g = PathGlob::new("a.rs", "/w/[p]");
+        assert!(g.matches("/w/[p]/a.rs", false));
+        assert!(!g.matches("/w/p/a.rs", false));
+        let g = PathGlob::new("/etc/**", "/w/p");
+        assert!(!g.relative);
+        assert!(g.matches("/etc/passwd", false));
+    }
+
+    #[test]
+    fn patch_headers() {
+        let patch = "diff --git a/x b/x\n--- a/src/a.rs\n+++ b/src/a.rs\n@@ -1 +1 @@\n-a\n+b\n\
+                     --- /dev/null\n+++ b/new.txt\n@@ -0,0 +1 @@\n+x\n\
+                     --- old.txt\t2020-01-01\n+++ /dev/null\n@@ -1 +0,0 @@\n-x\n\
+                     --- \"a/sp ace\"\n+++ \"b/sp ace\"\n";
+        assert_eq!(
+            patch_paths(patch),
+            ["src/a.rs", "new.txt", "old.txt", "sp ace"]
+        );
+        assert_eq!(patch_paths("--- x\n+++ y\n"), ["x", "y"]);
+        assert!(patch_paths("no headers").is_empty());
+    }
+}
