@@ -33,6 +33,10 @@ pub struct Args {
     /// Default model for new conversations.
     #[arg(long)]
     pub model: Option<String>,
+    /// Let conversations use `bypass` mode, in which no tool asks for
+    /// permission. Dangerous: the model can then run any command.
+    #[arg(long)]
+    pub allow_bypass: bool,
 }
 
 /// Start-up failures, each a clear one-line message.
@@ -138,7 +142,8 @@ pub async fn run(
     args: Args,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), StartError> {
-    let config = Config::load(args.config.as_deref(), &env, args.model)?;
+    let mut config = Config::load(args.config.as_deref(), &env, args.model)?;
+    config.allow_bypass = args.allow_bypass;
     let data_dir = match args.data_dir {
         Some(d) => d,
         None => crate::config::default_data_dir(&env).ok_or_else(|| {

@@ -121,6 +121,22 @@ impl Default for LimitsSection {
     }
 }
 
+/// Permission defaults for every conversation.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PermissionsSection {
+    /// Mode of new conversations (`read_only`, `default`, `accept_edits`, `plan`; `bypass` needs `--allow-bypass`).
+    pub mode: Option<agentd_core::Mode>,
+    /// Rules that allow, e.g. `bash(cargo test:*)`.
+    pub allow: Vec<String>,
+    /// Rules that ask even where others would allow.
+    pub ask: Vec<String>,
+    /// Rules that deny.
+    pub deny: Vec<String>,
+    /// What the same call repeated three times does: `allow`, `ask` (default), `deny`.
+    pub doom_loop: Option<agentd_core::Action>,
+}
+
 /// The config file's schema.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -139,6 +155,8 @@ pub struct FileConfig {
     pub retry: RetrySection,
     /// Limits.
     pub limits: LimitsSection,
+    /// Permission defaults.
+    pub permissions: PermissionsSection,
 }
 
 /// The effective configuration.
@@ -158,6 +176,14 @@ pub struct Config {
     pub retry: RetrySection,
     /// Limits.
     pub limits: LimitsSection,
+    /// Mode of new conversations that do not ask for one.
+    pub default_mode: agentd_core::Mode,
+    /// Rules from the config file, for every conversation.
+    pub rules: Vec<agentd_core::Rule>,
+    /// What a doom loop does.
+    pub doom_loop: agentd_core::Action,
+    /// Whether conversations may use `bypass` mode (`--allow-bypass`).
+    pub allow_bypass: bool,
 }
 
 impl Config {
@@ -214,7 +240,33 @@ impl Config {
                 "limits.max_iterations must be at least 1".into(),
             ));
         }
+        let mut rules = Vec::new();
+        for (texts, action) in [
+            (&file.permissions.allow, agentd_core::Action::Allow),
+            (&file.permissions.ask, agentd_core::Action::Ask),
+            (&file.permissions.deny, agentd_core::Action::Deny),
+        ] {
+            for text in texts {
+                let rule = agentd_core::Rule::parse(text, action).map_err(|e| {
+                    ConfigError::Invalid(format!("permissions.{action}: rule {text:?}: {e}"))
+                })?;
+                rules.push(rule);
+            }
+        }
+        let default_mode = file.permissions.mode.unwrap_or_default();
+        if default_mode == agentd_core::Mode::Bypass {
+            return Err(ConfigError::Invalid(
+                "permissions.mode = \"bypass\" is not allowed as a default; start agentd with --allow-bypass and ask for it per conversation".into(),
+            ));
+        }
         Ok(Config {
+            default_mode,
+            rules,
+            doom_loop: file
+                .permissions
+                .doom_loop
+                .unwrap_or(agentd_core::Action::Ask),
+            allow_bypass: false,
             model,
             provider: file.provider,
             api_key,

@@ -2,7 +2,7 @@
 //! them in order, after the new state is persisted.
 
 use crate::message::{Message, ToolCall};
-use crate::permission::{Decision, PermissionAsk};
+use crate::permission::{Decision, Mode, PermissionAsk, Rule};
 use crate::state::ErrorKind;
 use serde::{Deserialize, Serialize};
 
@@ -97,6 +97,18 @@ pub enum Effect {
         request_id: String,
         /// The decision.
         decision: Decision,
+    },
+    /// Persist a rule added by an "always" or "never" answer (the runtime
+    /// chooses the scope the user asked for).
+    AddRule {
+        /// The rule, with its action.
+        rule: Rule,
+    },
+    /// Change the conversation's permission mode (an approved
+    /// `request_mode_upgrade`).
+    SetMode {
+        /// The new mode.
+        mode: Mode,
     },
     /// Tell clients something.
     Notify {

@@ -28,7 +28,7 @@ pub mod transition;
 pub use effect::{Effect, LlmPurpose, Notice};
 pub use event::{Event, LlmFailure};
 pub use message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage};
-pub use permission::{Decision, Mode, PermissionAsk, Policy, Verdict};
+pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
 pub use state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun};
 pub use tools::ToolSpec;
 pub use transition::{Rejected, Transition, transition};

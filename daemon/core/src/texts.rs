@@ -69,3 +69,8 @@ pub fn continuation_prompt(rejected_tools: &[String]) -> String {
     }
     prompt
 }
+
+/// Result of `request_mode_upgrade` outside a restricted mode (REQ-BED-015).
+pub const ALREADY_UNRESTRICTED: &str = "Already in Unrestricted mode";
+/// Result of an approved `request_mode_upgrade`.
+pub const MODE_UPGRADED: &str = "The user approved the upgrade: the conversation is now in default mode, and write tools are available.";

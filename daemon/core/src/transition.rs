@@ -7,7 +7,9 @@
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::{Event, LlmFailure};
 use crate::message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult};
-use crate::permission::{Action, Decision, PermissionAsk, Verdict, suggest_rule};
+use crate::permission::{
+    Action, Decision, Mode, PermissionAsk, REQUEST_MODE_UPGRADE, Verdict, suggest_rule,
+};
 use crate::state::{
     ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
     should_trigger_continuation,
@@ -756,6 +758,16 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
 
 /// The policy's verdict, with the doom-loop check on top.
 fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Verdict {
+    if call.name == REQUEST_MODE_UPGRADE && !matches!(ctx.policy.mode, Mode::ReadOnly | Mode::Plan)
+    {
+        return Verdict::Deny(texts::ALREADY_UNRESTRICTED.to_string());
+    }
+    if !call.input.is_object() || !crate::tools::is_known(&call.name) {
+        // Malformed input (the model's JSON did not parse) or an unknown
+        // tool cannot run: the tool layer answers with an error saying what
+        // was wrong, which is more use to everyone than a prompt about it.
+        return Verdict::Allow;
+    }
     let base = ctx.policy.evaluate(call);
     if matches!(base, Verdict::Deny(_)) {
         return base;
@@ -809,7 +821,7 @@ fn ask_for(ctx: &ConvContext, call: &ToolCall, reason: String) -> PermissionAsk 
     if OFFER_BACKGROUND && call.name == "bash" {
         options.push(Decision::Background);
     }
-    if reason.starts_with("doom loop") {
+    if reason.starts_with("doom loop") || call.name == REQUEST_MODE_UPGRADE {
         options.retain(|d| {
             matches!(
                 d,
@@ -853,12 +865,42 @@ fn on_permission_answer(
     let Some(call) = run.calls.iter().find(|c| c.id == ask.tool_use_id).cloned() else {
         return Err(Rejected::UnknownPermissionRequest(ask.request_id.clone()));
     };
+    if call.name == REQUEST_MODE_UPGRADE
+        && matches!(decision, Decision::AllowOnce | Decision::AllowAlways)
+    {
+        // Nothing to run: the approval is the upgrade. Later calls of the
+        // same reply are judged in the new mode.
+        run.results
+            .push(ToolResult::new(&call.id, texts::MODE_UPGRADED, false));
+        let mut upgraded = ctx.clone();
+        upgraded.policy.mode = Mode::Default;
+        let effects = vec![
+            resolved,
+            Effect::SetMode {
+                mode: Mode::Default,
+            },
+        ];
+        return Ok(schedule(&upgraded, run, effects));
+    }
+    let add_rule = |action: Action| {
+        suggest_rule(&call, &ctx.policy.cwd).map(|mut rule| {
+            rule.action = action;
+            Effect::AddRule { rule }
+        })
+    };
     match decision {
         Decision::AllowOnce | Decision::AllowAlways => {
+            let rule = if decision == Decision::AllowAlways {
+                add_rule(Action::Allow)
+            } else {
+                None
+            };
             run.running.push(call.id.clone());
-            Ok(Transition::new(ConvState::ToolExecuting(run))
-                .with(resolved)
-                .with(Effect::ExecuteTool { call }))
+            let mut t = Transition::new(ConvState::ToolExecuting(run)).with(resolved);
+            if let Some(effect) = rule {
+                t = t.with(effect);
+            }
+            return Ok(t.with(Effect::ExecuteTool { call }));
         }
         Decision::Background => {
             let mut call = call;
@@ -887,7 +929,9 @@ fn on_permission_answer(
                 texts::permission_denied_permanently(&call.name),
                 true,
             ));
-            Ok(schedule(ctx, run, vec![resolved]))
+            let mut effects = vec![resolved];
+            effects.extend(add_rule(Action::Deny));
+            Ok(schedule(ctx, run, effects))
         }
         Decision::DenyAndStop => {
             run.results.push(ToolResult::new(

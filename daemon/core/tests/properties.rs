@@ -473,6 +473,8 @@ impl Sim {
             }
             Effect::AskPermission { .. }
             | Effect::PermissionResolved { .. }
+            | Effect::AddRule { .. }
+            | Effect::SetMode { .. }
             | Effect::Notify { .. } => {}
             Effect::SpawnSubAgent { agent_id, .. } => {
                 self.violate(Prop::World, format!("unexpected sub-agent {agent_id}"));

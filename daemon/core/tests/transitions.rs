@@ -277,6 +277,8 @@ fn render_effect(effect: &Effect) -> String {
             request_id,
             decision,
         } => format!("resolved {request_id} {}", wire(decision)),
+        Effect::AddRule { rule } => format!("add rule {}", rule.spec()),
+        Effect::SetMode { mode } => format!("set mode {mode}"),
         Effect::Notify { notice } => match notice {
             Notice::Retrying {
                 attempt,

@@ -2,7 +2,7 @@
 //! retries, and the busy rule.
 
 use super::attach::{Attached, is_idle};
-use super::foundation::{create, get, text_of_message, wait_state, workdir};
+use super::foundation::{create, create_with, get, text_of_message, wait_state, workdir};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{FakeLlm, Gate, Recorded, ReplyScript, Script};
 use agent_tests::harness::TestDaemon;
@@ -10,6 +10,9 @@ use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
 const T: Duration = Duration::from_secs(30);
+
+/// Rules that let every mutating tool run without asking.
+pub const MUTATING: &[&str] = &["bash", "write", "edit", "patch"];
 
 /// Checks the message chain of a recorded request: roles alternate from
 /// user, and every tool_use is answered, in order, by the next message's
@@ -122,7 +125,14 @@ async fn a_ten_round_task_runs_autonomously_with_a_valid_chain() {
     let d = TestDaemon::start(&fake).await;
     let mut client = d.client().await;
     let work = workdir();
-    let id = create(&mut client, work.path(), "do the task").await;
+    let id = create_with(
+        &mut client,
+        work.path(),
+        "do the task",
+        MUTATING,
+        pb::PermissionMode::Default,
+    )
+    .await;
     let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
     assert_eq!(text_of_message(r.messages.last().unwrap()), "All done.");
 
@@ -268,7 +278,14 @@ async fn cancel_during_a_tool_kills_its_process_group() {
     let d = TestDaemon::start(&fake).await;
     let mut client = d.client().await;
     let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let id = create_with(
+        &mut client,
+        work.path(),
+        "",
+        MUTATING,
+        pb::PermissionMode::Default,
+    )
+    .await;
     let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
     client
         .send_message(pb::SendMessageRequest {
@@ -485,7 +502,14 @@ async fn malformed_tool_input_from_the_model_becomes_an_error_result() {
     let d = TestDaemon::start(&fake).await;
     let mut client = d.client().await;
     let work = workdir();
-    let id = create(&mut client, work.path(), "go").await;
+    let id = create_with(
+        &mut client,
+        work.path(),
+        "go",
+        MUTATING,
+        pb::PermissionMode::Default,
+    )
+    .await;
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 4);

@@ -17,10 +17,23 @@ pub async fn create(
     cwd: &std::path::Path,
     prompt: &str,
 ) -> String {
+    create_with(client, cwd, prompt, &[], pb::PermissionMode::Unspecified).await
+}
+
+/// Creates a conversation with permission rules and a mode.
+pub async fn create_with(
+    client: &mut AgentServiceClient<Channel>,
+    cwd: &std::path::Path,
+    prompt: &str,
+    allow: &[&str],
+    mode: pb::PermissionMode,
+) -> String {
     client
         .create_conversation(pb::CreateConversationRequest {
             cwd: cwd.display().to_string(),
             prompt: prompt.to_string(),
+            allow_rules: allow.iter().map(|r| r.to_string()).collect(),
+            mode: mode as i32,
             ..Default::default()
         })
         .await

@@ -16,6 +16,7 @@ pub fn to_status(e: RuntimeError) -> Status {
         RuntimeError::NotFound(id) => Status::not_found(format!("unknown conversation {id}")),
         RuntimeError::Ambiguous { .. } => Status::invalid_argument(e.to_string()),
         RuntimeError::InvalidArgument(m) => Status::invalid_argument(m),
+        RuntimeError::NotAllowed(m) => Status::failed_precondition(m),
         RuntimeError::Rejected(r) => match r {
             Rejected::Busy
             | Rejected::CancellationInProgress

@@ -91,7 +91,9 @@ impl AgentService for Service {
             .create(NewConversation {
                 cwd,
                 model: req.model,
-                mode: convert::mode_from(req.mode)?,
+                mode: (req.mode != pb::PermissionMode::Unspecified as i32)
+                    .then(|| convert::mode_from(req.mode))
+                    .transpose()?,
                 allow_rules: req.allow_rules,
                 additional_dirs,
             })
@@ -213,8 +215,16 @@ impl AgentService for Service {
             name,
         };
         let feedback = (!req.feedback.is_empty()).then_some(req.feedback);
+        let project = req.scope == pb::RuleScope::Project as i32;
         self.manager
-            .answer(&id, req.request_id, decision, feedback, Some(client))
+            .answer(
+                &id,
+                req.request_id,
+                decision,
+                feedback,
+                Some(client),
+                project,
+            )
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::AnswerPermissionResponse {}))
@@ -474,8 +484,16 @@ async fn read_frames(
             Some(Frame::Answer(a)) => match convert::decision_from(a.decision) {
                 Ok(decision) => {
                     let feedback = (!a.feedback.is_empty()).then_some(a.feedback);
+                    let project = a.scope == pb::RuleScope::Project as i32;
                     manager
-                        .answer(&id, a.request_id, decision, feedback, Some(client.clone()))
+                        .answer(
+                            &id,
+                            a.request_id,
+                            decision,
+                            feedback,
+                            Some(client.clone()),
+                            project,
+                        )
                         .await
                         .map_err(to_status)
                 }

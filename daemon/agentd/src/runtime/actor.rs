@@ -12,11 +12,11 @@ use super::error::RuntimeError;
 use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
 use super::prompt;
 use crate::llm::{LlmError, LlmRequest, PartialReply, StreamEvent};
-use crate::store::ConversationRecord;
+use crate::store::{ConversationRecord, RuleScope};
 use crate::tools::{ToolContext, ToolOutput};
 use agentd_core::{
     ContentBlock, ConvContext, ConvState, Decision, Effect, Event, LlmPurpose, Message, Notice,
-    Policy, Rejected, Reply, Role, ToolCall, ToolResult, transition,
+    Policy, Rejected, Reply, Role, Rule, ToolCall, ToolResult, transition,
 };
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -75,6 +75,8 @@ pub(crate) enum Command {
         decision: Decision,
         feedback: Option<String>,
         client: Option<ClientInfo>,
+        /// An added rule applies to the whole working directory.
+        project_scope: bool,
         reply: oneshot::Sender<Result<(), RuntimeError>>,
     },
     Subscribe {
@@ -125,6 +127,11 @@ pub(crate) struct Actor {
     retry: Option<(u64, tokio::task::JoinHandle<()>)>,
     /// The client whose answer is being applied (named in the resolved event).
     answering: Option<ClientInfo>,
+    /// Whether that answer asked for a rule on the whole project.
+    answering_project: bool,
+    /// Every permission rule in force: config file, creation, and rules
+    /// added by answers (this conversation's and its project's).
+    rules: Vec<Rule>,
     /// Summary and diff of the pending permission request.
     pending_view: Option<PermissionView>,
 }
@@ -162,14 +169,36 @@ impl Actor {
             tools: HashMap::new(),
             retry: None,
             answering: None,
+            answering_project: false,
+            rules: Vec::new(),
             pending_view: None,
         }
+    }
+
+    fn load_rules(&mut self) -> Result<(), crate::store::StoreError> {
+        let mut rules = self.shared.config.rules.clone();
+        for text in &self.record.allow_rules {
+            match Rule::parse(text, agentd_core::Action::Allow) {
+                Ok(rule) => rules.push(rule),
+                Err(e) => {
+                    tracing::warn!(conversation = %self.record.id, "ignoring rule {text:?}: {e}")
+                }
+            }
+        }
+        let store = &self.shared.store;
+        rules.extend(store.rules(&RuleScope::Conversation(self.record.id.clone()))?);
+        rules.extend(store.rules(&RuleScope::Project(self.record.cwd.clone()))?);
+        self.rules = rules;
+        Ok(())
     }
 
     pub(crate) async fn run(mut self) {
         // Reserve sequence numbers before the first event goes out.
         if let Err(e) = self.reserve_seqs().await {
             tracing::error!(conversation = %self.record.id, "cannot persist sequence reservation: {e}");
+        }
+        if let Err(e) = self.load_rules() {
+            tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
         }
         if let Some(ask) = self.record.state.pending_permission().cloned() {
             self.pending_view = Some(self.permission_view(&ask).await);
@@ -278,9 +307,11 @@ impl Actor {
                 decision,
                 feedback,
                 client,
+                project_scope,
                 reply,
             } => {
                 self.answering = client;
+                self.answering_project = project_scope;
                 let result = self
                     .apply(Event::PermissionAnswered {
                         request_id,
@@ -440,8 +471,46 @@ impl Actor {
         self.shared.store.flush().await
     }
 
-    fn context(&self) -> ConvContext {
+    fn context(&self, event: Option<&Event>) -> ConvContext {
         let cfg = &self.shared.config;
+        let cwd = self.record.cwd.display().to_string();
+        let mut policy = Policy {
+            rules: self.rules.clone(),
+            doom_loop: cfg.doom_loop,
+            additional_dirs: self
+                .record
+                .additional_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect(),
+            ..Policy::new(self.record.mode, cwd)
+        };
+        // The policy judges paths as the tools will use them: resolved,
+        // symbolic links followed. That needs the file system, so it is
+        // done here, for the calls this event may schedule.
+        let mut calls: Vec<ToolCall> = match &self.record.state {
+            ConvState::ToolExecuting(run) => run.calls.clone(),
+            _ => Vec::new(),
+        };
+        if let Some(Event::LlmCompleted { reply }) = event {
+            calls.extend(reply.content.iter().filter_map(|b| match b {
+                ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                }),
+                _ => None,
+            }));
+        }
+        for call in &calls {
+            for raw in Policy::paths_to_resolve(call) {
+                if let Ok(real) = crate::tools::resolve_real(&self.record.cwd, &raw) {
+                    policy
+                        .resolved_paths
+                        .insert(raw, real.display().to_string());
+                }
+            }
+        }
         ConvContext {
             now_ms: now_ms(),
             max_attempts: cfg.retry.max_attempts,
@@ -451,9 +520,7 @@ impl Actor {
             max_retry_after_ms: cfg.retry.max_retry_after_ms,
             context_window: cfg.limits.context_window,
             exhaustion: agentd_core::ContextExhaustionBehavior::ThresholdBasedContinuation,
-            policy: Policy {
-                mode: self.record.mode,
-            },
+            policy,
             doom_loop_threshold: 3,
             recent_calls: self.recent_calls(),
         }
@@ -481,7 +548,7 @@ impl Actor {
 
     /// Applies a client's event; the rejection goes back to that client.
     async fn apply(&mut self, event: Event) -> Result<(), RuntimeError> {
-        let ctx = self.context();
+        let ctx = self.context(Some(&event));
         let t = transition(&self.record.state, &ctx, event).map_err(RuntimeError::Rejected)?;
         self.commit_and_run(t).await
     }
@@ -588,7 +655,7 @@ impl Actor {
                 if let Some(f) = self.llm.take() {
                     f.cancel.cancel();
                 }
-                let ctx = self.context();
+                let ctx = self.context(None);
                 match transition(&self.record.state, &ctx, Event::LlmAborted { partial }) {
                     Ok(t) => Some(t),
                     Err(e) => {
@@ -656,6 +723,48 @@ impl Actor {
                     decision,
                     client,
                 });
+                None
+            }
+            Effect::AddRule { rule } => {
+                let scope = if self.answering_project {
+                    RuleScope::Project(self.record.cwd.clone())
+                } else {
+                    RuleScope::Conversation(self.record.id.clone())
+                };
+                let persisted = match self.shared.store.add_rule(&scope, &rule) {
+                    Ok(()) => self.shared.store.flush().await,
+                    Err(e) => Err(e),
+                };
+                let where_ = match scope {
+                    RuleScope::Project(_) => "every conversation in this directory",
+                    RuleScope::Conversation(_) => "this conversation",
+                };
+                match persisted {
+                    Ok(()) => self.emit(EventKind::Notice(format!(
+                        "rule added for {where_}: {}",
+                        rule.spec()
+                    ))),
+                    Err(e) => {
+                        tracing::error!(conversation = %self.record.id, "cannot persist rule: {e}");
+                        self.emit(EventKind::Notice(format!(
+                            "the rule {} could not be saved: {e}",
+                            rule.spec()
+                        )));
+                    }
+                }
+                self.rules.push(rule);
+                None
+            }
+            Effect::SetMode { mode } => {
+                self.record.mode = mode;
+                let persisted = match self.shared.store.commit(&self.record, &[]) {
+                    Ok(()) => self.shared.store.flush().await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = persisted {
+                    tracing::error!(conversation = %self.record.id, "cannot persist the mode: {e}");
+                }
+                self.emit(EventKind::Notice(format!("permission mode is now {mode}")));
                 None
             }
             Effect::Notify { notice } => {

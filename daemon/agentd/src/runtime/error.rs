@@ -21,6 +21,9 @@ pub enum RuntimeError {
     /// The request itself is malformed.
     #[error("{0}")]
     InvalidArgument(String),
+    /// Not allowed by how the daemon was started.
+    #[error("{0}")]
+    NotAllowed(String),
     /// The state machine refused the event.
     #[error("{0}")]
     Rejected(Rejected),

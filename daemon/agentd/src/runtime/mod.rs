@@ -47,8 +47,8 @@ pub struct NewConversation {
     pub cwd: PathBuf,
     /// Model (empty: the default).
     pub model: String,
-    /// Permission mode.
-    pub mode: Mode,
+    /// Permission mode (None: the configured default).
+    pub mode: Option<Mode>,
     /// Rules given at creation.
     pub allow_rules: Vec<String>,
     /// Extra directories.
@@ -127,6 +127,16 @@ impl Manager {
 
     /// Creates a conversation.
     pub async fn create(&self, new: NewConversation) -> Result<ConversationRecord, RuntimeError> {
+        if new.mode == Some(Mode::Bypass) && !self.shared.config.allow_bypass {
+            return Err(RuntimeError::NotAllowed(
+                "bypass mode is not allowed: start agentd with --allow-bypass".into(),
+            ));
+        }
+        for text in &new.allow_rules {
+            agentd_core::Rule::parse(text, agentd_core::Action::Allow).map_err(|e| {
+                RuntimeError::InvalidArgument(format!("invalid rule {text:?}: {e}"))
+            })?;
+        }
         let id = {
             let mut generator = self
                 .next_id
@@ -154,7 +164,7 @@ impl Manager {
             created_at_ms: now,
             updated_at_ms: now,
             state: ConvState::Idle,
-            mode: new.mode,
+            mode: new.mode.unwrap_or(self.shared.config.default_mode),
             additional_dirs: new.additional_dirs,
             allow_rules: new.allow_rules,
             message_count: 0,
@@ -243,12 +253,14 @@ impl Manager {
         decision: Decision,
         feedback: Option<String>,
         client: Option<ClientInfo>,
+        project_scope: bool,
     ) -> Result<(), RuntimeError> {
         self.ask(id, |reply| Command::Answer {
             request_id,
             decision,
             feedback,
             client,
+            project_scope,
             reply,
         })
         .await?

@@ -1,7 +1,8 @@
 //! Persistence in sled. This is the only module that knows keys and trees.
 //!
 //! Trees: `conversations` (id → [`ConversationRecord`] JSON), `messages`
-//! (id ‖ big-endian seq → [`Message`] JSON), `meta` (schema version).
+//! (id ‖ big-endian seq → [`Message`] JSON), `rules` (scope ‖ rule →
+//! [`agentd_core::Rule`] JSON), `meta` (schema version).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
 //! callers into one `flush_async`.
@@ -84,12 +85,34 @@ pub struct ConversationRecord {
     pub seq_reserved: u64,
 }
 
+/// Where a rule added by an "always"/"never" answer applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleScope {
+    /// One conversation (by id).
+    Conversation(String),
+    /// Every conversation in a working directory.
+    Project(PathBuf),
+}
+
+impl RuleScope {
+    fn key(&self) -> Vec<u8> {
+        let mut key = match self {
+            RuleScope::Conversation(id) => format!("conv\0{id}"),
+            RuleScope::Project(dir) => format!("project\0{}", dir.display()),
+        }
+        .into_bytes();
+        key.push(0);
+        key
+    }
+}
+
 /// The store.
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
     convs: sled::Tree,
     msgs: sled::Tree,
+    rules: sled::Tree,
     flush_tx: mpsc::UnboundedSender<FlushRequest>,
 }
 
@@ -157,12 +180,14 @@ impl Store {
         }
         let convs = db.open_tree("conversations")?;
         let msgs = db.open_tree("messages")?;
+        let rules = db.open_tree("rules")?;
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         tokio::spawn(group_commit(flush_rx));
         Ok(Store {
             db,
             convs,
             msgs,
+            rules,
             flush_tx,
         })
     }
@@ -260,6 +285,24 @@ impl Store {
                         message: "bad message key".to_string(),
                     })?;
             out.push((u64::from_be_bytes(seq_bytes), decode(&k, &v)?));
+        }
+        Ok(out)
+    }
+
+    /// Adds a permission rule to a scope (idempotent; not yet durable).
+    pub fn add_rule(&self, scope: &RuleScope, rule: &agentd_core::Rule) -> Result<(), StoreError> {
+        let mut key = scope.key();
+        key.extend_from_slice(rule.spec().as_bytes());
+        self.rules.insert(key, encode("rule", rule)?)?;
+        Ok(())
+    }
+
+    /// The rules of a scope.
+    pub fn rules(&self, scope: &RuleScope) -> Result<Vec<agentd_core::Rule>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.rules.scan_prefix(scope.key()) {
+            let (k, v) = item?;
+            out.push(decode(&k, &v)?);
         }
         Ok(out)
     }
