@@ -900,7 +900,7 @@ fn on_permission_answer(
             if let Some(effect) = rule {
                 t = t.with(effect);
             }
-            return Ok(t.with(Effect::ExecuteTool { call }));
+            Ok(t.with(Effect::ExecuteTool { call }))
         }
         Decision::Background => {
             let mut call = call;
