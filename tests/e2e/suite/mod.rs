@@ -6,3 +6,4 @@ mod core_loop;
 mod fake_llm;
 mod foundation;
 mod harness;
+mod permissions;

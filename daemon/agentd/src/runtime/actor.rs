@@ -837,7 +837,13 @@ impl Actor {
         );
         let mut messages = self.transcript.clone();
         let tools = match &purpose {
-            LlmPurpose::Turn => self.shared.tools.specs(read_only),
+            LlmPurpose::Turn => {
+                let mut specs = self.shared.tools.specs(read_only);
+                if read_only {
+                    specs.push(agentd_core::tools::request_mode_upgrade_spec());
+                }
+                specs
+            }
             LlmPurpose::Continuation { prompt } => {
                 messages.push(Message::user(
                     vec![ContentBlock::text(prompt.clone())],
