@@ -14,7 +14,9 @@
 //! into a head-and-tail buffer, so memory stays bounded whatever the command
 //! prints.
 
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -121,19 +123,13 @@ async fn execute(
     if ctx.cancel.is_cancelled() {
         return Ok(super::cancelled_output());
     }
-    let pipe_err = |e: nix::Error| ToolError::new(format!("bash: cannot create a pipe: {e}"));
-    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(pipe_err)?;
-    let write_end_2 = write_end
-        .try_clone()
+    let mut cmd = shell_command(command, &ctx.cwd);
+    let read_end = attach_output_pipe(&mut cmd)
         .map_err(|e| ToolError::new(format!("bash: cannot create a pipe: {e}")))?;
-    let spawned = {
-        let mut cmd = shell_command(command, ctx);
-        cmd.stdout(Stdio::from(write_end))
-            .stderr(Stdio::from(write_end_2));
-        cmd.spawn()
-        // `cmd` is dropped here with our copies of the pipe's write end, so
-        // end-of-file means every process of the command has closed it.
-    };
+    let spawned = cmd.spawn();
+    // Our copies of the pipe's write end go with `cmd`, so end-of-file
+    // means every process of the command has closed it.
+    drop(cmd);
     let mut child = spawned.map_err(|e| {
         ToolError::new(format!(
             "bash: cannot start bash in {}: {e}",
@@ -199,12 +195,13 @@ async fn execute(
     ))
 }
 
-/// `bash -c command` in its own process group, without stdin.
-fn shell_command(command: &str, ctx: &ToolContext) -> tokio::process::Command {
+/// `bash -c command` in its own process group, without stdin. Background
+/// shells start the same way.
+pub(crate) fn shell_command(command: &str, cwd: &Path) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("bash");
     cmd.arg("-c")
         .arg(command)
-        .current_dir(&ctx.cwd)
+        .current_dir(cwd)
         .stdin(Stdio::null())
         .process_group(0)
         .kill_on_drop(true)
@@ -219,6 +216,18 @@ fn shell_command(command: &str, ctx: &ToolContext) -> tokio::process::Command {
         cmd.env_remove(name);
     }
     cmd
+}
+
+/// Sends the command's stdout and stderr into one new pipe, so their lines
+/// keep the order they were written in, and returns the pipe's read end.
+/// `cmd` holds the write ends until it is dropped: drop it right after
+/// spawning, or end-of-file never comes.
+pub(crate) fn attach_output_pipe(cmd: &mut tokio::process::Command) -> std::io::Result<OwnedFd> {
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let write_end_2 = write_end.try_clone()?;
+    cmd.stdout(Stdio::from(write_end))
+        .stderr(Stdio::from(write_end_2));
+    Ok(read_end)
 }
 
 /// Builds the result the model sees.
@@ -327,7 +336,7 @@ impl Drop for GroupGuard {
 }
 
 /// SIGTERM to the group, SIGKILL after `grace` to whatever is left.
-async fn terminate_group(pgid: Pid, grace: Duration) {
+pub(crate) async fn terminate_group(pgid: Pid, grace: Duration) {
     let _ = killpg(pgid, Signal::SIGTERM);
     // A stopped process acts on SIGTERM only once it runs again.
     let _ = killpg(pgid, Signal::SIGCONT);
@@ -356,25 +365,49 @@ pub(crate) fn group_alive(pgid: Pid) -> bool {
         return true;
     };
     entries.flatten().any(|entry| {
-        let name = entry.file_name();
-        let Some(pid) = name
+        let Some(pid) = entry
+            .file_name()
             .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse::<i32>().ok())
         else {
             return false;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // Fields after the command name, which is in parentheses and may
-        // itself contain spaces: state, ppid, pgrp, ...
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
-        pgrp == Some(pgid.as_raw()) && state != "Z" && state != "X"
+        proc_stat(pid).is_some_and(|s| s.pgrp == pgid.as_raw() && s.is_alive())
+    })
+}
+
+/// What `/proc/<pid>/stat` says about a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    /// One letter: R, S, D, Z (zombie), X (dead), ...
+    pub(crate) state: char,
+    /// Process group id.
+    pub(crate) pgrp: i32,
+    /// Start time in clock ticks after boot (field 22): with the pid, it
+    /// identifies a process, because pids are reused but not at the same
+    /// instant.
+    pub(crate) start_ticks: u64,
+}
+
+impl ProcStat {
+    /// Running or able to run: neither a zombie nor dead.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.state != 'Z' && self.state != 'X'
+    }
+}
+
+/// Reads `/proc/<pid>/stat`; None if the process does not exist.
+pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may
+    // itself contain spaces and parentheses: state (field 3), ppid, pgrp,
+    // ..., starttime (field 22).
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
     })
 }
 
@@ -431,7 +464,7 @@ mod tests {
     #[test]
     fn daemon_credentials_are_not_passed_on() {
         let dir = tempfile::tempdir().unwrap();
-        let cmd = shell_command("env", &ctx(&dir));
+        let cmd = shell_command("env", &ctx(&dir).cwd);
         let removed: Vec<_> = cmd
             .as_std()
             .get_envs()

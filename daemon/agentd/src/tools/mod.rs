@@ -13,7 +13,7 @@
 //! truly asynchronous: it owns a child process group and must react to
 //! timeouts and cancellation while the command runs.
 
-mod bash;
+pub(crate) mod bash;
 mod diff;
 mod edit;
 mod glob;
@@ -25,7 +25,7 @@ mod paths;
 pub use paths::resolve_real;
 mod read;
 mod think;
-mod truncate;
+pub(crate) mod truncate;
 mod walk;
 mod write;
 
