@@ -31,11 +31,14 @@ mod write;
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use agentd_core::ToolSpec;
 use futures::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+use crate::shells::ShellManager;
 
 /// Sizes and time limits of tool runs. They are configuration, not constants,
 /// because the right output budget depends on the model's context window.
@@ -91,16 +94,25 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Output sizes and timeouts.
     pub limits: ToolLimits,
+    /// The daemon's background shells; None where there are none (then
+    /// `run_in_background`, `bash_output` and `kill_shell` say so).
+    pub shells: Option<Arc<ShellManager>>,
+    /// The conversation the call belongs to: the model sees only the
+    /// background shells this conversation started.
+    pub conversation_id: String,
 }
 
 impl ToolContext {
-    /// A context rooted at `cwd` with default limits and no extra directories.
+    /// A context rooted at `cwd` with default limits, no extra directories,
+    /// no background shells and no conversation.
     pub fn new(cwd: PathBuf) -> Self {
         ToolContext {
             cwd,
             additional_dirs: Vec::new(),
             cancel: CancellationToken::new(),
             limits: ToolLimits::default(),
+            shells: None,
+            conversation_id: String::new(),
         }
     }
 }
