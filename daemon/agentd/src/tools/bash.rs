@@ -7,7 +7,8 @@
 //! future running the command is dropped (the runtime gave up on it), a guard
 //! kills the group too. Nothing the model starts outlives its tool call;
 //! long-running processes belong to background shells, which the daemon
-//! tracks.
+//! tracks: `run_in_background` hands the command to the
+//! [`ShellManager`](crate::shells::ShellManager) and returns its id at once.
 //!
 //! stdout and stderr share one pipe, so their lines arrive interleaved in
 //! the order the command wrote them, as in a terminal. The pipe is drained
@@ -69,7 +70,7 @@ fn schema() -> Value {
             "command": {"type": "string"},
             "timeout_ms": {"type": "integer", "description": "Default 120000, max 600000"},
             "description": {"type": "string", "description": "What it does, in 5-10 words"},
-            "run_in_background": {"type": "boolean"}
+            "run_in_background": {"type": "boolean", "description": "Start it as a background shell and return its ID at once; timeout_ms does not apply"}
         },
         "required": ["command"]
     })
@@ -81,8 +82,9 @@ pub(crate) fn spec() -> ToolSpec {
         description: "Run a command with `bash -c` in the working directory; stdin is empty. \
                       Returns stdout and stderr interleaved, and the exit code (non-zero is an \
                       error). On timeout the command and its children are killed; processes left \
-                      running when it ends are stopped. Prefer read, grep, glob and edit over \
-                      cat, grep, find and sed."
+                      running when it ends are stopped. For servers and watchers use \
+                      run_in_background, then bash_output and kill_shell. Prefer read, grep, \
+                      glob and edit over cat, grep, find and sed."
             .to_string(),
         input_schema: schema(),
     }
@@ -94,9 +96,16 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
         return Err(ToolError::new("bash: `command` is empty"));
     }
     if input.run_in_background {
-        return Err(ToolError::new(
-            "bash: background shells are not available yet; run the command in the foreground \
-             with a suitable timeout_ms",
+        if ctx.cancel.is_cancelled() {
+            return Ok(super::cancelled_output());
+        }
+        let id = start_in_background(&input.command, ctx).await?;
+        return Ok(ToolOutput::ok(
+            format!(
+                "Command running in background with ID: {id}. Use bash_output to read its \
+                 output and kill_shell to stop it."
+            ),
+            format!("started background shell {id}"),
         ));
     }
     let limits = ctx.limits;
@@ -105,6 +114,44 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
         .unwrap_or(limits.bash_default_timeout_ms)
         .clamp(1, limits.bash_max_timeout_ms);
     execute(&input.command, timeout_ms, ctx).await
+}
+
+/// For the permission answer "background": runs the bash call `input` as a
+/// background shell instead of in the foreground, and returns the result the
+/// model gets for the call.
+pub async fn move_to_background(input: &Value, ctx: &ToolContext) -> ToolOutput {
+    let started = async {
+        let input: Input = input::parse("bash", &schema(), input.clone())?;
+        if input.command.trim().is_empty() {
+            return Err(ToolError::new("bash: `command` is empty"));
+        }
+        start_in_background(&input.command, ctx).await
+    };
+    match started.await {
+        Ok(id) => ToolOutput::ok(
+            format!(
+                "Command moved to background (shell ID: {id}). Use bash_output to read its \
+                 output and kill_shell to stop it."
+            ),
+            format!("moved to background shell {id}"),
+        ),
+        Err(e) => ToolOutput::error(e.0),
+    }
+}
+
+/// Starts `command` as a background shell of the conversation; its id.
+async fn start_in_background(command: &str, ctx: &ToolContext) -> Result<String, ToolError> {
+    let Some(shells) = &ctx.shells else {
+        return Err(ToolError::new(
+            "bash: background shells are not available yet; run the command in the foreground \
+             with a suitable timeout_ms",
+        ));
+    };
+    let record = shells
+        .spawn(&ctx.conversation_id, command, &ctx.cwd)
+        .await
+        .map_err(|e| ToolError::new(format!("bash: {e}")))?;
+    Ok(record.id)
 }
 
 /// How the wait for the command ended.
@@ -266,9 +313,9 @@ fn report(
         }
         End::TimedOut => {
             content.push_str(&format!(
-                "[timed out after {timeout_ms} ms; the command and its child processes were killed. \
-                 For a server or watcher use run_in_background: true; otherwise raise timeout_ms \
-                 (max {max_timeout_ms})]"
+                "[timed out after {timeout_ms} ms; the command's process group (it and its child \
+                 processes) was killed. For long-running commands such as servers or watchers \
+                 use run_in_background: true; otherwise raise timeout_ms (max {max_timeout_ms})]"
             ));
             (true, format!("timed out after {timeout_ms} ms"))
         }
@@ -501,7 +548,13 @@ mod tests {
             "{}",
             out.content
         );
-        assert!(out.content.contains("run_in_background"), "{}", out.content);
+        assert!(
+            out.content.contains("process group")
+                && out.content.contains("was killed")
+                && out.content.contains("use run_in_background: true"),
+            "{}",
+            out.content
+        );
         assert!(
             started.elapsed() < Duration::from_secs(3),
             "{:?}",
@@ -633,5 +686,91 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(err.contains("empty"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn background_commands_return_their_shell_id_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = crate::tools::bash_output::tests::shell_ctx(&dir, "conv-a");
+        let shells = ctx.shells.clone().unwrap();
+        let started = Instant::now();
+        let out = run(
+            json!({"command": "echo $PWD; sleep 300", "run_in_background": true, "timeout_ms": 10}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(!out.is_error);
+        let record = shells.list(Some("conv-a")).pop().unwrap();
+        assert_eq!(
+            out.content,
+            format!(
+                "Command running in background with ID: {}. Use bash_output to read its output \
+                 and kill_shell to stop it.",
+                record.id
+            )
+        );
+        assert_eq!(
+            out.summary,
+            format!("started background shell {}", record.id)
+        );
+        assert_eq!(
+            (record.command.as_str(), &record.cwd),
+            ("echo $PWD; sleep 300", &ctx.cwd)
+        );
+        // timeout_ms does not apply: still running well after it.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            shells.get(&record.id).unwrap().status,
+            crate::shells::ShellStatus::Running
+        );
+
+        let moved = move_to_background(&json!({"command": "sleep 300"}), &ctx).await;
+        assert!(!moved.is_error, "{}", moved.content);
+        let newest = shells.list(None).remove(0);
+        assert!(
+            moved.content.starts_with(&format!(
+                "Command moved to background (shell ID: {}).",
+                newest.id
+            )),
+            "{}",
+            moved.content
+        );
+        let bad = move_to_background(&json!({"command": " "}), &ctx).await;
+        assert!(
+            bad.is_error && bad.content.contains("empty"),
+            "{}",
+            bad.content
+        );
+
+        shells.kill_all().await;
+        assert!(!group_alive(Pid::from_raw(record.pid as i32)));
+    }
+
+    #[tokio::test]
+    async fn background_limit_errors_reach_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = crate::tools::bash_output::tests::shell_ctx(&dir, "c");
+        let (events, _) = tokio::sync::broadcast::channel(4);
+        let shells = crate::shells::ShellManager::new(
+            dir.path().join("spool"),
+            crate::shells::ShellLimits {
+                max_total: 1,
+                kill_grace_ms: 500,
+                ..Default::default()
+            },
+            Box::new(|_: &crate::shells::ShellRecord| {}),
+            events,
+        );
+        ctx.shells = Some(Arc::clone(&shells));
+        let input = json!({"command": "sleep 300", "run_in_background": true});
+        run(input.clone(), &ctx).await.unwrap();
+        let err = run(input, &ctx).await.unwrap_err().0;
+        assert_eq!(
+            err,
+            "bash: too many background shells (1 running; limit 1) — kill one with kill_shell first"
+        );
+        shells.kill_all().await;
     }
 }
