@@ -17,5 +17,6 @@ pub mod config;
 pub mod grpc;
 pub mod llm;
 pub mod runtime;
+pub mod shells;
 pub mod store;
 pub mod tools;

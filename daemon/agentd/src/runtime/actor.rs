@@ -815,6 +815,8 @@ impl Actor {
                 kill_grace_ms: l.kill_grace_ms,
                 ..Default::default()
             },
+            shells: None,
+            conversation_id: self.record.id.clone(),
         }
     }
 

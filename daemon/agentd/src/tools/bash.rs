@@ -7,14 +7,17 @@
 //! future running the command is dropped (the runtime gave up on it), a guard
 //! kills the group too. Nothing the model starts outlives its tool call;
 //! long-running processes belong to background shells, which the daemon
-//! tracks.
+//! tracks: `run_in_background` hands the command to the
+//! [`ShellManager`](crate::shells::ShellManager) and returns its id at once.
 //!
 //! stdout and stderr share one pipe, so their lines arrive interleaved in
 //! the order the command wrote them, as in a terminal. The pipe is drained
 //! into a head-and-tail buffer, so memory stays bounded whatever the command
 //! prints.
 
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -67,7 +70,7 @@ fn schema() -> Value {
             "command": {"type": "string"},
             "timeout_ms": {"type": "integer", "description": "Default 120000, max 600000"},
             "description": {"type": "string", "description": "What it does, in 5-10 words"},
-            "run_in_background": {"type": "boolean"}
+            "run_in_background": {"type": "boolean", "description": "Start it as a background shell and return its ID at once; timeout_ms does not apply"}
         },
         "required": ["command"]
     })
@@ -79,8 +82,9 @@ pub(crate) fn spec() -> ToolSpec {
         description: "Run a command with `bash -c` in the working directory; stdin is empty. \
                       Returns stdout and stderr interleaved, and the exit code (non-zero is an \
                       error). On timeout the command and its children are killed; processes left \
-                      running when it ends are stopped. Prefer read, grep, glob and edit over \
-                      cat, grep, find and sed."
+                      running when it ends are stopped. For servers and watchers use \
+                      run_in_background, then bash_output and kill_shell. Prefer read, grep, \
+                      glob and edit over cat, grep, find and sed."
             .to_string(),
         input_schema: schema(),
     }
@@ -92,9 +96,16 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
         return Err(ToolError::new("bash: `command` is empty"));
     }
     if input.run_in_background {
-        return Err(ToolError::new(
-            "bash: background shells are not available yet; run the command in the foreground \
-             with a suitable timeout_ms",
+        if ctx.cancel.is_cancelled() {
+            return Ok(super::cancelled_output());
+        }
+        let id = start_in_background(&input.command, ctx).await?;
+        return Ok(ToolOutput::ok(
+            format!(
+                "Command running in background with ID: {id}. Use bash_output to read its \
+                 output and kill_shell to stop it."
+            ),
+            format!("started background shell {id}"),
         ));
     }
     let limits = ctx.limits;
@@ -103,6 +114,44 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
         .unwrap_or(limits.bash_default_timeout_ms)
         .clamp(1, limits.bash_max_timeout_ms);
     execute(&input.command, timeout_ms, ctx).await
+}
+
+/// For the permission answer "background": runs the bash call `input` as a
+/// background shell instead of in the foreground, and returns the result the
+/// model gets for the call.
+pub async fn move_to_background(input: &Value, ctx: &ToolContext) -> ToolOutput {
+    let started = async {
+        let input: Input = input::parse("bash", &schema(), input.clone())?;
+        if input.command.trim().is_empty() {
+            return Err(ToolError::new("bash: `command` is empty"));
+        }
+        start_in_background(&input.command, ctx).await
+    };
+    match started.await {
+        Ok(id) => ToolOutput::ok(
+            format!(
+                "Command moved to background (shell ID: {id}). Use bash_output to read its \
+                 output and kill_shell to stop it."
+            ),
+            format!("moved to background shell {id}"),
+        ),
+        Err(e) => ToolOutput::error(e.0),
+    }
+}
+
+/// Starts `command` as a background shell of the conversation; its id.
+async fn start_in_background(command: &str, ctx: &ToolContext) -> Result<String, ToolError> {
+    let Some(shells) = &ctx.shells else {
+        return Err(ToolError::new(
+            "bash: background shells are not available yet; run the command in the foreground \
+             with a suitable timeout_ms",
+        ));
+    };
+    let record = shells
+        .spawn(&ctx.conversation_id, command, &ctx.cwd)
+        .await
+        .map_err(|e| ToolError::new(format!("bash: {e}")))?;
+    Ok(record.id)
 }
 
 /// How the wait for the command ended.
@@ -121,19 +170,13 @@ async fn execute(
     if ctx.cancel.is_cancelled() {
         return Ok(super::cancelled_output());
     }
-    let pipe_err = |e: nix::Error| ToolError::new(format!("bash: cannot create a pipe: {e}"));
-    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(pipe_err)?;
-    let write_end_2 = write_end
-        .try_clone()
+    let mut cmd = shell_command(command, &ctx.cwd);
+    let read_end = attach_output_pipe(&mut cmd)
         .map_err(|e| ToolError::new(format!("bash: cannot create a pipe: {e}")))?;
-    let spawned = {
-        let mut cmd = shell_command(command, ctx);
-        cmd.stdout(Stdio::from(write_end))
-            .stderr(Stdio::from(write_end_2));
-        cmd.spawn()
-        // `cmd` is dropped here with our copies of the pipe's write end, so
-        // end-of-file means every process of the command has closed it.
-    };
+    let spawned = cmd.spawn();
+    // Our copies of the pipe's write end go with `cmd`, so end-of-file
+    // means every process of the command has closed it.
+    drop(cmd);
     let mut child = spawned.map_err(|e| {
         ToolError::new(format!(
             "bash: cannot start bash in {}: {e}",
@@ -199,12 +242,13 @@ async fn execute(
     ))
 }
 
-/// `bash -c command` in its own process group, without stdin.
-fn shell_command(command: &str, ctx: &ToolContext) -> tokio::process::Command {
+/// `bash -c command` in its own process group, without stdin. Background
+/// shells start the same way.
+pub(crate) fn shell_command(command: &str, cwd: &Path) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("bash");
     cmd.arg("-c")
         .arg(command)
-        .current_dir(&ctx.cwd)
+        .current_dir(cwd)
         .stdin(Stdio::null())
         .process_group(0)
         .kill_on_drop(true)
@@ -219,6 +263,18 @@ fn shell_command(command: &str, ctx: &ToolContext) -> tokio::process::Command {
         cmd.env_remove(name);
     }
     cmd
+}
+
+/// Sends the command's stdout and stderr into one new pipe, so their lines
+/// keep the order they were written in, and returns the pipe's read end.
+/// `cmd` holds the write ends until it is dropped: drop it right after
+/// spawning, or end-of-file never comes.
+pub(crate) fn attach_output_pipe(cmd: &mut tokio::process::Command) -> std::io::Result<OwnedFd> {
+    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+    let write_end_2 = write_end.try_clone()?;
+    cmd.stdout(Stdio::from(write_end))
+        .stderr(Stdio::from(write_end_2));
+    Ok(read_end)
 }
 
 /// Builds the result the model sees.
@@ -257,9 +313,9 @@ fn report(
         }
         End::TimedOut => {
             content.push_str(&format!(
-                "[timed out after {timeout_ms} ms; the command and its child processes were killed. \
-                 For a server or watcher use run_in_background: true; otherwise raise timeout_ms \
-                 (max {max_timeout_ms})]"
+                "[timed out after {timeout_ms} ms; the command's process group (it and its child \
+                 processes) was killed. For long-running commands such as servers or watchers \
+                 use run_in_background: true; otherwise raise timeout_ms (max {max_timeout_ms})]"
             ));
             (true, format!("timed out after {timeout_ms} ms"))
         }
@@ -327,7 +383,7 @@ impl Drop for GroupGuard {
 }
 
 /// SIGTERM to the group, SIGKILL after `grace` to whatever is left.
-async fn terminate_group(pgid: Pid, grace: Duration) {
+pub(crate) async fn terminate_group(pgid: Pid, grace: Duration) {
     let _ = killpg(pgid, Signal::SIGTERM);
     // A stopped process acts on SIGTERM only once it runs again.
     let _ = killpg(pgid, Signal::SIGCONT);
@@ -356,25 +412,49 @@ pub(crate) fn group_alive(pgid: Pid) -> bool {
         return true;
     };
     entries.flatten().any(|entry| {
-        let name = entry.file_name();
-        let Some(pid) = name
+        let Some(pid) = entry
+            .file_name()
             .to_str()
-            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse::<i32>().ok())
         else {
             return false;
         };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            return false;
-        };
-        // Fields after the command name, which is in parentheses and may
-        // itself contain spaces: state, ppid, pgrp, ...
-        let Some((_, rest)) = stat.rsplit_once(')') else {
-            return false;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let pgrp = fields.nth(1).and_then(|f| f.parse::<i32>().ok());
-        pgrp == Some(pgid.as_raw()) && state != "Z" && state != "X"
+        proc_stat(pid).is_some_and(|s| s.pgrp == pgid.as_raw() && s.is_alive())
+    })
+}
+
+/// What `/proc/<pid>/stat` says about a process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProcStat {
+    /// One letter: R, S, D, Z (zombie), X (dead), ...
+    pub(crate) state: char,
+    /// Process group id.
+    pub(crate) pgrp: i32,
+    /// Start time in clock ticks after boot (field 22): with the pid, it
+    /// identifies a process, because pids are reused but not at the same
+    /// instant.
+    pub(crate) start_ticks: u64,
+}
+
+impl ProcStat {
+    /// Running or able to run: neither a zombie nor dead.
+    pub(crate) fn is_alive(&self) -> bool {
+        self.state != 'Z' && self.state != 'X'
+    }
+}
+
+/// Reads `/proc/<pid>/stat`; None if the process does not exist.
+pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The fields after the command name, which is in parentheses and may
+    // itself contain spaces and parentheses: state (field 3), ppid, pgrp,
+    // ..., starttime (field 22).
+    let (_, rest) = stat.rsplit_once(')')?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        pgrp: fields.get(2)?.parse().ok()?,
+        start_ticks: fields.get(19)?.parse().ok()?,
     })
 }
 
@@ -431,7 +511,7 @@ mod tests {
     #[test]
     fn daemon_credentials_are_not_passed_on() {
         let dir = tempfile::tempdir().unwrap();
-        let cmd = shell_command("env", &ctx(&dir));
+        let cmd = shell_command("env", &ctx(&dir).cwd);
         let removed: Vec<_> = cmd
             .as_std()
             .get_envs()
@@ -468,7 +548,13 @@ mod tests {
             "{}",
             out.content
         );
-        assert!(out.content.contains("run_in_background"), "{}", out.content);
+        assert!(
+            out.content.contains("process group")
+                && out.content.contains("was killed")
+                && out.content.contains("use run_in_background: true"),
+            "{}",
+            out.content
+        );
         assert!(
             started.elapsed() < Duration::from_secs(3),
             "{:?}",
@@ -600,5 +686,91 @@ mod tests {
             .unwrap_err()
             .0;
         assert!(err.contains("empty"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn background_commands_return_their_shell_id_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = crate::tools::bash_output::tests::shell_ctx(&dir, "conv-a");
+        let shells = ctx.shells.clone().unwrap();
+        let started = Instant::now();
+        let out = run(
+            json!({"command": "echo $PWD; sleep 300", "run_in_background": true, "timeout_ms": 10}),
+            &ctx,
+        )
+        .await
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(1));
+        assert!(!out.is_error);
+        let record = shells.list(Some("conv-a")).pop().unwrap();
+        assert_eq!(
+            out.content,
+            format!(
+                "Command running in background with ID: {}. Use bash_output to read its output \
+                 and kill_shell to stop it.",
+                record.id
+            )
+        );
+        assert_eq!(
+            out.summary,
+            format!("started background shell {}", record.id)
+        );
+        assert_eq!(
+            (record.command.as_str(), &record.cwd),
+            ("echo $PWD; sleep 300", &ctx.cwd)
+        );
+        // timeout_ms does not apply: still running well after it.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            shells.get(&record.id).unwrap().status,
+            crate::shells::ShellStatus::Running
+        );
+
+        let moved = move_to_background(&json!({"command": "sleep 300"}), &ctx).await;
+        assert!(!moved.is_error, "{}", moved.content);
+        let newest = shells.list(None).remove(0);
+        assert!(
+            moved.content.starts_with(&format!(
+                "Command moved to background (shell ID: {}).",
+                newest.id
+            )),
+            "{}",
+            moved.content
+        );
+        let bad = move_to_background(&json!({"command": " "}), &ctx).await;
+        assert!(
+            bad.is_error && bad.content.contains("empty"),
+            "{}",
+            bad.content
+        );
+
+        shells.kill_all().await;
+        assert!(!group_alive(Pid::from_raw(record.pid as i32)));
+    }
+
+    #[tokio::test]
+    async fn background_limit_errors_reach_the_model() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = crate::tools::bash_output::tests::shell_ctx(&dir, "c");
+        let (events, _) = tokio::sync::broadcast::channel(4);
+        let shells = crate::shells::ShellManager::new(
+            dir.path().join("spool"),
+            crate::shells::ShellLimits {
+                max_total: 1,
+                kill_grace_ms: 500,
+                ..Default::default()
+            },
+            Box::new(|_: &crate::shells::ShellRecord| {}),
+            events,
+        );
+        ctx.shells = Some(Arc::clone(&shells));
+        let input = json!({"command": "sleep 300", "run_in_background": true});
+        run(input.clone(), &ctx).await.unwrap();
+        let err = run(input, &ctx).await.unwrap_err().0;
+        assert_eq!(
+            err,
+            "bash: too many background shells (1 running; limit 1) — kill one with kill_shell first"
+        );
+        shells.kill_all().await;
     }
 }

@@ -11,31 +11,40 @@
 //! Blocking work (file system walks, reads, writes) runs on tokio's blocking
 //! pool so a large grep never stalls the conversation actors. Only `bash` is
 //! truly asynchronous: it owns a child process group and must react to
-//! timeouts and cancellation while the command runs.
+//! timeouts and cancellation while the command runs. Background shells are
+//! not the tools' own: `bash` with `run_in_background`, `bash_output` and
+//! `kill_shell` go through the daemon's [`ShellManager`].
 
-mod bash;
+pub(crate) mod bash;
+mod bash_output;
 mod diff;
 mod edit;
 mod glob;
 mod grep;
 mod input;
 mod keyword_search;
+mod kill_shell;
 mod patch;
 mod paths;
 pub use paths::resolve_real;
 mod read;
 mod think;
-mod truncate;
+pub(crate) mod truncate;
 mod walk;
 mod write;
 
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use agentd_core::ToolSpec;
 use futures::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+
+pub use bash::move_to_background;
+
+use crate::shells::{ShellManager, ShellRecord};
 
 /// Sizes and time limits of tool runs. They are configuration, not constants,
 /// because the right output budget depends on the model's context window.
@@ -91,17 +100,42 @@ pub struct ToolContext {
     pub cancel: CancellationToken,
     /// Output sizes and timeouts.
     pub limits: ToolLimits,
+    /// The daemon's background shells; None where there are none (then
+    /// `run_in_background`, `bash_output` and `kill_shell` say so).
+    pub shells: Option<Arc<ShellManager>>,
+    /// The conversation the call belongs to: the model sees only the
+    /// background shells this conversation started.
+    pub conversation_id: String,
 }
 
 impl ToolContext {
-    /// A context rooted at `cwd` with default limits and no extra directories.
+    /// A context rooted at `cwd` with default limits, no extra directories,
+    /// no background shells and no conversation.
     pub fn new(cwd: PathBuf) -> Self {
         ToolContext {
             cwd,
             additional_dirs: Vec::new(),
             cancel: CancellationToken::new(),
             limits: ToolLimits::default(),
+            shells: None,
+            conversation_id: String::new(),
         }
+    }
+
+    /// The background shells, or the error the model gets without them.
+    pub(crate) fn shell_manager(&self, tool: &str) -> Result<&Arc<ShellManager>, ToolError> {
+        self.shells.as_ref().ok_or_else(|| {
+            ToolError::new(format!("{tool}: background shells are not available here"))
+        })
+    }
+
+    /// The shell `id` if this conversation started it. Shells of other
+    /// conversations are reported unknown, exactly like missing ones.
+    pub(crate) fn visible_shell(&self, tool: &str, id: &str) -> Result<ShellRecord, ToolError> {
+        self.shell_manager(tool)?
+            .get(id)
+            .filter(|r| r.conversation_id == self.conversation_id)
+            .ok_or_else(|| ToolError::new(format!("unknown shell {id}")))
     }
 }
 
@@ -158,6 +192,8 @@ impl ToolError {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Tool {
     Bash,
+    BashOutput,
+    KillShell,
     Read,
     Write,
     Edit,
@@ -169,8 +205,10 @@ enum Tool {
 }
 
 impl Tool {
-    const ALL: [Tool; 9] = [
+    const ALL: [Tool; 11] = [
         Tool::Bash,
+        Tool::BashOutput,
+        Tool::KillShell,
         Tool::Read,
         Tool::Write,
         Tool::Edit,
@@ -184,6 +222,8 @@ impl Tool {
     fn name(self) -> &'static str {
         match self {
             Tool::Bash => "bash",
+            Tool::BashOutput => "bash_output",
+            Tool::KillShell => "kill_shell",
             Tool::Read => "read",
             Tool::Write => "write",
             Tool::Edit => "edit",
@@ -202,6 +242,8 @@ impl Tool {
     fn spec(self) -> ToolSpec {
         match self {
             Tool::Bash => bash::spec(),
+            Tool::BashOutput => bash_output::spec(),
+            Tool::KillShell => kill_shell::spec(),
             Tool::Read => read::spec(),
             Tool::Write => write::spec(),
             Tool::Edit => edit::spec(),
@@ -277,6 +319,8 @@ impl Registry {
 async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     match tool {
         Tool::Bash => bash::run(input, ctx).await,
+        Tool::BashOutput => bash_output::run(input, ctx).await,
+        Tool::KillShell => kill_shell::run(input, ctx).await,
         Tool::Read => blocking(ctx, true, move |c| read::run(input, c)).await,
         Tool::Write => blocking(ctx, false, move |c| write::run(input, c)).await,
         Tool::Edit => blocking(ctx, false, move |c| edit::run(input, c)).await,
@@ -340,7 +384,26 @@ pub fn summarize_call(name: &str, input: &Value) -> String {
         return name.to_string();
     };
     let described = match tool {
-        Tool::Bash => str_field("command").map(|c| format!("bash: {}", one_line(c, 80))),
+        Tool::Bash => str_field("command").map(|c| {
+            let background = input.get("run_in_background").and_then(Value::as_bool);
+            let how = if background == Some(true) {
+                "bash (background)"
+            } else {
+                "bash"
+            };
+            format!("{how}: {}", one_line(c, 80))
+        }),
+        Tool::BashOutput => str_field("shell_id").map(|id| match str_field("filter") {
+            Some(f) => format!(
+                "bash_output {} (lines matching {})",
+                one_line(id, 20),
+                quoted(f)
+            ),
+            None => format!("bash_output {}", one_line(id, 20)),
+        }),
+        Tool::KillShell => {
+            str_field("shell_id").map(|id| format!("kill_shell {}", one_line(id, 20)))
+        }
         Tool::Read => str_field("path").map(|p| {
             let offset = input.get("offset").and_then(Value::as_u64);
             let limit = input.get("limit").and_then(Value::as_u64);
@@ -430,6 +493,8 @@ mod tests {
             names,
             [
                 "bash",
+                "bash_output",
+                "kill_shell",
                 "read",
                 "write",
                 "edit",
@@ -441,7 +506,17 @@ mod tests {
             ]
         );
         let ro: Vec<String> = reg.specs(true).into_iter().map(|s| s.name).collect();
-        assert_eq!(ro, ["read", "glob", "grep", "keyword_search", "think"]);
+        assert_eq!(
+            ro,
+            [
+                "bash_output",
+                "read",
+                "glob",
+                "grep",
+                "keyword_search",
+                "think"
+            ]
+        );
         let bytes = serde_json::to_string(&all).unwrap().len();
         assert!(bytes < 6_000, "tool specs are {bytes} bytes of JSON");
         for s in &all {
@@ -580,6 +655,32 @@ mod tests {
         assert_eq!(
             summarize_call("bash", &json!({"command": "a\nb"})),
             "bash: a…"
+        );
+        assert_eq!(
+            summarize_call(
+                "bash",
+                &json!({"command": "npm run dev", "run_in_background": true})
+            ),
+            "bash (background): npm run dev"
+        );
+        assert_eq!(
+            summarize_call("bash_output", &json!({"shell_id": "sh-abc234"})),
+            "bash_output sh-abc234"
+        );
+        assert_eq!(
+            summarize_call(
+                "bash_output",
+                &json!({"shell_id": "sh-abc234", "filter": "ERROR"})
+            ),
+            "bash_output sh-abc234 (lines matching 'ERROR')"
+        );
+        assert_eq!(
+            summarize_call("kill_shell", &json!({"shell_id": "sh-abc234"})),
+            "kill_shell sh-abc234"
+        );
+        assert_eq!(
+            summarize_call("kill_shell", &json!({})),
+            "kill_shell (invalid input)"
         );
     }
 

@@ -1,0 +1,796 @@
+//! Background shells: commands the daemon runs on behalf of a conversation
+//! beyond the tool call (and the turn, and the client) that started them.
+//!
+//! Each shell is `bash -c` in a process group of its own, so stopping it
+//! stops everything it started. Its stdout and stderr share one pipe; a
+//! reader task copies the pipe into a spool file under the data directory
+//! (up to a size cap, after which output is drained and dropped behind a
+//! marker line) and keeps the last bytes in memory, so the daemon's memory
+//! stays bounded whatever the command prints. A monitor task waits for the
+//! shell to exit, stops processes it left behind in its group, and records
+//! the end.
+//!
+//! Records go to the daemon's store through the `persist` callback on every
+//! change of state (not on every byte of output: `output_bytes` of a stored
+//! record is as of its last change). After a crash, [`ShellManager::recover`]
+//! marks the shells that were running as lost and kills those still running
+//! that provably are ours: same pid and same start time in `/proc`.
+
+mod output;
+
+use std::collections::HashMap;
+use std::fs::{DirBuilder, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+use tokio::io::AsyncReadExt;
+use tokio::net::unix::pipe;
+use tokio::sync::{broadcast, watch};
+use tokio::task::JoinHandle;
+
+use crate::tools::bash::{
+    attach_output_pipe, group_alive, proc_stat, shell_command, terminate_group,
+};
+use output::Spool;
+
+/// How long output is still read after a shell's group is gone; only a
+/// process that left the group and kept the pipe open makes this matter.
+const DRAIN: Duration = Duration::from_millis(500);
+/// How often a dying process group is checked (recovery only).
+const POLL: Duration = Duration::from_millis(10);
+/// How long SIGKILL gets to take effect.
+const KILL_WAIT: Duration = Duration::from_millis(500);
+/// Largest read of the spool, per pipe read.
+const PIPE_CHUNK: usize = 64 * 1024;
+/// Alphabet of shell ids (RFC 4648 base32, lower case).
+const ID_ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
+
+/// How many shells may run, and how much of their output is kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShellLimits {
+    /// Running shells in the whole daemon.
+    pub max_total: usize,
+    /// Running shells per conversation.
+    pub max_per_conversation: usize,
+    /// Output kept per shell in its spool file; the rest is discarded.
+    pub max_spool_bytes: u64,
+    /// Output kept in memory per shell (the most recent bytes).
+    pub tail_bytes: usize,
+    /// Time between SIGTERM and SIGKILL when a shell is killed.
+    pub kill_grace_ms: u64,
+}
+
+impl Default for ShellLimits {
+    fn default() -> Self {
+        ShellLimits {
+            max_total: 16,
+            max_per_conversation: 8,
+            max_spool_bytes: 64 * 1024 * 1024,
+            tail_bytes: 64 * 1024,
+            kill_grace_ms: 2_000,
+        }
+    }
+}
+
+/// Where a shell is in its life.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShellStatus {
+    /// Its process is running.
+    Running,
+    /// It ended by itself; killed by a signal it did not get from us is
+    /// code 128 + the signal, as shells report it.
+    Exited { code: i32 },
+    /// Stopped by a kill (a person, the model, or the daemon's shutdown).
+    Killed,
+    /// It was running when the daemon died; its end is unknown.
+    Lost,
+}
+
+impl ShellStatus {
+    /// Whether the shell has ended (in any way).
+    pub fn is_ended(&self) -> bool {
+        *self != ShellStatus::Running
+    }
+}
+
+impl std::fmt::Display for ShellStatus {
+    /// `running`, `exited (code 3)`, `killed`, `lost`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ShellStatus::Running => f.write_str("running"),
+            ShellStatus::Exited { code } => write!(f, "exited (code {code})"),
+            ShellStatus::Killed => f.write_str("killed"),
+            ShellStatus::Lost => f.write_str("lost"),
+        }
+    }
+}
+
+/// Everything known about a shell; what the store keeps.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShellRecord {
+    /// `sh-` and six base32 characters, unique in this daemon's records.
+    pub id: String,
+    /// The conversation that started it; only that one sees it.
+    pub conversation_id: String,
+    pub command: String,
+    pub cwd: PathBuf,
+    /// Pid of `bash`, which is also the process group id.
+    pub pid: u32,
+    /// Unix ms.
+    pub started_at_ms: i64,
+    /// Unix ms; None while running.
+    pub ended_at_ms: Option<i64>,
+    pub status: ShellStatus,
+    /// Bytes in the spool file (output, plus agentd's marker lines).
+    pub output_bytes: u64,
+    /// Output beyond the cap was discarded.
+    pub truncated: bool,
+    /// Field 22 of `/proc/<pid>/stat` at start, so that after a crash a
+    /// live pid can be proven to still be this shell.
+    pub proc_start_ticks: Option<u64>,
+}
+
+/// What attached clients hear about shells.
+#[derive(Clone, Debug)]
+pub enum ShellEvent {
+    Started(ShellRecord),
+    Exited(ShellRecord),
+}
+
+/// Why a shell operation failed. The texts are written for the model and
+/// for people alike.
+#[derive(Debug, thiserror::Error)]
+pub enum ShellError {
+    /// No such shell (the id).
+    #[error("unknown shell {0}")]
+    NotFound(String),
+    /// A count limit; the text says which and what to do.
+    #[error("{0}")]
+    Limit(String),
+    /// The shell could not be started.
+    #[error("cannot start the background shell: {0}")]
+    Spawn(String),
+    /// The spool could not be read or written.
+    #[error("{0}")]
+    Io(String),
+}
+
+type Persist = Arc<dyn Fn(&ShellRecord) + Send + Sync>;
+
+/// Owns every background shell of the daemon. Shared as `Arc`.
+pub struct ShellManager {
+    spool_dir: PathBuf,
+    limits: ShellLimits,
+    persist: Persist,
+    events: broadcast::Sender<ShellEvent>,
+    shells: Mutex<HashMap<String, Arc<Shell>>>,
+    /// Order of registration, to list shells started in the same
+    /// millisecond newest first too.
+    seq: AtomicU64,
+}
+
+impl std::fmt::Debug for ShellManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShellManager")
+            .field("spool_dir", &self.spool_dir)
+            .field("limits", &self.limits)
+            .field("shells", &lock(&self.shells).len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// One shell, live or from the store.
+#[derive(Debug)]
+struct Shell {
+    seq: u64,
+    spool_path: PathBuf,
+    state: Mutex<State>,
+    /// Bumped on every new output and on the end, for waiters.
+    changed: watch::Sender<u64>,
+    /// Where the model's last `read_new` stopped; also serialises those
+    /// reads, so two polls never return the same line.
+    model_cursor: tokio::sync::Mutex<u64>,
+}
+
+#[derive(Debug)]
+struct State {
+    record: ShellRecord,
+    /// The writer; None for shells from the store.
+    spool: Option<Spool>,
+    /// A kill was asked for: the end is `Killed`, whatever the exit status.
+    kill_requested: bool,
+    /// The end is recorded: stored through `persist` and announced. Waiters
+    /// wait for this, not for the status, so that a clean shutdown cannot
+    /// exit between the two.
+    settled: bool,
+}
+
+impl Shell {
+    fn new(seq: u64, spool_path: PathBuf, record: ShellRecord, spool: Option<Spool>) -> Self {
+        Shell {
+            seq,
+            spool_path,
+            state: Mutex::new(State {
+                settled: record.status.is_ended(),
+                record,
+                spool,
+                kill_requested: false,
+            }),
+            changed: watch::channel(0).0,
+            model_cursor: tokio::sync::Mutex::new(0),
+        }
+    }
+
+    fn record(&self) -> ShellRecord {
+        lock(&self.state).record.clone()
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Waits until the end is recorded, or `pred` holds.
+    async fn wait_until(&self, pred: impl Fn(&ShellRecord) -> bool) {
+        // Subscribing before looking means no change can slip in between.
+        let mut changes = self.changed.subscribe();
+        loop {
+            {
+                let st = lock(&self.state);
+                if st.settled || pred(&st.record) {
+                    return;
+                }
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// The record, and the bytes `[start, start + max)` of the spool as far
+    /// as they exist, from memory when the tail still holds them.
+    async fn read_at(&self, start: u64, max: u64) -> Result<(Vec<u8>, ShellRecord), ShellError> {
+        let (record, in_tail) = {
+            let st = lock(&self.state);
+            let end = st.record.output_bytes.min(start.saturating_add(max));
+            let in_tail = st.spool.as_ref().and_then(|s| s.tail_range(start, end));
+            (st.record.clone(), in_tail)
+        };
+        if let Some(bytes) = in_tail {
+            return Ok((bytes, record));
+        }
+        let end = record.output_bytes.min(start.saturating_add(max));
+        if start >= end {
+            return Ok((Vec::new(), record));
+        }
+        let path = self.spool_path.clone();
+        let bytes = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+            let mut bytes = Vec::new();
+            open_at(&path, start)?
+                .take(end - start)
+                .read_to_end(&mut bytes)?;
+            Ok(bytes)
+        })
+        .await
+        .map_err(|e| ShellError::Io(format!("reading the output failed: {e}")))?
+        .map_err(|e| io_error(&record.id, &e))?;
+        Ok((bytes, record))
+    }
+}
+
+impl ShellManager {
+    /// `spool_dir`: `<data dir>/shells` (created, mode 0700). `persist` is
+    /// called with every record change; `events` carries starts and ends.
+    pub fn new(
+        spool_dir: PathBuf,
+        limits: ShellLimits,
+        persist: Box<dyn Fn(&ShellRecord) + Send + Sync>,
+        events: broadcast::Sender<ShellEvent>,
+    ) -> Arc<Self> {
+        // A failure here shows up as a clear error on the first spawn.
+        if let Err(e) = make_private_dir(&spool_dir) {
+            tracing::warn!(
+                "cannot create the shell spool directory {}: {e}",
+                spool_dir.display()
+            );
+        }
+        Arc::new(ShellManager {
+            spool_dir,
+            limits,
+            persist: Arc::from(persist),
+            events,
+            shells: Mutex::new(HashMap::new()),
+            seq: AtomicU64::new(0),
+        })
+    }
+
+    /// After a crash: given the records the store holds, marks every
+    /// `Running` one `Lost` (persisting it) and kills the process group of
+    /// any whose pid is alive, still leads its group and started at the
+    /// recorded time (provably ours). Returns the records as updated; they
+    /// stay listable and their output readable. Blocks for at most about
+    /// the kill grace per killed shell.
+    pub fn recover(&self, records: Vec<ShellRecord>) -> Vec<ShellRecord> {
+        let grace = Duration::from_millis(self.limits.kill_grace_ms);
+        let mut out = Vec::with_capacity(records.len());
+        for mut record in records {
+            if let Ok(live) = self.shell(&record.id) {
+                // Already known (started since): the live record is right.
+                out.push(live.record());
+                continue;
+            }
+            let spool_path = self.spool_path(&record.id);
+            if record.status == ShellStatus::Running {
+                if provably_ours(&record) {
+                    tracing::info!(
+                        "killing background shell {} (pid {}) left from before a crash",
+                        record.id,
+                        record.pid
+                    );
+                    terminate_group_blocking(pgid_of(&record), grace);
+                }
+                record.status = ShellStatus::Lost;
+                record.ended_at_ms = Some(now_ms());
+                if let Ok(meta) = std::fs::metadata(&spool_path) {
+                    record.output_bytes = meta.len();
+                }
+                (self.persist)(&record);
+            }
+            let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+            let shell = Shell::new(seq, spool_path, record.clone(), None);
+            lock(&self.shells).insert(record.id.clone(), Arc::new(shell));
+            out.push(record);
+        }
+        out
+    }
+
+    /// Starts `command` with `bash -c` in `cwd` as a background shell of
+    /// `conversation_id`: own process group, stdin empty, stdout and stderr
+    /// to the spool, environment as for the bash tool.
+    pub async fn spawn(
+        &self,
+        conversation_id: &str,
+        command: &str,
+        cwd: &Path,
+    ) -> Result<ShellRecord, ShellError> {
+        // The map stays locked from the count to the insert, so concurrent
+        // spawns cannot both take the last slot. Everything in between is
+        // synchronous (fork and exec take about a millisecond).
+        let mut shells = lock(&self.shells);
+        let running: Vec<ShellRecord> = shells
+            .values()
+            .map(|s| s.record())
+            .filter(|r| r.status == ShellStatus::Running)
+            .collect();
+        if running.len() >= self.limits.max_total {
+            return Err(ShellError::Limit(format!(
+                "too many background shells ({} running; limit {}) — kill one with kill_shell first",
+                running.len(),
+                self.limits.max_total
+            )));
+        }
+        let mine = running
+            .iter()
+            .filter(|r| r.conversation_id == conversation_id)
+            .count();
+        if mine >= self.limits.max_per_conversation {
+            return Err(ShellError::Limit(format!(
+                "too many background shells in this conversation ({mine} running; limit {}) — \
+                 kill one with kill_shell first",
+                self.limits.max_per_conversation
+            )));
+        }
+        let id = loop {
+            let id = new_id(self.seq.load(Ordering::Relaxed));
+            if !shells.contains_key(&id) {
+                break id;
+            }
+        };
+
+        make_private_dir(&self.spool_dir).map_err(|e| {
+            ShellError::Io(format!(
+                "cannot create the spool directory {}: {e}",
+                self.spool_dir.display()
+            ))
+        })?;
+        let spool_path = self.spool_path(&id);
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&spool_path)
+            .map_err(|e| {
+                ShellError::Io(format!(
+                    "cannot create the spool file {}: {e}",
+                    spool_path.display()
+                ))
+            })?;
+
+        let mut cmd = shell_command(command, cwd);
+        // Shells outlive the task that watches them: if the daemon dies,
+        // the next start finds them (see `recover`).
+        cmd.kill_on_drop(false);
+        let read_end = attach_output_pipe(&mut cmd)
+            .map_err(|e| ShellError::Spawn(format!("cannot create a pipe: {e}")))?;
+        let spawned = cmd.spawn();
+        drop(cmd);
+        let mut child = spawned.map_err(|e| {
+            ShellError::Spawn(format!("cannot start bash in {}: {e}", cwd.display()))
+        })?;
+        let Some(pid) = child.id() else {
+            return Err(ShellError::Spawn(
+                "the shell exited before it could be tracked".to_string(),
+            ));
+        };
+        let receiver = match pipe::Receiver::from_owned_fd(read_end) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = child.start_kill();
+                return Err(ShellError::Spawn(format!("cannot read its output: {e}")));
+            }
+        };
+        let record = ShellRecord {
+            id: id.clone(),
+            conversation_id: conversation_id.to_string(),
+            command: command.to_string(),
+            cwd: cwd.to_path_buf(),
+            pid,
+            started_at_ms: now_ms(),
+            ended_at_ms: None,
+            status: ShellStatus::Running,
+            output_bytes: 0,
+            truncated: false,
+            proc_start_ticks: i32::try_from(pid)
+                .ok()
+                .and_then(proc_stat)
+                .map(|s| s.start_ticks),
+        };
+        let spool = Spool::new(file, self.limits.max_spool_bytes, self.limits.tail_bytes);
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let shell = Arc::new(Shell::new(seq, spool_path, record.clone(), Some(spool)));
+        shells.insert(id, Arc::clone(&shell));
+        drop(shells);
+
+        let reader = tokio::spawn(pump(receiver, Arc::clone(&shell), self.persist.clone()));
+        tokio::spawn(monitor(
+            shell,
+            child,
+            reader,
+            self.persist.clone(),
+            self.events.clone(),
+            Duration::from_millis(self.limits.kill_grace_ms),
+        ));
+        (self.persist)(&record);
+        let _ = self.events.send(ShellEvent::Started(record.clone()));
+        Ok(record)
+    }
+
+    /// Records of the shells of `conversation_id` (all shells for None),
+    /// newest first.
+    pub fn list(&self, conversation_id: Option<&str>) -> Vec<ShellRecord> {
+        let mut shells: Vec<(i64, u64, ShellRecord)> = lock(&self.shells)
+            .values()
+            .map(|s| {
+                let r = s.record();
+                (r.started_at_ms, s.seq, r)
+            })
+            .filter(|(_, _, r)| conversation_id.is_none_or(|c| r.conversation_id == c))
+            .collect();
+        shells.sort_by_key(|s| std::cmp::Reverse((s.0, s.1)));
+        shells.into_iter().map(|(_, _, r)| r).collect()
+    }
+
+    /// The record of one shell.
+    pub fn get(&self, id: &str) -> Option<ShellRecord> {
+        self.shell(id).ok().map(|s| s.record())
+    }
+
+    /// At most `max` bytes of output from `offset` (an offset in the spool),
+    /// and the record. The record is taken first: if it says the shell has
+    /// ended, `output_bytes` is final and the bytes are all there is.
+    pub async fn read(
+        &self,
+        id: &str,
+        offset: u64,
+        max: usize,
+    ) -> Result<(Vec<u8>, ShellRecord), ShellError> {
+        self.shell(id)?.read_at(offset, max as u64).await
+    }
+
+    /// For the model: the output that is new since the last call for this
+    /// shell, as whole lines while it runs (a partial last line waits for
+    /// the rest), only lines matching `filter` if given, and at most about
+    /// `max_bytes` (head and tail kept around a truncation marker); plus
+    /// the record. Lines dropped by the filter or the cap count as read.
+    pub async fn read_new(
+        &self,
+        id: &str,
+        filter: Option<&Regex>,
+        max_bytes: usize,
+    ) -> Result<(String, ShellRecord), ShellError> {
+        let shell = self.shell(id)?;
+        let mut cursor = shell.model_cursor.lock().await;
+        let start = *cursor;
+        let (record, in_tail) = {
+            let st = lock(&shell.state);
+            let end = st.record.output_bytes;
+            let in_tail = st.spool.as_ref().and_then(|s| s.tail_range(start, end));
+            (st.record.clone(), in_tail)
+        };
+        let len = record.output_bytes.saturating_sub(start);
+        let complete = record.status.is_ended();
+        let scanned = match in_tail {
+            Some(bytes) => output::scan(bytes.as_slice(), len, complete, filter, max_bytes),
+            None if len == 0 => output::scan(&[][..], 0, complete, filter, max_bytes),
+            None => {
+                let path = shell.spool_path.clone();
+                let filter = filter.cloned();
+                tokio::task::spawn_blocking(move || {
+                    output::scan(
+                        open_at(&path, start)?,
+                        len,
+                        complete,
+                        filter.as_ref(),
+                        max_bytes,
+                    )
+                })
+                .await
+                .map_err(|e| ShellError::Io(format!("reading the output failed: {e}")))?
+            }
+        }
+        .map_err(|e| io_error(id, &e))?;
+        *cursor = start + scanned.consumed;
+        Ok((scanned.text, record))
+    }
+
+    /// Returns once the shell has more than `offset` bytes of output or has
+    /// ended, its end recorded (at once for an unknown id).
+    pub async fn wait_output(&self, id: &str, offset: u64) {
+        if let Ok(shell) = self.shell(id) {
+            shell.wait_until(|r| r.output_bytes > offset).await;
+        }
+    }
+
+    /// Kills a shell: SIGTERM to its process group, SIGKILL after the
+    /// grace; returns the final record (status `Killed`) once it is stored.
+    /// A shell that has already ended is left as it is and its record
+    /// returned.
+    pub async fn kill(&self, id: &str) -> Result<ShellRecord, ShellError> {
+        let shell = self.shell(id)?;
+        let pgid = {
+            let mut st = lock(&shell.state);
+            if st.record.status.is_ended() {
+                None
+            } else {
+                st.kill_requested = true;
+                Some(pgid_of(&st.record))
+            }
+        };
+        let grace = Duration::from_millis(self.limits.kill_grace_ms);
+        if let Some(pgid) = pgid {
+            terminate_group(pgid, grace).await;
+        }
+        // The monitor records the end once the pipe is drained (at once for
+        // a shell whose end is recorded already).
+        let recorded = shell.wait_until(|_| false);
+        let _ = tokio::time::timeout(grace + KILL_WAIT + DRAIN * 2, recorded).await;
+        Ok(shell.record())
+    }
+
+    /// For a clean daemon shutdown: kills every running shell (all at
+    /// once); returns when their ends are stored (`Killed`, or how they
+    /// ended if that came first).
+    pub async fn kill_all(&self) {
+        let unsettled: Vec<String> = lock(&self.shells)
+            .iter()
+            .filter(|(_, s)| !lock(&s.state).settled)
+            .map(|(id, _)| id.clone())
+            .collect();
+        futures::future::join_all(unsettled.iter().map(|id| self.kill(id))).await;
+    }
+
+    fn shell(&self, id: &str) -> Result<Arc<Shell>, ShellError> {
+        lock(&self.shells)
+            .get(id)
+            .cloned()
+            .ok_or_else(|| ShellError::NotFound(id.to_string()))
+    }
+
+    fn spool_path(&self, id: &str) -> PathBuf {
+        self.spool_dir.join(format!("{id}.log"))
+    }
+
+    /// Bytes of output held in memory for a shell.
+    #[cfg(test)]
+    fn tail_len(&self, id: &str) -> usize {
+        self.shell(id)
+            .ok()
+            .and_then(|s| lock(&s.state).spool.as_ref().map(Spool::tail_len))
+            .unwrap_or(0)
+    }
+}
+
+/// Copies the shell's output into its spool until end-of-file. Keeps
+/// reading after the cap, so the command never blocks on a full pipe.
+async fn pump(mut receiver: pipe::Receiver, shell: Arc<Shell>, persist: Persist) {
+    let mut buf = vec![0u8; PIPE_CHUNK];
+    loop {
+        let n = match receiver.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
+        };
+        let capped = {
+            let mut guard = lock(&shell.state);
+            let st = &mut *guard;
+            let Some(spool) = st.spool.as_mut() else {
+                continue;
+            };
+            let appended = spool.append(&buf[..n]);
+            let written = spool.written();
+            st.record.output_bytes = written;
+            if appended.started_discarding {
+                st.record.truncated = true;
+                Some(st.record.clone())
+            } else if appended.written == 0 {
+                continue;
+            } else {
+                None
+            }
+        };
+        shell.bump();
+        if let Some(record) = capped {
+            persist(&record);
+        }
+    }
+}
+
+/// Waits for the shell to exit, stops what it left running in its group,
+/// lets the reader finish, and records the end.
+async fn monitor(
+    shell: Arc<Shell>,
+    mut child: tokio::process::Child,
+    mut reader: JoinHandle<()>,
+    persist: Persist,
+    events: broadcast::Sender<ShellEvent>,
+    grace: Duration,
+) {
+    let exit = child.wait().await;
+    let pgid = pgid_of(&shell.record());
+    let mut left_behind = false;
+    if group_alive(pgid) {
+        left_behind = !lock(&shell.state).kill_requested;
+        terminate_group(pgid, grace).await;
+    }
+    if tokio::time::timeout(DRAIN, &mut reader).await.is_err() {
+        // A process that left the group still holds the pipe.
+        reader.abort();
+    }
+    let record = {
+        let mut st = lock(&shell.state);
+        let State {
+            record,
+            spool,
+            kill_requested,
+            ..
+        } = &mut *st;
+        record.status = if *kill_requested {
+            ShellStatus::Killed
+        } else {
+            match &exit {
+                Ok(status) => ShellStatus::Exited {
+                    code: status
+                        .code()
+                        .or_else(|| status.signal().map(|s| 128 + s))
+                        .unwrap_or(-1),
+                },
+                Err(e) => {
+                    tracing::warn!("waiting for background shell {} failed: {e}", record.id);
+                    ShellStatus::Exited { code: -1 }
+                }
+            }
+        };
+        if let Some(spool) = spool.as_mut() {
+            if left_behind {
+                spool.note("[agentd: the shell exited; processes it left running were stopped]");
+            }
+            spool.close();
+            record.output_bytes = spool.written();
+        }
+        record.ended_at_ms = Some(now_ms());
+        record.clone()
+    };
+    shell.bump();
+    persist(&record);
+    let _ = events.send(ShellEvent::Exited(record));
+    lock(&shell.state).settled = true;
+    shell.bump();
+}
+
+/// Whether the record's pid is, right now, the very process the shell
+/// started as: alive, leading its own group, and started at the recorded
+/// clock tick.
+fn provably_ours(record: &ShellRecord) -> bool {
+    let Some(ticks) = record.proc_start_ticks else {
+        return false;
+    };
+    let Ok(pid) = i32::try_from(record.pid) else {
+        return false;
+    };
+    // Never signal pid 0 or 1 (0 would be our own group), nor ourselves.
+    if pid <= 1 || pid == nix::unistd::getpid().as_raw() {
+        return false;
+    }
+    proc_stat(pid).is_some_and(|s| s.is_alive() && s.pgrp == pid && s.start_ticks == ticks)
+}
+
+/// [`terminate_group`] for start-up, outside any task.
+fn terminate_group_blocking(pgid: Pid, grace: Duration) {
+    let _ = killpg(pgid, Signal::SIGTERM);
+    let _ = killpg(pgid, Signal::SIGCONT);
+    let deadline = Instant::now() + grace;
+    while group_alive(pgid) && Instant::now() < deadline {
+        std::thread::sleep(POLL);
+    }
+    if group_alive(pgid) {
+        let _ = killpg(pgid, Signal::SIGKILL);
+        let deadline = Instant::now() + KILL_WAIT;
+        while group_alive(pgid) && Instant::now() < deadline {
+            std::thread::sleep(POLL);
+        }
+    }
+}
+
+fn pgid_of(record: &ShellRecord) -> Pid {
+    Pid::from_raw(i32::try_from(record.pid).unwrap_or(i32::MAX))
+}
+
+/// `sh-` and six base32 characters: 30 random bits, mixed with a counter so
+/// that two draws in a row differ even from a poor random source. The
+/// caller checks uniqueness.
+fn new_id(counter: u64) -> String {
+    let mixed = rand::random::<u32>() ^ (counter as u32).wrapping_mul(0x9E37_79B9);
+    let mut id = String::from("sh-");
+    for i in 0..6 {
+        id.push(char::from(ID_ALPHABET[((mixed >> (5 * i)) & 31) as usize]));
+    }
+    id
+}
+
+fn make_private_dir(dir: &Path) -> std::io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)?;
+    // `mode` applies only to directories it creates.
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
+fn open_at(path: &Path, offset: u64) -> std::io::Result<File> {
+    let mut file = File::open(path)?;
+    file.seek(SeekFrom::Start(offset))?;
+    Ok(file)
+}
+
+fn io_error(id: &str, e: &std::io::Error) -> ShellError {
+    ShellError::Io(format!("cannot read the output of {id}: {e}"))
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests;
