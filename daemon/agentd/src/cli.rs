@@ -7,6 +7,7 @@ use crate::config::{Config, ProviderKind};
 use crate::grpc::listener::{self, ListenError};
 use crate::llm::ProviderConfig;
 use crate::runtime::{Manager, Shared};
+use crate::shells::{ShellLimits, ShellManager};
 use crate::store::Store;
 use clap::Parser;
 use std::fs::File;
@@ -187,11 +188,62 @@ pub async fn run(
     .build()
     .map_err(|e| StartError::Provider(e.to_string()))?;
     tracing::info!(model = %config.model, provider = ?config.provider, base_url = %config.base_url, "configured");
+    let (shell_events, mut shell_rx) = tokio::sync::broadcast::channel(256);
+    let shell_store = store.clone();
+    let shells = ShellManager::new(
+        data_dir.join("shells"),
+        ShellLimits {
+            max_total: config.shells.max_total,
+            max_per_conversation: config.shells.max_per_conversation,
+            max_spool_bytes: config.shells.max_output_bytes,
+            kill_grace_ms: config.limits.kill_grace_ms,
+            ..ShellLimits::default()
+        },
+        Box::new(move |record| {
+            if let Err(e) = shell_store.put_shell(record) {
+                tracing::error!("cannot persist shell {}: {e}", record.id);
+                return;
+            }
+            let store = shell_store.clone();
+            tokio::spawn(async move {
+                if let Err(e) = store.flush().await {
+                    tracing::error!("cannot flush a shell record: {e}");
+                }
+            });
+        }),
+        shell_events,
+    );
+    // After a crash, shells the store lists as running are lost; any whose
+    // process provably is still ours is killed.
+    let stored = store
+        .shells()
+        .map_err(|source| StartError::Store { dir: data_dir.join("db"), source })?;
+    let lost = shells
+        .recover(stored)
+        .into_iter()
+        .filter(|r| r.status == crate::shells::ShellStatus::Lost)
+        .count();
+    if lost > 0 {
+        tracing::warn!("{lost} background shell(s) from before a crash are marked lost");
+    }
     let manager = Manager::new(Shared {
         store,
         config,
         provider,
         tools: Arc::new(crate::tools::Registry::new()),
+        shells: shells.clone(),
+    });
+    let forward_to = manager.clone();
+    tokio::spawn(async move {
+        loop {
+            match shell_rx.recv().await {
+                Ok(event) => forward_to.shell_event(event).await,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!("{n} shell events were not forwarded to clients");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
     });
 
     let listener = listener::bind(&socket, runtime_dir.as_deref())?;
@@ -201,6 +253,8 @@ pub async fn run(
     }
     tracing::info!(socket = %socket.display(), data_dir = %data_dir.display(), "agentd listening");
     let result = crate::grpc::serve(listener::incoming(listener), manager, shutdown).await;
+    // A clean shutdown ends the background shells and records that.
+    shells.kill_all().await;
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)

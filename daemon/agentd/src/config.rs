@@ -137,6 +137,29 @@ pub struct PermissionsSection {
     pub doom_loop: Option<agentd_core::Action>,
 }
 
+/// Limits on background shells.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ShellsSection {
+    /// Running shells per daemon.
+    pub max_total: usize,
+    /// Running shells per conversation.
+    pub max_per_conversation: usize,
+    /// Output kept per shell (spooled to disk), bytes.
+    pub max_output_bytes: u64,
+}
+
+impl Default for ShellsSection {
+    fn default() -> Self {
+        let d = crate::shells::ShellLimits::default();
+        ShellsSection {
+            max_total: d.max_total,
+            max_per_conversation: d.max_per_conversation,
+            max_output_bytes: d.max_spool_bytes,
+        }
+    }
+}
+
 /// The config file's schema.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -157,6 +180,8 @@ pub struct FileConfig {
     pub limits: LimitsSection,
     /// Permission defaults.
     pub permissions: PermissionsSection,
+    /// Background shells.
+    pub shells: ShellsSection,
 }
 
 /// The effective configuration.
@@ -184,6 +209,8 @@ pub struct Config {
     pub doom_loop: agentd_core::Action,
     /// Whether conversations may use `bypass` mode (`--allow-bypass`).
     pub allow_bypass: bool,
+    /// Background shell limits.
+    pub shells: ShellsSection,
 }
 
 impl Config {
@@ -267,6 +294,7 @@ impl Config {
                 .doom_loop
                 .unwrap_or(agentd_core::Action::Ask),
             allow_bypass: false,
+            shells: file.shells,
             model,
             provider: file.provider,
             api_key,

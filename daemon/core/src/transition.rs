@@ -801,9 +801,8 @@ fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Verdict {
     base
 }
 
-/// Whether bash requests offer "run it in the background". Off until
-/// background shells land; then this is the one line to change.
-const OFFER_BACKGROUND: bool = false;
+/// Whether bash requests offer "run it in the background".
+const OFFER_BACKGROUND: bool = true;
 
 fn ask_for(ctx: &ConvContext, call: &ToolCall, reason: String) -> PermissionAsk {
     // "Always" and "never" add a rule; without a narrow one to add (a bash

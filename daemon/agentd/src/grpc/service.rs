@@ -17,6 +17,8 @@ use tonic::{Request, Response, Status, Streaming};
 /// Frames buffered per attached client before its forwarding task waits
 /// (and its broadcast receiver starts to lag, which leads to a resync).
 const CLIENT_BUFFER: usize = 1024;
+/// Bytes of shell output per frame.
+const SHELL_CHUNK: usize = 64 * 1024;
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -235,13 +237,15 @@ impl AgentService for Service {
         request: Request<pb::ListShellsRequest>,
     ) -> Result<Response<pb::ListShellsResponse>, Status> {
         let req = request.into_inner();
-        if !req.conversation_id.is_empty() {
-            self.manager
-                .resolve(&req.conversation_id)
-                .map_err(to_status)?;
-        }
-        // Background shells are not part of this build yet: there are none.
-        Ok(Response::new(pb::ListShellsResponse { shells: Vec::new() }))
+        let conversation = if req.conversation_id.is_empty() {
+            None
+        } else {
+            Some(self.manager.resolve(&req.conversation_id).map_err(to_status)?)
+        };
+        let shells = self.manager.shared().shells.list(conversation.as_deref());
+        Ok(Response::new(pb::ListShellsResponse {
+            shells: shells.iter().map(convert::shell).collect(),
+        }))
     }
 
     type ReadShellOutputStream = BoxStream<pb::ReadShellOutputResponse>;
@@ -250,20 +254,65 @@ impl AgentService for Service {
         &self,
         request: Request<pb::ReadShellOutputRequest>,
     ) -> Result<Response<Self::ReadShellOutputStream>, Status> {
-        Err(Status::not_found(format!(
-            "unknown shell {}",
-            request.into_inner().shell_id
-        )))
+        let req = request.into_inner();
+        let shells = self.manager.shared().shells.clone();
+        // Fail fast on an unknown id, before the stream starts.
+        shells
+            .get(&req.shell_id)
+            .ok_or_else(|| Status::not_found(format!("unknown shell {}", req.shell_id)))?;
+        let (tx, rx) = mpsc::channel(16);
+        let shutdown = self.shutdown.clone();
+        tokio::spawn(async move {
+            let mut offset = req.offset;
+            loop {
+                let (data, record) = match shells.read(&req.shell_id, offset, SHELL_CHUNK).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        let _ = tx.send(Err(convert::shell_status(e))).await;
+                        return;
+                    }
+                };
+                let ended = record.status.is_ended();
+                let got = data.len() as u64;
+                // The last chunk carries the final record: when the shell
+                // has ended and everything was read, or when not following.
+                let last = (ended && got < SHELL_CHUNK as u64) || (!req.follow && got < SHELL_CHUNK as u64);
+                let frame = pb::ReadShellOutputResponse {
+                    offset,
+                    data,
+                    finished: last.then(|| convert::shell(&record)),
+                };
+                offset += got;
+                if tx.send(Ok(frame)).await.is_err() || last {
+                    return;
+                }
+                if got == 0 {
+                    tokio::select! {
+                        _ = shells.wait_output(&req.shell_id, offset) => {}
+                        _ = shutdown.cancelled() => return,
+                        _ = tx.closed() => return,
+                    }
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn kill_shell(
         &self,
         request: Request<pb::KillShellRequest>,
     ) -> Result<Response<pb::KillShellResponse>, Status> {
-        Err(Status::not_found(format!(
-            "unknown shell {}",
-            request.into_inner().shell_id
-        )))
+        let id = request.into_inner().shell_id;
+        let record = self
+            .manager
+            .shared()
+            .shells
+            .kill(&id)
+            .await
+            .map_err(convert::shell_status)?;
+        Ok(Response::new(pb::KillShellResponse {
+            shell: Some(convert::shell(&record)),
+        }))
     }
 
     type AttachStream = ReceiverStream<Result<pb::AttachResponse, Status>>;

@@ -57,6 +57,8 @@ pub(crate) enum Input {
     RetryDue { call: u64 },
     /// The daemon found this conversation mid-turn at start-up.
     Recover,
+    /// One of this conversation's background shells started or ended.
+    Shell(crate::shells::ShellEvent),
     /// The daemon is stopping.
     Shutdown { done: oneshot::Sender<()> },
 }
@@ -129,6 +131,8 @@ pub(crate) struct Actor {
     answering: Option<ClientInfo>,
     /// Whether that answer asked for a rule on the whole project.
     answering_project: bool,
+    /// A tool call a user chose to run as a background shell.
+    to_background: Option<String>,
     /// Every permission rule in force: config file, creation, and rules
     /// added by answers (this conversation's and its project's).
     rules: Vec<Rule>,
@@ -170,6 +174,7 @@ impl Actor {
             retry: None,
             answering: None,
             answering_project: false,
+            to_background: None,
             rules: Vec::new(),
             pending_view: None,
         }
@@ -287,6 +292,13 @@ impl Actor {
                 }
             }
             Input::Recover => self.apply_internal(Event::DaemonRestarted).await,
+            Input::Shell(event) => {
+                let kind = match event {
+                    crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
+                    crate::shells::ShellEvent::Exited(r) => EventKind::ShellExited(r),
+                };
+                self.emit(kind);
+            }
             Input::Shutdown { .. } => {}
         }
     }
@@ -312,6 +324,13 @@ impl Actor {
             } => {
                 self.answering = client;
                 self.answering_project = project_scope;
+                if decision == Decision::Background {
+                    self.to_background = self
+                        .record
+                        .state
+                        .pending_permission()
+                        .map(|ask| ask.tool_use_id.clone());
+                }
                 let result = self
                     .apply(Event::PermissionAnswered {
                         request_id,
@@ -815,7 +834,7 @@ impl Actor {
                 kill_grace_ms: l.kill_grace_ms,
                 ..Default::default()
             },
-            shells: None,
+            shells: Some(self.shared.shells.clone()),
             conversation_id: self.record.id.clone(),
         }
     }
@@ -900,9 +919,14 @@ impl Actor {
         let ctx = self.tool_context(cancel);
         let registry = self.shared.tools.clone();
         let tx = self.tx.clone();
+        let background = self.to_background.take().is_some_and(|id| id == call.id);
         tokio::spawn(async move {
             let started = Instant::now();
-            let output = registry.run(&call.name, call.input, &ctx).await;
+            let output = if background {
+                crate::tools::move_to_background(&call.input, &ctx).await
+            } else {
+                registry.run(&call.name, call.input, &ctx).await
+            };
             let _ = tx.send(Input::ToolDone {
                 call: id,
                 tool_use_id: call.id,

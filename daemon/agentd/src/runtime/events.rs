@@ -166,4 +166,8 @@ pub enum EventKind {
     },
     /// Information for people.
     Notice(String),
+    /// A background shell started.
+    ShellStarted(crate::shells::ShellRecord),
+    /// A background shell ended.
+    ShellExited(crate::shells::ShellRecord),
 }

@@ -38,6 +38,8 @@ pub struct Shared {
     pub provider: Arc<dyn Provider>,
     /// The tools.
     pub tools: Arc<Registry>,
+    /// Background shells (owned by the daemon, not by a turn or a client).
+    pub shells: Arc<crate::shells::ShellManager>,
 }
 
 /// Parameters of a new conversation.
@@ -317,6 +319,19 @@ impl Manager {
         self.shared.store.commit(&record, &numbered)?;
         self.shared.store.flush().await?;
         Ok(true)
+    }
+
+    /// Tells the conversation that owns a background shell that it started
+    /// or ended (its attached clients see it).
+    pub async fn shell_event(&self, event: crate::shells::ShellEvent) {
+        let id = match &event {
+            crate::shells::ShellEvent::Started(r) | crate::shells::ShellEvent::Exited(r) => {
+                r.conversation_id.clone()
+            }
+        };
+        if let Some(tx) = self.actors.lock().await.get(&id) {
+            let _ = tx.send(Input::Shell(event));
+        }
     }
 
     /// Stops every actor: in-flight work is cancelled, persisted state is

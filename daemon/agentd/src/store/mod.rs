@@ -2,7 +2,8 @@
 //!
 //! Trees: `conversations` (id → [`ConversationRecord`] JSON), `messages`
 //! (id ‖ big-endian seq → [`Message`] JSON), `rules` (scope ‖ rule →
-//! [`agentd_core::Rule`] JSON), `meta` (schema version).
+//! [`agentd_core::Rule`] JSON), `shells` (id → `ShellRecord` JSON), `meta`
+//! (schema version).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
 //! callers into one `flush_async`.
@@ -113,6 +114,7 @@ pub struct Store {
     convs: sled::Tree,
     msgs: sled::Tree,
     rules: sled::Tree,
+    shells: sled::Tree,
     flush_tx: mpsc::UnboundedSender<FlushRequest>,
 }
 
@@ -181,6 +183,7 @@ impl Store {
         let convs = db.open_tree("conversations")?;
         let msgs = db.open_tree("messages")?;
         let rules = db.open_tree("rules")?;
+        let shells = db.open_tree("shells")?;
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         tokio::spawn(group_commit(flush_rx));
         Ok(Store {
@@ -188,6 +191,7 @@ impl Store {
             convs,
             msgs,
             rules,
+            shells,
             flush_tx,
         })
     }
@@ -301,6 +305,22 @@ impl Store {
     pub fn rules(&self, scope: &RuleScope) -> Result<Vec<agentd_core::Rule>, StoreError> {
         let mut out = Vec::new();
         for item in self.rules.scan_prefix(scope.key()) {
+            let (k, v) = item?;
+            out.push(decode(&k, &v)?);
+        }
+        Ok(out)
+    }
+
+    /// Writes a background shell's record (not yet durable).
+    pub fn put_shell(&self, shell: &crate::shells::ShellRecord) -> Result<(), StoreError> {
+        self.shells.insert(shell.id.as_bytes(), encode(&shell.id, shell)?)?;
+        Ok(())
+    }
+
+    /// Every background shell record.
+    pub fn shells(&self) -> Result<Vec<crate::shells::ShellRecord>, StoreError> {
+        let mut out = Vec::new();
+        for item in self.shells.iter() {
             let (k, v) = item?;
             out.push(decode(&k, &v)?);
         }
