@@ -215,9 +215,10 @@ pub async fn run(
     );
     // After a crash, shells the store lists as running are lost; any whose
     // process provably is still ours is killed.
-    let stored = store
-        .shells()
-        .map_err(|source| StartError::Store { dir: data_dir.join("db"), source })?;
+    let stored = store.shells().map_err(|source| StartError::Store {
+        dir: data_dir.join("db"),
+        source,
+    })?;
     let lost = shells
         .recover(stored)
         .into_iter()

@@ -7,3 +7,4 @@ mod fake_llm;
 mod foundation;
 mod harness;
 mod permissions;
+mod shells;

@@ -240,7 +240,11 @@ impl AgentService for Service {
         let conversation = if req.conversation_id.is_empty() {
             None
         } else {
-            Some(self.manager.resolve(&req.conversation_id).map_err(to_status)?)
+            Some(
+                self.manager
+                    .resolve(&req.conversation_id)
+                    .map_err(to_status)?,
+            )
         };
         let shells = self.manager.shared().shells.list(conversation.as_deref());
         Ok(Response::new(pb::ListShellsResponse {
@@ -276,7 +280,7 @@ impl AgentService for Service {
                 let got = data.len() as u64;
                 // The last chunk carries the final record: when the shell
                 // has ended and everything was read, or when not following.
-                let last = (ended && got < SHELL_CHUNK as u64) || (!req.follow && got < SHELL_CHUNK as u64);
+                let last = got < SHELL_CHUNK as u64 && (ended || !req.follow);
                 let frame = pb::ReadShellOutputResponse {
                     offset,
                     data,

@@ -313,7 +313,8 @@ impl Store {
 
     /// Writes a background shell's record (not yet durable).
     pub fn put_shell(&self, shell: &crate::shells::ShellRecord) -> Result<(), StoreError> {
-        self.shells.insert(shell.id.as_bytes(), encode(&shell.id, shell)?)?;
+        self.shells
+            .insert(shell.id.as_bytes(), encode(&shell.id, shell)?)?;
         Ok(())
     }
 
