@@ -64,13 +64,12 @@ fn processes_matching(needle: &str) -> Vec<u32> {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
             continue;
         };
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
-            if String::from_utf8_lossy(&cmd)
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline"))
+            && String::from_utf8_lossy(&cmd)
                 .replace('\0', " ")
                 .contains(needle)
-            {
-                out.push(pid);
-            }
+        {
+            out.push(pid);
         }
     }
     out
