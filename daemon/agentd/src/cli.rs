@@ -170,23 +170,28 @@ pub async fn run(
         source,
     })?;
 
-    if config.api_key.is_none() {
-        tracing::warn!(
-            "no API key configured: set ANTHROPIC_API_KEY (or OPENAI_API_KEY with provider = \"openai\") in agentd's environment or config file"
-        );
-    }
-    let provider = match config.provider {
-        ProviderKind::Anthropic => ProviderConfig::Anthropic {
-            api_key: config.api_key.clone().unwrap_or_default(),
+    let provider = match (config.provider, config.api_key.clone()) {
+        (ProviderKind::Anthropic, None) => {
+            let message =
+                "no API key configured: set ANTHROPIC_API_KEY in agentd's environment (or \
+                           api_key under [anthropic] in its config file) and restart agentd"
+                    .to_string();
+            tracing::warn!("{message}");
+            Arc::new(crate::llm::Unconfigured { message }) as Arc<dyn crate::llm::Provider>
+        }
+        (ProviderKind::Anthropic, Some(api_key)) => ProviderConfig::Anthropic {
+            api_key,
             base_url: config.base_url.clone(),
-        },
-        ProviderKind::Openai => ProviderConfig::OpenAi {
-            api_key: config.api_key.clone(),
+        }
+        .build()
+        .map_err(|e| StartError::Provider(e.to_string()))?,
+        (ProviderKind::Openai, api_key) => ProviderConfig::OpenAi {
+            api_key,
             base_url: config.base_url.clone(),
-        },
-    }
-    .build()
-    .map_err(|e| StartError::Provider(e.to_string()))?;
+        }
+        .build()
+        .map_err(|e| StartError::Provider(e.to_string()))?,
+    };
     tracing::info!(model = %config.model, provider = ?config.provider, base_url = %config.base_url, "configured");
     let (shell_events, mut shell_rx) = tokio::sync::broadcast::channel(256);
     let shell_store = store.clone();

@@ -529,3 +529,28 @@ fn the_core_has_no_io_dependencies() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_without_a_key_starts_and_says_what_to_set() {
+    let fake = FakeLlm::start().await;
+    let d = TestDaemon::start_with(
+        &fake,
+        agent_tests::harness::DaemonOptions {
+            env: vec![("ANTHROPIC_API_KEY".into(), String::new())],
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "hello").await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Error).await;
+    let state = r.conversation.unwrap().state.unwrap();
+    assert_eq!(state.error_kind, pb::ErrorKind::Auth as i32);
+    assert!(
+        state.error_message.contains("ANTHROPIC_API_KEY"),
+        "{}",
+        state.error_message
+    );
+    assert!(fake.requests().is_empty(), "nothing was sent without a key");
+}

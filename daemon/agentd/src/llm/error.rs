@@ -134,7 +134,8 @@ impl LlmError {
             LlmError::Connection { .. } => ErrorKind::Network,
             LlmError::Decode { .. } => ErrorKind::Unknown,
             LlmError::Cancelled => ErrorKind::Unknown,
-            LlmError::Config(_) => ErrorKind::Unknown,
+            // A missing or unusable key: the user must fix the credentials.
+            LlmError::Config(_) => ErrorKind::Auth,
         }
     }
 

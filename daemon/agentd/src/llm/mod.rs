@@ -155,6 +155,26 @@ impl ProviderConfig {
     }
 }
 
+/// The provider of a daemon started without credentials: every request
+/// fails at once with an authentication error that says what to set, so
+/// the daemon (and `agent ls`, `agent show`, …) works without a key.
+#[derive(Debug)]
+pub struct Unconfigured {
+    /// What to tell the user.
+    pub message: String,
+}
+
+impl Provider for Unconfigured {
+    fn stream<'a>(
+        &'a self,
+        _req: &'a LlmRequest,
+        _on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
+        _cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
+        Box::pin(async move { Err(LlmError::Config(self.message.clone())) })
+    }
+}
+
 impl fmt::Debug for ProviderConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
