@@ -230,6 +230,9 @@ async fn ls(ctx: &Ctx, io: &mut Io) -> Result<Exit, CliError> {
         .await
         .map_err(CliError::status)?
         .into_inner();
+    for notice in &response.notices {
+        writeln!(io.err, "agentd: {notice}").map_err(out_err)?;
+    }
     if ctx.json {
         let list: Vec<Value> = response
             .conversations

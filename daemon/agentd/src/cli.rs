@@ -165,10 +165,7 @@ pub async fn run(
     listener::create_private_dir(&data_dir)?;
     let _lock = lock_data_dir(&data_dir)?;
     let db_dir = data_dir.join("db");
-    let store = Store::open(&db_dir).map_err(|source| StartError::Store {
-        dir: db_dir,
-        source,
-    })?;
+    let (store, notices) = open_or_quarantine(&data_dir, &db_dir)?;
 
     let provider = match (config.provider, config.api_key.clone()) {
         (ProviderKind::Anthropic, None) => {
@@ -238,6 +235,7 @@ pub async fn run(
         provider,
         tools: Arc::new(crate::tools::Registry::new()),
         shells: shells.clone(),
+        notices,
     });
     let forward_to = manager.clone();
     tokio::spawn(async move {
@@ -264,6 +262,57 @@ pub async fn run(
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)
+}
+
+/// Opens the store. A store that cannot be read (sled 0.34 has known
+/// reports of databases that fail to reopen after an abrupt stop) is moved
+/// aside with a timestamp and a fresh one is started, rather than crash-
+/// looping: the daemon says so loudly, and `agent ls` shows it. A store
+/// written by a newer agentd is not touched: that is an error.
+fn open_or_quarantine(data_dir: &Path, db_dir: &Path) -> Result<(Store, Vec<String>), StartError> {
+    let open = |dir: &Path| {
+        // sled may panic on some corruptions; a panic here is a bad store.
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Store::open(dir))).unwrap_or_else(
+            |_| {
+                Err(crate::store::StoreError::Flush(
+                    "the store panicked while opening".to_string(),
+                ))
+            },
+        )
+    };
+    match open(db_dir) {
+        Ok(store) => Ok((store, Vec::new())),
+        Err(e @ crate::store::StoreError::Schema { .. }) => Err(StartError::Store {
+            dir: db_dir.to_path_buf(),
+            source: e,
+        }),
+        Err(e) => {
+            let secs = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0);
+            let aside = data_dir.join(format!("db.unreadable-{secs}"));
+            std::fs::rename(db_dir, &aside).map_err(|source| StartError::Io {
+                what: format!(
+                    "cannot move the unreadable store {} aside",
+                    db_dir.display()
+                ),
+                source,
+            })?;
+            let notice = format!(
+                "the store in {} could not be opened ({e}); it was moved to {} and agentd started with an empty store. Restore conversations from a backup with `agent import`.",
+                db_dir.display(),
+                aside.display()
+            );
+            tracing::error!("!!! {notice}");
+            eprintln!("agentd: WARNING: {notice}");
+            let store = open(db_dir).map_err(|source| StartError::Store {
+                dir: db_dir.to_path_buf(),
+                source,
+            })?;
+            Ok((store, vec![notice]))
+        }
+    }
 }
 
 /// Takes the data directory's lock file (held for the daemon's life) so a

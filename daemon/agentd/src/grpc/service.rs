@@ -125,6 +125,7 @@ impl AgentService for Service {
                 .iter()
                 .map(|r| convert::summary(r, self.max_attempts(), 0))
                 .collect(),
+            notices: self.manager.shared().notices.clone(),
         }))
     }
 

@@ -40,6 +40,8 @@ pub struct Shared {
     pub tools: Arc<Registry>,
     /// Background shells (owned by the daemon, not by a turn or a client).
     pub shells: Arc<crate::shells::ShellManager>,
+    /// Daemon-wide notices for people (e.g. a store moved aside at start).
+    pub notices: Vec<String>,
 }
 
 /// Parameters of a new conversation.
