@@ -117,6 +117,7 @@ impl AgentService for Mock {
     ) -> Result<Response<pb::ListConversationsResponse>, Status> {
         Ok(Response::new(pb::ListConversationsResponse {
             conversations: lock(&self.state).conversations.clone(),
+            notices: Vec::new(),
         }))
     }
 
