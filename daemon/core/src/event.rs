@@ -84,6 +84,9 @@ pub enum Event {
     UserTriggerContinuation,
     /// The daemon started and found this conversation in the stored state.
     DaemonRestarted,
+    /// The daemon is stopping cleanly (SIGTERM): running tools are being
+    /// terminated.
+    DaemonStopping,
 }
 
 impl Event {
@@ -103,6 +106,7 @@ impl Event {
             Event::ContinuationFailed { .. } => "ContinuationFailed",
             Event::UserTriggerContinuation => "UserTriggerContinuation",
             Event::DaemonRestarted => "DaemonRestarted",
+            Event::DaemonStopping => "DaemonStopping",
         }
     }
 }

@@ -24,6 +24,10 @@ pub const ERR_MAX_ITERATIONS: &str = "Maximum conversation iterations reached";
 /// Result of a running tool whose daemon crashed.
 pub const RESTARTED_WHILE_RUNNING: &str =
     "agentd restarted while this tool was running; its effects are unknown";
+/// Result of a running tool whose daemon was stopped cleanly.
+pub const STOPPED_WHILE_RUNNING: &str = "agentd was stopped while this tool was running; it was interrupted and its effects are unknown";
+/// Result of a tool that had not started when the daemon was stopped.
+pub const SKIPPED_DUE_TO_STOP: &str = "Skipped: agentd was stopped before this tool ran";
 /// Result of a tool that had not started when the daemon crashed.
 pub const SKIPPED_DUE_TO_RESTART: &str = "Skipped: agentd restarted before this tool ran";
 /// Result of a tool skipped because an earlier one was denied with "stop".

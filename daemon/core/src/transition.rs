@@ -287,6 +287,7 @@ pub fn transition(
             _ => Err(not_applicable(&Event::UserTriggerContinuation)),
         },
         Event::DaemonRestarted => Ok(on_restart(state, ctx)),
+        Event::DaemonStopping => Ok(on_stop(state, ctx)),
     }
 }
 
@@ -946,6 +947,45 @@ fn on_permission_answer(
             Ok(schedule(ctx, run, vec![resolved]))
         }
         Decision::Cancelled => Err(Rejected::DecisionNotOffered(decision)),
+    }
+}
+
+/// A clean stop: tools that run now are terminated and recorded as
+/// interrupted, unstarted ones as skipped, and the model request that
+/// follows is left due (`AwaitingLlm`) for the next start to issue. A
+/// pending permission request and a model request in flight are simply
+/// kept: the next start asks / requests again.
+fn on_stop(state: &ConvState, ctx: &ConvContext) -> Transition {
+    match state {
+        ConvState::ToolExecuting(run) if run.permission.is_none() => {
+            let results = answer_all(run, |id| {
+                if run.running.iter().any(|r| r == id) {
+                    texts::STOPPED_WHILE_RUNNING
+                } else {
+                    texts::SKIPPED_DUE_TO_STOP
+                }
+            });
+            let next = if run.iteration >= ctx.max_iterations {
+                ConvState::Error {
+                    message: texts::ERR_MAX_ITERATIONS.to_string(),
+                    kind: ErrorKind::Unknown,
+                }
+            } else {
+                ConvState::AwaitingLlm {
+                    iteration: run.iteration + 1,
+                }
+            };
+            let mut t = Transition::new(next);
+            if !run.running.is_empty() {
+                t = t.with(Effect::AbortTools {
+                    tool_use_ids: run.running.clone(),
+                });
+            }
+            t.with(Effect::AppendMessage {
+                message: Message::user(results, ctx.now_ms),
+            })
+        }
+        _ => Transition::unchanged(state),
     }
 }
 

@@ -119,3 +119,81 @@ async fn export_and_import_round_trip_a_conversation_exactly() {
         .unwrap();
     assert!(out.status.success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_with_clients_and_a_running_tool_stops_quickly_and_records_it() {
+    use super::attach::Attached;
+    use agent_proto::v1::attach_response::Event as Ev;
+    let fake = FakeLlm::start().await;
+    let sleeper = format!("sleep 40.{}", std::process::id());
+    fake.push_all([
+        Script::Reply(ReplyScript::new().tool_use("s1", "bash", json!({"command": sleeper}))),
+        Script::Reply(ReplyScript::new().text("carried on")),
+    ]);
+    let mut d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = super::foundation::create_with(
+        &mut client,
+        work.path(),
+        "",
+        &["bash"],
+        pb::PermissionMode::Default,
+    )
+    .await;
+    let mut clients = Vec::new();
+    for name in ["one", "two", "three"] {
+        clients.push(Attached::open(&mut client, &id, 0, name).await);
+    }
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "sleep".into(),
+        })
+        .await
+        .unwrap();
+    let t = std::time::Duration::from_secs(20);
+    for c in &mut clients {
+        c.until(t, |m| matches!(m.event, Some(Ev::ToolCallBegin(_))))
+            .await;
+    }
+    let started = std::time::Instant::now();
+    let status = d.terminate().await;
+    let took = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        took < std::time::Duration::from_secs(5),
+        "stopping took {took:?}"
+    );
+    for c in &mut clients {
+        // Every client is told why its stream ends.
+        let mut told = false;
+        while let Ok(Ok(Some(m))) =
+            tokio::time::timeout(std::time::Duration::from_secs(2), c.rx.message()).await
+        {
+            if let Some(Ev::Notice(n)) = &m.event {
+                told |= n.message.contains("shutting down");
+            }
+        }
+        assert!(told, "a client was not told why");
+    }
+
+    d.restart().await;
+    let mut client = d.client().await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2, "the loop carried on after the restart");
+    super::core_loop::assert_valid_chain(&reqs[1]);
+    let messages = reqs[1].body["messages"].as_array().unwrap();
+    let result = &messages[2]["content"][0];
+    assert_eq!(result["tool_use_id"], "s1");
+    assert_eq!(result["is_error"], true);
+    assert_eq!(
+        result["content"],
+        "agentd was stopped while this tool was running; it was interrupted and its effects are unknown"
+    );
+    assert_eq!(
+        super::foundation::text_of_message(r.messages.last().unwrap()),
+        "carried on"
+    );
+}

@@ -211,7 +211,7 @@ impl Actor {
         while let Some(input) = self.rx.recv().await {
             match input {
                 Input::Shutdown { done } => {
-                    self.shutdown();
+                    self.shutdown().await;
                     let _ = done.send(());
                     return;
                 }
@@ -717,7 +717,7 @@ impl Actor {
                             tool_use_id: id.clone(),
                             name: String::new(),
                             is_error: true,
-                            summary: agentd_core::texts::CANCELLED_BY_USER.to_string(),
+                            summary: "interrupted".to_string(),
                             diff: None,
                             duration_ms: started.elapsed().as_millis() as u64,
                         });
@@ -938,17 +938,24 @@ impl Actor {
 
     /// Stops in-flight work without changing the persisted state: a
     /// restarted daemon recovers the conversation from it.
-    fn shutdown(&mut self) {
+    /// A clean stop: clients are told why, running tools are terminated
+    /// and recorded as interrupted (the core decides how), and in-flight
+    /// model requests are dropped; the persisted state lets the next start
+    /// carry on.
+    async fn shutdown(&mut self) {
+        self.emit(EventKind::Notice(
+            "agentd is shutting down; running tools are interrupted".to_string(),
+        ));
         if let Some(f) = self.llm.take() {
-            f.cancel.cancel();
-        }
-        for (_, (f, _)) in self.tools.drain() {
             f.cancel.cancel();
         }
         if let Some((_, h)) = self.retry.take() {
             h.abort();
         }
-        self.emit(EventKind::Notice("agentd is shutting down".to_string()));
+        self.apply_internal(Event::DaemonStopping).await;
+        for (_, (f, _)) in self.tools.drain() {
+            f.cancel.cancel();
+        }
     }
 }
 

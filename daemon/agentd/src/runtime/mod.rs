@@ -340,13 +340,17 @@ impl Manager {
     /// kept for recovery, and every client stream ends.
     pub async fn shutdown(&self) {
         let actors: Vec<_> = self.actors.lock().await.drain().collect();
+        // All at once: each actor records its interrupted tools in parallel.
+        let mut waiting = Vec::new();
         for (id, tx) in actors {
             let (done, rx) = oneshot::channel();
-            if tx.send(Input::Shutdown { done }).is_ok()
-                && tokio::time::timeout(std::time::Duration::from_secs(3), rx)
-                    .await
-                    .is_err()
-            {
+            if tx.send(Input::Shutdown { done }).is_ok() {
+                waiting.push((id, rx));
+            }
+        }
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
+        for (id, rx) in waiting {
+            if tokio::time::timeout_at(deadline, rx).await.is_err() {
                 tracing::warn!(conversation = %id, "actor did not stop in time");
             }
         }
