@@ -105,7 +105,9 @@ fn a_request_suggests_a_scoped_rule() {
     let t = reply(&c, &[("bash", json!({"command": "cargo test -p x"}))]);
     let a = ask(&t);
     assert_eq!(a.suggested_rule, "bash(cargo test:*)");
-    assert_eq!(a.options, ALL_OPTIONS);
+    let mut bash_options = ALL_OPTIONS.to_vec();
+    bash_options.push(Decision::Background);
+    assert_eq!(a.options, bash_options);
     assert!(a.reason.contains("`cargo test -p x`"), "{}", a.reason);
 
     let t = reply(&c, &[("bash", json!({"command": "git status"}))]);
@@ -128,15 +130,22 @@ fn no_always_or_never_without_a_narrow_rule() {
         assert_eq!(a.suggested_rule, "bash");
         assert_eq!(
             a.options,
-            [Decision::AllowOnce, Decision::Deny, Decision::DenyAndStop]
+            [
+                Decision::AllowOnce,
+                Decision::Deny,
+                Decision::DenyAndStop,
+                Decision::Background
+            ]
         );
     }
 }
 
 #[test]
-fn background_is_not_offered_yet() {
+fn background_is_offered_for_bash_only() {
     let c = ctx(policy(Mode::Default, &[]));
     let t = reply(&c, &[("bash", json!({"command": "sleep 100"}))]);
+    assert!(ask(&t).options.contains(&Decision::Background));
+    let t = reply(&c, &[("write", json!({"path": "a.txt", "content": "x"}))]);
     assert!(!ask(&t).options.contains(&Decision::Background));
 }
 
