@@ -84,6 +84,8 @@ enum Action {
     Answer { decision: u8, id: u8, feedback: u8 },
     /// The daemon is killed and starts again.
     Restart,
+    /// The daemon is stopped cleanly (SIGTERM), then starts again.
+    Stop,
     /// A user asks for a continuation summary.
     TriggerContinuation,
 }
@@ -211,7 +213,8 @@ fn action_strategy() -> impl Strategy<Value = Action> {
         10 => prop::collection::vec(0u8..6, 0..4).prop_map(Action::Abort),
         30 => (0u8..10, 0u8..4, 0u8..3)
             .prop_map(|(decision, id, feedback)| Action::Answer { decision, id, feedback }),
-        8 => Just(Action::Restart),
+                8 => Just(Action::Restart),
+        4 => Just(Action::Stop),
         1 => Just(Action::TriggerContinuation),
     ]
 }
@@ -283,6 +286,8 @@ struct Sim {
     next_id: u32,
     llm: Llm,
     timer: bool,
+    /// The daemon is stopping: the state may rest on disk as AwaitingLlm.
+    stopping: bool,
     /// Tools the world runs now.
     running: Vec<ToolCall>,
     /// Every ExecuteTool, in order.
@@ -316,6 +321,7 @@ impl Sim {
             next_id: 0,
             llm: Llm::None,
             timer: false,
+            stopping: false,
             running: Vec::new(),
             started: Vec::new(),
             aborted: Vec::new(),
@@ -565,6 +571,7 @@ impl Sim {
                 !run.running.is_empty() || run.permission.is_some(),
                 "a running tool or a permission request",
             ),
+            ConvState::AwaitingLlm { .. } if self.stopping => Ok(()),
             ConvState::AwaitingLlm { .. } | ConvState::AwaitingSubAgents { .. } => {
                 Err("a state the live loop never enters".to_string())
             }
@@ -772,6 +779,7 @@ impl Sim {
                 feedback,
             } => self.answer(*decision, *id, *feedback),
             Action::Restart => self.restart(),
+            Action::Stop => self.stop(),
             Action::TriggerContinuation => {
                 let ok = self.state == ConvState::Idle;
                 self.feed_expecting(Event::UserTriggerContinuation, ok);
@@ -1017,6 +1025,16 @@ impl Sim {
         self.timer = false;
         self.running.clear();
         self.feed_expecting(Event::DaemonRestarted, true);
+    }
+
+    /// A clean stop: `DaemonStopping` is fed while the work is still there
+    /// (its effects abort the tools); then the daemon is gone and starts
+    /// again as after a kill.
+    fn stop(&mut self) {
+        self.stopping = true;
+        self.feed_expecting(Event::DaemonStopping, true);
+        self.stopping = false;
+        self.restart();
     }
 
     // --- The world answers until the conversation rests. ---
