@@ -90,26 +90,20 @@ impl AgentService for Service {
         }
         let record = self
             .manager
-            .create(NewConversation {
-                cwd,
-                model: req.model,
-                mode: (req.mode != pb::PermissionMode::Unspecified as i32)
-                    .then(|| convert::mode_from(req.mode))
-                    .transpose()?,
-                allow_rules: req.allow_rules,
-                additional_dirs,
-            })
+            .create(
+                NewConversation {
+                    cwd,
+                    model: req.model,
+                    mode: (req.mode != pb::PermissionMode::Unspecified as i32)
+                        .then(|| convert::mode_from(req.mode))
+                        .transpose()?,
+                    allow_rules: req.allow_rules,
+                    additional_dirs,
+                },
+                (!prompt.is_empty()).then_some(prompt),
+            )
             .await
             .map_err(to_status)?;
-        let record = if prompt.is_empty() {
-            record
-        } else {
-            self.manager
-                .send(&record.id, prompt)
-                .await
-                .map_err(to_status)?;
-            self.manager.record(&record.id).map_err(to_status)?
-        };
         Ok(Response::new(pb::CreateConversationResponse {
             conversation: Some(convert::summary(&record, self.max_attempts(), 0)),
         }))

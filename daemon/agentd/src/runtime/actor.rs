@@ -127,6 +127,9 @@ pub(crate) struct Actor {
     partial: PartialReply,
     tools: HashMap<String, (InFlight, Instant)>,
     retry: Option<(u64, tokio::task::JoinHandle<()>)>,
+    /// Whether the record is in the store yet (a conversation created with
+    /// a prompt is stored by its first transition, together with it).
+    stored: bool,
     /// The client whose answer is being applied (named in the resolved event).
     answering: Option<ClientInfo>,
     /// Whether that answer asked for a rule on the whole project.
@@ -154,6 +157,7 @@ impl Actor {
         transcript: Vec<Message>,
         rx: mpsc::UnboundedReceiver<Input>,
         tx: mpsc::UnboundedSender<Input>,
+        stored: bool,
     ) -> Actor {
         let (hub, _) = broadcast::channel(HUB_CAPACITY);
         let next_seq = record.seq_reserved + 1;
@@ -172,6 +176,7 @@ impl Actor {
             partial: PartialReply::default(),
             tools: HashMap::new(),
             retry: None,
+            stored,
             answering: None,
             answering_project: false,
             to_background: None,
@@ -198,8 +203,11 @@ impl Actor {
     }
 
     pub(crate) async fn run(mut self) {
-        // Reserve sequence numbers before the first event goes out.
-        if let Err(e) = self.reserve_seqs().await {
+        // Reserve sequence numbers before the first event goes out. An
+        // unstored record gets its reservation written with its first commit.
+        if !self.stored {
+            self.record.seq_reserved = self.next_seq + SEQ_RESERVE;
+        } else if let Err(e) = self.reserve_seqs().await {
             tracing::error!(conversation = %self.record.id, "cannot persist sequence reservation: {e}");
         }
         if let Err(e) = self.load_rules() {

@@ -130,7 +130,11 @@ impl Manager {
     }
 
     /// Creates a conversation.
-    pub async fn create(&self, new: NewConversation) -> Result<ConversationRecord, RuntimeError> {
+    pub async fn create(
+        &self,
+        new: NewConversation,
+        prompt: Option<String>,
+    ) -> Result<ConversationRecord, RuntimeError> {
         if new.mode == Some(Mode::Bypass) && !self.shared.config.allow_bypass {
             return Err(RuntimeError::NotAllowed(
                 "bypass mode is not allowed: start agentd with --allow-bypass".into(),
@@ -175,9 +179,39 @@ impl Manager {
             usage: Usage::default(),
             seq_reserved: 0,
         };
-        self.shared.store.commit(&record, &[])?;
-        self.shared.store.flush().await?;
-        Ok(record)
+        let Some(text) = prompt else {
+            self.shared.store.commit(&record, &[])?;
+            self.shared.store.flush().await?;
+            return Ok(record);
+        };
+        if text.trim().is_empty() {
+            return Err(RuntimeError::InvalidArgument("prompt is empty".into()));
+        }
+        // With a prompt, the conversation and its first message become
+        // durable in one commit: the actor starts from a record that is not
+        // stored yet, and its first transition writes both. A crash can
+        // leave neither or both, never an empty conversation.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let actor = Actor::new(
+            self.shared.clone(),
+            record.clone(),
+            Vec::new(),
+            rx,
+            tx.clone(),
+            false,
+        );
+        self.actors.lock().await.insert(id.clone(), tx.clone());
+        tokio::spawn(actor.run());
+        let (reply, done) = oneshot::channel();
+        tx.send(Input::Command(Command::Send { text, reply }))
+            .map_err(|_| RuntimeError::ShuttingDown)?;
+        match done.await.map_err(|_| RuntimeError::ShuttingDown)? {
+            Ok(_) => self.record(&id),
+            Err(e) => {
+                self.actors.lock().await.remove(&id);
+                Err(e)
+            }
+        }
     }
 
     /// The record of a conversation.
@@ -216,7 +250,14 @@ impl Manager {
             .map(|(_, m)| m)
             .collect();
         let (tx, rx) = mpsc::unbounded_channel();
-        let actor = Actor::new(self.shared.clone(), record, transcript, rx, tx.clone());
+        let actor = Actor::new(
+            self.shared.clone(),
+            record,
+            transcript,
+            rx,
+            tx.clone(),
+            true,
+        );
         tokio::spawn(actor.run());
         actors.insert(id.to_string(), tx.clone());
         Ok(tx)
