@@ -44,6 +44,10 @@ struct TurnResult {
     last_stamp: u128,
     /// The stalled client's frames, read after the turn.
     stalled_frames: Option<(usize, usize)>,
+    /// CPU time over the turn: the daemon's and this process's (the fake
+    /// and every client).
+    daemon_cpu: Duration,
+    bench_cpu: Duration,
 }
 
 /// Runs the scenario.
@@ -74,6 +78,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         };
         for _ in 0..runs {
             let t = turn(
+                pid,
                 &daemon.socket,
                 &daemon.work_dir,
                 &fake,
@@ -93,6 +98,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         }
         for _ in 0..settings.runs.min(3) {
             let t = turn(
+                pid,
                 &daemon.socket,
                 &daemon.work_dir,
                 &fake,
@@ -113,6 +119,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     if !settings.quick || counts.contains(&10) {
         for _ in 0..settings.runs {
             let t = turn(
+                pid,
                 &daemon.socket,
                 &daemon.work_dir,
                 &fake,
@@ -138,6 +145,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         }
         for _ in 0..settings.runs.min(3) {
             let t = turn(
+                pid,
                 &daemon.socket,
                 &daemon.work_dir,
                 &fake,
@@ -202,6 +210,19 @@ fn record_throughput(report: &mut Report, key: &str, label: &str, t: &TurnResult
         "deltas",
         min_deltas as f64,
     );
+    let frames: usize = t.seen.iter().map(|s| s.deltas).sum();
+    report.sample(
+        &format!("{key}_daemon_us_per_frame"),
+        &format!("{label}: daemon CPU per delta delivered to one client"),
+        "µs",
+        t.daemon_cpu.as_secs_f64() * 1e6 / frames as f64,
+    );
+    report.sample(
+        &format!("{key}_bench_us_per_frame"),
+        &format!("{label}: bench CPU (fake + clients) per delta delivered"),
+        "µs",
+        t.bench_cpu.as_secs_f64() * 1e6 / frames as f64,
+    );
     report.sample(
         &format!("{key}_resyncs"),
         &format!("{label}: resync snapshots to readers"),
@@ -244,7 +265,9 @@ fn latency_summary(t: &TurnResult) -> (f64, f64, f64) {
     (at(50.0), at(99.0), at(100.0))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn turn(
+    daemon_pid: u32,
     socket: &Path,
     work_dir: &Path,
     fake: &FakeLlm,
@@ -278,11 +301,21 @@ async fn turn(
     }
     fake.push(script.into());
     ready.wait().await;
+    let daemon_before = procfs::cpu_times(daemon_pid).unwrap_or_default();
+    let bench_before = procfs::cpu_times(std::process::id()).unwrap_or_default();
     super::send(&mut client, &id, "stream").await?;
     let mut seen = Vec::with_capacity(clients);
     for r in readers {
         seen.push(r.await.map_err(|e| format!("a reader panicked: {e}"))??);
     }
+    let daemon_cpu = procfs::cpu_times(daemon_pid)
+        .unwrap_or_default()
+        .since(daemon_before)
+        .own;
+    let bench_cpu = procfs::cpu_times(std::process::id())
+        .unwrap_or_default()
+        .since(bench_before)
+        .own;
     let stalled_frames = match stalled {
         Some(mut s) => Some(drain(&mut s).await),
         None => None,
@@ -293,6 +326,8 @@ async fn turn(
         first_stamp,
         last_stamp,
         stalled_frames,
+        daemon_cpu,
+        bench_cpu,
     })
 }
 
