@@ -171,12 +171,21 @@ fn record_throughput(report: &mut Report, key: &str, label: &str, t: &TurnResult
     let last = t.seen.iter().map(|s| s.last_at).max().unwrap_or(0);
     let span = last.saturating_sub(t.first_stamp) as f64 / 1e9;
     let min_deltas = t.seen.iter().map(|s| s.deltas).min().unwrap_or(0);
+    let frames: usize = t.seen.iter().map(|s| s.deltas).sum();
     let resyncs: usize = t.seen.iter().map(|s| s.resyncs).sum();
+    // Only deltas that arrived as deltas count: a reader that fell behind
+    // was sent a snapshot instead of the deltas it missed.
     report.sample(
         &format!("{key}_deltas_per_s"),
-        &format!("{label}: deltas/s to every client"),
+        &format!("{label}: deltas/s received per reader (as deltas)"),
         "deltas/s",
-        n as f64 / span,
+        frames as f64 / t.seen.len().max(1) as f64 / span,
+    );
+    report.sample(
+        &format!("{key}_complete_pct"),
+        &format!("{label}: share of the deltas the worst reader got as deltas"),
+        "%",
+        100.0 * min_deltas as f64 / n as f64,
     );
     let fake_span = t.last_stamp.saturating_sub(t.first_stamp) as f64 / 1e9;
     report.sample(
@@ -204,13 +213,6 @@ fn record_throughput(report: &mut Report, key: &str, label: &str, t: &TurnResult
         "ms",
         max,
     );
-    report.sample(
-        &format!("{key}_min_delivered"),
-        &format!("{label}: deltas received by the worst reader"),
-        "deltas",
-        min_deltas as f64,
-    );
-    let frames: usize = t.seen.iter().map(|s| s.deltas).sum();
     report.sample(
         &format!("{key}_daemon_us_per_frame"),
         &format!("{label}: daemon CPU per delta delivered to one client"),

@@ -102,14 +102,14 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     let daemon = super::start_daemon(&fake).await;
     let mut client = super::client(&daemon.socket).await?;
     for case in cases() {
-        let id = super::create(&mut client, &root, "", &[]).await?;
-        let mut watcher = Attached::open(&daemon.socket, &id, "bench").await?;
-        let mut n = 0;
         let mut summary = String::new();
         // The first round of each is the untimed warm-up.
         for run in 0..=settings.runs {
-            n += 1;
-            let (took, s) = ours(&fake, &mut client, &mut watcher, &id, &case, n).await?;
+            // A fresh conversation each time: the same call three times in
+            // a row would be a doom loop, which asks for a permission.
+            let id = super::create(&mut client, &root, "", &[]).await?;
+            let mut watcher = Attached::open(&daemon.socket, &id, "bench").await?;
+            let (took, s) = ours(&fake, &mut client, &mut watcher, &id, &case, run).await?;
             summary = s;
             let mut theirs = Vec::new();
             for (name, argv) in &case.commands {

@@ -95,6 +95,17 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
             "MiB",
             procfs::rss_mib(pid),
         );
+        let mut client = super::client(&daemon.socket).await?;
+        for _ in 0..3 {
+            let started = Instant::now();
+            super::list_states(&mut client).await?;
+            report.sample(
+                "list_rpc_ms",
+                &format!("ListConversations RPC on the idle daemon ({conversations})"),
+                "ms",
+                ms(started.elapsed()),
+            );
+        }
         for _ in 0..3 {
             let r = agent_ls(&daemon).await?;
             report.sample(
@@ -112,6 +123,32 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         }
         stop(child).await?;
     }
+    // Memory before anything asks for the list (start-up recovery still
+    // reads every record).
+    let mut child = spawn_like(&daemon, &fake)?;
+    let pid = child.id();
+    let mut listening = false;
+    for _ in 0..10_000 {
+        if tokio::net::UnixStream::connect(&daemon.socket)
+            .await
+            .is_ok()
+        {
+            listening = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    if listening {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        report.sample(
+            "idle_unlisted_rss_mib",
+            &format!("idle daemon RSS, {conversations} persisted, never listed"),
+            "MiB",
+            procfs::rss_mib(pid),
+        );
+    }
+    let _ = child.try_wait();
+    stop(child).await?;
     report.set_target("spawn_to_list_ms", Target::AtMost(500.0));
     drop(daemon);
 
