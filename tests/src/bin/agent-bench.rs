@@ -1,0 +1,169 @@
+//! Benchmarks of agentd against an instant fake LLM (issue 7).
+//!
+//! ```text
+//! cargo build --release -p agent-tests --bins
+//! cargo run --release -p agent-tests --bin agent-bench -- SCENARIO [--json] [--runs N] [--quick] [--tree DIR]
+//! ```
+//!
+//! SCENARIO is one of `tool-rounds`, `fanout`, `many`, `startup`,
+//! `durability`, `request-bytes`, `search`, or `all`. Each prints a Markdown
+//! table (median, min and max over the runs, the target if the issue sets
+//! one) and then one JSON line; with `--json` the tables go to stderr and
+//! stdout has only the JSON lines. The daemon is the release `test-agentd`
+//! next to this binary (or `$AGENT_TESTS_DAEMON_BIN`).
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use agent_tests::bench::{self, BenchResult, Settings, procfs, stats::Report};
+
+const SCENARIOS: [&str; 7] = [
+    "tool-rounds",
+    "fanout",
+    "many",
+    "startup",
+    "durability",
+    "request-bytes",
+    "search",
+];
+
+const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR]\n\
+    SCENARIO: tool-rounds | fanout | many | startup | durability | request-bytes | search | all";
+
+fn main() -> ExitCode {
+    let mut scenario = None;
+    let mut json_only = false;
+    let mut settings = Settings {
+        runs: 5,
+        quick: false,
+        search_tree: None,
+    };
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--json" => json_only = true,
+            "--quick" => settings.quick = true,
+            "--runs" => match args.next().and_then(|n| n.parse().ok()) {
+                Some(n) if n > 0 => settings.runs = n,
+                _ => return usage("--runs needs a positive number"),
+            },
+            "--tree" => match args.next() {
+                Some(dir) => settings.search_tree = Some(dir.into()),
+                None => return usage("--tree needs a directory"),
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            s if scenario.is_none() && (s == "all" || SCENARIOS.contains(&s)) => {
+                scenario = Some(s.to_string());
+            }
+            other => return usage(&format!("unexpected argument {other:?}")),
+        }
+    }
+    let Some(scenario) = scenario else {
+        return usage("which scenario?");
+    };
+    if let Err(e) = check_binaries() {
+        eprintln!("agent-bench: {e}");
+        return ExitCode::from(2);
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("agent-bench: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let list: Vec<&str> = if scenario == "all" {
+        SCENARIOS.to_vec()
+    } else {
+        vec![scenario.as_str()]
+    };
+    let say = |text: &str| {
+        if json_only {
+            eprintln!("{text}");
+        } else {
+            println!("{text}");
+        }
+    };
+    say(&format!(
+        "agent-bench: {}; load average {:.2} at start; {} run(s){}",
+        procfs::machine(),
+        procfs::load_average(),
+        settings.runs,
+        if settings.quick { ", quick sizes" } else { "" }
+    ));
+    let mut failed = false;
+    for name in list {
+        let started = Instant::now();
+        let load_before = procfs::load_average();
+        let result = runtime.block_on(run_one(name, &settings));
+        match result {
+            Ok(mut report) => {
+                report.note(format!(
+                    "took {:.0} s; load average {load_before:.2} before, {:.2} after",
+                    started.elapsed().as_secs_f64(),
+                    procfs::load_average()
+                ));
+                say(&report.table());
+                println!("{}", report.json());
+            }
+            Err(e) => {
+                failed = true;
+                eprintln!("agent-bench: {name} failed: {e}");
+                println!("{}", serde_json::json!({"scenario": name, "error": e}));
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+async fn run_one(name: &str, settings: &Settings) -> BenchResult<Report> {
+    match name {
+        "tool-rounds" => bench::tool_rounds::run(settings).await,
+        "fanout" => bench::fanout::run(settings).await,
+        "many" => bench::many::run(settings).await,
+        "startup" => bench::startup::run(settings).await,
+        "durability" => bench::durability::run(settings).await,
+        "request-bytes" => bench::request_bytes::run(settings).await,
+        "search" => bench::search::run(settings).await,
+        other => Err(format!("unknown scenario {other}")),
+    }
+}
+
+/// The daemon and client binaries must have been built next to this one
+/// (`cargo run --bin agent-bench` builds only the bench).
+fn check_binaries() -> BenchResult<()> {
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = exe.parent().ok_or("no directory for the bench binary")?;
+    for (var, name) in [
+        ("AGENT_TESTS_DAEMON_BIN", "test-agentd"),
+        ("AGENT_TESTS_CLIENT_BIN", "test-agent"),
+    ] {
+        if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
+            continue;
+        }
+        let path = dir.join(name);
+        if !path.exists() {
+            return Err(format!(
+                "{} is missing: run `cargo build --release -p agent-tests --bins` first \
+                 (tests/bench.sh does)",
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn usage(problem: &str) -> ExitCode {
+    eprintln!("agent-bench: {problem}\n{USAGE}");
+    ExitCode::from(2)
+}
