@@ -27,8 +27,9 @@ use tokio_util::sync::CancellationToken;
 /// How many events a client may fall behind before it is resynchronised
 /// with a fresh snapshot instead of slowing anyone down.
 pub const HUB_CAPACITY: usize = 8192;
-/// Recent events kept for clients that reconnect with `after_seq`.
-const REPLAY_CAPACITY: usize = 4096;
+/// Recent events kept for clients that reconnect with `after_seq` (beyond
+/// it they get a snapshot).
+const REPLAY_CAPACITY: usize = 1024;
 /// Event sequence numbers reserved (and persisted) ahead of use, so a
 /// restarted daemon never hands out a number twice.
 const SEQ_RESERVE: u64 = 1 << 16;
@@ -118,7 +119,9 @@ pub(crate) struct Actor {
     transcript: Vec<Message>,
     rx: mpsc::UnboundedReceiver<Input>,
     tx: mpsc::UnboundedSender<Input>,
-    hub: broadcast::Sender<Arc<ConvEvent>>,
+    /// The fan-out to attached clients; made when the first client attaches
+    /// (its ring is the biggest thing a live conversation holds).
+    hub: Option<broadcast::Sender<Arc<ConvEvent>>>,
     replay: VecDeque<Arc<ConvEvent>>,
     clients: Vec<ClientInfo>,
     next_seq: u64,
@@ -159,7 +162,6 @@ impl Actor {
         tx: mpsc::UnboundedSender<Input>,
         stored: bool,
     ) -> Actor {
-        let (hub, _) = broadcast::channel(HUB_CAPACITY);
         let next_seq = record.seq_reserved + 1;
         Actor {
             shared,
@@ -167,7 +169,7 @@ impl Actor {
             transcript,
             rx,
             tx,
-            hub,
+            hub: None,
             replay: VecDeque::new(),
             clients: Vec::new(),
             next_seq,
@@ -359,7 +361,10 @@ impl Actor {
                     id: client_id,
                     name,
                 };
-                let live = self.hub.subscribe();
+                let live = self
+                    .hub
+                    .get_or_insert_with(|| broadcast::channel(HUB_CAPACITY).0)
+                    .subscribe();
                 let initial = self.initial_frames(after_seq, &client);
                 self.clients.push(client.clone());
                 let _ = reply.send(Subscription {
@@ -488,8 +493,10 @@ impl Actor {
             self.replay.pop_front();
         }
         self.replay.push_back(event.clone());
-        // No receivers is fine: nobody is attached.
-        let _ = self.hub.send(event);
+        if let Some(hub) = &self.hub {
+            // No receivers left is fine: the clients went away.
+            let _ = hub.send(event);
+        }
     }
 
     async fn reserve_seqs(&mut self) -> Result<(), crate::store::StoreError> {
