@@ -3,6 +3,7 @@
 
 use super::attach::{Attached, is_idle};
 use super::foundation::{create, create_with, get, text_of_message, wait_state, workdir};
+use super::util::processes_matching;
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{FakeLlm, Gate, Recorded, ReplyScript, Script};
 use agent_tests::harness::TestDaemon;
@@ -248,22 +249,6 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
     assert_valid_chain(&reqs[1]);
-}
-
-fn processes_matching(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) {
-                out.push(pid);
-            }
-        }
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,3 +9,4 @@ mod foundation;
 mod harness;
 mod permissions;
 mod shells;
+mod util;

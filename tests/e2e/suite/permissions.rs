@@ -5,6 +5,7 @@
 use super::attach::{Attached, is_idle};
 use super::core_loop::assert_valid_chain;
 use super::foundation::{create_with, get, kind_of, wait_state, workdir};
+use super::util::tool;
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
@@ -14,10 +15,6 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(20);
-
-fn tool(id: &str, name: &str, input: Value) -> Script {
-    Script::Reply(ReplyScript::new().tool_use(id, name, input))
-}
 
 fn done() -> Script {
     Script::Reply(ReplyScript::new().text("done"))

@@ -4,6 +4,7 @@
 use super::attach::{Attached, is_idle};
 use super::core_loop::assert_valid_chain;
 use super::foundation::{create_with, wait_state, workdir};
+use super::util::{processes_matching, tool};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
@@ -14,10 +15,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const T: Duration = Duration::from_secs(30);
-
-fn tool(id: &str, name: &str, input: Value) -> Script {
-    Script::Reply(ReplyScript::new().tool_use(id, name, input))
-}
 
 /// The first `sh-…` id in `text`.
 fn shell_id(text: &str) -> Option<String> {
@@ -56,23 +53,6 @@ fn assistant_turns(body: &Value) -> usize {
 /// earlier failed run cannot be mistaken for this run's processes.
 fn unique_sleep(base: u32) -> String {
     format!("sleep {base}.{}", std::process::id())
-}
-
-fn processes_matching(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline"))
-            && String::from_utf8_lossy(&cmd)
-                .replace('\0', " ")
-                .contains(needle)
-        {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 async fn agent_out(d: &TestDaemon, args: &[&str]) -> (bool, String, String) {
