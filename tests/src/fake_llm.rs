@@ -12,6 +12,10 @@
 //!
 //! Every response carries `request-id: req_fake_N`, N counting requests from 1.
 //!
+//! A request takes the next queued script; when the queue is empty, the
+//! [responder](FakeLlm::set_responder) (if set) makes one from the request
+//! body, else the [default](FakeLlm::set_default) script answers.
+//!
 //! ```no_run
 //! # async fn demo() {
 //! use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
@@ -46,6 +50,11 @@ use tokio_util::sync::CancellationToken;
 
 pub use script::{Gate, ReplyScript, Script, error_body};
 pub use sse::{SseEvent, parse_sse};
+
+/// Makes the answer to a request from its JSON body when no script is
+/// queued (see [`FakeLlm::set_responder`]). Called on the server's task:
+/// it must not block.
+pub type Responder = Arc<dyn Fn(&serde_json::Value) -> Script + Send + Sync>;
 
 /// One request the fake LLM received.
 #[derive(Debug, Clone)]
@@ -92,6 +101,7 @@ pub(crate) struct Shared {
     // std Mutexes: nothing async happens while any of them is held.
     scripts: Mutex<VecDeque<Script>>,
     default: Mutex<Option<Script>>,
+    responder: Mutex<Option<Responder>>,
     requests: Mutex<Vec<Recorded>>,
     disconnects: AtomicUsize,
     /// Woken when a request arrives or a client goes away.
@@ -131,9 +141,18 @@ impl Shared {
         self.changed.notify_waiters();
     }
 
-    pub(crate) fn next_script(&self) -> Option<Script> {
-        let queued = lock(&self.scripts).pop_front();
-        queued.or_else(|| lock(&self.default).clone())
+    /// The queued script, else the responder's answer to `body`, else the
+    /// default.
+    pub(crate) fn next_script(&self, body: &serde_json::Value) -> Option<Script> {
+        if let Some(queued) = lock(&self.scripts).pop_front() {
+            return Some(queued);
+        }
+        // Cloned out so the responder runs without any lock held.
+        let responder = lock(&self.responder).clone();
+        match responder {
+            Some(respond) => Some(respond(body)),
+            None => lock(&self.default).clone(),
+        }
     }
 }
 
@@ -158,6 +177,7 @@ impl FakeLlm {
             addr,
             scripts: Mutex::new(VecDeque::new()),
             default: Mutex::new(None),
+            responder: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             disconnects: AtomicUsize::new(0),
             changed: Notify::new(),
@@ -207,6 +227,26 @@ impl FakeLlm {
     /// such requests get a 500 whose message is "fake LLM: no script left".
     pub fn set_default(&self, script: Option<Script>) {
         *lock(&self.shared.default) = script;
+    }
+
+    /// A function that answers each request the queue does not: it gets
+    /// the request's JSON body (e.g. to reply according to the transcript
+    /// it carries) and returns the script to play. It takes precedence over
+    /// [`set_default`](Self::set_default); `None` removes it.
+    ///
+    /// ```no_run
+    /// # async fn demo() {
+    /// use agent_tests::fake_llm::{FakeLlm, Script};
+    /// use std::sync::Arc;
+    /// let llm = FakeLlm::start().await;
+    /// llm.set_responder(Some(Arc::new(|body: &serde_json::Value| {
+    ///     let n = body["messages"].as_array().map_or(0, Vec::len);
+    ///     Script::text(&format!("you sent {n} messages"))
+    /// })));
+    /// # }
+    /// ```
+    pub fn set_responder(&self, responder: Option<Responder>) {
+        *lock(&self.shared.responder) = responder;
     }
 
     /// How many queued scripts no request has taken yet.

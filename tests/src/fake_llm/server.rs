@@ -65,6 +65,9 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         .and_then(serde_json::Value::as_str)
         .unwrap_or("claude-fake")
         .to_string();
+    // Chosen before the request is recorded so a responder sees the body
+    // without a copy; a request to an unknown path takes no script.
+    let script = format.map(|_| shared.next_script(&body));
     shared.record(Recorded {
         path: path.clone(),
         headers,
@@ -76,7 +79,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         let message = format!("fake LLM: no route for {} {path}", parts.method);
         return json_response(seq, 404, &[], &error_body("not_found_error", &message));
     };
-    let Some(script) = shared.next_script() else {
+    let Some(script) = script.flatten() else {
         return json_response(
             seq,
             500,

@@ -508,6 +508,43 @@ async fn queue_first_then_default() {
 }
 
 #[tokio::test]
+async fn a_responder_answers_from_the_body_after_the_queue() {
+    let llm = FakeLlm::start().await;
+    llm.push(Script::text("queued"));
+    llm.set_default(Some(Script::text("default")));
+    llm.set_responder(Some(std::sync::Arc::new(|body: &serde_json::Value| {
+        let said = body["messages"][0]["content"].as_str().unwrap_or("?");
+        Script::text(&format!("you said {said}"))
+    })));
+    let text_of = |body: &str| -> String {
+        parse_sse(body)
+            .iter()
+            .filter_map(|e| e.json()["delta"]["text"].as_str().map(str::to_string))
+            .collect()
+    };
+    let mut texts = Vec::new();
+    for _ in 0..2 {
+        let body = post(&llm, "/v1/messages", &anthropic_request(true))
+            .await
+            .text()
+            .await
+            .unwrap();
+        texts.push(text_of(&body));
+    }
+    assert_eq!(texts, ["queued", "you said hi"]);
+    // Unknown paths take nothing from the queue or the responder.
+    assert_eq!(post(&llm, "/v2/nothing", &json!({})).await.status(), 404);
+    llm.set_responder(None);
+    let body = post(&llm, "/v1/messages", &anthropic_request(true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(text_of(&body), "default");
+    assert_eq!(llm.requests().len(), 4, "every request is recorded");
+}
+
+#[tokio::test]
 async fn hang_never_answers_but_is_recorded() {
     let llm = FakeLlm::start().await;
     llm.push(Script::Hang);
