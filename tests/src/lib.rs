@@ -15,5 +15,6 @@
 //! agentd can be tried offline; `stub-agentd` is a stand-in daemon that only
 //! listens, used to test the harness itself.
 
+pub mod crash;
 pub mod fake_llm;
 pub mod harness;
