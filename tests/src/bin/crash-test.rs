@@ -10,6 +10,10 @@
 //! prints the seed first; `--seed` repeats a run's plan. Exits 0 after the
 //! summary line, 1 with a description of the first violation (the daemon's
 //! directory is kept and named), 2 on a usage error.
+//!
+//! `--tolerate-non-atomic-create` counts instead of failing on a known
+//! daemon bug (a conversation created with a prompt can be left without it
+//! by a kill), so a long run can look for others.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -17,7 +21,7 @@ use std::time::Duration;
 use agent_tests::crash::{self, CrashOptions};
 
 const USAGE: &str = "usage: crash-test [--kills N] [--seed S] [--conversations C] \
-[--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--quiet]";
+[--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--tolerate-non-atomic-create] [--quiet]";
 
 fn parse(args: &[String]) -> Result<CrashOptions, String> {
     let mut opts = CrashOptions {
@@ -28,6 +32,10 @@ fn parse(args: &[String]) -> Result<CrashOptions, String> {
     while let Some(flag) = it.next() {
         if flag == "--quiet" {
             opts.progress = false;
+            continue;
+        }
+        if flag == "--tolerate-non-atomic-create" {
+            opts.tolerate_non_atomic_create = true;
             continue;
         }
         if flag == "-h" || flag == "--help" {

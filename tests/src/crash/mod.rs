@@ -79,6 +79,11 @@ pub struct CrashOptions {
     pub settle_timeout: Duration,
     /// Print a line per kill.
     pub progress: bool,
+    /// Count, instead of failing on, a conversation created with a prompt
+    /// whose creation was not acknowledged and which holds no message: a
+    /// known daemon bug (`CreateConversation` persists the conversation,
+    /// then sends the prompt, so a kill in between leaves it empty).
+    pub tolerate_non_atomic_create: bool,
     /// Where to copy the daemon's directory (data, log, work) when a check
     /// fails; the system temporary directory when `None`.
     pub keep_dir: Option<PathBuf>,
@@ -100,6 +105,7 @@ impl Default for CrashOptions {
             faults: 0.05,
             settle_timeout: Duration::from_secs(60),
             progress: true,
+            tolerate_non_atomic_create: false,
             keep_dir: None,
             daemon: DaemonOptions::default(),
         }
@@ -151,6 +157,9 @@ pub struct Summary {
     pub skipped_tools: usize,
     /// Frames the attached observers received.
     pub frames: u64,
+    /// Conversations created with a prompt that hold no message (counted
+    /// when tolerated, see [`CrashOptions::tolerate_non_atomic_create`]).
+    pub empty_creations: usize,
 }
 
 impl fmt::Display for Summary {
@@ -172,7 +181,7 @@ impl Summary {
             "{} kills ({} during recovery); {} conversations, {} turns started ({} acknowledged), \
              {} cancelled, {} messages ({} acknowledged to clients), \
              {} model requests ({} repeated, {} streams cut), \
-             {} tools interrupted, {} skipped, {} attach frames",
+             {} tools interrupted, {} skipped, {} attach frames{}",
             self.kills,
             self.recovery_kills,
             self.conversations,
@@ -186,7 +195,15 @@ impl Summary {
             self.cut_streams,
             self.restarted_tools,
             self.skipped_tools,
-            self.frames
+            self.frames,
+            if self.empty_creations > 0 {
+                format!(
+                    "; KNOWN BUG tolerated: {} conversation(s) created with a prompt hold no message",
+                    self.empty_creations
+                )
+            } else {
+                String::new()
+            }
         )
     }
 }
@@ -582,7 +599,9 @@ impl Run {
                     c.id, c.cwd
                 ));
             };
-            if with_prompt && c.message_count == 0 {
+            if with_prompt && c.message_count == 0 && self.opts.tolerate_non_atomic_create {
+                self.summary.empty_creations += 1;
+            } else if with_prompt && c.message_count == 0 {
                 return Err(format!(
                     "conversation {} was created with a prompt, but holds no message: \
                      CreateConversation is not atomic (the kill fell between the creation and the prompt)",
