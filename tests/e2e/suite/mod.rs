@@ -3,6 +3,7 @@
 mod attach;
 mod cli;
 mod core_loop;
+mod crash;
 mod fake_llm;
 mod foundation;
 mod harness;
