@@ -411,6 +411,74 @@ pub fn request(n: usize, body: &Value, stored: &[pb::Message], id: &str) -> Resu
     Ok(())
 }
 
+/// Checks the tools' effects in the conversation's working directory: no
+/// bash call ran twice (each appends its own stamp to `log.txt`; a daemon
+/// must never run a call again after a restart), a bash call recorded as a
+/// success did append its stamp, and a write recorded as a success left
+/// its content.
+pub fn effects(id: &str, cwd: &std::path::Path, messages: &[pb::Message]) -> Result<(), String> {
+    let log = std::fs::read_to_string(cwd.join("log.txt")).unwrap_or_default();
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for line in log.lines() {
+        *counts.entry(line).or_default() += 1;
+    }
+    if let Some((stamp, n)) = counts.iter().find(|(_, n)| **n > 1) {
+        return Err(format!(
+            "conversation {id}: the bash call that writes {stamp:?} ran {n} times (see {}/log.txt)",
+            cwd.display()
+        ));
+    }
+    let turns = turns_of(messages);
+    for pair in turns.windows(2) {
+        for b in &pair[0].blocks {
+            let Block::ToolUse {
+                id: call,
+                name,
+                input,
+            } = b
+            else {
+                continue;
+            };
+            let succeeded = pair[1]
+                .blocks
+                .iter()
+                .any(|r| matches!(r, Block::ToolResult { id, is_error: false, .. } if id == call));
+            if !succeeded {
+                continue;
+            }
+            match name.as_str() {
+                "bash" => {
+                    let command = input["command"].as_str().unwrap_or_default();
+                    let stamp = command
+                        .split("echo ")
+                        .nth(1)
+                        .and_then(|rest| rest.split(" >>").next())
+                        .unwrap_or_default();
+                    if !stamp.is_empty() && !counts.contains_key(stamp) {
+                        return Err(format!(
+                            "conversation {id}: bash call {call} succeeded, but its stamp {stamp:?} is not in {}/log.txt",
+                            cwd.display()
+                        ));
+                    }
+                }
+                "write" => {
+                    let path = cwd.join(input["path"].as_str().unwrap_or_default());
+                    let want = input["content"].as_str().unwrap_or_default();
+                    let got = std::fs::read_to_string(&path).unwrap_or_default();
+                    if got != want {
+                        return Err(format!(
+                            "conversation {id}: write call {call} succeeded, but {} holds {got:?}, not {want:?}",
+                            path.display()
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -432,6 +500,139 @@ mod tests {
             content: "ok".into(),
             is_error: false,
         }
+    }
+
+    fn message(seq: u64, role: pb::Role, blocks: Vec<pb::content_block::Block>) -> pb::Message {
+        pb::Message {
+            seq,
+            role: role as i32,
+            content: blocks
+                .into_iter()
+                .map(|b| pb::ContentBlock { block: Some(b) })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn effects_catch_a_tool_run_twice_and_a_lost_write() {
+        use pb::content_block::Block as B;
+        let dir = tempfile::tempdir().unwrap();
+        let call = |id: &str, name: &str, input: Value| {
+            B::ToolUse(pb::ToolUseBlock {
+                id: id.into(),
+                name: name.into(),
+                input_json: input.to_string(),
+            })
+        };
+        let ok = |id: &str| {
+            B::ToolResult(pb::ToolResultBlock {
+                tool_use_id: id.into(),
+                content: String::new(),
+                is_error: false,
+            })
+        };
+        let messages = [
+            message(1, pb::Role::User, vec![]),
+            message(
+                2,
+                pb::Role::Assistant,
+                vec![
+                    call(
+                        "b",
+                        "bash",
+                        serde_json::json!({"command": "sleep 0.01; echo s1 >> log.txt"}),
+                    ),
+                    call(
+                        "w",
+                        "write",
+                        serde_json::json!({"path": "f.txt", "content": "hi\n"}),
+                    ),
+                ],
+            ),
+            message(3, pb::Role::User, vec![ok("b"), ok("w")]),
+        ];
+        std::fs::write(dir.path().join("log.txt"), "s1\n").unwrap();
+        std::fs::write(dir.path().join("f.txt"), "hi\n").unwrap();
+        assert_eq!(effects("x", dir.path(), &messages), Ok(()));
+        std::fs::write(dir.path().join("f.txt"), "other").unwrap();
+        assert!(
+            effects("x", dir.path(), &messages)
+                .unwrap_err()
+                .contains("write call w")
+        );
+        std::fs::write(dir.path().join("f.txt"), "hi\n").unwrap();
+        std::fs::write(dir.path().join("log.txt"), "s1\ns1\n").unwrap();
+        assert!(
+            effects("x", dir.path(), &messages)
+                .unwrap_err()
+                .contains("ran 2 times")
+        );
+        std::fs::write(dir.path().join("log.txt"), "").unwrap();
+        assert!(
+            effects("x", dir.path(), &messages)
+                .unwrap_err()
+                .contains("not in")
+        );
+    }
+
+    #[test]
+    fn a_request_must_be_a_prefix_of_the_stored_transcript() {
+        use pb::content_block::Block as B;
+        let text = |t: &str| B::Text(pb::TextBlock { text: t.into() });
+        let mut reply = message(2, pb::Role::Assistant, vec![text("done")]);
+        reply.stop_reason = "end_turn".into();
+        let stored = [
+            message(1, pb::Role::User, vec![text("[crash c=1 t=1 k=2] go")]),
+            reply,
+            message(
+                3,
+                pb::Role::User,
+                vec![text("[Request interrupted by user]")],
+            ),
+            message(4, pb::Role::User, vec![text("[crash c=1 t=2 k=2] again")]),
+        ];
+        let body = |msgs: Value| serde_json::json!({ "messages": msgs });
+        let first = serde_json::json!({"role": "user", "content": [{"type": "text", "text": "[crash c=1 t=1 k=2] go"}]});
+        assert_eq!(
+            request(1, &body(serde_json::json!([first])), &stored, "x"),
+            Ok(())
+        );
+        // The cancel marker and the next prompt merge into one user message.
+        let merged = serde_json::json!([first,
+            {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+            {"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"},
+                                         {"type": "text", "text": "[crash c=1 t=2 k=2] again"}]}]);
+        assert_eq!(request(2, &body(merged), &stored, "x"), Ok(()));
+        let lost = serde_json::json!([first,
+            {"role": "assistant", "content": [{"type": "text", "text": "a reply the store lost"}]},
+            {"role": "user", "content": [{"type": "text", "text": "more"}]}]);
+        assert!(
+            request(3, &body(lost), &stored, "x")
+                .unwrap_err()
+                .contains("not a prefix")
+        );
+        let count = |n: u64| pb::ConversationSummary {
+            message_count: n,
+            ..Default::default()
+        };
+        let none = Default::default();
+        let first_cancelled = std::collections::HashSet::from([1]);
+        // Turn 2 has no reply.
+        let err = transcript("x", &count(4), &stored, &first_cancelled).unwrap_err();
+        assert!(err.contains("turn 2"), "{err}");
+        // Turn 1 ends with a cancel's marker: fine only if it was cancelled.
+        assert!(transcript("x", &count(3), &stored[..3], &none).is_err());
+        assert_eq!(
+            transcript("x", &count(3), &stored[..3], &first_cancelled),
+            Ok(())
+        );
+        assert_eq!(transcript("x", &count(2), &stored[..2], &none), Ok(()));
+        assert!(
+            transcript("x", &count(3), &stored[..2], &none)
+                .unwrap_err()
+                .contains("counts 3")
+        );
     }
 
     #[test]

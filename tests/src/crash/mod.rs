@@ -558,15 +558,13 @@ impl Run {
     /// Starts the daemon again, reconnects, adopts conversations whose
     /// creation was never acknowledged, and re-attaches the observers.
     async fn restart(&mut self) -> Result<(), String> {
+        // They end when the daemon dies; give them a moment to read what
+        // was already sent, then stop them regardless.
         let observers: Vec<_> = lock(&self.observers).drain(..).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
         for handle in observers {
-            // They end when the daemon dies; give them a moment to read
-            // what was already sent, then stop them regardless.
             let abort = handle.abort_handle();
-            if tokio::time::timeout(Duration::from_millis(500), handle)
-                .await
-                .is_err()
-            {
+            if tokio::time::timeout_at(deadline, handle).await.is_err() {
                 abort.abort();
             }
         }
@@ -754,6 +752,11 @@ impl Run {
                 self.convs[i].label
             ));
         }
+        let cwd = self
+            .daemon
+            .work_dir
+            .join(format!("c{}", self.convs[i].label));
+        check::effects(&id, &cwd, &r.messages)?;
         Ok((id, r.messages))
     }
 
