@@ -16,5 +16,6 @@
 //! listens, used to test the harness itself.
 
 pub mod bench;
+pub mod crash;
 pub mod fake_llm;
 pub mod harness;

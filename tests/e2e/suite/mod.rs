@@ -3,6 +3,7 @@
 mod attach;
 mod cli;
 mod core_loop;
+mod crash;
 mod durability;
 mod fake_llm;
 mod foundation;

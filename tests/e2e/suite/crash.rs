@@ -1,0 +1,412 @@
+//! Crash safety: SIGKILL during a tool, during a model stream, with a client
+//! attached; and a short run of the crash program (`agent_tests::crash`,
+//! the `crash-test` binary runs long ones).
+
+use super::core_loop::{MUTATING, assert_valid_chain};
+use super::foundation::{create_with, get, text_of_message, wait_state, workdir};
+use agent_proto::v1 as pb;
+use agent_tests::crash::{self, CrashOptions};
+use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
+use agent_tests::harness::TestDaemon;
+use serde_json::json;
+use std::time::{Duration, Instant};
+
+use super::attach::Attached;
+use pb::attach_response::Event;
+
+const T: Duration = Duration::from_secs(30);
+
+const RESTARTED_WHILE_RUNNING: &str =
+    "agentd restarted while this tool was running; its effects are unknown";
+
+/// Polls until the conversation's state satisfies `ok`.
+async fn wait_until(
+    client: &mut agent_proto::v1::agent_service_client::AgentServiceClient<
+        tonic::transport::Channel,
+    >,
+    id: &str,
+    what: &str,
+    ok: impl Fn(&pb::ConversationState) -> bool,
+) {
+    let deadline = Instant::now() + T;
+    loop {
+        let r = get(client, id).await;
+        let state = r.conversation.unwrap().state.unwrap_or_default();
+        if ok(&state) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never {what}; last: {state:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_crash_run_passes() {
+    let seed = crash::seed_from_clock();
+    // Printed first, so a failure can be repeated with
+    // `cargo run -p agent-tests --bin crash-test -- --seed SEED`.
+    println!("crash run seed {seed}");
+    let opts = CrashOptions {
+        kills: 20,
+        seed,
+        conversations: 3,
+        max_rounds: 4,
+        max_delay: Duration::from_millis(300),
+        // Known daemon bug, reported: CreateConversation stores the
+        // conversation, then sends the prompt; a kill in between leaves it
+        // empty. Set to false once `create_conversation` is atomic.
+        tolerate_non_atomic_create: true,
+        ..CrashOptions::default()
+    };
+    match crash::run(opts).await {
+        Ok(summary) => {
+            println!("{}", summary.details());
+            println!("{summary}");
+            assert!(summary.kills >= 20);
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_a_tool_reports_it_interrupted_and_the_turn_completes() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::Reply(ReplyScript::new().text("Sleeping.").tool_use(
+            "s1",
+            "bash",
+            json!({"command": "sleep 5"}),
+        )),
+        Script::text("Carrying on after the restart."),
+    ]);
+    let mut d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create_with(
+        &mut client,
+        work.path(),
+        "sleep for a while",
+        MUTATING,
+        pb::PermissionMode::Default,
+    )
+    .await;
+    wait_until(&mut client, &id, "running the tool", |s| {
+        s.running_tool_ids == ["s1"]
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    d.kill9();
+    d.restart().await;
+    let mut client = d.client().await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+
+    let reqs = fake.requests();
+    assert_eq!(
+        reqs.len(),
+        2,
+        "the first request and the one after recovery"
+    );
+    assert_valid_chain(&reqs[1]);
+    let messages = reqs[1].body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 3);
+    let result = &messages[2]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(result["tool_use_id"], "s1");
+    assert_eq!(result["content"], RESTARTED_WHILE_RUNNING);
+    assert_eq!(result["is_error"], true);
+
+    let texts: Vec<String> = r.messages.iter().map(text_of_message).collect();
+    assert_eq!(r.messages.len(), 4, "{texts:?}");
+    assert_eq!(texts[3], "Carrying on after the restart.");
+    assert!(
+        d.log().contains("recovering conversation"),
+        "recovery is logged"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_a_model_stream_reissues_it_and_keeps_one_reply() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::Reply(
+            ReplyScript::new()
+                .deltas(400, "lost ")
+                .pace(Duration::from_millis(10)),
+        ),
+        Script::text("The one reply that counts."),
+    ]);
+    let mut d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create_with(
+        &mut client,
+        work.path(),
+        "",
+        &[],
+        pb::PermissionMode::Default,
+    )
+    .await;
+    let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "talk to me".into(),
+        })
+        .await
+        .unwrap();
+    let mut deltas = 0;
+    a.until(T, |m| {
+        deltas += usize::from(matches!(m.event, Some(Event::TextDelta(_))));
+        deltas >= 5
+    })
+    .await;
+    d.kill9();
+    d.restart().await;
+    let mut client = d.client().await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2, "the request is re-issued once");
+    assert_eq!(
+        reqs[0].body["messages"], reqs[1].body["messages"],
+        "the re-issued request is the same request"
+    );
+    assert_valid_chain(&reqs[1]);
+    let assistant: Vec<String> = r
+        .messages
+        .iter()
+        .filter(|m| m.role == pb::Role::Assistant as i32)
+        .map(text_of_message)
+        .collect();
+    assert_eq!(assistant, ["The one reply that counts."]);
+    assert_eq!(r.messages.len(), 2);
+}
+
+/// What a raw attached client saw.
+#[derive(Default)]
+struct Seen {
+    /// Every non-zero event sequence number, in order of arrival.
+    seqs: Vec<u64>,
+    /// Per connection: message sequence numbers, from snapshots and
+    /// MessageAppended.
+    messages: Vec<Vec<u64>>,
+    /// The state kinds, from snapshots and StateChanged.
+    states: Vec<pb::StateKind>,
+    /// Kinds of the first frame of each connection.
+    firsts: Vec<&'static str>,
+}
+
+impl Seen {
+    fn take(&mut self, m: &pb::AttachResponse, first: bool) {
+        if first {
+            self.messages.push(Vec::new());
+        }
+        let messages = self.messages.last_mut().unwrap();
+        if m.seq != 0 {
+            self.seqs.push(m.seq);
+        }
+        let kind = match &m.event {
+            Some(Event::Snapshot(s)) => {
+                messages.extend(s.messages.iter().map(|m| m.seq));
+                let state = s.conversation.as_ref().and_then(|c| c.state.as_ref());
+                if let Some(k) = state.and_then(|s| pb::StateKind::try_from(s.kind).ok()) {
+                    self.states.push(k);
+                }
+                "snapshot"
+            }
+            Some(Event::Resumed(_)) => "resumed",
+            Some(Event::MessageAppended(a)) => {
+                messages.extend(a.message.as_ref().map(|m| m.seq));
+                "message"
+            }
+            Some(Event::StateChanged(s)) => {
+                let state = s.state.as_ref();
+                if let Some(k) = state.and_then(|s| pb::StateKind::try_from(s.kind).ok()) {
+                    self.states.push(k);
+                }
+                "state"
+            }
+            _ => "other",
+        };
+        if first {
+            self.firsts.push(kind);
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.states.last() == Some(&pb::StateKind::Idle)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_client_reconnects_through_a_restart_without_duplicates() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::Reply(
+            ReplyScript::new()
+                .text("Two tools.")
+                .tool_use("q1", "think", json!({"thought": "first"}))
+                .tool_use("q2", "bash", json!({"command": "sleep 3"})),
+        ),
+        // Still streaming when the client comes back.
+        Script::Reply(
+            ReplyScript::new()
+                .text("Back after the restart, and streaming slowly to the end.")
+                .chunk_chars(2)
+                .pace(Duration::from_millis(25)),
+        ),
+    ]);
+    let mut d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create_with(
+        &mut client,
+        work.path(),
+        "",
+        MUTATING,
+        pb::PermissionMode::Default,
+    )
+    .await;
+    let mut a = Attached::open(&mut client, &id, 0, "survivor").await;
+    let mut seen = Seen::default();
+    let first = a.next(T).await;
+    seen.take(&first, true);
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "run two tools".into(),
+        })
+        .await
+        .unwrap();
+    // Until the bash tool runs.
+    let frames = a
+        .until(T, |m| match &m.event {
+            Some(Event::ToolCallBegin(b)) => b.tool_use_id == "q2",
+            _ => false,
+        })
+        .await;
+    for m in &frames {
+        seen.take(m, false);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    d.kill9();
+    // The stream breaks (an error, or its end) with the daemon.
+    let broke = tokio::time::timeout(T, async {
+        loop {
+            match a.rx.message().await {
+                Ok(Some(m)) => seen.take(&m, false),
+                Ok(None) => return "ended",
+                Err(_) => return "failed",
+            }
+        }
+    })
+    .await
+    .expect("the attach stream outlived the daemon");
+    let before_kill = seen.seqs.len();
+    let last_seen = *seen.seqs.last().unwrap();
+
+    d.restart().await;
+    let mut client = d.client().await;
+    let mut b = Attached::open(&mut client, &id, last_seen, "survivor").await;
+    let m = b.next(T).await;
+    seen.take(&m, true);
+    while !seen.idle() {
+        let m = b.next(T).await;
+        seen.take(&m, false);
+    }
+
+    println!(
+        "attach through a restart: the old stream {broke}; on reconnect with after_seq {last_seen} \
+         the daemon answered with a {} (seq {}); {} events before the kill, {} after",
+        seen.firsts[1],
+        seen.seqs[before_kill],
+        before_kill,
+        seen.seqs.len() - before_kill
+    );
+    // No event number twice, and none reused after the restart.
+    assert!(
+        seen.seqs.windows(2).all(|w| w[0] < w[1]),
+        "event numbers must strictly increase across the restart: {:?}",
+        seen.seqs
+    );
+    // The in-memory replay buffer died with the daemon, so the restarted
+    // one cannot resume the stream: it sends a fresh snapshot.
+    assert_eq!(seen.firsts, ["snapshot", "snapshot"]);
+    // Every durable message was shown: before the kill the first two,
+    // live; after it, the snapshot and the live events show each message
+    // of the final transcript exactly once.
+    let r = get(&mut client, &id).await;
+    let want: Vec<u64> = r.messages.iter().map(|m| m.seq).collect();
+    assert_eq!(want, [1, 2, 3, 4]);
+    assert_eq!(seen.messages[0], [1, 2]);
+    assert_eq!(seen.messages[1], want, "after the reconnect");
+    let results = &r.messages[2];
+    let texts: Vec<(String, bool)> = results
+        .content
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(pb::content_block::Block::ToolResult(t)) => Some((t.content.clone(), t.is_error)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts[1], (RESTARTED_WHILE_RUNNING.to_string(), true));
+    assert!(!texts[0].1, "the think call had finished: {texts:?}");
+}
+
+/// The issue asks for recovery to be "visible to clients as an event". The
+/// daemon emits its notice ("agentd restarted: …") while it recovers, before
+/// any client can be attached, and a client that comes back gets a snapshot
+/// that carries no notices: nobody ever sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "daemon bug (reported): a reconnecting client is never told the conversation was recovered"]
+async fn a_client_reconnecting_after_a_restart_is_told_about_the_recovery() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::Reply(ReplyScript::new().tool_use("s1", "bash", json!({"command": "sleep 5"}))),
+        Script::Reply(
+            ReplyScript::new()
+                .text("Slowly done.")
+                .chunk_chars(1)
+                .pace(Duration::from_millis(50)),
+        ),
+    ]);
+    let mut d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create_with(
+        &mut client,
+        work.path(),
+        "",
+        MUTATING,
+        pb::PermissionMode::Default,
+    )
+    .await;
+    let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "sleep".into(),
+        })
+        .await
+        .unwrap();
+    let frames = a
+        .until(T, |m| matches!(m.event, Some(Event::ToolCallBegin(_))))
+        .await;
+    let last = frames.iter().map(|m| m.seq).max().unwrap();
+    d.kill9();
+    d.restart().await;
+    let mut client = d.client().await;
+    let mut b = Attached::open(&mut client, &id, last, "watcher").await;
+    let frames = b.until(T, super::attach::is_idle).await;
+    let notices: Vec<&str> = frames
+        .iter()
+        .filter_map(|m| match &m.event {
+            Some(Event::Notice(n)) => Some(n.message.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        notices.iter().any(|n| n.starts_with("agentd restarted")),
+        "no recovery notice among {notices:?}"
+    );
+}

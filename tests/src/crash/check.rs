@@ -1,0 +1,675 @@
+//! The invariants the crash test checks, as functions that describe the
+//! first violation they find instead of panicking.
+
+use agent_proto::v1 as pb;
+use serde_json::Value;
+
+use super::responder::{self, Tag};
+
+/// One content block, in a form both a stored message and a model request
+/// reduce to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Block {
+    /// Text.
+    Text(String),
+    /// Reasoning with its signature.
+    Thinking(String, String),
+    /// A tool call.
+    ToolUse {
+        /// Its id.
+        id: String,
+        /// The tool.
+        name: String,
+        /// The input.
+        input: Value,
+    },
+    /// A tool result.
+    ToolResult {
+        /// The call it answers.
+        id: String,
+        /// Its text.
+        content: String,
+        /// Whether it failed.
+        is_error: bool,
+    },
+}
+
+/// A message reduced to its role and blocks.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Turn {
+    /// "user" or "assistant".
+    pub role: &'static str,
+    /// The blocks in order.
+    pub blocks: Vec<Block>,
+}
+
+fn role_name(role: i32) -> &'static str {
+    match pb::Role::try_from(role) {
+        Ok(pb::Role::User) => "user",
+        Ok(pb::Role::Assistant) => "assistant",
+        _ => "unspecified",
+    }
+}
+
+/// The blocks of a stored message.
+pub fn blocks_of(m: &pb::Message) -> Vec<Block> {
+    use pb::content_block::Block as B;
+    m.content
+        .iter()
+        .filter_map(|b| match b.block.as_ref()? {
+            B::Text(t) => Some(Block::Text(t.text.clone())),
+            B::Thinking(t) => Some(Block::Thinking(t.thinking.clone(), t.signature.clone())),
+            B::ToolUse(t) => Some(Block::ToolUse {
+                id: t.id.clone(),
+                name: t.name.clone(),
+                input: serde_json::from_str(&t.input_json)
+                    .unwrap_or_else(|_| Value::String(t.input_json.clone())),
+            }),
+            B::ToolResult(r) => Some(Block::ToolResult {
+                id: r.tool_use_id.clone(),
+                content: r.content.clone(),
+                is_error: r.is_error,
+            }),
+        })
+        .collect()
+}
+
+fn uses(blocks: &[Block]) -> Vec<&str> {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolUse { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn results(blocks: &[Block]) -> Vec<&str> {
+    blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolResult { id, .. } => Some(id.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The exact texts the daemon writes (`daemon/core/src/texts.rs`).
+pub mod texts {
+    /// Result of a tool that was running when the daemon died.
+    pub const RESTARTED_WHILE_RUNNING: &str =
+        "agentd restarted while this tool was running; its effects are unknown";
+    /// Result of a tool that had not started when the daemon died.
+    pub const SKIPPED_DUE_TO_RESTART: &str = "Skipped: agentd restarted before this tool ran";
+    /// Result of a tool that was running when the user cancelled.
+    pub const CANCELLED_BY_USER: &str = "Cancelled by user";
+    /// Result of a tool that had not started when the user cancelled.
+    pub const SKIPPED_DUE_TO_CANCELLATION: &str = "Skipped due to cancellation";
+    /// The user message that marks a cancelled reply.
+    pub const INTERRUPT_USER: &str = "[Request interrupted by user]";
+}
+
+/// Roles alternate from user (a stored transcript may hold several user
+/// messages in a row after a cancel, when `user_runs`); every tool_use is
+/// answered, in order, by the tool_results of the next message, which is
+/// the user's; no tool_result answers anything else. `what` names the chain
+/// in the message.
+pub fn chain(turns: &[Turn], what: &str, user_runs: bool) -> Result<(), String> {
+    let Some(first) = turns.first() else {
+        return Ok(());
+    };
+    if first.role != "user" {
+        return Err(format!("{what}: the first message is {}'s", first.role));
+    }
+    for (i, t) in turns.iter().enumerate() {
+        if i > 0 && turns[i - 1].role == t.role && !(user_runs && t.role == "user") {
+            return Err(format!(
+                "{what}: messages {} and {} are both {}'s (roles must alternate): {:?} / {:?}",
+                i,
+                i + 1,
+                t.role,
+                turns[i - 1].blocks,
+                t.blocks
+            ));
+        }
+        let called = uses(&t.blocks);
+        if !called.is_empty() {
+            if t.role != "assistant" {
+                return Err(format!(
+                    "{what}: message {} is a user's with tool_use",
+                    i + 1
+                ));
+            }
+            if let Some(next) = turns.get(i + 1) {
+                let answered = results(&next.blocks);
+                if answered != called {
+                    return Err(format!(
+                        "{what}: message {} calls {called:?} but message {} answers {answered:?}",
+                        i + 1,
+                        i + 2
+                    ));
+                }
+            }
+        }
+        let answered = results(&t.blocks);
+        if !answered.is_empty() {
+            let prev = if i > 0 {
+                uses(&turns[i - 1].blocks)
+            } else {
+                Vec::new()
+            };
+            if t.role != "user" || prev != answered {
+                return Err(format!(
+                    "{what}: message {} ({}) answers {answered:?} but the message before calls {prev:?}",
+                    i + 1,
+                    t.role
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A stored transcript as the daemon sends it to the model: empty text and
+/// unsigned thinking dropped, consecutive messages of one role merged, tool
+/// results first in user messages (see the Anthropic provider).
+pub fn as_sent(messages: &[pb::Message]) -> Vec<Turn> {
+    let mut out: Vec<Turn> = Vec::new();
+    for m in messages {
+        let role = role_name(m.role);
+        let blocks = blocks_of(m).into_iter().filter(|b| match b {
+            Block::Text(t) => !t.is_empty(),
+            Block::Thinking(_, sig) => !sig.is_empty(),
+            _ => true,
+        });
+        match out.last_mut() {
+            Some(last) if last.role == role => last.blocks.extend(blocks),
+            _ => {
+                let blocks: Vec<Block> = blocks.collect();
+                if !blocks.is_empty() {
+                    out.push(Turn { role, blocks });
+                }
+            }
+        }
+    }
+    for t in &mut out {
+        if t.role == "user" {
+            t.blocks
+                .sort_by_key(|b| !matches!(b, Block::ToolResult { .. }));
+        }
+    }
+    out
+}
+
+/// The messages of a model request.
+pub fn request_turns(body: &Value) -> Result<Vec<Turn>, String> {
+    let messages = body["messages"]
+        .as_array()
+        .ok_or_else(|| format!("a request without messages: {body}"))?;
+    let mut out = Vec::with_capacity(messages.len());
+    for m in messages {
+        let role = match m["role"].as_str() {
+            Some("user") => "user",
+            Some("assistant") => "assistant",
+            other => return Err(format!("a request message with role {other:?}")),
+        };
+        let mut blocks = Vec::new();
+        match &m["content"] {
+            Value::String(s) => blocks.push(Block::Text(s.clone())),
+            Value::Array(items) => {
+                for b in items {
+                    blocks.push(request_block(b)?);
+                }
+            }
+            other => return Err(format!("a request message with content {other}")),
+        }
+        out.push(Turn { role, blocks });
+    }
+    Ok(out)
+}
+
+fn request_block(b: &Value) -> Result<Block, String> {
+    let s = |key: &str| b[key].as_str().unwrap_or_default().to_string();
+    Ok(match b["type"].as_str() {
+        Some("text") => Block::Text(s("text")),
+        Some("thinking") => Block::Thinking(s("thinking"), s("signature")),
+        Some("tool_use") => Block::ToolUse {
+            id: s("id"),
+            name: s("name"),
+            input: b["input"].clone(),
+        },
+        Some("tool_result") => Block::ToolResult {
+            id: s("tool_use_id"),
+            content: match &b["content"] {
+                Value::String(c) => c.clone(),
+                Value::Array(parts) => parts.iter().filter_map(|p| p["text"].as_str()).collect(),
+                _ => String::new(),
+            },
+            is_error: b["is_error"].as_bool().unwrap_or(false),
+        },
+        other => return Err(format!("a request block of type {other:?}: {b}")),
+    })
+}
+
+/// The label of the conversation a request belongs to: from the tag of its
+/// first user message.
+pub fn request_conv(body: &Value) -> Option<u64> {
+    let first = body["messages"].as_array()?.first()?;
+    responder::texts(first)
+        .into_iter()
+        .find_map(Tag::parse)
+        .map(|t| t.conv)
+}
+
+/// The label of a stored conversation, from its first message.
+pub fn transcript_conv(messages: &[pb::Message]) -> Option<u64> {
+    let first = messages.first()?;
+    blocks_of(first).iter().find_map(|b| match b {
+        Block::Text(t) => Tag::parse(t).map(|t| t.conv),
+        _ => None,
+    })
+}
+
+fn turns_of(messages: &[pb::Message]) -> Vec<Turn> {
+    messages
+        .iter()
+        .map(|m| Turn {
+            role: role_name(m.role),
+            blocks: blocks_of(m),
+        })
+        .collect()
+}
+
+/// The tag of a prompt (a user message whose text carries one).
+fn prompt_tag(t: &Turn) -> Option<Tag> {
+    if t.role != "user" {
+        return None;
+    }
+    t.blocks.iter().find_map(|b| match b {
+        Block::Text(text) => Tag::parse(text),
+        _ => None,
+    })
+}
+
+/// A reply that ended its turn.
+fn ended(t: &Turn, stop_reason: &str) -> bool {
+    t.role == "assistant" && stop_reason == "end_turn" && uses(&t.blocks).is_empty()
+}
+
+/// What a cancel leaves at the end of a turn: the interrupt marker, or the
+/// results of a cancelled tool run.
+fn cancel_trace(t: &Turn) -> bool {
+    t.role == "user"
+        && t.blocks.iter().any(|b| match b {
+            Block::Text(text) => text == texts::INTERRUPT_USER,
+            Block::ToolResult { content, .. } => {
+                content == texts::CANCELLED_BY_USER || content == texts::SKIPPED_DUE_TO_CANCELLATION
+            }
+            _ => false,
+        })
+}
+
+/// Checks a conversation at rest: sequence numbers gap-free from 1 and
+/// matching the summary's count; a valid chain; every turn finished — its
+/// last message is a reply that ended it, or, for a turn in `cancelled`
+/// (turn numbers), what the cancel leaves.
+pub fn transcript(
+    id: &str,
+    summary: &pb::ConversationSummary,
+    messages: &[pb::Message],
+    cancelled: &std::collections::HashSet<u64>,
+) -> Result<(), String> {
+    for (i, m) in messages.iter().enumerate() {
+        let want = i as u64 + 1;
+        if m.seq != want {
+            let seqs: Vec<u64> = messages.iter().map(|m| m.seq).collect();
+            return Err(format!(
+                "conversation {id}: message sequence numbers are not gap-free from 1: {seqs:?}"
+            ));
+        }
+    }
+    if summary.message_count != messages.len() as u64 {
+        return Err(format!(
+            "conversation {id}: the summary counts {} messages, the transcript holds {}",
+            summary.message_count,
+            messages.len()
+        ));
+    }
+    let turns = turns_of(messages);
+    chain(&turns, &format!("conversation {id}"), true)?;
+    let prompts: Vec<(usize, Tag)> = turns
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| prompt_tag(t).map(|tag| (i, tag)))
+        .collect();
+    if !turns.is_empty() && prompts.first().map(|p| p.0) != Some(0) {
+        return Err(format!(
+            "conversation {id}: the first message is not a prompt: {:?}",
+            turns[0].blocks
+        ));
+    }
+    for (k, (at, tag)) in prompts.iter().enumerate() {
+        let end = prompts.get(k + 1).map_or(turns.len(), |p| p.0);
+        let last = end - 1;
+        let fine = ended(&turns[last], &messages[last].stop_reason)
+            || (cancelled.contains(&tag.turn) && cancel_trace(&turns[last]));
+        if !fine {
+            let what = if cancelled.contains(&tag.turn) {
+                "(cancelled) "
+            } else {
+                ""
+            };
+            return Err(format!(
+                "conversation {id}: turn {}{what} (prompt at message {}) did not end: its last message, {} ({}, stop_reason {:?}), is {:?}",
+                tag.turn,
+                at + 1,
+                last + 1,
+                turns[last].role,
+                messages[last].stop_reason,
+                turns[last].blocks
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Checks one model request: a valid chain, and its messages are the first
+/// messages of the conversation's stored transcript, as sent — what the
+/// model saw was persisted before it was sent, so it survives any crash.
+/// (The last message may since have grown: a cancel's marker and the next
+/// prompt merge into the user message that ended the request.)
+pub fn request(n: usize, body: &Value, stored: &[pb::Message], id: &str) -> Result<(), String> {
+    let sent = request_turns(body).map_err(|e| format!("request #{n}: {e}"))?;
+    chain(&sent, &format!("request #{n} (conversation {id})"), false)?;
+    if sent.last().map(|t| t.role) != Some("user") {
+        return Err(format!(
+            "request #{n} (conversation {id}) does not end with a user message"
+        ));
+    }
+    let want = as_sent(stored);
+    let k = sent.len();
+    let fits = k <= want.len()
+        && want[..k - 1] == sent[..k - 1]
+        && want[k - 1].role == sent[k - 1].role
+        && want[k - 1].blocks.starts_with(&sent[k - 1].blocks);
+    if !fits {
+        let at = sent
+            .iter()
+            .zip(&want)
+            .position(|(a, b)| a != b)
+            .unwrap_or(sent.len().min(want.len()));
+        return Err(format!(
+            "request #{n} (conversation {id}) is not a prefix of the stored transcript: \
+             it has {} messages, the store {} (as sent); first difference at message {}:\n  request: {:?}\n  stored:  {:?}",
+            sent.len(),
+            want.len(),
+            at + 1,
+            sent.get(at),
+            want.get(at)
+        ));
+    }
+    Ok(())
+}
+
+/// Checks the tools' effects in the conversation's working directory: no
+/// bash call ran twice (each appends its own stamp to `log.txt`; a daemon
+/// must never run a call again after a restart), a bash call recorded as a
+/// success did append its stamp, and a write recorded as a success left
+/// its content.
+pub fn effects(id: &str, cwd: &std::path::Path, messages: &[pb::Message]) -> Result<(), String> {
+    let log = std::fs::read_to_string(cwd.join("log.txt")).unwrap_or_default();
+    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    for line in log.lines() {
+        *counts.entry(line).or_default() += 1;
+    }
+    if let Some((stamp, n)) = counts.iter().find(|(_, n)| **n > 1) {
+        return Err(format!(
+            "conversation {id}: the bash call that writes {stamp:?} ran {n} times (see {}/log.txt)",
+            cwd.display()
+        ));
+    }
+    let turns = turns_of(messages);
+    for pair in turns.windows(2) {
+        for b in &pair[0].blocks {
+            let Block::ToolUse {
+                id: call,
+                name,
+                input,
+            } = b
+            else {
+                continue;
+            };
+            let succeeded = pair[1]
+                .blocks
+                .iter()
+                .any(|r| matches!(r, Block::ToolResult { id, is_error: false, .. } if id == call));
+            if !succeeded {
+                continue;
+            }
+            match name.as_str() {
+                "bash" => {
+                    let command = input["command"].as_str().unwrap_or_default();
+                    let stamp = command
+                        .split("echo ")
+                        .nth(1)
+                        .and_then(|rest| rest.split(" >>").next())
+                        .unwrap_or_default();
+                    if !stamp.is_empty() && !counts.contains_key(stamp) {
+                        return Err(format!(
+                            "conversation {id}: bash call {call} succeeded, but its stamp {stamp:?} is not in {}/log.txt",
+                            cwd.display()
+                        ));
+                    }
+                }
+                "write" => {
+                    let path = cwd.join(input["path"].as_str().unwrap_or_default());
+                    let want = input["content"].as_str().unwrap_or_default();
+                    let got = std::fs::read_to_string(&path).unwrap_or_default();
+                    if got != want {
+                        return Err(format!(
+                            "conversation {id}: write call {call} succeeded, but {} holds {got:?}, not {want:?}",
+                            path.display()
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn t(role: &'static str, blocks: Vec<Block>) -> Turn {
+        Turn { role, blocks }
+    }
+    fn call(id: &str) -> Block {
+        Block::ToolUse {
+            id: id.into(),
+            name: "think".into(),
+            input: Value::Null,
+        }
+    }
+    fn result(id: &str) -> Block {
+        Block::ToolResult {
+            id: id.into(),
+            content: "ok".into(),
+            is_error: false,
+        }
+    }
+
+    fn message(seq: u64, role: pb::Role, blocks: Vec<pb::content_block::Block>) -> pb::Message {
+        pb::Message {
+            seq,
+            role: role as i32,
+            content: blocks
+                .into_iter()
+                .map(|b| pb::ContentBlock { block: Some(b) })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn effects_catch_a_tool_run_twice_and_a_lost_write() {
+        use pb::content_block::Block as B;
+        let dir = tempfile::tempdir().unwrap();
+        let call = |id: &str, name: &str, input: Value| {
+            B::ToolUse(pb::ToolUseBlock {
+                id: id.into(),
+                name: name.into(),
+                input_json: input.to_string(),
+            })
+        };
+        let ok = |id: &str| {
+            B::ToolResult(pb::ToolResultBlock {
+                tool_use_id: id.into(),
+                content: String::new(),
+                is_error: false,
+            })
+        };
+        let messages = [
+            message(1, pb::Role::User, vec![]),
+            message(
+                2,
+                pb::Role::Assistant,
+                vec![
+                    call(
+                        "b",
+                        "bash",
+                        serde_json::json!({"command": "sleep 0.01; echo s1 >> log.txt"}),
+                    ),
+                    call(
+                        "w",
+                        "write",
+                        serde_json::json!({"path": "f.txt", "content": "hi\n"}),
+                    ),
+                ],
+            ),
+            message(3, pb::Role::User, vec![ok("b"), ok("w")]),
+        ];
+        std::fs::write(dir.path().join("log.txt"), "s1\n").unwrap();
+        std::fs::write(dir.path().join("f.txt"), "hi\n").unwrap();
+        assert_eq!(effects("x", dir.path(), &messages), Ok(()));
+        std::fs::write(dir.path().join("f.txt"), "other").unwrap();
+        assert!(
+            effects("x", dir.path(), &messages)
+                .unwrap_err()
+                .contains("write call w")
+        );
+        std::fs::write(dir.path().join("f.txt"), "hi\n").unwrap();
+        std::fs::write(dir.path().join("log.txt"), "s1\ns1\n").unwrap();
+        assert!(
+            effects("x", dir.path(), &messages)
+                .unwrap_err()
+                .contains("ran 2 times")
+        );
+        std::fs::write(dir.path().join("log.txt"), "").unwrap();
+        assert!(
+            effects("x", dir.path(), &messages)
+                .unwrap_err()
+                .contains("not in")
+        );
+    }
+
+    #[test]
+    fn a_request_must_be_a_prefix_of_the_stored_transcript() {
+        use pb::content_block::Block as B;
+        let text = |t: &str| B::Text(pb::TextBlock { text: t.into() });
+        let mut reply = message(2, pb::Role::Assistant, vec![text("done")]);
+        reply.stop_reason = "end_turn".into();
+        let stored = [
+            message(1, pb::Role::User, vec![text("[crash c=1 t=1 k=2] go")]),
+            reply,
+            message(
+                3,
+                pb::Role::User,
+                vec![text("[Request interrupted by user]")],
+            ),
+            message(4, pb::Role::User, vec![text("[crash c=1 t=2 k=2] again")]),
+        ];
+        let body = |msgs: Value| serde_json::json!({ "messages": msgs });
+        let first = serde_json::json!({"role": "user", "content": [{"type": "text", "text": "[crash c=1 t=1 k=2] go"}]});
+        assert_eq!(
+            request(1, &body(serde_json::json!([first])), &stored, "x"),
+            Ok(())
+        );
+        // The cancel marker and the next prompt merge into one user message.
+        let merged = serde_json::json!([first,
+            {"role": "assistant", "content": [{"type": "text", "text": "done"}]},
+            {"role": "user", "content": [{"type": "text", "text": "[Request interrupted by user]"},
+                                         {"type": "text", "text": "[crash c=1 t=2 k=2] again"}]}]);
+        assert_eq!(request(2, &body(merged), &stored, "x"), Ok(()));
+        let lost = serde_json::json!([first,
+            {"role": "assistant", "content": [{"type": "text", "text": "a reply the store lost"}]},
+            {"role": "user", "content": [{"type": "text", "text": "more"}]}]);
+        assert!(
+            request(3, &body(lost), &stored, "x")
+                .unwrap_err()
+                .contains("not a prefix")
+        );
+        let count = |n: u64| pb::ConversationSummary {
+            message_count: n,
+            ..Default::default()
+        };
+        let none = Default::default();
+        let first_cancelled = std::collections::HashSet::from([1]);
+        // Turn 2 has no reply.
+        let err = transcript("x", &count(4), &stored, &first_cancelled).unwrap_err();
+        assert!(err.contains("turn 2"), "{err}");
+        // Turn 1 ends with a cancel's marker: fine only if it was cancelled.
+        assert!(transcript("x", &count(3), &stored[..3], &none).is_err());
+        assert_eq!(
+            transcript("x", &count(3), &stored[..3], &first_cancelled),
+            Ok(())
+        );
+        assert_eq!(transcript("x", &count(2), &stored[..2], &none), Ok(()));
+        assert!(
+            transcript("x", &count(3), &stored[..2], &none)
+                .unwrap_err()
+                .contains("counts 3")
+        );
+    }
+
+    #[test]
+    fn chain_accepts_answered_calls_and_rejects_the_rest() {
+        let ok = [
+            t("user", vec![Block::Text("hi".into())]),
+            t("assistant", vec![call("a"), call("b")]),
+            t("user", vec![result("a"), result("b")]),
+            t("assistant", vec![Block::Text("done".into())]),
+        ];
+        assert_eq!(chain(&ok, "x", false), Ok(()));
+        let mut missing = ok.clone();
+        missing[2].blocks.pop();
+        assert!(
+            chain(&missing, "x", false)
+                .unwrap_err()
+                .contains("answers [\"a\"]")
+        );
+        let mut twice = ok.clone();
+        twice[2].blocks.push(result("b"));
+        assert!(chain(&twice, "x", false).is_err());
+        let mut doubled = ok.to_vec();
+        doubled.insert(1, t("assistant", vec![Block::Text("partial".into())]));
+        assert!(
+            chain(&doubled, "x", true)
+                .unwrap_err()
+                .contains("alternate")
+        );
+        let orphan = [t("user", vec![result("z")])];
+        let mut users = ok.to_vec();
+        users.push(t(
+            "user",
+            vec![Block::Text("[Request interrupted by user]".into())],
+        ));
+        users.push(t("user", vec![Block::Text("next".into())]));
+        assert!(chain(&users, "x", false).is_err());
+        assert_eq!(chain(&users, "x", true), Ok(()));
+        assert!(chain(&orphan, "x", true).is_err());
+    }
+}
