@@ -358,7 +358,7 @@ async fn an_attached_client_reconnects_through_a_restart_without_duplicates() {
 /// any client can be attached, and a client that comes back gets a snapshot
 /// that carries no notices: nobody ever sees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "daemon bug (reported): a reconnecting client is never told the conversation was recovered"]
+
 async fn a_client_reconnecting_after_a_restart_is_told_about_the_recovery() {
     let fake = FakeLlm::start().await;
     fake.push_all([

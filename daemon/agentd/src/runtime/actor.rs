@@ -130,6 +130,11 @@ pub(crate) struct Actor {
     partial: PartialReply,
     tools: HashMap<String, (InFlight, Instant)>,
     retry: Option<(u64, tokio::task::JoinHandle<()>)>,
+    /// What the recovery after a restart said, repeated to clients that
+    /// attach later (they get a snapshot, which carries no notices).
+    recovery_notices: Vec<String>,
+    /// A recovery transition is being applied.
+    recovering: bool,
     /// Whether the record is in the store yet (a conversation created with
     /// a prompt is stored by its first transition, together with it).
     stored: bool,
@@ -179,6 +184,8 @@ impl Actor {
             tools: HashMap::new(),
             retry: None,
             stored,
+            recovery_notices: Vec::new(),
+            recovering: false,
             answering: None,
             answering_project: false,
             to_background: None,
@@ -301,7 +308,11 @@ impl Actor {
                     self.apply_internal(Event::RetryDue).await;
                 }
             }
-            Input::Recover => self.apply_internal(Event::DaemonRestarted).await,
+            Input::Recover => {
+                self.recovering = true;
+                self.apply_internal(Event::DaemonRestarted).await;
+                self.recovering = false;
+            }
             Input::Shell(event) => {
                 let kind = match event {
                     crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
@@ -316,6 +327,7 @@ impl Actor {
     async fn command(&mut self, cmd: Command) {
         match cmd {
             Command::Send { text, reply } => {
+                self.recovery_notices.clear();
                 let result = self.apply(Event::UserMessage { text }).await;
                 let _ = reply.send(result.map(|_| self.last_user_message_seq()));
             }
@@ -365,7 +377,20 @@ impl Actor {
                     .hub
                     .get_or_insert_with(|| broadcast::channel(HUB_CAPACITY).0)
                     .subscribe();
-                let initial = self.initial_frames(after_seq, &client);
+                let mut initial = self.initial_frames(after_seq, &client);
+                if matches!(
+                    initial.first().map(|e| &e.kind),
+                    Some(EventKind::Snapshot(_))
+                ) {
+                    // Only to this client (sequence number 0): it missed them.
+                    initial.extend(self.recovery_notices.iter().map(|n| {
+                        Arc::new(ConvEvent {
+                            seq: 0,
+                            at_ms: now_ms(),
+                            kind: EventKind::Notice(n.clone()),
+                        })
+                    }));
+                }
                 self.clients.push(client.clone());
                 let _ = reply.send(Subscription {
                     client: client.clone(),
@@ -815,7 +840,12 @@ impl Actor {
                         reason,
                     },
                     Notice::Error { message, kind } => EventKind::Error { message, kind },
-                    Notice::Info { message } => EventKind::Notice(message),
+                    Notice::Info { message } => {
+                        if self.recovering {
+                            self.recovery_notices.push(message.clone());
+                        }
+                        EventKind::Notice(message)
+                    }
                 };
                 self.emit(kind);
                 None
