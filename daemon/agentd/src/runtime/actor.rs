@@ -12,7 +12,7 @@ use super::error::RuntimeError;
 use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
 use super::prompt;
 use crate::llm::{LlmError, LlmRequest, PartialReply, StreamEvent};
-use crate::store::{ConversationRecord, RuleScope};
+use crate::store::{ConversationRecord, RuleScope, StoredEvent};
 use crate::tools::{ToolContext, ToolOutput};
 use agentd_core::{
     ContentBlock, ConvContext, ConvState, Decision, Effect, Event, LlmPurpose, Message, Notice,
@@ -30,6 +30,9 @@ pub const HUB_CAPACITY: usize = 8192;
 /// Recent events kept for clients that reconnect with `after_seq` (beyond
 /// it they get a snapshot).
 const REPLAY_CAPACITY: usize = 1024;
+/// Durable events replayed from the store to a reconnecting client; beyond
+/// this it gets a snapshot.
+const MAX_STORED_REPLAY: usize = 2048;
 /// Event sequence numbers reserved (and persisted) ahead of use, so a
 /// restarted daemon never hands out a number twice.
 const SEQ_RESERVE: u64 = 1 << 16;
@@ -430,13 +433,29 @@ impl Actor {
                 Some(o) => o <= after_seq + 1,
                 None => after_seq == last,
             };
+            let resumed = Arc::new(ConvEvent {
+                seq: 0,
+                at_ms: now_ms(),
+                kind: EventKind::Resumed { after_seq },
+            });
             if complete {
-                let mut frames = vec![Arc::new(ConvEvent {
-                    seq: 0,
-                    at_ms: now_ms(),
-                    kind: EventKind::Resumed { after_seq },
-                })];
+                let mut frames = vec![resumed];
                 frames.extend(self.replay.iter().filter(|e| e.seq > after_seq).cloned());
+                return frames;
+            }
+            // Beyond the buffer (after a restart, say): the durable events
+            // from the store, with whatever the buffer still holds.
+            if let Some(mut events) = self.stored_events_after(after_seq) {
+                let known: std::collections::HashSet<u64> = events.iter().map(|e| e.seq).collect();
+                events.extend(
+                    self.replay
+                        .iter()
+                        .filter(|e| e.seq > after_seq && !known.contains(&e.seq))
+                        .cloned(),
+                );
+                events.sort_by_key(|e| e.seq);
+                let mut frames = vec![resumed];
+                frames.extend(events);
                 return frames;
             }
         }
@@ -522,6 +541,81 @@ impl Actor {
             // No receivers left is fine: the clients went away.
             let _ = hub.send(event);
         }
+    }
+
+    /// Stores the durable event the next `emit` announces, before it does.
+    async fn persist_event(&self, event: StoredEvent) {
+        let stored = match self
+            .shared
+            .store
+            .put_event(&self.record.id, self.next_seq, &event)
+        {
+            Ok(()) => self.shared.store.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = stored {
+            tracing::error!(conversation = %self.record.id, "cannot persist an event: {e}");
+        }
+    }
+
+    /// The events of the store after `after_seq`, as clients see them, when
+    /// the store's log reaches back that far and is not too long.
+    fn stored_events_after(&self, after_seq: u64) -> Option<Vec<Arc<ConvEvent>>> {
+        let store = &self.shared.store;
+        if !store.events_cover(&self.record.id, after_seq).ok()? {
+            return None;
+        }
+        let stored = store
+            .events_after(&self.record.id, after_seq, MAX_STORED_REPLAY)
+            .ok()??;
+        let mut out = Vec::with_capacity(stored.len());
+        for (seq, event) in stored {
+            let (at_ms, kind) = match event {
+                StoredEvent::StateChanged { at_ms, state } => (
+                    at_ms,
+                    EventKind::StateChanged {
+                        state,
+                        max_attempts: self.shared.config.retry.max_attempts,
+                    },
+                ),
+                StoredEvent::MessageAppended { at_ms, message_seq } => {
+                    let message = self
+                        .transcript
+                        .get(usize::try_from(message_seq).ok()?.checked_sub(1)?)?;
+                    (
+                        at_ms,
+                        EventKind::MessageAppended {
+                            message_seq,
+                            message: message.clone(),
+                        },
+                    )
+                }
+                StoredEvent::PermissionRequested {
+                    at_ms,
+                    ask,
+                    summary,
+                    diff,
+                } => (
+                    at_ms,
+                    EventKind::PermissionRequested(PermissionView { ask, summary, diff }),
+                ),
+                StoredEvent::PermissionResolved {
+                    at_ms,
+                    request_id,
+                    decision,
+                    client,
+                } => (
+                    at_ms,
+                    EventKind::PermissionResolved {
+                        request_id,
+                        decision,
+                        client: client.map(|(id, name)| ClientInfo { id, name }),
+                    },
+                ),
+            };
+            out.push(Arc::new(ConvEvent { seq, at_ms, kind }));
+        }
+        Some(out)
     }
 
     async fn reserve_seqs(&mut self) -> Result<(), crate::store::StoreError> {
@@ -643,10 +737,39 @@ impl Actor {
                 .enumerate()
                 .map(|(i, m)| (base + i as u64 + 1, m))
                 .collect();
-            let persisted = match self.shared.store.commit(&self.record, &numbered) {
-                Ok(()) => self.shared.store.flush().await,
-                Err(e) => Err(e),
-            };
+            // The durable events this commit will be announced with, under
+            // the sequence numbers `emit` will give them below (same order).
+            let now = now_ms();
+            let mut seq = self.next_seq;
+            let mut durable = Vec::new();
+            for (i, m) in appended.iter().enumerate() {
+                durable.push((
+                    seq,
+                    StoredEvent::MessageAppended {
+                        at_ms: now,
+                        message_seq: base + i as u64 + 1,
+                    },
+                ));
+                seq += if m.usage.is_some() { 2 } else { 1 };
+            }
+            if self.record.state != old_state {
+                durable.push((
+                    seq,
+                    StoredEvent::StateChanged {
+                        at_ms: now,
+                        state: self.record.state.clone(),
+                    },
+                ));
+            }
+            let persisted =
+                match self
+                    .shared
+                    .store
+                    .commit_with_events(&self.record, &numbered, &durable)
+                {
+                    Ok(()) => self.shared.store.flush().await,
+                    Err(e) => Err(e),
+                };
             if let Err(e) = persisted {
                 // Nothing may run on state we could not persist: roll back.
                 tracing::error!(conversation = %self.record.id, "persisting failed: {e}");
@@ -767,6 +890,13 @@ impl Actor {
             }
             Effect::AskPermission { ask } => {
                 let view = self.permission_view(&ask).await;
+                self.persist_event(StoredEvent::PermissionRequested {
+                    at_ms: now_ms(),
+                    ask: view.ask.clone(),
+                    summary: view.summary.clone(),
+                    diff: view.diff.clone(),
+                })
+                .await;
                 self.pending_view = Some(view.clone());
                 self.emit(EventKind::PermissionRequested(view));
                 None
@@ -777,6 +907,13 @@ impl Actor {
             } => {
                 self.pending_view = None;
                 let client = self.answering.clone();
+                self.persist_event(StoredEvent::PermissionResolved {
+                    at_ms: now_ms(),
+                    request_id: request_id.clone(),
+                    decision,
+                    client: client.as_ref().map(|c| (c.id.clone(), c.name.clone())),
+                })
+                .await;
                 self.emit(EventKind::PermissionResolved {
                     request_id,
                     decision,

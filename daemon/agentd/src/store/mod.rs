@@ -2,7 +2,8 @@
 //!
 //! Trees: `conversations` (id → [`ConversationRecord`] JSON), `messages`
 //! (id ‖ big-endian seq → [`Message`] JSON), `rules` (scope ‖ rule →
-//! [`agentd_core::Rule`] JSON), `shells` (id → `ShellRecord` JSON), `meta`
+//! [`agentd_core::Rule`] JSON), `shells` (id → `ShellRecord` JSON), `events` (id ‖ big-endian event seq →
+//! [`StoredEvent`] JSON: what a reconnecting client is replayed), `meta`
 //! (schema version).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
@@ -86,6 +87,49 @@ pub struct ConversationRecord {
     pub seq_reserved: u64,
 }
 
+/// An event clients were told that a reconnecting client must not miss:
+/// kept in the `events` tree so it can be replayed even after a restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoredEvent {
+    /// The state changed.
+    StateChanged {
+        /// Unix ms.
+        at_ms: i64,
+        /// The new state.
+        state: ConvState,
+    },
+    /// A message was appended (its content is in the messages tree).
+    MessageAppended {
+        /// Unix ms.
+        at_ms: i64,
+        /// The message's sequence number.
+        message_seq: u64,
+    },
+    /// A permission request was raised.
+    PermissionRequested {
+        /// Unix ms.
+        at_ms: i64,
+        /// The request.
+        ask: agentd_core::PermissionAsk,
+        /// For people.
+        summary: String,
+        /// Diff preview.
+        diff: Option<String>,
+    },
+    /// A permission request was resolved.
+    PermissionResolved {
+        /// Unix ms.
+        at_ms: i64,
+        /// The request.
+        request_id: String,
+        /// The decision.
+        decision: agentd_core::Decision,
+        /// Who answered: (client id, name).
+        client: Option<(String, String)>,
+    },
+}
+
 /// Where a rule added by an "always"/"never" answer applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RuleScope {
@@ -115,6 +159,7 @@ pub struct Store {
     msgs: sled::Tree,
     rules: sled::Tree,
     shells: sled::Tree,
+    events: sled::Tree,
     flush_tx: mpsc::UnboundedSender<FlushRequest>,
 }
 
@@ -184,6 +229,7 @@ impl Store {
         let msgs = db.open_tree("messages")?;
         let rules = db.open_tree("rules")?;
         let shells = db.open_tree("shells")?;
+        let events = db.open_tree("events")?;
         let (flush_tx, flush_rx) = mpsc::unbounded_channel();
         tokio::spawn(group_commit(flush_rx));
         Ok(Store {
@@ -192,6 +238,7 @@ impl Store {
             msgs,
             rules,
             shells,
+            events,
             flush_tx,
         })
     }
@@ -214,6 +261,23 @@ impl Store {
         record: &ConversationRecord,
         messages: &[(u64, &Message)],
     ) -> Result<(), StoreError> {
+        self.commit_with_events(record, messages, &[])
+    }
+
+    /// Like [`Store::commit`], and first the durable events clients are
+    /// told about these writes (key: conversation ‖ event seq). Written
+    /// before the record: an event whose record write then fails is
+    /// harmless, as its sequence number is never handed out.
+    pub fn commit_with_events(
+        &self,
+        record: &ConversationRecord,
+        messages: &[(u64, &Message)],
+        events: &[(u64, StoredEvent)],
+    ) -> Result<(), StoreError> {
+        for (seq, event) in events {
+            self.events
+                .insert(message_key(&record.id, *seq), encode(&record.id, event)?)?;
+        }
         let rec = encode(&record.id, record)?;
         let mut encoded = Vec::with_capacity(messages.len());
         for (seq, m) in messages {
@@ -326,6 +390,62 @@ impl Store {
             out.push(decode(&k, &v)?);
         }
         Ok(out)
+    }
+
+    /// Stores one durable event (not yet durable: call [`Store::flush`]).
+    pub fn put_event(
+        &self,
+        conv_id: &str,
+        seq: u64,
+        event: &StoredEvent,
+    ) -> Result<(), StoreError> {
+        self.events
+            .insert(message_key(conv_id, seq), encode(conv_id, event)?)?;
+        Ok(())
+    }
+
+    /// Whether the event log of `conv_id` reaches back to `seq` (holds an
+    /// event at or before it), so it can replay everything after `seq`.
+    pub fn events_cover(&self, conv_id: &str, seq: u64) -> Result<bool, StoreError> {
+        let start = message_key(conv_id, 0);
+        let end = message_key(conv_id, seq);
+        Ok(self
+            .events
+            .range(start..=end)
+            .next_back()
+            .transpose()?
+            .is_some())
+    }
+
+    /// The durable events of `conv_id` after `seq`; None when there are
+    /// more than `limit`.
+    pub fn events_after(
+        &self,
+        conv_id: &str,
+        seq: u64,
+        limit: usize,
+    ) -> Result<Option<Vec<(u64, StoredEvent)>>, StoreError> {
+        let start = message_key(conv_id, seq.saturating_add(1));
+        let prefix = message_prefix(conv_id);
+        let mut out = Vec::new();
+        for item in self.events.range(start..) {
+            let (k, v) = item?;
+            if !k.starts_with(&prefix) {
+                break;
+            }
+            if out.len() == limit {
+                return Ok(None);
+            }
+            let seq_bytes: [u8; 8] =
+                k[prefix.len()..]
+                    .try_into()
+                    .map_err(|_| StoreError::Corrupt {
+                        key: String::from_utf8_lossy(&k).into_owned(),
+                        message: "bad event key".to_string(),
+                    })?;
+            out.push((u64::from_be_bytes(seq_bytes), decode(&k, &v)?));
+        }
+        Ok(Some(out))
     }
 
     /// Bytes the database occupies on disk (approximate).
