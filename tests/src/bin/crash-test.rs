@@ -3,6 +3,7 @@
 //! See `agent_tests::crash` for what is checked.
 //!
 //! ```text
+//! cargo build -p agent-tests --bins     # the daemon it runs: test-agentd
 //! cargo run -p agent-tests --bin crash-test -- [--kills N] [--seed S] [--conversations C]
 //! ```
 //!

@@ -7,17 +7,21 @@
 //! 1. start `conversations` turns at once: new turns in existing
 //!    conversations (`SendMessage`) and new conversations (created with a
 //!    prompt, or created and then sent one), with attached observers
-//!    recording every message they are shown;
+//!    recording every message they are shown; some turns are cancelled at a
+//!    random moment, and some model rounds fail once (529 or a mid-stream
+//!    error) so retries are in flight too;
 //! 2. wait a random time and SIGKILL the daemon (sometimes again, during
 //!    its recovery);
 //! 3. restart it, and wait until every conversation in the store is at rest;
 //! 4. check: the store opened; every acknowledged message is present and
 //!    unchanged; message sequence numbers are gap-free from 1; the chain is
 //!    valid (roles alternate, every tool_use answered by exactly one
-//!    tool_result in the next message); every turn ended, none stuck or in
-//!    Error; attached clients never saw an event number twice; and every
-//!    request the fake LLM received has a valid chain and is exactly a
-//!    prefix of the stored transcript (what the model saw was durable).
+//!    tool_result in the next message); every turn ended (or left what its
+//!    cancel leaves), none stuck or in Error; a conversation created with a
+//!    prompt holds it; attached clients never saw an event number twice;
+//!    every request the fake LLM received has a valid chain and is a prefix
+//!    of the stored transcript (what the model saw was durable); no bash
+//!    call ran twice, and every tool recorded as a success left its effect.
 //!
 //! Every random choice comes from the seed; the moment a SIGKILL lands
 //! depends on timing too, so a seed reproduces the plan, not the exact
