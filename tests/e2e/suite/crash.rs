@@ -52,10 +52,6 @@ async fn a_short_crash_run_passes() {
         conversations: 3,
         max_rounds: 4,
         max_delay: Duration::from_millis(300),
-        // Known daemon bug, reported: CreateConversation stores the
-        // conversation, then sends the prompt; a kill in between leaves it
-        // empty. Set to false once `create_conversation` is atomic.
-        tolerate_non_atomic_create: true,
         ..CrashOptions::default()
     };
     match crash::run(opts).await {

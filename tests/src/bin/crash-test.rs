@@ -12,9 +12,10 @@
 //! summary line, 1 with a description of the first violation (the daemon's
 //! directory is kept and named), 2 on a usage error.
 //!
-//! `--tolerate-non-atomic-create` counts instead of failing on a known
-//! daemon bug (a conversation created with a prompt can be left without it
-//! by a kill), so a long run can look for others.
+//! `--tolerate-non-atomic-create` counts instead of failing when a
+//! conversation created with a prompt is left without it by a kill (a bug
+//! this program found and the daemon fixed); it exists to keep a long run
+//! going while another such bug is hunted.
 
 use std::process::ExitCode;
 use std::time::Duration;
