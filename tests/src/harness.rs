@@ -100,9 +100,6 @@ pub struct TestDaemon {
     llm_url: String,
     opts: DaemonOptions,
     child: Option<Child>,
-    /// Process groups of daemons that were stopped: whatever they left
-    /// running is killed on drop.
-    dead_groups: Vec<Pid>,
 }
 
 impl std::fmt::Debug for TestDaemon {
@@ -157,7 +154,6 @@ impl TestDaemon {
             llm_url: fake.base_url(),
             opts,
             child: None,
-            dead_groups: Vec::new(),
         };
         daemon.spawn().await;
         daemon
@@ -212,7 +208,6 @@ impl TestDaemon {
             panic!("TestDaemon::terminate: no daemon is running");
         };
         let pid = pid_of(&child);
-        self.dead_groups.push(pid);
         if let Err(e) = kill(pid, Signal::SIGTERM) {
             panic!("TestDaemon::terminate: cannot signal {pid}: {e}");
         }
@@ -239,7 +234,6 @@ impl TestDaemon {
     /// a crash would) and reaps it.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {
-            self.dead_groups.push(pid_of(&child));
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -372,10 +366,11 @@ impl TestDaemon {
 
 impl Drop for TestDaemon {
     fn drop(&mut self) {
-        // Whole groups: each daemon and anything it started in its group.
-        for group in self.dead_groups.drain(..) {
-            let _ = kill(Pid::from_raw(-group.as_raw()), Signal::SIGKILL);
-        }
+        // The running daemon's whole group (signalled before it is reaped,
+        // so the group id cannot belong to anyone else yet). Groups of
+        // daemons already reaped are left alone: once empty, their ids can
+        // be reused by unrelated processes (pid_max is 32768 here), and the
+        // daemon starts its tools and shells in groups of their own anyway.
         if let Some(mut child) = self.child.take() {
             let _ = kill(Pid::from_raw(-pid_of(&child).as_raw()), Signal::SIGKILL);
             let _ = child.kill();
