@@ -38,7 +38,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::tools::bash::{
-    attach_output_pipe, group_alive, proc_stat, shell_command, terminate_group,
+    attach_output_pipe, group_alive, leftovers_alive, proc_stat, shell_command, terminate_group,
 };
 use output::Spool;
 
@@ -666,7 +666,8 @@ async fn monitor(
     let exit = child.wait().await;
     let pgid = pgid_of(&shell.record());
     let mut left_behind = false;
-    if group_alive(pgid) {
+    // The leader is reaped: only leftovers can keep the group ours.
+    if leftovers_alive(pgid) {
         left_behind = !lock(&shell.state).kill_requested;
         terminate_group(pgid, grace).await;
     }

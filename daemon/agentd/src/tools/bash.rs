@@ -211,7 +211,8 @@ async fn execute(
     let mut stopped_leftovers = false;
     match &end {
         End::Exited(Ok(_)) => {
-            if group_alive(pgid) {
+            // The leader is reaped: only leftovers can keep the group ours.
+            if leftovers_alive(pgid) {
                 terminate_group(pgid, grace).await;
                 stopped_leftovers = true;
             }
@@ -222,7 +223,9 @@ async fn execute(
             let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
         }
     }
-    if !group_alive(pgid) {
+    // The leader is reaped by now (or never will be): the guard may only
+    // fire at a group that still holds our leftovers.
+    if !leftovers_alive(pgid) {
         guard.armed = false;
     }
     let _ = tokio::time::timeout(DRAIN, reader).await;
@@ -399,6 +402,19 @@ pub(crate) async fn terminate_group(pgid: Pid, grace: Duration) {
     while group_alive(pgid) && Instant::now() < deadline {
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Whether processes a command left behind still live in its group, asked
+/// after its leader (pid = pgid) was reaped. While any member lives, the
+/// kernel will not hand the number out again; once the group is empty it
+/// may, and a process with pid = pgid then belongs to someone else (pid_max
+/// is often 32768). Signalling that group would kill an unrelated process,
+/// so such a group counts as gone.
+pub(crate) fn leftovers_alive(pgid: Pid) -> bool {
+    if std::path::Path::new(&format!("/proc/{}", pgid.as_raw())).exists() {
+        return false;
+    }
+    group_alive(pgid)
 }
 
 /// Whether any live process is in the group. Zombies do not count: they
