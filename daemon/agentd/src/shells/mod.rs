@@ -566,18 +566,18 @@ impl ShellManager {
     /// returned.
     pub async fn kill(&self, id: &str) -> Result<ShellRecord, ShellError> {
         let shell = self.shell(id)?;
-        let pgid = {
+        let target = {
             let mut st = lock(&shell.state);
             if st.record.status.is_ended() {
                 None
             } else {
                 st.kill_requested = true;
-                Some(pgid_of(&st.record))
+                Some((pgid_of(&st.record), st.record.proc_start_ticks))
             }
         };
         let grace = Duration::from_millis(self.limits.kill_grace_ms);
-        if let Some(pgid) = pgid {
-            terminate_group(pgid, grace).await;
+        if let Some((pgid, ticks)) = target {
+            terminate_group(pgid, ticks, grace).await;
         }
         // The monitor records the end once the pipe is drained (at once for
         // a shell whose end is recorded already).
@@ -669,7 +669,7 @@ async fn monitor(
     // The leader is reaped: only leftovers can keep the group ours.
     if leftovers_alive(pgid) {
         left_behind = !lock(&shell.state).kill_requested;
-        terminate_group(pgid, grace).await;
+        terminate_group(pgid, shell.record().proc_start_ticks, grace).await;
     }
     if tokio::time::timeout(DRAIN, &mut reader).await.is_err() {
         // A process that left the group still holds the pipe.

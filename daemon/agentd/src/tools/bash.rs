@@ -189,6 +189,7 @@ async fn execute(
         ));
     };
     let pgid = Pid::from_raw(pid);
+    let leader_ticks = start_ticks(pgid);
     let mut guard = GroupGuard {
         pgid,
         armed: true,
@@ -213,12 +214,12 @@ async fn execute(
         End::Exited(Ok(_)) => {
             // The leader is reaped: only leftovers can keep the group ours.
             if leftovers_alive(pgid) {
-                terminate_group(pgid, grace).await;
+                terminate_group(pgid, leader_ticks, grace).await;
                 stopped_leftovers = true;
             }
         }
         End::Exited(Err(_)) | End::TimedOut | End::Cancelled => {
-            terminate_group(pgid, grace).await;
+            terminate_group(pgid, leader_ticks, grace).await;
             // Reap the shell; it is dead or dying from SIGKILL by now.
             let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
         }
@@ -386,22 +387,42 @@ impl Drop for GroupGuard {
 }
 
 /// SIGTERM to the group, SIGKILL after `grace` to whatever is left.
-pub(crate) async fn terminate_group(pgid: Pid, grace: Duration) {
+pub(crate) async fn terminate_group(pgid: Pid, leader_ticks: Option<u64>, grace: Duration) {
+    if !owned_group_alive(pgid, leader_ticks) {
+        return;
+    }
     let _ = killpg(pgid, Signal::SIGTERM);
     // A stopped process acts on SIGTERM only once it runs again.
     let _ = killpg(pgid, Signal::SIGCONT);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
-        if !group_alive(pgid) {
+        if !owned_group_alive(pgid, leader_ticks) {
             return;
         }
         tokio::time::sleep(POLL).await;
     }
-    let _ = killpg(pgid, Signal::SIGKILL);
+    if owned_group_alive(pgid, leader_ticks) {
+        let _ = killpg(pgid, Signal::SIGKILL);
+    }
     let deadline = Instant::now() + KILL_WAIT;
-    while group_alive(pgid) && Instant::now() < deadline {
+    while owned_group_alive(pgid, leader_ticks) && Instant::now() < deadline {
         tokio::time::sleep(POLL).await;
     }
+}
+
+/// Whether the group `pgid` still is the one whose leader started at
+/// `leader_ticks` and has a live member. A live process with pid = pgid
+/// and another start time means the number was reused (once a group
+/// empties, pid_max — often 32768 — soon hands it out again): that group is
+/// someone else's and must never be signalled.
+pub(crate) fn owned_group_alive(pgid: Pid, leader_ticks: Option<u64>) -> bool {
+    if let Some(stat) = proc_stat(pgid.as_raw())
+        && stat.is_alive()
+        && Some(stat.start_ticks) != leader_ticks
+    {
+        return false;
+    }
+    group_alive(pgid)
 }
 
 /// Whether processes a command left behind still live in its group, asked
@@ -415,6 +436,12 @@ pub(crate) fn leftovers_alive(pgid: Pid) -> bool {
         return false;
     }
     group_alive(pgid)
+}
+
+/// The start time (clock ticks since boot) of process `pid`, which with
+/// the pid identifies it for good.
+pub(crate) fn start_ticks(pid: Pid) -> Option<u64> {
+    proc_stat(pid.as_raw()).map(|s| s.start_ticks)
 }
 
 /// Whether any live process is in the group. Zombies do not count: they
