@@ -133,24 +133,13 @@ impl AgentService for Service {
             .map_err(to_status)?;
         let record = self.manager.record(&id).map_err(to_status)?;
         let messages = self.manager.messages(&id).map_err(to_status)?;
-        let pending = record
-            .state
-            .pending_permission()
-            .map(|ask| pb::PermissionRequest {
-                request_id: ask.request_id.clone(),
-                tool_name: ask.tool_name.clone(),
-                tool_use_id: ask.tool_use_id.clone(),
-                input_json: ask.input.to_string(),
+        let pending = record.state.pending_permission().map(|ask| {
+            convert::permission(&crate::runtime::PermissionView {
                 summary: crate::tools::summarize_call(&ask.tool_name, &ask.input),
-                options: ask
-                    .options
-                    .iter()
-                    .map(|d| convert::decision(*d) as i32)
-                    .collect(),
-                reason: ask.reason.clone(),
-                suggested_rule: ask.suggested_rule.clone(),
-                ..Default::default()
-            });
+                diff: None,
+                ask: ask.clone(),
+            })
+        });
         Ok(Response::new(pb::GetConversationResponse {
             conversation: Some(convert::summary(&record, self.max_attempts(), 0)),
             messages: messages

@@ -38,7 +38,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
 use crate::tools::bash::{
-    attach_output_pipe, group_alive, leftovers_alive, proc_stat, shell_command, terminate_group,
+    attach_output_pipe, group_alive, owned_group_alive, proc_stat, shell_command, terminate_group,
 };
 use output::Spool;
 
@@ -667,9 +667,10 @@ async fn monitor(
     let pgid = pgid_of(&shell.record());
     let mut left_behind = false;
     // The leader is reaped: only leftovers can keep the group ours.
-    if leftovers_alive(pgid) {
+    let ticks = shell.record().proc_start_ticks;
+    if owned_group_alive(pgid, ticks) {
         left_behind = !lock(&shell.state).kill_requested;
-        terminate_group(pgid, shell.record().proc_start_ticks, grace).await;
+        terminate_group(pgid, ticks, grace).await;
     }
     if tokio::time::timeout(DRAIN, &mut reader).await.is_err() {
         // A process that left the group still holds the pipe.

@@ -213,7 +213,7 @@ async fn execute(
     match &end {
         End::Exited(Ok(_)) => {
             // The leader is reaped: only leftovers can keep the group ours.
-            if leftovers_alive(pgid) {
+            if owned_group_alive(pgid, leader_ticks) {
                 terminate_group(pgid, leader_ticks, grace).await;
                 stopped_leftovers = true;
             }
@@ -226,7 +226,7 @@ async fn execute(
     }
     // The leader is reaped by now (or never will be): the guard may only
     // fire at a group that still holds our leftovers.
-    if !leftovers_alive(pgid) {
+    if !owned_group_alive(pgid, leader_ticks) {
         guard.armed = false;
     }
     let _ = tokio::time::timeout(DRAIN, reader).await;
@@ -420,19 +420,6 @@ pub(crate) fn owned_group_alive(pgid: Pid, leader_ticks: Option<u64>) -> bool {
         && stat.is_alive()
         && Some(stat.start_ticks) != leader_ticks
     {
-        return false;
-    }
-    group_alive(pgid)
-}
-
-/// Whether processes a command left behind still live in its group, asked
-/// after its leader (pid = pgid) was reaped. While any member lives, the
-/// kernel will not hand the number out again; once the group is empty it
-/// may, and a process with pid = pgid then belongs to someone else (pid_max
-/// is often 32768). Signalling that group would kill an unrelated process,
-/// so such a group counts as gone.
-pub(crate) fn leftovers_alive(pgid: Pid) -> bool {
-    if std::path::Path::new(&format!("/proc/{}", pgid.as_raw())).exists() {
         return false;
     }
     group_alive(pgid)
