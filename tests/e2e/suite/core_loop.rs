@@ -533,3 +533,100 @@ async fn malformed_tool_input_from_the_model_becomes_an_error_result() {
             .contains("no_such_tool")
     );
 }
+
+/// `think` calls run inline (one flush for the call and its result), so
+/// the things that make that safe are checked here: several in one reply
+/// are each answered once, in order, the conversation comes to rest, and
+/// a client sees every call begin and end, in order, after the reply that
+/// made it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_instant_calls_in_one_reply_are_each_answered_and_announced() {
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::Reply(
+            ReplyScript::new()
+                .text("Three thoughts.")
+                .tool_use("k1", "think", json!({"thought": "one"}))
+                .tool_use("k2", "think", json!({"thought": "two"}))
+                .tool_use("k3", "think", json!({})),
+        ),
+        tool("k4", "think", json!({"thought": "four"})),
+        Script::Reply(ReplyScript::new().text("Thought it through.")),
+    ]);
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+    let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "think".into(),
+        })
+        .await
+        .unwrap();
+    let frames = a.until(T, is_idle).await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    assert_eq!(
+        text_of_message(r.messages.last().unwrap()),
+        "Thought it through."
+    );
+
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 3);
+    for req in &reqs {
+        assert_valid_chain(req);
+    }
+    let results = tool_results(&reqs[1]);
+    let ids: Vec<&str> = results
+        .iter()
+        .map(|r| r["tool_use_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["k1", "k2", "k3"]);
+    assert!(!results[0]["is_error"].as_bool().unwrap_or(false));
+    // `thought` is required: the call with `{}` gets an error result.
+    assert_eq!(results[2]["is_error"], true);
+    assert_eq!(tool_results(&reqs[2])[0]["tool_use_id"], "k4");
+
+    use pb::attach_response::Event as Ev;
+    let mut seqs = Vec::new();
+    let mut order = Vec::new();
+    for f in &frames {
+        if f.seq > 0 {
+            seqs.push(f.seq);
+        }
+        match &f.event {
+            Some(Ev::MessageAppended(m)) => order.push(format!(
+                "message {}",
+                m.message.as_ref().map(|m| m.role).unwrap_or_default()
+            )),
+            Some(Ev::ToolCallBegin(b)) => order.push(format!("begin {}", b.tool_use_id)),
+            Some(Ev::ToolCallEnd(e)) => order.push(format!("end {}", e.tool_use_id)),
+            _ => {}
+        }
+    }
+    assert!(
+        seqs.windows(2).all(|w| w[0] < w[1]),
+        "sequence numbers increase: {seqs:?}"
+    );
+    let assistant = pb::Role::Assistant as i32;
+    let user = pb::Role::User as i32;
+    let expected: Vec<String> = [
+        format!("message {user}"),
+        format!("message {assistant}"),
+        "begin k1".into(),
+        "end k1".into(),
+        "begin k2".into(),
+        "end k2".into(),
+        "begin k3".into(),
+        "end k3".into(),
+        format!("message {user}"),
+        format!("message {assistant}"),
+        "begin k4".into(),
+        "end k4".into(),
+        format!("message {user}"),
+        format!("message {assistant}"),
+    ]
+    .into();
+    assert_eq!(order, expected);
+}

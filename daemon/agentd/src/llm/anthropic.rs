@@ -16,8 +16,9 @@ use agentd_core::{ContentBlock, Message, Reply, Role, StopReason, Usage};
 use futures::future::BoxFuture;
 use http::HeaderValue;
 use reqwest::Url;
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fmt;
 use tokio_util::sync::CancellationToken;
@@ -80,7 +81,11 @@ impl AnthropicProvider {
             .header("x-api-key", self.api_key.clone())
             .header("anthropic-version", API_VERSION)
             .header(http::header::ACCEPT, "text/event-stream")
-            .json(&request_body(req));
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(
+                request_body(req)
+                    .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?,
+            );
         let response = transport::send(request).await?;
         transport::read_stream(response, AnthropicStream::default(), emit).await
     }
@@ -109,42 +114,172 @@ impl Provider for AnthropicProvider {
     }
 }
 
-fn ephemeral() -> Value {
-    json!({ "type": "ephemeral" })
+/// The JSON body of a streaming Messages request, serialized straight from
+/// the borrowed transcript (no intermediate `Value` tree: a long transcript
+/// is sent every round, so this runs once per model request).
+fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Error> {
+    let system = (!req.system.is_empty()).then(|| {
+        [WireText {
+            kind: "text",
+            text: &req.system,
+            cache_control: Some(EPHEMERAL),
+        }]
+    });
+    let last_tool = req.tools.len().checked_sub(1);
+    let tools = req
+        .tools
+        .iter()
+        .enumerate()
+        .map(|(i, t)| WireTool {
+            name: &t.name,
+            description: &t.description,
+            input_schema: &t.input_schema,
+            cache_control: (Some(i) == last_tool).then_some(EPHEMERAL),
+        })
+        .collect();
+    serde_json::to_vec(&WireRequest {
+        model: &req.model,
+        max_tokens: req.max_tokens,
+        system,
+        tools,
+        messages: wire_messages(&req.messages),
+        stream: true,
+    })
 }
 
-/// The JSON body of a streaming Messages request.
-fn request_body(req: &LlmRequest) -> Value {
-    let mut body = Map::new();
-    body.insert("model".into(), json!(req.model));
-    body.insert("max_tokens".into(), json!(req.max_tokens));
-    if !req.system.is_empty() {
-        body.insert(
-            "system".into(),
-            json!([{ "type": "text", "text": req.system, "cache_control": ephemeral() }]),
-        );
-    }
-    if !req.tools.is_empty() {
-        let mut tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| json!({ "name": t.name, "description": t.description, "input_schema": t.input_schema }))
-            .collect();
-        if let Some(Value::Object(last)) = tools.last_mut() {
-            last.insert("cache_control".into(), ephemeral());
+#[derive(Serialize)]
+struct WireRequest<'a> {
+    model: &'a str,
+    max_tokens: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    system: Option<[WireText<'a>; 1]>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    messages: Vec<WireMessageOut<'a>>,
+    stream: bool,
+}
+
+/// `{"type": "ephemeral"}`: a prompt-cache breakpoint.
+#[derive(Serialize, Clone, Copy)]
+struct CacheControl {
+    #[serde(rename = "type")]
+    kind: &'static str,
+}
+
+const EPHEMERAL: CacheControl = CacheControl { kind: "ephemeral" };
+
+#[derive(Serialize)]
+struct WireText<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    text: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    name: &'a str,
+    description: &'a str,
+    input_schema: &'a Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+#[derive(Serialize)]
+struct WireMessageOut<'a> {
+    role: &'static str,
+    content: Vec<WireBlockOut<'a>>,
+}
+
+/// A content block as sent; `cache_control` marks the end of the cached
+/// prefix (set on one block at most).
+#[derive(Serialize)]
+struct WireBlockOut<'a> {
+    #[serde(flatten)]
+    block: BlockOut<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_control: Option<CacheControl>,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum BlockOut<'a> {
+    Text {
+        text: &'a str,
+    },
+    Thinking {
+        thinking: &'a str,
+        signature: &'a str,
+    },
+    RedactedThinking {
+        data: &'a str,
+    },
+    ToolUse {
+        id: &'a str,
+        name: &'a str,
+        input: ToolInput<'a>,
+    },
+    ToolResult {
+        tool_use_id: &'a str,
+        content: &'a str,
+        is_error: bool,
+    },
+}
+
+/// A tool call's input; one that is not a JSON object (the raw text of
+/// invalid JSON) is sent as `{}`, which the API accepts.
+struct ToolInput<'a>(&'a Value);
+
+impl Serialize for ToolInput<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            Value::Object(map) => map.serialize(s),
+            _ => s.serialize_map(Some(0))?.end(),
         }
-        body.insert("tools".into(), Value::Array(tools));
     }
-    body.insert(
-        "messages".into(),
-        Value::Array(messages_json(&req.messages)),
-    );
-    body.insert("stream".into(), Value::Bool(true));
-    Value::Object(body)
+}
+
+impl<'a> BlockOut<'a> {
+    fn of(block: &'a ContentBlock) -> Self {
+        match block {
+            ContentBlock::Text { text } => BlockOut::Text { text },
+            ContentBlock::Thinking {
+                thinking,
+                signature,
+            } => BlockOut::Thinking {
+                thinking,
+                signature,
+            },
+            ContentBlock::RedactedThinking { data } => BlockOut::RedactedThinking { data },
+            ContentBlock::ToolUse { id, name, input } => BlockOut::ToolUse {
+                id,
+                name,
+                input: ToolInput(input),
+            },
+            ContentBlock::ToolResult {
+                tool_use_id,
+                content,
+                is_error,
+            } => BlockOut::ToolResult {
+                tool_use_id,
+                content,
+                is_error: *is_error,
+            },
+        }
+    }
+
+    /// Thinking blocks cannot carry a cache breakpoint.
+    fn cacheable(&self) -> bool {
+        matches!(
+            self,
+            BlockOut::Text { .. } | BlockOut::ToolUse { .. } | BlockOut::ToolResult { .. }
+        )
+    }
 }
 
 /// The transcript as the API accepts it (see the module docs).
-fn messages_json(messages: &[Message]) -> Vec<Value> {
+fn wire_messages(messages: &[Message]) -> Vec<WireMessageOut<'_>> {
     let mut merged: Vec<(Role, Vec<&ContentBlock>)> = Vec::new();
     for message in messages {
         let blocks = message.content.iter().filter(|b| is_sendable(b));
@@ -168,25 +303,25 @@ fn messages_json(messages: &[Message]) -> Vec<Value> {
                 // Stable: the results keep their order, and so does the rest.
                 blocks.sort_by_key(|b| !matches!(b, ContentBlock::ToolResult { .. }));
             }
-            let mut content: Vec<Value> = blocks.into_iter().map(block_json).collect();
+            let mut content: Vec<WireBlockOut<'_>> = blocks
+                .into_iter()
+                .map(|b| WireBlockOut {
+                    block: BlockOut::of(b),
+                    cache_control: None,
+                })
+                .collect();
             if i + 1 == count {
-                // Thinking blocks cannot carry a breakpoint; the last block
-                // that can is the end of the cached prefix.
-                let cacheable = content.iter_mut().rev().find(|b| {
-                    matches!(
-                        b.get("type").and_then(Value::as_str),
-                        Some("text" | "tool_use" | "tool_result")
-                    )
-                });
-                if let Some(Value::Object(block)) = cacheable {
-                    block.insert("cache_control".into(), ephemeral());
+                // The last block that can carry a breakpoint ends the
+                // cached prefix.
+                if let Some(block) = content.iter_mut().rev().find(|b| b.block.cacheable()) {
+                    block.cache_control = Some(EPHEMERAL);
                 }
             }
             let role = match role {
                 Role::User => "user",
                 Role::Assistant => "assistant",
             };
-            json!({ "role": role, "content": content })
+            WireMessageOut { role, content }
         })
         .collect()
 }
@@ -201,36 +336,6 @@ fn is_sendable(block: &ContentBlock) -> bool {
         ContentBlock::RedactedThinking { .. }
         | ContentBlock::ToolUse { .. }
         | ContentBlock::ToolResult { .. } => true,
-    }
-}
-
-fn block_json(block: &ContentBlock) -> Value {
-    match block {
-        ContentBlock::Text { text } => json!({ "type": "text", "text": text }),
-        ContentBlock::Thinking {
-            thinking,
-            signature,
-        } => {
-            json!({ "type": "thinking", "thinking": thinking, "signature": signature })
-        }
-        ContentBlock::RedactedThinking { data } => {
-            json!({ "type": "redacted_thinking", "data": data })
-        }
-        ContentBlock::ToolUse { id, name, input } => {
-            let input = if input.is_object() {
-                input.clone()
-            } else {
-                json!({})
-            };
-            json!({ "type": "tool_use", "id": id, "name": name, "input": input })
-        }
-        ContentBlock::ToolResult {
-            tool_use_id,
-            content,
-            is_error,
-        } => {
-            json!({ "type": "tool_result", "tool_use_id": tool_use_id, "content": content, "is_error": is_error })
-        }
     }
 }
 
@@ -631,7 +736,14 @@ impl StreamParser for AnthropicStream {
 mod tests {
     use super::*;
     use crate::llm::testkit::{self, Step, TestServer, message};
+    use serde_json::json;
+
+    /// The body as JSON, to compare with `json!`.
+    fn request_body(req: &LlmRequest) -> Value {
+        serde_json::from_slice(&super::request_body(req).unwrap()).unwrap()
+    }
     use agentd_core::{ErrorKind, ToolSpec};
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     fn tool_use(id: &str, input: Value) -> ContentBlock {
@@ -646,8 +758,8 @@ mod tests {
         LlmRequest {
             model: "claude-test".into(),
             system: "You are terse.".into(),
-            messages,
-            tools,
+            messages: Arc::new(messages),
+            tools: tools.into(),
             max_tokens: 1024,
         }
     }
@@ -692,7 +804,7 @@ mod tests {
             vec![Message::user(vec![ContentBlock::text("hi")], 0)],
             vec![],
         );
-        req.system.clear();
+        req.system = "".into();
         let body = request_body(&req);
         assert!(body.get("tools").is_none());
         assert!(body.get("system").is_none());

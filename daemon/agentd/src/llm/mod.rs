@@ -45,13 +45,16 @@ use tokio_util::sync::CancellationToken;
 pub struct LlmRequest {
     /// The provider's model name.
     pub model: String,
-    /// The system prompt; empty for none.
-    pub system: String,
+    /// The system prompt; empty for none. Shared: it changes once a day.
+    pub system: Arc<str>,
     /// The transcript. Providers sanitize it on the way out (see each
     /// provider), so it may contain empty messages or same-role runs.
-    pub messages: Vec<Message>,
-    /// The tools the model may call.
-    pub tools: Vec<ToolSpec>,
+    /// Shared with the conversation, which copies it only if it must append
+    /// while this request still holds it.
+    pub messages: Arc<Vec<Message>>,
+    /// The tools the model may call (shared: the same for every request of
+    /// a mode).
+    pub tools: Arc<[ToolSpec]>,
     /// Upper bound on the reply's output tokens.
     pub max_tokens: u32,
 }

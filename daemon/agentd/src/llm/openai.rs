@@ -124,9 +124,9 @@ impl Provider for OpenAiProvider {
 fn request_body(req: &LlmRequest) -> Value {
     let mut messages = Vec::with_capacity(req.messages.len() + 1);
     if !req.system.is_empty() {
-        messages.push(json!({ "role": "system", "content": req.system }));
+        messages.push(json!({ "role": "system", "content": &*req.system }));
     }
-    for message in &req.messages {
+    for message in req.messages.iter() {
         push_message(&mut messages, message);
     }
     let mut body = Map::new();
@@ -569,13 +569,14 @@ mod tests {
     use super::*;
     use crate::llm::testkit::{self, TestServer, message};
     use agentd_core::{ErrorKind, ToolSpec};
+    use std::sync::Arc;
 
     fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> LlmRequest {
         LlmRequest {
             model: "gpt-test".into(),
             system: "Be brief.".into(),
-            messages,
-            tools,
+            messages: Arc::new(messages),
+            tools: tools.into(),
             max_tokens: 512,
         }
     }
@@ -652,7 +653,7 @@ mod tests {
             vec![Message::user(vec![ContentBlock::text("hi")], 0)],
             vec![],
         );
-        req.system.clear();
+        req.system = "".into();
         let body = request_body(&req);
         assert!(body.get("tools").is_none());
         assert_eq!(

@@ -100,6 +100,15 @@ pub(crate) enum Command {
     },
 }
 
+/// Work queued inside one `commit_and_run`.
+enum Step {
+    /// A transition already decided.
+    Apply(agentd_core::Transition),
+    /// An event to decide when its turn comes, on the state the steps
+    /// before it leave (the results of several instant calls).
+    Decide(Event),
+}
+
 /// A client's view onto a conversation.
 #[derive(Debug)]
 pub struct Subscription {
@@ -119,7 +128,12 @@ struct InFlight {
 pub(crate) struct Actor {
     shared: Arc<Shared>,
     record: ConversationRecord,
-    transcript: Vec<Message>,
+    /// Shared with the model request in flight, which reads it while the
+    /// actor goes on (the request is dropped before its end is reported, so
+    /// appending rarely has to copy).
+    transcript: Arc<Vec<Message>>,
+    /// The generated system prompt and the day it was made for.
+    system_prompt: Option<(i64, Arc<str>)>,
     rx: mpsc::UnboundedReceiver<Input>,
     tx: mpsc::UnboundedSender<Input>,
     /// The fan-out to attached clients; made when the first client attaches
@@ -152,6 +166,8 @@ pub(crate) struct Actor {
     rules: Vec<Rule>,
     /// Summary and diff of the pending permission request.
     pending_view: Option<PermissionView>,
+    /// Events held back until the store is flushed (see `commit_and_run`).
+    staging: Option<Vec<Arc<ConvEvent>>>,
 }
 
 fn now_ms() -> i64 {
@@ -174,7 +190,8 @@ impl Actor {
         Actor {
             shared,
             record,
-            transcript,
+            transcript: Arc::new(transcript),
+            system_prompt: None,
             rx,
             tx,
             hub: None,
@@ -194,6 +211,7 @@ impl Actor {
             to_background: None,
             rules: Vec::new(),
             pending_view: None,
+            staging: None,
         }
     }
 
@@ -533,6 +551,14 @@ impl Actor {
                 Err(e) => tracing::error!("persisting sequence reservation failed: {e}"),
             }
         }
+        match &mut self.staging {
+            Some(staged) => staged.push(event),
+            None => self.publish(event),
+        }
+    }
+
+    /// Sends an event to the replay buffer and the attached clients.
+    fn publish(&mut self, event: Arc<ConvEvent>) {
         if self.replay.len() == REPLAY_CAPACITY {
             self.replay.pop_front();
         }
@@ -720,68 +746,73 @@ impl Actor {
 
     /// Persists a transition, tells clients, runs its effects; effects that
     /// complete at once (an abort) feed further events through a queue.
+    ///
+    /// Nothing is announced and no effect runs before the store is flushed,
+    /// with one exception that saves a flush per round: calls of instant
+    /// tools (`think`), which touch nothing outside the daemon, run inline
+    /// right after their transition is written, and that transition, the
+    /// calls' ends and the next transition are flushed together before any
+    /// of it is announced. A crash before that flush loses all of it at
+    /// once, and the recovery repeats the model request.
     async fn commit_and_run(&mut self, first: agentd_core::Transition) -> Result<(), RuntimeError> {
-        let mut queue: VecDeque<agentd_core::Transition> = VecDeque::from([first]);
-        while let Some(t) = queue.pop_front() {
-            let old_state = std::mem::replace(&mut self.record.state, t.state);
-            let base = self.transcript.len() as u64;
-            let mut appended: Vec<Message> = Vec::new();
-            for e in &t.effects {
-                if let Effect::AppendMessage { message } = e {
-                    appended.push(message.clone());
+        let mut queue: VecDeque<Step> = VecDeque::from([Step::Apply(first)]);
+        // Where to roll back to if the store fails before the next flush.
+        let mut unflushed: Option<(ConvState, usize)> = None;
+        while let Some(step) = queue.pop_front() {
+            let t = match step {
+                Step::Apply(t) => t,
+                Step::Decide(event) => {
+                    // Decided now, on the state the steps before it left.
+                    let ctx = self.context(Some(&event));
+                    match transition(&self.record.state, &ctx, event) {
+                        Ok(t) => t,
+                        Err(e) => {
+                            tracing::warn!(conversation = %self.record.id, "instant tool result not applied: {e}");
+                            continue;
+                        }
+                    }
                 }
-            }
-            self.update_record(&appended);
-            let numbered: Vec<(u64, &Message)> = appended
+            };
+            let instant = self.instant_effects(&t.effects);
+            let old_state = std::mem::replace(&mut self.record.state, t.state);
+            let base = self.transcript.len();
+            let rollback = unflushed
+                .get_or_insert_with(|| (old_state.clone(), base))
+                .clone();
+            let appended: Vec<Message> = t
+                .effects
                 .iter()
-                .enumerate()
-                .map(|(i, m)| (base + i as u64 + 1, m))
+                .filter_map(|e| match e {
+                    Effect::AppendMessage { message } => Some(message.clone()),
+                    _ => None,
+                })
                 .collect();
-            // The durable events this commit will be announced with, under
-            // the sequence numbers `emit` will give them below (same order).
-            let now = now_ms();
-            let mut seq = self.next_seq;
-            let mut durable = Vec::new();
-            for (i, m) in appended.iter().enumerate() {
-                durable.push((
-                    seq,
-                    StoredEvent::MessageAppended {
-                        at_ms: now,
-                        message_seq: base + i as u64 + 1,
-                    },
-                ));
-                seq += if m.usage.is_some() { 2 } else { 1 };
+            let state_changed = self.record.state != old_state;
+            let mut persisted = self.persist(base as u64, &appended, state_changed);
+            if persisted.is_ok() && instant.is_none() {
+                persisted = self.shared.store.flush().await;
             }
-            if self.record.state != old_state {
-                durable.push((
-                    seq,
-                    StoredEvent::StateChanged {
-                        at_ms: now,
-                        state: self.record.state.clone(),
-                    },
-                ));
-            }
-            let persisted =
-                match self
-                    .shared
-                    .store
-                    .commit_with_events(&self.record, &numbered, &durable)
-                {
-                    Ok(()) => self.shared.store.flush().await,
-                    Err(e) => Err(e),
-                };
             if let Err(e) = persisted {
                 // Nothing may run on state we could not persist: roll back.
                 tracing::error!(conversation = %self.record.id, "persisting failed: {e}");
-                self.record.state = old_state;
-                self.record.message_count = base;
+                let (state, len) = rollback;
+                self.record.state = state;
+                Arc::make_mut(&mut self.transcript).truncate(len);
+                self.record.message_count = len as u64;
+                self.staging = None;
                 return Err(RuntimeError::Store(e));
+            }
+            if instant.is_some() {
+                self.staging.get_or_insert_with(Vec::new);
+            } else {
+                unflushed = None;
+                self.publish_staged();
             }
             for (i, m) in appended.into_iter().enumerate() {
                 let usage = m.usage;
-                self.transcript.push(m.clone());
+                Arc::make_mut(&mut self.transcript).push(m.clone());
                 self.emit(EventKind::MessageAppended {
-                    message_seq: base + i as u64 + 1,
+                    message_seq: base as u64 + i as u64 + 1,
                     message: m,
                 });
                 if let Some(last) = usage {
@@ -791,7 +822,7 @@ impl Actor {
                     });
                 }
             }
-            if self.record.state != old_state {
+            if state_changed {
                 if self.record.state.pending_permission().is_none() {
                     self.pending_view = None;
                 }
@@ -800,13 +831,127 @@ impl Actor {
                     max_attempts: self.shared.config.retry.max_attempts,
                 });
             }
-            for effect in t.effects {
-                if let Some(next) = self.run_effect(effect).await {
-                    queue.push_back(next);
+            match instant {
+                Some(calls) => {
+                    for (call, output) in calls {
+                        queue.push_back(Step::Decide(self.finish_instant(call, output)));
+                    }
+                }
+                None => {
+                    for effect in t.effects {
+                        if let Some(next) = self.run_effect(effect).await {
+                            queue.push_back(Step::Apply(next));
+                        }
+                    }
                 }
             }
         }
+        if let Some((state, len)) = unflushed {
+            // The queue ended on instant work: flush it, then announce it.
+            if let Err(e) = self.shared.store.flush().await {
+                tracing::error!(conversation = %self.record.id, "persisting failed: {e}");
+                self.record.state = state;
+                Arc::make_mut(&mut self.transcript).truncate(len);
+                self.record.message_count = len as u64;
+                self.staging = None;
+                return Err(RuntimeError::Store(e));
+            }
+            self.publish_staged();
+        }
         Ok(())
+    }
+
+    /// Writes the record, the appended messages and the durable events
+    /// this commit will be announced with (under the sequence numbers
+    /// `emit` will give them, in the same order) in one transaction. Not
+    /// flushed.
+    fn persist(
+        &mut self,
+        base: u64,
+        appended: &[Message],
+        state_changed: bool,
+    ) -> Result<(), crate::store::StoreError> {
+        self.update_record(appended);
+        let numbered: Vec<(u64, &Message)> = appended
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (base + i as u64 + 1, m))
+            .collect();
+        let now = now_ms();
+        let mut seq = self.next_seq;
+        let mut durable = Vec::new();
+        for (i, m) in appended.iter().enumerate() {
+            durable.push((
+                seq,
+                StoredEvent::MessageAppended {
+                    at_ms: now,
+                    message_seq: base + i as u64 + 1,
+                },
+            ));
+            seq += if m.usage.is_some() { 2 } else { 1 };
+        }
+        if state_changed {
+            durable.push((
+                seq,
+                StoredEvent::StateChanged {
+                    at_ms: now,
+                    state: self.record.state.clone(),
+                },
+            ));
+        }
+        self.shared
+            .store
+            .commit_with_events(&self.record, &numbered, &durable)
+    }
+
+    /// The results of a transition's tool calls when every effect besides
+    /// appending messages is a call of an instant tool (see
+    /// `commit_and_run`); `None` when anything else must happen.
+    fn instant_effects(&self, effects: &[Effect]) -> Option<Vec<(ToolCall, ToolOutput)>> {
+        let mut calls = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::AppendMessage { .. } => {}
+                Effect::ExecuteTool { call } => {
+                    if self.to_background.as_deref() == Some(call.id.as_str()) {
+                        return None;
+                    }
+                    let output = self.shared.tools.run_instant(&call.name, &call.input)?;
+                    calls.push((call.clone(), output));
+                }
+                _ => return None,
+            }
+        }
+        (!calls.is_empty()).then_some(calls)
+    }
+
+    /// Announces an instant call as a tool run (begin and end) and returns
+    /// the event its result makes.
+    fn finish_instant(&mut self, call: ToolCall, output: ToolOutput) -> Event {
+        self.emit(EventKind::ToolCallBegin {
+            tool_use_id: call.id.clone(),
+            name: call.name.clone(),
+            summary: crate::tools::summarize_call(&call.name, &call.input),
+            input_json: call.input.to_string(),
+        });
+        self.emit(EventKind::ToolCallEnd {
+            tool_use_id: call.id.clone(),
+            name: call.name,
+            is_error: output.is_error,
+            summary: output.summary,
+            diff: output.diff,
+            duration_ms: 0,
+        });
+        Event::ToolCompleted {
+            result: ToolResult::new(call.id, output.content, output.is_error),
+        }
+    }
+
+    /// Announces what was held back until the flush.
+    fn publish_staged(&mut self) {
+        for event in self.staging.take().unwrap_or_default() {
+            self.publish(event);
+        }
     }
 
     fn update_record(&mut self, appended: &[Message]) {
@@ -1034,34 +1179,27 @@ impl Actor {
         });
         self.partial = PartialReply::new();
         self.emit(EventKind::ReplyBegin { attempt });
-        let read_only = matches!(
+        let restricted = matches!(
             self.record.mode,
             agentd_core::Mode::ReadOnly | agentd_core::Mode::Plan
         );
-        let mut messages = self.transcript.clone();
-        let tools = match &purpose {
-            LlmPurpose::Turn => {
-                let mut specs = self.shared.tools.specs(read_only);
-                if read_only {
-                    specs.push(agentd_core::tools::request_mode_upgrade_spec());
-                }
-                specs
-            }
+        let (messages, tools) = match &purpose {
+            LlmPurpose::Turn => (
+                self.transcript.clone(),
+                self.shared.tools.offered(restricted),
+            ),
             LlmPurpose::Continuation { prompt } => {
+                let mut messages = Vec::clone(&self.transcript);
                 messages.push(Message::user(
                     vec![ContentBlock::text(prompt.clone())],
                     now_ms(),
                 ));
-                Vec::new()
+                (Arc::new(messages), Arc::from(Vec::new()))
             }
-        };
-        let system = match &self.shared.config.system_prompt {
-            Some(s) => s.clone(),
-            None => prompt::system_prompt(&self.record.cwd, now_ms()),
         };
         let request = LlmRequest {
             model: self.record.model.clone(),
-            system,
+            system: self.system_prompt(),
             messages,
             tools,
             max_tokens: self.shared.config.limits.max_tokens,
@@ -1074,8 +1212,28 @@ impl Actor {
                 let _ = stream_tx.send(Input::LlmStream { call, event });
             };
             let result = provider.stream(&request, &mut on_event, cancel).await;
+            // Let go of the transcript before the actor appends the reply.
+            drop(request);
             let _ = tx.send(Input::LlmDone { call, result });
         });
+    }
+
+    /// The system prompt: the configured one, or ours for this working
+    /// directory and day (made again when the date changes).
+    fn system_prompt(&mut self) -> Arc<str> {
+        let now = now_ms();
+        let day = now.div_euclid(86_400_000);
+        match &self.system_prompt {
+            Some((d, p)) if *d == day => p.clone(),
+            _ => {
+                let p: Arc<str> = match &self.shared.config.system_prompt {
+                    Some(s) => Arc::from(s.as_str()),
+                    None => Arc::from(prompt::system_prompt(&self.record.cwd, now)),
+                };
+                self.system_prompt = Some((day, p.clone()));
+                p
+            }
+        }
     }
 
     fn start_tool(&mut self, call: ToolCall) {

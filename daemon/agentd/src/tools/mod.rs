@@ -261,6 +261,11 @@ impl Tool {
 #[derive(Debug, Clone)]
 pub struct Registry {
     specs: Vec<(Tool, ToolSpec)>,
+    /// What a model request offers in the unrestricted modes: every tool.
+    offer_all: Arc<[ToolSpec]>,
+    /// What it offers in the restricted modes: the read-only tools and
+    /// `request_mode_upgrade`.
+    offer_restricted: Arc<[ToolSpec]>,
 }
 
 impl Default for Registry {
@@ -272,8 +277,18 @@ impl Default for Registry {
 impl Registry {
     /// All built-in tools.
     pub fn new() -> Self {
+        let specs: Vec<(Tool, ToolSpec)> = Tool::ALL.into_iter().map(|t| (t, t.spec())).collect();
+        let offer_all = specs.iter().map(|(_, s)| s.clone()).collect();
+        let offer_restricted = specs
+            .iter()
+            .filter(|(t, _)| agentd_core::tools::is_read_only(t.name()))
+            .map(|(_, s)| s.clone())
+            .chain([agentd_core::tools::request_mode_upgrade_spec()])
+            .collect();
         Registry {
-            specs: Tool::ALL.into_iter().map(|t| (t, t.spec())).collect(),
+            specs,
+            offer_all,
+            offer_restricted,
         }
     }
 
@@ -285,6 +300,30 @@ impl Registry {
             .filter(|(t, _)| !read_only || agentd_core::tools::is_read_only(t.name()))
             .map(|(_, s)| s.clone())
             .collect()
+    }
+
+    /// The tools a model request offers: all of them, or in a restricted
+    /// mode the read-only ones and `request_mode_upgrade`. Shared, not
+    /// copied: every request of a conversation sends the same list.
+    pub fn offered(&self, restricted: bool) -> Arc<[ToolSpec]> {
+        if restricted {
+            self.offer_restricted.clone()
+        } else {
+            self.offer_all.clone()
+        }
+    }
+
+    /// Runs a tool that finishes at once and touches nothing outside the
+    /// daemon (`think`), or returns `None` for every other tool. The
+    /// runtime runs such a call inline, without persisting the call before
+    /// it: running it again after a crash changes nothing.
+    pub fn run_instant(&self, name: &str, input: &Value) -> Option<ToolOutput> {
+        match Tool::from_name(name)? {
+            Tool::Think => {
+                Some(think::run(input.clone()).unwrap_or_else(|e| ToolOutput::error(e.0)))
+            }
+            _ => None,
+        }
     }
 
     /// Runs a tool. Never panics: every failure becomes an `is_error`
