@@ -103,7 +103,7 @@ pub(crate) enum Command {
 /// Work queued inside one `commit_and_run`.
 enum Step {
     /// A transition already decided.
-    Apply(agentd_core::Transition),
+    Apply(Box<agentd_core::Transition>),
     /// An event to decide when its turn comes, on the state the steps
     /// before it leave (the results of several instant calls).
     Decide(Event),
@@ -755,12 +755,12 @@ impl Actor {
     /// of it is announced. A crash before that flush loses all of it at
     /// once, and the recovery repeats the model request.
     async fn commit_and_run(&mut self, first: agentd_core::Transition) -> Result<(), RuntimeError> {
-        let mut queue: VecDeque<Step> = VecDeque::from([Step::Apply(first)]);
+        let mut queue: VecDeque<Step> = VecDeque::from([Step::Apply(Box::new(first))]);
         // Where to roll back to if the store fails before the next flush.
         let mut unflushed: Option<(ConvState, usize)> = None;
         while let Some(step) = queue.pop_front() {
             let t = match step {
-                Step::Apply(t) => t,
+                Step::Apply(t) => *t,
                 Step::Decide(event) => {
                     // Decided now, on the state the steps before it left.
                     let ctx = self.context(Some(&event));
@@ -840,7 +840,7 @@ impl Actor {
                 None => {
                     for effect in t.effects {
                         if let Some(next) = self.run_effect(effect).await {
-                            queue.push_back(Step::Apply(next));
+                            queue.push_back(Step::Apply(Box::new(next)));
                         }
                     }
                 }
