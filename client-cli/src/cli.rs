@@ -83,8 +83,16 @@ pub enum Command {
         id: String,
     },
 
-    /// List conversations, newest first
-    Ls,
+    /// List conversations, newest first (the newest 50 unless told)
+    Ls {
+        /// List every conversation
+        #[arg(long, conflicts_with = "limit")]
+        all: bool,
+        /// List at most N conversations
+        #[arg(short = 'n', long, value_name = "N", default_value_t = 50,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        limit: u32,
+    },
 
     /// Print a conversation's transcript
     Show {
@@ -515,7 +523,25 @@ mod tests {
         let cli = parse(&["ls", "--json", "--socket", "/s.sock", "--no-autostart"]).unwrap();
         assert!(cli.json && cli.no_autostart);
         assert_eq!(cli.socket, Some(PathBuf::from("/s.sock")));
-        assert!(matches!(cli.command, Command::Ls));
+        assert!(matches!(
+            cli.command,
+            Command::Ls {
+                all: false,
+                limit: 50
+            }
+        ));
+        let cli = parse(&["ls", "--all"]).unwrap();
+        assert!(matches!(cli.command, Command::Ls { all: true, .. }));
+        let cli = parse(&["ls", "-n", "3"]).unwrap();
+        assert!(matches!(
+            cli.command,
+            Command::Ls {
+                all: false,
+                limit: 3
+            }
+        ));
+        assert!(parse(&["ls", "-n", "0"]).is_err());
+        assert!(parse(&["ls", "--all", "-n", "3"]).is_err());
         let cli = parse(&["--json", "show", "01AB"]).unwrap();
         assert!(cli.json);
         assert!(matches!(cli.command, Command::Show { id } if id == "01AB"));

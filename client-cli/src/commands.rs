@@ -28,7 +28,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Attach(args) => attach(&ctx, args, io).await,
         Command::Send { id, text } => send(&ctx, id, text.join(" "), io).await,
         Command::Cancel { id } => cancel(&ctx, id, io).await,
-        Command::Ls => ls(&ctx, io).await,
+        Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
         Command::Show { id } => show(&ctx, id, io).await,
         Command::Answer(args) => answer(&ctx, args, io).await,
         Command::Shells(args) => shells(&ctx, args, io).await,
@@ -222,11 +222,15 @@ async fn cancel(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-async fn ls(ctx: &Ctx, io: &mut Io) -> Result<Exit, CliError> {
+/// `limit` 0 lists every conversation.
+async fn ls(ctx: &Ctx, limit: u32, io: &mut Io) -> Result<Exit, CliError> {
     let response = ctx
         .client()
         .await?
-        .list_conversations(pb::ListConversationsRequest {})
+        .list_conversations(pb::ListConversationsRequest {
+            limit,
+            before_id: String::new(),
+        })
         .await
         .map_err(CliError::status)?
         .into_inner();
@@ -244,6 +248,14 @@ async fn ls(ctx: &Ctx, io: &mut Io) -> Result<Exit, CliError> {
         conversation_table(&mut io.out, &response.conversations, now_ms(), false)
             .and_then(|()| io.out.flush())
             .map_err(out_err)?;
+    }
+    if !response.next_before_id.is_empty() {
+        writeln!(
+            io.err,
+            "(the newest {} shown; `agent ls --all` lists every conversation)",
+            response.conversations.len()
+        )
+        .map_err(out_err)?;
     }
     Ok(Exit::Ok)
 }

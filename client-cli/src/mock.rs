@@ -118,6 +118,7 @@ impl AgentService for Mock {
         Ok(Response::new(pb::ListConversationsResponse {
             conversations: lock(&self.state).conversations.clone(),
             notices: Vec::new(),
+            next_before_id: String::new(),
         }))
     }
 

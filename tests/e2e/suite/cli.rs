@@ -173,3 +173,51 @@ async fn health_and_reflection_answer() {
         "{names:?}"
     );
 }
+
+/// `agent ls` shows the newest conversations a page at a time, and the
+/// RPC pages through all of them without losing or repeating one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_pages_newest_first() {
+    let fake = FakeLlm::start().await;
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(create(&mut client, work.path(), "").await);
+    }
+    ids.reverse(); // newest first
+
+    let mut seen = Vec::new();
+    let mut before_id = String::new();
+    loop {
+        let page = client
+            .list_conversations(pb::ListConversationsRequest {
+                limit: 2,
+                before_id: before_id.clone(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(page.conversations.len() <= 2);
+        seen.extend(page.conversations.into_iter().map(|c| c.id));
+        if page.next_before_id.is_empty() {
+            break;
+        }
+        before_id = page.next_before_id;
+    }
+    assert_eq!(seen, ids);
+
+    let (ok, out, err) = agent(&d, &["ls", "-n", "2"]).await;
+    assert!(ok, "{err}");
+    let shown: Vec<&str> = out.lines().skip(1).collect();
+    assert_eq!(shown.len(), 2, "{out}");
+    assert!(shown[0].starts_with(&ids[0][..10]), "{out}");
+    assert!(shown[1].starts_with(&ids[1][..10]), "{out}");
+    assert!(err.contains("agent ls --all"), "{err}");
+
+    let (ok, out, err) = agent(&d, &["ls", "--all"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 1 + ids.len(), "{out}");
+    assert!(!err.contains("--all"), "{err}");
+}

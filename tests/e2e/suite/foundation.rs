@@ -340,7 +340,7 @@ async fn conversations_survive_a_restart_and_a_second_daemon_is_refused() {
     let after = get(&mut client, &id).await;
     assert_eq!(after.messages, before.messages);
     let list = client
-        .list_conversations(pb::ListConversationsRequest {})
+        .list_conversations(pb::ListConversationsRequest::default())
         .await
         .unwrap()
         .into_inner();

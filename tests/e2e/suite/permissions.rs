@@ -564,7 +564,7 @@ async fn agent_run_prompts_or_waits_for_another_client() {
     let deadline = tokio::time::Instant::now() + T;
     let id = loop {
         let list = client
-            .list_conversations(pb::ListConversationsRequest {})
+            .list_conversations(pb::ListConversationsRequest::default())
             .await
             .unwrap()
             .into_inner();

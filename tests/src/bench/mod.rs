@@ -138,7 +138,7 @@ pub async fn list_states(
     client: &mut AgentServiceClient<Channel>,
 ) -> BenchResult<Vec<(String, pb::StateKind)>> {
     let list = client
-        .list_conversations(pb::ListConversationsRequest {})
+        .list_conversations(pb::ListConversationsRequest::default())
         .await
         .ctx("ListConversations")?
         .into_inner();

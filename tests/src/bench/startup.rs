@@ -448,7 +448,7 @@ async fn poll_until_listed(
                 agent_proto::v1::agent_service_client::AgentServiceClient::new(channel)
                     .max_decoding_message_size(512 * 1024 * 1024);
             if let Ok(list) = client
-                .list_conversations(pb::ListConversationsRequest {})
+                .list_conversations(pb::ListConversationsRequest::default())
                 .await
             {
                 let listed = started.elapsed();

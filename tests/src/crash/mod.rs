@@ -579,7 +579,7 @@ impl Run {
         self.connect().await?;
         let mut client = self.client()?;
         let all = client
-            .list_conversations(pb::ListConversationsRequest {})
+            .list_conversations(pb::ListConversationsRequest::default())
             .await
             .map_err(|e| format!("ListConversations failed after the restart: {e}"))?
             .into_inner()
@@ -642,7 +642,7 @@ impl Run {
         let mut client = self.client()?;
         loop {
             let all = client
-                .list_conversations(pb::ListConversationsRequest {})
+                .list_conversations(pb::ListConversationsRequest::default())
                 .await
                 .map_err(|e| format!("ListConversations failed: {e}"))?
                 .into_inner()

@@ -111,15 +111,26 @@ impl AgentService for Service {
 
     async fn list_conversations(
         &self,
-        _request: Request<pb::ListConversationsRequest>,
+        request: Request<pb::ListConversationsRequest>,
     ) -> Result<Response<pb::ListConversationsResponse>, Status> {
-        let all = self.manager.list().map_err(to_status)?;
+        let req = request.into_inner();
+        let before = req.before_id.trim().to_ascii_uppercase();
+        let before = (!before.is_empty()).then_some(before.as_str());
+        let (page, more) = self
+            .manager
+            .list(before, req.limit as usize)
+            .map_err(to_status)?;
+        let next_before_id = match page.last() {
+            Some(last) if more => last.id.clone(),
+            _ => String::new(),
+        };
         Ok(Response::new(pb::ListConversationsResponse {
-            conversations: all
+            conversations: page
                 .iter()
                 .map(|r| convert::summary(r, self.max_attempts(), 0))
                 .collect(),
             notices: self.manager.shared().notices.clone(),
+            next_before_id,
         }))
     }
 
@@ -365,12 +376,7 @@ impl AgentService for Service {
     ) -> Result<Response<Self::ExportConversationsStream>, Status> {
         let req = request.into_inner();
         let ids: Vec<String> = if req.conversation_ids.is_empty() {
-            self.manager
-                .list()
-                .map_err(to_status)?
-                .into_iter()
-                .map(|r| r.id)
-                .collect()
+            self.manager.ids().map_err(to_status)?
         } else {
             req.conversation_ids
                 .iter()

@@ -92,10 +92,7 @@ impl Manager {
     /// Resumes every conversation the store holds mid-turn. Returns how many.
     pub async fn recover(&self) -> Result<usize, RuntimeError> {
         let mut n = 0;
-        for rec in self.shared.store.conversations()? {
-            if rec.state.is_at_rest() {
-                continue;
-            }
+        for rec in self.shared.store.conversations_mid_turn()? {
             tracing::info!(conversation = %rec.id, state = rec.state.name(), "recovering conversation");
             let tx = self.actor(&rec.id).await?;
             tx.send(Input::Recover)
@@ -222,11 +219,19 @@ impl Manager {
             .ok_or_else(|| RuntimeError::NotFound(id.to_string()))
     }
 
-    /// Every conversation, newest first.
-    pub fn list(&self) -> Result<Vec<ConversationRecord>, RuntimeError> {
-        let mut all = self.shared.store.conversations()?;
-        all.sort_by(|a, b| b.id.cmp(&a.id));
-        Ok(all)
+    /// Conversations newest first, older than `before` when given, at most
+    /// `limit` (0: all); and whether older ones remain.
+    pub fn list(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<ConversationRecord>, bool), RuntimeError> {
+        Ok(self.shared.store.conversations_page(before, limit)?)
+    }
+
+    /// Every conversation id, newest first.
+    pub fn ids(&self) -> Result<Vec<String>, RuntimeError> {
+        Ok(self.shared.store.conversation_ids()?)
     }
 
     /// The transcript.

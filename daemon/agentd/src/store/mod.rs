@@ -18,7 +18,10 @@ use tokio::sync::{mpsc, oneshot};
 pub const SCHEMA_VERSION: u32 = 1;
 
 /// sled's page cache; its 1 GiB default is far more than a daemon needs.
-const CACHE_CAPACITY: u64 = 32 * 1024 * 1024;
+/// Live conversations keep their transcript in memory, so the cache mostly
+/// serves listing and start-up; 8 MiB keeps the idle daemon small (see
+/// BENCHMARKS.md) without slowing the tool round.
+const CACHE_CAPACITY: u64 = 8 * 1024 * 1024;
 
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
@@ -312,12 +315,50 @@ impl Store {
         }
     }
 
-    /// Every conversation record (unordered).
-    pub fn conversations(&self) -> Result<Vec<ConversationRecord>, StoreError> {
+    /// The records of conversations that are not at rest (a turn was in
+    /// flight when the daemon stopped). Decodes one record at a time, so
+    /// start-up holds only these, however many conversations there are.
+    pub fn conversations_mid_turn(&self) -> Result<Vec<ConversationRecord>, StoreError> {
         let mut out = Vec::new();
         for item in self.convs.iter() {
             let (k, v) = item?;
+            let record: ConversationRecord = decode(&k, &v)?;
+            if !record.state.is_at_rest() {
+                out.push(record);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records newest first (ULID order), older than `before` when given,
+    /// at most `limit` of them (0: all); only those are decoded. The flag
+    /// says whether older ones remain.
+    pub fn conversations_page(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<ConversationRecord>, bool), StoreError> {
+        let iter = match before {
+            Some(b) => self.convs.range(..b.as_bytes()),
+            None => self.convs.iter(),
+        };
+        let limit = if limit == 0 { usize::MAX } else { limit };
+        let mut out = Vec::new();
+        for item in iter.rev() {
+            let (k, v) = item?;
+            if out.len() == limit {
+                return Ok((out, true));
+            }
             out.push(decode(&k, &v)?);
+        }
+        Ok((out, false))
+    }
+
+    /// Every conversation id, newest first, without decoding the records.
+    pub fn conversation_ids(&self) -> Result<Vec<String>, StoreError> {
+        let mut out = Vec::new();
+        for key in self.convs.iter().keys().rev() {
+            out.push(String::from_utf8_lossy(&key?).into_owned());
         }
         Ok(out)
     }
@@ -517,6 +558,32 @@ mod tests {
         assert_eq!(
             store.ids_with_prefix("A", 5).unwrap(),
             vec!["A".to_string(), "AB".to_string()]
+        );
+    }
+
+    #[tokio::test]
+    async fn conversations_come_newest_first_a_page_at_a_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        for id in ["01A", "01B", "01C", "01D", "01E"] {
+            store.commit(&record(id), &[]).unwrap();
+        }
+        let ids = |page: &[ConversationRecord]| -> Vec<String> {
+            page.iter().map(|r| r.id.clone()).collect()
+        };
+        let (page, more) = store.conversations_page(None, 2).unwrap();
+        assert_eq!((ids(&page), more), (vec!["01E".into(), "01D".into()], true));
+        let (page, more) = store.conversations_page(Some("01D"), 2).unwrap();
+        assert_eq!((ids(&page), more), (vec!["01C".into(), "01B".into()], true));
+        let (page, more) = store.conversations_page(Some("01B"), 2).unwrap();
+        assert_eq!((ids(&page), more), (vec!["01A".into()], false));
+        let (page, more) = store.conversations_page(None, 5).unwrap();
+        assert_eq!((page.len(), more), (5, false));
+        let (page, more) = store.conversations_page(None, 0).unwrap();
+        assert_eq!((page.len(), more), (5, false));
+        assert_eq!(
+            store.conversation_ids().unwrap(),
+            ["01E", "01D", "01C", "01B", "01A"]
         );
     }
 
