@@ -105,6 +105,9 @@ pub struct LimitsSection {
     pub max_tokens: u32,
     /// The model's context window, tokens.
     pub context_window: u64,
+    /// A conversation at rest with no client attached is unloaded from
+    /// memory after this long (it stays on disk and loads again on use), ms.
+    pub idle_unload_ms: u64,
 }
 
 impl Default for LimitsSection {
@@ -117,6 +120,7 @@ impl Default for LimitsSection {
             kill_grace_ms: 2_000,
             max_tokens: 16_384,
             context_window: 200_000,
+            idle_unload_ms: 60_000,
         }
     }
 }

@@ -197,3 +197,69 @@ async fn sigterm_with_clients_and_a_running_tool_stops_quickly_and_records_it() 
         "carried on"
     );
 }
+
+/// A conversation at rest with nobody attached is unloaded from memory,
+/// and the next request loads it again with nothing lost; one with a
+/// client attached stays loaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_conversations_are_unloaded_and_load_again_on_use() {
+    use super::attach::{Attached, is_idle};
+    use agent_tests::harness::{DaemonOptions, wait_for};
+    use std::time::Duration;
+    let fake = FakeLlm::start().await;
+    fake.push_all([
+        Script::Reply(ReplyScript::new().text("first answer")),
+        Script::Reply(ReplyScript::new().text("second answer")),
+    ]);
+    let d = TestDaemon::start_with(
+        &fake,
+        DaemonOptions {
+            extra_config: "[limits]\nidle_unload_ms = 200".into(),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "one").await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let unloads = |d: &TestDaemon| d.log().matches("unloaded (idle)").count();
+    wait_for(
+        "the idle conversation to unload",
+        Duration::from_secs(10),
+        || unloads(&d) == 1,
+    )
+    .await;
+
+    // Loaded again by an attach; it stays loaded while the client is there.
+    let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
+    a.next(Duration::from_secs(10)).await; // the snapshot
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "two".into(),
+        })
+        .await
+        .unwrap();
+    a.until(Duration::from_secs(10), is_idle).await;
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(unloads(&d), 1, "not unloaded while a client is attached");
+    drop(a);
+    wait_for(
+        "the conversation to unload again",
+        Duration::from_secs(10),
+        || unloads(&d) == 2,
+    )
+    .await;
+
+    let r = get(&mut client, &id).await;
+    let texts: Vec<String> = r
+        .messages
+        .iter()
+        .map(super::foundation::text_of_message)
+        .collect();
+    assert_eq!(texts, ["one", "first answer", "two", "second answer"]);
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2);
+    assert_eq!(reqs[1].body["messages"].as_array().unwrap().len(), 3);
+}

@@ -143,7 +143,7 @@ impl AgentService for Service {
             .resolve(&request.into_inner().conversation_id)
             .map_err(to_status)?;
         let record = self.manager.record(&id).map_err(to_status)?;
-        let messages = self.manager.messages(&id).map_err(to_status)?;
+        let messages = self.manager.messages(&record).map_err(to_status)?;
         let pending = record.state.pending_permission().map(|ask| {
             convert::permission(&crate::runtime::PermissionView {
                 summary: crate::tools::summarize_call(&ask.tool_name, &ask.input),
@@ -390,7 +390,7 @@ impl AgentService for Service {
         tokio::spawn(async move {
             for id in ids {
                 let item = manager.record(&id).and_then(|r| {
-                    let messages = manager.messages(&id)?;
+                    let messages = manager.messages(&r)?;
                     Ok(pb::ExportedConversation {
                         conversation: Some(convert::summary(&r, max_attempts, 0)),
                         messages: messages

@@ -127,6 +127,8 @@ struct InFlight {
 
 pub(crate) struct Actor {
     shared: Arc<Shared>,
+    /// The manager's registry of live actors: an idle actor removes itself.
+    registry: super::Actors,
     record: ConversationRecord,
     /// Shared with the model request in flight, which reads it while the
     /// actor goes on (the request is dropped before its end is reported, so
@@ -180,6 +182,7 @@ fn now_ms() -> i64 {
 impl Actor {
     pub(crate) fn new(
         shared: Arc<Shared>,
+        registry: super::Actors,
         record: ConversationRecord,
         transcript: Vec<Message>,
         rx: mpsc::UnboundedReceiver<Input>,
@@ -189,6 +192,7 @@ impl Actor {
         let next_seq = record.seq_reserved + 1;
         Actor {
             shared,
+            registry,
             record,
             transcript: Arc::new(transcript),
             system_prompt: None,
@@ -246,16 +250,61 @@ impl Actor {
         if let Some(ask) = self.record.state.pending_permission().cloned() {
             self.pending_view = Some(self.permission_view(&ask).await);
         }
-        while let Some(input) = self.rx.recv().await {
+        let idle_after = std::time::Duration::from_millis(self.shared.config.limits.idle_unload_ms);
+        loop {
+            let input = if self.is_idle() {
+                match tokio::time::timeout(idle_after, self.rx.recv()).await {
+                    Ok(input) => input,
+                    Err(_) => {
+                        if self.unload().await {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                self.rx.recv().await
+            };
             match input {
-                Input::Shutdown { done } => {
+                Some(Input::Shutdown { done }) => {
                     self.shutdown().await;
                     let _ = done.send(());
                     return;
                 }
-                other => self.handle(other).await,
+                Some(other) => self.handle(other).await,
+                None => return,
             }
         }
+    }
+
+    /// At rest, with no client attached and nothing in flight: nothing
+    /// would be lost by unloading the conversation.
+    fn is_idle(&self) -> bool {
+        self.record.state.is_at_rest()
+            && self.clients.is_empty()
+            && self.llm.is_none()
+            && self.tools.is_empty()
+            && self.retry.is_none()
+            && self.staging.is_none()
+    }
+
+    /// Removes this actor from the registry if no input is waiting; the
+    /// next input loads the conversation again from the store. Every input
+    /// from outside is sent under the registry's lock, so none can arrive
+    /// once the entry is gone. Returns whether the actor should end.
+    async fn unload(&mut self) -> bool {
+        let mut actors = self.registry.lock().await;
+        if !self.rx.is_empty() {
+            return false;
+        }
+        if actors
+            .get(&self.record.id)
+            .is_some_and(|tx| tx.same_channel(&self.tx))
+        {
+            actors.remove(&self.record.id);
+        }
+        tracing::debug!(conversation = %self.record.id, "unloaded (idle)");
+        true
     }
 
     async fn handle(&mut self, input: Input) {

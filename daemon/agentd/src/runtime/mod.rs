@@ -59,10 +59,16 @@ pub struct NewConversation {
     pub additional_dirs: Vec<PathBuf>,
 }
 
+/// The live actors by conversation id.
+pub(crate) type Actors = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Input>>>>;
+
 /// Owns the actors.
 pub struct Manager {
     shared: Arc<Shared>,
-    actors: Mutex<HashMap<String, mpsc::UnboundedSender<Input>>>,
+    /// The live actors. Every input from outside an actor is sent while
+    /// holding this lock, and an idle actor unloads itself under it (see
+    /// `Actor::run`), so nothing is ever sent to an actor that is gone.
+    actors: Actors,
     next_client: AtomicU64,
     next_id: std::sync::Mutex<ulid::Generator>,
 }
@@ -78,7 +84,7 @@ impl Manager {
     pub fn new(shared: Shared) -> Arc<Manager> {
         Arc::new(Manager {
             shared: Arc::new(shared),
-            actors: Mutex::new(HashMap::new()),
+            actors: Arc::new(Mutex::new(HashMap::new())),
             next_client: AtomicU64::new(1),
             next_id: std::sync::Mutex::new(ulid::Generator::new()),
         })
@@ -94,9 +100,7 @@ impl Manager {
         let mut n = 0;
         for rec in self.shared.store.conversations_mid_turn()? {
             tracing::info!(conversation = %rec.id, state = rec.state.name(), "recovering conversation");
-            let tx = self.actor(&rec.id).await?;
-            tx.send(Input::Recover)
-                .map_err(|_| RuntimeError::ShuttingDown)?;
+            self.send_input(&rec.id, Input::Recover).await?;
             n += 1;
         }
         Ok(n)
@@ -191,17 +195,21 @@ impl Manager {
         let (tx, rx) = mpsc::unbounded_channel();
         let actor = Actor::new(
             self.shared.clone(),
+            self.actors.clone(),
             record.clone(),
             Vec::new(),
             rx,
             tx.clone(),
             false,
         );
-        self.actors.lock().await.insert(id.clone(), tx.clone());
-        tokio::spawn(actor.run());
         let (reply, done) = oneshot::channel();
-        tx.send(Input::Command(Command::Send { text, reply }))
-            .map_err(|_| RuntimeError::ShuttingDown)?;
+        {
+            let mut actors = self.actors.lock().await;
+            actors.insert(id.clone(), tx.clone());
+            tokio::spawn(actor.run());
+            tx.send(Input::Command(Command::Send { text, reply }))
+                .map_err(|_| RuntimeError::ShuttingDown)?;
+        }
         match done.await.map_err(|_| RuntimeError::ShuttingDown)? {
             Ok(_) => self.record(&id),
             Err(e) => {
@@ -234,29 +242,35 @@ impl Manager {
         Ok(self.shared.store.conversation_ids()?)
     }
 
-    /// The transcript.
-    pub fn messages(&self, id: &str) -> Result<Vec<(u64, Message)>, RuntimeError> {
-        Ok(self.shared.store.messages_after(id, 0)?)
+    /// The transcript of a conversation as of its record.
+    pub fn messages(
+        &self,
+        record: &ConversationRecord,
+    ) -> Result<Vec<(u64, Message)>, RuntimeError> {
+        Ok(self.shared.store.transcript(record)?)
     }
 
-    async fn actor(&self, id: &str) -> Result<mpsc::UnboundedSender<Input>, RuntimeError> {
+    /// Sends an input to a conversation's actor, loading the conversation
+    /// first if it is not live.
+    async fn send_input(&self, id: &str, input: Input) -> Result<(), RuntimeError> {
         let mut actors = self.actors.lock().await;
         if let Some(tx) = actors.get(id)
             && !tx.is_closed()
         {
-            return Ok(tx.clone());
+            return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
         }
         let record = self.record(id)?;
         let transcript = self
             .shared
             .store
-            .messages_after(id, 0)?
+            .transcript(&record)?
             .into_iter()
             .map(|(_, m)| m)
             .collect();
         let (tx, rx) = mpsc::unbounded_channel();
         let actor = Actor::new(
             self.shared.clone(),
+            self.actors.clone(),
             record,
             transcript,
             rx,
@@ -265,7 +279,7 @@ impl Manager {
         );
         tokio::spawn(actor.run());
         actors.insert(id.to_string(), tx.clone());
-        Ok(tx)
+        tx.send(input).map_err(|_| RuntimeError::ShuttingDown)
     }
 
     async fn ask<T>(
@@ -273,10 +287,8 @@ impl Manager {
         id: &str,
         make: impl FnOnce(oneshot::Sender<T>) -> Command,
     ) -> Result<T, RuntimeError> {
-        let tx = self.actor(id).await?;
         let (reply, rx) = oneshot::channel();
-        tx.send(Input::Command(make(reply)))
-            .map_err(|_| RuntimeError::ShuttingDown)?;
+        self.send_input(id, Input::Command(make(reply))).await?;
         rx.await.map_err(|_| RuntimeError::ShuttingDown)
     }
 

@@ -257,8 +257,9 @@ impl Store {
             .map_err(StoreError::Flush)
     }
 
-    /// Writes a conversation record and new messages atomically (not yet
-    /// durable: call [`Store::flush`]).
+    /// Writes a conversation record and new messages (not yet durable:
+    /// call [`Store::flush`]). See [`Store::commit_with_events`] for why a
+    /// crash cannot tear it.
     pub fn commit(
         &self,
         record: &ConversationRecord,
@@ -268,43 +269,40 @@ impl Store {
     }
 
     /// Like [`Store::commit`], and first the durable events clients are
-    /// told about these writes (key: conversation ‖ event seq). Written
-    /// before the record: an event whose record write then fails is
-    /// harmless, as its sequence number is never handed out.
+    /// told about these writes (key: conversation ‖ event seq).
+    ///
+    /// No sled transaction: a transaction makes sled write its log in
+    /// three pieces, each synced on its own, which tripled the cost of
+    /// every flush. Atomicity comes from order instead. sled's log is
+    /// recovered as a prefix (it stops at the first write that did not
+    /// make it), so writing the events, then the messages, then the
+    /// record means that after a crash the record is either the old one or
+    /// the new one with everything it refers to. Messages beyond the
+    /// record's `message_count` are the torn tail of a commit that never
+    /// became durable: readers bound the transcript by the record (see
+    /// [`Store::transcript`]) and the next commit overwrites them. An event
+    /// whose record write was lost is harmless: its sequence number was
+    /// never handed out (the actor announces only after the flush).
     pub fn commit_with_events(
         &self,
         record: &ConversationRecord,
         messages: &[(u64, &Message)],
         events: &[(u64, StoredEvent)],
     ) -> Result<(), StoreError> {
-        for (seq, event) in events {
-            self.events
-                .insert(message_key(&record.id, *seq), encode(&record.id, event)?)?;
-        }
         let rec = encode(&record.id, record)?;
         let mut encoded = Vec::with_capacity(messages.len());
         for (seq, m) in messages {
             encoded.push((message_key(&record.id, *seq), encode(&record.id, m)?));
         }
-        if encoded.is_empty() {
-            self.convs.insert(record.id.as_bytes(), rec)?;
-            return Ok(());
+        for (seq, event) in events {
+            self.events
+                .insert(message_key(&record.id, *seq), encode(&record.id, event)?)?;
         }
-        use sled::Transactional;
-        (&self.convs, &self.msgs)
-            .transaction(|(c, m)| {
-                c.insert(record.id.as_bytes(), rec.clone())?;
-                for (k, v) in &encoded {
-                    m.insert(k.as_slice(), v.clone())?;
-                }
-                Ok(())
-            })
-            .map_err(|e: sled::transaction::TransactionError<()>| match e {
-                sled::transaction::TransactionError::Storage(e) => StoreError::Sled(e),
-                sled::transaction::TransactionError::Abort(()) => {
-                    StoreError::Flush("transaction aborted".to_string())
-                }
-            })
+        for (k, v) in encoded {
+            self.msgs.insert(k, v)?;
+        }
+        self.convs.insert(record.id.as_bytes(), rec)?;
+        Ok(())
     }
 
     /// One conversation record.
@@ -372,12 +370,26 @@ impl Store {
         Ok(out)
     }
 
-    /// The transcript of `conv_id` after message `after` (0: all), in order.
-    pub fn messages_after(
+    /// A conversation's transcript as its record knows it: messages
+    /// 1..=`message_count` (anything beyond is the torn tail of a commit a
+    /// crash cut short; see [`Store::commit_with_events`]).
+    pub fn transcript(
+        &self,
+        record: &ConversationRecord,
+    ) -> Result<Vec<(u64, Message)>, StoreError> {
+        self.messages_between(&record.id, 0, record.message_count)
+    }
+
+    /// Messages after `after` up to and including `upto`, in order.
+    fn messages_between(
         &self,
         conv_id: &str,
         after: u64,
+        upto: u64,
     ) -> Result<Vec<(u64, Message)>, StoreError> {
+        if after >= upto {
+            return Ok(Vec::new());
+        }
         let start = message_key(conv_id, after.saturating_add(1));
         let prefix = message_prefix(conv_id);
         let mut out = Vec::new();
@@ -393,7 +405,11 @@ impl Store {
                         key: String::from_utf8_lossy(&k).into_owned(),
                         message: "bad message key".to_string(),
                     })?;
-            out.push((u64::from_be_bytes(seq_bytes), decode(&k, &v)?));
+            let seq = u64::from_be_bytes(seq_bytes);
+            if seq > upto {
+                break;
+            }
+            out.push((seq, decode(&k, &v)?));
         }
         Ok(out)
     }
@@ -549,16 +565,47 @@ mod tests {
         store.commit(&record("A"), &[(1, &a1), (2, &a2)]).unwrap();
         store.commit(&record("AB"), &[(1, &b1)]).unwrap();
         store.flush().await.unwrap();
-        let got = store.messages_after("A", 0).unwrap();
+        let got = store.messages_between("A", 0, u64::MAX).unwrap();
         assert_eq!(
             got.iter().map(|(s, m)| (*s, m.text())).collect::<Vec<_>>(),
             vec![(1, "a1".into()), (2, "a2".into())]
         );
-        assert_eq!(store.messages_after("A", 1).unwrap().len(), 1);
+        assert_eq!(store.messages_between("A", 1, u64::MAX).unwrap().len(), 1);
         assert_eq!(
             store.ids_with_prefix("A", 5).unwrap(),
             vec!["A".to_string(), "AB".to_string()]
         );
+    }
+
+    #[tokio::test]
+    async fn the_transcript_ends_where_the_record_says() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let m = |t: &str| Message::user(vec![ContentBlock::text(t)], 0);
+        let mut rec = record("A");
+        rec.message_count = 2;
+        store
+            .commit(&rec, &[(1, &m("one")), (2, &m("two"))])
+            .unwrap();
+        // The torn tail of a later commit whose record write was lost.
+        store
+            .msgs
+            .insert(message_key("A", 3), encode("A", &m("torn")).unwrap())
+            .unwrap();
+        let texts: Vec<String> = store
+            .transcript(&rec)
+            .unwrap()
+            .into_iter()
+            .map(|(_, m)| m.text())
+            .collect();
+        assert_eq!(texts, ["one", "two"]);
+        // The next commit overwrites the tail.
+        rec.message_count = 3;
+        store.commit(&rec, &[(3, &m("three"))]).unwrap();
+        let last = store.transcript(&rec).unwrap().pop().unwrap();
+        assert_eq!((last.0, last.1.text()), (3, "three".to_string()));
+        rec.message_count = 0;
+        assert!(store.transcript(&rec).unwrap().is_empty());
     }
 
     #[tokio::test]
