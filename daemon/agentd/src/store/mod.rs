@@ -3,8 +3,10 @@
 //! Trees: `conversations` (id → [`ConversationRecord`] JSON), `messages`
 //! (id ‖ big-endian seq → [`Message`] JSON), `rules` (scope ‖ rule →
 //! [`agentd_core::Rule`] JSON), `shells` (id → `ShellRecord` JSON), `events` (id ‖ big-endian event seq →
-//! [`StoredEvent`] JSON: what a reconnecting client is replayed), `meta`
-//! (schema version).
+//! [`StoredEvent`] JSON: what a reconnecting client is replayed),
+//! `mid_turn` (ids of conversations not at rest, so start-up finds the
+//! ones to recover without reading every record), `meta` (schema version,
+//! whether `mid_turn` has been built).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
 //! callers into one sled flush, made by a thread of its own (fewer hand-offs
@@ -165,6 +167,9 @@ pub struct Store {
     rules: sled::Tree,
     shells: sled::Tree,
     events: sled::Tree,
+    mid_turn: sled::Tree,
+    /// What `mid_turn` holds, so a commit writes it only on a change.
+    mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     flush_tx: mpsc::Sender<FlushRequest>,
 }
 
@@ -235,6 +240,23 @@ impl Store {
         let rules = db.open_tree("rules")?;
         let shells = db.open_tree("shells")?;
         let events = db.open_tree("events")?;
+        let mid_turn = db.open_tree("mid_turn")?;
+        if meta.get("mid_turn_index")?.is_none() {
+            // A store from before the index: build it once.
+            for item in convs.iter() {
+                let (k, v) = item?;
+                let record: ConversationRecord = decode(&k, &v)?;
+                if !record.state.is_at_rest() {
+                    mid_turn.insert(k, &[])?;
+                }
+            }
+            meta.insert("mid_turn_index", &[1u8])?;
+            db.flush()?;
+        }
+        let mut mid_turn_ids = std::collections::HashSet::new();
+        for key in mid_turn.iter().keys() {
+            mid_turn_ids.insert(String::from_utf8_lossy(&key?).into_owned());
+        }
         let (flush_tx, flush_rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("agentd-flush".to_string())
@@ -247,6 +269,8 @@ impl Store {
             rules,
             shells,
             events,
+            mid_turn,
+            mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
         })
     }
@@ -306,7 +330,19 @@ impl Store {
         for (k, v) in encoded {
             self.msgs.insert(k, v)?;
         }
+        // The mid-turn index is written before a record that enters a turn
+        // and after one that leaves it, so a crash can leave an extra entry
+        // (skipped and dropped at recovery) but never miss one.
+        let mid_turn = !record.state.is_at_rest();
+        let mut ids = self.mid_turn_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if mid_turn && !ids.contains(&record.id) {
+            self.mid_turn.insert(record.id.as_bytes(), &[])?;
+            ids.insert(record.id.clone());
+        }
         self.convs.insert(record.id.as_bytes(), rec)?;
+        if !mid_turn && ids.remove(&record.id) {
+            self.mid_turn.remove(record.id.as_bytes())?;
+        }
         Ok(())
     }
 
@@ -319,17 +355,31 @@ impl Store {
     }
 
     /// The records of conversations that are not at rest (a turn was in
-    /// flight when the daemon stopped). Decodes one record at a time, so
-    /// start-up holds only these, however many conversations there are.
+    /// flight when the daemon stopped), found through the `mid_turn` index:
+    /// start-up reads only these, however many conversations there are.
     pub fn conversations_mid_turn(&self) -> Result<Vec<ConversationRecord>, StoreError> {
+        let ids: Vec<String> = self
+            .mid_turn_ids
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
         let mut out = Vec::new();
-        for item in self.convs.iter() {
-            let (k, v) = item?;
-            let record: ConversationRecord = decode(&k, &v)?;
-            if !record.state.is_at_rest() {
-                out.push(record);
+        for id in ids {
+            match self.conversation(&id)? {
+                Some(record) if !record.state.is_at_rest() => out.push(record),
+                // Left by a crash between a record and its index entry.
+                _ => {
+                    self.mid_turn.remove(id.as_bytes())?;
+                    self.mid_turn_ids
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&id);
+                }
             }
         }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(out)
     }
 
@@ -608,6 +658,52 @@ mod tests {
         assert_eq!((last.0, last.1.text()), (3, "three".to_string()));
         rec.message_count = 0;
         assert!(store.transcript(&rec).unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_mid_turn_index_follows_commits_and_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let busy = |id: &str| {
+            let mut r = record(id);
+            r.state = ConvState::AwaitingLlm { iteration: 1 };
+            r
+        };
+        let ids = |store: &Store| -> Vec<String> {
+            store
+                .conversations_mid_turn()
+                .unwrap()
+                .into_iter()
+                .map(|r| r.id)
+                .collect()
+        };
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.commit(&busy("A"), &[]).unwrap();
+            store.commit(&busy("B"), &[]).unwrap();
+            store.commit(&record("C"), &[]).unwrap();
+            assert_eq!(ids(&store), ["A", "B"]);
+            store.commit(&record("B"), &[]).unwrap();
+            assert_eq!(ids(&store), ["A"]);
+            // An entry a crash left behind (the record came to rest).
+            store.mid_turn.insert("C", &[]).unwrap();
+            store.flush().await.unwrap();
+        }
+        {
+            let store = Store::open(dir.path()).unwrap();
+            assert_eq!(ids(&store), ["A"]);
+            assert!(store.mid_turn.get("C").unwrap().is_none());
+            // A store from before the index gets it built at open.
+            store.mid_turn.clear().unwrap();
+            store
+                .db
+                .open_tree("meta")
+                .unwrap()
+                .remove("mid_turn_index")
+                .unwrap();
+            store.flush().await.unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(ids(&store), ["A"]);
     }
 
     #[tokio::test]
