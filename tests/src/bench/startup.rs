@@ -4,7 +4,9 @@
 //!   and `bash echo` calls: 1 prompt + 24 × (call + result) + 1 answer),
 //!   exported, and imported 10,000 times under new ids (ImportConversations);
 //! - time from spawning the daemon to the first answered
-//!   ListConversations (polled every 1 ms), and its idle RSS;
+//!   ListConversations of the newest 50, as `agent ls` asks (polled every
+//!   1 ms), and its idle RSS; then the RPC listing all of them, and the
+//!   idle RSS after that;
 //! - cold `agent ls` (a new `test-agent` process) on that idle daemon, and
 //!   on a daemon with 10 conversations;
 //! - `agent run --json` of a one-round task on a running daemon: process
@@ -27,6 +29,9 @@ use super::stats::{Report, Target};
 use super::{BenchResult, Context as _, Settings, ms, procfs};
 use crate::fake_llm::{FakeLlm, ReplyScript, Script};
 use crate::harness::{TestDaemon, daemon_bin};
+
+/// How many conversations `agent ls` asks for.
+const LS_PAGE: usize = 50;
 
 /// Runs the scenario.
 pub async fn run(settings: &Settings) -> BenchResult<Report> {
@@ -64,10 +69,10 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         let pid = child.id();
         let (listening, listed, count) =
             poll_until_listed(&daemon.socket, &mut child, started).await?;
-        if count != conversations + 1 {
+        if count != LS_PAGE.min(conversations + 1) {
             return Err(format!(
                 "the restarted daemon lists {count} conversations, not {}",
-                conversations + 1
+                LS_PAGE.min(conversations + 1)
             ));
         }
         report.sample(
@@ -78,7 +83,9 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         );
         report.sample(
             "spawn_to_list_ms",
-            &format!("daemon spawn → first answered ListConversations ({conversations})"),
+            &format!(
+                "daemon spawn → first answered `agent ls` list (newest {LS_PAGE} of {conversations})"
+            ),
             "ms",
             ms(listed),
         );
@@ -91,21 +98,31 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         tokio::time::sleep(Duration::from_secs(1)).await;
         report.sample(
             "idle_rss_mib",
-            &format!("idle daemon RSS, {conversations} persisted, listed once"),
+            &format!("idle daemon RSS, {conversations} persisted, `agent ls` answered once"),
             "MiB",
             procfs::rss_mib(pid),
         );
         let mut client = super::client(&daemon.socket).await?;
         for _ in 0..3 {
             let started = Instant::now();
-            super::list_states(&mut client).await?;
+            let all = super::list_states(&mut client).await?;
             report.sample(
                 "list_rpc_ms",
-                &format!("ListConversations RPC on the idle daemon ({conversations})"),
+                &format!(
+                    "ListConversations RPC of all {} (`agent ls --all`)",
+                    all.len()
+                ),
                 "ms",
                 ms(started.elapsed()),
             );
         }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        report.sample(
+            "idle_rss_all_listed_mib",
+            &format!("idle daemon RSS after listing all {conversations}"),
+            "MiB",
+            procfs::rss_mib(pid),
+        );
         for _ in 0..3 {
             let r = agent_ls(&daemon).await?;
             report.sample(
@@ -150,6 +167,8 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     let _ = child.try_wait();
     stop(child).await?;
     report.set_target("spawn_to_list_ms", Target::AtMost(500.0));
+    report.set_target("idle_unlisted_rss_mib", Target::AtMost(30.0));
+    report.set_target("idle_rss_mib", Target::AtMost(30.0));
     drop(daemon);
 
     // A daemon with a handful of conversations, already running.
@@ -448,7 +467,10 @@ async fn poll_until_listed(
                 agent_proto::v1::agent_service_client::AgentServiceClient::new(channel)
                     .max_decoding_message_size(512 * 1024 * 1024);
             if let Ok(list) = client
-                .list_conversations(pb::ListConversationsRequest::default())
+                .list_conversations(pb::ListConversationsRequest {
+                    limit: LS_PAGE as u32,
+                    before_id: String::new(),
+                })
                 .await
             {
                 let listed = started.elapsed();
