@@ -837,7 +837,10 @@ impl Actor {
                 })
                 .collect();
             let state_changed = self.record.state != old_state;
-            let mut persisted = self.persist(base as u64, &appended, state_changed);
+            // Within a group of instant work only the last record matters:
+            // the one the flush at the end of the group writes.
+            let mut persisted =
+                self.persist(base as u64, &appended, state_changed, instant.is_none());
             if persisted.is_ok() && instant.is_none() {
                 persisted = self.shared.store.flush().await;
             }
@@ -896,8 +899,13 @@ impl Actor {
             }
         }
         if let Some((state, len)) = unflushed {
-            // The queue ended on instant work: flush it, then announce it.
-            if let Err(e) = self.shared.store.flush().await {
+            // The queue ended on instant work: write its record, flush it,
+            // then announce it.
+            let persisted = match self.shared.store.commit(&self.record, &[]) {
+                Ok(()) => self.shared.store.flush().await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = persisted {
                 tracing::error!(conversation = %self.record.id, "persisting failed: {e}");
                 self.record.state = state;
                 Arc::make_mut(&mut self.transcript).truncate(len);
@@ -910,15 +918,16 @@ impl Actor {
         Ok(())
     }
 
-    /// Writes the record, the appended messages and the durable events
-    /// this commit will be announced with (under the sequence numbers
-    /// `emit` will give them, in the same order) in one transaction. Not
-    /// flushed.
+    /// Writes the appended messages and the durable events this commit
+    /// will be announced with (under the sequence numbers `emit` will give
+    /// them, in the same order), then the record unless `write_record` is
+    /// false (a later commit of the same flush writes it). Not flushed.
     fn persist(
         &mut self,
         base: u64,
         appended: &[Message],
         state_changed: bool,
+        write_record: bool,
     ) -> Result<(), crate::store::StoreError> {
         self.update_record(appended);
         let numbered: Vec<(u64, &Message)> = appended
@@ -948,9 +957,15 @@ impl Actor {
                 },
             ));
         }
-        self.shared
-            .store
-            .commit_with_events(&self.record, &numbered, &durable)
+        if write_record {
+            self.shared
+                .store
+                .commit_with_events(&self.record, &numbered, &durable)
+        } else {
+            self.shared
+                .store
+                .append(&self.record.id, &numbered, &durable)
+        }
     }
 
     /// The results of a transition's tool calls when every effect besides

@@ -319,17 +319,7 @@ impl Store {
         events: &[(u64, StoredEvent)],
     ) -> Result<(), StoreError> {
         let rec = encode(&record.id, record)?;
-        let mut encoded = Vec::with_capacity(messages.len());
-        for (seq, m) in messages {
-            encoded.push((message_key(&record.id, *seq), encode(&record.id, m)?));
-        }
-        for (seq, event) in events {
-            self.events
-                .insert(message_key(&record.id, *seq), encode(&record.id, event)?)?;
-        }
-        for (k, v) in encoded {
-            self.msgs.insert(k, v)?;
-        }
+        self.append(&record.id, messages, events)?;
         // The mid-turn index is written before a record that enters a turn
         // and after one that leaves it, so a crash can leave an extra entry
         // (skipped and dropped at recovery) but never miss one.
@@ -342,6 +332,30 @@ impl Store {
         self.convs.insert(record.id.as_bytes(), rec)?;
         if !mid_turn && ids.remove(&record.id) {
             self.mid_turn.remove(record.id.as_bytes())?;
+        }
+        Ok(())
+    }
+
+    /// The first half of [`Store::commit_with_events`]: events and
+    /// messages without the record, for a commit whose record a later
+    /// commit before the same flush writes. Until then the messages are a
+    /// tail no reader sees.
+    pub fn append(
+        &self,
+        conv_id: &str,
+        messages: &[(u64, &Message)],
+        events: &[(u64, StoredEvent)],
+    ) -> Result<(), StoreError> {
+        let mut encoded = Vec::with_capacity(messages.len());
+        for (seq, m) in messages {
+            encoded.push((message_key(conv_id, *seq), encode(conv_id, m)?));
+        }
+        for (seq, event) in events {
+            self.events
+                .insert(message_key(conv_id, *seq), encode(conv_id, event)?)?;
+        }
+        for (k, v) in encoded {
+            self.msgs.insert(k, v)?;
         }
         Ok(())
     }
