@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::sse::SseEvent;
 use super::transport::{self, Flow, StreamParser, Timeouts};
-use super::{LlmError, LlmRequest, Provider, StreamEvent, tool_input_from_json};
+use super::{EncodedPrefix, LlmError, LlmRequest, Provider, StreamEvent, tool_input_from_json};
 
 /// The API version this module speaks.
 const API_VERSION: &str = "2023-06-01";
@@ -116,7 +116,9 @@ impl Provider for AnthropicProvider {
 
 /// The JSON body of a streaming Messages request, serialized straight from
 /// the borrowed transcript (no intermediate `Value` tree: a long transcript
-/// is sent every round, so this runs once per model request).
+/// is sent every round, so this runs once per model request). Message
+/// groups that can no longer change are taken from the conversation's
+/// cache and added to it.
 fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Error> {
     let system = (!req.system.is_empty()).then(|| {
         [WireText {
@@ -137,16 +139,59 @@ fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Error> {
             cache_control: (Some(i) == last_tool).then_some(EPHEMERAL),
         })
         .collect();
-    serde_json::to_vec(&WireRequest {
+    let mut body = serde_json::to_vec(&WireRequest {
         model: &req.model,
         max_tokens: req.max_tokens,
         system,
         tools,
-        messages: wire_messages(&req.messages),
-        stream: true,
-    })
+    })?;
+    // `{...}` → `{...,"messages":[...],"stream":true}`
+    body.pop();
+    body.extend_from_slice(b",\"messages\":[");
+    let groups = message_groups(&req.messages);
+    // Every group but the last is followed by one of the other role, so
+    // no later message can join it: its encoding is final, and cached.
+    let settled = groups.len().saturating_sub(1);
+    let mut cache = req.cache.lock();
+    let reused = match cache.as_ref() {
+        Some(p) if p.groups > 0 && p.groups <= settled && groups[p.groups - 1].end == p.covered => {
+            body.extend_from_slice(&p.bytes);
+            p.groups
+        }
+        _ => 0,
+    };
+    if settled > reused {
+        let prefix = match cache.as_mut() {
+            Some(p) if reused > 0 => p,
+            _ => cache.insert(EncodedPrefix {
+                covered: 0,
+                groups: 0,
+                bytes: Vec::new(),
+            }),
+        };
+        let start = prefix.bytes.len();
+        for (i, group) in groups.iter().enumerate().take(settled).skip(reused) {
+            if i > 0 {
+                prefix.bytes.push(b',');
+            }
+            serde_json::to_writer(&mut prefix.bytes, &group.encode(false))?;
+        }
+        prefix.covered = groups[settled - 1].end;
+        prefix.groups = settled;
+        body.extend_from_slice(&prefix.bytes[start..]);
+    }
+    if let Some(last) = groups.last() {
+        if settled > 0 {
+            body.push(b',');
+        }
+        serde_json::to_writer(&mut body, &last.encode(true))?;
+    }
+    drop(cache);
+    body.extend_from_slice(b"],\"stream\":true}");
+    Ok(body)
 }
 
+/// The body without its messages and `stream` (added by hand after them).
 #[derive(Serialize)]
 struct WireRequest<'a> {
     model: &'a str,
@@ -155,8 +200,6 @@ struct WireRequest<'a> {
     system: Option<[WireText<'a>; 1]>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
-    messages: Vec<WireMessageOut<'a>>,
-    stream: bool,
 }
 
 /// `{"type": "ephemeral"}`: a prompt-cache breakpoint.
@@ -278,52 +321,66 @@ impl<'a> BlockOut<'a> {
     }
 }
 
-/// The transcript as the API accepts it (see the module docs).
-fn wire_messages(messages: &[Message]) -> Vec<WireMessageOut<'_>> {
-    let mut merged: Vec<(Role, Vec<&ContentBlock>)> = Vec::new();
-    for message in messages {
+/// Consecutive messages of one role, merged, as the API accepts them (see
+/// the module docs); `end` is the index after its last message in the
+/// transcript.
+struct Group<'a> {
+    role: Role,
+    blocks: Vec<&'a ContentBlock>,
+    end: usize,
+}
+
+impl<'a> Group<'a> {
+    /// The message as sent; the last one of a request carries the
+    /// breakpoint that ends the cached prefix.
+    fn encode(&self, last: bool) -> WireMessageOut<'a> {
+        let mut blocks = self.blocks.clone();
+        if self.role == Role::User {
+            // Stable: the results keep their order, and so does the rest.
+            blocks.sort_by_key(|b| !matches!(b, ContentBlock::ToolResult { .. }));
+        }
+        let mut content: Vec<WireBlockOut<'a>> = blocks
+            .into_iter()
+            .map(|b| WireBlockOut {
+                block: BlockOut::of(b),
+                cache_control: None,
+            })
+            .collect();
+        if last && let Some(block) = content.iter_mut().rev().find(|b| b.block.cacheable()) {
+            block.cache_control = Some(EPHEMERAL);
+        }
+        let role = match self.role {
+            Role::User => "user",
+            Role::Assistant => "assistant",
+        };
+        WireMessageOut { role, content }
+    }
+}
+
+/// The transcript in groups as the API accepts it: empty messages and
+/// blocks dropped, runs of one role merged.
+fn message_groups(messages: &[Message]) -> Vec<Group<'_>> {
+    let mut merged: Vec<Group<'_>> = Vec::new();
+    for (i, message) in messages.iter().enumerate() {
         let blocks = message.content.iter().filter(|b| is_sendable(b));
         match merged.last_mut() {
-            Some((role, run)) if *role == message.role => run.extend(blocks),
+            Some(group) if group.role == message.role => {
+                group.blocks.extend(blocks);
+                group.end = i + 1;
+            }
             _ => {
                 let run: Vec<&ContentBlock> = blocks.collect();
                 if !run.is_empty() {
-                    merged.push((message.role, run));
+                    merged.push(Group {
+                        role: message.role,
+                        blocks: run,
+                        end: i + 1,
+                    });
                 }
             }
         }
     }
-
-    let count = merged.len();
     merged
-        .into_iter()
-        .enumerate()
-        .map(|(i, (role, mut blocks))| {
-            if role == Role::User {
-                // Stable: the results keep their order, and so does the rest.
-                blocks.sort_by_key(|b| !matches!(b, ContentBlock::ToolResult { .. }));
-            }
-            let mut content: Vec<WireBlockOut<'_>> = blocks
-                .into_iter()
-                .map(|b| WireBlockOut {
-                    block: BlockOut::of(b),
-                    cache_control: None,
-                })
-                .collect();
-            if i + 1 == count {
-                // The last block that can carry a breakpoint ends the
-                // cached prefix.
-                if let Some(block) = content.iter_mut().rev().find(|b| b.block.cacheable()) {
-                    block.cache_control = Some(EPHEMERAL);
-                }
-            }
-            let role = match role {
-                Role::User => "user",
-                Role::Assistant => "assistant",
-            };
-            WireMessageOut { role, content }
-        })
-        .collect()
 }
 
 /// Whether the API would accept the block: it rejects empty text blocks,
@@ -760,6 +817,7 @@ mod tests {
             system: "You are terse.".into(),
             messages: Arc::new(messages),
             tools: tools.into(),
+            cache: Default::default(),
             max_tokens: 1024,
         }
     }
@@ -866,6 +924,57 @@ mod tests {
                 ] },
             ])
         );
+    }
+
+    proptest::proptest! {
+        /// The encoding reused from earlier requests of a conversation is
+        /// byte for byte what encoding the whole transcript gives, however
+        /// the transcript grew (merged runs, empty messages, results).
+        #[test]
+        fn the_cached_prefix_changes_no_byte(
+            steps in proptest::collection::vec((0u8..6, 1usize..4), 1..40),
+        ) {
+            let shared = request(vec![], vec![spec("read")]);
+            let mut transcript = Vec::new();
+            for (n, (kind, grow)) in steps.into_iter().enumerate() {
+                for k in 0..grow {
+                    let id = format!("t{n}_{k}");
+                    transcript.push(match kind {
+                        0 => Message::user(vec![ContentBlock::text(format!("u{n}"))], 0),
+                        1 => Message::user(vec![ContentBlock::tool_result(id, "r", k == 1)], 0),
+                        2 => message(Role::Assistant, vec![ContentBlock::text(format!("a{n}"))]),
+                        3 => message(Role::Assistant, vec![tool_use(&id, json!({ "n": n }))]),
+                        4 => message(Role::Assistant, vec![]),
+                        _ => Message::user(vec![ContentBlock::text("")], 0),
+                    });
+                }
+                let mut cached = shared.clone();
+                cached.messages = Arc::new(transcript.clone());
+                let mut fresh = cached.clone();
+                fresh.cache = Default::default();
+                let a = super::request_body(&cached).unwrap();
+                let b = super::request_body(&fresh).unwrap();
+                proptest::prop_assert_eq!(
+                    String::from_utf8_lossy(&a),
+                    String::from_utf8_lossy(&b)
+                );
+                let parsed: Value = serde_json::from_slice(&a).unwrap();
+                proptest::prop_assert_eq!(&parsed["stream"], &json!(true));
+            }
+        }
+    }
+
+    #[test]
+    fn a_cache_from_another_transcript_shape_is_not_reused() {
+        let u = |t: &str| Message::user(vec![ContentBlock::text(t)], 0);
+        let a = |t: &str| message(Role::Assistant, vec![ContentBlock::text(t)]);
+        let mut req = request(vec![u("one"), a("two"), u("three")], vec![]);
+        super::request_body(&req).unwrap();
+        // Two settled groups again, but ending elsewhere in the transcript.
+        req.messages = Arc::new(vec![u("x"), u("y"), a("z"), u("w")]);
+        let reused = super::request_body(&req).unwrap();
+        req.cache = Default::default();
+        assert_eq!(reused, super::request_body(&req).unwrap());
     }
 
     #[test]

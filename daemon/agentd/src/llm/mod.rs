@@ -57,6 +57,42 @@ pub struct LlmRequest {
     pub tools: Arc<[ToolSpec]>,
     /// Upper bound on the reply's output tokens.
     pub max_tokens: u32,
+    /// The encoded start of the transcript from this conversation's
+    /// earlier requests, which a provider may reuse (the transcript only
+    /// grows; the conversation replaces the cache if it ever shrinks).
+    pub cache: RequestCache,
+}
+
+/// Encoded transcript prefix shared by the requests of one conversation.
+#[derive(Clone, Default)]
+pub struct RequestCache(Arc<std::sync::Mutex<Option<EncodedPrefix>>>);
+
+/// The first `groups` messages as sent (after merging), covering the first
+/// `covered` transcript messages, encoded and joined by commas.
+#[derive(Debug)]
+pub(crate) struct EncodedPrefix {
+    pub covered: usize,
+    pub groups: usize,
+    pub bytes: Vec<u8>,
+}
+
+impl RequestCache {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Option<EncodedPrefix>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl fmt::Debug for RequestCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RequestCache")
+    }
+}
+
+/// A cache is not part of what a request asks.
+impl PartialEq for RequestCache {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 /// Something the model produced, as it streams. `index` identifies a block

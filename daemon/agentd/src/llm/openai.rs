@@ -577,6 +577,7 @@ mod tests {
             system: "Be brief.".into(),
             messages: Arc::new(messages),
             tools: tools.into(),
+            cache: Default::default(),
             max_tokens: 512,
         }
     }

@@ -136,6 +136,9 @@ pub(crate) struct Actor {
     transcript: Arc<Vec<Message>>,
     /// The generated system prompt and the day it was made for.
     system_prompt: Option<(i64, Arc<str>)>,
+    /// The encoded transcript prefix providers reuse across requests;
+    /// replaced whenever the transcript shrinks (a rollback).
+    request_cache: crate::llm::RequestCache,
     rx: mpsc::UnboundedReceiver<Input>,
     tx: mpsc::UnboundedSender<Input>,
     /// The fan-out to attached clients; made when the first client attaches
@@ -196,6 +199,7 @@ impl Actor {
             record,
             transcript: Arc::new(transcript),
             system_prompt: None,
+            request_cache: crate::llm::RequestCache::default(),
             rx,
             tx,
             hub: None,
@@ -850,6 +854,7 @@ impl Actor {
                 let (state, len) = rollback;
                 self.record.state = state;
                 Arc::make_mut(&mut self.transcript).truncate(len);
+                self.request_cache = crate::llm::RequestCache::default();
                 self.record.message_count = len as u64;
                 self.staging = None;
                 return Err(RuntimeError::Store(e));
@@ -909,6 +914,7 @@ impl Actor {
                 tracing::error!(conversation = %self.record.id, "persisting failed: {e}");
                 self.record.state = state;
                 Arc::make_mut(&mut self.transcript).truncate(len);
+                self.request_cache = crate::llm::RequestCache::default();
                 self.record.message_count = len as u64;
                 self.staging = None;
                 return Err(RuntimeError::Store(e));
@@ -1267,6 +1273,7 @@ impl Actor {
             messages,
             tools,
             max_tokens: self.shared.config.limits.max_tokens,
+            cache: self.request_cache.clone(),
         };
         let provider = self.shared.provider.clone();
         let tx = self.tx.clone();
