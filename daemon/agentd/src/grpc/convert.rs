@@ -310,6 +310,28 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
     }
 }
 
+/// An event this client alone owns (deltas merged for it) as it goes on
+/// the wire: the text moves instead of being copied.
+pub fn event_owned(e: ConvEvent) -> pb::AttachResponse {
+    use pb::attach_response::Event as E;
+    let ev = match e.kind {
+        EventKind::TextDelta { index, text } => E::TextDelta(pb::TextDelta {
+            block_index: index,
+            text,
+        }),
+        EventKind::ThinkingDelta { index, text } => E::ThinkingDelta(pb::ThinkingDelta {
+            block_index: index,
+            text,
+        }),
+        _ => return event(&e),
+    };
+    pb::AttachResponse {
+        seq: e.seq,
+        at_ms: e.at_ms,
+        event: Some(ev),
+    }
+}
+
 /// An event as it goes on the wire.
 pub fn event(e: &ConvEvent) -> pb::AttachResponse {
     use pb::attach_response::Event as E;
