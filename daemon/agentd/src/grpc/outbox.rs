@@ -13,6 +13,8 @@ use crate::runtime::ConvEvent;
 use agent_proto::v1 as pb;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 /// Most text one merged delta frame carries; more starts another frame.
 /// (Clients decode frames of up to 4 MiB by default.)
@@ -39,12 +41,34 @@ impl Frame {
     }
 }
 
+/// The least time between two delta frames to one client. Deltas that come
+/// in between — a model streaming faster than that, or a client that is
+/// behind — wait here and go out merged, as one frame: at most 2,000 delta
+/// frames a second per client, each costing the daemon and the client about
+/// the same whatever text it carries. (Models stream a delta every few
+/// milliseconds: a delta waits only when it follows the previous one within
+/// this interval, and then at most this long.)
+pub(super) const DELTA_FRAME_INTERVAL: Duration = Duration::from_micros(500);
+
 /// Frames waiting for one client, oldest first.
 #[derive(Default)]
 pub(super) struct Outbox {
     frames: VecDeque<Frame>,
     /// Bytes of delta text held.
     text: usize,
+    /// No delta frame goes out before this (set when one goes out).
+    next_delta: Option<Instant>,
+}
+
+/// Whether the oldest frame may go out.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Due {
+    /// Nothing waits.
+    Empty,
+    /// Now.
+    Now,
+    /// It is a delta, due at this instant (more may merge into it meanwhile).
+    At(Instant),
 }
 
 impl Outbox {
@@ -72,10 +96,26 @@ impl Outbox {
         self.text += len;
     }
 
-    /// The oldest frame, converted for the wire.
-    pub(super) fn pop(&mut self) -> Option<pb::AttachResponse> {
+    /// When the oldest frame may go out: a delta frame no sooner than
+    /// [`DELTA_FRAME_INTERVAL`] after the last one, anything else at once.
+    pub(super) fn due(&self, now: Instant) -> Due {
+        match self.frames.front() {
+            None => Due::Empty,
+            Some(f) => match self.next_delta {
+                Some(at) if at > now && f.event().delta_text().is_some() => Due::At(at),
+                _ => Due::Now,
+            },
+        }
+    }
+
+    /// The oldest frame, converted for the wire, as it goes out at `now`
+    /// (whether or not it was due).
+    pub(super) fn pop(&mut self, now: Instant) -> Option<pb::AttachResponse> {
         let frame = self.frames.pop_front()?;
-        self.text -= frame.event().delta_text().map_or(0, str::len);
+        if let Some(text) = frame.event().delta_text() {
+            self.text -= text.len();
+            self.next_delta = Some(now + DELTA_FRAME_INTERVAL);
+        }
         Some(match frame {
             Frame::Shared(e) => convert::event(&e),
             Frame::Merged(e) => convert::event_owned(*e),
@@ -130,8 +170,10 @@ mod tests {
         )
     }
 
+    /// Everything, due or not.
     fn drain(out: &mut Outbox) -> Vec<pb::AttachResponse> {
-        std::iter::from_fn(|| out.pop()).collect()
+        let now = Instant::now();
+        std::iter::from_fn(|| out.pop(now)).collect()
     }
 
     fn delta_frame(f: &pb::AttachResponse) -> Option<(u64, u32, &str)> {
@@ -173,10 +215,11 @@ mod tests {
     #[test]
     fn a_sent_frame_is_not_merged_into_and_merged_text_is_bounded() {
         let mut out = Outbox::default();
+        let now = Instant::now();
         out.push(text(1, 0, "a"));
-        assert_eq!(delta_frame(&out.pop().unwrap()), Some((1, 0, "a")));
+        assert_eq!(delta_frame(&out.pop(now).unwrap()), Some((1, 0, "a")));
         out.push(text(2, 0, "b"));
-        assert_eq!(delta_frame(&out.pop().unwrap()), Some((2, 0, "b")));
+        assert_eq!(delta_frame(&out.pop(now).unwrap()), Some((2, 0, "b")));
 
         let piece = "x".repeat(1000);
         let n = 200u64;
@@ -220,9 +263,40 @@ mod tests {
             out.push(text(seq, 0, &piece));
         }
         assert!(out.is_full(), "full by text");
-        out.pop();
+        out.pop(Instant::now());
         assert!(!out.is_full());
         out.drop_sequenced();
         assert!(out.is_empty());
+    }
+
+    #[test]
+    fn a_delta_right_after_a_delta_frame_waits_and_merges_other_frames_do_not_wait() {
+        let mut out = Outbox::default();
+        let t0 = Instant::now();
+        assert_eq!(out.due(t0), Due::Empty);
+        out.push(text(1, 0, "a"));
+        assert_eq!(out.due(t0), Due::Now, "the first delta goes at once");
+        assert_eq!(delta_frame(&out.pop(t0).unwrap()), Some((1, 0, "a")));
+
+        let soon = t0 + DELTA_FRAME_INTERVAL / 5;
+        let due = t0 + DELTA_FRAME_INTERVAL;
+        out.push(text(2, 0, "b"));
+        assert_eq!(out.due(soon), Due::At(due));
+        out.push(text(3, 0, "c"));
+        out.push(ev(4, EventKind::Notice("after the deltas".into())));
+        assert_eq!(
+            out.due(soon),
+            Due::At(due),
+            "what follows a delta waits too"
+        );
+        assert_eq!(out.due(due), Due::Now);
+        assert_eq!(delta_frame(&out.pop(due).unwrap()), Some((3, 0, "bc")));
+        assert_eq!(out.due(due), Due::Now, "a notice is never held");
+        assert!(matches!(out.pop(due).unwrap().event, Some(E::Notice(_))));
+
+        // Long after the last delta frame, a delta goes at once.
+        let later = due + DELTA_FRAME_INTERVAL * 3;
+        out.push(text(5, 0, "d"));
+        assert_eq!(out.due(later), Due::Now);
     }
 }

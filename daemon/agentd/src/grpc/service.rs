@@ -2,14 +2,16 @@
 //! id prefixes, and hands the work to the runtime.
 
 use super::convert::{self, to_status};
-use super::outbox::Outbox;
+use super::outbox::{Due, Outbox};
 use crate::runtime::{ConvEvent, EventKind, Manager, NewConversation};
 use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_server::AgentService;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
@@ -432,11 +434,12 @@ impl AgentService for Service {
 
 /// Copies a conversation's events to one client. Everything the hub has
 /// ready is taken at once into the client's [`Outbox`], where consecutive
-/// deltas merge while they wait for room in the client's stream: a client
-/// that falls behind gets fewer, bigger frames with the same text. Only a
-/// client that lets the outbox and then the hub's ring fill up is sent a
-/// fresh snapshot instead; it never slows the conversation or the other
-/// clients.
+/// deltas merge while they wait: for room in the client's stream, or for
+/// `outbox::DELTA_FRAME_INTERVAL` to pass since the client's last delta frame. A
+/// client that falls behind, or a model that streams faster than that,
+/// gives fewer, bigger frames with the same text. Only a client that lets
+/// the outbox and then the hub's ring fill up is sent a fresh snapshot
+/// instead; it never slows the conversation or the other clients.
 async fn forward(
     manager: Arc<Manager>,
     id: String,
@@ -455,13 +458,18 @@ async fn forward(
         out.push(ev);
     }
     let mut hub_open = true;
+    let hold = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(hold);
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
     loop {
         // Everything the hub has ready, without waiting.
         while hub_open && !out.is_full() {
             let received = match live.try_recv() {
-                Ok(ev) => Ok(ev),
+                Ok(ev) => {
+                    queue(&mut out, &mut last, ev);
+                    continue;
+                }
                 Err(broadcast::error::TryRecvError::Empty) => break,
                 Err(broadcast::error::TryRecvError::Lagged(n)) => {
                     Err(broadcast::error::RecvError::Lagged(n))
@@ -484,11 +492,22 @@ async fn forward(
                 return manager.detach(&id, client_id).await;
             }
         }
-        // As much as the client's stream has room for, without waiting.
-        while !out.is_empty() {
+        // What is due, as far as the client's stream has room, without
+        // waiting.
+        let mut holding = false;
+        loop {
+            match out.due(Instant::now()) {
+                Due::Empty => break,
+                Due::At(at) => {
+                    hold.as_mut().reset(at);
+                    holding = true;
+                    break;
+                }
+                Due::Now => {}
+            }
             match tx.try_reserve() {
                 Ok(permit) => {
-                    if let Some(frame) = out.pop() {
+                    if let Some(frame) = out.pop(Instant::now()) {
                         permit.send(Ok(frame));
                     }
                 }
@@ -501,8 +520,9 @@ async fn forward(
         if !hub_open && out.is_empty() {
             break;
         }
-        // Then wait for room in the stream (while frames wait) or for the
-        // next event (while the outbox has room), whichever comes first.
+        // Then wait: for the held delta to fall due (what arrives meanwhile
+        // is taken then, at once), for room in the stream (while frames
+        // wait) or for the next event (while the outbox has room).
         tokio::select! {
             biased;
             _ = &mut cancelled => {
@@ -513,20 +533,21 @@ async fn forward(
                 })));
                 break;
             }
-            permit = tx.reserve(), if !out.is_empty() => match permit {
+            _ = &mut hold, if holding => {}
+            permit = tx.reserve(), if !holding && !out.is_empty() => match permit {
                 Ok(permit) => {
-                    if let Some(frame) = out.pop() {
+                    if let Some(frame) = out.pop(Instant::now()) {
                         permit.send(Ok(frame));
                     }
                 }
                 Err(_) => break,
             },
-            received = live.recv(), if hub_open && !out.is_full() => {
+            received = live.recv(), if !holding && hub_open && !out.is_full() => {
                 if !take(&manager, &id, &client_id, received, &mut out, &mut last, &mut hub_open).await {
                     break;
                 }
             }
-            _ = tx.closed(), if out.is_empty() => break,
+            _ = tx.closed(), if holding || out.is_empty() => break,
         }
     }
     manager.detach(&id, client_id).await;
@@ -565,11 +586,16 @@ async fn take(
             return true;
         }
     };
+    queue(out, last, ev);
+    true
+}
+
+/// Queues an event from the hub unless the client has it already.
+fn queue(out: &mut Outbox, last: &mut u64, ev: Arc<ConvEvent>) {
     if ev.seq > *last {
         *last = ev.seq;
         out.push(ev);
     }
-    true
 }
 
 /// Reads a client's frames after `subscribe`. Refusals of its own requests
