@@ -158,3 +158,57 @@ pub async fn small_window_client(socket: &std::path::Path) -> AgentServiceClient
         .unwrap();
     AgentServiceClient::new(channel)
 }
+
+/// `assert_eq!` for long texts: on a difference it shows the lengths and
+/// where the texts part, not megabytes of both.
+#[track_caller]
+pub fn assert_same_text(got: &str, want: &str, what: &str) {
+    if got == want {
+        return;
+    }
+    let at = got
+        .bytes()
+        .zip(want.bytes())
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    let around = |t: &str| {
+        let bytes = &t.as_bytes()[at.saturating_sub(60)..(at + 60).min(t.len())];
+        String::from_utf8_lossy(bytes).into_owned()
+    };
+    panic!(
+        "{what}: {} bytes, expected {}; they differ from byte {at}: got …{:?}…, expected …{:?}…",
+        got.len(),
+        want.len(),
+        around(got),
+        around(want)
+    );
+}
+
+/// The reply text a client has, frame by frame: a snapshot's partial reply
+/// replaces what it had, text deltas add to it.
+#[derive(Default)]
+pub struct ReplyText(pub String);
+
+impl ReplyText {
+    pub fn add(&mut self, m: &pb::AttachResponse) {
+        match &m.event {
+            Some(pb::attach_response::Event::Snapshot(s)) => {
+                self.0 = s
+                    .partial_reply
+                    .as_ref()
+                    .map(|p| {
+                        p.content
+                            .iter()
+                            .filter_map(|b| match &b.block {
+                                Some(pb::content_block::Block::Text(t)) => Some(t.text.as_str()),
+                                _ => None,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            }
+            Some(pb::attach_response::Event::TextDelta(d)) => self.0.push_str(&d.text),
+            _ => {}
+        }
+    }
+}

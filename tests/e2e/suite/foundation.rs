@@ -2,7 +2,8 @@
 //! restart, socket security, and bad input.
 
 use super::attach::{
-    Attached, assert_same_stream, delta_marks, deltas, is_idle, small_window_client, text_of,
+    Attached, ReplyText, assert_same_stream, assert_same_text, delta_marks, deltas, is_idle,
+    small_window_client, text_of,
 };
 use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_client::AgentServiceClient;
@@ -350,6 +351,87 @@ async fn a_client_that_falls_behind_gets_the_exact_text_in_fewer_bigger_frames()
         "{} delta frames for {n} deltas: deltas that waited were merged",
         marks.len()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_goes_on() {
+    let fake = FakeLlm::start().await;
+    let gate = Gate::new();
+    // 15,000 text blocks of one 200-byte delta each: deltas of different
+    // blocks never merge, so a client that reads nothing overflows its
+    // connection, its outbox and the hub's ring long before the hold.
+    let blocks: Vec<String> = (0..15_000).map(|i| format!("{i:0>199}\n")).collect();
+    let full: String = blocks.concat();
+    let held = 14_000;
+    let mut script = ReplyScript::new().chunk_chars(200);
+    for b in &blocks {
+        script = script.text(b);
+    }
+    // message_start, then start + delta + stop per block.
+    fake.push(Script::Reply(script.hold_after(1 + 3 * held, gate.clone())));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+
+    let mut slow_client = small_window_client(&d.socket).await;
+    let mut slow = Attached::open(&mut slow_client, &id, 0, "slow").await;
+    let _snapshot = slow.next(T).await;
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "go".into(),
+        })
+        .await
+        .unwrap();
+    // Once A has the reply up to the hold, so has the hub. (A reads all
+    // along, but 15,000 blocks are a lot: it may be resynchronised too.)
+    let last_held = &blocks[held - 1];
+    let mut a_text = ReplyText::default();
+    a.until(T, |m| {
+        a_text.add(m);
+        a_text.0.ends_with(last_held.as_str())
+    })
+    .await;
+
+    // The slow client reads at last: what its connection held, then a
+    // snapshot with the partial reply instead of what it missed.
+    let is_snapshot =
+        |m: &pb::AttachResponse| matches!(m.event, Some(pb::attach_response::Event::Snapshot(_)));
+    let before = slow.until(T, is_snapshot).await;
+    let (old, snap) = before.split_at(before.len() - 1);
+    assert!(
+        full.starts_with(&text_of(old)),
+        "what it got before is the start of the reply"
+    );
+    let Some(pb::attach_response::Event::Snapshot(s)) = &snap[0].event else {
+        unreachable!()
+    };
+    let partial = s
+        .partial_reply
+        .as_ref()
+        .map(text_of_message)
+        .unwrap_or_default();
+    assert!(
+        partial.ends_with(last_held.as_str()),
+        "the snapshot has the reply up to the hold"
+    );
+    gate.open();
+    let after = slow.until(T, is_idle).await;
+    assert_same_text(
+        &format!("{partial}{}", text_of(&after)),
+        &full,
+        "the snapshot's partial reply and the deltas after it",
+    );
+    assert!(
+        deltas(&after).iter().all(|(seq, _)| *seq > snap[0].seq),
+        "nothing the snapshot has comes again"
+    );
+    for m in a.until(T, is_idle).await {
+        a_text.add(&m);
+    }
+    assert_same_text(&a_text.0, &full, "the reader's reply");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -179,6 +179,23 @@ pub fn block(b: &ContentBlock) -> pb::ContentBlock {
     pb::ContentBlock { block: Some(block) }
 }
 
+/// [`block`] for a block of our own: its text moves instead of being copied.
+fn block_owned(b: ContentBlock) -> pb::ContentBlock {
+    use pb::content_block::Block;
+    let block = match b {
+        ContentBlock::Text { text } => Block::Text(pb::TextBlock { text }),
+        ContentBlock::Thinking {
+            thinking,
+            signature,
+        } => Block::Thinking(pb::ThinkingBlock {
+            thinking,
+            signature,
+        }),
+        other => return block(&other),
+    };
+    pb::ContentBlock { block: Some(block) }
+}
+
 pub fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
     use pb::content_block::Block;
     match &b.block {
@@ -297,7 +314,7 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
     let partial = (!s.partial.is_empty()).then(|| pb::Message {
         seq: 0,
         role: pb::Role::Assistant as i32,
-        content: s.partial.iter().map(block).collect(),
+        content: s.partial.to_blocks().into_iter().map(block_owned).collect(),
         ..Default::default()
     });
     pb::Snapshot {

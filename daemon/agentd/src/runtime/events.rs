@@ -2,7 +2,7 @@
 //! to the wire format only in `grpc/convert.rs`.
 
 use crate::store::ConversationRecord;
-use agentd_core::{ContentBlock, ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};
+use agentd_core::{ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};
 
 /// An attached client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,8 +32,9 @@ pub struct SnapshotData {
     pub record: ConversationRecord,
     /// The transcript with message sequence numbers.
     pub messages: Vec<(u64, Message)>,
-    /// The reply being streamed now.
-    pub partial: Vec<ContentBlock>,
+    /// The reply being streamed now (cheap to clone; converted to blocks
+    /// only on the way to the client).
+    pub partial: crate::llm::PartialReply,
     /// The pending permission request.
     pub pending: Option<PermissionView>,
     /// Attached clients.
