@@ -2,11 +2,13 @@
 //!
 //! A client's forwarding task (`service::forward`) puts every event it takes
 //! from the conversation's hub here and takes frames out as fast as the
-//! client's stream accepts them. Consecutive deltas that wait here together
-//! are merged into one frame ([`ConvEvent::absorb`]): a client that keeps up
-//! gets one frame per event, one that falls behind gets fewer and bigger
-//! frames with exactly the same text — instead of falling off the hub's ring
-//! and needing a snapshot.
+//! client's stream accepts them, a delta frame no sooner than
+//! [`DELTA_FRAME_INTERVAL`] after the previous one. Consecutive deltas that
+//! wait here together are merged into one frame ([`ConvEvent::absorb`]): a
+//! client that keeps up with a model at its usual pace gets one frame per
+//! event; one that falls behind, or a model that floods, gives fewer and
+//! bigger frames with exactly the same text — instead of the client falling
+//! off the hub's ring and needing a snapshot.
 
 use super::convert;
 use crate::runtime::ConvEvent;

@@ -435,10 +435,10 @@ impl AgentService for Service {
 /// Copies a conversation's events to one client. Everything the hub has
 /// ready is taken at once into the client's [`Outbox`], where consecutive
 /// deltas merge while they wait: for room in the client's stream, or for
-/// `outbox::DELTA_FRAME_INTERVAL` to pass since the client's last delta frame. A
-/// client that falls behind, or a model that streams faster than that,
-/// gives fewer, bigger frames with the same text. Only a client that lets
-/// the outbox and then the hub's ring fill up is sent a fresh snapshot
+/// `outbox::DELTA_FRAME_INTERVAL` to pass since the client's last delta
+/// frame. A client that falls behind, or a model that streams faster than
+/// that, gives fewer, bigger frames with the same text. Only a client that
+/// lets the outbox and then the hub's ring fill up is sent a fresh snapshot
 /// instead; it never slows the conversation or the other clients.
 async fn forward(
     manager: Arc<Manager>,
