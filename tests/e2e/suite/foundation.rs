@@ -354,6 +354,39 @@ async fn a_client_that_falls_behind_gets_the_exact_text_in_fewer_bigger_frames()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_at_a_models_pace_go_out_one_by_one_as_they_come() {
+    let fake = FakeLlm::start().await;
+    let n = 30;
+    fake.push(Script::Reply(
+        ReplyScript::new()
+            .deltas(n, "word ")
+            .pace(Duration::from_millis(20)),
+    ));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "go".into(),
+        })
+        .await
+        .unwrap();
+    let frames = a.until(T, is_idle).await;
+    assert_eq!(text_of(&frames), "word ".repeat(n));
+    // Merging is for floods and for clients that are behind: deltas 20 ms
+    // apart are not held back to be merged. (A few may still arrive
+    // together after a hiccup of a loaded machine.)
+    let got = deltas(&frames).len();
+    assert!(
+        got >= n - 3,
+        "{got} delta frames for {n} deltas 20 ms apart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_goes_on() {
     let fake = FakeLlm::start().await;
     let gate = Gate::new();
