@@ -8,7 +8,7 @@ use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use reqwest::Url;
 use std::future::Future;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::StreamEvent;
@@ -204,6 +204,11 @@ pub(crate) async fn read_stream<P: StreamParser>(
 
 /// Most text one merged delta carries (see [`Batch`]).
 const MAX_BATCHED_TEXT: usize = 16 * 1024;
+/// Chunks of a body that come closer together than this are a flood (see
+/// `parse_batched`); so are chunks that keep coming when the parser lets
+/// the HTTP client run (a busy daemon may see even a flood's chunks far
+/// apart).
+const FLOOD_GAP: Duration = Duration::from_micros(100);
 
 /// Feeds body chunks through the SSE decoder into `parser`. It returns as
 /// soon as the parser reports the reply complete, without waiting for the
@@ -236,6 +241,8 @@ async fn parse_batched<P: StreamParser>(
     let mut body = std::pin::pin!(body);
     let mut decoder = SseDecoder::new();
     let mut ready = None;
+    let mut last_chunk: Option<Instant> = None;
+    let mut yield_paid = false;
     loop {
         let next = match ready.take() {
             Some(next) => next,
@@ -252,13 +259,19 @@ async fn parse_batched<P: StreamParser>(
                 return parser.finish(true, &mut |e| batch.push(e));
             }
         }
+        // A flood: chunks close together, or the last yield found more.
+        let now = Instant::now();
+        let flood = yield_paid || last_chunk.is_some_and(|at| now.duration_since(at) < FLOOD_GAP);
+        last_chunk = Some(now);
         ready = body.next().now_or_never();
-        if ready.is_none() && batch.pending.is_some() {
+        if ready.is_none() && flood && batch.pending.is_some() {
             // The HTTP client hands the body over a chunk at a time from
-            // its connection task: let it run once, so that what it has
-            // read already can join the delta before it goes out.
+            // its connection task: in a flood, let it run once, so that
+            // what it has read already can join the delta before it goes
+            // out. (At a model's usual pace this would only add latency.)
             tokio::task::yield_now().await;
             ready = body.next().now_or_never();
+            yield_paid = ready.is_some();
         }
     }
     if let Some(event) = decoder.finish()
@@ -479,25 +492,43 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_body_handed_over_a_chunk_at_a_time_by_another_task_still_merges() {
+    async fn a_flood_handed_over_a_chunk_at_a_time_by_another_task_still_merges() {
         // As the HTTP client does: its connection task puts the next chunk
         // in a one-place channel only once the last one was taken.
         let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let words: Vec<String> = (0..20).map(|i| format!("t0 w{i} ")).collect();
+        let mut lines: Vec<&str> = words.iter().map(String::as_str).collect();
+        lines.extend(["b0", "end"]);
+        let chunks = sse(&lines);
         let producer = tokio::spawn(async move {
-            for chunk in sse(&["t0 a", "t0 b", "t0 c", "b0", "end"]) {
+            for chunk in chunks {
                 if tx.send(chunk).await.is_err() {
                     return;
                 }
             }
         });
-        // Everything is there before the parser starts: it all arrived in
-        // one read.
-        tokio::task::yield_now().await;
         let body = tokio_stream::wrappers::ReceiverStream::new(rx);
         let (events, reply) = run_toy(body).await;
         assert!(reply.is_ok());
-        assert_eq!(events, vec![text(0, "abc"), BlockEnd { index: 0 }]);
         producer.await.unwrap();
+        let (last, texts) = events.split_last().unwrap();
+        assert_eq!(last, &BlockEnd { index: 0 });
+        let mut all = String::new();
+        for e in texts {
+            let TextDelta { index: 0, text } = e else {
+                panic!("{e:?}")
+            };
+            all.push_str(text);
+        }
+        let want: String = (0..20).map(|i| format!("w{i} ")).collect();
+        assert_eq!(all, want);
+        // The first chunk of a flood goes out alone (nothing says yet that
+        // more is coming); the rest merge.
+        assert!(
+            texts.len() < 10,
+            "{} deltas for 20 chunks handed over back to back",
+            texts.len()
+        );
     }
 
     #[tokio::test]
