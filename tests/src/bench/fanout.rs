@@ -202,20 +202,22 @@ fn record_throughput(report: &mut Report, key: &str, label: &str, t: &TurnResult
     );
     // The daemon numbers every event it sends out; between the first and
     // the last delta frame nearly all are deltas (merged as they were read
-    // from the model's stream), so the span says how many it made.
+    // from the model's stream), so the span says how many it made. Only a
+    // reader that was never resynchronised saw both ends.
     let span_seqs = t
         .seen
         .iter()
-        .filter(|s| s.frames > 0)
+        .filter(|s| s.frames > 0 && s.resyncs == 0)
         .map(|s| s.last_seq.saturating_sub(s.first_seq) + 1)
-        .max()
-        .unwrap_or(0);
-    report.sample(
-        &format!("{key}_hub_events"),
-        &format!("{label}: delta events the daemon made (sequence-number span)"),
-        "events",
-        span_seqs as f64,
-    );
+        .max();
+    if let Some(span_seqs) = span_seqs {
+        report.sample(
+            &format!("{key}_hub_events"),
+            &format!("{label}: delta events the daemon made (sequence-number span)"),
+            "events",
+            span_seqs as f64,
+        );
+    }
     report.sample(
         &format!("{key}_complete_pct"),
         &format!("{label}: share of the deltas the worst reader got as deltas"),
