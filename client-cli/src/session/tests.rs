@@ -447,6 +447,32 @@ async fn a_broken_stream_resumes_after_the_last_seq_without_duplicates() {
 }
 
 #[tokio::test]
+async fn merged_deltas_with_gaps_in_the_sequence_resume_after_the_highest_seen() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(4, changed(S::LlmRequesting)).await;
+    call.send(5, delta("one ")).await;
+    // Deltas 6 to 9 merged into one frame: the numbers between are skipped.
+    call.send(9, delta("two three ")).await;
+    call.fail(Status::unavailable("daemon restarting")).await;
+
+    let mut call = daemon.attach_call().await;
+    assert_eq!(call.subscribe().await.after_seq, 9);
+    call.send(0, E::Resumed(pb::Resumed { after_seq: 9 })).await;
+    // Covered by the merged frame: dropped.
+    call.send(8, delta("three ")).await;
+    call.send(12, delta("four")).await;
+    call.send(13, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert_eq!(
+        out,
+        "one two three \nreconnecting… (daemon restarting)\nreconnected\nfour\n"
+    );
+}
+
+#[tokio::test]
 async fn attach_shows_the_snapshot_sends_lines_and_detaches_at_eof() {
     let mut daemon = Daemon::start().await;
     let mut agent = daemon.agent(&["attach", "01TEST"], true);

@@ -101,3 +101,114 @@ pub fn deltas(frames: &[pb::AttachResponse]) -> Vec<(u64, String)> {
 pub fn text_of(frames: &[pb::AttachResponse]) -> String {
     deltas(frames).into_iter().map(|(_, t)| t).collect()
 }
+
+/// For each delta frame: its sequence number and how many bytes of delta
+/// text the client had once it got that frame, counting from `base` (the
+/// text it already had, e.g. a snapshot's partial reply).
+pub fn delta_marks(frames: &[pb::AttachResponse], base: usize) -> Vec<(u64, usize)> {
+    let mut total = base;
+    deltas(frames)
+        .into_iter()
+        .map(|(seq, text)| {
+            total += text.len();
+            (seq, total)
+        })
+        .collect()
+}
+
+/// Checks that two clients saw one stream of deltas, however it was cut
+/// into frames (deltas merge for a client that is behind): sequence numbers
+/// increase, and wherever both clients got a frame with the same sequence
+/// number, both had received the same amount of text by then. (Together
+/// with equal text, that is the same text up to that point.)
+pub fn assert_same_stream(a: &[(u64, usize)], b: &[(u64, usize)]) {
+    for marks in [a, b] {
+        assert!(
+            marks.windows(2).all(|w| w[0].0 < w[1].0),
+            "sequence numbers increase: {marks:?}"
+        );
+    }
+    let at: std::collections::HashMap<u64, usize> = a.iter().copied().collect();
+    for (seq, len) in b {
+        if let Some(other) = at.get(seq) {
+            assert_eq!(
+                other, len,
+                "text received up to seq {seq} differs between clients"
+            );
+        }
+    }
+}
+
+/// A client on its own connection whose HTTP/2 flow-control windows are
+/// 64 KiB (the client library's default is megabytes): the daemon can push
+/// little into it before it reads, so falling behind shows at once.
+pub async fn small_window_client(socket: &std::path::Path) -> AgentServiceClient<Channel> {
+    let path = socket.to_path_buf();
+    let channel = tonic::transport::Endpoint::from_static("http://agentd.local")
+        .initial_stream_window_size(Some(65_535))
+        .initial_connection_window_size(Some(65_535))
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                let stream = tokio::net::UnixStream::connect(path).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(stream))
+            }
+        }))
+        .await
+        .unwrap();
+    AgentServiceClient::new(channel)
+}
+
+/// `assert_eq!` for long texts: on a difference it shows the lengths and
+/// where the texts part, not megabytes of both.
+#[track_caller]
+pub fn assert_same_text(got: &str, want: &str, what: &str) {
+    if got == want {
+        return;
+    }
+    let at = got
+        .bytes()
+        .zip(want.bytes())
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    let around = |t: &str| {
+        let bytes = &t.as_bytes()[at.saturating_sub(60)..(at + 60).min(t.len())];
+        String::from_utf8_lossy(bytes).into_owned()
+    };
+    panic!(
+        "{what}: {} bytes, expected {}; they differ from byte {at}: got …{:?}…, expected …{:?}…",
+        got.len(),
+        want.len(),
+        around(got),
+        around(want)
+    );
+}
+
+/// The reply text a client has, frame by frame: a snapshot's partial reply
+/// replaces what it had, text deltas add to it.
+#[derive(Default)]
+pub struct ReplyText(pub String);
+
+impl ReplyText {
+    pub fn add(&mut self, m: &pb::AttachResponse) {
+        match &m.event {
+            Some(pb::attach_response::Event::Snapshot(s)) => {
+                self.0 = s
+                    .partial_reply
+                    .as_ref()
+                    .map(|p| {
+                        p.content
+                            .iter()
+                            .filter_map(|b| match &b.block {
+                                Some(pb::content_block::Block::Text(t)) => Some(t.text.as_str()),
+                                _ => None,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+            }
+            Some(pb::attach_response::Event::TextDelta(d)) => self.0.push_str(&d.text),
+            _ => {}
+        }
+    }
+}

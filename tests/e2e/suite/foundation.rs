@@ -1,7 +1,10 @@
 //! The foundation: `agent run`, multi-client attach, persistence across a
 //! restart, socket security, and bad input.
 
-use super::attach::{Attached, deltas, is_idle, text_of};
+use super::attach::{
+    Attached, ReplyText, assert_same_stream, assert_same_text, delta_marks, deltas, is_idle,
+    small_window_client, text_of,
+};
 use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_client::AgentServiceClient;
 use agent_tests::fake_llm::{FakeLlm, Gate, ReplyScript, Script};
@@ -233,24 +236,27 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
     let mut c_frames = c_early;
     c_frames.extend(c.until(T, is_idle).await);
 
+    // A and B see the same text under the same sequence numbers, cut into
+    // frames the same way or not (deltas merge for a client that is behind).
     assert_eq!(text_of(&a_frames), full);
-    let (da, db) = (deltas(&a_frames), deltas(&b_frames));
+    assert_eq!(text_of(&b_frames), full);
+    let (ma, mb) = (delta_marks(&a_frames, 0), delta_marks(&b_frames, 0));
+    assert_same_stream(&ma, &mb);
     assert_eq!(
-        da, db,
-        "A and B see the same deltas with the same sequence numbers"
+        ma.last().map(|m| m.0),
+        mb.last().map(|m| m.0),
+        "the last delta frame carries the last delta's sequence number"
     );
+    // C: the partial reply from its snapshot plus the deltas after it, the
+    // same text under the same numbers as A's.
+    let dc = deltas(&c_frames);
     assert!(
-        da.windows(2).all(|w| w[0].0 < w[1].0),
-        "sequence numbers increase"
+        dc.iter().all(|(seq, _)| *seq > snap.seq),
+        "C gets no delta its snapshot already has: {dc:?}"
     );
-    // C: the partial reply from its snapshot plus the deltas after it.
-    let after: Vec<_> = da
-        .iter()
-        .filter(|(seq, _)| *seq > snap.seq)
-        .cloned()
-        .collect();
-    assert_eq!(deltas(&c_frames), after);
     assert_eq!(format!("{partial}{}", text_of(&c_frames)), full);
+    assert_same_stream(&ma, &delta_marks(&c_frames, partial.len()));
+    assert_eq!(ma.last().map(|m| m.0), dc.last().map(|d| d.0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -298,6 +304,167 @@ async fn a_client_that_stops_reading_does_not_hold_up_the_others() {
     })
     .await;
     assert!(!rest.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_falls_behind_gets_the_exact_text_in_fewer_bigger_frames() {
+    let fake = FakeLlm::start().await;
+    // 12,000 distinct deltas of 100 bytes: far more than the slow client's
+    // connection holds, less than what the daemon keeps for it (its outbox
+    // and the hub's ring), so it must get all of it, as deltas, in order.
+    let n = 12_000;
+    let full: String = (0..n).map(|i| format!("{i:>99}\n")).collect();
+    fake.push(Script::Reply(
+        ReplyScript::new().text(&full).chunk_chars(100),
+    ));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+
+    let mut slow_client = small_window_client(&d.socket).await;
+    let mut slow = Attached::open(&mut slow_client, &id, 0, "slow").await;
+    let _snapshot = slow.next(T).await;
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "go".into(),
+        })
+        .await
+        .unwrap();
+    // A reads all along; the slow client reads nothing until the turn ends.
+    let a_frames = a.until(T, is_idle).await;
+    assert_eq!(text_of(&a_frames), full);
+    let is_snapshot =
+        |m: &pb::AttachResponse| matches!(m.event, Some(pb::attach_response::Event::Snapshot(_)));
+    let frames = slow.until(T, |m| is_idle(m) || is_snapshot(m)).await;
+    assert!(
+        !frames.iter().any(is_snapshot),
+        "the slow client was not resynchronised"
+    );
+    assert_eq!(text_of(&frames), full, "exactly the reply, in order");
+    let marks = delta_marks(&frames, 0);
+    assert_same_stream(&delta_marks(&a_frames, 0), &marks);
+    assert!(
+        marks.len() < n / 2,
+        "{} delta frames for {n} deltas: deltas that waited were merged",
+        marks.len()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deltas_at_a_models_pace_go_out_one_by_one_as_they_come() {
+    let fake = FakeLlm::start().await;
+    let n = 30;
+    fake.push(Script::Reply(
+        ReplyScript::new()
+            .deltas(n, "word ")
+            .pace(Duration::from_millis(20)),
+    ));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "go".into(),
+        })
+        .await
+        .unwrap();
+    let frames = a.until(T, is_idle).await;
+    assert_eq!(text_of(&frames), "word ".repeat(n));
+    // Merging is for floods and for clients that are behind: deltas 20 ms
+    // apart are not held back to be merged. (A few may still arrive
+    // together after a hiccup of a loaded machine.)
+    let got = deltas(&frames).len();
+    assert!(
+        got >= n - 3,
+        "{got} delta frames for {n} deltas 20 ms apart"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_goes_on() {
+    let fake = FakeLlm::start().await;
+    let gate = Gate::new();
+    // 15,000 text blocks of one 200-byte delta each: deltas of different
+    // blocks never merge, so a client that reads nothing overflows its
+    // connection, its outbox and the hub's ring long before the hold.
+    let blocks: Vec<String> = (0..15_000).map(|i| format!("{i:0>199}\n")).collect();
+    let full: String = blocks.concat();
+    let held = 14_000;
+    let mut script = ReplyScript::new().chunk_chars(200);
+    for b in &blocks {
+        script = script.text(b);
+    }
+    // message_start, then start + delta + stop per block.
+    fake.push(Script::Reply(script.hold_after(1 + 3 * held, gate.clone())));
+    let d = TestDaemon::start(&fake).await;
+    let mut client = d.client().await;
+    let work = workdir();
+    let id = create(&mut client, work.path(), "").await;
+
+    let mut slow_client = small_window_client(&d.socket).await;
+    let mut slow = Attached::open(&mut slow_client, &id, 0, "slow").await;
+    let _snapshot = slow.next(T).await;
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "go".into(),
+        })
+        .await
+        .unwrap();
+    // Once A has the reply up to the hold, so has the hub. (A reads all
+    // along, but 15,000 blocks are a lot: it may be resynchronised too.)
+    let last_held = &blocks[held - 1];
+    let mut a_text = ReplyText::default();
+    a.until(T, |m| {
+        a_text.add(m);
+        a_text.0.ends_with(last_held.as_str())
+    })
+    .await;
+
+    // The slow client reads at last: what its connection held, then a
+    // snapshot with the partial reply instead of what it missed.
+    let is_snapshot =
+        |m: &pb::AttachResponse| matches!(m.event, Some(pb::attach_response::Event::Snapshot(_)));
+    let before = slow.until(T, is_snapshot).await;
+    let (old, snap) = before.split_at(before.len() - 1);
+    assert!(
+        full.starts_with(&text_of(old)),
+        "what it got before is the start of the reply"
+    );
+    let Some(pb::attach_response::Event::Snapshot(s)) = &snap[0].event else {
+        unreachable!()
+    };
+    let partial = s
+        .partial_reply
+        .as_ref()
+        .map(text_of_message)
+        .unwrap_or_default();
+    assert!(
+        partial.ends_with(last_held.as_str()),
+        "the snapshot has the reply up to the hold"
+    );
+    gate.open();
+    let after = slow.until(T, is_idle).await;
+    assert_same_text(
+        &format!("{partial}{}", text_of(&after)),
+        &full,
+        "the snapshot's partial reply and the deltas after it",
+    );
+    assert!(
+        deltas(&after).iter().all(|(seq, _)| *seq > snap[0].seq),
+        "nothing the snapshot has comes again"
+    );
+    for m in a.until(T, is_idle).await {
+        a_text.add(&m);
+    }
+    assert_same_text(&a_text.0, &full, "the reader's reply");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

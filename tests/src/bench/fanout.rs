@@ -4,7 +4,11 @@
 //! Two measurements per client count:
 //! - throughput: 100,000 deltas as fast as the fake writes them; deltas/s
 //!   is what every client received divided by the time from the fake's
-//!   first delta to the last client's last delta;
+//!   first delta to the last client's last delta. The daemon may merge
+//!   several model deltas into one frame (for a client that is behind), so
+//!   deltas are counted by the fake's stamps inside the frames' text, and
+//!   frames are reported apart; text a reader only got inside a resync
+//!   snapshot does not count as delivered;
 //! - latency: fewer deltas, paced 1 ms apart by the fake (an unpaced fake
 //!   queues deltas, and queueing is not delivery latency); each delta
 //!   carries the fake's send time (`⟨t=NANOS⟩`), read on receipt against the
@@ -27,13 +31,19 @@ use crate::fake_llm::{FakeLlm, ReplyScript};
 /// What one client saw of one turn.
 #[derive(Debug, Default)]
 struct ClientSeen {
+    /// Model deltas received in delta frames (the fake's stamps counted).
     deltas: usize,
-    /// Delivery latencies, microseconds.
+    /// Delta frames received (one may carry several model deltas).
+    frames: usize,
+    /// Delivery latency of each model delta, microseconds.
     latencies_us: Vec<u32>,
     /// Snapshots after the first: the client fell behind and was resynced.
     resyncs: usize,
     /// Unix nanos of the last delta's arrival.
     last_at: u128,
+    /// Sequence numbers of the first and last delta frames.
+    first_seq: u64,
+    last_seq: u64,
 }
 
 struct TurnResult {
@@ -42,8 +52,8 @@ struct TurnResult {
     /// Unix nanos of the first and last deltas' stamps (the fake's writes).
     first_stamp: u128,
     last_stamp: u128,
-    /// The stalled client's frames, read after the turn.
-    stalled_frames: Option<(usize, usize)>,
+    /// What the stalled client had queued, read after the turn.
+    stalled: Option<Drained>,
     /// CPU time over the turn: the daemon's and this process's (the fake
     /// and every client).
     daemon_cpu: Duration,
@@ -136,10 +146,11 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
                 &t,
                 n_throughput,
             );
-            if let Some((frames, snapshots)) = t.stalled_frames {
+            if let Some(d) = &t.stalled {
                 report.note(format!(
-                    "stalled client, read after the turn: {frames} frames buffered, {snapshots} \
-                     resync snapshot(s) among them"
+                    "stalled client, read after the turn: {} frames buffered, {} of them delta \
+                     frames carrying {} deltas, {} resync snapshot(s)",
+                    d.frames, d.delta_frames, d.deltas, d.snapshots
                 ));
             }
         }
@@ -171,16 +182,42 @@ fn record_throughput(report: &mut Report, key: &str, label: &str, t: &TurnResult
     let last = t.seen.iter().map(|s| s.last_at).max().unwrap_or(0);
     let span = last.saturating_sub(t.first_stamp) as f64 / 1e9;
     let min_deltas = t.seen.iter().map(|s| s.deltas).min().unwrap_or(0);
-    let frames: usize = t.seen.iter().map(|s| s.deltas).sum();
+    let delivered: usize = t.seen.iter().map(|s| s.deltas).sum();
+    let frames: usize = t.seen.iter().map(|s| s.frames).sum();
     let resyncs: usize = t.seen.iter().map(|s| s.resyncs).sum();
-    // Only deltas that arrived as deltas count: a reader that fell behind
-    // was sent a snapshot instead of the deltas it missed.
+    let readers = t.seen.len().max(1) as f64;
+    // Only deltas that arrived in delta frames count: a reader that fell
+    // behind the hub's ring was sent a snapshot instead of what it missed.
     report.sample(
         &format!("{key}_deltas_per_s"),
         &format!("{label}: deltas/s received per reader (as deltas)"),
         "deltas/s",
-        frames as f64 / t.seen.len().max(1) as f64 / span,
+        delivered as f64 / readers / span,
     );
+    report.sample(
+        &format!("{key}_frames_per_reader"),
+        &format!("{label}: delta frames per reader"),
+        "frames",
+        frames as f64 / readers,
+    );
+    // The daemon numbers every event it sends out; between the first and
+    // the last delta frame nearly all are deltas (merged as they were read
+    // from the model's stream), so the span says how many it made. Only a
+    // reader that was never resynchronised saw both ends.
+    let span_seqs = t
+        .seen
+        .iter()
+        .filter(|s| s.frames > 0 && s.resyncs == 0)
+        .map(|s| s.last_seq.saturating_sub(s.first_seq) + 1)
+        .max();
+    if let Some(span_seqs) = span_seqs {
+        report.sample(
+            &format!("{key}_hub_events"),
+            &format!("{label}: delta events the daemon made (sequence-number span)"),
+            "events",
+            span_seqs as f64,
+        );
+    }
     report.sample(
         &format!("{key}_complete_pct"),
         &format!("{label}: share of the deltas the worst reader got as deltas"),
@@ -217,13 +254,13 @@ fn record_throughput(report: &mut Report, key: &str, label: &str, t: &TurnResult
         &format!("{key}_daemon_us_per_frame"),
         &format!("{label}: daemon CPU per delta delivered to one client"),
         "µs",
-        t.daemon_cpu.as_secs_f64() * 1e6 / frames as f64,
+        t.daemon_cpu.as_secs_f64() * 1e6 / delivered as f64,
     );
     report.sample(
         &format!("{key}_bench_us_per_frame"),
         &format!("{label}: bench CPU (fake + clients) per delta delivered"),
         "µs",
-        t.bench_cpu.as_secs_f64() * 1e6 / frames as f64,
+        t.bench_cpu.as_secs_f64() * 1e6 / delivered as f64,
     );
     report.sample(
         &format!("{key}_resyncs"),
@@ -318,7 +355,7 @@ async fn turn(
         .unwrap_or_default()
         .since(bench_before)
         .own;
-    let stalled_frames = match stalled {
+    let stalled = match stalled {
         Some(mut s) => Some(drain(&mut s).await),
         None => None,
     };
@@ -327,7 +364,7 @@ async fn turn(
         seen,
         first_stamp,
         last_stamp,
-        stalled_frames,
+        stalled,
         daemon_cpu,
         bench_cpu,
     })
@@ -345,9 +382,14 @@ async fn read_turn(attached: &mut Attached) -> BenchResult<ClientSeen> {
         match &m.event {
             Some(Event::TextDelta(d)) => {
                 let now = unix_nanos();
-                seen.deltas += 1;
+                seen.frames += 1;
                 seen.last_at = now;
-                if let Some(stamp) = parse_stamp(&d.text) {
+                if seen.first_seq == 0 {
+                    seen.first_seq = m.seq;
+                }
+                seen.last_seq = m.seq;
+                for stamp in stamps(&d.text) {
+                    seen.deltas += 1;
                     let us = now.saturating_sub(stamp) / 1000;
                     seen.latencies_us
                         .push(u32::try_from(us).unwrap_or(u32::MAX));
@@ -365,17 +407,39 @@ async fn read_turn(attached: &mut Attached) -> BenchResult<ClientSeen> {
     }
 }
 
-/// Reads what a stalled client had queued: (frames, snapshots).
-async fn drain(attached: &mut Attached) -> (usize, usize) {
-    let mut frames = 0;
-    let mut snapshots = 0;
+/// What a stalled client had queued.
+#[derive(Debug, Default)]
+struct Drained {
+    frames: usize,
+    delta_frames: usize,
+    /// Model deltas in the delta frames.
+    deltas: usize,
+    snapshots: usize,
+}
+
+/// Reads what a stalled client had queued.
+async fn drain(attached: &mut Attached) -> Drained {
+    use pb::attach_response::Event;
+    let mut d = Drained::default();
     while let Ok(m) = attached.next(Duration::from_millis(500)).await {
-        frames += 1;
-        if matches!(m.event, Some(pb::attach_response::Event::Snapshot(_))) {
-            snapshots += 1;
+        d.frames += 1;
+        match &m.event {
+            Some(Event::Snapshot(_)) => d.snapshots += 1,
+            Some(Event::TextDelta(t)) => {
+                d.delta_frames += 1;
+                d.deltas += stamps(&t.text).count();
+            }
+            _ => {}
         }
     }
-    (frames, snapshots)
+    d
+}
+
+/// The fake's stamps in a delta frame's text: one per model delta merged
+/// into it (a merged frame carries the deltas whole, stamps included).
+fn stamps(text: &str) -> impl Iterator<Item = u128> + '_ {
+    text.match_indices("⟨t=")
+        .filter_map(|(at, _)| parse_stamp(&text[at..]))
 }
 
 /// The stamps of the first and last delta of the conversation's last reply.
@@ -411,4 +475,18 @@ async fn stamps_of_reply(
     let last_at = text.rfind("⟨t=").ok_or("the reply has no time stamp")?;
     let last = parse_stamp(&text[last_at..]).ok_or("the reply has no time stamp")?;
     Ok((first, last))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_stamp_of_a_merged_frame_counts() {
+        let merged = "⟨t=17⟩x⟨t=18⟩x⟨t=20⟩x";
+        assert_eq!(stamps(merged).collect::<Vec<_>>(), [17, 18, 20]);
+        assert_eq!(stamps("⟨t=5⟩x").count(), 1);
+        assert_eq!(stamps("no stamp").count(), 0);
+    }
 }

@@ -179,6 +179,23 @@ pub fn block(b: &ContentBlock) -> pb::ContentBlock {
     pb::ContentBlock { block: Some(block) }
 }
 
+/// [`block`] for a block of our own: its text moves instead of being copied.
+fn block_owned(b: ContentBlock) -> pb::ContentBlock {
+    use pb::content_block::Block;
+    let block = match b {
+        ContentBlock::Text { text } => Block::Text(pb::TextBlock { text }),
+        ContentBlock::Thinking {
+            thinking,
+            signature,
+        } => Block::Thinking(pb::ThinkingBlock {
+            thinking,
+            signature,
+        }),
+        other => return block(&other),
+    };
+    pb::ContentBlock { block: Some(block) }
+}
+
 pub fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
     use pb::content_block::Block;
     match &b.block {
@@ -297,7 +314,7 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
     let partial = (!s.partial.is_empty()).then(|| pb::Message {
         seq: 0,
         role: pb::Role::Assistant as i32,
-        content: s.partial.iter().map(block).collect(),
+        content: s.partial.to_blocks().into_iter().map(block_owned).collect(),
         ..Default::default()
     });
     pb::Snapshot {
@@ -307,6 +324,28 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
         pending_permission: s.pending.as_ref().map(permission),
         clients: s.clients.iter().map(client).collect(),
         your_client_id: s.your_client_id.clone(),
+    }
+}
+
+/// An event this client alone owns (deltas merged for it) as it goes on
+/// the wire: the text moves instead of being copied.
+pub fn event_owned(e: ConvEvent) -> pb::AttachResponse {
+    use pb::attach_response::Event as E;
+    let ev = match e.kind {
+        EventKind::TextDelta { index, text } => E::TextDelta(pb::TextDelta {
+            block_index: index,
+            text,
+        }),
+        EventKind::ThinkingDelta { index, text } => E::ThinkingDelta(pb::ThinkingDelta {
+            block_index: index,
+            text,
+        }),
+        _ => return event(&e),
+    };
+    pb::AttachResponse {
+        seq: e.seq,
+        at_ms: e.at_ms,
+        event: Some(ev),
     }
 }
 

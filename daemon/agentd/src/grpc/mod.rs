@@ -4,6 +4,7 @@
 
 pub mod convert;
 pub mod listener;
+mod outbox;
 pub mod service;
 
 use crate::runtime::Manager;

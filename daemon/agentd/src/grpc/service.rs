@@ -2,21 +2,24 @@
 //! id prefixes, and hands the work to the runtime.
 
 use super::convert::{self, to_status};
+use super::outbox::{Due, Outbox};
 use crate::runtime::{ConvEvent, EventKind, Manager, NewConversation};
 use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_server::AgentService;
 use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
+use tokio::time::Instant;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status, Streaming};
 
-/// Frames buffered per attached client before its forwarding task waits
-/// (and its broadcast receiver starts to lag, which leads to a resync).
-const CLIENT_BUFFER: usize = 1024;
+/// Frames buffered in an attached client's stream. Small on purpose: what
+/// does not fit waits in the client's outbox, where deltas still merge.
+const CLIENT_BUFFER: usize = 16;
 /// Bytes of shell output per frame.
 const SHELL_CHUNK: usize = 64 * 1024;
 
@@ -435,9 +438,14 @@ impl AgentService for Service {
     }
 }
 
-/// Copies a conversation's events to one client. A client that falls
-/// behind the broadcast buffer is sent a fresh snapshot; it never slows the
-/// conversation or the other clients.
+/// Copies a conversation's events to one client. Everything the hub has
+/// ready is taken at once into the client's [`Outbox`], where consecutive
+/// deltas merge while they wait: for room in the client's stream, or for
+/// `outbox::DELTA_FRAME_INTERVAL` to pass since the client's last delta
+/// frame. A client that falls behind, or a model that streams faster than
+/// that, gives fewer, bigger frames with the same text. Only a client that
+/// lets the outbox and then the hub's ring fill up is sent a fresh snapshot
+/// instead; it never slows the conversation or the other clients.
 async fn forward(
     manager: Arc<Manager>,
     id: String,
@@ -447,18 +455,83 @@ async fn forward(
 ) {
     let client_id = sub.client.id.clone();
     let mut live = sub.live;
+    let mut out = Outbox::default();
+    // The highest sequence number queued for this client: the hub may hand
+    // out events the initial frames (or a resync snapshot) already cover.
     let mut last = 0u64;
-    let send = |ev: &ConvEvent| tx.send(Ok(convert::event(ev)));
-    for ev in &sub.initial {
+    for ev in sub.initial {
         last = last.max(ev.seq);
-        if send(ev).await.is_err() {
-            manager.detach(&id, client_id).await;
-            return;
-        }
+        out.push(ev);
     }
+    let mut hub_open = true;
+    let hold = tokio::time::sleep(Duration::ZERO);
+    tokio::pin!(hold);
+    let cancelled = shutdown.cancelled();
+    tokio::pin!(cancelled);
     loop {
-        let ev: Arc<ConvEvent> = tokio::select! {
-            _ = shutdown.cancelled() => {
+        // Everything the hub has ready, without waiting.
+        while hub_open && !out.is_full() {
+            let received = match live.try_recv() {
+                Ok(ev) => {
+                    queue(&mut out, &mut last, ev);
+                    continue;
+                }
+                Err(broadcast::error::TryRecvError::Empty) => break,
+                Err(broadcast::error::TryRecvError::Lagged(n)) => {
+                    Err(broadcast::error::RecvError::Lagged(n))
+                }
+                Err(broadcast::error::TryRecvError::Closed) => {
+                    Err(broadcast::error::RecvError::Closed)
+                }
+            };
+            if !take(
+                &manager,
+                &id,
+                &client_id,
+                received,
+                &mut out,
+                &mut last,
+                &mut hub_open,
+            )
+            .await
+            {
+                return manager.detach(&id, client_id).await;
+            }
+        }
+        // What is due, as far as the client's stream has room, without
+        // waiting.
+        let mut holding = false;
+        loop {
+            match out.due(Instant::now()) {
+                Due::Empty => break,
+                Due::At(at) => {
+                    hold.as_mut().reset(at);
+                    holding = true;
+                    break;
+                }
+                Due::Now => {}
+            }
+            match tx.try_reserve() {
+                Ok(permit) => {
+                    if let Some(frame) = out.pop(Instant::now()) {
+                        permit.send(Ok(frame));
+                    }
+                }
+                Err(mpsc::error::TrySendError::Full(())) => break,
+                Err(mpsc::error::TrySendError::Closed(())) => {
+                    return manager.detach(&id, client_id).await;
+                }
+            }
+        }
+        if !hub_open && out.is_empty() {
+            break;
+        }
+        // Then wait: for the held delta to fall due (what arrives meanwhile
+        // is taken then, at once), for room in the stream (while frames
+        // wait) or for the next event (while the outbox has room).
+        tokio::select! {
+            biased;
+            _ = &mut cancelled => {
                 let _ = tx.try_send(Ok(convert::event(&ConvEvent {
                     seq: 0,
                     at_ms: 0,
@@ -466,29 +539,69 @@ async fn forward(
                 })));
                 break;
             }
-            _ = tx.closed() => break,
-            r = live.recv() => match r {
-                Ok(ev) => ev,
-                Err(broadcast::error::RecvError::Lagged(n)) => {
-                    tracing::debug!(conversation = %id, client = %client_id, "client lagged by {n} events; resynchronising");
-                    match manager.resync(&id, client_id.clone()).await {
-                        Ok(snap) => snap,
-                        Err(_) => break,
+            _ = &mut hold, if holding => {}
+            permit = tx.reserve(), if !holding && !out.is_empty() => match permit {
+                Ok(permit) => {
+                    if let Some(frame) = out.pop(Instant::now()) {
+                        permit.send(Ok(frame));
                     }
                 }
-                Err(broadcast::error::RecvError::Closed) => break,
+                Err(_) => break,
             },
-        };
-        let is_snapshot = matches!(ev.kind, EventKind::Snapshot(_));
-        if ev.seq <= last && !is_snapshot {
-            continue;
-        }
-        last = last.max(ev.seq);
-        if send(&ev).await.is_err() {
-            break;
+            received = live.recv(), if !holding && hub_open && !out.is_full() => {
+                if !take(&manager, &id, &client_id, received, &mut out, &mut last, &mut hub_open).await {
+                    break;
+                }
+            }
+            _ = tx.closed(), if holding || out.is_empty() => break,
         }
     }
     manager.detach(&id, client_id).await;
+}
+
+/// Queues what the hub gave a client's forwarding task. A client that
+/// lagged behind the hub's ring is sent a snapshot instead of everything
+/// before it. Returns false when the client must be let go (its
+/// conversation is gone).
+async fn take(
+    manager: &Manager,
+    id: &str,
+    client_id: &str,
+    received: Result<Arc<ConvEvent>, broadcast::error::RecvError>,
+    out: &mut Outbox,
+    last: &mut u64,
+    hub_open: &mut bool,
+) -> bool {
+    let ev = match received {
+        Ok(ev) => ev,
+        Err(broadcast::error::RecvError::Lagged(n)) => {
+            tracing::debug!(conversation = %id, client = %client_id, "client lagged by {n} events; resynchronising");
+            match manager.resync(id, client_id.to_string()).await {
+                Ok(snapshot) => {
+                    out.drop_sequenced();
+                    *last = (*last).max(snapshot.seq);
+                    out.push(snapshot);
+                    return true;
+                }
+                Err(_) => return false,
+            }
+        }
+        Err(broadcast::error::RecvError::Closed) => {
+            // What is queued still goes out.
+            *hub_open = false;
+            return true;
+        }
+    };
+    queue(out, last, ev);
+    true
+}
+
+/// Queues an event from the hub unless the client has it already.
+fn queue(out: &mut Outbox, last: &mut u64, ev: Arc<ConvEvent>) {
+    if ev.seq > *last {
+        *last = ev.seq;
+        out.push(ev);
+    }
 }
 
 /// Reads a client's frames after `subscribe`. Refusals of its own requests

@@ -144,7 +144,9 @@ pub enum StreamEvent {
 /// A model provider.
 pub trait Provider: Send + Sync + std::fmt::Debug {
     /// Streams one reply. Each stream event is passed to `on_event` as it
-    /// arrives. Returns the complete reply, or an error; returns
+    /// arrives; consecutive deltas of one block that arrive together (in
+    /// one read from the network) are passed as one delta with their
+    /// concatenated text. Returns the complete reply, or an error; returns
     /// `Err(LlmError::Cancelled)` promptly when `cancel` fires, dropping the
     /// HTTP stream at once.
     fn stream<'a>(

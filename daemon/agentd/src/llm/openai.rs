@@ -857,14 +857,18 @@ mod tests {
         let provider =
             OpenAiProvider::new(Some("sk-test".into()), format!("{}/v1/", server.base_url))
                 .unwrap();
-        let mut count = 0;
-        let mut on_event = |_: StreamEvent| count += 1;
+        let mut events = Vec::new();
+        let mut on_event = |e: StreamEvent| events.push(e);
         let reply = provider
             .stream(&simple_request(), &mut on_event, CancellationToken::new())
             .await
             .unwrap();
         assert_eq!(reply, full_reply());
-        assert_eq!(count, 14);
+        // The 14 events of `full_stream_becomes_a_reply`; deltas that
+        // arrive in one read are passed on merged.
+        let (expected, _) = testkit::parse(OpenAiStream::default(), FULL_STREAM, 13).await;
+        assert_eq!(expected.len(), 14);
+        assert_eq!(testkit::merged(events), testkit::merged(expected));
         let seen = server.request().await;
         assert_eq!(seen.request_line, "POST /v1/chat/completions HTTP/1.1");
         assert_eq!(seen.header("authorization"), Some("Bearer sk-test"));

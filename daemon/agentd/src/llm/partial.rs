@@ -8,10 +8,13 @@
 
 use agentd_core::ContentBlock;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::{StreamEvent, tool_input_from_json};
 
-/// Content blocks assembled from [`StreamEvent`]s.
+/// Content blocks assembled from [`StreamEvent`]s. Cloning it is cheap
+/// however long the reply has grown (the text is shared, see
+/// [`SharedText`]), so a snapshot can take it while the reply streams on.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PartialReply {
     blocks: BTreeMap<u32, Block>,
@@ -19,13 +22,55 @@ pub struct PartialReply {
 
 #[derive(Debug, Clone, PartialEq)]
 enum Block {
-    Text(String),
-    Thinking(String),
+    Text(SharedText),
+    Thinking(SharedText),
     ToolUse {
         id: String,
         name: String,
         json: String,
     },
+}
+
+/// Bytes of text per piece of a [`SharedText`].
+const PIECE: usize = 64 * 1024;
+
+/// Text that grows at its end and is cheap to clone: pieces of about
+/// [`PIECE`] bytes shared between clones. Only the last piece is ever
+/// appended to, and it is copied first if a clone still holds it, so a
+/// clone costs a copy of at most one piece, once, instead of the whole text.
+#[derive(Debug, Clone, Default)]
+struct SharedText {
+    pieces: Vec<Arc<String>>,
+}
+
+impl SharedText {
+    fn push_str(&mut self, more: &str) {
+        match self.pieces.last_mut() {
+            Some(last) if last.len() < PIECE => Arc::make_mut(last).push_str(more),
+            _ => self.pieces.push(Arc::new(more.to_string())),
+        }
+    }
+
+    fn to_text(&self) -> String {
+        let mut text = String::with_capacity(self.pieces.iter().map(|p| p.len()).sum());
+        for piece in &self.pieces {
+            text.push_str(piece);
+        }
+        text
+    }
+}
+
+impl PartialEq for SharedText {
+    /// The same text, however it is cut into pieces.
+    fn eq(&self, other: &Self) -> bool {
+        let bytes = |t: &SharedText| {
+            t.pieces
+                .iter()
+                .flat_map(|p| p.as_bytes().iter().copied())
+                .collect::<Vec<u8>>()
+        };
+        bytes(self) == bytes(other)
+    }
 }
 
 impl PartialReply {
@@ -41,7 +86,7 @@ impl PartialReply {
                 if let Block::Text(all) = self
                     .blocks
                     .entry(*index)
-                    .or_insert_with(|| Block::Text(String::new()))
+                    .or_insert_with(|| Block::Text(SharedText::default()))
                 {
                     all.push_str(text);
                 }
@@ -50,7 +95,7 @@ impl PartialReply {
                 if let Block::Thinking(all) = self
                     .blocks
                     .entry(*index)
-                    .or_insert_with(|| Block::Thinking(String::new()))
+                    .or_insert_with(|| Block::Thinking(SharedText::default()))
                 {
                     all.push_str(text);
                 }
@@ -81,21 +126,33 @@ impl PartialReply {
     /// events do not carry it) and tool calls may be incomplete; the state
     /// machine drops both from an interrupted reply.
     pub fn into_blocks(self) -> Vec<ContentBlock> {
+        self.to_blocks()
+    }
+
+    /// The blocks so far, in order (see [`PartialReply::into_blocks`]).
+    pub fn to_blocks(&self) -> Vec<ContentBlock> {
         self.blocks
-            .into_values()
+            .values()
             .map(|block| match block {
-                Block::Text(text) => ContentBlock::Text { text },
+                Block::Text(text) => ContentBlock::Text {
+                    text: text.to_text(),
+                },
                 Block::Thinking(thinking) => ContentBlock::Thinking {
-                    thinking,
+                    thinking: thinking.to_text(),
                     signature: String::new(),
                 },
                 Block::ToolUse { id, name, json } => ContentBlock::ToolUse {
-                    id,
-                    name,
-                    input: tool_input_from_json(&json),
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: tool_input_from_json(json),
                 },
             })
             .collect()
+    }
+
+    /// Whether nothing was received yet.
+    pub fn is_empty(&self) -> bool {
+        self.blocks.is_empty()
     }
 }
 
@@ -150,5 +207,46 @@ mod tests {
             ]
         );
         assert_eq!(PartialReply::new().into_blocks(), vec![]);
+    }
+
+    #[test]
+    fn a_clone_shares_the_text_and_both_grow_apart_exactly() {
+        let mut partial = PartialReply::new();
+        let piece = "0123456789".repeat(1000);
+        for _ in 0..20 {
+            partial.push(&StreamEvent::TextDelta {
+                index: 0,
+                text: piece.clone(),
+            });
+        }
+        let Some(Block::Text(text)) = partial.blocks.get(&0) else {
+            panic!("a text block")
+        };
+        assert!(text.pieces.len() >= 3, "200 KB is cut into pieces");
+        let first_pieces: Vec<_> = text.pieces.iter().map(Arc::as_ptr).collect();
+
+        let snapshot = partial.clone();
+        let Some(Block::Text(shared)) = snapshot.blocks.get(&0) else {
+            panic!("a text block")
+        };
+        let shared_pieces: Vec<_> = shared.pieces.iter().map(Arc::as_ptr).collect();
+        assert_eq!(shared_pieces, first_pieces, "the clone copied no text");
+
+        partial.push(&StreamEvent::TextDelta {
+            index: 0,
+            text: "more".into(),
+        });
+        assert_eq!(
+            snapshot.to_blocks(),
+            vec![ContentBlock::text(piece.repeat(20))],
+            "the clone keeps what it had"
+        );
+        assert_eq!(
+            partial.clone().into_blocks(),
+            vec![ContentBlock::text(format!("{}more", piece.repeat(20)))]
+        );
+        assert_ne!(partial, snapshot);
+        assert!(!partial.is_empty());
+        assert!(PartialReply::new().is_empty());
     }
 }

@@ -25,7 +25,8 @@ pub(crate) fn message(role: Role, content: Vec<ContentBlock>) -> Message {
 }
 
 /// Runs `parser` over `sse`, delivered in chunks of `chunk_size` bytes (so
-/// that chunks end inside lines and inside UTF-8 sequences).
+/// that chunks end inside lines and inside UTF-8 sequences), each chunk a
+/// read of its own (so deltas are not merged across chunks).
 pub(crate) async fn parse<P: StreamParser>(
     parser: P,
     sse: &str,
@@ -38,8 +39,75 @@ pub(crate) async fn parse<P: StreamParser>(
         .collect();
     let mut events = Vec::new();
     let mut emit = |e: StreamEvent| events.push(e);
-    let reply = parse_body(futures::stream::iter(chunks), parser, &mut emit).await;
+    let reply = parse_body(one_read_each(chunks), parser, &mut emit).await;
     (events, reply)
+}
+
+/// `events` with every run of consecutive deltas of one block merged into
+/// one: what a stream looks like however its deltas were batched (deltas
+/// that arrive in one read are passed on as one).
+pub(crate) fn merged(events: Vec<StreamEvent>) -> Vec<StreamEvent> {
+    let mut out: Vec<StreamEvent> = Vec::new();
+    for event in events {
+        let appended = match (out.last_mut(), &event) {
+            (
+                Some(StreamEvent::TextDelta { index, text }),
+                StreamEvent::TextDelta {
+                    index: next,
+                    text: more,
+                },
+            )
+            | (
+                Some(StreamEvent::ThinkingDelta { index, text }),
+                StreamEvent::ThinkingDelta {
+                    index: next,
+                    text: more,
+                },
+            )
+            | (
+                Some(StreamEvent::ToolInputDelta {
+                    index,
+                    partial_json: text,
+                }),
+                StreamEvent::ToolInputDelta {
+                    index: next,
+                    partial_json: more,
+                },
+            ) if index == next => {
+                text.push_str(more);
+                true
+            }
+            _ => false,
+        };
+        if !appended {
+            out.push(event);
+        }
+    }
+    out
+}
+
+/// `chunks` as a body whose every chunk is a network read of its own: a
+/// look for more without waiting (`now_or_never`, whose waker does nothing)
+/// never finds the next chunk ready, while waiting for it always gets it.
+pub(crate) fn one_read_each<T: Unpin>(chunks: Vec<T>) -> OneReadEach<T> {
+    OneReadEach(chunks.into())
+}
+
+/// See [`one_read_each`].
+pub(crate) struct OneReadEach<T>(std::collections::VecDeque<T>);
+
+impl<T: Unpin> futures::Stream for OneReadEach<T> {
+    type Item = T;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        if cx.waker().will_wake(futures::task::noop_waker_ref()) {
+            return std::task::Poll::Pending;
+        }
+        std::task::Poll::Ready(self.0.pop_front())
+    }
 }
 
 /// One step of the server's answer.

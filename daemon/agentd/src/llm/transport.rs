@@ -4,11 +4,11 @@
 
 use agentd_core::Reply;
 use bytes::Bytes;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use reqwest::Url;
 use std::future::Future;
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
 use super::StreamEvent;
@@ -202,29 +202,145 @@ pub(crate) async fn read_stream<P: StreamParser>(
         .map_err(|e| e.with_request_id(request_id.as_deref()))
 }
 
+/// Most text one merged delta carries (see [`Batch`]).
+const MAX_BATCHED_TEXT: usize = 16 * 1024;
+/// Chunks of a body that come closer together than this are a flood (see
+/// `parse_batched`); so are chunks that keep coming when the parser lets
+/// the HTTP client run (a busy daemon may see even a flood's chunks far
+/// apart).
+const FLOOD_GAP: Duration = Duration::from_micros(100);
+
 /// Feeds body chunks through the SSE decoder into `parser`. It returns as
 /// soon as the parser reports the reply complete, without waiting for the
 /// server to close the body.
+///
+/// Consecutive deltas of one block that arrive together — in the chunks
+/// the body has ready at once — are passed to `emit` as one delta with
+/// their concatenated text (see [`Batch`]): a fast stream costs the rest of
+/// the daemon one event per read instead of one per model delta. Nothing
+/// is held back waiting for more data.
 pub(crate) async fn parse_body<P: StreamParser>(
     body: impl Stream<Item = Result<Bytes, LlmError>>,
-    mut parser: P,
+    parser: P,
     emit: &mut (dyn FnMut(StreamEvent) + Send),
+) -> Result<Reply, LlmError> {
+    let mut batch = Batch {
+        emit,
+        pending: None,
+    };
+    let result = parse_batched(body, parser, &mut batch).await;
+    batch.flush();
+    result
+}
+
+async fn parse_batched<P: StreamParser>(
+    body: impl Stream<Item = Result<Bytes, LlmError>>,
+    mut parser: P,
+    batch: &mut Batch<'_>,
 ) -> Result<Reply, LlmError> {
     let mut body = std::pin::pin!(body);
     let mut decoder = SseDecoder::new();
-    while let Some(chunk) = body.next().await {
-        for event in decoder.feed(&chunk?) {
-            if parser.on_event(&event, emit)? == Flow::Done {
-                return parser.finish(true, emit);
+    let mut ready = None;
+    let mut last_chunk: Option<Instant> = None;
+    let mut yield_paid = false;
+    loop {
+        let next = match ready.take() {
+            Some(next) => next,
+            None => {
+                // Nothing more is ready: what was merged goes out before
+                // waiting for the network.
+                batch.flush();
+                body.next().await
             }
+        };
+        let Some(chunk) = next else { break };
+        for event in decoder.feed(&chunk?) {
+            if parser.on_event(&event, &mut |e| batch.push(e))? == Flow::Done {
+                return parser.finish(true, &mut |e| batch.push(e));
+            }
+        }
+        // A flood: chunks close together, or the last yield found more.
+        let now = Instant::now();
+        let flood = yield_paid || last_chunk.is_some_and(|at| now.duration_since(at) < FLOOD_GAP);
+        last_chunk = Some(now);
+        ready = body.next().now_or_never();
+        if ready.is_none() && flood && batch.pending.is_some() {
+            // The HTTP client hands the body over a chunk at a time from
+            // its connection task: in a flood, let it run once, so that
+            // what it has read already can join the delta before it goes
+            // out. (At a model's usual pace this would only add latency.)
+            tokio::task::yield_now().await;
+            ready = body.next().now_or_never();
+            yield_paid = ready.is_some();
         }
     }
     if let Some(event) = decoder.finish()
-        && parser.on_event(&event, emit)? == Flow::Done
+        && parser.on_event(&event, &mut |e| batch.push(e))? == Flow::Done
     {
-        return parser.finish(true, emit);
+        return parser.finish(true, &mut |e| batch.push(e));
     }
-    parser.finish(false, emit)
+    parser.finish(false, &mut |e| batch.push(e))
+}
+
+/// Merges consecutive deltas of one block (text, reasoning or tool input)
+/// on their way to `emit`, up to [`MAX_BATCHED_TEXT`] bytes; every other
+/// event passes through in order, after the merged delta before it.
+struct Batch<'a> {
+    emit: &'a mut (dyn FnMut(StreamEvent) + Send),
+    pending: Option<StreamEvent>,
+}
+
+impl Batch<'_> {
+    fn push(&mut self, event: StreamEvent) {
+        if let Some(pending) = &mut self.pending {
+            let merged = match (pending, &event) {
+                (
+                    StreamEvent::TextDelta { index, text },
+                    StreamEvent::TextDelta {
+                        index: next,
+                        text: more,
+                    },
+                )
+                | (
+                    StreamEvent::ThinkingDelta { index, text },
+                    StreamEvent::ThinkingDelta {
+                        index: next,
+                        text: more,
+                    },
+                )
+                | (
+                    StreamEvent::ToolInputDelta {
+                        index,
+                        partial_json: text,
+                    },
+                    StreamEvent::ToolInputDelta {
+                        index: next,
+                        partial_json: more,
+                    },
+                ) if index == next && text.len() + more.len() <= MAX_BATCHED_TEXT => {
+                    text.push_str(more);
+                    true
+                }
+                _ => false,
+            };
+            if merged {
+                return;
+            }
+        }
+        self.flush();
+        match event {
+            StreamEvent::TextDelta { .. }
+            | StreamEvent::ThinkingDelta { .. }
+            | StreamEvent::ToolInputDelta { .. } => self.pending = Some(event),
+            other => (self.emit)(other),
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(event) = self.pending.take() {
+            (self.emit)(event);
+        }
+    }
 }
 
 /// Runs one attempt until it ends or `cancel` fires, whichever is first.
@@ -258,6 +374,187 @@ pub(crate) async fn run_attempt(
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+    use crate::llm::testkit::one_read_each;
+    use StreamEvent::{BlockEnd, TextDelta, ThinkingDelta, ToolInputDelta};
+
+    /// A parser for these tests: `data: t0 abc` is text `abc` of block 0,
+    /// `k` reasoning, `j` tool input, `b0` the end of block 0, `u` usage,
+    /// `x` a broken event, `end` the end of the reply.
+    struct Toy;
+
+    impl StreamParser for Toy {
+        fn on_event(
+            &mut self,
+            event: &SseEvent,
+            emit: &mut dyn FnMut(StreamEvent),
+        ) -> Result<Flow, LlmError> {
+            let (head, text) = event.data.split_once(' ').unwrap_or((&event.data, ""));
+            let index = head[1..].parse().unwrap_or(0);
+            let text = text.to_string();
+            match &head[..1] {
+                "t" => emit(TextDelta { index, text }),
+                "k" => emit(ThinkingDelta { index, text }),
+                "j" => emit(ToolInputDelta {
+                    index,
+                    partial_json: text,
+                }),
+                "b" => emit(BlockEnd { index }),
+                "u" => emit(StreamEvent::Usage(agentd_core::Usage::default())),
+                "x" => return Err(LlmError::decode("broken")),
+                "e" => return Ok(Flow::Done),
+                _ => {}
+            }
+            Ok(Flow::Continue)
+        }
+
+        fn finish(
+            self,
+            completed: bool,
+            _emit: &mut dyn FnMut(StreamEvent),
+        ) -> Result<Reply, LlmError> {
+            if !completed {
+                return Err(LlmError::connection("cut"));
+            }
+            Ok(Reply {
+                content: Vec::new(),
+                stop_reason: agentd_core::StopReason::EndTurn,
+                usage: agentd_core::Usage::default(),
+            })
+        }
+    }
+
+    fn sse(lines: &[&str]) -> Vec<Result<Bytes, LlmError>> {
+        lines
+            .iter()
+            .map(|l| Ok(Bytes::from(format!("data: {l}\n\n"))))
+            .collect()
+    }
+
+    async fn run_toy(
+        body: impl Stream<Item = Result<Bytes, LlmError>>,
+    ) -> (Vec<StreamEvent>, Result<Reply, LlmError>) {
+        let mut events = Vec::new();
+        let mut emit = |e: StreamEvent| events.push(e);
+        let reply = parse_body(body, Toy, &mut emit).await;
+        (events, reply)
+    }
+
+    fn text(index: u32, t: &str) -> StreamEvent {
+        TextDelta {
+            index,
+            text: t.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn deltas_that_arrive_together_are_merged_in_order() {
+        let lines = [
+            "k0 hm",
+            "k0 m",
+            "b0",
+            "t1 Hel",
+            "t1 lo",
+            "t1  ✓",
+            "u",
+            "t1 !",
+            "t2 other",
+            "j3 {\"a\"",
+            "j3 :1}",
+            "b3",
+            "end",
+        ];
+        // Every chunk ready at once: one network read.
+        let (events, reply) = run_toy(futures::stream::iter(sse(&lines))).await;
+        assert!(reply.is_ok());
+        assert_eq!(
+            events,
+            vec![
+                ThinkingDelta {
+                    index: 0,
+                    text: "hmm".into()
+                },
+                BlockEnd { index: 0 },
+                text(1, "Hello ✓"),
+                StreamEvent::Usage(agentd_core::Usage::default()),
+                text(1, "!"),
+                text(2, "other"),
+                ToolInputDelta {
+                    index: 3,
+                    partial_json: "{\"a\":1}".into()
+                },
+                BlockEnd { index: 3 },
+            ]
+        );
+        // One read per chunk: nothing to merge, every delta as it came.
+        let (events, _) = run_toy(one_read_each(sse(&lines))).await;
+        assert_eq!(events.len(), 13 - 1, "every event but the end marker");
+        assert_eq!(events[3], text(1, "Hel"));
+    }
+
+    #[tokio::test]
+    async fn a_flood_handed_over_a_chunk_at_a_time_by_another_task_still_merges() {
+        // As the HTTP client does: its connection task puts the next chunk
+        // in a one-place channel only once the last one was taken.
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        let words: Vec<String> = (0..20).map(|i| format!("t0 w{i} ")).collect();
+        let mut lines: Vec<&str> = words.iter().map(String::as_str).collect();
+        lines.extend(["b0", "end"]);
+        let chunks = sse(&lines);
+        let producer = tokio::spawn(async move {
+            for chunk in chunks {
+                if tx.send(chunk).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let body = tokio_stream::wrappers::ReceiverStream::new(rx);
+        let (events, reply) = run_toy(body).await;
+        assert!(reply.is_ok());
+        producer.await.unwrap();
+        let (last, texts) = events.split_last().unwrap();
+        assert_eq!(last, &BlockEnd { index: 0 });
+        let mut all = String::new();
+        for e in texts {
+            let TextDelta { index: 0, text } = e else {
+                panic!("{e:?}")
+            };
+            all.push_str(text);
+        }
+        let want: String = (0..20).map(|i| format!("w{i} ")).collect();
+        assert_eq!(all, want);
+        // The first chunk of a flood goes out alone (nothing says yet that
+        // more is coming); the rest merge.
+        assert!(
+            texts.len() < 10,
+            "{} deltas for 20 chunks handed over back to back",
+            texts.len()
+        );
+    }
+
+    #[tokio::test]
+    async fn merged_text_is_bounded_and_a_failure_still_delivers_what_came_before() {
+        let piece = "x".repeat(1000);
+        let line = format!("t0 {piece}");
+        let mut lines: Vec<&str> = vec![&line; 40];
+        lines.push("x");
+        let (events, reply) = run_toy(futures::stream::iter(sse(&lines))).await;
+        assert!(matches!(reply, Err(LlmError::Decode { .. })), "{reply:?}");
+        let per_event = MAX_BATCHED_TEXT / piece.len();
+        assert_eq!(events.len(), 40usize.div_ceil(per_event));
+        let mut all = String::new();
+        for e in &events {
+            let TextDelta { index: 0, text } = e else {
+                panic!("{e:?}")
+            };
+            assert!(text.len() <= MAX_BATCHED_TEXT);
+            all.push_str(text);
+        }
+        assert_eq!(all, piece.repeat(40));
+        // A body cut short: the deltas before the cut still arrive.
+        let (events, reply) = run_toy(futures::stream::iter(sse(&["t0 a", "t0 b"]))).await;
+        assert!(reply.is_err());
+        assert_eq!(events, vec![text(0, "ab")]);
+    }
 
     #[test]
     fn endpoints() {

@@ -550,7 +550,7 @@ impl Actor {
             kind: EventKind::Snapshot(Box::new(SnapshotData {
                 record: self.record.clone(),
                 messages,
-                partial: self.partial.clone().into_blocks(),
+                partial: self.partial.clone(),
                 pending: self.pending_view.clone(),
                 clients,
                 your_client_id: client.id.clone(),

@@ -2,7 +2,7 @@
 //! to the wire format only in `grpc/convert.rs`.
 
 use crate::store::ConversationRecord;
-use agentd_core::{ContentBlock, ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};
+use agentd_core::{ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};
 
 /// An attached client.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,8 +32,9 @@ pub struct SnapshotData {
     pub record: ConversationRecord,
     /// The transcript with message sequence numbers.
     pub messages: Vec<(u64, Message)>,
-    /// The reply being streamed now.
-    pub partial: Vec<ContentBlock>,
+    /// The reply being streamed now (cheap to clone; converted to blocks
+    /// only on the way to the client).
+    pub partial: crate::llm::PartialReply,
     /// The pending permission request.
     pub pending: Option<PermissionView>,
     /// Attached clients.
@@ -45,6 +46,13 @@ pub struct SnapshotData {
 }
 
 /// One event of a conversation.
+///
+/// Streamed text reaches clients as `TextDelta` and `ThinkingDelta` events.
+/// Consecutive deltas of the same family and block may be merged into one
+/// ([`ConvEvent::absorb`]): the merged event carries the concatenated text
+/// and the sequence number and time of the last event merged into it, so a
+/// client that resumes `after_seq` of a merged event has seen all of its
+/// text and is sent nothing of it again.
 #[derive(Debug, Clone)]
 pub struct ConvEvent {
     /// Per-conversation sequence number (0: addressed to one client only).
@@ -170,4 +178,117 @@ pub enum EventKind {
     ShellStarted(crate::shells::ShellRecord),
     /// A background shell ended.
     ShellExited(crate::shells::ShellRecord),
+}
+
+impl ConvEvent {
+    /// The text of a `TextDelta` or `ThinkingDelta`; `None` for every other
+    /// event.
+    pub fn delta_text(&self) -> Option<&str> {
+        match &self.kind {
+            EventKind::TextDelta { text, .. } | EventKind::ThinkingDelta { text, .. } => Some(text),
+            _ => None,
+        }
+    }
+
+    /// Appends `next` to this event when both are deltas of the same family
+    /// (text or thinking) and the same block: the text is concatenated and
+    /// this event takes `next`'s sequence number and time. Returns whether
+    /// it did; when it did not, nothing changed. The caller merges only
+    /// events that are consecutive in what it sends (nothing may have come
+    /// between them), which is what keeps the order and the text exact.
+    pub fn absorb(&mut self, next: &ConvEvent) -> bool {
+        if !self.merges_with(next) {
+            return false;
+        }
+        if let (
+            EventKind::TextDelta { text, .. } | EventKind::ThinkingDelta { text, .. },
+            Some(more),
+        ) = (&mut self.kind, next.delta_text())
+        {
+            text.push_str(more);
+        }
+        self.seq = next.seq;
+        self.at_ms = next.at_ms;
+        true
+    }
+
+    /// Whether [`ConvEvent::absorb`] would take `next`: both are deltas of
+    /// the same family and block.
+    pub fn merges_with(&self, next: &ConvEvent) -> bool {
+        match (&self.kind, &next.kind) {
+            (EventKind::TextDelta { index: a, .. }, EventKind::TextDelta { index: b, .. })
+            | (
+                EventKind::ThinkingDelta { index: a, .. },
+                EventKind::ThinkingDelta { index: b, .. },
+            ) => a == b,
+            _ => false,
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn ev(seq: u64, kind: EventKind) -> ConvEvent {
+        ConvEvent {
+            seq,
+            at_ms: seq as i64 * 10,
+            kind,
+        }
+    }
+
+    fn text(index: u32, t: &str) -> EventKind {
+        EventKind::TextDelta {
+            index,
+            text: t.into(),
+        }
+    }
+
+    fn thinking(index: u32, t: &str) -> EventKind {
+        EventKind::ThinkingDelta {
+            index,
+            text: t.into(),
+        }
+    }
+
+    #[test]
+    fn deltas_of_one_block_merge_and_take_the_last_seq() {
+        let mut first = ev(3, text(1, "Hel"));
+        assert!(first.absorb(&ev(4, text(1, "lo "))));
+        assert!(first.absorb(&ev(9, text(1, "world"))));
+        assert_eq!(first.seq, 9);
+        assert_eq!(first.at_ms, 90);
+        assert_eq!(first.delta_text(), Some("Hello world"));
+        let mut reasoning = ev(5, thinking(0, "hm"));
+        assert!(reasoning.absorb(&ev(6, thinking(0, "m"))));
+        assert_eq!(reasoning.delta_text(), Some("hmm"));
+        assert!(matches!(
+            reasoning.kind,
+            EventKind::ThinkingDelta { index: 0, .. }
+        ));
+    }
+
+    #[test]
+    fn other_blocks_families_and_events_do_not_merge() {
+        let cases = [
+            (text(1, "a"), text(2, "b")),
+            (text(1, "a"), thinking(1, "b")),
+            (thinking(1, "a"), text(1, "b")),
+            (text(1, "a"), EventKind::Notice("b".into())),
+            (EventKind::Notice("a".into()), text(1, "b")),
+            (
+                EventKind::ReplyBegin { attempt: 1 },
+                EventKind::ReplyBegin { attempt: 2 },
+            ),
+        ];
+        for (a, b) in cases {
+            let mut first = ev(1, a);
+            let before = format!("{first:?}");
+            assert!(!first.absorb(&ev(2, b)));
+            assert_eq!(format!("{first:?}"), before, "unchanged");
+        }
+        assert_eq!(ev(1, EventKind::Notice("n".into())).delta_text(), None);
+    }
 }
