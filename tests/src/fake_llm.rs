@@ -65,8 +65,14 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The body as JSON; a JSON string of the raw text when it is not JSON.
     pub body: serde_json::Value,
+    /// When the request's head had been read (the handler started), before
+    /// its body was read and parsed.
+    pub arrived_at: SystemTime,
     /// When the body had been read.
     pub received_at: SystemTime,
+    /// When the last frame of a streamed reply had been handed to the
+    /// connection (`None` for other replies, or while it streams).
+    pub replied_at: Option<SystemTime>,
 }
 
 impl Recorded {
@@ -131,9 +137,22 @@ impl Shared {
         self.seq.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    pub(crate) fn record(&self, request: Recorded) {
-        lock(&self.requests).push(request);
+    /// Records a request; its index, for [`Shared::replied`].
+    pub(crate) fn record(&self, request: Recorded) -> usize {
+        let index = {
+            let mut requests = lock(&self.requests);
+            requests.push(request);
+            requests.len() - 1
+        };
         self.changed.notify_waiters();
+        index
+    }
+
+    /// Notes when the streamed reply to request `index` was all written.
+    pub(crate) fn replied(&self, index: usize, at: SystemTime) {
+        if let Some(request) = lock(&self.requests).get_mut(index) {
+            request.replied_at = Some(at);
+        }
     }
 
     pub(crate) fn note_disconnect(&self) {

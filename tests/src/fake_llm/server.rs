@@ -28,6 +28,7 @@ pub(crate) enum Format {
 }
 
 pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) -> Response {
+    let arrived_at = SystemTime::now();
     let seq = shared.next_seq();
     let (parts, body) = request.into_parts();
     let path = parts.uri.path().to_string();
@@ -68,11 +69,13 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     // Chosen before the request is recorded so a responder sees the body
     // without a copy; a request to an unknown path takes no script.
     let script = format.map(|_| shared.next_script(&body));
-    shared.record(Recorded {
+    let record = shared.record(Recorded {
         path: path.clone(),
         headers,
         body,
+        arrived_at,
         received_at: SystemTime::now(),
+        replied_at: None,
     });
 
     let Some(format) = format else {
@@ -110,7 +113,7 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         Script::Reply(reply) => {
             let plan = Plan::new(reply, model, seq, unix_now().as_secs());
             if stream {
-                stream_response(seq, plan, format, &shared)
+                stream_response(seq, record, plan, format, &shared)
             } else {
                 let mut guard = Unfinished::new(&shared);
                 let response = whole_response(seq, plan, format, &shared.shutdown).await;
@@ -121,9 +124,16 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     }
 }
 
-fn stream_response(seq: u64, plan: Plan, format: Format, shared: &Arc<Shared>) -> Response {
+fn stream_response(
+    seq: u64,
+    record: usize,
+    plan: Plan,
+    format: Format,
+    shared: &Arc<Shared>,
+) -> Response {
     let emitter = Emitter {
         guard: Unfinished::new(shared),
+        record,
         shutdown: shared.shutdown.clone(),
         holds: plan.script.holds.clone(),
         fault: plan.script.fault.clone(),
@@ -296,6 +306,8 @@ impl Drop for Unfinished {
 struct Emitter {
     /// Disarmed once the last frame is out or the stream ends on purpose.
     guard: Unfinished,
+    /// The index of the request this answers (see `Shared::replied`).
+    record: usize,
     plan: Plan,
     format: Format,
     /// Next step of the plan.
@@ -367,6 +379,7 @@ impl Emitter {
         }
         if at_end {
             self.done = true;
+            self.guard.shared.replied(self.record, SystemTime::now());
             return None;
         }
         if !self.pace.is_zero() {

@@ -371,7 +371,14 @@ async fn requests_are_recorded_in_order() {
     assert_eq!(requests[0].header("X-Api-Key"), Some("test-key"));
     assert_eq!(requests[0].header("anthropic-version"), Some("2023-06-01"));
     assert_eq!(requests[0].header("content-type"), Some("application/json"));
-    assert!(requests[0].received_at >= before);
+    assert!(requests[0].arrived_at >= before);
+    assert!(requests[0].received_at >= requests[0].arrived_at);
+    // The streamed reply was read to its end before the second request.
+    let replied = requests[0]
+        .replied_at
+        .expect("the streamed reply's end is noted");
+    assert!(replied >= requests[0].received_at);
+    assert!(requests[1].arrived_at >= replied);
     assert!(requests[1].received_at >= requests[0].received_at);
     assert_eq!(requests[1].path, "/v1/chat/completions");
     assert_eq!(requests[1].body["model"], "gpt-test");
