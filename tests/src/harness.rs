@@ -333,7 +333,14 @@ impl TestDaemon {
                     self.log()
                 );
             }
-            if tokio::net::UnixStream::connect(&self.socket).await.is_ok() {
+            // Listening means *this* daemon listens: right after a kill -9
+            // the old socket can still accept connections for a moment (a
+            // command the old daemon was starting holds it until its exec)
+            // that nobody will ever serve.
+            let ours = self.child.as_ref().and_then(|c| i32::try_from(c.id()).ok());
+            if let Ok(stream) = tokio::net::UnixStream::connect(&self.socket).await
+                && stream.peer_cred().ok().and_then(|c| c.pid()) == ours
+            {
                 return;
             }
             if tokio::time::Instant::now() >= deadline {

@@ -101,7 +101,17 @@ pub fn bind(
             }
             // Try to connect before unlinking: a live daemon answers.
             match std::os::unix::net::UnixStream::connect(path) {
-                Ok(_) => return Err(ListenError::AlreadyRunning(path.to_path_buf())),
+                Ok(stream) if listener_owner_alive(&stream) => {
+                    return Err(ListenError::AlreadyRunning(path.to_path_buf()));
+                }
+                Ok(_) => {
+                    tracing::info!(
+                        "removing stale socket {}: the daemon that listened on it is gone \
+                         (a process it was starting still held the socket)",
+                        path.display()
+                    );
+                    std::fs::remove_file(path).map_err(io_err(path))?;
+                }
                 Err(_) => {
                     tracing::info!("removing stale socket {}", path.display());
                     std::fs::remove_file(path).map_err(io_err(path))?;
@@ -114,6 +124,25 @@ pub fn bind(
     let listener = tokio::net::UnixListener::bind(path).map_err(io_err(path))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).map_err(io_err(path))?;
     Ok(listener)
+}
+
+/// Whether the process that made the listening socket `stream` is
+/// connected to still runs. A daemon killed while it was starting a
+/// command leaves the socket open in the half-started child until that
+/// child's `exec` closes it: connecting then succeeds although no daemon
+/// will ever answer. (The credentials of a connection to a listening
+/// socket are those of the process that called `listen`.) When they cannot
+/// be read, the socket is taken to be live.
+fn listener_owner_alive(stream: &std::os::unix::net::UnixStream) -> bool {
+    use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+    let Ok(creds) = getsockopt(stream, PeerCredentials) else {
+        return true;
+    };
+    let pid = nix::unistd::Pid::from_raw(creds.pid());
+    !matches!(
+        nix::sys::signal::kill(pid, None),
+        Err(nix::errno::Errno::ESRCH)
+    )
 }
 
 /// The accepted connections of `listener` whose peer is our own user;
@@ -185,5 +214,17 @@ mod tests {
         let err = bind(&sock, None).unwrap_err();
         assert!(matches!(err, ListenError::AlreadyRunning(_)), "{err}");
         drop(live);
+    }
+
+    #[test]
+    fn a_listening_socket_is_traced_to_the_process_that_listens() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("s.sock");
+        let _listener = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let stream = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+        let creds = getsockopt(&stream, PeerCredentials).unwrap();
+        assert_eq!(creds.pid(), std::process::id() as i32);
+        assert!(listener_owner_alive(&stream));
     }
 }
