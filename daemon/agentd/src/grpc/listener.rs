@@ -104,19 +104,14 @@ pub fn bind(
                 Ok(stream) if listener_owner_alive(&stream) => {
                     return Err(ListenError::AlreadyRunning(path.to_path_buf()));
                 }
-                Ok(_) => {
-                    tracing::info!(
-                        "removing stale socket {}: the daemon that listened on it is gone \
-                         (a process it was starting still held the socket)",
-                        path.display()
-                    );
-                    std::fs::remove_file(path).map_err(io_err(path))?;
-                }
-                Err(_) => {
-                    tracing::info!("removing stale socket {}", path.display());
-                    std::fs::remove_file(path).map_err(io_err(path))?;
-                }
+                Ok(_) => tracing::info!(
+                    "removing stale socket {}: the daemon that listened on it is gone \
+                     (a process it was starting still held the socket)",
+                    path.display()
+                ),
+                Err(_) => tracing::info!("removing stale socket {}", path.display()),
             }
+            std::fs::remove_file(path).map_err(io_err(path))?;
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io_err(path)(e)),
