@@ -672,29 +672,54 @@ async fn an_auth_error_is_shown_and_the_next_message_works() {
     .await;
 }
 
+/// The core stays pure through any path: a crate it depends on that pulls in
+/// an async runtime, RPC, storage or HTTP breaks purity as much as a direct
+/// dependency does, and only the resolved graph shows that. Normal
+/// dependencies only (dev-dependencies never reach the built core), on every
+/// target platform.
 #[test]
-fn the_core_has_no_io_dependencies() {
-    let manifest = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../daemon/core/Cargo.toml"
-    ))
-    .unwrap();
-    let mut section = "";
-    for line in manifest.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            section = line;
-            continue;
-        }
-        if section == "[dependencies]" {
-            for banned in ["tokio", "tonic", "prost", "sled", "reqwest"] {
-                assert!(
-                    !line.starts_with(banned),
-                    "agentd-core depends on {banned}: {line}"
-                );
-            }
+fn the_core_reaches_no_io_crate_through_any_path() {
+    const BANNED: [&str; 7] = ["tokio", "tonic", "prost", "sled", "reqwest", "mio", "hyper"];
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["tree", "--locked", "-p", "agentd-core", "-e", "normal"])
+        .args(["--target", "all", "--prefix", "depth", "--format", "{p}"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        tree.starts_with("0agentd-core "),
+        "unexpected output:\n{tree}"
+    );
+    // Each line is `<depth><name> v<version>…`; the names above a line are
+    // the path that reached it.
+    let mut path: Vec<&str> = Vec::new();
+    let mut reached = Vec::new();
+    for line in tree.lines() {
+        let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+        let depth: usize = line[..digits].parse().unwrap();
+        let name = line[digits..].split_whitespace().next().unwrap();
+        path.truncate(depth);
+        path.push(name);
+        // `tokio-util`, `hyper-util`, `prost-types`… count as their family.
+        let banned = BANNED.iter().any(|b| {
+            name.strip_prefix(b)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+        });
+        if banned {
+            reached.push(path.join(" -> "));
         }
     }
+    assert!(
+        reached.is_empty(),
+        "agentd-core must not reach {BANNED:?}, but it does:\n{}",
+        reached.join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
