@@ -8,15 +8,13 @@ use crate::client::ClientInfo;
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::{Event, LlmFailure, RuleScope};
 use crate::message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult};
-use crate::permission::{
-    Action, Decision, Mode, PermissionAsk, REQUEST_MODE_UPGRADE, Verdict, suggest_rule,
-};
+use crate::permission::{Action, Decision, Mode, PermissionAsk, Verdict, suggest_rule};
 use crate::state::{
     ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
     should_trigger_continuation,
 };
 use crate::texts;
-use crate::tools::is_read_only;
+use crate::tools::{Tool, is_read_only};
 use std::fmt;
 
 /// The outcome of an accepted event.
@@ -781,11 +779,13 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
 
 /// The policy's verdict, with the doom-loop check on top.
 fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Verdict {
-    if call.name == REQUEST_MODE_UPGRADE && !matches!(ctx.policy.mode, Mode::ReadOnly | Mode::Plan)
+    let tool = Tool::from_name(&call.name);
+    if tool == Some(Tool::RequestModeUpgrade)
+        && !matches!(ctx.policy.mode, Mode::ReadOnly | Mode::Plan)
     {
         return Verdict::Deny(texts::ALREADY_UNRESTRICTED.to_string());
     }
-    if !call.input.is_object() || !crate::tools::is_known(&call.name) {
+    if !call.input.is_object() || tool.is_none() {
         // Malformed input (the model's JSON did not parse) or an unknown
         // tool cannot run: the tool layer answers with an error saying what
         // was wrong, which is more use to everyone than a prompt about it.
@@ -840,10 +840,11 @@ fn ask_for(ctx: &ConvContext, call: &ToolCall, reason: String) -> PermissionAsk 
     if rule.is_some() {
         options.push(Decision::Never);
     }
-    if OFFER_BACKGROUND && call.name == "bash" {
+    let tool = Tool::from_name(&call.name);
+    if OFFER_BACKGROUND && tool == Some(Tool::Bash) {
         options.push(Decision::Background);
     }
-    if reason.starts_with("doom loop") || call.name == REQUEST_MODE_UPGRADE {
+    if reason.starts_with("doom loop") || tool == Some(Tool::RequestModeUpgrade) {
         options.retain(|d| {
             matches!(
                 d,
@@ -902,7 +903,7 @@ fn on_permission_answer(
     let Some(call) = run.calls.iter().find(|c| c.id == ask.tool_use_id).cloned() else {
         return Err(Rejected::UnknownPermissionRequest(ask.request_id.clone()));
     };
-    if call.name == REQUEST_MODE_UPGRADE
+    if Tool::from_name(&call.name) == Some(Tool::RequestModeUpgrade)
         && matches!(decision, Decision::AllowOnce | Decision::AllowAlways)
     {
         // Nothing to run: the approval is the upgrade. Later calls of the

@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{Searcher, Sink, SinkContext, SinkMatch};
 use ignore::WalkState;
@@ -62,7 +63,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "grep".to_string(),
+        name: Tool::Grep.name().to_string(),
         description: "Search file contents by regex (ripgrep engine; honours .gitignore, skips \
                       hidden and binary files). output_mode: content (default, `path:line:text`), \
                       files_with_matches, count."
@@ -81,7 +82,7 @@ struct FileHits {
 }
 
 pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let input: Input = input::parse("grep", &schema(), input)?;
+    let input: Input = input::parse(Tool::Grep.name(), &schema(), input)?;
     let mode = match input.output_mode.as_deref() {
         None | Some("content") => Mode::Content,
         Some("files_with_matches") => Mode::FilesWithMatches,
