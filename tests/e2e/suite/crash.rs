@@ -437,3 +437,100 @@ async fn agent_attach_reconnects_by_itself_through_a_crash() {
     let want: Vec<u64> = r.messages.iter().map(|m| m.seq).collect();
     assert_eq!(shown, want, "{stdout}");
 }
+
+/// Names of the tools a recorded request offers.
+fn offered_tools(req: &agent_tests::fake_llm::Recorded) -> Vec<String> {
+    req.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_right_after_a_mode_upgrade_is_approved_keeps_mode_and_transcript_in_agreement() {
+    // The request after the approval is held (if it goes out before the
+    // kill) until the daemon has restarted.
+    let gate = agent_tests::fake_llm::Gate::new();
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().tool_use(
+                "u1",
+                "request_mode_upgrade",
+                json!({"reason": "the fix needs a write"}),
+            )),
+            Script::Reply(
+                ReplyScript::new()
+                    .tool_use("w1", "write", json!({"path": "fixed.txt", "content": "ok"}))
+                    .hold_after(0, gate.clone()),
+            ),
+            Script::text("Done."),
+            Script::text("Done."),
+        ])
+        .conversation("fix the bug")
+        .allow(&["write"])
+        .mode(pb::PermissionMode::ReadOnly)
+        .start()
+        .await;
+    let (fake, mut d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
+    let deadline = Instant::now() + WAIT;
+    let request_id = loop {
+        if let Some(p) = get(&mut client, &id).await.pending_permission {
+            assert_eq!(p.tool_name, "request_mode_upgrade");
+            break p.request_id;
+        }
+        assert!(Instant::now() < deadline, "the upgrade was never asked for");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: id.clone(),
+            request_id,
+            decision: pb::PermissionDecision::AllowOnce as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Acknowledged: kill at once, before (or just as) the next request.
+    d.kill9();
+    let before_restart = fake.requests().len();
+    d.restart().await;
+    gate.open();
+    let mut client = d.client().await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+
+    let conversation = r.conversation.clone().unwrap();
+    assert_eq!(
+        conversation.mode,
+        pb::PermissionMode::Default as i32,
+        "the mode the transcript announces"
+    );
+    assert!(r.pending_permission.is_none(), "nothing is asked again");
+    let reqs = fake.requests();
+    assert!(reqs.len() > before_restart, "the recovery asked the model");
+    for (i, req) in reqs.iter().enumerate().skip(1) {
+        let tools = offered_tools(req);
+        assert!(
+            tools.contains(&"write".to_string()),
+            "request {i} after the approval offers the write tools: {tools:?}"
+        );
+        assert_valid_chain(req);
+        // The upgrade was answered once, with the text that says so.
+        let upgrades: Vec<&serde_json::Value> = req.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["content"].as_array())
+            .flatten()
+            .filter(|b| b["type"] == "tool_result" && b["tool_use_id"] == "u1")
+            .collect();
+        assert_eq!(upgrades.len(), 1, "{upgrades:?}");
+        assert_eq!(upgrades[0]["is_error"], false);
+    }
+    let texts: Vec<String> = r.messages.iter().map(text_of_message).collect();
+    assert_eq!(texts.last().map(String::as_str), Some("Done."), "{texts:?}");
+}
