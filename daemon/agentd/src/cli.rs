@@ -165,7 +165,7 @@ pub async fn run(
     listener::create_private_dir(&data_dir)?;
     let _lock = lock_data_dir(&data_dir)?;
     let db_dir = data_dir.join("db");
-    let (store, notices) = open_or_quarantine(&data_dir, &db_dir)?;
+    let (store, notices) = open_or_quarantine(&data_dir, &db_dir, config.store.sync)?;
 
     let provider = match (config.provider, config.api_key.clone()) {
         (ProviderKind::Anthropic, None) => {
@@ -270,16 +270,19 @@ pub async fn run(
 /// aside with a timestamp and a fresh one is started, rather than crash-
 /// looping: the daemon says so loudly, and `agent ls` shows it. A store
 /// written by a newer agentd is not touched: that is an error.
-fn open_or_quarantine(data_dir: &Path, db_dir: &Path) -> Result<(Store, Vec<String>), StartError> {
+fn open_or_quarantine(
+    data_dir: &Path,
+    db_dir: &Path,
+    sync: crate::store::Sync,
+) -> Result<(Store, Vec<String>), StartError> {
     let open = |dir: &Path| {
         // sled may panic on some corruptions; a panic here is a bad store.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Store::open(dir))).unwrap_or_else(
-            |_| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Store::open_with(dir, sync)))
+            .unwrap_or_else(|_| {
                 Err(crate::store::StoreError::Flush(
                     "the store panicked while opening".to_string(),
                 ))
-            },
-        )
+            })
     };
     match open(db_dir) {
         Ok(store) => Ok((store, Vec::new())),

@@ -164,6 +164,16 @@ impl Default for ShellsSection {
     }
 }
 
+/// Persistence.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct StoreSection {
+    /// What an acknowledged write survives: `kill` (a killed daemon; the
+    /// default) or `power` (a power cut too, at the cost of an `fdatasync`
+    /// per group commit).
+    pub sync: crate::store::Sync,
+}
+
 /// The config file's schema.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -186,6 +196,8 @@ pub struct FileConfig {
     pub permissions: PermissionsSection,
     /// Background shells.
     pub shells: ShellsSection,
+    /// Persistence.
+    pub store: StoreSection,
 }
 
 /// The effective configuration.
@@ -215,6 +227,8 @@ pub struct Config {
     pub allow_bypass: bool,
     /// Background shell limits.
     pub shells: ShellsSection,
+    /// Persistence.
+    pub store: StoreSection,
 }
 
 impl Config {
@@ -299,6 +313,7 @@ impl Config {
                 .unwrap_or(agentd_core::Action::Ask),
             allow_bypass: false,
             shells: file.shells,
+            store: file.store,
             model,
             provider: file.provider,
             api_key,
@@ -391,6 +406,16 @@ mod tests {
         assert_eq!(c.retry.max_attempts, 3);
         let c = Config::from_parts(file, &env, Some("flag".into())).unwrap();
         assert_eq!(c.model, "flag");
+    }
+
+    #[test]
+    fn store_sync_is_kill_unless_the_file_asks_for_power() {
+        let file: FileConfig = toml::from_str("").unwrap();
+        assert_eq!(file.store.sync, crate::store::Sync::Kill);
+        let file: FileConfig = toml::from_str("[store]\nsync = \"power\"\n").unwrap();
+        assert_eq!(file.store.sync, crate::store::Sync::Power);
+        let wrong = toml::from_str::<FileConfig>("[store]\nsync = \"always\"\n").unwrap_err();
+        assert!(wrong.to_string().contains("kill"), "{wrong}");
     }
 
     #[test]

@@ -71,6 +71,23 @@ impl Settings {
 /// enough model rounds per user message for the longest scripted turn.
 pub const BENCH_CONFIG: &str = "[limits]\nmax_iterations = 1000\n";
 
+/// Whether bench daemons run with `[store] sync = "power"` (`--sync power`).
+static POWER_SYNC: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Makes every bench daemon started from now on sync for power loss.
+pub fn use_power_sync() {
+    POWER_SYNC.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The `[store] sync` bench daemons run with.
+pub fn store_sync() -> &'static str {
+    if POWER_SYNC.load(std::sync::atomic::Ordering::Relaxed) {
+        "power"
+    } else {
+        "kill"
+    }
+}
+
 /// Starts a release daemon (the `test-agentd` next to this binary) pointed
 /// at `fake`, logging at the daemon's default level (`agentd=info`; the
 /// harness's `debug` would be measured too).
@@ -78,7 +95,7 @@ pub async fn start_daemon(fake: &FakeLlm) -> TestDaemon {
     TestDaemon::start_with(
         fake,
         DaemonOptions {
-            extra_config: BENCH_CONFIG.to_string(),
+            extra_config: format!("{BENCH_CONFIG}[store]\nsync = \"{}\"\n", store_sync()),
             env: vec![("RUST_LOG".to_string(), "agentd=info".to_string())],
             ..DaemonOptions::default()
         },

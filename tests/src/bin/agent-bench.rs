@@ -27,7 +27,7 @@ const SCENARIOS: [&str; 7] = [
     "search",
 ];
 
-const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR]\n\
+const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR] [--sync kill|power]\n\
     SCENARIO: tool-rounds | fanout | many | startup | durability | request-bytes | search | all";
 
 fn main() -> ExitCode {
@@ -46,6 +46,11 @@ fn main() -> ExitCode {
             "--runs" => match args.next().and_then(|n| n.parse().ok()) {
                 Some(n) if n > 0 => settings.runs = n,
                 _ => return usage("--runs needs a positive number"),
+            },
+            "--sync" => match args.next().as_deref() {
+                Some("kill") => {}
+                Some("power") => bench::use_power_sync(),
+                _ => return usage("--sync needs kill or power"),
             },
             "--tree" => match args.next() {
                 Some(dir) => settings.search_tree = Some(dir.into()),
@@ -91,10 +96,11 @@ fn main() -> ExitCode {
         }
     };
     say(&format!(
-        "agent-bench: {}; load average {:.2} at start; {} run(s){}",
+        "agent-bench: {}; load average {:.2} at start; {} run(s); store sync {}{}",
         procfs::machine(),
         procfs::load_average(),
         settings.runs,
+        bench::store_sync(),
         if settings.quick { ", quick sizes" } else { "" }
     ));
     let mut failed = false;

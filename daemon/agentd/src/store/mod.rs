@@ -158,6 +158,21 @@ impl RuleScope {
     }
 }
 
+/// What a flush must survive (`[store] sync` in the config file).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Sync {
+    /// A killed daemon: sled's flush writes its log and asks the kernel to
+    /// write it back (`sync_file_range`), so nothing flushed is lost when
+    /// the process dies, but the last flushes may be lost to a power cut or
+    /// a kernel crash.
+    #[default]
+    Kill,
+    /// A power cut: each group commit also calls `fdatasync` on sled's log
+    /// file before anyone is told it is durable.
+    Power,
+}
+
 /// The store.
 #[derive(Clone)]
 pub struct Store {
@@ -217,9 +232,14 @@ fn encode<T: Serialize>(key: &str, value: &T) -> Result<Vec<u8>, StoreError> {
 }
 
 impl Store {
-    /// Opens (or creates) the store under `dir` and starts its flush
-    /// thread.
+    /// Opens (or creates) the store under `dir` for [`Sync::Kill`].
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
+        Store::open_with(dir, Sync::Kill)
+    }
+
+    /// Opens (or creates) the store under `dir` and starts its flush
+    /// thread, which makes each group commit as durable as `sync` says.
+    pub fn open_with(dir: &Path, sync: Sync) -> Result<Store, StoreError> {
         let db = sled::Config::new()
             .path(dir)
             .cache_capacity(CACHE_CAPACITY)
@@ -262,10 +282,14 @@ impl Store {
         for key in mid_turn.iter().keys() {
             mid_turn_ids.insert(String::from_utf8_lossy(&key?).into_owned());
         }
+        let log = match sync {
+            Sync::Kill => None,
+            Sync::Power => Some(power_safe_log(dir)?),
+        };
         let (flush_tx, flush_rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("agentd-flush".to_string())
-            .spawn(move || group_commit(&flush_rx))
+            .spawn(move || group_commit(&flush_rx, log.as_ref()))
             .map_err(|e| StoreError::Flush(format!("cannot start the flush thread: {e}")))?;
         Ok(Store {
             db,
@@ -617,12 +641,35 @@ impl Store {
 /// One flush for every request that arrived while the previous flush ran.
 /// The flush thread: one sled flush for every request waiting when it
 /// starts. Ends when the store is dropped (every sender gone).
-fn group_commit(rx: &mpsc::Receiver<FlushRequest>) {
+/// sled's log file (`db` in its directory, sled 0.34's layout), opened to
+/// `fdatasync` it after each flush, once the directory entries that lead
+/// to it are durable too.
+fn power_safe_log(dir: &Path) -> Result<std::fs::File, StoreError> {
+    let sync_err = |what: &Path, e: std::io::Error| {
+        StoreError::Flush(format!("cannot sync {}: {e}", what.display()))
+    };
+    let log_path = dir.join("db");
+    let log = std::fs::File::open(&log_path).map_err(|e| sync_err(&log_path, e))?;
+    log.sync_all().map_err(|e| sync_err(&log_path, e))?;
+    for d in [Some(dir), dir.parent()].into_iter().flatten() {
+        if let Ok(handle) = std::fs::File::open(d) {
+            handle.sync_all().map_err(|e| sync_err(d, e))?;
+        }
+    }
+    Ok(log)
+}
+
+fn group_commit(rx: &mpsc::Receiver<FlushRequest>, log: Option<&std::fs::File>) {
     while let Ok((db, first)) = rx.recv() {
         let mut waiters = vec![first];
         waiters.extend(rx.try_iter().map(|(_, w)| w));
-        let result = db.flush().map(|_| ()).map_err(|e| e.to_string());
+        let mut result = db.flush().map(|_| ()).map_err(|e| e.to_string());
         drop(db);
+        if let (Ok(()), Some(log)) = (&result, log) {
+            result = log
+                .sync_data()
+                .map_err(|e| format!("fdatasync of the store's log failed: {e}"));
+        }
         if let Err(e) = &result {
             tracing::error!("sled flush failed: {e}");
         }
@@ -654,6 +701,19 @@ mod tests {
             usage: Usage::default(),
             seq_reserved: 0,
         }
+    }
+
+    #[tokio::test]
+    async fn a_power_safe_store_flushes_and_reopens() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open_with(dir.path(), Sync::Power).unwrap();
+            store.commit(&record("c1"), &[]).unwrap();
+            store.flush().await.unwrap();
+            assert_eq!(store.flushes(), 1);
+        }
+        let store = Store::open_with(dir.path(), Sync::Power).unwrap();
+        assert_eq!(store.conversation("c1").unwrap().unwrap().title, "t");
     }
 
     #[tokio::test]
