@@ -15,6 +15,8 @@
 //! - [`process`]: the processes both start: `bash -c` in a process group of
 //!   its own, the `/proc` start-time check that keeps a reused pid from
 //!   being signalled, and the one way a group is stopped.
+//! - `truncate`: head-and-tail cuts of output for the model, for tools
+//!   and shells alike.
 //! - [`store`]: sled; the only module that knows keys and trees.
 
 pub mod cli;
@@ -26,3 +28,4 @@ pub mod runtime;
 pub mod shells;
 pub mod store;
 pub mod tools;
+pub(crate) mod truncate;

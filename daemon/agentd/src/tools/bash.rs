@@ -29,9 +29,9 @@ use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::task::AbortHandle;
 
-use super::truncate::HeadTail;
 use super::{ToolContext, ToolError, ToolOutput, input};
 use crate::process::{self, DRAIN, Group, KILL_WAIT, OnDrop};
+use crate::truncate::HeadTail;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
