@@ -10,6 +10,10 @@ pub mod v1 {
     tonic::include_proto!("agent.v1");
 }
 
+/// A scripted, recording stand-in for the daemon, for tests.
+#[cfg(feature = "testing")]
+pub mod testing;
+
 /// The encoded `FileDescriptorSet` of every `.proto` file, for gRPC reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/agent_descriptor.bin"));

@@ -1,10 +1,11 @@
 //! The one end-to-end test binary (one link, one process per `cargo test`
 //! run). Each area has a file under `suite/`; add new ones to `suite/mod.rs`.
 //!
-//! Daemon tests start a real `test-agentd` with
-//! [`agent_tests::harness::TestDaemon`] pointed at an
-//! [`agent_tests::fake_llm::FakeLlm`], and drive it through the gRPC client or
-//! the `test-agent` binary.
+//! Daemon tests begin with [`agent_tests::harness::Scenario`]: a real
+//! `test-agentd` pointed at an [`agent_tests::fake_llm::FakeLlm`] with its
+//! scripts, a client and a conversation. They drive it through the gRPC
+//! client or the `test-agent` binary, with the helpers in `suite/util.rs`,
+//! and wait at most [`agent_tests::harness::WAIT`] for anything.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod suite;

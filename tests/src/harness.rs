@@ -1,5 +1,6 @@
 //! Runs a real daemon for a test: the `test-agentd` binary on a temporary
-//! socket and data directory, pointed at a [`FakeLlm`], and clients for it.
+//! socket and data directory, pointed at a [`FakeLlm`], and clients for it;
+//! [`Scenario`] sets all of that up the way most end-to-end tests begin.
 //!
 //! Everything here panics with a clear message on failure (it is test code);
 //! panics that concern the daemon include its log.
@@ -11,16 +12,20 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
+use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_client::AgentServiceClient;
 use hyper_util::rt::TokioIo;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tonic::transport::{Channel, Endpoint, Uri};
 
-use crate::fake_llm::FakeLlm;
+use crate::fake_llm::{FakeLlm, Responder, Script};
 
-/// How long a daemon gets to start listening, and to exit after SIGTERM.
-const DAEMON_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a test waits for what should happen (a daemon to listen or to
+/// exit after SIGTERM, a state, an event) before it fails. Generous, because
+/// a loaded machine is slow and only a failing test ever waits it out; a
+/// test that checks how fast something happens states its own limit.
+pub const WAIT: Duration = Duration::from_secs(30);
 
 /// The configuration every test daemon starts with (fast retries).
 pub const DEFAULT_CONFIG: &str =
@@ -201,8 +206,8 @@ impl TestDaemon {
     /// Sends SIGTERM and waits for the daemon to exit.
     ///
     /// # Panics
-    /// When no daemon is running, or it is still running after 10 s (it is
-    /// then killed).
+    /// When no daemon is running, or it is still running after [`WAIT`] (it
+    /// is then killed).
     pub async fn terminate(&mut self) -> ExitStatus {
         let Some(mut child) = self.child.take() else {
             panic!("TestDaemon::terminate: no daemon is running");
@@ -211,7 +216,7 @@ impl TestDaemon {
         if let Err(e) = kill(pid, Signal::SIGTERM) {
             panic!("TestDaemon::terminate: cannot signal {pid}: {e}");
         }
-        let deadline = tokio::time::Instant::now() + DAEMON_TIMEOUT;
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             match child.try_wait() {
                 Ok(Some(status)) => return status,
@@ -222,7 +227,7 @@ impl TestDaemon {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "the daemon did not exit within {DAEMON_TIMEOUT:?} of SIGTERM; it was killed. Log:\n{}",
+                    "the daemon did not exit within {WAIT:?} of SIGTERM; it was killed. Log:\n{}",
                     self.log()
                 );
             }
@@ -323,7 +328,7 @@ impl TestDaemon {
     }
 
     async fn wait_until_listening(&mut self) {
-        let deadline = tokio::time::Instant::now() + DAEMON_TIMEOUT;
+        let deadline = tokio::time::Instant::now() + WAIT;
         loop {
             if let Some(status) = self.exit_status() {
                 self.child = None;
@@ -345,7 +350,7 @@ impl TestDaemon {
             }
             if tokio::time::Instant::now() >= deadline {
                 panic!(
-                    "the daemon did not listen on {} within {DAEMON_TIMEOUT:?}. Log:\n{}",
+                    "the daemon did not listen on {} within {WAIT:?}. Log:\n{}",
                     self.socket.display(),
                     self.log()
                 );
@@ -383,6 +388,206 @@ impl Drop for TestDaemon {
             let _ = child.kill();
             let _ = child.wait();
         }
+    }
+}
+
+/// How an end-to-end test begins, written once: a [`FakeLlm`] with its
+/// scripts, a [`TestDaemon`] with its configuration pointed at it, a client,
+/// a working directory and, when asked, a conversation in it.
+///
+/// ```no_run
+/// # async fn example() {
+/// use agent_proto::v1 as pb;
+/// use agent_tests::fake_llm::Script;
+/// use agent_tests::harness::Scenario;
+///
+/// let s = Scenario::new()
+///     .script(Script::text("Done."))
+///     .config("[limits]\nidle_unload_ms = 200")
+///     .conversation("do it")
+///     .allow(&["bash"])
+///     .mode(pb::PermissionMode::Default)
+///     .start()
+///     .await;
+/// let (fake, mut client, id) = (s.fake, s.client, s.id);
+/// # }
+/// ```
+#[must_use = "a scenario does nothing until it is started"]
+pub struct Scenario<C = ()> {
+    scripts: Vec<Script>,
+    responder: Option<Responder>,
+    options: DaemonOptions,
+    conversation: C,
+}
+
+/// The conversation a [`Scenario`] creates once its daemon runs.
+#[derive(Debug, Clone)]
+pub struct NewConversation {
+    prompt: String,
+    allow: Vec<String>,
+    mode: pb::PermissionMode,
+}
+
+/// What a started [`Scenario`] gives. Keep it in a variable and move out
+/// the parts the test uses (`let (fake, mut client) = (s.fake, s.client);`):
+/// the rest stays in the variable, alive to the end of the test. (Taken
+/// apart straight from `start()`, the parts not bound would be dropped at
+/// once, the daemon killed among them.)
+#[derive(Debug)]
+pub struct Started<Id = ()> {
+    /// The model the daemon talks to; more scripts can be queued.
+    pub fake: FakeLlm,
+    /// The running daemon.
+    pub daemon: TestDaemon,
+    /// A gRPC client connected to it.
+    pub client: AgentServiceClient<Channel>,
+    /// An empty directory for the conversation to work in.
+    pub work: tempfile::TempDir,
+    /// The id of the conversation [`Scenario::conversation`] asked for;
+    /// `()` without one.
+    pub id: Id,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            scripts: Vec::new(),
+            responder: None,
+            options: DaemonOptions::default(),
+            conversation: (),
+        }
+    }
+}
+
+impl Scenario {
+    /// A fake LLM with nothing queued and a daemon with the default
+    /// configuration.
+    pub fn new() -> Scenario {
+        Scenario::default()
+    }
+
+    /// Creates a conversation with `prompt` (none is sent when empty) in
+    /// [`Started::work`] once the daemon runs.
+    pub fn conversation(self, prompt: &str) -> Scenario<NewConversation> {
+        Scenario {
+            scripts: self.scripts,
+            responder: self.responder,
+            options: self.options,
+            conversation: NewConversation {
+                prompt: prompt.to_string(),
+                allow: Vec::new(),
+                mode: pb::PermissionMode::Unspecified,
+            },
+        }
+    }
+
+    /// Starts the fake LLM, the daemon and a client.
+    pub async fn start(self) -> Started {
+        self.launch().await.0
+    }
+}
+
+impl Scenario<NewConversation> {
+    /// Permission rules the conversation is created with.
+    pub fn allow(mut self, rules: &[&str]) -> Self {
+        self.conversation.allow = rules.iter().map(|r| r.to_string()).collect();
+        self
+    }
+
+    /// The permission mode the conversation is created with.
+    pub fn mode(mut self, mode: pb::PermissionMode) -> Self {
+        self.conversation.mode = mode;
+        self
+    }
+
+    /// Starts the fake LLM, the daemon and a client, and creates the
+    /// conversation.
+    ///
+    /// # Panics
+    /// When the daemon refuses the conversation.
+    pub async fn start(self) -> Started<String> {
+        let (mut started, conversation) = self.launch().await;
+        let created = started
+            .client
+            .create_conversation(pb::CreateConversationRequest {
+                cwd: started.work.path().display().to_string(),
+                prompt: conversation.prompt,
+                allow_rules: conversation.allow,
+                mode: conversation.mode as i32,
+                ..Default::default()
+            })
+            .await;
+        let id = match created.map(|r| r.into_inner().conversation) {
+            Ok(Some(conversation)) => conversation.id,
+            Ok(None) => panic!("CreateConversation answered without a conversation"),
+            Err(e) => panic!(
+                "cannot create the conversation: {e}. Log:\n{}",
+                started.daemon.log()
+            ),
+        };
+        Started {
+            fake: started.fake,
+            daemon: started.daemon,
+            client: started.client,
+            work: started.work,
+            id,
+        }
+    }
+}
+
+impl<C> Scenario<C> {
+    /// Queues one model reply; requests take them in order.
+    pub fn script(mut self, script: Script) -> Self {
+        self.scripts.push(script);
+        self
+    }
+
+    /// Queues model replies; requests take them in order.
+    pub fn scripts(mut self, scripts: impl IntoIterator<Item = Script>) -> Self {
+        self.scripts.extend(scripts);
+        self
+    }
+
+    /// Answers requests the queue has no script for (see
+    /// [`FakeLlm::set_responder`]).
+    pub fn responder(mut self, responder: Responder) -> Self {
+        self.responder = Some(responder);
+        self
+    }
+
+    /// TOML added to the daemon's configuration.
+    pub fn config(mut self, toml: &str) -> Self {
+        if !self.options.extra_config.is_empty() {
+            self.options.extra_config.push('\n');
+        }
+        self.options.extra_config.push_str(toml);
+        self
+    }
+
+    /// An environment variable for the daemon.
+    pub fn env(mut self, name: &str, value: &str) -> Self {
+        self.options.env.push((name.to_string(), value.to_string()));
+        self
+    }
+
+    async fn launch(self) -> (Started, C) {
+        let fake = FakeLlm::start().await;
+        fake.push_all(self.scripts);
+        if let Some(responder) = self.responder {
+            fake.set_responder(Some(responder));
+        }
+        let daemon = TestDaemon::start_with(&fake, self.options).await;
+        let client = daemon.client().await;
+        let work = tempfile::tempdir()
+            .unwrap_or_else(|e| panic!("cannot create a temporary directory: {e}"));
+        let started = Started {
+            fake,
+            daemon,
+            client,
+            work,
+            id: (),
+        };
+        (started, self.conversation)
     }
 }
 

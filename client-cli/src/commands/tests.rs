@@ -4,6 +4,7 @@ use agent_proto::v1 as pb;
 
 use super::*;
 use crate::mock::{CONV_ID, Daemon, state};
+use agent_proto::testing::rpc;
 
 fn conversation(id: &str, title: &str) -> pb::ExportedConversation {
     pb::ExportedConversation {
@@ -74,7 +75,7 @@ async fn export_then_import_round_trips_exactly() {
     let (result, out, _) = agent.finish().await;
     assert_eq!(result.unwrap(), Exit::Ok);
     assert_eq!(out, "imported 2 conversations\n");
-    assert_eq!(daemon.state().imported, originals);
+    assert_eq!(daemon.requests::<rpc::ImportConversations>(), [originals]);
 }
 
 #[tokio::test]
@@ -89,7 +90,7 @@ async fn import_rejects_a_bad_file_before_sending_anything() {
         result.unwrap_err().to_string(),
         format!("{path}: line 2: (top level): expected an object, found an array")
     );
-    assert!(daemon.state().imported.is_empty());
+    assert!(daemon.requests::<rpc::ImportConversations>().is_empty());
 }
 
 #[tokio::test]
@@ -155,8 +156,9 @@ async fn send_cancel_and_answer() {
         .await;
     assert_eq!(result.unwrap(), Exit::Ok);
     assert_eq!(out, format!("sent to {CONV_ID} (message 4)\n"));
-    assert_eq!(daemon.state().sent[0].text, "do it");
-    assert_eq!(daemon.state().sent[0].conversation_id, "01T");
+    let sent = daemon.requests::<rpc::SendMessage>();
+    assert_eq!(sent[0].text, "do it");
+    assert_eq!(sent[0].conversation_id, "01T");
 
     let (result, _, _) = daemon.agent(&["send", "01T", "busy"], false).finish().await;
     let err = result.unwrap_err();
@@ -193,7 +195,7 @@ async fn send_cancel_and_answer() {
         serde_json::from_str::<serde_json::Value>(&out).unwrap(),
         serde_json::json!({"answered": true, "decision": "deny_and_stop", "scope": "unspecified"})
     );
-    let answers = daemon.state().answers.clone();
+    let answers = daemon.requests::<rpc::AnswerPermission>();
     assert_eq!(
         answers[0].decision,
         pb::PermissionDecision::AllowAlways as i32

@@ -6,6 +6,7 @@ use tonic::Status;
 
 use crate::error::Exit;
 use crate::mock::{AttachCall, CONV_ID, Daemon, state};
+use agent_proto::testing::rpc;
 
 fn snapshot(kind: S, messages: Vec<pb::Message>, pending: Option<pb::PermissionRequest>) -> E {
     E::Snapshot(pb::Snapshot {
@@ -135,7 +136,7 @@ async fn run_streams_the_reply_and_exits_when_idle() {
     // The prompt is not echoed; the reply is shown once.
     assert_eq!(out, "Hello world\n");
     assert_eq!(err, format!("conversation {CONV_ID}\n"));
-    let created = daemon.state().created.clone();
+    let created = daemon.requests::<rpc::CreateConversation>();
     let canonical = dir.path().canonicalize().unwrap();
     assert_eq!(
         created,

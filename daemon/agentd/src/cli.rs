@@ -236,6 +236,7 @@ pub async fn run(
         tools: Arc::new(crate::tools::Registry::new()),
         shells: shells.clone(),
         notices,
+        clock: crate::runtime::Clock::System,
     });
     let forward_to = manager.clone();
     tokio::spawn(async move {

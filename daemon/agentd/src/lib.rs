@@ -6,7 +6,8 @@
 //! - [`cli`]: command line and start-up (`main.rs` only calls [`cli::main`]).
 //! - [`config`]: the TOML config file and environment.
 //! - [`grpc`]: the tonic service, the Unix socket and its security, and
-//!   `convert.rs`, the one place prost types meet the daemon's own.
+//!   `convert.rs`, the one place wire types are converted to the daemon's
+//!   own (prost types go no further than `grpc/`).
 //! - [`runtime`]: one actor per live conversation, the manager, the hub.
 //! - [`llm`]: providers (Anthropic, OpenAI-compatible), SSE, retry classes.
 //! - [`tools`]: one file per tool, the registry, the tool context.

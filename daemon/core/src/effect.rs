@@ -1,8 +1,10 @@
 //! Effects: commands for the runtime, in the imperative. The runtime runs
 //! them in order, after the new state is persisted.
 
+use crate::client::ClientInfo;
+use crate::event::RuleScope;
 use crate::message::{Message, ToolCall};
-use crate::permission::{Decision, Mode, PermissionAsk, Rule};
+use crate::permission::{Decision, PermissionAsk, Rule};
 use crate::state::ErrorKind;
 use serde::{Deserialize, Serialize};
 
@@ -41,8 +43,14 @@ pub enum Notice {
         /// Classification.
         kind: ErrorKind,
     },
-    /// Plain information (recovery, stop reasons worth saying).
+    /// Plain information (stop reasons worth saying, a mode change).
     Info {
+        /// The text.
+        message: String,
+    },
+    /// What the recovery after a restart did. Clients that attach later
+    /// are told too: their snapshot shows the state, not how it came about.
+    Recovered {
         /// The text.
         message: String,
     },
@@ -79,6 +87,11 @@ pub enum Effect {
     ExecuteTool {
         /// The call.
         call: ToolCall,
+        /// Start the command as a background shell instead (the answer
+        /// "background" to a bash permission request): the result says
+        /// which shell runs it.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        background: bool,
     },
     /// Stop running tools (process groups are terminated); their late
     /// results are ignored.
@@ -97,18 +110,15 @@ pub enum Effect {
         request_id: String,
         /// The decision.
         decision: Decision,
+        /// Who answered.
+        by: Option<ClientInfo>,
     },
-    /// Persist a rule added by an "always" or "never" answer (the runtime
-    /// chooses the scope the user asked for).
+    /// Persist a rule added by an "always" or "never" answer.
     AddRule {
         /// The rule, with its action.
         rule: Rule,
-    },
-    /// Change the conversation's permission mode (an approved
-    /// `request_mode_upgrade`).
-    SetMode {
-        /// The new mode.
-        mode: Mode,
+        /// Where it applies, as the answer asked.
+        scope: RuleScope,
     },
     /// Tell clients something.
     Notify {

@@ -1,6 +1,7 @@
 //! Events: facts that happened, in the past tense. Every input to
 //! `transition` is one of these.
 
+use crate::client::ClientInfo;
 use crate::message::{ContentBlock, Reply, ToolResult, Usage};
 use crate::permission::Decision;
 use crate::state::{ErrorKind, SubAgentResult};
@@ -17,6 +18,17 @@ pub struct LlmFailure {
     pub message: String,
     /// The provider's `retry-after`, in ms.
     pub retry_after_ms: Option<u64>,
+}
+
+/// Where a rule added by an "always" or "never" answer applies.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleScope {
+    /// Only the conversation whose request was answered.
+    #[default]
+    Conversation,
+    /// Every conversation in the same working directory.
+    Project,
 }
 
 /// An input to the state machine.
@@ -62,6 +74,11 @@ pub enum Event {
         decision: Decision,
         /// Deny-and-stop: the next user message.
         feedback: Option<String>,
+        /// Where a rule this answer adds applies.
+        scope: RuleScope,
+        /// The client that answered, named in the resolution every client
+        /// sees; `None` when the daemon answered itself.
+        by: Option<ClientInfo>,
     },
     /// A sub-agent finished (modelled for a later issue).
     SubAgentFinished {

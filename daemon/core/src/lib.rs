@@ -16,6 +16,7 @@
 //! - the same (state, context, event) gives the same result;
 //! - busy states refuse user messages with the seed's texts.
 
+pub mod client;
 pub mod effect;
 pub mod event;
 pub mod message;
@@ -25,8 +26,9 @@ pub mod texts;
 pub mod tools;
 pub mod transition;
 
+pub use client::ClientInfo;
 pub use effect::{Effect, LlmPurpose, Notice};
-pub use event::{Event, LlmFailure};
+pub use event::{Event, LlmFailure, RuleScope};
 pub use message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage};
 pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
 pub use state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun};

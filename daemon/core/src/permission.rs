@@ -35,9 +35,9 @@ pub use shell::split_compound;
 pub use suggest::{suggest_rule, suggested_rule};
 
 use crate::message::ToolCall;
-use crate::tools::is_read_only;
+use crate::tools::{Subject, Tool};
 use paths::PathGlob;
-use rule::{BashPattern, READ_TOOLS, WRITE_TOOLS};
+use rule::{BashPattern, PatternKind};
 use serde::{Deserialize, Serialize};
 use shell::{Script, Word};
 use std::collections::BTreeMap;
@@ -128,9 +128,6 @@ pub enum Verdict {
     /// Refuse it; the reason is the tool result.
     Deny(String),
 }
-
-/// The tool through which the model asks to leave a restricted mode.
-pub const REQUEST_MODE_UPGRADE: &str = "request_mode_upgrade";
 
 /// The permission policy of a conversation.
 ///
@@ -260,7 +257,8 @@ impl Policy {
     /// The verdict for `call`.
     pub fn evaluate(&self, call: &ToolCall) -> Verdict {
         let tool = call.name.as_str();
-        if tool == REQUEST_MODE_UPGRADE {
+        let known = Tool::from_name(tool);
+        if known == Some(Tool::RequestModeUpgrade) {
             if let Some(rule) = self.bare_rule(tool, Action::Deny) {
                 return Verdict::Deny(denied_by(tool, rule, ""));
             }
@@ -271,14 +269,16 @@ impl Policy {
             }
             return Verdict::Ask(ask);
         }
-        if matches!(self.mode, Mode::ReadOnly | Mode::Plan) && !is_read_only(tool) {
+        let read_only = known.is_some_and(Tool::is_read_only);
+        if matches!(self.mode, Mode::ReadOnly | Mode::Plan) && !read_only {
             return Verdict::Deny(format!(
-                "{tool} is not available in {} mode; use {REQUEST_MODE_UPGRADE} to ask for \
-                 write access",
-                self.mode
+                "{tool} is not available in {} mode; use {} to ask for write access",
+                self.mode,
+                Tool::RequestModeUpgrade
             ));
         }
-        let script = match bash_script(call) {
+        let subject = known.map(Tool::subject);
+        let script = match bash_script(call, subject) {
             Some(Err(e)) => {
                 if let Some(rule) = self.bare_rule(tool, Action::Deny) {
                     return Verdict::Deny(denied_by(tool, rule, ""));
@@ -290,11 +290,11 @@ impl Policy {
             Some(Ok(script)) => Some(script),
             None => None,
         };
-        let parts = self.parts(call, script.as_ref());
+        let parts = self.parts(call, subject, script.as_ref());
         let compiled: Vec<(&Rule, Compiled)> = self
             .rules
             .iter()
-            .filter(|r| self.rule_concerns(r, tool))
+            .filter(|r| rule_concerns(r, tool, subject))
             .map(|r| (r, self.compile(r)))
             .collect();
 
@@ -314,7 +314,7 @@ impl Policy {
             .max_by(strongest);
 
         let outcomes: Vec<Outcome> = if parts.is_empty() {
-            vec![self.settle(tool, None, whole)]
+            vec![self.settle(call, None, whole)]
         } else {
             parts
                 .iter()
@@ -324,7 +324,7 @@ impl Policy {
                         .filter_map(|(rule, c)| self.part_hit(rule, c, part).map(|s| (s, *rule)))
                         .chain(whole)
                         .max_by(strongest);
-                    self.settle(tool, Some(part), held)
+                    self.settle(call, Some(part), held)
                 })
                 .collect()
         };
@@ -351,17 +351,18 @@ impl Policy {
     /// links) into [`Policy::resolved_paths`] before evaluating it.
     pub fn paths_to_resolve(call: &ToolCall) -> Vec<String> {
         let mut out: Vec<String> = Vec::new();
-        match call.name.as_str() {
-            "write" | "edit" | "read" | "glob" | "grep" | "keyword_search" => {
+        let subject = Tool::from_name(&call.name).map(Tool::subject);
+        match subject {
+            Some(Subject::WrittenFile | Subject::ReadFile | Subject::SearchedDir) => {
                 out.extend(input_str(call, "path").map(str::to_string));
             }
-            "patch" => out.extend(
+            Some(Subject::PatchedFiles) => out.extend(
                 input_str(call, "patch")
                     .map(patch_paths)
                     .unwrap_or_default(),
             ),
-            "bash" => {
-                if let Some(Ok(script)) = bash_script(call) {
+            Some(Subject::CommandLine) => {
+                if let Some(Ok(script)) = bash_script(call, subject) {
                     out.extend(
                         script
                             .writes
@@ -370,7 +371,7 @@ impl Policy {
                     );
                 }
             }
-            _ => {}
+            Some(Subject::ShellId | Subject::Nothing) | None => {}
         }
         out
     }
@@ -382,19 +383,6 @@ impl Policy {
             .find(|r| r.tool == tool && r.pattern.is_none() && r.action == action)
     }
 
-    /// Whether `rule` can say anything about a call of `tool`.
-    fn rule_concerns(&self, rule: &Rule, tool: &str) -> bool {
-        if rule.tool == tool {
-            return true;
-        }
-        // Path rules on one file-writing tool apply to all file writes,
-        // bash redirections included; likewise for reading tools.
-        rule.is_path_rule()
-            && ((WRITE_TOOLS.contains(&rule.tool.as_str())
-                && (WRITE_TOOLS.contains(&tool) || tool == "bash"))
-                || (READ_TOOLS.contains(&rule.tool.as_str()) && READ_TOOLS.contains(&tool)))
-    }
-
     fn compile(&self, rule: &Rule) -> Compiled {
         let Some(pattern) = &rule.pattern else {
             return Compiled::Bare;
@@ -402,15 +390,17 @@ impl Policy {
         if rule.validate().is_err() {
             return Compiled::Invalid;
         }
-        if rule.tool == "bash" {
-            match rule::bash_pattern(pattern) {
+        match rule.kind() {
+            PatternKind::Command => match rule::bash_pattern(pattern) {
                 Ok(p) => Compiled::Bash(p),
                 Err(_) => Compiled::Invalid,
+            },
+            PatternKind::WrittenPath | PatternKind::ReadPath => {
+                Compiled::Path(PathGlob::new(pattern, &self.cwd))
             }
-        } else if rule.is_path_rule() {
-            Compiled::Path(PathGlob::new(pattern, &self.cwd))
-        } else {
-            Compiled::Text(pattern.trim().to_string())
+            PatternKind::ShellId | PatternKind::Nothing => {
+                Compiled::Text(pattern.trim().to_string())
+            }
         }
     }
 
@@ -450,10 +440,15 @@ impl Policy {
         }
     }
 
-    /// The parts of `call` that rules judge.
-    fn parts(&self, call: &ToolCall, script: Option<&Script>) -> Vec<Part> {
-        match call.name.as_str() {
-            "bash" => {
+    /// The parts of `call` (whose tool has `subject`) that rules judge.
+    fn parts(
+        &self,
+        call: &ToolCall,
+        subject: Option<Subject>,
+        script: Option<&Script>,
+    ) -> Vec<Part> {
+        match subject {
+            Some(Subject::CommandLine) => {
                 let Some(script) = script else {
                     return Vec::new();
                 };
@@ -481,10 +476,10 @@ impl Policy {
                 }
                 parts
             }
-            "write" | "edit" => input_str(call, "path")
+            Some(Subject::WrittenFile) => input_str(call, "path")
                 .map(|p| vec![self.file(p, true, false)])
                 .unwrap_or_default(),
-            "patch" => input_str(call, "patch")
+            Some(Subject::PatchedFiles) => input_str(call, "patch")
                 .map(|patch| {
                     patch_paths(patch)
                         .iter()
@@ -492,26 +487,26 @@ impl Policy {
                         .collect()
                 })
                 .unwrap_or_default(),
-            "read" => input_str(call, "path")
+            Some(Subject::ReadFile) => input_str(call, "path")
                 .map(|p| vec![self.file(p, false, false)])
                 .unwrap_or_default(),
-            "glob" | "grep" | "keyword_search" => {
+            Some(Subject::SearchedDir) => {
                 vec![self.file(input_str(call, "path").unwrap_or("."), false, true)]
             }
-            "kill_shell" | "bash_output" => input_str(call, "shell_id")
+            Some(Subject::ShellId) => input_str(call, "shell_id")
                 .map(|id| vec![Part::ShellId(id.to_string())])
                 .unwrap_or_default(),
-            _ => Vec::new(),
+            Some(Subject::Nothing) | None => Vec::new(),
         }
     }
 
     /// How `rule` (compiled as `c`) holds `part`, if it matches it.
     fn part_hit(&self, rule: &Rule, c: &Compiled, part: &Part) -> Option<Strength> {
         let applies = match part {
-            Part::Command(_) => rule.tool == "bash",
-            Part::File { write: true, .. } => WRITE_TOOLS.contains(&rule.tool.as_str()),
-            Part::File { write: false, .. } => READ_TOOLS.contains(&rule.tool.as_str()),
-            Part::ShellId(_) => !rule.is_path_rule() && rule.tool != "bash",
+            Part::Command(_) => rule.kind() == PatternKind::Command,
+            Part::File { write: true, .. } => rule.kind() == PatternKind::WrittenPath,
+            Part::File { write: false, .. } => rule.kind() == PatternKind::ReadPath,
+            Part::ShellId(_) => !rule.is_path_rule() && rule.kind() != PatternKind::Command,
         };
         if !applies {
             return None;
@@ -566,7 +561,13 @@ impl Policy {
 
     /// The outcome of one part (`None`: the call has no parts) given the
     /// strongest rule holding it.
-    fn settle(&self, tool: &str, part: Option<&Part>, held: Option<(Strength, &Rule)>) -> Outcome {
+    fn settle(
+        &self,
+        call: &ToolCall,
+        part: Option<&Part>,
+        held: Option<(Strength, &Rule)>,
+    ) -> Outcome {
+        let tool = call.name.as_str();
         let about = part.map(|p| format!(" ({p})")).unwrap_or_default();
         let subject = part.map_or_else(|| format!("this {tool} call"), |p| p.to_string());
         match held {
@@ -584,13 +585,15 @@ impl Policy {
                 rule.spec()
             )),
             Some((Strength::Allow, _)) => Outcome::Allow,
-            None => self.default_outcome(tool, part),
+            None => self.default_outcome(call, part),
         }
     }
 
     /// What a part no rule holds gets.
-    fn default_outcome(&self, tool: &str, part: Option<&Part>) -> Outcome {
-        if is_read_only(tool) {
+    fn default_outcome(&self, call: &ToolCall, part: Option<&Part>) -> Outcome {
+        let tool = call.name.as_str();
+        let known = Tool::from_name(tool);
+        if known.is_some_and(Tool::is_read_only) {
             return Outcome::Allow;
         }
         match part {
@@ -608,10 +611,14 @@ impl Policy {
                     None => format!("where {p} writes cannot be known in advance"),
                 })
             }
-            Some(Part::File { write: true, .. }) if tool == "bash" => Outcome::Ask(format!(
-                "{} writes a file",
-                part.map(ToString::to_string).unwrap_or_default()
-            )),
+            Some(Part::File { write: true, .. })
+                if known.map(Tool::subject) == Some(Subject::CommandLine) =>
+            {
+                Outcome::Ask(format!(
+                    "{} writes a file",
+                    part.map(ToString::to_string).unwrap_or_default()
+                ))
+            }
             Some(Part::File { .. }) => Outcome::Ask(format!(
                 "{tool} {} needs permission",
                 part.map(ToString::to_string).unwrap_or_default()
@@ -707,11 +714,29 @@ fn input_str<'a>(call: &'a ToolCall, key: &str) -> Option<&'a str> {
     call.input.get(key).and_then(serde_json::Value::as_str)
 }
 
-/// The bash line of a bash call, read; `None` for other tools and for a
-/// bash call without a command.
-fn bash_script(call: &ToolCall) -> Option<Result<Script, String>> {
-    if call.name != "bash" {
+/// The command line of a call whose tool has `subject`, read; `None` for
+/// tools without one and for a call without a command.
+fn bash_script(call: &ToolCall, subject: Option<Subject>) -> Option<Result<Script, String>> {
+    if subject != Some(Subject::CommandLine) {
         return None;
     }
     input_str(call, "command").map(shell::parse)
+}
+
+/// Whether `rule` can say anything about a call of the tool called `tool`
+/// (which has `subject`).
+fn rule_concerns(rule: &Rule, tool: &str, subject: Option<Subject>) -> bool {
+    if rule.tool == tool {
+        return true;
+    }
+    // Path rules on one file-writing tool apply to all file writes, bash
+    // redirections included; likewise for reading tools.
+    let Some(subject) = subject.filter(|_| rule.is_path_rule()) else {
+        return false;
+    };
+    match rule.kind() {
+        PatternKind::WrittenPath => subject.writes_files(),
+        PatternKind::ReadPath => subject.reads_files(),
+        PatternKind::Command | PatternKind::ShellId | PatternKind::Nothing => false,
+    }
 }

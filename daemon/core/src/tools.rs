@@ -1,41 +1,247 @@
-//! What the core knows about tools: which ones only read.
+//! The tools the daemon knows, typed once.
+//!
+//! [`Tool`] is the whole vocabulary. Every fact some part of the daemon
+//! decides by — may calls run alongside others, what a permission rule on
+//! the tool describes, who answers a call, in which modes the model is
+//! offered the tool — is stated in one table, the match in `Tool::facts`:
+//! a new variant does not compile until all of them are stated. Every other
+//! place that treats tools differently (the policy, the rule parser, the
+//! daemon's registry) matches on `Tool` or on these facts without a
+//! wildcard arm, so the compiler points to each of them as well.
+//!
+//! A call's name is the model's text, so callers hold an `Option<Tool>`:
+//! `None` is a name the daemon does not have. The tool layer answers such a
+//! call with an error, and it needs no permission. Tools whose names are
+//! only known at run time (MCP servers' tools) would be handled beside
+//! `Tool`, as the `None` case is today.
 
-/// Tools that never change anything outside the daemon's own bookkeeping.
-/// Consecutive calls of these may run concurrently.
-pub const READ_ONLY_TOOLS: &[&str] = &[
-    "read",
-    "glob",
-    "grep",
-    "keyword_search",
-    "think",
-    "bash_output",
-];
+/// Declares [`Tool`] and [`Tool::ALL`] from one list, so that no variant can
+/// be missing from `ALL` (and so from [`Tool::from_name`]).
+macro_rules! tools {
+    ($(#[$meta:meta])* pub enum Tool { $($(#[$doc:meta])* $variant:ident,)+ }) => {
+        $(#[$meta])*
+        pub enum Tool {
+            $($(#[$doc])* $variant,)+
+        }
 
-/// Every tool the daemon has. A call to any other name cannot run: the
-/// tool layer answers it with an error, so it needs no permission.
-pub const KNOWN_TOOLS: &[&str] = &[
-    "bash",
-    "read",
-    "write",
-    "edit",
-    "patch",
-    "glob",
-    "grep",
-    "keyword_search",
-    "think",
-    "bash_output",
-    "kill_shell",
-    "request_mode_upgrade",
-];
-
-/// Whether the daemon has a tool called `name`.
-pub fn is_known(name: &str) -> bool {
-    KNOWN_TOOLS.contains(&name)
+        impl Tool {
+            /// Every tool, in the order the model is offered them.
+            pub const ALL: &'static [Tool] = &[$(Tool::$variant,)+];
+        }
+    };
 }
 
-/// Whether `name` is a read-only tool.
+tools! {
+    /// A tool the daemon has. The declaration order is the order in which
+    /// the model is offered them.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum Tool {
+        /// Runs a command line with `bash -c`, or starts it as a background
+        /// shell.
+        Bash,
+        /// Reads a background shell's new output.
+        BashOutput,
+        /// Stops a background shell.
+        KillShell,
+        /// Reads a file.
+        Read,
+        /// Writes a whole file.
+        Write,
+        /// Replaces text in a file.
+        Edit,
+        /// Applies a unified diff.
+        Patch,
+        /// Finds files by name.
+        Glob,
+        /// Searches file contents.
+        Grep,
+        /// Ranks files by keywords.
+        KeywordSearch,
+        /// A scratchpad: acknowledges a thought.
+        Think,
+        /// Asks the user to leave a restricted mode (REQ-BED-015).
+        RequestModeUpgrade,
+    }
+}
+
+/// What a tool's input names that permission rules judge, and so what the
+/// pattern of a rule on the tool describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject {
+    /// A bash command line in `command`: its simple commands, and the files
+    /// its redirections write. Rule patterns are command lines
+    /// (`bash(git status)`, `bash(cargo test:*)`).
+    CommandLine,
+    /// The file at `path`, written. Rule patterns are globs over files
+    /// written, shared by every tool that writes files.
+    WrittenFile,
+    /// The files the unified diff in `patch` writes. Rule patterns as for
+    /// [`Subject::WrittenFile`].
+    PatchedFiles,
+    /// The file at `path`, read. Rule patterns are globs over files read or
+    /// directories searched, shared by every tool that reads.
+    ReadFile,
+    /// The directory searched, `path` (the working directory when absent).
+    /// Rule patterns as for [`Subject::ReadFile`].
+    SearchedDir,
+    /// A background shell, by `shell_id`. A rule pattern is the id.
+    ShellId,
+    /// Nothing a pattern could describe: a rule pattern never matches.
+    Nothing,
+}
+
+impl Subject {
+    /// Whether calls may write files that path rules on file writes judge
+    /// (a command line through its redirections).
+    pub fn writes_files(self) -> bool {
+        match self {
+            Subject::CommandLine | Subject::WrittenFile | Subject::PatchedFiles => true,
+            Subject::ReadFile | Subject::SearchedDir | Subject::ShellId | Subject::Nothing => false,
+        }
+    }
+
+    /// Whether calls read files or search directories that path rules on
+    /// reading judge.
+    pub fn reads_files(self) -> bool {
+        match self {
+            Subject::ReadFile | Subject::SearchedDir => true,
+            Subject::CommandLine
+            | Subject::WrittenFile
+            | Subject::PatchedFiles
+            | Subject::ShellId
+            | Subject::Nothing => false,
+        }
+    }
+}
+
+/// Who answers a call of the tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// The daemon's tool layer, in a spawned task.
+    Spawned,
+    /// The tool layer, inline right after the transition that starts the
+    /// call is written: the tool finishes at once and touches nothing
+    /// outside the daemon, so running it again after a crash changes
+    /// nothing (see ARCHITECTURE.md, "Persist before effects").
+    Instant,
+    /// The core itself, through the permission flow: the call is never
+    /// executed.
+    Core,
+}
+
+/// In which modes the model is offered the tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Offered {
+    /// In every mode.
+    Always,
+    /// Only outside the restricted modes (`read_only`, `plan`), which deny
+    /// it anyway.
+    Unrestricted,
+    /// Only in the restricted modes.
+    Restricted,
+}
+
+/// The table row of one tool.
+struct Facts {
+    name: &'static str,
+    read_only: bool,
+    subject: Subject,
+    runner: Runner,
+    offered: Offered,
+}
+
+impl Tool {
+    /// The one table of what the daemon knows about each tool besides its
+    /// spec (which the daemon's tool file writes).
+    const fn facts(self) -> Facts {
+        use Offered::{Always, Restricted, Unrestricted};
+        use Runner::{Core, Instant, Spawned};
+        // Name, read-only, subject, runner, offered.
+        let (name, read_only, subject, runner, offered) = match self {
+            Tool::Bash => ("bash", false, Subject::CommandLine, Spawned, Unrestricted),
+            Tool::BashOutput => ("bash_output", true, Subject::ShellId, Spawned, Always),
+            Tool::KillShell => ("kill_shell", false, Subject::ShellId, Spawned, Unrestricted),
+            Tool::Read => ("read", true, Subject::ReadFile, Spawned, Always),
+            Tool::Write => ("write", false, Subject::WrittenFile, Spawned, Unrestricted),
+            Tool::Edit => ("edit", false, Subject::WrittenFile, Spawned, Unrestricted),
+            Tool::Patch => ("patch", false, Subject::PatchedFiles, Spawned, Unrestricted),
+            Tool::Glob => ("glob", true, Subject::SearchedDir, Spawned, Always),
+            Tool::Grep => ("grep", true, Subject::SearchedDir, Spawned, Always),
+            Tool::KeywordSearch => (
+                "keyword_search",
+                true,
+                Subject::SearchedDir,
+                Spawned,
+                Always,
+            ),
+            Tool::Think => ("think", true, Subject::Nothing, Instant, Always),
+            Tool::RequestModeUpgrade => (
+                "request_mode_upgrade",
+                false,
+                Subject::Nothing,
+                Core,
+                Restricted,
+            ),
+        };
+        Facts {
+            name,
+            read_only,
+            subject,
+            runner,
+            offered,
+        }
+    }
+
+    /// The name the model calls it by, and rules and answers name it by.
+    pub const fn name(self) -> &'static str {
+        self.facts().name
+    }
+
+    /// The tool called `name`, or `None` for a name the daemon does not
+    /// have.
+    pub fn from_name(name: &str) -> Option<Tool> {
+        Tool::ALL.iter().copied().find(|t| t.name() == name)
+    }
+
+    /// Whether it never changes anything outside the daemon's own
+    /// bookkeeping: consecutive calls of such tools run concurrently, a
+    /// call needs no permission unless a rule says so, and the restricted
+    /// modes allow it.
+    pub const fn is_read_only(self) -> bool {
+        self.facts().read_only
+    }
+
+    /// What its input names that permission rules judge.
+    pub const fn subject(self) -> Subject {
+        self.facts().subject
+    }
+
+    /// Who answers its calls.
+    pub const fn runner(self) -> Runner {
+        self.facts().runner
+    }
+
+    /// Whether the model is offered it in a restricted mode (`restricted`)
+    /// or in an unrestricted one.
+    pub fn is_offered(self, restricted: bool) -> bool {
+        match self.facts().offered {
+            Offered::Always => true,
+            Offered::Unrestricted => !restricted,
+            Offered::Restricted => restricted,
+        }
+    }
+}
+
+impl std::fmt::Display for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Whether `name` is a read-only tool (see [`Tool::is_read_only`]); a name
+/// the daemon does not have is not.
 pub fn is_read_only(name: &str) -> bool {
-    READ_ONLY_TOOLS.contains(&name)
+    Tool::from_name(name).is_some_and(Tool::is_read_only)
 }
 
 /// A tool as the model sees it.
@@ -53,7 +259,7 @@ pub struct ToolSpec {
 /// (REQ-BED-015). The core answers it itself: it is never executed.
 pub fn request_mode_upgrade_spec() -> ToolSpec {
     ToolSpec {
-        name: crate::permission::REQUEST_MODE_UPGRADE.to_string(),
+        name: Tool::RequestModeUpgrade.name().to_string(),
         description: "Ask the user to leave read-only mode so that write tools (bash, write, edit, patch) become available. Use only when the task needs changes.".to_string(),
         input_schema: serde_json::json!({
             "type": "object",
@@ -62,5 +268,55 @@ pub fn request_mode_upgrade_spec() -> ToolSpec {
                 "reason": {"type": "string", "description": "Why write access is needed"}
             }
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_read_back() {
+        for &tool in Tool::ALL {
+            assert_eq!(Tool::from_name(tool.name()), Some(tool));
+            assert_eq!(tool.to_string(), tool.name());
+        }
+        let mut names: Vec<&str> = Tool::ALL.iter().map(|t| t.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Tool::ALL.len(), "two tools share a name");
+        assert_eq!(Tool::from_name("mcp__github__create_issue"), None);
+        assert_eq!(Tool::from_name("Bash"), None);
+        assert!(!is_read_only("mcp__github__create_issue"));
+    }
+
+    /// The restricted modes deny every tool that is not read-only, except
+    /// the one the core answers; offering such a tool there would only
+    /// earn the model a denial.
+    #[test]
+    fn restricted_modes_offer_only_what_they_allow() {
+        for &tool in Tool::ALL {
+            if tool.is_offered(true) {
+                assert!(
+                    tool.is_read_only() || tool.runner() == Runner::Core,
+                    "{tool} is offered in restricted modes but denied there"
+                );
+            }
+            if tool.is_read_only() {
+                assert!(tool.is_offered(true) && tool.is_offered(false), "{tool}");
+            }
+        }
+    }
+
+    /// An instant tool runs inline, outside the rule that a call is
+    /// persisted before it runs: that is only sound for tools that change
+    /// nothing.
+    #[test]
+    fn instant_tools_only_read() {
+        for &tool in Tool::ALL {
+            if tool.runner() == Runner::Instant {
+                assert!(tool.is_read_only(), "{tool}");
+            }
+        }
     }
 }

@@ -4,18 +4,17 @@
 //! transition matrix (bedrock-state-machine-design.md) is its specification,
 //! REJECT rows included.
 
+use crate::client::ClientInfo;
 use crate::effect::{Effect, LlmPurpose, Notice};
-use crate::event::{Event, LlmFailure};
+use crate::event::{Event, LlmFailure, RuleScope};
 use crate::message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult};
-use crate::permission::{
-    Action, Decision, Mode, PermissionAsk, REQUEST_MODE_UPGRADE, Verdict, suggest_rule,
-};
+use crate::permission::{Action, Decision, Mode, PermissionAsk, Verdict, suggest_rule};
 use crate::state::{
     ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
     should_trigger_continuation,
 };
 use crate::texts;
-use crate::tools::is_read_only;
+use crate::tools::{Tool, is_read_only};
 use std::fmt;
 
 /// The outcome of an accepted event.
@@ -23,6 +22,10 @@ use std::fmt;
 pub struct Transition {
     /// The new state (persisted before the effects run).
     pub state: ConvState,
+    /// The permission mode the conversation enters, when it changes. Part
+    /// of what is persisted with the state, in the same commit, so a crash
+    /// can never leave a transcript that says "upgraded" with the old mode.
+    pub mode: Option<Mode>,
     /// What the runtime must do, in order.
     pub effects: Vec<Effect>,
 }
@@ -31,6 +34,7 @@ impl Transition {
     fn new(state: ConvState) -> Self {
         Transition {
             state,
+            mode: None,
             effects: Vec::new(),
         }
     }
@@ -218,10 +222,20 @@ pub fn transition(
             request_id,
             decision,
             feedback,
+            scope,
+            by,
         } => match state {
-            ConvState::ToolExecuting(run) => {
-                on_permission_answer(ctx, run, &request_id, decision, feedback)
-            }
+            ConvState::ToolExecuting(run) => on_permission_answer(
+                ctx,
+                run,
+                Answer {
+                    request_id: &request_id,
+                    decision,
+                    feedback,
+                    scope,
+                    by,
+                },
+            ),
             _ => Err(Rejected::NoPendingPermission),
         },
         Event::SubAgentFinished { result } => match state {
@@ -390,6 +404,7 @@ fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
                 t = t.with(Effect::PermissionResolved {
                     request_id: ask.request_id.clone(),
                     decision: Decision::Cancelled,
+                    by: None,
                 });
             }
             let suspended = run.permission.as_ref().map(|a| a.tool_use_id.as_str());
@@ -712,12 +727,16 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                     run.permission = Some(ask);
                     return Transition {
                         state: ConvState::ToolExecuting(run),
+                        mode: None,
                         effects,
                     };
                 }
                 Verdict::Allow => {
                     run.running.push(call.id.clone());
-                    effects.push(Effect::ExecuteTool { call });
+                    effects.push(Effect::ExecuteTool {
+                        call,
+                        background: false,
+                    });
                     if !read_only {
                         break;
                     }
@@ -727,6 +746,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
         if !run.running.is_empty() {
             return Transition {
                 state: ConvState::ToolExecuting(run),
+                mode: None,
                 effects,
             };
         }
@@ -759,11 +779,13 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
 
 /// The policy's verdict, with the doom-loop check on top.
 fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Verdict {
-    if call.name == REQUEST_MODE_UPGRADE && !matches!(ctx.policy.mode, Mode::ReadOnly | Mode::Plan)
+    let tool = Tool::from_name(&call.name);
+    if tool == Some(Tool::RequestModeUpgrade)
+        && !matches!(ctx.policy.mode, Mode::ReadOnly | Mode::Plan)
     {
         return Verdict::Deny(texts::ALREADY_UNRESTRICTED.to_string());
     }
-    if !call.input.is_object() || !crate::tools::is_known(&call.name) {
+    if !call.input.is_object() || tool.is_none() {
         // Malformed input (the model's JSON did not parse) or an unknown
         // tool cannot run: the tool layer answers with an error saying what
         // was wrong, which is more use to everyone than a prompt about it.
@@ -818,10 +840,11 @@ fn ask_for(ctx: &ConvContext, call: &ToolCall, reason: String) -> PermissionAsk 
     if rule.is_some() {
         options.push(Decision::Never);
     }
-    if OFFER_BACKGROUND && call.name == "bash" {
+    let tool = Tool::from_name(&call.name);
+    if OFFER_BACKGROUND && tool == Some(Tool::Bash) {
         options.push(Decision::Background);
     }
-    if reason.starts_with("doom loop") || call.name == REQUEST_MODE_UPGRADE {
+    if reason.starts_with("doom loop") || tool == Some(Tool::RequestModeUpgrade) {
         options.retain(|d| {
             matches!(
                 d,
@@ -840,13 +863,27 @@ fn ask_for(ctx: &ConvContext, call: &ToolCall, reason: String) -> PermissionAsk 
     }
 }
 
+/// A client's answer to the pending permission request.
+struct Answer<'a> {
+    request_id: &'a str,
+    decision: Decision,
+    feedback: Option<String>,
+    scope: RuleScope,
+    by: Option<ClientInfo>,
+}
+
 fn on_permission_answer(
     ctx: &ConvContext,
     run: &ToolRun,
-    request_id: &str,
-    decision: Decision,
-    feedback: Option<String>,
+    answer: Answer<'_>,
 ) -> Result<Transition, Rejected> {
+    let Answer {
+        request_id,
+        decision,
+        feedback,
+        scope,
+        by,
+    } = answer;
     let Some(ask) = &run.permission else {
         return Err(Rejected::NoPendingPermission);
     };
@@ -861,35 +898,41 @@ fn on_permission_answer(
     let resolved = Effect::PermissionResolved {
         request_id: ask.request_id.clone(),
         decision,
+        by,
     };
     let Some(call) = run.calls.iter().find(|c| c.id == ask.tool_use_id).cloned() else {
         return Err(Rejected::UnknownPermissionRequest(ask.request_id.clone()));
     };
-    if call.name == REQUEST_MODE_UPGRADE
+    if Tool::from_name(&call.name) == Some(Tool::RequestModeUpgrade)
         && matches!(decision, Decision::AllowOnce | Decision::AllowAlways)
     {
         // Nothing to run: the approval is the upgrade. Later calls of the
-        // same reply are judged in the new mode.
+        // same reply are judged in the new mode, and the new mode is
+        // persisted with the result that says so.
         run.results
             .push(ToolResult::new(&call.id, texts::MODE_UPGRADED, false));
         let mut upgraded = ctx.clone();
         upgraded.policy.mode = Mode::Default;
         let effects = vec![
             resolved,
-            Effect::SetMode {
-                mode: Mode::Default,
+            Effect::Notify {
+                notice: Notice::Info {
+                    message: format!("permission mode is now {}", Mode::Default),
+                },
             },
         ];
-        return Ok(schedule(&upgraded, run, effects));
+        let mut t = schedule(&upgraded, run, effects);
+        t.mode = Some(Mode::Default);
+        return Ok(t);
     }
     let add_rule = |action: Action| {
         suggest_rule(&call, &ctx.policy.cwd).map(|mut rule| {
             rule.action = action;
-            Effect::AddRule { rule }
+            Effect::AddRule { rule, scope }
         })
     };
     match decision {
-        Decision::AllowOnce | Decision::AllowAlways => {
+        Decision::AllowOnce | Decision::AllowAlways | Decision::Background => {
             let rule = if decision == Decision::AllowAlways {
                 add_rule(Action::Allow)
             } else {
@@ -900,20 +943,10 @@ fn on_permission_answer(
             if let Some(effect) = rule {
                 t = t.with(effect);
             }
-            Ok(t.with(Effect::ExecuteTool { call }))
-        }
-        Decision::Background => {
-            let mut call = call;
-            if let Some(obj) = call.input.as_object_mut() {
-                obj.insert(
-                    "run_in_background".to_string(),
-                    serde_json::Value::Bool(true),
-                );
-            }
-            run.running.push(call.id.clone());
-            Ok(Transition::new(ConvState::ToolExecuting(run))
-                .with(resolved)
-                .with(Effect::ExecuteTool { call }))
+            Ok(t.with(Effect::ExecuteTool {
+                call,
+                background: decision == Decision::Background,
+            }))
         }
         Decision::Deny => {
             run.results.push(ToolResult::new(
@@ -991,7 +1024,7 @@ fn on_stop(state: &ConvState, ctx: &ConvContext) -> Transition {
 
 fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
     let recovered = |what: &str| Effect::Notify {
-        notice: Notice::Info {
+        notice: Notice::Recovered {
             message: format!("agentd restarted: {what}"),
         },
     };

@@ -65,7 +65,7 @@ fn executed(t: &Transition) -> Vec<String> {
     t.effects
         .iter()
         .filter_map(|e| match e {
-            Effect::ExecuteTool { call } => Some(call.name.clone()),
+            Effect::ExecuteTool { call, .. } => Some(call.name.clone()),
             _ => None,
         })
         .collect()

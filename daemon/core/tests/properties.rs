@@ -22,7 +22,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentd_core::effect::{Effect, LlmPurpose};
-use agentd_core::event::{Event, LlmFailure};
+use agentd_core::event::{Event, LlmFailure, RuleScope};
 use agentd_core::message::{
     ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
@@ -455,7 +455,7 @@ impl Sim {
                 self.timer = true;
             }
             Effect::CancelRetry => self.timer = false,
-            Effect::ExecuteTool { call } => {
+            Effect::ExecuteTool { call, .. } => {
                 let names: Vec<&str> = self.running.iter().map(|c| c.name.as_str()).collect();
                 if !is_read_only(&call.name) && !self.running.is_empty() {
                     let what = format!("mutating {} started while {names:?} run", call.name);
@@ -480,7 +480,6 @@ impl Sim {
             Effect::AskPermission { .. }
             | Effect::PermissionResolved { .. }
             | Effect::AddRule { .. }
-            | Effect::SetMode { .. }
             | Effect::Notify { .. } => {}
             Effect::SpawnSubAgent { agent_id, .. } => {
                 self.violate(Prop::World, format!("unexpected sub-agent {agent_id}"));
@@ -1012,6 +1011,8 @@ impl Sim {
                 request_id,
                 decision,
                 feedback,
+                scope: RuleScope::Conversation,
+                by: None,
             },
             ok,
         );
@@ -1093,6 +1094,8 @@ impl Sim {
                             request_id: ask.request_id,
                             decision: Decision::AllowOnce,
                             feedback: None,
+                            scope: RuleScope::Conversation,
+                            by: None,
                         });
                     }
                     None => {

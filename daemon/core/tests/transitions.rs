@@ -12,11 +12,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use agentd_core::effect::{Effect, LlmPurpose, Notice};
-use agentd_core::event::{Event, LlmFailure};
+use agentd_core::event::{Event, LlmFailure, RuleScope};
 use agentd_core::message::{
     ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
-use agentd_core::permission::{Decision, PermissionAsk};
+use agentd_core::permission::{Decision, Mode, PermissionAsk, Policy};
 use agentd_core::state::{
     ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, SubAgentResult,
     ToolRun,
@@ -68,6 +68,9 @@ fn render(result: &Result<Transition, Rejected>) -> String {
         Err(rejected) => format!("REJECT {rejected}"),
         Ok(t) => {
             let mut out = render_state(&t.state);
+            if let Some(mode) = t.mode {
+                write!(out, " mode={mode}").unwrap();
+            }
             for effect in &t.effects {
                 out.push_str("\n+ ");
                 out.push_str(&render_effect(effect));
@@ -259,7 +262,13 @@ fn render_effect(effect: &Effect) -> String {
             format!("schedule_retry attempt={attempt} delay={delay_ms}ms")
         }
         Effect::CancelRetry => "cancel_retry".to_string(),
-        Effect::ExecuteTool { call } => format!("execute {} {} {}", call.id, call.name, call.input),
+        Effect::ExecuteTool { call, background } => format!(
+            "execute {} {} {}{}",
+            call.id,
+            call.name,
+            call.input,
+            if *background { " in background" } else { "" }
+        ),
         Effect::AbortTools { tool_use_ids } => format!("abort_tools [{}]", tool_use_ids.join(" ")),
         Effect::AskPermission { ask } => {
             let options: Vec<String> = ask.options.iter().map(wire).collect();
@@ -276,9 +285,16 @@ fn render_effect(effect: &Effect) -> String {
         Effect::PermissionResolved {
             request_id,
             decision,
-        } => format!("resolved {request_id} {}", wire(decision)),
-        Effect::AddRule { rule } => format!("add rule {}", rule.spec()),
-        Effect::SetMode { mode } => format!("set mode {mode}"),
+            by,
+        } => match by {
+            Some(client) => format!(
+                "resolved {request_id} {} by {}",
+                wire(decision),
+                client.name
+            ),
+            None => format!("resolved {request_id} {}", wire(decision)),
+        },
+        Effect::AddRule { rule, scope } => format!("add rule {} for {scope:?}", rule.spec()),
         Effect::Notify { notice } => match notice {
             Notice::Retrying {
                 attempt,
@@ -292,6 +308,7 @@ fn render_effect(effect: &Effect) -> String {
                 format!("notify error kind={} {}", wire(kind), render_text(message))
             }
             Notice::Info { message } => format!("notify info {}", render_text(message)),
+            Notice::Recovered { message } => format!("notify recovered {}", render_text(message)),
         },
         Effect::SpawnSubAgent { agent_id, prompt } => format!("spawn {agent_id} {prompt:?}"),
     }
@@ -381,6 +398,8 @@ fn answer(request_id: &str, decision: Decision, feedback: Option<&str>) -> Event
         request_id: request_id.to_string(),
         decision,
         feedback: feedback.map(str::to_string),
+        scope: RuleScope::Conversation,
+        by: None,
     }
 }
 
@@ -578,7 +597,7 @@ fn matrix_awaiting_llm_issues_the_request() {
         Event::DaemonRestarted,
         r#"
         LlmRequesting attempt=1 iter=3
-        + notify info "agentd restarted: re-issuing the model request"
+        + notify recovered "agentd restarted: re-issuing the model request"
         + request attempt=1 turn
         "#,
     );
@@ -1887,7 +1906,7 @@ fn restart_at_rest_changes_nothing() {
 fn restart_reissues_the_model_request() {
     let expect = r#"
         LlmRequesting attempt=1 iter=4
-        + notify info "agentd restarted: re-issuing the model request"
+        + notify recovered "agentd restarted: re-issuing the model request"
         + request attempt=1 turn
         "#;
     check(requesting(2, 4), &ctx(), Event::DaemonRestarted, expect);
@@ -1902,7 +1921,7 @@ fn restart_completes_a_cancellation() {
         Event::DaemonRestarted,
         r#"
         Idle
-        + notify info "agentd restarted: completing the cancellation"
+        + notify recovered "agentd restarted: completing the cancellation"
         + append user: text "[Request interrupted by user]"
         "#,
     );
@@ -1921,7 +1940,7 @@ fn restart_answers_tools_that_were_running_or_waiting() {
         Event::DaemonRestarted,
         r#"
         LlmRequesting attempt=1 iter=4
-        + notify info "agentd restarted: tools that were running have unknown effects"
+        + notify recovered "agentd restarted: tools that were running have unknown effects"
         + append user: result t1 "out-t1" | result t2 ERR "agentd restarted while this tool was running; its effects are unknown" | result t3 ERR "Skipped: agentd restarted before this tool ran"
         + request attempt=1 turn
         "#,
@@ -1933,7 +1952,7 @@ fn restart_answers_tools_that_were_running_or_waiting() {
         Event::DaemonRestarted,
         r#"
         Error kind=unknown message="Maximum conversation iterations reached"
-        + notify info "agentd restarted: tools that were running have unknown effects"
+        + notify recovered "agentd restarted: tools that were running have unknown effects"
         + append user: result t1 ERR "agentd restarted while this tool was running; its effects are unknown"
         + notify error kind=unknown "Maximum conversation iterations reached"
         "#,
@@ -1948,7 +1967,7 @@ fn restart_asks_the_pending_permission_again() {
         Event::DaemonRestarted,
         r#"
         AwaitingPermission iter=1 calls=[t1:read t2:bash] running=[] results=[t1] ask=perm-t2
-        + notify info "agentd restarted: asking the pending permission request again"
+        + notify recovered "agentd restarted: asking the pending permission request again"
         + ask perm-t2 tool=t2:bash reason="bash may change files" options=[allow_once allow_always deny deny_and_stop never] rule="bash"
         "#,
     );
@@ -1968,7 +1987,7 @@ fn restart_while_waiting_for_sub_agents_or_a_continuation() {
         Event::DaemonRestarted,
         r#"
         AwaitingContinuation attempt=2 rejected=[bash] usage=180000/0/0/1000
-        + notify info "agentd restarted: re-issuing the continuation request"
+        + notify recovered "agentd restarted: re-issuing the continuation request"
         + request attempt=2 continuation <CONTINUATION_PROMPT>"\n\nNote: The following tool calls were requested but not executed due to context limits:\n- bash\n"
         "#,
     );
@@ -2298,5 +2317,124 @@ fn user_message_must_have_text() {
         &ctx(),
         user_msg(" \n\t"),
         "REJECT message text is empty",
+    );
+}
+
+/// `state` with the request pending for its call `asked` offering `options`.
+fn asking_with(state: ConvState, asked: &str, options: &[Decision]) -> ConvState {
+    let ConvState::ToolExecuting(mut run) = state else {
+        unreachable!()
+    };
+    let c = run.calls.iter().find(|c| c.id == asked).unwrap().clone();
+    run.permission = Some(PermissionAsk {
+        request_id: format!("perm-{asked}"),
+        tool_use_id: c.id.clone(),
+        tool_name: c.name.clone(),
+        input: c.input.clone(),
+        reason: "needs approval".to_string(),
+        options: options.to_vec(),
+        suggested_rule: c.name.clone(),
+    });
+    ConvState::ToolExecuting(run)
+}
+
+fn project_ctx(mode: Mode) -> ConvContext {
+    ConvContext {
+        policy: Policy::new(mode, "/w/p"),
+        ..ctx()
+    }
+}
+
+fn one_call(name: &str, input: Value) -> ConvState {
+    ConvState::ToolExecuting(ToolRun {
+        iteration: 1,
+        calls: vec![call("t1", name, input)],
+        results: Vec::new(),
+        running: Vec::new(),
+        permission: None,
+        stop_with_feedback: None,
+    })
+}
+
+fn answered_by(decision: Decision, scope: RuleScope, name: &str) -> Event {
+    Event::PermissionAnswered {
+        request_id: "perm-t1".to_string(),
+        decision,
+        feedback: None,
+        scope,
+        by: Some(agentd_core::ClientInfo {
+            id: "c7".to_string(),
+            name: name.to_string(),
+        }),
+    }
+}
+
+#[test]
+fn permission_allow_always_adds_the_rule_where_the_answer_asked() {
+    let state = asking_with(
+        one_call("write", json!({"path": "/w/p/src/x/a.rs", "content": ""})),
+        "t1",
+        &[Decision::AllowOnce, Decision::AllowAlways, Decision::Deny],
+    );
+    check(
+        state,
+        &project_ctx(Mode::Default),
+        answered_by(Decision::AllowAlways, RuleScope::Project, "ann@laptop"),
+        r#"
+        ToolExecuting iter=1 calls=[t1:write] running=[t1] results=[]
+        + resolved perm-t1 allow_always by ann@laptop
+        + add rule allow edit(src/x/**) for Project
+        + execute t1 write {"content":"","path":"/w/p/src/x/a.rs"}
+        "#,
+    );
+}
+
+#[test]
+fn permission_background_runs_the_command_as_a_background_shell() {
+    let state = asking_with(
+        one_call("bash", json!({"command": "cargo build"})),
+        "t1",
+        &[Decision::AllowOnce, Decision::Deny, Decision::Background],
+    );
+    check(
+        state,
+        &project_ctx(Mode::Default),
+        answered_by(Decision::Background, RuleScope::Conversation, "bob"),
+        r#"
+        ToolExecuting iter=1 calls=[t1:bash] running=[t1] results=[]
+        + resolved perm-t1 background by bob
+        + execute t1 bash {"command":"cargo build"} in background
+        "#,
+    );
+}
+
+#[test]
+fn permission_mode_upgrade_changes_the_mode_with_its_result() {
+    let c = project_ctx(Mode::ReadOnly);
+    let state = asking_with(
+        ConvState::ToolExecuting(ToolRun {
+            iteration: 2,
+            calls: vec![
+                call("t1", "request_mode_upgrade", json!({"reason": "fix it"})),
+                call("t2", "write", json!({"path": "/w/p/a.txt", "content": "x"})),
+            ],
+            results: Vec::new(),
+            running: Vec::new(),
+            permission: None,
+            stop_with_feedback: None,
+        }),
+        "t1",
+        &[Decision::AllowOnce, Decision::Deny, Decision::DenyAndStop],
+    );
+    check(
+        state,
+        &c,
+        answered_by(Decision::AllowOnce, RuleScope::Conversation, "ann"),
+        r#"
+        AwaitingPermission iter=2 calls=[t1:request_mode_upgrade t2:write] running=[] results=[t1] ask=perm-t2 mode=default
+        + resolved perm-t1 allow_once by ann
+        + notify info "permission mode is now default"
+        + ask perm-t2 tool=t2:write reason="write a.txt needs permission" options=[allow_once allow_always deny deny_and_stop never] rule="edit(a.txt)"
+        "#,
     );
 }

@@ -1,25 +1,11 @@
 //! The `agent` client against a real daemon: autostart, one-line errors,
 //! and the standard gRPC services (health, reflection).
 
-use super::foundation::{create, wait_state, workdir};
+use super::util::{agent_out, create, wait_state};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
-use agent_tests::harness::{TestDaemon, client_bin, daemon_bin, wait_for};
+use agent_tests::harness::{Scenario, WAIT, client_bin, daemon_bin, wait_for};
 use std::os::unix::fs::PermissionsExt;
-use std::time::Duration;
-
-async fn agent(d: &TestDaemon, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::from(d.agent())
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_starts_the_daemon_when_none_answers() {
@@ -70,18 +56,16 @@ async fn agent_starts_the_daemon_when_none_answers() {
         "the daemon listens on the default socket"
     );
     stop();
-    wait_for(
-        "the autostarted daemon to stop",
-        Duration::from_secs(10),
-        || !runtime.join("agentd/agentd.sock").exists(),
-    )
+    wait_for("the autostarted daemon to stop", WAIT, || {
+        !runtime.join("agentd/agentd.sock").exists()
+    })
     .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn errors_are_one_clear_line() {
-    let fake = FakeLlm::start().await;
-    let d = TestDaemon::start(&fake).await;
+    let s = Scenario::new().start().await;
+    let (fake, d, mut client, work) = (s.fake, s.daemon, s.client, s.work);
 
     let nowhere = d.dir.path().join("nowhere.sock");
     let out = tokio::process::Command::new(client_bin())
@@ -97,13 +81,11 @@ async fn errors_are_one_clear_line() {
     assert!(err.contains("no daemon at"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 
-    let (ok, _, err) = agent(&d, &["show", "01ZZZZZZZZ"]).await;
+    let (ok, _, err) = agent_out(&d, &["show", "01ZZZZZZZZ"]).await;
     assert!(!ok);
     assert!(err.contains("unknown conversation"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 
-    let mut client = d.client().await;
-    let work = workdir();
     let a = create(&mut client, work.path(), "").await;
     let b = create(&mut client, work.path(), "").await;
     let common: String = a
@@ -112,7 +94,7 @@ async fn errors_are_one_clear_line() {
         .take_while(|(x, y)| x == y)
         .map(|(x, _)| x)
         .collect();
-    let (ok, _, err) = agent(&d, &["show", &common]).await;
+    let (ok, _, err) = agent_out(&d, &["show", &common]).await;
     assert!(!ok);
     assert!(err.contains("ambiguous"), "{err}");
 
@@ -121,10 +103,10 @@ async fn errors_are_one_clear_line() {
             .text("x")
             .hold_after(2, agent_tests::fake_llm::Gate::new()),
     ));
-    let (ok, _, _) = agent(&d, &["send", &a, "first"]).await;
+    let (ok, _, _) = agent_out(&d, &["send", &a, "first"]).await;
     assert!(ok);
     wait_state(&mut client, &a, pb::StateKind::LlmRequesting).await;
-    let (ok, _, err) = agent(&d, &["send", &a, "second"]).await;
+    let (ok, _, err) = agent_out(&d, &["send", &a, "second"]).await;
     assert!(!ok);
     assert!(err.contains("agent is busy"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -132,8 +114,8 @@ async fn errors_are_one_clear_line() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_and_reflection_answer() {
-    let fake = FakeLlm::start().await;
-    let d = TestDaemon::start(&fake).await;
+    let s = Scenario::new().start().await;
+    let d = s.daemon;
     let channel = agent_tests::harness::connect_uds(&d.socket).await.unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel.clone());
     let status = health
@@ -178,10 +160,8 @@ async fn health_and_reflection_answer() {
 /// RPC pages through all of them without losing or repeating one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ls_pages_newest_first() {
-    let fake = FakeLlm::start().await;
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
+    let s = Scenario::new().start().await;
+    let (d, mut client, work) = (s.daemon, s.client, s.work);
     let mut ids = Vec::new();
     for _ in 0..5 {
         ids.push(create(&mut client, work.path(), "").await);
@@ -208,7 +188,7 @@ async fn ls_pages_newest_first() {
     }
     assert_eq!(seen, ids);
 
-    let (ok, out, err) = agent(&d, &["ls", "-n", "2"]).await;
+    let (ok, out, err) = agent_out(&d, &["ls", "-n", "2"]).await;
     assert!(ok, "{err}");
     let shown: Vec<&str> = out.lines().skip(1).collect();
     assert_eq!(shown.len(), 2, "{out}");
@@ -216,7 +196,7 @@ async fn ls_pages_newest_first() {
     assert!(shown[1].starts_with(&ids[1][..10]), "{out}");
     assert!(err.contains("agent ls --all"), "{err}");
 
-    let (ok, out, err) = agent(&d, &["ls", "--all"]).await;
+    let (ok, out, err) = agent_out(&d, &["ls", "--all"]).await;
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 1 + ids.len(), "{out}");
     assert!(!err.contains("--all"), "{err}");

@@ -1,69 +1,15 @@
 //! The agent loop end to end: autonomous tool rounds, cancellation,
 //! retries, and the busy rule.
 
-use super::attach::{Attached, is_idle};
-use super::foundation::{create, create_with, get, text_of_message, wait_state, workdir};
-use super::util::processes_matching;
+use super::util::{
+    Attached, MUTATING, assert_valid_chain, get, is_idle, processes_matching, send,
+    text_of_message, wait_state,
+};
 use agent_proto::v1 as pb;
-use agent_tests::fake_llm::{FakeLlm, Gate, Recorded, ReplyScript, Script};
-use agent_tests::harness::TestDaemon;
+use agent_tests::fake_llm::{Gate, Recorded, ReplyScript, Script};
+use agent_tests::harness::{Scenario, WAIT};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-
-const T: Duration = Duration::from_secs(30);
-
-/// Rules that let every mutating tool run without asking.
-pub const MUTATING: &[&str] = &["bash", "write", "edit", "patch"];
-
-/// Checks the message chain of a recorded request: roles alternate from
-/// user, and every tool_use is answered, in order, by the next message's
-/// tool_results (and nothing else answers).
-pub fn assert_valid_chain(req: &Recorded) {
-    let messages = req.body["messages"].as_array().expect("messages");
-    assert!(!messages.is_empty());
-    assert_eq!(messages[0]["role"], "user");
-    for (i, m) in messages.iter().enumerate() {
-        if i > 0 {
-            assert_ne!(
-                messages[i - 1]["role"],
-                m["role"],
-                "roles alternate at {i}: {messages:#?}"
-            );
-        }
-        let blocks = m["content"].as_array().cloned().unwrap_or_default();
-        let uses: Vec<&str> = blocks
-            .iter()
-            .filter(|b| b["type"] == "tool_use")
-            .map(|b| b["id"].as_str().unwrap())
-            .collect();
-        if !uses.is_empty() {
-            assert_eq!(m["role"], "assistant");
-            let next = messages
-                .get(i + 1)
-                .expect("tool_use answered in the next message");
-            assert_eq!(next["role"], "user");
-            let results: Vec<&str> = next["content"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter(|b| b["type"] == "tool_result")
-                .map(|b| b["tool_use_id"].as_str().unwrap())
-                .collect();
-            assert_eq!(
-                results, uses,
-                "every tool_use gets exactly one tool_result, in order"
-            );
-        }
-        if m["role"] == "user" && i > 0 {
-            let prev_uses = messages[i - 1]["content"]
-                .as_array()
-                .map(|a| a.iter().filter(|b| b["type"] == "tool_use").count())
-                .unwrap_or(0);
-            let results = blocks.iter().filter(|b| b["type"] == "tool_result").count();
-            assert_eq!(results, prev_uses, "no tool_result without its tool_use");
-        }
-    }
-}
 
 fn tool_results(req: &Recorded) -> Vec<Value> {
     let messages = req.body["messages"].as_array().unwrap();
@@ -88,52 +34,47 @@ fn tool(id: &str, name: &str, input: Value) -> Script {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_ten_round_task_runs_autonomously_with_a_valid_chain() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        tool(
-            "t1",
-            "bash",
-            json!({"command": "echo hello > a.txt && cat a.txt"}),
-        ),
-        tool("t2", "read", json!({"path": "a.txt"})),
-        tool(
-            "t3",
-            "edit",
-            json!({"path": "a.txt", "old_string": "hello", "new_string": "world"}),
-        ),
-        tool("t4", "grep", json!({"pattern": "world"})),
-        tool("t5", "glob", json!({"pattern": "*.txt"})),
-        Script::Reply(
-            ReplyScript::new()
-                .text("Two at once.")
-                .tool_use("t6a", "read", json!({"path": "a.txt"}))
-                .tool_use("t6b", "think", json!({"thought": "the file says world"})),
-        ),
-        tool("t7", "bash", json!({"command": "echo failing >&2; exit 3"})),
-        tool(
-            "t8",
-            "edit",
-            json!({"path": "a.txt", "old_string": "absent", "new_string": "x"}),
-        ),
-        tool("t9", "keyword_search", json!({"keywords": ["world"]})),
-        tool(
-            "t10",
-            "write",
-            json!({"path": "b.txt", "content": "done\n"}),
-        ),
-        Script::Reply(ReplyScript::new().text("All done.")),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "do the task",
-        MUTATING,
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "t1",
+                "bash",
+                json!({"command": "echo hello > a.txt && cat a.txt"}),
+            ),
+            tool("t2", "read", json!({"path": "a.txt"})),
+            tool(
+                "t3",
+                "edit",
+                json!({"path": "a.txt", "old_string": "hello", "new_string": "world"}),
+            ),
+            tool("t4", "grep", json!({"pattern": "world"})),
+            tool("t5", "glob", json!({"pattern": "*.txt"})),
+            Script::Reply(
+                ReplyScript::new()
+                    .text("Two at once.")
+                    .tool_use("t6a", "read", json!({"path": "a.txt"}))
+                    .tool_use("t6b", "think", json!({"thought": "the file says world"})),
+            ),
+            tool("t7", "bash", json!({"command": "echo failing >&2; exit 3"})),
+            tool(
+                "t8",
+                "edit",
+                json!({"path": "a.txt", "old_string": "absent", "new_string": "x"}),
+            ),
+            tool("t9", "keyword_search", json!({"keywords": ["world"]})),
+            tool(
+                "t10",
+                "write",
+                json!({"path": "b.txt", "content": "done\n"}),
+            ),
+            Script::Reply(ReplyScript::new().text("All done.")),
+        ])
+        .conversation("do the task")
+        .allow(MUTATING)
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, work, id) = (s.fake, s.client, s.work, s.id);
     let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
     assert_eq!(text_of_message(r.messages.last().unwrap()), "All done.");
 
@@ -192,25 +133,19 @@ async fn a_ten_round_task_runs_autonomously_with_a_valid_chain() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
-    let fake = FakeLlm::start().await;
-    fake.push(Script::Reply(
-        ReplyScript::new()
-            .deltas(2_000, "slow ")
-            .pace(Duration::from_millis(10)),
-    ));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new()
+        .script(Script::Reply(
+            ReplyScript::new()
+                .deltas(2_000, "slow ")
+                .pace(Duration::from_millis(10)),
+        ))
+        .conversation("")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "talk slowly".into(),
-        })
-        .await
-        .unwrap();
-    a.until(T, |m| {
+    send(&mut client, &id, "talk slowly").await;
+    a.until(WAIT, |m| {
         matches!(m.event, Some(pb::attach_response::Event::TextDelta(_)))
     })
     .await;
@@ -222,7 +157,7 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
         })
         .await
         .unwrap();
-    a.until(T, is_idle).await;
+    a.until(WAIT, is_idle).await;
     let took = started.elapsed();
     assert!(took < Duration::from_millis(200), "cancel took {took:?}");
     // The HTTP stream was dropped, not left to run.
@@ -238,13 +173,7 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
     assert_eq!(texts[2], "[Request interrupted by user]");
 
     fake.push(Script::Reply(ReplyScript::new().text("ok")));
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "next".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "next").await;
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
@@ -253,37 +182,26 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_during_a_tool_kills_its_process_group() {
-    let fake = FakeLlm::start().await;
     // A child of a child, so only a group kill gets both.
-    fake.push(tool(
-        "s1",
-        "bash",
-        json!({"command": "sleep 30.417 & sleep 30.417; wait"}),
-    ));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        MUTATING,
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .script(tool(
+            "s1",
+            "bash",
+            json!({"command": "sleep 30.417 & sleep 30.417; wait"}),
+        ))
+        .conversation("")
+        .allow(MUTATING)
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "sleep".into(),
-        })
-        .await
-        .unwrap();
-    a.until(T, |m| {
+    send(&mut client, &id, "sleep").await;
+    a.until(WAIT, |m| {
         matches!(m.event, Some(pb::attach_response::Event::ToolCallBegin(_)))
     })
     .await;
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + WAIT;
     while processes_matching("sleep 30.417").len() < 2 {
         assert!(Instant::now() < deadline, "the sleeps never started");
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -295,7 +213,7 @@ async fn cancel_during_a_tool_kills_its_process_group() {
         })
         .await
         .unwrap();
-    a.until(T, is_idle).await;
+    a.until(WAIT, is_idle).await;
     while !processes_matching("sleep 30.417").is_empty() {
         assert!(
             started.elapsed() < Duration::from_secs(2),
@@ -306,13 +224,7 @@ async fn cancel_during_a_tool_kills_its_process_group() {
     }
 
     fake.push(Script::Reply(ReplyScript::new().text("ok")));
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "next".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "next").await;
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
@@ -326,25 +238,19 @@ async fn cancel_during_a_tool_kills_its_process_group() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn overloaded_twice_then_success_is_retried_visibly() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::overloaded(),
-        Script::overloaded(),
-        Script::Reply(ReplyScript::new().text("third time lucky")),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new()
+        .scripts([
+            Script::overloaded(),
+            Script::overloaded(),
+            Script::Reply(ReplyScript::new().text("third time lucky")),
+        ])
+        .conversation("")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "hi".into(),
-        })
-        .await
-        .unwrap();
-    let frames = a.until(T, is_idle).await;
+    send(&mut client, &id, "hi").await;
+    let frames = a.until(WAIT, is_idle).await;
     let retries: Vec<(u32, u32)> = frames
         .iter()
         .filter_map(|m| match &m.event {
@@ -380,16 +286,16 @@ async fn overloaded_twice_then_success_is_retried_visibly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_honour_retry_after_and_a_spend_cap_is_not_retried() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::rate_limited(Some("1")),
-        Script::Reply(ReplyScript::new().text("after the wait")),
-        Script::rate_limited(None),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "one").await;
+    let s = Scenario::new()
+        .scripts([
+            Script::rate_limited(Some("1")),
+            Script::Reply(ReplyScript::new().text("after the wait")),
+            Script::rate_limited(None),
+        ])
+        .conversation("one")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
@@ -399,13 +305,7 @@ async fn rate_limits_honour_retry_after_and_a_spend_cap_is_not_retried() {
         .unwrap();
     assert!(waited >= Duration::from_secs(1), "waited only {waited:?}");
 
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "two".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "two").await;
     let r = wait_state(&mut client, &id, pb::StateKind::Error).await;
     assert_eq!(
         r.conversation.unwrap().state.unwrap().error_kind,
@@ -421,18 +321,18 @@ async fn rate_limits_honour_retry_after_and_a_spend_cap_is_not_retried() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_while_busy_is_refused() {
-    let fake = FakeLlm::start().await;
     let gate = Gate::new();
-    fake.push(Script::Reply(
-        ReplyScript::new()
-            .text("held reply")
-            .hold_after(2, gate.clone()),
-    ));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "first").await;
-    fake.wait_for_requests(1, T).await;
+    let s = Scenario::new()
+        .script(Script::Reply(
+            ReplyScript::new()
+                .text("held reply")
+                .hold_after(2, gate.clone()),
+        ))
+        .conversation("first")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
+    fake.wait_for_requests(1, WAIT).await;
     let e = client
         .send_message(pb::SendMessageRequest {
             conversation_id: id.clone(),
@@ -448,27 +348,27 @@ async fn a_message_while_busy_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_attempts_mid_stream_are_retried_without_duplicating_text() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        // message_start, block start, a couple of deltas, then trouble.
-        Script::Reply(
-            ReplyScript::new()
-                .text("partial words that vanish")
-                .chunk_chars(5)
-                .error_after(4, "overloaded_error", "Overloaded"),
-        ),
-        Script::Reply(
-            ReplyScript::new()
-                .text("partial words that vanish")
-                .chunk_chars(5)
-                .drop_after(4),
-        ),
-        Script::Reply(ReplyScript::new().text("the one true reply")),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "hi").await;
+    let s = Scenario::new()
+        .scripts([
+            // message_start, block start, a couple of deltas, then trouble.
+            Script::Reply(
+                ReplyScript::new()
+                    .text("partial words that vanish")
+                    .chunk_chars(5)
+                    .error_after(4, "overloaded_error", "Overloaded"),
+            ),
+            Script::Reply(
+                ReplyScript::new()
+                    .text("partial words that vanish")
+                    .chunk_chars(5)
+                    .drop_after(4),
+            ),
+            Script::Reply(ReplyScript::new().text("the one true reply")),
+        ])
+        .conversation("hi")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
     assert_eq!(fake.requests().len(), 3);
     assert_eq!(r.messages.len(), 2, "{:?}", r.messages);
@@ -477,24 +377,23 @@ async fn failed_attempts_mid_stream_are_retried_without_duplicating_text() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_tool_input_from_the_model_becomes_an_error_result() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(ReplyScript::new().raw_tool_use("bad1", "bash", "{\"command\": \"echo hi")),
-        Script::Reply(ReplyScript::new().tool_use("bad2", "read", json!({"pathh": "x"}))),
-        Script::Reply(ReplyScript::new().tool_use("bad3", "no_such_tool", json!({}))),
-        Script::Reply(ReplyScript::new().text("recovered")),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "go",
-        MUTATING,
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().raw_tool_use(
+                "bad1",
+                "bash",
+                "{\"command\": \"echo hi",
+            )),
+            Script::Reply(ReplyScript::new().tool_use("bad2", "read", json!({"pathh": "x"}))),
+            Script::Reply(ReplyScript::new().tool_use("bad3", "no_such_tool", json!({}))),
+            Script::Reply(ReplyScript::new().text("recovered")),
+        ])
+        .conversation("go")
+        .allow(MUTATING)
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 4);
@@ -541,31 +440,25 @@ async fn malformed_tool_input_from_the_model_becomes_an_error_result() {
 /// made it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_instant_calls_in_one_reply_are_each_answered_and_announced() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(
-            ReplyScript::new()
-                .text("Three thoughts.")
-                .tool_use("k1", "think", json!({"thought": "one"}))
-                .tool_use("k2", "think", json!({"thought": "two"}))
-                .tool_use("k3", "think", json!({})),
-        ),
-        tool("k4", "think", json!({"thought": "four"})),
-        Script::Reply(ReplyScript::new().text("Thought it through.")),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(
+                ReplyScript::new()
+                    .text("Three thoughts.")
+                    .tool_use("k1", "think", json!({"thought": "one"}))
+                    .tool_use("k2", "think", json!({"thought": "two"}))
+                    .tool_use("k3", "think", json!({})),
+            ),
+            tool("k4", "think", json!({"thought": "four"})),
+            Script::Reply(ReplyScript::new().text("Thought it through.")),
+        ])
+        .conversation("")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "think".into(),
-        })
-        .await
-        .unwrap();
-    let frames = a.until(T, is_idle).await;
+    send(&mut client, &id, "think").await;
+    let frames = a.until(WAIT, is_idle).await;
     let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
     assert_eq!(
         text_of_message(r.messages.last().unwrap()),

@@ -2,19 +2,15 @@
 //! attached; and a short run of the crash program (`agent_tests::crash`,
 //! the `crash-test` binary runs long ones).
 
-use super::core_loop::{MUTATING, assert_valid_chain};
-use super::foundation::{create_with, get, text_of_message, wait_state, workdir};
+use super::util::{Attached, MUTATING, assert_valid_chain, get, send, text_of_message, wait_state};
 use agent_proto::v1 as pb;
 use agent_tests::crash::{self, CrashOptions};
-use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
-use agent_tests::harness::TestDaemon;
+use agent_tests::fake_llm::{ReplyScript, Script};
+use agent_tests::harness::{Scenario, WAIT};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
-use super::attach::Attached;
 use pb::attach_response::Event;
-
-const T: Duration = Duration::from_secs(30);
 
 const RESTARTED_WHILE_RUNNING: &str =
     "agentd restarted while this tool was running; its effects are unknown";
@@ -28,7 +24,7 @@ async fn wait_until(
     what: &str,
     ok: impl Fn(&pb::ConversationState) -> bool,
 ) {
-    let deadline = Instant::now() + T;
+    let deadline = Instant::now() + WAIT;
     loop {
         let r = get(client, id).await;
         let state = r.conversation.unwrap().state.unwrap_or_default();
@@ -66,26 +62,21 @@ async fn a_short_crash_run_passes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_a_tool_reports_it_interrupted_and_the_turn_completes() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(ReplyScript::new().text("Sleeping.").tool_use(
-            "s1",
-            "bash",
-            json!({"command": "sleep 5"}),
-        )),
-        Script::text("Carrying on after the restart."),
-    ]);
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "sleep for a while",
-        MUTATING,
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().text("Sleeping.").tool_use(
+                "s1",
+                "bash",
+                json!({"command": "sleep 5"}),
+            )),
+            Script::text("Carrying on after the restart."),
+        ])
+        .conversation("sleep for a while")
+        .allow(MUTATING)
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
     wait_until(&mut client, &id, "running the tool", |s| {
         s.running_tool_ids == ["s1"]
     })
@@ -122,36 +113,24 @@ async fn kill9_during_a_tool_reports_it_interrupted_and_the_turn_completes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill9_during_a_model_stream_reissues_it_and_keeps_one_reply() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(
-            ReplyScript::new()
-                .deltas(400, "lost ")
-                .pace(Duration::from_millis(10)),
-        ),
-        Script::text("The one reply that counts."),
-    ]);
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        &[],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(
+                ReplyScript::new()
+                    .deltas(400, "lost ")
+                    .pace(Duration::from_millis(10)),
+            ),
+            Script::text("The one reply that counts."),
+        ])
+        .conversation("")
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "talk to me".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "talk to me").await;
     let mut deltas = 0;
-    a.until(T, |m| {
+    a.until(WAIT, |m| {
         deltas += usize::from(matches!(m.event, Some(Event::TextDelta(_))));
         deltas >= 5
     })
@@ -236,47 +215,36 @@ impl Seen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_attached_client_reconnects_through_a_restart_without_duplicates() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(
-            ReplyScript::new()
-                .text("Two tools.")
-                .tool_use("q1", "think", json!({"thought": "first"}))
-                .tool_use("q2", "bash", json!({"command": "sleep 3"})),
-        ),
-        // Still streaming when the client comes back.
-        Script::Reply(
-            ReplyScript::new()
-                .text("Back after the restart, and streaming slowly to the end.")
-                .chunk_chars(2)
-                .pace(Duration::from_millis(25)),
-        ),
-    ]);
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        MUTATING,
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(
+                ReplyScript::new()
+                    .text("Two tools.")
+                    .tool_use("q1", "think", json!({"thought": "first"}))
+                    .tool_use("q2", "bash", json!({"command": "sleep 3"})),
+            ),
+            // Still streaming when the client comes back.
+            Script::Reply(
+                ReplyScript::new()
+                    .text("Back after the restart, and streaming slowly to the end.")
+                    .chunk_chars(2)
+                    .pace(Duration::from_millis(25)),
+            ),
+        ])
+        .conversation("")
+        .allow(MUTATING)
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (mut d, mut client, id) = (s.daemon, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "survivor").await;
     let mut seen = Seen::default();
-    let first = a.next(T).await;
+    let first = a.next(WAIT).await;
     seen.take(&first, true);
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "run two tools".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "run two tools").await;
     // Until the bash tool runs.
     let frames = a
-        .until(T, |m| match &m.event {
+        .until(WAIT, |m| match &m.event {
             Some(Event::ToolCallBegin(b)) => b.tool_use_id == "q2",
             _ => false,
         })
@@ -287,7 +255,7 @@ async fn an_attached_client_reconnects_through_a_restart_without_duplicates() {
     tokio::time::sleep(Duration::from_millis(50)).await;
     d.kill9();
     // The stream breaks (an error, or its end) with the daemon.
-    let broke = tokio::time::timeout(T, async {
+    let broke = tokio::time::timeout(WAIT, async {
         loop {
             match a.rx.message().await {
                 Ok(Some(m)) => seen.take(&m, false),
@@ -304,10 +272,10 @@ async fn an_attached_client_reconnects_through_a_restart_without_duplicates() {
     d.restart().await;
     let mut client = d.client().await;
     let mut b = Attached::open(&mut client, &id, last_seen, "survivor").await;
-    let m = b.next(T).await;
+    let m = b.next(WAIT).await;
     seen.take(&m, true);
     while !seen.idle() {
-        let m = b.next(T).await;
+        let m = b.next(WAIT).await;
         seen.take(&m, false);
     }
 
@@ -353,44 +321,33 @@ async fn an_attached_client_reconnects_through_a_restart_without_duplicates() {
 /// any client can be attached; a client that comes back must still see it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_reconnecting_after_a_restart_is_told_about_the_recovery() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(ReplyScript::new().tool_use("s1", "bash", json!({"command": "sleep 5"}))),
-        Script::Reply(
-            ReplyScript::new()
-                .text("Slowly done.")
-                .chunk_chars(1)
-                .pace(Duration::from_millis(50)),
-        ),
-    ]);
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        MUTATING,
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().tool_use("s1", "bash", json!({"command": "sleep 5"}))),
+            Script::Reply(
+                ReplyScript::new()
+                    .text("Slowly done.")
+                    .chunk_chars(1)
+                    .pace(Duration::from_millis(50)),
+            ),
+        ])
+        .conversation("")
+        .allow(MUTATING)
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (mut d, mut client, id) = (s.daemon, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "sleep".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "sleep").await;
     let frames = a
-        .until(T, |m| matches!(m.event, Some(Event::ToolCallBegin(_))))
+        .until(WAIT, |m| matches!(m.event, Some(Event::ToolCallBegin(_))))
         .await;
     let last = frames.iter().map(|m| m.seq).max().unwrap();
     d.kill9();
     d.restart().await;
     let mut client = d.client().await;
     let mut b = Attached::open(&mut client, &id, last, "watcher").await;
-    let frames = b.until(T, super::attach::is_idle).await;
+    let frames = b.until(WAIT, super::util::is_idle).await;
     let notices: Vec<&str> = frames
         .iter()
         .filter_map(|m| match &m.event {
@@ -408,23 +365,18 @@ async fn a_client_reconnecting_after_a_restart_is_told_about_the_recovery() {
 /// judged by sequence numbers, shows every durable event exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_attach_reconnects_by_itself_through_a_crash() {
-    let fake = FakeLlm::start().await;
     let sleeper = format!("sleep 3.{}", std::process::id());
-    fake.push_all([
-        Script::Reply(ReplyScript::new().tool_use("c1", "bash", json!({"command": sleeper}))),
-        Script::Reply(ReplyScript::new().text("after the crash")),
-    ]);
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        MUTATING,
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().tool_use("c1", "bash", json!({"command": sleeper}))),
+            Script::Reply(ReplyScript::new().text("after the crash")),
+        ])
+        .conversation("")
+        .allow(MUTATING)
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (mut d, mut client, id) = (s.daemon, s.client, s.id);
     let mut attach = tokio::process::Command::from(d.agent())
         .args(["--json", "attach", &id])
         .stdin(std::process::Stdio::piped())
@@ -433,23 +385,17 @@ async fn agent_attach_reconnects_by_itself_through_a_crash() {
         .spawn()
         .unwrap();
     let stdin = attach.stdin.take().unwrap();
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "sleep a while".into(),
-        })
-        .await
-        .unwrap();
-    super::foundation::wait_state(&mut client, &id, pb::StateKind::ToolExecuting).await;
+    send(&mut client, &id, "sleep a while").await;
+    super::util::wait_state(&mut client, &id, pb::StateKind::ToolExecuting).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     d.kill9();
     tokio::time::sleep(Duration::from_millis(300)).await;
     d.restart().await;
     let mut client = d.client().await;
-    super::foundation::wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    super::util::wait_state(&mut client, &id, pb::StateKind::Idle).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     drop(stdin); // Ctrl-D: detach.
-    let out = tokio::time::timeout(T, attach.wait_with_output())
+    let out = tokio::time::timeout(WAIT, attach.wait_with_output())
         .await
         .unwrap()
         .unwrap();
@@ -490,4 +436,101 @@ async fn agent_attach_reconnects_by_itself_through_a_crash() {
     let r = get(&mut client, &id).await;
     let want: Vec<u64> = r.messages.iter().map(|m| m.seq).collect();
     assert_eq!(shown, want, "{stdout}");
+}
+
+/// Names of the tools a recorded request offers.
+fn offered_tools(req: &agent_tests::fake_llm::Recorded) -> Vec<String> {
+    req.body["tools"]
+        .as_array()
+        .map(|tools| {
+            tools
+                .iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_right_after_a_mode_upgrade_is_approved_keeps_mode_and_transcript_in_agreement() {
+    // The request after the approval is held (if it goes out before the
+    // kill) until the daemon has restarted.
+    let gate = agent_tests::fake_llm::Gate::new();
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().tool_use(
+                "u1",
+                "request_mode_upgrade",
+                json!({"reason": "the fix needs a write"}),
+            )),
+            Script::Reply(
+                ReplyScript::new()
+                    .tool_use("w1", "write", json!({"path": "fixed.txt", "content": "ok"}))
+                    .hold_after(0, gate.clone()),
+            ),
+            Script::text("Done."),
+            Script::text("Done."),
+        ])
+        .conversation("fix the bug")
+        .allow(&["write"])
+        .mode(pb::PermissionMode::ReadOnly)
+        .start()
+        .await;
+    let (fake, mut d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
+    let deadline = Instant::now() + WAIT;
+    let request_id = loop {
+        if let Some(p) = get(&mut client, &id).await.pending_permission {
+            assert_eq!(p.tool_name, "request_mode_upgrade");
+            break p.request_id;
+        }
+        assert!(Instant::now() < deadline, "the upgrade was never asked for");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: id.clone(),
+            request_id,
+            decision: pb::PermissionDecision::AllowOnce as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    // Acknowledged: kill at once, before (or just as) the next request.
+    d.kill9();
+    let before_restart = fake.requests().len();
+    d.restart().await;
+    gate.open();
+    let mut client = d.client().await;
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+
+    let conversation = r.conversation.clone().unwrap();
+    assert_eq!(
+        conversation.mode,
+        pb::PermissionMode::Default as i32,
+        "the mode the transcript announces"
+    );
+    assert!(r.pending_permission.is_none(), "nothing is asked again");
+    let reqs = fake.requests();
+    assert!(reqs.len() > before_restart, "the recovery asked the model");
+    for (i, req) in reqs.iter().enumerate().skip(1) {
+        let tools = offered_tools(req);
+        assert!(
+            tools.contains(&"write".to_string()),
+            "request {i} after the approval offers the write tools: {tools:?}"
+        );
+        assert_valid_chain(req);
+        // The upgrade was answered once, with the text that says so.
+        let upgrades: Vec<&serde_json::Value> = req.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["content"].as_array())
+            .flatten()
+            .filter(|b| b["type"] == "tool_result" && b["tool_use_id"] == "u1")
+            .collect();
+        assert_eq!(upgrades.len(), 1, "{upgrades:?}");
+        assert_eq!(upgrades[0]["is_error"], false);
+    }
+    let texts: Vec<String> = r.messages.iter().map(text_of_message).collect();
+    assert_eq!(texts.last().map(String::as_str), Some("Done."), "{texts:?}");
 }

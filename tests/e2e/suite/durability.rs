@@ -1,19 +1,17 @@
 //! Crash safety at the edges: an unreadable store is moved aside, and
 //! export / import round-trip conversations exactly.
 
-use super::foundation::{create, get, wait_state, workdir};
+use super::util::{Attached, assert_valid_chain, get, is_idle, send, text_of_message, wait_state};
 use agent_proto::v1 as pb;
-use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
-use agent_tests::harness::TestDaemon;
+use agent_tests::fake_llm::{ReplyScript, Script};
+use agent_tests::harness::{Scenario, TestDaemon, WAIT, wait_for};
 use serde_json::json;
+use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_store_is_moved_aside_and_the_daemon_starts() {
-    let fake = FakeLlm::start().await;
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new().conversation("").start().await;
+    let (mut d, id) = (s.daemon, s.id);
     assert!(!id.is_empty());
     d.terminate().await;
     // Garbage over every file of sled's.
@@ -49,23 +47,23 @@ async fn an_unreadable_store_is_moved_aside_and_the_daemon_starts() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_and_import_round_trip_a_conversation_exactly() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(ReplyScript::new().text("Let me look.").tool_use(
-            "t1",
-            "think",
-            json!({"thought": "ünïcödé ✓"}),
-        )),
-        Script::Reply(
-            ReplyScript::new()
-                .thinking("hmm", "sig-1")
-                .text("Done: \"quoted\"\nand a newline."),
-        ),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "export me").await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().text("Let me look.").tool_use(
+                "t1",
+                "think",
+                json!({"thought": "ünïcödé ✓"}),
+            )),
+            Script::Reply(
+                ReplyScript::new()
+                    .thinking("hmm", "sig-1")
+                    .text("Done: \"quoted\"\nand a newline."),
+            ),
+        ])
+        .conversation("export me")
+        .start()
+        .await;
+    let (d, mut client, id) = (s.daemon, s.client, s.id);
     let original = wait_state(&mut client, &id, pb::StateKind::Idle).await;
 
     let out = tokio::process::Command::from(d.agent())
@@ -82,8 +80,8 @@ async fn export_and_import_round_trip_a_conversation_exactly() {
     std::fs::write(&file, &out.stdout).unwrap();
 
     // Into a fresh daemon.
-    let fake2 = FakeLlm::start().await;
-    let d2 = TestDaemon::start(&fake2).await;
+    let s2 = Scenario::new().start().await;
+    let d2 = s2.daemon;
     let out = tokio::process::Command::from(d2.agent())
         .arg("import")
         .arg(&file)
@@ -122,39 +120,26 @@ async fn export_and_import_round_trip_a_conversation_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_with_clients_and_a_running_tool_stops_quickly_and_records_it() {
-    use super::attach::Attached;
     use agent_proto::v1::attach_response::Event as Ev;
-    let fake = FakeLlm::start().await;
     let sleeper = format!("sleep 40.{}", std::process::id());
-    fake.push_all([
-        Script::Reply(ReplyScript::new().tool_use("s1", "bash", json!({"command": sleeper}))),
-        Script::Reply(ReplyScript::new().text("carried on")),
-    ]);
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = super::foundation::create_with(
-        &mut client,
-        work.path(),
-        "",
-        &["bash"],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().tool_use("s1", "bash", json!({"command": sleeper}))),
+            Script::Reply(ReplyScript::new().text("carried on")),
+        ])
+        .conversation("")
+        .allow(&["bash"])
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
     let mut clients = Vec::new();
     for name in ["one", "two", "three"] {
         clients.push(Attached::open(&mut client, &id, 0, name).await);
     }
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "sleep".into(),
-        })
-        .await
-        .unwrap();
-    let t = std::time::Duration::from_secs(20);
+    send(&mut client, &id, "sleep").await;
     for c in &mut clients {
-        c.until(t, |m| matches!(m.event, Some(Ev::ToolCallBegin(_))))
+        c.until(WAIT, |m| matches!(m.event, Some(Ev::ToolCallBegin(_))))
             .await;
     }
     let started = std::time::Instant::now();
@@ -183,7 +168,7 @@ async fn sigterm_with_clients_and_a_running_tool_stops_quickly_and_records_it() 
     let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2, "the loop carried on after the restart");
-    super::core_loop::assert_valid_chain(&reqs[1]);
+    assert_valid_chain(&reqs[1]);
     let messages = reqs[1].body["messages"].as_array().unwrap();
     let result = &messages[2]["content"][0];
     assert_eq!(result["tool_use_id"], "s1");
@@ -192,10 +177,7 @@ async fn sigterm_with_clients_and_a_running_tool_stops_quickly_and_records_it() 
         result["content"],
         "agentd was stopped while this tool was running; it was interrupted and its effects are unknown"
     );
-    assert_eq!(
-        super::foundation::text_of_message(r.messages.last().unwrap()),
-        "carried on"
-    );
+    assert_eq!(text_of_message(r.messages.last().unwrap()), "carried on");
 }
 
 /// A conversation at rest with nobody attached is unloaded from memory,
@@ -203,61 +185,35 @@ async fn sigterm_with_clients_and_a_running_tool_stops_quickly_and_records_it() 
 /// client attached stays loaded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_conversations_are_unloaded_and_load_again_on_use() {
-    use super::attach::{Attached, is_idle};
-    use agent_tests::harness::{DaemonOptions, wait_for};
-    use std::time::Duration;
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(ReplyScript::new().text("first answer")),
-        Script::Reply(ReplyScript::new().text("second answer")),
-    ]);
-    let d = TestDaemon::start_with(
-        &fake,
-        DaemonOptions {
-            extra_config: "[limits]\nidle_unload_ms = 200".into(),
-            ..Default::default()
-        },
-    )
-    .await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "one").await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().text("first answer")),
+            Script::Reply(ReplyScript::new().text("second answer")),
+        ])
+        .config("[limits]\nidle_unload_ms = 200")
+        .conversation("one")
+        .start()
+        .await;
+    let (fake, d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let unloads = |d: &TestDaemon| d.log().matches("unloaded (idle)").count();
-    wait_for(
-        "the idle conversation to unload",
-        Duration::from_secs(10),
-        || unloads(&d) == 1,
-    )
-    .await;
+    wait_for("the idle conversation to unload", WAIT, || unloads(&d) == 1).await;
 
     // Loaded again by an attach; it stays loaded while the client is there.
     let mut a = Attached::open(&mut client, &id, 0, "watcher").await;
-    a.next(Duration::from_secs(10)).await; // the snapshot
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "two".into(),
-        })
-        .await
-        .unwrap();
-    a.until(Duration::from_secs(10), is_idle).await;
+    a.next(WAIT).await; // the snapshot
+    send(&mut client, &id, "two").await;
+    a.until(WAIT, is_idle).await;
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(unloads(&d), 1, "not unloaded while a client is attached");
     drop(a);
-    wait_for(
-        "the conversation to unload again",
-        Duration::from_secs(10),
-        || unloads(&d) == 2,
-    )
+    wait_for("the conversation to unload again", WAIT, || {
+        unloads(&d) == 2
+    })
     .await;
 
     let r = get(&mut client, &id).await;
-    let texts: Vec<String> = r
-        .messages
-        .iter()
-        .map(super::foundation::text_of_message)
-        .collect();
+    let texts: Vec<String> = r.messages.iter().map(text_of_message).collect();
     assert_eq!(texts, ["one", "first answer", "two", "second answer"]);
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);

@@ -2,9 +2,8 @@
 //! two-round tool loop, then the assertions a daemon test makes on the
 //! requests it received.
 
-use std::time::Duration;
-
 use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script, parse_sse};
+use agent_tests::harness::WAIT;
 use serde_json::{Value, json};
 
 /// What a streaming client assembles from one Anthropic reply.
@@ -111,7 +110,7 @@ async fn a_tool_loop_over_http() {
     assert_eq!(second.stop_reason, "end_turn");
 
     // What a daemon test asserts: the tool_result went back, in a user message.
-    let requests = llm.wait_for_requests(2, Duration::from_secs(5)).await;
+    let requests = llm.wait_for_requests(2, WAIT).await;
     assert_eq!(requests.len(), 2);
     assert!(requests.iter().all(|r| r.path == "/v1/messages"));
     let last = &requests[1].body["messages"];

@@ -1,117 +1,25 @@
 //! The foundation: `agent run`, multi-client attach, persistence across a
 //! restart, socket security, and bad input.
 
-use super::attach::{
-    Attached, ReplyText, assert_same_stream, assert_same_text, delta_marks, deltas, is_idle,
-    small_window_client, text_of,
+use super::util::{
+    Attached, ReplyText, assert_same_stream, assert_same_text, create, delta_marks, deltas, get,
+    is_idle, send, small_window_client, text_of, text_of_message, wait_state,
 };
 use agent_proto::v1 as pb;
-use agent_proto::v1::agent_service_client::AgentServiceClient;
-use agent_tests::fake_llm::{FakeLlm, Gate, ReplyScript, Script};
-use agent_tests::harness::{TestDaemon, wait_for};
+use agent_tests::fake_llm::{Gate, ReplyScript, Script};
+use agent_tests::harness::{Scenario, WAIT, wait_for};
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
-use tonic::transport::Channel;
-
-const T: Duration = Duration::from_secs(20);
-
-pub async fn create(
-    client: &mut AgentServiceClient<Channel>,
-    cwd: &std::path::Path,
-    prompt: &str,
-) -> String {
-    create_with(client, cwd, prompt, &[], pb::PermissionMode::Unspecified).await
-}
-
-/// Creates a conversation with permission rules and a mode.
-pub async fn create_with(
-    client: &mut AgentServiceClient<Channel>,
-    cwd: &std::path::Path,
-    prompt: &str,
-    allow: &[&str],
-    mode: pb::PermissionMode,
-) -> String {
-    client
-        .create_conversation(pb::CreateConversationRequest {
-            cwd: cwd.display().to_string(),
-            prompt: prompt.to_string(),
-            allow_rules: allow.iter().map(|r| r.to_string()).collect(),
-            mode: mode as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .conversation
-        .unwrap()
-        .id
-}
-
-pub async fn get(
-    client: &mut AgentServiceClient<Channel>,
-    id: &str,
-) -> pb::GetConversationResponse {
-    client
-        .get_conversation(pb::GetConversationRequest {
-            conversation_id: id.to_string(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-}
-
-pub fn kind_of(r: &pb::GetConversationResponse) -> pb::StateKind {
-    let k = r
-        .conversation
-        .as_ref()
-        .and_then(|c| c.state.as_ref())
-        .map(|s| s.kind)
-        .unwrap_or(0);
-    pb::StateKind::try_from(k).unwrap()
-}
-
-/// Polls until the conversation is in `kind`.
-pub async fn wait_state(
-    client: &mut AgentServiceClient<Channel>,
-    id: &str,
-    kind: pb::StateKind,
-) -> pb::GetConversationResponse {
-    let deadline = tokio::time::Instant::now() + T;
-    loop {
-        let r = get(client, id).await;
-        if kind_of(&r) == kind {
-            return r;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "conversation never reached {kind:?}; last: {r:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
-
-pub fn text_of_message(m: &pb::Message) -> String {
-    m.content
-        .iter()
-        .filter_map(|b| match &b.block {
-            Some(pb::content_block::Block::Text(t)) => Some(t.text.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-pub fn workdir() -> tempfile::TempDir {
-    tempfile::tempdir().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_run_streams_the_reply_and_sends_a_correct_request() {
-    let fake = FakeLlm::start().await;
-    fake.push(Script::Reply(
-        ReplyScript::new().text("Hello there, this reply was streamed."),
-    ));
-    let d = TestDaemon::start(&fake).await;
-    let work = workdir();
+    let s = Scenario::new()
+        .script(Script::Reply(
+            ReplyScript::new().text("Hello there, this reply was streamed."),
+        ))
+        .start()
+        .await;
+    let (fake, d, work) = (s.fake, s.daemon, s.work);
     let out = tokio::process::Command::from(d.agent())
         .args(["run", "--cwd", &work.path().display().to_string(), "hi"])
         .output()
@@ -160,39 +68,33 @@ async fn agent_run_streams_the_reply_and_sends_a_correct_request() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_reply() {
-    let fake = FakeLlm::start().await;
     let gate = Gate::new();
     let words: Vec<String> = (0..40).map(|i| format!("w{i} ")).collect();
     let full: String = words.concat();
     // message_start + content_block_start + 20 deltas, then hold.
-    fake.push(Script::Reply(
-        ReplyScript::new()
-            .text(&full)
-            .chunk_chars(3)
-            .hold_after(22, gate.clone()),
-    ));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new()
+        .script(Script::Reply(
+            ReplyScript::new()
+                .text(&full)
+                .chunk_chars(3)
+                .hold_after(22, gate.clone()),
+        ))
+        .conversation("")
+        .start()
+        .await;
+    let (mut client, id) = (s.client, s.id);
 
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
     let mut b = Attached::open(&mut client, &id, 0, "B").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "go".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "go").await;
 
     // Wait until A has seen the held part of the reply.
     let mut a_frames = a
-        .until(T, |m| text_of(std::slice::from_ref(m)).contains("w5"))
+        .until(WAIT, |m| text_of(std::slice::from_ref(m)).contains("w5"))
         .await;
     let seen = text_of(&a_frames);
     let mut c = Attached::open(&mut client, &id, 0, "C").await;
-    let snap = c.next(T).await;
+    let snap = c.next(WAIT).await;
     let Some(pb::attach_response::Event::Snapshot(s)) = &snap.event else {
         panic!("first frame is not a snapshot: {snap:?}");
     };
@@ -218,7 +120,7 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
     }))
     .await;
     let refusal = c
-        .until(T, |m| {
+        .until(WAIT, |m| {
             matches!(m.event, Some(pb::attach_response::Event::Error(_)))
         })
         .await;
@@ -231,10 +133,10 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
     let c_early: Vec<_> = refusal[..refusal.len() - 1].to_vec();
 
     gate.open();
-    a_frames.extend(a.until(T, is_idle).await);
-    let b_frames = b.until(T, is_idle).await;
+    a_frames.extend(a.until(WAIT, is_idle).await);
+    let b_frames = b.until(WAIT, is_idle).await;
     let mut c_frames = c_early;
-    c_frames.extend(c.until(T, is_idle).await);
+    c_frames.extend(c.until(WAIT, is_idle).await);
 
     // A and B see the same text under the same sequence numbers, cut into
     // frames the same way or not (deltas merge for a client that is behind).
@@ -261,27 +163,21 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_does_not_hold_up_the_others() {
-    let fake = FakeLlm::start().await;
     // Far more than the HTTP/2 window and the hub's buffer hold.
-    fake.push(Script::Reply(
-        ReplyScript::new().deltas(20_000, "0123456789abcdef"),
-    ));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new()
+        .script(Script::Reply(
+            ReplyScript::new().deltas(20_000, "0123456789abcdef"),
+        ))
+        .conversation("")
+        .start()
+        .await;
+    let (mut client, id) = (s.client, s.id);
 
     let mut stalled = Attached::open(&mut client, &id, 0, "stalled").await;
-    let _first = stalled.next(T).await; // its snapshot; then it reads nothing
+    let _first = stalled.next(WAIT).await; // its snapshot; then it reads nothing
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "go".into(),
-        })
-        .await
-        .unwrap();
-    let frames = a.until(T, is_idle).await;
+    send(&mut client, &id, "go").await;
+    let frames = a.until(WAIT, is_idle).await;
     // Whether A saw every delta or was resynchronised, it ends with the
     // whole reply as a durable message.
     let reply = frames
@@ -297,7 +193,7 @@ async fn a_client_that_stops_reading_does_not_hold_up_the_others() {
         .expect("the reply message reached A");
     assert_eq!(text_of_message(&reply).len(), 20_000 * 16);
     // The stalled client, reading at last, catches up to Idle too.
-    let rest = stalled.until(T, |m| {
+    let rest = stalled.until(WAIT, |m| {
         is_idle(m)
             || matches!(&m.event, Some(pb::attach_response::Event::Snapshot(s))
                 if s.conversation.as_ref().and_then(|c| c.state.as_ref()).map(|s| s.kind) == Some(pb::StateKind::Idle as i32))
@@ -308,37 +204,31 @@ async fn a_client_that_stops_reading_does_not_hold_up_the_others() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_falls_behind_gets_the_exact_text_in_fewer_bigger_frames() {
-    let fake = FakeLlm::start().await;
     // 12,000 distinct deltas of 100 bytes: far more than the slow client's
     // connection holds, less than what the daemon keeps for it (its outbox
     // and the hub's ring), so it must get all of it, as deltas, in order.
     let n = 12_000;
     let full: String = (0..n).map(|i| format!("{i:>99}\n")).collect();
-    fake.push(Script::Reply(
-        ReplyScript::new().text(&full).chunk_chars(100),
-    ));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new()
+        .script(Script::Reply(
+            ReplyScript::new().text(&full).chunk_chars(100),
+        ))
+        .conversation("")
+        .start()
+        .await;
+    let (d, mut client, id) = (s.daemon, s.client, s.id);
 
     let mut slow_client = small_window_client(&d.socket).await;
     let mut slow = Attached::open(&mut slow_client, &id, 0, "slow").await;
-    let _snapshot = slow.next(T).await;
+    let _snapshot = slow.next(WAIT).await;
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "go".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "go").await;
     // A reads all along; the slow client reads nothing until the turn ends.
-    let a_frames = a.until(T, is_idle).await;
+    let a_frames = a.until(WAIT, is_idle).await;
     assert_eq!(text_of(&a_frames), full);
     let is_snapshot =
         |m: &pb::AttachResponse| matches!(m.event, Some(pb::attach_response::Event::Snapshot(_)));
-    let frames = slow.until(T, |m| is_idle(m) || is_snapshot(m)).await;
+    let frames = slow.until(WAIT, |m| is_idle(m) || is_snapshot(m)).await;
     assert!(
         !frames.iter().any(is_snapshot),
         "the slow client was not resynchronised"
@@ -355,26 +245,20 @@ async fn a_client_that_falls_behind_gets_the_exact_text_in_fewer_bigger_frames()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deltas_at_a_models_pace_go_out_one_by_one_as_they_come() {
-    let fake = FakeLlm::start().await;
     let n = 30;
-    fake.push(Script::Reply(
-        ReplyScript::new()
-            .deltas(n, "word ")
-            .pace(Duration::from_millis(20)),
-    ));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new()
+        .script(Script::Reply(
+            ReplyScript::new()
+                .deltas(n, "word ")
+                .pace(Duration::from_millis(20)),
+        ))
+        .conversation("")
+        .start()
+        .await;
+    let (mut client, id) = (s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "go".into(),
-        })
-        .await
-        .unwrap();
-    let frames = a.until(T, is_idle).await;
+    send(&mut client, &id, "go").await;
+    let frames = a.until(WAIT, is_idle).await;
     assert_eq!(text_of(&frames), "word ".repeat(n));
     // Merging is for floods and for clients that are behind: deltas 20 ms
     // apart are not held back to be merged. (A few may still arrive
@@ -388,7 +272,6 @@ async fn deltas_at_a_models_pace_go_out_one_by_one_as_they_come() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_goes_on() {
-    let fake = FakeLlm::start().await;
     let gate = Gate::new();
     // 15,000 text blocks of one 200-byte delta each: deltas of different
     // blocks never merge, so a client that reads nothing overflows its
@@ -401,28 +284,23 @@ async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_go
         script = script.text(b);
     }
     // message_start, then start + delta + stop per block.
-    fake.push(Script::Reply(script.hold_after(1 + 3 * held, gate.clone())));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "").await;
+    let s = Scenario::new()
+        .script(Script::Reply(script.hold_after(1 + 3 * held, gate.clone())))
+        .conversation("")
+        .start()
+        .await;
+    let (d, mut client, id) = (s.daemon, s.client, s.id);
 
     let mut slow_client = small_window_client(&d.socket).await;
     let mut slow = Attached::open(&mut slow_client, &id, 0, "slow").await;
-    let _snapshot = slow.next(T).await;
+    let _snapshot = slow.next(WAIT).await;
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "go".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "go").await;
     // Once A has the reply up to the hold, so has the hub. (A reads all
     // along, but 15,000 blocks are a lot: it may be resynchronised too.)
     let last_held = &blocks[held - 1];
     let mut a_text = ReplyText::default();
-    a.until(T, |m| {
+    a.until(WAIT, |m| {
         a_text.add(m);
         a_text.0.ends_with(last_held.as_str())
     })
@@ -432,7 +310,7 @@ async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_go
     // snapshot with the partial reply instead of what it missed.
     let is_snapshot =
         |m: &pb::AttachResponse| matches!(m.event, Some(pb::attach_response::Event::Snapshot(_)));
-    let before = slow.until(T, is_snapshot).await;
+    let before = slow.until(WAIT, is_snapshot).await;
     let (old, snap) = before.split_at(before.len() - 1);
     assert!(
         full.starts_with(&text_of(old)),
@@ -451,7 +329,7 @@ async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_go
         "the snapshot has the reply up to the hold"
     );
     gate.open();
-    let after = slow.until(T, is_idle).await;
+    let after = slow.until(WAIT, is_idle).await;
     assert_same_text(
         &format!("{partial}{}", text_of(&after)),
         &full,
@@ -461,7 +339,7 @@ async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_go
         deltas(&after).iter().all(|(seq, _)| *seq > snap[0].seq),
         "nothing the snapshot has comes again"
     );
-    for m in a.until(T, is_idle).await {
+    for m in a.until(WAIT, is_idle).await {
         a_text.add(&m);
     }
     assert_same_text(&a_text.0, &full, "the reader's reply");
@@ -469,12 +347,12 @@ async fn a_client_too_far_behind_is_resynchronised_with_the_partial_reply_and_go
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conversations_survive_a_restart_and_a_second_daemon_is_refused() {
-    let fake = FakeLlm::start().await;
-    fake.push(Script::Reply(ReplyScript::new().text("persisted reply")));
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "remember me").await;
+    let s = Scenario::new()
+        .script(Script::Reply(ReplyScript::new().text("persisted reply")))
+        .conversation("remember me")
+        .start()
+        .await;
+    let (mut d, mut client, id) = (s.daemon, s.client, s.id);
     let before = wait_state(&mut client, &id, pb::StateKind::Idle).await;
     assert_eq!(before.messages.len(), 2);
 
@@ -534,8 +412,8 @@ async fn conversations_survive_a_restart_and_a_second_daemon_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_socket_is_private() {
-    let fake = FakeLlm::start().await;
-    let d = TestDaemon::start(&fake).await;
+    let s = Scenario::new().start().await;
+    let d = s.daemon;
     let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode(&d.socket), 0o600);
     assert_eq!(mode(d.socket.parent().unwrap()), 0o700);
@@ -543,10 +421,8 @@ async fn the_socket_is_private() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_statuses() {
-    let fake = FakeLlm::start().await;
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
+    let s = Scenario::new().start().await;
+    let (d, mut client, work) = (s.daemon, s.client, s.work);
 
     let e = client
         .get_conversation(pb::GetConversationRequest {
@@ -599,7 +475,7 @@ async fn bad_input_gets_clear_statuses() {
 
     // The first Attach frame must be a subscribe.
     let (tx, rx) = tokio::sync::mpsc::channel(4);
-    tx.send(super::attach::frame(pb::attach_request::Frame::Cancel(
+    tx.send(super::util::frame(pb::attach_request::Frame::Cancel(
         pb::CancelFrame {},
     )))
     .await
@@ -637,12 +513,12 @@ async fn bad_input_gets_clear_statuses() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_auth_error_is_shown_and_the_next_message_works() {
-    let fake = FakeLlm::start().await;
-    fake.push(Script::unauthorized());
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "hello").await;
+    let s = Scenario::new()
+        .script(Script::unauthorized())
+        .conversation("hello")
+        .start()
+        .await;
+    let (fake, d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
     let r = wait_state(&mut client, &id, pb::StateKind::Error).await;
     let state = r.conversation.unwrap().state.unwrap();
     assert_eq!(state.error_kind, pb::ErrorKind::Auth as i32, "{state:?}");
@@ -655,62 +531,72 @@ async fn an_auth_error_is_shown_and_the_next_message_works() {
             .with_unknown_event()
             .text("works now"),
     ));
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "again".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "again").await;
     let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let last = r.messages.last().unwrap();
     assert_eq!(text_of_message(last), "works now");
     assert!(d.log().contains("401") || d.log().to_lowercase().contains("auth"));
-    wait_for("daemon still running", Duration::from_secs(2), || {
-        d.socket.exists()
-    })
-    .await;
+    wait_for("daemon still running", WAIT, || d.socket.exists()).await;
 }
 
+/// The core stays pure through any path: a crate it depends on that pulls in
+/// an async runtime, RPC, storage or HTTP breaks purity as much as a direct
+/// dependency does, and only the resolved graph shows that. Normal
+/// dependencies only (dev-dependencies never reach the built core), on every
+/// target platform.
 #[test]
-fn the_core_has_no_io_dependencies() {
-    let manifest = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../daemon/core/Cargo.toml"
-    ))
-    .unwrap();
-    let mut section = "";
-    for line in manifest.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            section = line;
-            continue;
-        }
-        if section == "[dependencies]" {
-            for banned in ["tokio", "tonic", "prost", "sled", "reqwest"] {
-                assert!(
-                    !line.starts_with(banned),
-                    "agentd-core depends on {banned}: {line}"
-                );
-            }
+fn the_core_reaches_no_io_crate_through_any_path() {
+    const BANNED: [&str; 7] = ["tokio", "tonic", "prost", "sled", "reqwest", "mio", "hyper"];
+    let out = std::process::Command::new(env!("CARGO"))
+        .args(["tree", "--locked", "-p", "agentd-core", "-e", "normal"])
+        .args(["--target", "all", "--prefix", "depth", "--format", "{p}"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tree = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        tree.starts_with("0agentd-core "),
+        "unexpected output:\n{tree}"
+    );
+    // Each line is `<depth><name> v<version>…`; the names above a line are
+    // the path that reached it.
+    let mut path: Vec<&str> = Vec::new();
+    let mut reached = Vec::new();
+    for line in tree.lines() {
+        let digits = line.bytes().take_while(u8::is_ascii_digit).count();
+        let depth: usize = line[..digits].parse().unwrap();
+        let name = line[digits..].split_whitespace().next().unwrap();
+        path.truncate(depth);
+        path.push(name);
+        // `tokio-util`, `hyper-util`, `prost-types`… count as their family.
+        let banned = BANNED.iter().any(|b| {
+            name.strip_prefix(b)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+        });
+        if banned {
+            reached.push(path.join(" -> "));
         }
     }
+    assert!(
+        reached.is_empty(),
+        "agentd-core must not reach {BANNED:?}, but it does:\n{}",
+        reached.join("\n")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_daemon_without_a_key_starts_and_says_what_to_set() {
-    let fake = FakeLlm::start().await;
-    let d = TestDaemon::start_with(
-        &fake,
-        agent_tests::harness::DaemonOptions {
-            env: vec![("ANTHROPIC_API_KEY".into(), String::new())],
-            ..Default::default()
-        },
-    )
-    .await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create(&mut client, work.path(), "hello").await;
+    let s = Scenario::new()
+        .env("ANTHROPIC_API_KEY", "")
+        .conversation("hello")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     let r = wait_state(&mut client, &id, pb::StateKind::Error).await;
     let state = r.conversation.unwrap().state.unwrap();
     assert_eq!(state.error_kind, pb::ErrorKind::Auth as i32);

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use agent_proto::v1::ListConversationsRequest;
 use agent_tests::fake_llm::FakeLlm;
-use agent_tests::harness::{DaemonOptions, TestDaemon, client_bin, daemon_bin, wait_for};
+use agent_tests::harness::{DaemonOptions, TestDaemon, WAIT, client_bin, daemon_bin, wait_for};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 
@@ -163,7 +163,7 @@ async fn agent_command_is_preset() {
 #[tokio::test]
 async fn wait_for_polls_until_true() {
     let mut calls = 0;
-    wait_for("the third call", Duration::from_secs(5), || {
+    wait_for("the third call", WAIT, || {
         calls += 1;
         calls == 3
     })

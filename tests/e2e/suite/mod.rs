@@ -1,6 +1,5 @@
-//! One module per area.
+//! One module per area, and `util`, the one module of helpers they share.
 
-mod attach;
 mod cli;
 mod core_loop;
 mod crash;

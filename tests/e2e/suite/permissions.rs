@@ -2,19 +2,14 @@
 //! deny / deny-and-stop / always / never, no client attached, restarts,
 //! doom loops, read-only mode and the mode upgrade.
 
-use super::attach::{Attached, is_idle};
-use super::core_loop::assert_valid_chain;
-use super::foundation::{create_with, get, kind_of, wait_state, workdir};
-use super::util::tool;
+use super::util::{Attached, assert_valid_chain, get, is_idle, kind_of, send, tool, wait_state};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
-use agent_tests::fake_llm::{FakeLlm, Recorded, ReplyScript, Script};
-use agent_tests::harness::TestDaemon;
+use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
+use agent_tests::harness::{Scenario, WAIT};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-const T: Duration = Duration::from_secs(20);
 
 fn done() -> Script {
     Script::Reply(ReplyScript::new().text("done"))
@@ -62,48 +57,26 @@ fn results(req: &Recorded) -> Vec<Value> {
     last["content"].as_array().unwrap().clone()
 }
 
-async fn send(
-    client: &mut agent_proto::v1::agent_service_client::AgentServiceClient<
-        tonic::transport::Channel,
-    >,
-    id: &str,
-    text: &str,
-) {
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.to_string(),
-            text: text.to_string(),
-        })
-        .await
-        .unwrap();
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_first_answer_wins_and_nothing_leaks_into_the_next_call() {
-    let fake = FakeLlm::start().await;
     let cmd = json!({"command": "echo once >> log.txt"});
-    fake.push_all([
-        tool("p1", "bash", cmd.clone()),
-        tool("p2", "bash", cmd),
-        done(),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        &[],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            tool("p1", "bash", cmd.clone()),
+            tool("p2", "bash", cmd),
+            done(),
+        ])
+        .conversation("")
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, work, id) = (s.fake, s.client, s.work, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
     let mut b = Attached::open(&mut client, &id, 0, "B").await;
     send(&mut client, &id, "log it").await;
 
-    let ra = request_of(a.until(T, is_request).await.last().unwrap());
-    let rb = request_of(b.until(T, is_request).await.last().unwrap());
+    let ra = request_of(a.until(WAIT, is_request).await.last().unwrap());
+    let rb = request_of(b.until(WAIT, is_request).await.last().unwrap());
     assert_eq!(ra, rb, "both clients see the same request");
     assert_eq!(ra.tool_name, "bash");
     assert_eq!(ra.tool_use_id, "p1");
@@ -124,10 +97,10 @@ async fn the_first_answer_wins_and_nothing_leaks_into_the_next_call() {
     ))
     .await;
     let a_frames = a
-        .until(T, |m| matches!(m.event, Some(Ev::PermissionResolved(_))))
+        .until(WAIT, |m| matches!(m.event, Some(Ev::PermissionResolved(_))))
         .await;
     let b_frames = b
-        .until(T, |m| matches!(m.event, Some(Ev::PermissionResolved(_))))
+        .until(WAIT, |m| matches!(m.event, Some(Ev::PermissionResolved(_))))
         .await;
     for r in [resolved(&a_frames), resolved(&b_frames)] {
         assert_eq!(r.len(), 1);
@@ -146,7 +119,9 @@ async fn the_first_answer_wins_and_nothing_leaks_into_the_next_call() {
     ))
     .await;
     let refusal = b
-        .until(T, |m| m.seq == 0 && matches!(m.event, Some(Ev::Error(_))))
+        .until(WAIT, |m| {
+            m.seq == 0 && matches!(m.event, Some(Ev::Error(_)))
+        })
         .await;
     let Some(Ev::Error(e)) = &refusal.last().unwrap().event else {
         unreachable!()
@@ -158,12 +133,12 @@ async fn the_first_answer_wins_and_nothing_leaks_into_the_next_call() {
     );
 
     // The identical call asks again: the first answer did not leak.
-    let again = a.until(T, is_request).await;
+    let again = a.until(WAIT, is_request).await;
     let r2 = request_of(again.last().unwrap());
     assert_eq!(r2.tool_use_id, "p2");
     a.send(answer(&r2.request_id, pb::PermissionDecision::Deny, ""))
         .await;
-    a.until(T, is_idle).await;
+    a.until(WAIT, is_idle).await;
 
     assert_eq!(
         std::fs::read_to_string(work.path().join("log.txt")).unwrap(),
@@ -182,29 +157,23 @@ async fn the_first_answer_wins_and_nothing_leaks_into_the_next_call() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deny_and_stop_skips_the_rest_and_sends_the_feedback() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        Script::Reply(
-            ReplyScript::new()
-                .tool_use("w1", "write", json!({"path": "x.txt", "content": "x"}))
-                .tool_use("b1", "bash", json!({"command": "echo never"})),
-        ),
-        done(),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        &[],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(
+                ReplyScript::new()
+                    .tool_use("w1", "write", json!({"path": "x.txt", "content": "x"}))
+                    .tool_use("b1", "bash", json!({"command": "echo never"})),
+            ),
+            done(),
+        ])
+        .conversation("")
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, work, id) = (s.fake, s.client, s.work, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
     send(&mut client, &id, "write it").await;
-    let r = request_of(a.until(T, is_request).await.last().unwrap());
+    let r = request_of(a.until(WAIT, is_request).await.last().unwrap());
     assert_eq!(r.tool_use_id, "w1");
     assert!(
         r.diff.contains("+x"),
@@ -217,7 +186,7 @@ async fn deny_and_stop_skips_the_rest_and_sends_the_feedback() {
         "use y.txt instead",
     ))
     .await;
-    a.until(T, is_idle).await;
+    a.until(WAIT, is_idle).await;
 
     assert!(!work.path().join("x.txt").exists());
     let reqs = fake.requests();
@@ -246,28 +215,22 @@ async fn deny_and_stop_skips_the_rest_and_sends_the_feedback() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn always_and_never_persist_across_a_restart() {
-    let fake = FakeLlm::start().await;
     let ok_cmd = json!({"command": "echo allowed >> out.txt"});
     let bad_cmd = json!({"command": "touch forbidden.txt"});
-    fake.push_all([
-        tool("a1", "bash", ok_cmd.clone()),
-        tool("n1", "bash", bad_cmd.clone()),
-        done(),
-    ]);
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        &[],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            tool("a1", "bash", ok_cmd.clone()),
+            tool("n1", "bash", bad_cmd.clone()),
+            done(),
+        ])
+        .conversation("")
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut d, mut client, work, id) = (s.fake, s.daemon, s.client, s.work, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
     send(&mut client, &id, "first").await;
-    let r = request_of(a.until(T, is_request).await.last().unwrap());
+    let r = request_of(a.until(WAIT, is_request).await.last().unwrap());
     assert!(
         r.options
             .contains(&(pb::PermissionDecision::AllowAlways as i32))
@@ -283,11 +246,11 @@ async fn always_and_never_persist_across_a_restart() {
         "",
     ))
     .await;
-    let r = request_of(a.until(T, is_request).await.last().unwrap());
+    let r = request_of(a.until(WAIT, is_request).await.last().unwrap());
     assert_eq!(r.tool_use_id, "n1");
     a.send(answer(&r.request_id, pb::PermissionDecision::Never, ""))
         .await;
-    a.until(T, is_idle).await;
+    a.until(WAIT, is_idle).await;
     drop(a);
     assert_eq!(fake.requests().len(), 3);
 
@@ -316,24 +279,18 @@ async fn always_and_never_persist_across_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_waits_for_a_client_and_survives_a_restart() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        tool("q1", "bash", json!({"command": "echo hi > one.txt"})),
-        done(),
-        tool("q2", "bash", json!({"command": "echo hi > two.txt"})),
-        done(),
-    ]);
-    let mut d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "one",
-        &[],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            tool("q1", "bash", json!({"command": "echo hi > one.txt"})),
+            done(),
+            tool("q2", "bash", json!({"command": "echo hi > two.txt"})),
+            done(),
+        ])
+        .conversation("one")
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut d, mut client, work, id) = (s.fake, s.daemon, s.client, s.work, s.id);
     wait_state(&mut client, &id, pb::StateKind::AwaitingPermission).await;
     let out = tokio::process::Command::from(d.agent())
         .arg("ls")
@@ -345,7 +302,7 @@ async fn a_request_waits_for_a_client_and_survives_a_restart() {
     // Nobody is attached; five seconds later a client attaches and sees it.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut a = Attached::open(&mut client, &id, 0, "late").await;
-    let snap = a.next(T).await;
+    let snap = a.next(WAIT).await;
     let Some(Ev::Snapshot(s)) = &snap.event else {
         panic!("{snap:?}")
     };
@@ -360,7 +317,7 @@ async fn a_request_waits_for_a_client_and_survives_a_restart() {
         "",
     ))
     .await;
-    a.until(T, is_idle).await;
+    a.until(WAIT, is_idle).await;
     assert!(work.path().join("one.txt").exists());
     drop(a);
 
@@ -389,67 +346,56 @@ async fn a_request_waits_for_a_client_and_survives_a_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_identical_calls_raise_a_doom_loop_request() {
-    let fake = FakeLlm::start().await;
     let same = json!({"thought": "I should think about this again"});
-    fake.push_all([
-        tool("d1", "think", same.clone()),
-        tool("d2", "think", same.clone()),
-        tool("d3", "think", same),
-        done(),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        &[],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            tool("d1", "think", same.clone()),
+            tool("d2", "think", same.clone()),
+            tool("d3", "think", same),
+            done(),
+        ])
+        .conversation("")
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
     send(&mut client, &id, "loop").await;
-    let r = request_of(a.until(T, is_request).await.last().unwrap());
+    let r = request_of(a.until(WAIT, is_request).await.last().unwrap());
     assert_eq!(r.tool_use_id, "d3", "the third identical call asks");
     assert!(r.reason.contains("doom loop"), "{}", r.reason);
     a.send(answer(&r.request_id, pb::PermissionDecision::AllowOnce, ""))
         .await;
-    a.until(T, is_idle).await;
+    a.until(WAIT, is_idle).await;
     assert_eq!(fake.requests().len(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_mode_hides_mutating_tools_until_the_upgrade_is_approved() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        tool(
-            "u1",
-            "request_mode_upgrade",
-            json!({"reason": "I need to fix the bug"}),
-        ),
-        tool("w1", "write", json!({"path": "fixed.txt", "content": "ok"})),
-        done(),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        &["write"],
-        pb::PermissionMode::ReadOnly,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "u1",
+                "request_mode_upgrade",
+                json!({"reason": "I need to fix the bug"}),
+            ),
+            tool("w1", "write", json!({"path": "fixed.txt", "content": "ok"})),
+            done(),
+        ])
+        .conversation("")
+        .allow(&["write"])
+        .mode(pb::PermissionMode::ReadOnly)
+        .start()
+        .await;
+    let (fake, mut client, work, id) = (s.fake, s.client, s.work, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
     send(&mut client, &id, "fix it").await;
-    let r = request_of(a.until(T, is_request).await.last().unwrap());
+    let r = request_of(a.until(WAIT, is_request).await.last().unwrap());
     assert_eq!(r.tool_name, "request_mode_upgrade");
     assert!(r.reason.contains("I need to fix the bug"), "{}", r.reason);
     a.send(answer(&r.request_id, pb::PermissionDecision::AllowOnce, ""))
         .await;
-    a.until(T, is_idle).await;
+    a.until(WAIT, is_idle).await;
 
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 3);
@@ -499,10 +445,8 @@ async fn read_only_mode_hides_mutating_tools_until_the_upgrade_is_approved() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bypass_needs_the_daemon_flag_and_bad_rules_are_refused() {
-    let fake = FakeLlm::start().await;
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
+    let s = Scenario::new().start().await;
+    let (mut client, work) = (s.client, s.work);
     let e = client
         .create_conversation(pb::CreateConversationRequest {
             cwd: work.path().display().to_string(),
@@ -526,15 +470,16 @@ async fn bypass_needs_the_daemon_flag_and_bad_rules_are_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_run_prompts_or_waits_for_another_client() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        tool("y1", "bash", json!({"command": "echo yes > yes.txt"})),
-        done(),
-        tool("z1", "bash", json!({"command": "echo z > z.txt"})),
-        done(),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let work = workdir();
+    let s = Scenario::new()
+        .scripts([
+            tool("y1", "bash", json!({"command": "echo yes > yes.txt"})),
+            done(),
+            tool("z1", "bash", json!({"command": "echo z > z.txt"})),
+            done(),
+        ])
+        .start()
+        .await;
+    let (d, work) = (s.daemon, s.work);
     let cwd = work.path().display().to_string();
 
     // --yes answers allow-once by itself.
@@ -561,7 +506,7 @@ async fn agent_run_prompts_or_waits_for_another_client() {
         .spawn()
         .unwrap();
     let mut client = d.client().await;
-    let deadline = tokio::time::Instant::now() + T;
+    let deadline = tokio::time::Instant::now() + WAIT;
     let id = loop {
         let list = client
             .list_conversations(pb::ListConversationsRequest::default())
@@ -590,7 +535,7 @@ async fn agent_run_prompts_or_waits_for_another_client() {
         "{}",
         String::from_utf8_lossy(&answered.stderr)
     );
-    let out = tokio::time::timeout(T, child.wait_with_output())
+    let out = tokio::time::timeout(WAIT, child.wait_with_output())
         .await
         .unwrap()
         .unwrap();

@@ -1,20 +1,18 @@
 //! Background shells owned by the daemon: polling, the CLI, the background
 //! answer, shutdown and crash, limits.
 
-use super::attach::{Attached, is_idle};
-use super::core_loop::assert_valid_chain;
-use super::foundation::{create_with, wait_state, workdir};
-use super::util::{processes_matching, tool};
+use super::util::{
+    Attached, agent_out, assert_valid_chain, create_with, is_idle, processes_matching, send, tool,
+    wait_state, workdir,
+};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
-use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
-use agent_tests::harness::{DaemonOptions, TestDaemon, wait_for};
+use agent_tests::fake_llm::{ReplyScript, Script};
+use agent_tests::harness::{Scenario, TestDaemon, WAIT, wait_for};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-
-const T: Duration = Duration::from_secs(30);
 
 /// The first `sh-…` id in `text`.
 fn shell_id(text: &str) -> Option<String> {
@@ -55,19 +53,6 @@ fn unique_sleep(base: u32) -> String {
     format!("sleep {base}.{}", std::process::id())
 }
 
-async fn agent_out(d: &TestDaemon, args: &[&str]) -> (bool, String, String) {
-    let out = tokio::process::Command::from(d.agent())
-        .args(args)
-        .output()
-        .await
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
 /// A model that starts `command` in the background and then follows the
 /// steps: poll, wait, poll again, finish.
 fn background_then_poll(command: &'static str) -> agent_tests::fake_llm::Responder {
@@ -89,23 +74,18 @@ fn background_then_poll(command: &'static str) -> agent_tests::fake_llm::Respond
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_polls_a_background_shell_and_sees_each_line_once() {
-    let fake = FakeLlm::start().await;
     // The shell id is only known at run time: the model's next step reads it
     // from the previous tool result.
-    fake.set_responder(Some(background_then_poll(
-        "for i in $(seq 1 5); do echo $i; sleep 0.2; done",
-    )));
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "count",
-        &["bash"],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .responder(background_then_poll(
+            "for i in $(seq 1 5); do echo $i; sleep 0.2; done",
+        ))
+        .conversation("count")
+        .allow(&["bash"])
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 5);
@@ -131,17 +111,18 @@ async fn the_model_polls_a_background_shell_and_sees_each_line_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_client_lists_follows_and_kills_a_shell() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        tool(
-            "b1",
-            "bash",
-            json!({"command": format!("echo started; {n} & {n}; wait", n = unique_sleep(300)), "run_in_background": true}),
-        ),
-        Script::Reply(ReplyScript::new().text("left it running")),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let work = workdir();
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "b1",
+                "bash",
+                json!({"command": format!("echo started; {n} & {n}; wait", n = unique_sleep(300)), "run_in_background": true}),
+            ),
+            Script::Reply(ReplyScript::new().text("left it running")),
+        ])
+        .start()
+        .await;
+    let (d, work) = (s.daemon, s.work);
     let (ok, _, err) = agent_out(
         &d,
         &[
@@ -160,7 +141,7 @@ async fn another_client_lists_follows_and_kills_a_shell() {
     assert!(ok, "{err}");
     let sid = shell_id(&out).expect("the shell is listed");
     assert!(out.contains("running"), "{out}");
-    wait_for("both sleeps", T, || {
+    wait_for("both sleeps", WAIT, || {
         processes_matching(&unique_sleep(300)).len() >= 2
     })
     .await;
@@ -173,7 +154,7 @@ async fn another_client_lists_follows_and_kills_a_shell() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let (ok, _, err) = agent_out(&d, &["shells", "kill", &sid]).await;
     assert!(ok, "{err}");
-    let followed = tokio::time::timeout(T, follow.wait_with_output())
+    let followed = tokio::time::timeout(WAIT, follow.wait_with_output())
         .await
         .unwrap()
         .unwrap();
@@ -190,36 +171,26 @@ async fn another_client_lists_follows_and_kills_a_shell() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_background_answer_moves_a_call_to_a_shell() {
-    let fake = FakeLlm::start().await;
-    fake.push_all([
-        tool(
-            "b1",
-            "bash",
-            json!({"command": "sleep 0.3; echo from the background"}),
-        ),
-        Script::Reply(ReplyScript::new().text("ok")),
-    ]);
-    let d = TestDaemon::start(&fake).await;
-    let mut client = d.client().await;
-    let work = workdir();
-    let id = create_with(
-        &mut client,
-        work.path(),
-        "",
-        &[],
-        pb::PermissionMode::Default,
-    )
-    .await;
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "b1",
+                "bash",
+                json!({"command": "sleep 0.3; echo from the background"}),
+            ),
+            Script::Reply(ReplyScript::new().text("ok")),
+        ])
+        .conversation("")
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "go".into(),
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "go").await;
     let frames = a
-        .until(T, |m| matches!(m.event, Some(Ev::PermissionRequested(_))))
+        .until(WAIT, |m| {
+            matches!(m.event, Some(Ev::PermissionRequested(_)))
+        })
         .await;
     let Some(Ev::PermissionRequested(r)) = &frames.last().unwrap().event else {
         unreachable!()
@@ -235,7 +206,7 @@ async fn the_background_answer_moves_a_call_to_a_shell() {
         ..Default::default()
     }))
     .await;
-    let frames = a.until(T, is_idle).await;
+    let frames = a.until(WAIT, is_idle).await;
     assert!(
         frames
             .iter()
@@ -250,7 +221,7 @@ async fn the_background_answer_moves_a_call_to_a_shell() {
     );
     let sid = shell_id(result).unwrap();
     let a_end = a
-        .until(T, |m| matches!(m.event, Some(Ev::ShellExited(_))))
+        .until(WAIT, |m| matches!(m.event, Some(Ev::ShellExited(_))))
         .await;
     let Some(Ev::ShellExited(e)) = &a_end.last().unwrap().event else {
         unreachable!()
@@ -284,7 +255,7 @@ async fn start_long_shell(d: &TestDaemon, needle: &str) -> tempfile::TempDir {
         .await
         .unwrap();
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
-    wait_for("the shell's processes", T, || {
+    wait_for("the shell's processes", WAIT, || {
         processes_matching(needle).len() >= 2
     })
     .await;
@@ -293,25 +264,27 @@ async fn start_long_shell(d: &TestDaemon, needle: &str) -> tempfile::TempDir {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_kills_shells_and_a_crash_leaves_them_lost_without_orphans() {
-    let fake = FakeLlm::start().await;
     // The model runs the user's message as a background command.
-    fake.set_responder(Some(Arc::new(|body: &Value| {
-        if assistant_turns(body) == 0 {
-            let messages = body["messages"].as_array().unwrap();
-            let text = messages.last().unwrap()["content"][0]["text"]
-                .as_str()
-                .unwrap_or("true")
-                .to_string();
-            tool(
-                "b1",
-                "bash",
-                json!({"command": text, "run_in_background": true}),
-            )
-        } else {
-            Script::Reply(ReplyScript::new().text("started"))
-        }
-    })));
-    let mut d = TestDaemon::start(&fake).await;
+    let s = Scenario::new()
+        .responder(Arc::new(|body: &Value| {
+            if assistant_turns(body) == 0 {
+                let messages = body["messages"].as_array().unwrap();
+                let text = messages.last().unwrap()["content"][0]["text"]
+                    .as_str()
+                    .unwrap_or("true")
+                    .to_string();
+                tool(
+                    "b1",
+                    "bash",
+                    json!({"command": text, "run_in_background": true}),
+                )
+            } else {
+                Script::Reply(ReplyScript::new().text("started"))
+            }
+        }))
+        .start()
+        .await;
+    let mut d = s.daemon;
 
     let _w1 = start_long_shell(&d, &unique_sleep(301)).await;
     d.terminate().await;
@@ -330,7 +303,7 @@ async fn shutdown_kills_shells_and_a_crash_leaves_them_lost_without_orphans() {
         "a crash leaves the processes"
     );
     d.restart().await;
-    wait_for("orphans to be killed", T, || {
+    wait_for("orphans to be killed", WAIT, || {
         processes_matching(&unique_sleep(302)).is_empty()
     })
     .await;
@@ -350,48 +323,41 @@ fn rss_kib(pid: u32) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_and_unknown_shells_get_clear_errors() {
-    let fake = FakeLlm::start().await;
     let big = "yes | head -c 50000000";
-    fake.push_all([
-        Script::Reply(
-            ReplyScript::new()
-                .tool_use(
-                    "l1",
-                    "bash",
-                    json!({"command": "sleep 1.7", "run_in_background": true}),
-                )
-                .tool_use(
-                    "l2",
-                    "bash",
-                    json!({"command": "sleep 1.8", "run_in_background": true}),
-                )
-                .tool_use(
-                    "l3",
-                    "bash",
-                    json!({"command": "sleep 1.9", "run_in_background": true}),
-                ),
-        ),
-        tool("u1", "bash_output", json!({"shell_id": "sh-nope00"})),
-        // Let the two finish, so the conversation may start another.
-        tool("z1", "bash", json!({"command": "sleep 2.5"})),
-        tool(
-            "big",
-            "bash",
-            json!({"command": big, "run_in_background": true}),
-        ),
-        Script::Reply(ReplyScript::new().text("done")),
-    ]);
-    let d = TestDaemon::start_with(
-        &fake,
-        DaemonOptions {
-            extra_config:
-                "[shells]\nmax_per_conversation = 2\nmax_total = 4\nmax_output_bytes = 1048576\n"
-                    .into(),
-            ..Default::default()
-        },
-    )
-    .await;
-    let mut client = d.client().await;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(
+                ReplyScript::new()
+                    .tool_use(
+                        "l1",
+                        "bash",
+                        json!({"command": "sleep 1.7", "run_in_background": true}),
+                    )
+                    .tool_use(
+                        "l2",
+                        "bash",
+                        json!({"command": "sleep 1.8", "run_in_background": true}),
+                    )
+                    .tool_use(
+                        "l3",
+                        "bash",
+                        json!({"command": "sleep 1.9", "run_in_background": true}),
+                    ),
+            ),
+            tool("u1", "bash_output", json!({"shell_id": "sh-nope00"})),
+            // Let the two finish, so the conversation may start another.
+            tool("z1", "bash", json!({"command": "sleep 2.5"})),
+            tool(
+                "big",
+                "bash",
+                json!({"command": big, "run_in_background": true}),
+            ),
+            Script::Reply(ReplyScript::new().text("done")),
+        ])
+        .config("[shells]\nmax_per_conversation = 2\nmax_total = 4\nmax_output_bytes = 1048576\n")
+        .start()
+        .await;
+    let (fake, d, mut client) = (s.fake, s.daemon, s.client);
     let rss_before = rss_kib(d.pid());
     let work = workdir();
     let id = create_with(

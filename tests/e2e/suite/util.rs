@@ -1,11 +1,190 @@
-//! Helpers several areas share.
+//! Helpers the areas share, and only those: a test begins with
+//! [`agent_tests::harness::Scenario`] and goes on with these.
 
-use agent_tests::fake_llm::{ReplyScript, Script};
+mod attach;
+
+pub use attach::*;
+
+use agent_proto::v1 as pb;
+use agent_proto::v1::agent_service_client::AgentServiceClient;
+use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
+use agent_tests::harness::{TestDaemon, WAIT};
 use serde_json::Value;
+use std::time::Duration;
+use tonic::transport::Channel;
+
+/// Rules that let every mutating tool run without asking.
+pub const MUTATING: &[&str] = &["bash", "write", "edit", "patch"];
 
 /// A reply that is one tool call.
 pub fn tool(id: &str, name: &str, input: Value) -> Script {
     Script::Reply(ReplyScript::new().tool_use(id, name, input))
+}
+
+/// A fresh directory, for a conversation besides the scenario's.
+pub fn workdir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+pub async fn create(
+    client: &mut AgentServiceClient<Channel>,
+    cwd: &std::path::Path,
+    prompt: &str,
+) -> String {
+    create_with(client, cwd, prompt, &[], pb::PermissionMode::Unspecified).await
+}
+
+/// Creates a conversation with permission rules and a mode.
+pub async fn create_with(
+    client: &mut AgentServiceClient<Channel>,
+    cwd: &std::path::Path,
+    prompt: &str,
+    allow: &[&str],
+    mode: pb::PermissionMode,
+) -> String {
+    client
+        .create_conversation(pb::CreateConversationRequest {
+            cwd: cwd.display().to_string(),
+            prompt: prompt.to_string(),
+            allow_rules: allow.iter().map(|r| r.to_string()).collect(),
+            mode: mode as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .conversation
+        .unwrap()
+        .id
+}
+
+/// Sends a user message with the unary RPC.
+pub async fn send(client: &mut AgentServiceClient<Channel>, id: &str, text: &str) {
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.to_string(),
+            text: text.to_string(),
+        })
+        .await
+        .unwrap();
+}
+
+pub async fn get(
+    client: &mut AgentServiceClient<Channel>,
+    id: &str,
+) -> pb::GetConversationResponse {
+    client
+        .get_conversation(pb::GetConversationRequest {
+            conversation_id: id.to_string(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+pub fn kind_of(r: &pb::GetConversationResponse) -> pb::StateKind {
+    let k = r
+        .conversation
+        .as_ref()
+        .and_then(|c| c.state.as_ref())
+        .map(|s| s.kind)
+        .unwrap_or(0);
+    pb::StateKind::try_from(k).unwrap()
+}
+
+/// Polls until the conversation is in `kind`.
+pub async fn wait_state(
+    client: &mut AgentServiceClient<Channel>,
+    id: &str,
+    kind: pb::StateKind,
+) -> pb::GetConversationResponse {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let r = get(client, id).await;
+        if kind_of(&r) == kind {
+            return r;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "conversation never reached {kind:?}; last: {r:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn text_of_message(m: &pb::Message) -> String {
+    m.content
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(pb::content_block::Block::Text(t)) => Some(t.text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Runs the client binary against `d`: whether it succeeded, its stdout
+/// and its stderr.
+pub async fn agent_out(d: &TestDaemon, args: &[&str]) -> (bool, String, String) {
+    let out = tokio::process::Command::from(d.agent())
+        .args(args)
+        .output()
+        .await
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Checks the message chain of a recorded request: roles alternate from
+/// user, and every tool_use is answered, in order, by the next message's
+/// tool_results (and nothing else answers).
+pub fn assert_valid_chain(req: &Recorded) {
+    let messages = req.body["messages"].as_array().expect("messages");
+    assert!(!messages.is_empty());
+    assert_eq!(messages[0]["role"], "user");
+    for (i, m) in messages.iter().enumerate() {
+        if i > 0 {
+            assert_ne!(
+                messages[i - 1]["role"],
+                m["role"],
+                "roles alternate at {i}: {messages:#?}"
+            );
+        }
+        let blocks = m["content"].as_array().cloned().unwrap_or_default();
+        let uses: Vec<&str> = blocks
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| b["id"].as_str().unwrap())
+            .collect();
+        if !uses.is_empty() {
+            assert_eq!(m["role"], "assistant");
+            let next = messages
+                .get(i + 1)
+                .expect("tool_use answered in the next message");
+            assert_eq!(next["role"], "user");
+            let results: Vec<&str> = next["content"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|b| b["type"] == "tool_result")
+                .map(|b| b["tool_use_id"].as_str().unwrap())
+                .collect();
+            assert_eq!(
+                results, uses,
+                "every tool_use gets exactly one tool_result, in order"
+            );
+        }
+        if m["role"] == "user" && i > 0 {
+            let prev_uses = messages[i - 1]["content"]
+                .as_array()
+                .map(|a| a.iter().filter(|b| b["type"] == "tool_use").count())
+                .unwrap_or(0);
+            let results = blocks.iter().filter(|b| b["type"] == "tool_result").count();
+            assert_eq!(results, prev_uses, "no tool_result without its tool_use");
+        }
+    }
 }
 
 /// Pids of the processes whose command line contains `needle`.

@@ -30,6 +30,10 @@ struct Case {
     commands: Vec<(&'static str, Vec<&'static str>)>,
 }
 
+/// Each grep pattern in both output modes, since files_with_matches can stop
+/// reading a file at its first match while content reads it all. The
+/// no-match pattern is searched once: without a match the two modes do the
+/// same work.
 fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -47,11 +51,41 @@ fn cases() -> Vec<Case> {
             commands: vec![("rg", vec!["rg", "-n", "SIGKILL"])],
         },
         Case {
+            key: "grep_some_files",
+            label: "grep `SIGKILL`, files_with_matches",
+            tool: "grep",
+            input: json!({"pattern": "SIGKILL", "output_mode": "files_with_matches"}),
+            commands: vec![("rg", vec!["rg", "-l", "SIGKILL"])],
+        },
+        Case {
+            key: "grep_display",
+            label: "grep `impl.*Display for`, content",
+            tool: "grep",
+            input: json!({"pattern": "impl.*Display for"}),
+            commands: vec![("rg", vec!["rg", "-n", "impl.*Display for"])],
+        },
+        Case {
             key: "grep_files",
             label: "grep `impl.*Display for`, files_with_matches",
             tool: "grep",
             input: json!({"pattern": "impl.*Display for", "output_mode": "files_with_matches"}),
             commands: vec![("rg", vec!["rg", "-l", "impl.*Display for"])],
+        },
+        // The one pattern with a Unicode class (`\w`) in front of its
+        // literal part, so a match is grown backwards from `Builder::new(`.
+        Case {
+            key: "grep_word",
+            label: "grep `\\w+Builder::new\\(`, content",
+            tool: "grep",
+            input: json!({"pattern": "\\w+Builder::new\\("}),
+            commands: vec![("rg", vec!["rg", "-n", "\\w+Builder::new\\("])],
+        },
+        Case {
+            key: "grep_word_files",
+            label: "grep `\\w+Builder::new\\(`, files_with_matches",
+            tool: "grep",
+            input: json!({"pattern": "\\w+Builder::new\\(", "output_mode": "files_with_matches"}),
+            commands: vec![("rg", vec!["rg", "-l", "\\w+Builder::new\\("])],
         },
         Case {
             key: "glob_rs",

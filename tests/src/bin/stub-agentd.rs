@@ -1,99 +1,16 @@
 //! A stand-in daemon for testing the harness itself: it takes the daemon's
 //! command line, listens on `--socket`, answers `ListConversations` with an
-//! empty list (every other RPC is UNIMPLEMENTED), logs what it was given, and
-//! exits 0 on SIGTERM. Not a model of agentd's behaviour.
+//! empty list (every other RPC is UNIMPLEMENTED: it is agent-proto's
+//! [`FakeAgent`] with one RPC scripted), logs what it was given, and exits 0
+//! on SIGTERM. Not a model of agentd's behaviour.
 use std::path::PathBuf;
-use std::pin::Pin;
 use std::process::ExitCode;
 
+use agent_proto::testing::{FakeAgent, rpc};
 use agent_proto::v1 as pb;
-use agent_proto::v1::agent_service_server::{AgentService, AgentServiceServer};
-use futures::Stream;
+use agent_proto::v1::agent_service_server::AgentServiceServer;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_stream::wrappers::UnixListenerStream;
-use tonic::{Request, Response, Status, Streaming};
-
-type Reply<T> = Result<Response<T>, Status>;
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
-
-struct Stub;
-
-fn unimplemented<T>(method: &str) -> Reply<T> {
-    Err(Status::unimplemented(format!("stub-agentd: {method}")))
-}
-
-#[tonic::async_trait]
-impl AgentService for Stub {
-    async fn create_conversation(
-        &self,
-        _: Request<pb::CreateConversationRequest>,
-    ) -> Reply<pb::CreateConversationResponse> {
-        unimplemented("CreateConversation")
-    }
-    async fn list_conversations(
-        &self,
-        _: Request<pb::ListConversationsRequest>,
-    ) -> Reply<pb::ListConversationsResponse> {
-        Ok(Response::new(pb::ListConversationsResponse::default()))
-    }
-    async fn get_conversation(
-        &self,
-        _: Request<pb::GetConversationRequest>,
-    ) -> Reply<pb::GetConversationResponse> {
-        unimplemented("GetConversation")
-    }
-    async fn send_message(
-        &self,
-        _: Request<pb::SendMessageRequest>,
-    ) -> Reply<pb::SendMessageResponse> {
-        unimplemented("SendMessage")
-    }
-    async fn cancel_conversation(
-        &self,
-        _: Request<pb::CancelConversationRequest>,
-    ) -> Reply<pb::CancelConversationResponse> {
-        unimplemented("CancelConversation")
-    }
-    async fn answer_permission(
-        &self,
-        _: Request<pb::AnswerPermissionRequest>,
-    ) -> Reply<pb::AnswerPermissionResponse> {
-        unimplemented("AnswerPermission")
-    }
-    async fn list_shells(
-        &self,
-        _: Request<pb::ListShellsRequest>,
-    ) -> Reply<pb::ListShellsResponse> {
-        unimplemented("ListShells")
-    }
-    type ReadShellOutputStream = BoxStream<pb::ReadShellOutputResponse>;
-    async fn read_shell_output(
-        &self,
-        _: Request<pb::ReadShellOutputRequest>,
-    ) -> Reply<Self::ReadShellOutputStream> {
-        unimplemented("ReadShellOutput")
-    }
-    async fn kill_shell(&self, _: Request<pb::KillShellRequest>) -> Reply<pb::KillShellResponse> {
-        unimplemented("KillShell")
-    }
-    type AttachStream = BoxStream<pb::AttachResponse>;
-    async fn attach(&self, _: Request<Streaming<pb::AttachRequest>>) -> Reply<Self::AttachStream> {
-        unimplemented("Attach")
-    }
-    type ExportConversationsStream = BoxStream<pb::ExportedConversation>;
-    async fn export_conversations(
-        &self,
-        _: Request<pb::ExportConversationsRequest>,
-    ) -> Reply<Self::ExportConversationsStream> {
-        unimplemented("ExportConversations")
-    }
-    async fn import_conversations(
-        &self,
-        _: Request<Streaming<pb::ExportedConversation>>,
-    ) -> Reply<pb::ImportConversationsResponse> {
-        unimplemented("ImportConversations")
-    }
-}
 
 /// The value after `flag`, if given.
 fn flag_value(args: &[String], flag: &str) -> Option<String> {
@@ -147,9 +64,11 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let stub = FakeAgent::new();
+    stub.on::<rpc::ListConversations>(|_| Ok(pb::ListConversationsResponse::default()));
     eprintln!("stub-agentd: listening on {}", socket.display());
     let served = tonic::transport::Server::builder()
-        .add_service(AgentServiceServer::new(Stub))
+        .add_service(AgentServiceServer::new(stub))
         .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async move {
             sigterm.recv().await;
             eprintln!("stub-agentd: SIGTERM, exiting");

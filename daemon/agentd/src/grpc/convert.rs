@@ -1,12 +1,12 @@
 //! The one place that maps between prost types and the daemon's own types.
 
 use crate::runtime::{
-    ClientInfo, ConvEvent, EventKind, PermissionView, RuntimeError, SnapshotData,
+    Answer, ClientInfo, ConvEvent, EventKind, PermissionView, RuntimeError, SnapshotData,
 };
 use crate::store::ConversationRecord;
 use agent_proto::v1 as pb;
 use agentd_core::{
-    ContentBlock, ConvState, Decision, ErrorKind, Message, Mode, Rejected, Role, Usage,
+    ContentBlock, ConvState, Decision, ErrorKind, Message, Mode, Rejected, Role, RuleScope, Usage,
 };
 use tonic::Status;
 
@@ -287,6 +287,35 @@ pub fn decision_from(d: i32) -> Result<Decision, Status> {
             "{d} is not a decision a client can give"
         ))),
     }
+}
+
+/// Where a rule an answer adds applies; unset means the conversation.
+pub fn rule_scope_from(scope: i32) -> Result<RuleScope, Status> {
+    match pb::RuleScope::try_from(scope) {
+        Ok(pb::RuleScope::Unspecified | pb::RuleScope::Conversation) => Ok(RuleScope::Conversation),
+        Ok(pb::RuleScope::Project) => Ok(RuleScope::Project),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "{scope} is not a rule scope (1: conversation, 2: project)"
+        ))),
+    }
+}
+
+/// A permission answer from the wire (the unary request and the Attach
+/// frame carry the same fields).
+pub fn answer_from(
+    request_id: String,
+    decision: i32,
+    feedback: String,
+    scope: i32,
+    by: ClientInfo,
+) -> Result<Answer, Status> {
+    Ok(Answer {
+        request_id,
+        decision: decision_from(decision)?,
+        feedback: (!feedback.is_empty()).then_some(feedback),
+        scope: rule_scope_from(scope)?,
+        by: Some(by),
+    })
 }
 
 pub fn permission(v: &PermissionView) -> pb::PermissionRequest {

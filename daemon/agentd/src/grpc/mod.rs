@@ -1,6 +1,11 @@
 //! The gRPC edge: the service, the Unix socket listener and its security,
-//! and the conversion between wire and daemon types (`convert.rs`, the only
-//! place prost types meet the daemon's own).
+//! and the conversion between wire and daemon types.
+//!
+//! Architecture invariant: prost types stop here. `service.rs` unpacks
+//! requests and builds responses, `outbox.rs` merges wire frames, and
+//! `convert.rs` is the one place that converts between wire types and the
+//! daemon's own (messages, states, events, answers); nothing outside
+//! `grpc/` names a generated type (the test below checks it).
 
 pub mod convert;
 pub mod listener;
@@ -73,5 +78,46 @@ where
             tracing::warn!("clients held connections open; stopped without waiting for them");
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use std::path::Path;
+
+    /// Every `.rs` file under `dir`, recursively.
+    fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, out);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                out.push(path);
+            }
+        }
+    }
+
+    #[test]
+    fn no_module_outside_grpc_names_a_generated_type() {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut files = Vec::new();
+        sources(&src, &mut files);
+        let grpc = src.join("grpc");
+        let mut offenders = Vec::new();
+        for file in files.iter().filter(|f| !f.starts_with(&grpc)) {
+            let text = std::fs::read_to_string(file).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                if line.contains("agent_proto::v1") || line.contains("pb::") {
+                    offenders.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(
+            offenders.is_empty(),
+            "prost types outside grpc/:\n{}",
+            offenders.join("\n")
+        );
+        assert!(files.len() > 20, "the walk found the sources");
     }
 }

@@ -204,7 +204,6 @@ impl AgentService for Service {
             .manager
             .resolve(&req.conversation_id)
             .map_err(to_status)?;
-        let decision = convert::decision_from(req.decision)?;
         let name = if req.client_name.is_empty() {
             "agent answer".to_string()
         } else {
@@ -214,19 +213,14 @@ impl AgentService for Service {
             id: String::new(),
             name,
         };
-        let feedback = (!req.feedback.is_empty()).then_some(req.feedback);
-        let project = req.scope == pb::RuleScope::Project as i32;
-        self.manager
-            .answer(
-                &id,
-                req.request_id,
-                decision,
-                feedback,
-                Some(client),
-                project,
-            )
-            .await
-            .map_err(to_status)?;
+        let answer = convert::answer_from(
+            req.request_id,
+            req.decision,
+            req.feedback,
+            req.scope,
+            client,
+        )?;
+        self.manager.answer(&id, answer).await.map_err(to_status)?;
         Ok(Response::new(pb::AnswerPermissionResponse {}))
     }
 
@@ -637,24 +631,18 @@ async fn read_frames(
                         .map_err(to_status)
                 }
             }
-            Some(Frame::Answer(a)) => match convert::decision_from(a.decision) {
-                Ok(decision) => {
-                    let feedback = (!a.feedback.is_empty()).then_some(a.feedback);
-                    let project = a.scope == pb::RuleScope::Project as i32;
-                    manager
-                        .answer(
-                            &id,
-                            a.request_id,
-                            decision,
-                            feedback,
-                            Some(client.clone()),
-                            project,
-                        )
-                        .await
-                        .map_err(to_status)
+            Some(Frame::Answer(a)) => {
+                match convert::answer_from(
+                    a.request_id,
+                    a.decision,
+                    a.feedback,
+                    a.scope,
+                    client.clone(),
+                ) {
+                    Ok(answer) => manager.answer(&id, answer).await.map_err(to_status),
+                    Err(s) => Err(s),
                 }
-                Err(s) => Err(s),
-            },
+            }
             Some(Frame::Cancel(_)) => manager.cancel(&id).await.map(|_| ()).map_err(to_status),
             None => Err(Status::invalid_argument("empty Attach frame")),
         };

@@ -4,14 +4,7 @@
 use crate::store::ConversationRecord;
 use agentd_core::{ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};
 
-/// An attached client.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClientInfo {
-    /// Server-assigned id.
-    pub id: String,
-    /// The name the client gave.
-    pub name: String,
-}
+pub use agentd_core::ClientInfo;
 
 /// A permission request as clients see it: the core's request plus what
 /// the edge computed for people (summary, diff preview).

@@ -7,11 +7,13 @@
 //! never behind what clients were told.
 
 mod actor;
+pub mod clock;
 pub mod error;
 pub mod events;
 pub mod prompt;
 
 pub use actor::{HUB_CAPACITY, Subscription};
+pub use clock::Clock;
 pub use error::RuntimeError;
 pub use events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
 
@@ -20,7 +22,7 @@ use crate::llm::Provider;
 use crate::store::{ConversationRecord, Store};
 use crate::tools::Registry;
 use actor::{Actor, Command, Input};
-use agentd_core::{ConvState, Decision, Message, Mode, Usage};
+use agentd_core::{ConvState, Decision, Message, Mode, RuleScope, Usage};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -42,6 +44,8 @@ pub struct Shared {
     pub shells: Arc<crate::shells::ShellManager>,
     /// Daemon-wide notices for people (e.g. a store moved aside at start).
     pub notices: Vec<String>,
+    /// Where time comes from (the system's clock, or tokio's in tests).
+    pub clock: Clock,
 }
 
 /// Parameters of a new conversation.
@@ -59,8 +63,50 @@ pub struct NewConversation {
     pub additional_dirs: Vec<PathBuf>,
 }
 
+/// The registry of live actors, behind the lock every input from outside
+/// is sent under.
+pub(crate) type Actors = Arc<Mutex<LiveActors>>;
+
+/// A client's answer to a permission request.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    /// The request answered (empty: whichever is pending).
+    pub request_id: String,
+    /// The decision.
+    pub decision: Decision,
+    /// With deny-and-stop: what to do instead, sent as the next message.
+    pub feedback: Option<String>,
+    /// Where a rule the answer adds applies.
+    pub scope: RuleScope,
+    /// Who answered.
+    pub by: Option<ClientInfo>,
+}
+
 /// The live actors by conversation id.
-pub(crate) type Actors = Arc<Mutex<HashMap<String, mpsc::UnboundedSender<Input>>>>;
+#[derive(Default)]
+pub(crate) struct LiveActors {
+    live: HashMap<String, mpsc::UnboundedSender<Input>>,
+    /// How many actors have unloaded themselves: a conversation read from
+    /// the store while no actor was live is still current if no actor
+    /// unloaded since (any actor that wrote to it in between would have
+    /// had to unload again).
+    unloads: u64,
+}
+
+impl LiveActors {
+    /// The live actor of `id`.
+    fn get(&self, id: &str) -> Option<&mpsc::UnboundedSender<Input>> {
+        self.live.get(id).filter(|tx| !tx.is_closed())
+    }
+
+    /// Removes the actor of `id` if it is the one `tx` reaches.
+    pub(crate) fn remove_if_same(&mut self, id: &str, tx: &mpsc::UnboundedSender<Input>) {
+        if self.live.get(id).is_some_and(|t| t.same_channel(tx)) {
+            self.live.remove(id);
+            self.unloads += 1;
+        }
+    }
+}
 
 /// Owns the actors.
 pub struct Manager {
@@ -84,7 +130,7 @@ impl Manager {
     pub fn new(shared: Shared) -> Arc<Manager> {
         Arc::new(Manager {
             shared: Arc::new(shared),
-            actors: Arc::new(Mutex::new(HashMap::new())),
+            actors: Arc::new(Mutex::new(LiveActors::default())),
             next_client: AtomicU64::new(1),
             next_id: std::sync::Mutex::new(ulid::Generator::new()),
         })
@@ -156,10 +202,7 @@ impl Manager {
                 .map_err(|e| RuntimeError::InvalidArgument(format!("cannot make an id: {e}")))?
                 .to_string()
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as i64)
-            .unwrap_or(0);
+        let now = self.shared.clock.now_ms();
         let model = if new.model.trim().is_empty() {
             self.shared.config.model.clone()
         } else {
@@ -198,14 +241,13 @@ impl Manager {
             self.actors.clone(),
             record.clone(),
             Vec::new(),
-            rx,
-            tx.clone(),
+            (tx.clone(), rx),
             false,
         );
         let (reply, done) = oneshot::channel();
         {
             let mut actors = self.actors.lock().await;
-            actors.insert(id.clone(), tx.clone());
+            actors.live.insert(id.clone(), tx.clone());
             tokio::spawn(actor.run());
             tx.send(Input::Command(Command::Send { text, reply }))
                 .map_err(|_| RuntimeError::ShuttingDown)?;
@@ -213,7 +255,7 @@ impl Manager {
         match done.await.map_err(|_| RuntimeError::ShuttingDown)? {
             Ok(_) => self.record(&id),
             Err(e) => {
-                self.actors.lock().await.remove(&id);
+                self.actors.lock().await.live.remove(&id);
                 Err(e)
             }
         }
@@ -251,35 +293,49 @@ impl Manager {
     }
 
     /// Sends an input to a conversation's actor, loading the conversation
-    /// first if it is not live.
+    /// first if it is not live. The store is read without holding the
+    /// registry's lock, so a slow read of one transcript holds up no other
+    /// conversation.
     async fn send_input(&self, id: &str, input: Input) -> Result<(), RuntimeError> {
-        let mut actors = self.actors.lock().await;
-        if let Some(tx) = actors.get(id)
-            && !tx.is_closed()
-        {
+        loop {
+            let unloads = {
+                let actors = self.actors.lock().await;
+                if let Some(tx) = actors.get(id) {
+                    return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
+                }
+                actors.unloads
+            };
+            let record = self.record(id)?;
+            let transcript = self
+                .shared
+                .store
+                .transcript(&record)?
+                .into_iter()
+                .map(|(_, m)| m)
+                .collect();
+            let mut actors = self.actors.lock().await;
+            if let Some(tx) = actors.get(id) {
+                // Loaded by someone else meanwhile.
+                return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
+            }
+            if actors.unloads != unloads {
+                // An actor may have written the conversation after it was
+                // read and unloaded since: read it again.
+                continue;
+            }
+            let (tx, rx) = mpsc::unbounded_channel();
+            let actor = Actor::new(
+                self.shared.clone(),
+                self.actors.clone(),
+                record,
+                transcript,
+                (tx.clone(), rx),
+                true,
+            );
+            tokio::spawn(actor.run());
+            actors.live.insert(id.to_string(), tx.clone());
             return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
         }
-        let record = self.record(id)?;
-        let transcript = self
-            .shared
-            .store
-            .transcript(&record)?
-            .into_iter()
-            .map(|(_, m)| m)
-            .collect();
-        let (tx, rx) = mpsc::unbounded_channel();
-        let actor = Actor::new(
-            self.shared.clone(),
-            self.actors.clone(),
-            record,
-            transcript,
-            rx,
-            tx.clone(),
-            true,
-        );
-        tokio::spawn(actor.run());
-        actors.insert(id.to_string(), tx.clone());
-        tx.send(input).map_err(|_| RuntimeError::ShuttingDown)
     }
 
     async fn ask<T>(
@@ -308,21 +364,20 @@ impl Manager {
     }
 
     /// Answers the pending permission request.
-    pub async fn answer(
-        &self,
-        id: &str,
-        request_id: String,
-        decision: Decision,
-        feedback: Option<String>,
-        client: Option<ClientInfo>,
-        project_scope: bool,
-    ) -> Result<(), RuntimeError> {
+    pub async fn answer(&self, id: &str, answer: Answer) -> Result<(), RuntimeError> {
+        let Answer {
+            request_id,
+            decision,
+            feedback,
+            scope,
+            by,
+        } = answer;
         self.ask(id, |reply| Command::Answer {
             request_id,
             decision,
             feedback,
-            client,
-            project_scope,
+            scope,
+            by,
             reply,
         })
         .await?
@@ -397,7 +452,7 @@ impl Manager {
     /// Stops every actor: in-flight work is cancelled, persisted state is
     /// kept for recovery, and every client stream ends.
     pub async fn shutdown(&self) {
-        let actors: Vec<_> = self.actors.lock().await.drain().collect();
+        let actors: Vec<_> = self.actors.lock().await.live.drain().collect();
         // All at once: each actor records its interrupted tools in parallel.
         let mut waiting = Vec::new();
         for (id, tx) in actors {

@@ -171,6 +171,11 @@ pub struct Store {
     /// What `mid_turn` holds, so a commit writes it only on a change.
     mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     flush_tx: mpsc::Sender<FlushRequest>,
+    /// Flushes asked for, for tests and benchmarks that count them.
+    flushes: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// Makes every flush fail, for tests of what a failed write undoes.
+    #[cfg(test)]
+    fail_flushes: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// A flush request carries its own handle to the database, so the flush
@@ -272,18 +277,47 @@ impl Store {
             mid_turn,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
+            flushes: Default::default(),
+            #[cfg(test)]
+            fail_flushes: Default::default(),
         })
     }
 
     /// Makes every write so far durable. Concurrent callers share one flush.
     pub async fn flush(&self) -> Result<(), StoreError> {
+        self.flushes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        #[cfg(test)]
+        if self.fail_flushes.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(StoreError::Flush("injected failure".to_string()));
+        }
         let (tx, rx) = oneshot::channel();
         self.flush_tx
             .send((self.db.clone(), tx))
             .map_err(|_| StoreError::Closed)?;
-        rx.await
-            .map_err(|_| StoreError::Closed)?
+        // Under paused time (the runtime's unit tests) waiting on another
+        // thread would let tokio jump its clock ahead as if nothing were
+        // happening; a blocking task holds the clock still.
+        #[cfg(test)]
+        let done = tokio::task::spawn_blocking(move || rx.blocking_recv())
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        #[cfg(not(test))]
+        let done = rx.await;
+        done.map_err(|_| StoreError::Closed)?
             .map_err(StoreError::Flush)
+    }
+
+    /// How many flushes were asked for since the store was opened.
+    pub fn flushes(&self) -> u64 {
+        self.flushes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Makes every later flush fail (or work again).
+    #[cfg(test)]
+    pub(crate) fn fail_flushes(&self, fail: bool) {
+        self.fail_flushes
+            .store(fail, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Writes a conversation record and new messages (not yet durable:

@@ -22,6 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use nix::sys::signal::Signal;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -59,7 +60,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "bash".to_string(),
+        name: Tool::Bash.name().to_string(),
         description: "Run a command with `bash -c` in the working directory; stdin is empty. \
                       Returns stdout and stderr interleaved, and the exit code (non-zero is an \
                       error). On timeout the command and its children are killed; processes left \
@@ -72,7 +73,7 @@ pub(crate) fn spec() -> ToolSpec {
 }
 
 pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let input: Input = input::parse("bash", &schema(), input)?;
+    let input: Input = input::parse(Tool::Bash.name(), &schema(), input)?;
     if input.command.trim().is_empty() {
         return Err(ToolError::new("bash: `command` is empty"));
     }
@@ -102,7 +103,7 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
 /// model gets for the call.
 pub async fn move_to_background(input: &Value, ctx: &ToolContext) -> ToolOutput {
     let started = async {
-        let input: Input = input::parse("bash", &schema(), input.clone())?;
+        let input: Input = input::parse(Tool::Bash.name(), &schema(), input.clone())?;
         if input.command.trim().is_empty() {
             return Err(ToolError::new("bash: `command` is empty"));
         }

@@ -2,6 +2,7 @@
 //! looked, and whether it still runs.
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -28,7 +29,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "bash_output".to_string(),
+        name: Tool::BashOutput.name().to_string(),
         description: "Read a background shell's new output (since your last read of it) and its \
                       status: running, exited (code N), killed or lost."
             .to_string(),
@@ -37,7 +38,7 @@ pub(crate) fn spec() -> ToolSpec {
 }
 
 pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let input: Input = input::parse("bash_output", &schema(), input)?;
+    let input: Input = input::parse(Tool::BashOutput.name(), &schema(), input)?;
     let filter = match input.filter.as_deref() {
         Some(f) => Some(regex::Regex::new(f).map_err(|e| {
             ToolError::new(format!("bash_output: `filter` is not a valid regex: {e}"))
@@ -45,8 +46,8 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
         None => None,
     };
     let id = input.shell_id.trim();
-    ctx.visible_shell("bash_output", id)?;
-    let shells = ctx.shell_manager("bash_output")?;
+    ctx.visible_shell(Tool::BashOutput.name(), id)?;
+    let shells = ctx.shell_manager(Tool::BashOutput.name())?;
     let (text, record) = shells
         .read_new(id, filter.as_ref(), ctx.limits.content_budget())
         .await

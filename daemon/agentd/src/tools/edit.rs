@@ -5,6 +5,7 @@
 //! context until it cannot.
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -36,7 +37,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "edit".to_string(),
+        name: Tool::Edit.name().to_string(),
         description: "Replace old_string with new_string in a file. old_string must match exactly \
                       (indentation included, no line-number prefixes) and exactly once unless \
                       replace_all; add surrounding lines to make it unique. Read the file first."
@@ -53,7 +54,7 @@ struct Planned {
 }
 
 fn plan_edit(input: Value, ctx: &ToolContext) -> Result<Planned, ToolError> {
-    let input: Input = input::parse("edit", &schema(), input)?;
+    let input: Input = input::parse(Tool::Edit.name(), &schema(), input)?;
     if input.old_string.is_empty() {
         return Err(ToolError::new(
             "edit: old_string is empty; use write to create or overwrite a file",

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use globset::GlobBuilder;
 use ignore::WalkState;
 use serde::Deserialize;
@@ -39,7 +40,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "glob".to_string(),
+        name: Tool::Glob.name().to_string(),
         description: "Find files by glob pattern, e.g. `**/*.rs` or `src/**/test_*.py` (relative \
                       to path; a pattern without `/` matches file names at any depth). Honours \
                       .gitignore. Newest first."
@@ -49,7 +50,7 @@ pub(crate) fn spec() -> ToolSpec {
 }
 
 pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let input: Input = input::parse("glob", &schema(), input)?;
+    let input: Input = input::parse(Tool::Glob.name(), &schema(), input)?;
     let (root, root_shown) = walk::search_root(ctx, input.path.as_deref())?;
     let pattern = relative_pattern(&input.pattern, &root)?;
     let by_name = !pattern.contains('/');

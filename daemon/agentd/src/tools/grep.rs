@@ -12,6 +12,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{Searcher, Sink, SinkContext, SinkMatch};
 use ignore::WalkState;
@@ -62,7 +63,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "grep".to_string(),
+        name: Tool::Grep.name().to_string(),
         description: "Search file contents by regex (ripgrep engine; honours .gitignore, skips \
                       hidden and binary files). output_mode: content (default, `path:line:text`), \
                       files_with_matches, count."
@@ -81,7 +82,7 @@ struct FileHits {
 }
 
 pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let input: Input = input::parse("grep", &schema(), input)?;
+    let input: Input = input::parse(Tool::Grep.name(), &schema(), input)?;
     let mode = match input.output_mode.as_deref() {
         None | Some("content") => Mode::Content,
         Some("files_with_matches") => Mode::FilesWithMatches,
@@ -421,50 +422,5 @@ mod tests {
             "{}",
             out.content
         );
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod bench {
-    use super::*;
-
-    /// Times a search against ripgrep: `AGENTD_GREP_BENCH_DIR=… cargo test
-    /// --release -p agentd grep_vs_ripgrep -- --ignored --nocapture`.
-    #[test]
-    #[ignore]
-    fn grep_vs_ripgrep() {
-        let Some(dir) = std::env::var_os("AGENTD_GREP_BENCH_DIR") else {
-            return;
-        };
-        let ctx = ToolContext::new(std::path::Path::new(&dir).canonicalize().unwrap());
-        for pattern in [
-            "fn [a-z]+_unused_xyz",
-            "SIGKILL",
-            "impl.*Display for",
-            "\\w+Builder::new\\(",
-        ] {
-            for mode in ["content", "files_with_matches"] {
-                let started = std::time::Instant::now();
-                let out = run(json!({"pattern": pattern, "output_mode": mode}), &ctx).unwrap();
-                let ours = started.elapsed();
-                let started = std::time::Instant::now();
-                let mut rg = std::process::Command::new("rg");
-                rg.arg("-n")
-                    .arg(pattern)
-                    .arg(&ctx.cwd)
-                    .stdout(std::process::Stdio::null());
-                if mode == "files_with_matches" {
-                    rg.arg("-l");
-                }
-                rg.status().unwrap();
-                let theirs = started.elapsed();
-                println!(
-                    "{pattern:30} {mode:20} ours {ours:>10.1?}  rg {theirs:>10.1?}  ratio {:.2}  ({})",
-                    ours.as_secs_f64() / theirs.as_secs_f64(),
-                    out.summary
-                );
-            }
-        }
     }
 }

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use grep_regex::{RegexMatcher, RegexMatcherBuilder};
 use grep_searcher::{Searcher, Sink, SinkMatch};
 use ignore::WalkState;
@@ -45,7 +46,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "keyword_search".to_string(),
+        name: Tool::KeywordSearch.name().to_string(),
         description: "Rank files by how many of the keywords they contain (case-insensitive \
                       literals; file names count) and show their best lines. For finding where a \
                       concept lives when exact names are unknown."
@@ -65,7 +66,7 @@ struct Scored {
 }
 
 pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let input: Input = input::parse("keyword_search", &schema(), input)?;
+    let input: Input = input::parse(Tool::KeywordSearch.name(), &schema(), input)?;
     let mut terms: Vec<String> = Vec::new();
     for k in &input.keywords {
         let k = k.trim().to_lowercase();

@@ -1,6 +1,7 @@
 //! `kill_shell`: stop a background shell and everything it started.
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -23,16 +24,16 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "kill_shell".to_string(),
+        name: Tool::KillShell.name().to_string(),
         description: "Stop a background shell and all its child processes.".to_string(),
         input_schema: schema(),
     }
 }
 
 pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let input: Input = input::parse("kill_shell", &schema(), input)?;
+    let input: Input = input::parse(Tool::KillShell.name(), &schema(), input)?;
     let id = input.shell_id.trim();
-    let before = ctx.visible_shell("kill_shell", id)?;
+    let before = ctx.visible_shell(Tool::KillShell.name(), id)?;
     if before.status.is_ended() {
         return Ok(ToolOutput::ok(
             format!("Shell {id} was not running.\n[status: {}]", before.status),
@@ -40,7 +41,7 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
         ));
     }
     let record = ctx
-        .shell_manager("kill_shell")?
+        .shell_manager(Tool::KillShell.name())?
         .kill(id)
         .await
         .map_err(|e| ToolError::new(format!("kill_shell: {e}")))?;

@@ -1,7 +1,10 @@
 //! The tools the model can call, and the one place that runs them.
 //!
-//! Every tool lives in its own file and exposes the same three things: a
-//! `spec()` (what the model sees), a typed input struct, and a `run` function.
+//! The vocabulary is [`agentd_core::tools::Tool`]: names, and the facts the
+//! policy and the runtime decide by. Every tool lives in its own file and
+//! exposes the same three things: a `spec()` (what the model sees), a typed
+//! input struct, and a `run` function; this module matches on `Tool` to find
+//! them.
 //! [`Registry::run`] is the only entry point the runtime uses; it turns every
 //! failure — unknown tool, bad input, a path outside the working directory, an
 //! I/O error, even a panic — into an `is_error` [`ToolOutput`], because the
@@ -38,6 +41,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::{Runner, Tool};
 use futures::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -188,71 +192,29 @@ impl ToolError {
     }
 }
 
-/// The tools this daemon offers, in the order the model sees them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Tool {
-    Bash,
-    BashOutput,
-    KillShell,
-    Read,
-    Write,
-    Edit,
-    Patch,
-    Glob,
-    Grep,
-    KeywordSearch,
-    Think,
+/// The spec the model sees for `tool`: each tool's file writes its own.
+fn spec(tool: Tool) -> ToolSpec {
+    match tool {
+        Tool::Bash => bash::spec(),
+        Tool::BashOutput => bash_output::spec(),
+        Tool::KillShell => kill_shell::spec(),
+        Tool::Read => read::spec(),
+        Tool::Write => write::spec(),
+        Tool::Edit => edit::spec(),
+        Tool::Patch => patch::spec(),
+        Tool::Glob => glob::spec(),
+        Tool::Grep => grep::spec(),
+        Tool::KeywordSearch => keyword_search::spec(),
+        Tool::Think => think::spec(),
+        Tool::RequestModeUpgrade => agentd_core::tools::request_mode_upgrade_spec(),
+    }
 }
 
-impl Tool {
-    const ALL: [Tool; 11] = [
-        Tool::Bash,
-        Tool::BashOutput,
-        Tool::KillShell,
-        Tool::Read,
-        Tool::Write,
-        Tool::Edit,
-        Tool::Patch,
-        Tool::Glob,
-        Tool::Grep,
-        Tool::KeywordSearch,
-        Tool::Think,
-    ];
-
-    fn name(self) -> &'static str {
-        match self {
-            Tool::Bash => "bash",
-            Tool::BashOutput => "bash_output",
-            Tool::KillShell => "kill_shell",
-            Tool::Read => "read",
-            Tool::Write => "write",
-            Tool::Edit => "edit",
-            Tool::Patch => "patch",
-            Tool::Glob => "glob",
-            Tool::Grep => "grep",
-            Tool::KeywordSearch => "keyword_search",
-            Tool::Think => "think",
-        }
-    }
-
-    fn from_name(name: &str) -> Option<Tool> {
-        Tool::ALL.into_iter().find(|t| t.name() == name)
-    }
-
-    fn spec(self) -> ToolSpec {
-        match self {
-            Tool::Bash => bash::spec(),
-            Tool::BashOutput => bash_output::spec(),
-            Tool::KillShell => kill_shell::spec(),
-            Tool::Read => read::spec(),
-            Tool::Write => write::spec(),
-            Tool::Edit => edit::spec(),
-            Tool::Patch => patch::spec(),
-            Tool::Glob => glob::spec(),
-            Tool::Grep => grep::spec(),
-            Tool::KeywordSearch => keyword_search::spec(),
-            Tool::Think => think::spec(),
-        }
+/// Whether this registry runs calls of `tool` (the core answers the rest).
+fn runs_here(tool: Tool) -> bool {
+    match tool.runner() {
+        Runner::Spawned | Runner::Instant => true,
+        Runner::Core => false,
     }
 }
 
@@ -260,6 +222,7 @@ impl Tool {
 /// runtime asks for them on every model request.
 #[derive(Debug, Clone)]
 pub struct Registry {
+    /// Every tool's spec, in the order the model sees them.
     specs: Vec<(Tool, ToolSpec)>,
     /// What a model request offers in the unrestricted modes: every tool.
     offer_all: Arc<[ToolSpec]>,
@@ -277,14 +240,16 @@ impl Default for Registry {
 impl Registry {
     /// All built-in tools.
     pub fn new() -> Self {
-        let specs: Vec<(Tool, ToolSpec)> = Tool::ALL.into_iter().map(|t| (t, t.spec())).collect();
-        let offer_all = specs.iter().map(|(_, s)| s.clone()).collect();
-        let offer_restricted = specs
-            .iter()
-            .filter(|(t, _)| agentd_core::tools::is_read_only(t.name()))
-            .map(|(_, s)| s.clone())
-            .chain([agentd_core::tools::request_mode_upgrade_spec()])
-            .collect();
+        let specs: Vec<(Tool, ToolSpec)> = Tool::ALL.iter().map(|&t| (t, spec(t))).collect();
+        let offer = |restricted: bool| -> Arc<[ToolSpec]> {
+            specs
+                .iter()
+                .filter(|(t, _)| t.is_offered(restricted))
+                .map(|(_, s)| s.clone())
+                .collect()
+        };
+        let offer_all = offer(false);
+        let offer_restricted = offer(true);
         Registry {
             specs,
             offer_all,
@@ -292,12 +257,13 @@ impl Registry {
         }
     }
 
-    /// Specs the model sees (name, description, JSON schema), in a stable
-    /// order. `read_only` = true returns only read-only tools.
+    /// Specs (name, description, JSON schema) of the tools this registry
+    /// runs, in a stable order. `read_only` = true returns only read-only
+    /// tools.
     pub fn specs(&self, read_only: bool) -> Vec<ToolSpec> {
         self.specs
             .iter()
-            .filter(|(t, _)| !read_only || agentd_core::tools::is_read_only(t.name()))
+            .filter(|(t, _)| runs_here(*t) && (!read_only || t.is_read_only()))
             .map(|(_, s)| s.clone())
             .collect()
     }
@@ -318,19 +284,25 @@ impl Registry {
     /// runtime runs such a call inline, without persisting the call before
     /// it: running it again after a crash changes nothing.
     pub fn run_instant(&self, name: &str, input: &Value) -> Option<ToolOutput> {
-        match Tool::from_name(name)? {
-            Tool::Think => {
-                Some(think::run(input.clone()).unwrap_or_else(|e| ToolOutput::error(e.0)))
+        let tool = Tool::from_name(name)?;
+        match tool.runner() {
+            Runner::Instant => {
+                Some(run_now(tool, input.clone()).unwrap_or_else(|e| ToolOutput::error(e.0)))
             }
-            _ => None,
+            Runner::Spawned | Runner::Core => None,
         }
     }
 
     /// Runs a tool. Never panics: every failure becomes an `is_error`
     /// output whose content says what was wrong.
     pub async fn run(&self, name: &str, input: Value, ctx: &ToolContext) -> ToolOutput {
-        let Some(tool) = Tool::from_name(name) else {
-            let names: Vec<&str> = self.specs.iter().map(|(t, _)| t.name()).collect();
+        let Some(tool) = Tool::from_name(name).filter(|t| runs_here(*t)) else {
+            let names: Vec<&str> = self
+                .specs
+                .iter()
+                .filter(|(t, _)| runs_here(*t))
+                .map(|(t, _)| t.name())
+                .collect();
             return ToolOutput::error(format!(
                 "unknown tool `{name}`; available tools: {}",
                 names.join(", ")
@@ -360,14 +332,44 @@ async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOut
         Tool::Bash => bash::run(input, ctx).await,
         Tool::BashOutput => bash_output::run(input, ctx).await,
         Tool::KillShell => kill_shell::run(input, ctx).await,
-        Tool::Read => blocking(ctx, true, move |c| read::run(input, c)).await,
-        Tool::Write => blocking(ctx, false, move |c| write::run(input, c)).await,
-        Tool::Edit => blocking(ctx, false, move |c| edit::run(input, c)).await,
-        Tool::Patch => blocking(ctx, false, move |c| patch::run(input, c)).await,
-        Tool::Glob => blocking(ctx, true, move |c| glob::run(input, c)).await,
-        Tool::Grep => blocking(ctx, true, move |c| grep::run(input, c)).await,
-        Tool::KeywordSearch => blocking(ctx, true, move |c| keyword_search::run(input, c)).await,
+        Tool::Read => blocking(ctx, tool.is_read_only(), move |c| read::run(input, c)).await,
+        Tool::Write => blocking(ctx, tool.is_read_only(), move |c| write::run(input, c)).await,
+        Tool::Edit => blocking(ctx, tool.is_read_only(), move |c| edit::run(input, c)).await,
+        Tool::Patch => blocking(ctx, tool.is_read_only(), move |c| patch::run(input, c)).await,
+        Tool::Glob => blocking(ctx, tool.is_read_only(), move |c| glob::run(input, c)).await,
+        Tool::Grep => blocking(ctx, tool.is_read_only(), move |c| grep::run(input, c)).await,
+        Tool::KeywordSearch => {
+            blocking(ctx, tool.is_read_only(), move |c| {
+                keyword_search::run(input, c)
+            })
+            .await
+        }
+        Tool::Think => run_now(tool, input),
+        // `Registry::run` never gets here: the core answers these calls.
+        Tool::RequestModeUpgrade => Err(ToolError::new(format!(
+            "{tool}: the daemon answers this call itself; it is never run"
+        ))),
+    }
+}
+
+/// Runs an instant tool (see [`Runner::Instant`]): synchronously, without
+/// a context.
+fn run_now(tool: Tool, input: Value) -> Result<ToolOutput, ToolError> {
+    match tool {
         Tool::Think => think::run(input),
+        Tool::Bash
+        | Tool::BashOutput
+        | Tool::KillShell
+        | Tool::Read
+        | Tool::Write
+        | Tool::Edit
+        | Tool::Patch
+        | Tool::Glob
+        | Tool::Grep
+        | Tool::KeywordSearch
+        | Tool::RequestModeUpgrade => Err(ToolError::new(format!(
+            "{tool}: not an instant tool, it cannot run inline"
+        ))),
     }
 }
 
@@ -426,23 +428,17 @@ pub fn summarize_call(name: &str, input: &Value) -> String {
         Tool::Bash => str_field("command").map(|c| {
             let background = input.get("run_in_background").and_then(Value::as_bool);
             let how = if background == Some(true) {
-                "bash (background)"
+                format!("{tool} (background)")
             } else {
-                "bash"
+                tool.to_string()
             };
             format!("{how}: {}", one_line(c, 80))
         }),
         Tool::BashOutput => str_field("shell_id").map(|id| match str_field("filter") {
-            Some(f) => format!(
-                "bash_output {} (lines matching {})",
-                one_line(id, 20),
-                quoted(f)
-            ),
-            None => format!("bash_output {}", one_line(id, 20)),
+            Some(f) => format!("{tool} {} (lines matching {})", one_line(id, 20), quoted(f)),
+            None => format!("{tool} {}", one_line(id, 20)),
         }),
-        Tool::KillShell => {
-            str_field("shell_id").map(|id| format!("kill_shell {}", one_line(id, 20)))
-        }
+        Tool::KillShell => str_field("shell_id").map(|id| format!("{tool} {}", one_line(id, 20))),
         Tool::Read => str_field("path").map(|p| {
             let offset = input.get("offset").and_then(Value::as_u64);
             let limit = input.get("limit").and_then(Value::as_u64);
@@ -457,29 +453,27 @@ pub fn summarize_call(name: &str, input: &Value) -> String {
                 }
                 (Some(o), None) => format!(" (from line {o})"),
             };
-            format!("read {}{range}", one_line(p, 80))
+            format!("{tool} {}{range}", one_line(p, 80))
         }),
-        Tool::Write => str_field("path").map(|p| format!("write {}", one_line(p, 80))),
-        Tool::Edit => str_field("path").map(|p| format!("edit {}", one_line(p, 80))),
+        Tool::Write | Tool::Edit => {
+            str_field("path").map(|p| format!("{tool} {}", one_line(p, 80)))
+        }
         Tool::Patch => str_field("patch").map(|p| {
             let files = patch::touched_files(p);
             match files.len() {
-                0 => "patch".to_string(),
-                1..=3 => format!("patch {}", files.join(", ")),
-                n => format!("patch {}, … ({n} files)", files[..2].join(", ")),
+                0 => tool.to_string(),
+                1..=3 => format!("{tool} {}", files.join(", ")),
+                n => format!("{tool} {}, … ({n} files)", files[..2].join(", ")),
             }
         }),
-        Tool::Glob => str_field("pattern").map(|p| format!("glob {}{}", quoted(p), in_path())),
-        Tool::Grep => str_field("pattern").map(|p| format!("grep {}{}", quoted(p), in_path())),
+        Tool::Glob | Tool::Grep => {
+            str_field("pattern").map(|p| format!("{tool} {}{}", quoted(p), in_path()))
+        }
         Tool::KeywordSearch => input.get("keywords").and_then(Value::as_array).map(|ks| {
             let words: Vec<&str> = ks.iter().filter_map(Value::as_str).collect();
-            format!(
-                "keyword_search {}{}",
-                one_line(&words.join(", "), 80),
-                in_path()
-            )
+            format!("{tool} {}{}", one_line(&words.join(", "), 80), in_path())
         }),
-        Tool::Think => Some("think".to_string()),
+        Tool::Think | Tool::RequestModeUpgrade => Some(tool.to_string()),
     };
     described.unwrap_or_else(|| format!("{name} (invalid input)"))
 }
@@ -495,7 +489,15 @@ pub async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Optio
         Tool::Write => write::plan(input, &owned).ok(),
         Tool::Edit => edit::plan(input, &owned).ok(),
         Tool::Patch => patch::plan(input, &owned).ok(),
-        _ => None,
+        Tool::Bash
+        | Tool::BashOutput
+        | Tool::KillShell
+        | Tool::Read
+        | Tool::Glob
+        | Tool::Grep
+        | Tool::KeywordSearch
+        | Tool::Think
+        | Tool::RequestModeUpgrade => None,
     };
     let changes = tokio::task::spawn_blocking(plan).await.ok()??;
     Some(diff::unified_all(&changes, ctx))
@@ -561,6 +563,65 @@ mod tests {
         for s in &all {
             assert_eq!(s.input_schema["type"], "object", "{}", s.name);
         }
+    }
+
+    #[test]
+    fn restricted_modes_offer_read_only_tools_and_the_upgrade() {
+        let reg = Registry::new();
+        let names = |restricted: bool| -> Vec<String> {
+            reg.offered(restricted)
+                .iter()
+                .map(|s| s.name.clone())
+                .collect()
+        };
+        let all: Vec<String> = reg.specs(false).into_iter().map(|s| s.name).collect();
+        assert_eq!(names(false), all);
+        let mut restricted: Vec<String> = reg.specs(true).into_iter().map(|s| s.name).collect();
+        restricted.push("request_mode_upgrade".to_string());
+        assert_eq!(names(true), restricted);
+    }
+
+    /// Only `think` runs inline; every other call, known or not, is left to
+    /// the spawned path.
+    #[test]
+    fn only_instant_tools_run_inline() {
+        let reg = Registry::new();
+        let input = json!({"thought": "hm", "command": "true", "path": "x"});
+        for &tool in Tool::ALL {
+            let out = reg.run_instant(tool.name(), &input);
+            assert_eq!(out.is_some(), tool == Tool::Think, "{tool}");
+        }
+        let out = reg.run_instant("think", &json!({"thought": "hm"})).unwrap();
+        assert!(!out.is_error, "{}", out.content);
+        let out = reg.run_instant("think", &json!({})).unwrap();
+        assert!(out.is_error);
+        assert!(reg.run_instant("frobnicate", &json!({})).is_none());
+    }
+
+    /// The core answers `request_mode_upgrade`; should a call reach the
+    /// registry, it is as unknown here as any other name.
+    #[tokio::test]
+    async fn core_answered_tools_are_not_run_here() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = Registry::new()
+            .run(
+                "request_mode_upgrade",
+                json!({"reason": "x"}),
+                &ctx_in(dir.path()),
+            )
+            .await;
+        assert!(out.is_error);
+        assert!(
+            out.content
+                .starts_with("unknown tool `request_mode_upgrade`; available tools: bash,"),
+            "{}",
+            out.content
+        );
+        assert!(
+            !out.content.ends_with("request_mode_upgrade"),
+            "{}",
+            out.content
+        );
     }
 
     #[tokio::test]

@@ -12,6 +12,7 @@
 use std::path::PathBuf;
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -39,7 +40,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "patch".to_string(),
+        name: Tool::Patch.name().to_string(),
         description: "Apply a unified diff to one or more files: `--- a/path`, `+++ b/path`, then \
                       `@@ -l,c +l,c @@` hunks with 3 lines of context. `--- /dev/null` creates a \
                       file, `+++ /dev/null` deletes one. Nothing changes unless every hunk applies."
@@ -281,7 +282,7 @@ fn hunk_old_start(header: &str) -> Option<usize> {
 
 /// The changes a patch would make.
 pub(crate) fn plan(input: Value, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolError> {
-    let input: Input = input::parse("patch", &schema(), input)?;
+    let input: Input = input::parse(Tool::Patch.name(), &schema(), input)?;
     let files = parse(&input.patch).map_err(|e| ToolError::new(format!("patch: {e}")))?;
     if files.is_empty() {
         return Err(ToolError::new(

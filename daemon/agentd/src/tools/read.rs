@@ -9,6 +9,7 @@ use std::fs::File;
 use std::io::{BufRead, BufReader, Cursor, Read};
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -39,7 +40,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "read".to_string(),
+        name: Tool::Read.name().to_string(),
         description: "Read a text file; lines are numbered from 1 (`cat -n` style; the numbers \
                       are not part of the file). Returns 2000 lines unless offset/limit say \
                       otherwise; long lines are clipped. Directories and binary files are refused."
@@ -49,7 +50,7 @@ pub(crate) fn spec() -> ToolSpec {
 }
 
 pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    let input: Input = input::parse("read", &schema(), input)?;
+    let input: Input = input::parse(Tool::Read.name(), &schema(), input)?;
     let path = paths::resolve(ctx, &input.path)?;
     let shown = paths::display(ctx, &path);
     let meta = match std::fs::metadata(&path) {

@@ -2,6 +2,7 @@
 //! call's input, so the tool only acknowledges it.
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -24,14 +25,14 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "think".to_string(),
+        name: Tool::Think.name().to_string(),
         description: "Think through a plan or a tricky step without doing anything.".to_string(),
         input_schema: schema(),
     }
 }
 
 pub(crate) fn run(input: Value) -> Result<ToolOutput, ToolError> {
-    let _: Input = input::parse("think", &schema(), input)?;
+    let _: Input = input::parse(Tool::Think.name(), &schema(), input)?;
     Ok(ToolOutput::ok("Thought recorded.", "thought"))
 }
 

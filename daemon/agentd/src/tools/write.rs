@@ -1,6 +1,7 @@
 //! `write`: create or overwrite a whole file.
 
 use agentd_core::ToolSpec;
+use agentd_core::tools::Tool;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -27,7 +28,7 @@ fn schema() -> Value {
 
 pub(crate) fn spec() -> ToolSpec {
     ToolSpec {
-        name: "write".to_string(),
+        name: Tool::Write.name().to_string(),
         description: "Create or overwrite a file with `content` (parent directories are created). \
                       For changes to an existing file prefer edit or patch."
             .to_string(),
@@ -37,7 +38,7 @@ pub(crate) fn spec() -> ToolSpec {
 
 /// The change a write would make.
 pub(crate) fn plan(input: Value, ctx: &ToolContext) -> Result<Vec<FileChange>, ToolError> {
-    let input: Input = input::parse("write", &schema(), input)?;
+    let input: Input = input::parse(Tool::Write.name(), &schema(), input)?;
     let path = paths::resolve(ctx, &input.path)?;
     if path.is_dir() {
         return Err(ToolError::new(format!(

@@ -2,6 +2,7 @@
 
 use super::paths;
 use super::shell::{self, Script, Word};
+use crate::tools::{Subject, Tool};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
@@ -56,14 +57,45 @@ impl FromStr for Action {
     }
 }
 
-/// Tools whose rule pattern is a path glob over the files they write.
-/// A path rule on any of them applies to every file write: these tools,
-/// and a bash redirection to a file (`> out.txt`).
-pub(crate) const WRITE_TOOLS: &[&str] = &["write", "edit", "patch"];
+/// What the pattern of a rule describes, decided by the rule's tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PatternKind {
+    /// A bash command line.
+    Command,
+    /// A glob over files written. A path rule on any tool that writes
+    /// files applies to every file write: those tools, and a bash
+    /// redirection to a file (`> out.txt`).
+    WrittenPath,
+    /// A glob over files read or directories searched. A path rule on any
+    /// tool that reads applies to all of them.
+    ReadPath,
+    /// A background shell's id.
+    ShellId,
+    /// Nothing the tool's input holds, so the pattern never matches: tools
+    /// without a subject, and names the daemon does not have.
+    Nothing,
+}
 
-/// Tools whose rule pattern is a path glob over what they read or search.
-/// A path rule on any of them applies to all of them.
-pub(crate) const READ_TOOLS: &[&str] = &["read", "glob", "grep", "keyword_search"];
+impl PatternKind {
+    /// The kind of pattern a rule on the tool called `tool` has.
+    pub(crate) fn of(tool: &str) -> PatternKind {
+        match Tool::from_name(tool).map(Tool::subject) {
+            Some(Subject::CommandLine) => PatternKind::Command,
+            Some(Subject::WrittenFile | Subject::PatchedFiles) => PatternKind::WrittenPath,
+            Some(Subject::ReadFile | Subject::SearchedDir) => PatternKind::ReadPath,
+            Some(Subject::ShellId) => PatternKind::ShellId,
+            Some(Subject::Nothing) | None => PatternKind::Nothing,
+        }
+    }
+
+    /// Whether the pattern is a path glob.
+    pub(crate) fn is_path(self) -> bool {
+        match self {
+            PatternKind::WrittenPath | PatternKind::ReadPath => true,
+            PatternKind::Command | PatternKind::ShellId | PatternKind::Nothing => false,
+        }
+    }
+}
 
 /// A permission rule: `tool` matches every call of the tool; `tool(pattern)`
 /// matches the calls the pattern describes.
@@ -221,7 +253,7 @@ impl Rule {
             if pattern.is_empty() {
                 return Err(RuleError::EmptyPattern { rule: own() });
             }
-            if tool != "bash" && !parens_balance(pattern) {
+            if PatternKind::of(tool) != PatternKind::Command && !parens_balance(pattern) {
                 return Err(RuleError::UnbalancedParenthesis { rule: own() });
             }
         }
@@ -249,18 +281,22 @@ impl Rule {
                 rule: self.to_string(),
             });
         }
-        if self.tool == "bash" {
-            bash_pattern(pattern).map_err(|reason| {
-                if reason.contains("unbalanced") || reason.contains("unterminated `(`") {
-                    RuleError::UnbalancedParenthesis {
-                        rule: self.to_string(),
+        match self.kind() {
+            PatternKind::Command => {
+                bash_pattern(pattern).map_err(|reason| {
+                    if reason.contains("unbalanced") || reason.contains("unterminated `(`") {
+                        RuleError::UnbalancedParenthesis {
+                            rule: self.to_string(),
+                        }
+                    } else {
+                        invalid(reason)
                     }
-                } else {
-                    invalid(reason)
-                }
-            })?;
-        } else if self.is_path_rule() {
-            paths::check_pattern(pattern).map_err(invalid)?;
+                })?;
+            }
+            PatternKind::WrittenPath | PatternKind::ReadPath => {
+                paths::check_pattern(pattern).map_err(invalid)?;
+            }
+            PatternKind::ShellId | PatternKind::Nothing => {}
         }
         Ok(())
     }
@@ -270,11 +306,14 @@ impl Rule {
         format!("{} {self}", self.action)
     }
 
+    /// What the rule's pattern describes (whether it has one or not).
+    pub(crate) fn kind(&self) -> PatternKind {
+        PatternKind::of(&self.tool)
+    }
+
     /// A path rule: a pattern on a tool that writes or reads files.
     pub(crate) fn is_path_rule(&self) -> bool {
-        self.pattern.is_some()
-            && (WRITE_TOOLS.contains(&self.tool.as_str())
-                || READ_TOOLS.contains(&self.tool.as_str()))
+        self.pattern.is_some() && self.kind().is_path()
     }
 }
 

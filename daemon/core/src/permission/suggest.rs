@@ -4,6 +4,7 @@ use super::paths;
 use super::rule::{Action, Rule, bash_pattern};
 use super::shell;
 use crate::message::ToolCall;
+use crate::tools::{Subject, Tool};
 
 /// Programs whose second word names a subcommand: `cargo test -p x` suggests
 /// `bash(cargo test:*)`. Other commands get an exact rule, so allowing
@@ -37,15 +38,25 @@ pub fn suggested_rule(call: &ToolCall, cwd: &str) -> String {
 /// offered.
 pub fn suggest_rule(call: &ToolCall, cwd: &str) -> Option<Rule> {
     let input = |key: &str| call.input.get(key).and_then(serde_json::Value::as_str);
-    let text = match call.name.as_str() {
-        "bash" => format!("bash({})", bash_suggestion(input("command")?)?),
-        "write" | "edit" => format!("edit({})", files_suggestion(&[input("path")?], cwd)?),
-        "patch" => {
-            let files = paths::patch_paths(input("patch")?);
-            let files: Vec<&str> = files.iter().map(String::as_str).collect();
-            format!("edit({})", files_suggestion(&files, cwd)?)
-        }
-        other => other.to_string(),
+    // File writes get a rule on `edit`: a path rule on any tool that writes
+    // files covers them all, and `edit` reads best.
+    let edit = Tool::Edit;
+    let text = match Tool::from_name(&call.name) {
+        None => call.name.clone(),
+        Some(tool) => match tool.subject() {
+            Subject::CommandLine => format!("{tool}({})", bash_suggestion(input("command")?)?),
+            Subject::WrittenFile => {
+                format!("{edit}({})", files_suggestion(&[input("path")?], cwd)?)
+            }
+            Subject::PatchedFiles => {
+                let files = paths::patch_paths(input("patch")?);
+                let files: Vec<&str> = files.iter().map(String::as_str).collect();
+                format!("{edit}({})", files_suggestion(&files, cwd)?)
+            }
+            Subject::ReadFile | Subject::SearchedDir | Subject::ShellId | Subject::Nothing => {
+                tool.name().to_string()
+            }
+        },
     };
     Rule::parse(&text, Action::Allow).ok()
 }

@@ -1,4 +1,5 @@
-//! A tiny Attach client for the end-to-end tests.
+//! A tiny Attach client for the end-to-end tests, and what to make of the
+//! frames it gets.
 
 use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_client::AgentServiceClient;

@@ -1,0 +1,414 @@
+//! Carrying out the core's effects. Long ones (a model request, a tool, a
+//! retry timer) are spawned and report back through the actor's mailbox
+//! tagged with a call number; the rest happen here at once.
+
+use super::{Actor, Input};
+use crate::llm::{LlmRequest, PartialReply, StreamEvent};
+use crate::runtime::events::{EventKind, PermissionView};
+use crate::runtime::prompt;
+use crate::store::StoredEvent;
+use crate::tools::ToolContext;
+use agentd_core::{
+    ContentBlock, Effect, Event, LlmPurpose, Message, Mode, Notice, RuleScope, ToolCall, transition,
+};
+use std::collections::HashMap;
+use std::sync::Arc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// A spawned piece of work: its call number (reports with another number
+/// are stale) and how to stop it.
+struct InFlight {
+    call: u64,
+    cancel: CancellationToken,
+}
+
+/// The work in flight for one conversation.
+#[derive(Default)]
+pub(super) struct Work {
+    next_call: u64,
+    llm: Option<InFlight>,
+    /// What the model request in flight has streamed so far.
+    pub(super) partial: PartialReply,
+    /// Running tools by tool_use id, with their start.
+    tools: HashMap<String, (InFlight, Instant)>,
+    retry: Option<(u64, tokio::task::JoinHandle<()>)>,
+    /// The system prompt and the day it was made for.
+    system_prompt: Option<(i64, Arc<str>)>,
+    /// The encoded transcript prefix providers reuse across requests;
+    /// replaced whenever the transcript shrinks (a rollback).
+    pub(super) request_cache: crate::llm::RequestCache,
+}
+
+impl Work {
+    pub(super) fn is_empty(&self) -> bool {
+        self.llm.is_none() && self.tools.is_empty() && self.retry.is_none()
+    }
+
+    fn call_number(&mut self) -> u64 {
+        self.next_call += 1;
+        self.next_call
+    }
+
+    pub(super) fn is_current_llm(&self, call: u64) -> bool {
+        self.llm.as_ref().is_some_and(|f| f.call == call)
+    }
+
+    /// Whether `call` is the model request in flight; if so it is over.
+    pub(super) fn finish_llm(&mut self, call: u64) -> bool {
+        if !self.is_current_llm(call) {
+            return false;
+        }
+        self.llm = None;
+        self.partial = PartialReply::new();
+        true
+    }
+
+    /// Whether `call` runs the tool `tool_use_id`; if so it is over.
+    pub(super) fn finish_tool(&mut self, call: u64, tool_use_id: &str) -> bool {
+        let current = self
+            .tools
+            .get(tool_use_id)
+            .is_some_and(|(f, _)| f.call == call);
+        if current {
+            self.tools.remove(tool_use_id);
+        }
+        current
+    }
+
+    /// Whether `call` is the retry timer that is due; if so it is over.
+    pub(super) fn finish_retry(&mut self, call: u64) -> bool {
+        let current = self.retry.as_ref().is_some_and(|(c, _)| *c == call);
+        if current {
+            self.retry = None;
+        }
+        current
+    }
+
+    /// Stops everything: the model request, the timer and the tools.
+    fn stop_all(&mut self) {
+        if let Some(f) = self.llm.take() {
+            f.cancel.cancel();
+        }
+        if let Some((_, h)) = self.retry.take() {
+            h.abort();
+        }
+        for (_, (f, _)) in self.tools.drain() {
+            f.cancel.cancel();
+        }
+    }
+}
+
+impl Actor {
+    /// Carries out one effect. Returns a follow-up transition when the
+    /// effect completes at once (an aborted stream reports its partial reply).
+    pub(super) async fn run_effect(&mut self, effect: Effect) -> Option<agentd_core::Transition> {
+        match effect {
+            // Written by the commit.
+            Effect::AppendMessage { .. } => None,
+            Effect::RequestLlm { attempt, purpose } => {
+                self.start_llm(attempt, purpose);
+                None
+            }
+            Effect::AbortLlm => {
+                let partial = std::mem::take(&mut self.work.partial).into_blocks();
+                if let Some(f) = self.work.llm.take() {
+                    f.cancel.cancel();
+                }
+                let ctx = self.context(None);
+                match transition(&self.record.state, &ctx, Event::LlmAborted { partial }) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        tracing::debug!("abort not applicable: {e}");
+                        None
+                    }
+                }
+            }
+            Effect::ScheduleRetry {
+                attempt: _,
+                delay_ms,
+            } => {
+                let call = self.work.call_number();
+                let tx = self.tx.clone();
+                let handle = tokio::spawn(async move {
+                    tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                    let _ = tx.send(Input::RetryDue { call });
+                });
+                if let Some((_, old)) = self.work.retry.replace((call, handle)) {
+                    old.abort();
+                }
+                None
+            }
+            Effect::CancelRetry => {
+                if let Some((_, h)) = self.work.retry.take() {
+                    h.abort();
+                }
+                None
+            }
+            Effect::ExecuteTool { call, background } => {
+                self.start_tool(call, background);
+                None
+            }
+            Effect::AbortTools { tool_use_ids } => {
+                for id in tool_use_ids {
+                    if let Some((f, started)) = self.work.tools.remove(&id) {
+                        f.cancel.cancel();
+                        self.emit(EventKind::ToolCallEnd {
+                            tool_use_id: id.clone(),
+                            name: String::new(),
+                            is_error: true,
+                            summary: "interrupted".to_string(),
+                            diff: None,
+                            duration_ms: started.elapsed().as_millis() as u64,
+                        });
+                    }
+                }
+                None
+            }
+            Effect::AskPermission { ask } => {
+                let view = self.permission_view(&ask).await;
+                self.persist_event(StoredEvent::PermissionRequested {
+                    at_ms: self.now_ms(),
+                    ask: view.ask.clone(),
+                    summary: view.summary.clone(),
+                    diff: view.diff.clone(),
+                })
+                .await;
+                self.pending_view = Some(view.clone());
+                self.emit(EventKind::PermissionRequested(view));
+                None
+            }
+            Effect::PermissionResolved {
+                request_id,
+                decision,
+                by,
+            } => {
+                self.pending_view = None;
+                self.persist_event(StoredEvent::PermissionResolved {
+                    at_ms: self.now_ms(),
+                    request_id: request_id.clone(),
+                    decision,
+                    client: by.as_ref().map(|c| (c.id.clone(), c.name.clone())),
+                })
+                .await;
+                self.emit(EventKind::PermissionResolved {
+                    request_id,
+                    decision,
+                    client: by,
+                });
+                None
+            }
+            Effect::AddRule { rule, scope } => {
+                // The commit wrote the rule with the transition.
+                let where_ = match scope {
+                    RuleScope::Project => "every conversation in this directory",
+                    RuleScope::Conversation => "this conversation",
+                };
+                self.emit(EventKind::Notice(format!(
+                    "rule added for {where_}: {}",
+                    rule.spec()
+                )));
+                self.rules.push(rule);
+                None
+            }
+            Effect::Notify { notice } => {
+                let kind = match notice {
+                    Notice::Retrying {
+                        attempt,
+                        max_attempts,
+                        delay_ms,
+                        reason,
+                    } => EventKind::Retrying {
+                        attempt,
+                        max_attempts,
+                        delay_ms,
+                        reason,
+                    },
+                    Notice::Error { message, kind } => EventKind::Error { message, kind },
+                    Notice::Info { message } => EventKind::Notice(message),
+                    Notice::Recovered { message } => {
+                        self.recovery_notices.push(message.clone());
+                        EventKind::Notice(message)
+                    }
+                };
+                self.emit(kind);
+                None
+            }
+            Effect::SpawnSubAgent { agent_id, .. } => {
+                tracing::warn!(conversation = %self.record.id, "sub-agent {agent_id} requested but sub-agents are not available");
+                None
+            }
+        }
+    }
+
+    /// Stores the durable event the next `emit` announces, before it does.
+    async fn persist_event(&self, event: StoredEvent) {
+        let stored =
+            match self
+                .shared
+                .store
+                .put_event(&self.record.id, self.fanout.next_seq(), &event)
+            {
+                Ok(()) => self.shared.store.flush().await,
+                Err(e) => Err(e),
+            };
+        if let Err(e) = stored {
+            tracing::error!(conversation = %self.record.id, "cannot persist an event: {e}");
+        }
+    }
+
+    pub(super) async fn permission_view(&self, ask: &agentd_core::PermissionAsk) -> PermissionView {
+        let ctx = self.tool_context(CancellationToken::new());
+        PermissionView {
+            summary: crate::tools::summarize_call(&ask.tool_name, &ask.input),
+            diff: crate::tools::preview_diff(&ask.tool_name, &ask.input, &ctx).await,
+            ask: ask.clone(),
+        }
+    }
+
+    fn tool_context(&self, cancel: CancellationToken) -> ToolContext {
+        let l = &self.shared.config.limits;
+        ToolContext {
+            cwd: self.record.cwd.clone(),
+            additional_dirs: self.record.additional_dirs.clone(),
+            cancel,
+            limits: crate::tools::ToolLimits {
+                max_output_bytes: l.max_output_bytes,
+                bash_default_timeout_ms: l.bash_default_timeout_ms,
+                bash_max_timeout_ms: l.bash_max_timeout_ms,
+                kill_grace_ms: l.kill_grace_ms,
+                ..Default::default()
+            },
+            shells: Some(self.shared.shells.clone()),
+            conversation_id: self.record.id.clone(),
+        }
+    }
+
+    fn start_llm(&mut self, attempt: u32, purpose: LlmPurpose) {
+        if let Some(old) = self.work.llm.take() {
+            old.cancel.cancel();
+        }
+        let call = self.work.call_number();
+        let cancel = CancellationToken::new();
+        self.work.llm = Some(InFlight {
+            call,
+            cancel: cancel.clone(),
+        });
+        self.work.partial = PartialReply::new();
+        self.emit(EventKind::ReplyBegin { attempt });
+        let restricted = matches!(self.record.mode, Mode::ReadOnly | Mode::Plan);
+        let (messages, tools) = match &purpose {
+            LlmPurpose::Turn => (
+                self.transcript.clone(),
+                self.shared.tools.offered(restricted),
+            ),
+            LlmPurpose::Continuation { prompt } => {
+                let mut messages = Vec::clone(&self.transcript);
+                messages.push(Message::user(
+                    vec![ContentBlock::text(prompt.clone())],
+                    self.now_ms(),
+                ));
+                (Arc::new(messages), Arc::from(Vec::new()))
+            }
+        };
+        let request = LlmRequest {
+            model: self.record.model.clone(),
+            system: self.system_prompt(),
+            messages,
+            tools,
+            max_tokens: self.shared.config.limits.max_tokens,
+            cache: self.work.request_cache.clone(),
+        };
+        let provider = self.shared.provider.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let stream_tx = tx.clone();
+            let mut on_event = move |event: StreamEvent| {
+                let _ = stream_tx.send(Input::LlmStream { call, event });
+            };
+            let result = provider.stream(&request, &mut on_event, cancel).await;
+            // Let go of the transcript before the actor appends the reply.
+            drop(request);
+            let _ = tx.send(Input::LlmDone { call, result });
+        });
+    }
+
+    /// The system prompt: the configured one, or ours for this working
+    /// directory and day (made again when the date changes).
+    fn system_prompt(&mut self) -> Arc<str> {
+        let now = self.now_ms();
+        let day = now.div_euclid(86_400_000);
+        match &self.work.system_prompt {
+            Some((d, p)) if *d == day => p.clone(),
+            _ => {
+                let p: Arc<str> = match &self.shared.config.system_prompt {
+                    Some(s) => Arc::from(s.as_str()),
+                    None => Arc::from(prompt::system_prompt(&self.record.cwd, now)),
+                };
+                self.work.system_prompt = Some((day, p.clone()));
+                p
+            }
+        }
+    }
+
+    /// Announces a tool call, as every start of one is.
+    pub(super) fn announce_call(&mut self, call: &ToolCall) {
+        self.emit(EventKind::ToolCallBegin {
+            tool_use_id: call.id.clone(),
+            name: call.name.clone(),
+            summary: crate::tools::summarize_call(&call.name, &call.input),
+            input_json: call.input.to_string(),
+        });
+    }
+
+    fn start_tool(&mut self, call: ToolCall, background: bool) {
+        let id = self.work.call_number();
+        let cancel = CancellationToken::new();
+        self.work.tools.insert(
+            call.id.clone(),
+            (
+                InFlight {
+                    call: id,
+                    cancel: cancel.clone(),
+                },
+                Instant::now(),
+            ),
+        );
+        self.announce_call(&call);
+        let ctx = self.tool_context(cancel);
+        let registry = self.shared.tools.clone();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let output = if background {
+                crate::tools::move_to_background(&call.input, &ctx).await
+            } else {
+                registry.run(&call.name, call.input, &ctx).await
+            };
+            let _ = tx.send(Input::ToolDone {
+                call: id,
+                tool_use_id: call.id,
+                output,
+                duration_ms: started.elapsed().as_millis() as u64,
+            });
+        });
+    }
+
+    /// A clean stop: clients are told why, running tools are terminated
+    /// and recorded as interrupted (the core decides how), and in-flight
+    /// model requests are dropped; the persisted state lets the next start
+    /// carry on.
+    pub(super) async fn shutdown(&mut self) {
+        self.emit(EventKind::Notice(
+            "agentd is shutting down; running tools are interrupted".to_string(),
+        ));
+        if let Some(f) = self.work.llm.take() {
+            f.cancel.cancel();
+        }
+        if let Some((_, h)) = self.work.retry.take() {
+            h.abort();
+        }
+        self.apply_internal(Event::DaemonStopping).await;
+        self.work.stop_all();
+    }
+}

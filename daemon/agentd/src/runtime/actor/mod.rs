@@ -1,0 +1,456 @@
+//! One actor (task) per live conversation.
+//!
+//! The actor owns the conversation's state. For every input it calls the
+//! core's `transition`, commits the new state and messages (flushed), and
+//! only then carries out the effects. Long effects (a model stream, a tool
+//! run, a retry timer) are spawned and report back as inputs tagged with a
+//! call number, so a cancel reaches `transition` while they are in flight and
+//! late reports of cancelled work are recognised and dropped.
+//!
+//! The actor is split by job:
+//! - this file: the inputs, the loop, and what each input means;
+//! - `commit.rs`: deciding (`transition`), persisting and flushing, and the
+//!   one rollback when the store fails;
+//! - `effects.rs`: carrying out effects (model requests, tools, timers,
+//!   permission requests, rules);
+//! - `replay.rs`: event numbering and fan-out, and what a client gets when
+//!   it attaches (a snapshot, or the events it missed).
+
+mod commit;
+mod effects;
+mod replay;
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests;
+
+use super::Shared;
+use super::error::RuntimeError;
+use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView};
+use crate::llm::{LlmError, StreamEvent};
+use crate::store::{ConversationRecord, RuleScope as StoredScope};
+use crate::tools::ToolOutput;
+use agentd_core::{Decision, Event, Message, Rejected, Reply, Role, Rule, RuleScope, ToolResult};
+use effects::Work;
+use replay::Fanout;
+use std::sync::Arc;
+use tokio::sync::{broadcast, mpsc, oneshot};
+
+pub use replay::HUB_CAPACITY;
+
+/// What an actor receives.
+pub(crate) enum Input {
+    /// A request from a client.
+    Command(Command),
+    /// A piece of the model's reply.
+    LlmStream { call: u64, event: StreamEvent },
+    /// The model request ended.
+    LlmDone {
+        call: u64,
+        result: Result<Reply, LlmError>,
+    },
+    /// A tool ended.
+    ToolDone {
+        call: u64,
+        tool_use_id: String,
+        output: ToolOutput,
+        duration_ms: u64,
+    },
+    /// A retry timer fired.
+    RetryDue { call: u64 },
+    /// The daemon found this conversation mid-turn at start-up.
+    Recover,
+    /// One of this conversation's background shells started or ended.
+    Shell(crate::shells::ShellEvent),
+    /// The daemon is stopping.
+    Shutdown { done: oneshot::Sender<()> },
+}
+
+/// A client's request to an actor.
+pub(crate) enum Command {
+    Send {
+        text: String,
+        reply: oneshot::Sender<Result<u64, RuntimeError>>,
+    },
+    Cancel {
+        reply: oneshot::Sender<Result<bool, RuntimeError>>,
+    },
+    Answer {
+        request_id: String,
+        decision: Decision,
+        feedback: Option<String>,
+        scope: RuleScope,
+        by: Option<ClientInfo>,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    Subscribe {
+        after_seq: u64,
+        name: String,
+        client_id: String,
+        reply: oneshot::Sender<Subscription>,
+    },
+    Detach {
+        client_id: String,
+    },
+    Resync {
+        client_id: String,
+        reply: oneshot::Sender<Arc<ConvEvent>>,
+    },
+}
+
+/// A client's view onto a conversation.
+#[derive(Debug)]
+pub struct Subscription {
+    /// Who the client is.
+    pub client: ClientInfo,
+    /// What to send first (a snapshot, or `Resumed` and the missed events).
+    pub initial: Vec<Arc<ConvEvent>>,
+    /// Live events.
+    pub live: broadcast::Receiver<Arc<ConvEvent>>,
+}
+
+pub(crate) struct Actor {
+    shared: Arc<Shared>,
+    /// The manager's registry of live actors: an idle actor removes itself.
+    registry: super::Actors,
+    rx: mpsc::UnboundedReceiver<Input>,
+    tx: mpsc::UnboundedSender<Input>,
+    record: ConversationRecord,
+    /// Shared with the model request in flight, which reads it while the
+    /// actor goes on (the request is dropped before its end is reported, so
+    /// appending rarely has to copy).
+    transcript: Arc<Vec<Message>>,
+    /// Whether the record is in the store yet (a conversation created with
+    /// a prompt is stored by its first transition, together with it).
+    stored: bool,
+    /// Every permission rule in force: config file, creation, and rules
+    /// added by answers (this conversation's and its project's).
+    rules: Vec<Rule>,
+    /// Summary and diff of the pending permission request.
+    pending_view: Option<PermissionView>,
+    /// What the recovery after a restart said, repeated to clients that
+    /// attach later (they get a snapshot, which carries no notices).
+    recovery_notices: Vec<String>,
+    /// Event numbering, the replay buffer and the attached clients.
+    fanout: Fanout,
+    /// Work in flight: the model request, running tools, the retry timer.
+    work: Work,
+}
+
+impl Actor {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        registry: super::Actors,
+        record: ConversationRecord,
+        transcript: Vec<Message>,
+        channel: (mpsc::UnboundedSender<Input>, mpsc::UnboundedReceiver<Input>),
+        stored: bool,
+    ) -> Actor {
+        let (tx, rx) = channel;
+        let fanout = Fanout::new(record.seq_reserved + 1);
+        Actor {
+            shared,
+            registry,
+            rx,
+            tx,
+            record,
+            transcript: Arc::new(transcript),
+            stored,
+            rules: Vec::new(),
+            pending_view: None,
+            recovery_notices: Vec::new(),
+            fanout,
+            work: Work::default(),
+        }
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.shared.clock.now_ms()
+    }
+
+    fn load_rules(&mut self) -> Result<(), crate::store::StoreError> {
+        let mut rules = self.shared.config.rules.clone();
+        for text in &self.record.allow_rules {
+            match Rule::parse(text, agentd_core::Action::Allow) {
+                Ok(rule) => rules.push(rule),
+                Err(e) => {
+                    tracing::warn!(conversation = %self.record.id, "ignoring rule {text:?}: {e}")
+                }
+            }
+        }
+        let store = &self.shared.store;
+        rules.extend(store.rules(&self.stored_scope(RuleScope::Conversation))?);
+        rules.extend(store.rules(&self.stored_scope(RuleScope::Project))?);
+        self.rules = rules;
+        Ok(())
+    }
+
+    /// Where the store keeps rules of `scope` for this conversation.
+    fn stored_scope(&self, scope: RuleScope) -> StoredScope {
+        match scope {
+            RuleScope::Conversation => StoredScope::Conversation(self.record.id.clone()),
+            RuleScope::Project => StoredScope::Project(self.record.cwd.clone()),
+        }
+    }
+
+    pub(crate) async fn run(mut self) {
+        // Reserve sequence numbers before the first event goes out. An
+        // unstored record gets its reservation written with its first commit.
+        if self.stored {
+            if let Err(e) = self.extend_reservation().await {
+                tracing::error!(conversation = %self.record.id, "cannot persist sequence reservation: {e}");
+            }
+        } else {
+            self.record.seq_reserved = replay::reservation_from(self.fanout.next_seq());
+        }
+        if let Err(e) = self.load_rules() {
+            tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
+        }
+        if let Some(ask) = self.record.state.pending_permission().cloned() {
+            self.pending_view = Some(self.permission_view(&ask).await);
+        }
+        let idle_after = std::time::Duration::from_millis(self.shared.config.limits.idle_unload_ms);
+        loop {
+            let input = if self.is_idle() {
+                match tokio::time::timeout(idle_after, self.rx.recv()).await {
+                    Ok(input) => input,
+                    Err(_) => {
+                        if self.unload().await {
+                            return;
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                self.rx.recv().await
+            };
+            match input {
+                Some(Input::Shutdown { done }) => {
+                    self.shutdown().await;
+                    let _ = done.send(());
+                    return;
+                }
+                Some(other) => self.handle(other).await,
+                None => return,
+            }
+            if self.fanout.needs_reservation(self.record.seq_reserved)
+                && let Err(e) = self.extend_reservation().await
+            {
+                tracing::error!(conversation = %self.record.id, "cannot persist sequence reservation: {e}");
+            }
+        }
+    }
+
+    /// At rest, with no client attached and nothing in flight: nothing
+    /// would be lost by unloading the conversation.
+    fn is_idle(&self) -> bool {
+        self.record.state.is_at_rest() && self.fanout.clients.is_empty() && self.work.is_empty()
+    }
+
+    /// Removes this actor from the registry if no input is waiting; the
+    /// next input loads the conversation again from the store. Every input
+    /// from outside is sent under the registry's lock, so none can arrive
+    /// once the entry is gone. Returns whether the actor should end.
+    async fn unload(&mut self) -> bool {
+        let mut registry = self.registry.lock().await;
+        if !self.rx.is_empty() {
+            return false;
+        }
+        registry.remove_if_same(&self.record.id, &self.tx);
+        tracing::debug!(conversation = %self.record.id, "unloaded (idle)");
+        true
+    }
+
+    async fn handle(&mut self, input: Input) {
+        match input {
+            Input::Command(cmd) => self.command(cmd).await,
+            Input::LlmStream { call, event } => {
+                if !self.work.is_current_llm(call) {
+                    return;
+                }
+                self.work.partial.push(&event);
+                let kind = match event {
+                    StreamEvent::TextDelta { index, text } => EventKind::TextDelta { index, text },
+                    StreamEvent::ThinkingDelta { index, text } => {
+                        EventKind::ThinkingDelta { index, text }
+                    }
+                    _ => return,
+                };
+                self.emit(kind);
+            }
+            Input::LlmDone { call, result } => {
+                if !self.work.finish_llm(call) {
+                    return;
+                }
+                let event = match result {
+                    Ok(reply) => Event::LlmCompleted { reply },
+                    Err(LlmError::Cancelled) => return,
+                    Err(e) => {
+                        tracing::warn!(conversation = %self.record.id, "model request failed: {e}");
+                        Event::LlmFailed {
+                            failure: e.to_failure(),
+                            jitter_permille: rand::random_range(0..1000),
+                        }
+                    }
+                };
+                self.apply_internal(event).await;
+            }
+            Input::ToolDone {
+                call,
+                tool_use_id,
+                output,
+                duration_ms,
+            } => {
+                if !self.work.finish_tool(call, &tool_use_id) {
+                    return;
+                }
+                let name = self.tool_name(&tool_use_id);
+                self.emit(EventKind::ToolCallEnd {
+                    tool_use_id: tool_use_id.clone(),
+                    name,
+                    is_error: output.is_error,
+                    summary: output.summary.clone(),
+                    diff: output.diff.clone(),
+                    duration_ms,
+                });
+                self.apply_internal(Event::ToolCompleted {
+                    result: ToolResult::new(tool_use_id, output.content, output.is_error),
+                })
+                .await;
+            }
+            Input::RetryDue { call } => {
+                if self.work.finish_retry(call) {
+                    self.apply_internal(Event::RetryDue).await;
+                }
+            }
+            Input::Recover => self.apply_internal(Event::DaemonRestarted).await,
+            Input::Shell(event) => {
+                let kind = match event {
+                    crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
+                    crate::shells::ShellEvent::Exited(r) => EventKind::ShellExited(r),
+                };
+                self.emit(kind);
+            }
+            Input::Shutdown { .. } => {}
+        }
+    }
+
+    async fn command(&mut self, cmd: Command) {
+        match cmd {
+            Command::Send { text, reply } => {
+                self.recovery_notices.clear();
+                let result = self.apply(Event::UserMessage { text }).await;
+                let _ = reply.send(result.map(|_| self.last_user_message_seq()));
+            }
+            Command::Cancel { reply } => {
+                let busy = !self.record.state.is_at_rest();
+                let result = self.apply(Event::UserCancel).await;
+                let _ = reply.send(result.map(|_| busy));
+            }
+            Command::Answer {
+                request_id,
+                decision,
+                feedback,
+                scope,
+                by,
+                reply,
+            } => {
+                let result = self
+                    .apply(Event::PermissionAnswered {
+                        request_id,
+                        decision,
+                        feedback,
+                        scope,
+                        by,
+                    })
+                    .await;
+                let _ = reply.send(result);
+            }
+            Command::Subscribe {
+                after_seq,
+                name,
+                client_id,
+                reply,
+            } => {
+                let client = ClientInfo {
+                    id: client_id,
+                    name,
+                };
+                let live = self.fanout.subscribe();
+                let initial = self.initial_frames(after_seq, &client);
+                self.fanout.clients.push(client.clone());
+                let _ = reply.send(Subscription {
+                    client: client.clone(),
+                    initial,
+                    live,
+                });
+                self.emit(EventKind::ClientAttached(client));
+            }
+            Command::Detach { client_id } => {
+                if let Some(pos) = self.fanout.clients.iter().position(|c| c.id == client_id) {
+                    let client = self.fanout.clients.remove(pos);
+                    self.emit(EventKind::ClientDetached(client));
+                }
+            }
+            Command::Resync { client_id, reply } => {
+                let client = self
+                    .fanout
+                    .clients
+                    .iter()
+                    .find(|c| c.id == client_id)
+                    .cloned()
+                    .unwrap_or(ClientInfo {
+                        id: client_id,
+                        name: String::new(),
+                    });
+                let _ = reply.send(self.snapshot(&client));
+            }
+        }
+    }
+
+    fn last_user_message_seq(&self) -> u64 {
+        self.transcript
+            .iter()
+            .rposition(|m| m.role == Role::User)
+            .map(|i| i as u64 + 1)
+            .unwrap_or(0)
+    }
+
+    fn tool_name(&self, tool_use_id: &str) -> String {
+        match &self.record.state {
+            agentd_core::ConvState::ToolExecuting(run) => run
+                .calls
+                .iter()
+                .find(|c| c.id == tool_use_id)
+                .map(|c| c.name.clone())
+                .unwrap_or_default(),
+            _ => String::new(),
+        }
+    }
+
+    /// Sends an event to every attached client (never blocks, never
+    /// writes to the store).
+    fn emit(&mut self, kind: EventKind) {
+        let now = self.now_ms();
+        self.fanout.emit(now, kind);
+    }
+
+    /// Applies a client's event; the rejection goes back to that client.
+    async fn apply(&mut self, event: Event) -> Result<(), RuntimeError> {
+        let ctx = self.context(Some(&event));
+        let t = agentd_core::transition(&self.record.state, &ctx, event)
+            .map_err(RuntimeError::Rejected)?;
+        self.commit_and_run(t).await
+    }
+
+    /// Applies an event reported by the runtime itself; a rejection means
+    /// the report is stale and is dropped.
+    async fn apply_internal(&mut self, event: Event) {
+        match self.apply(event).await {
+            Ok(()) => {}
+            Err(RuntimeError::Rejected(r @ Rejected::NotApplicable { .. })) => {
+                tracing::debug!(conversation = %self.record.id, "dropped: {r}");
+            }
+            Err(e) => tracing::warn!(conversation = %self.record.id, "event not applied: {e}"),
+        }
+    }
+}

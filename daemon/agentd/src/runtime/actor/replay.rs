@@ -1,0 +1,370 @@
+//! Event numbering, fan-out to attached clients, and what a client gets
+//! when it attaches: a snapshot, or the events it missed.
+
+use super::Actor;
+use crate::runtime::events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
+use crate::store::{Store, StoredEvent};
+use agentd_core::Message;
+use std::collections::{HashSet, VecDeque};
+use std::sync::Arc;
+use tokio::sync::broadcast;
+
+/// How many events a client may fall behind before it is resynchronised
+/// with a fresh snapshot instead of slowing anyone down.
+pub const HUB_CAPACITY: usize = 8192;
+/// Recent events kept for clients that reconnect with `after_seq` (beyond
+/// it they get a snapshot).
+const REPLAY_CAPACITY: usize = 1024;
+/// Durable events replayed from the store to a reconnecting client; beyond
+/// this it gets a snapshot.
+const MAX_STORED_REPLAY: usize = 2048;
+/// Event sequence numbers reserved (and persisted) ahead of use, so a
+/// restarted daemon never hands out a number twice.
+const SEQ_RESERVE: u64 = 1 << 16;
+
+/// The reservation to persist when `next_seq` is the next number to hand out.
+pub(super) fn reservation_from(next_seq: u64) -> u64 {
+    next_seq + SEQ_RESERVE
+}
+
+/// Numbers events and sends them to the replay buffer and the hub, or holds
+/// them back while a commit is not yet flushed.
+pub(super) struct Fanout {
+    /// Made when the first client attaches (its ring is the biggest thing
+    /// a live conversation holds).
+    hub: Option<broadcast::Sender<Arc<ConvEvent>>>,
+    replay: VecDeque<Arc<ConvEvent>>,
+    /// The attached clients.
+    pub(super) clients: Vec<ClientInfo>,
+    next_seq: u64,
+    /// Events held back until the store is flushed.
+    held: Option<Vec<Arc<ConvEvent>>>,
+}
+
+impl Fanout {
+    pub(super) fn new(first_seq: u64) -> Fanout {
+        Fanout {
+            hub: None,
+            replay: VecDeque::new(),
+            clients: Vec::new(),
+            next_seq: first_seq,
+            held: None,
+        }
+    }
+
+    /// The number the next event gets.
+    pub(super) fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Half the reservation `reserved` is used: it must be extended (and
+    /// flushed) long before any number beyond it is handed out.
+    pub(super) fn needs_reservation(&self, reserved: u64) -> bool {
+        self.next_seq + SEQ_RESERVE / 2 > reserved
+    }
+
+    pub(super) fn subscribe(&mut self) -> broadcast::Receiver<Arc<ConvEvent>> {
+        self.hub
+            .get_or_insert_with(|| broadcast::channel(HUB_CAPACITY).0)
+            .subscribe()
+    }
+
+    /// Numbers an event and sends it on, or holds it back.
+    pub(super) fn emit(&mut self, at_ms: i64, kind: EventKind) {
+        let event = Arc::new(ConvEvent {
+            seq: self.next_seq,
+            at_ms,
+            kind,
+        });
+        self.next_seq += 1;
+        match &mut self.held {
+            Some(held) => held.push(event),
+            None => self.publish(event),
+        }
+    }
+
+    /// From now on events wait for [`Fanout::release`].
+    pub(super) fn hold(&mut self) {
+        self.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Sends what was held back.
+    pub(super) fn release(&mut self) {
+        for event in self.held.take().unwrap_or_default() {
+            self.publish(event);
+        }
+    }
+
+    /// Forgets what was held back (its commit failed) and takes its
+    /// numbers back, so the next commit writes its durable events over
+    /// the failed one's.
+    pub(super) fn discard_held(&mut self, next_seq: u64) {
+        self.held = None;
+        self.next_seq = next_seq;
+    }
+
+    fn publish(&mut self, event: Arc<ConvEvent>) {
+        if self.replay.len() == REPLAY_CAPACITY {
+            self.replay.pop_front();
+        }
+        self.replay.push_back(event.clone());
+        if let Some(hub) = &self.hub {
+            // No receivers left is fine: the clients went away.
+            let _ = hub.send(event);
+        }
+    }
+
+    /// The buffered events after `after_seq`, when the buffer reaches back
+    /// that far.
+    fn buffered_after(&self, after_seq: u64) -> Option<Vec<Arc<ConvEvent>>> {
+        let complete = match self.replay.front() {
+            Some(oldest) => oldest.seq <= after_seq + 1,
+            None => after_seq + 1 == self.next_seq,
+        };
+        complete.then(|| {
+            self.replay
+                .iter()
+                .filter(|e| e.seq > after_seq)
+                .cloned()
+                .collect()
+        })
+    }
+}
+
+/// The durable events from the store merged with the ephemeral ones still
+/// in the buffer, each once, in sequence order.
+fn merge(
+    mut stored: Vec<Arc<ConvEvent>>,
+    buffered: &VecDeque<Arc<ConvEvent>>,
+    after_seq: u64,
+) -> Vec<Arc<ConvEvent>> {
+    let known: HashSet<u64> = stored.iter().map(|e| e.seq).collect();
+    stored.extend(
+        buffered
+            .iter()
+            .filter(|e| e.seq > after_seq && !known.contains(&e.seq))
+            .cloned(),
+    );
+    stored.sort_by_key(|e| e.seq);
+    stored
+}
+
+impl Actor {
+    /// A snapshot, or — when the client reconnects and every event it
+    /// missed is still in the replay buffer or the store — a `Resumed`
+    /// marker and those events. A client that gets a snapshot is also told
+    /// what the recovery after a restart said (sequence number 0: only to
+    /// this client).
+    pub(super) fn initial_frames(
+        &self,
+        after_seq: u64,
+        client: &ClientInfo,
+    ) -> Vec<Arc<ConvEvent>> {
+        let now = self.now_ms();
+        if after_seq > 0 && after_seq < self.fanout.next_seq {
+            let missed = self.fanout.buffered_after(after_seq).or_else(|| {
+                // Beyond the buffer (after a restart, say): the durable
+                // events from the store, with whatever the buffer holds.
+                self.stored_events_after(after_seq)
+                    .map(|stored| merge(stored, &self.fanout.replay, after_seq))
+            });
+            if let Some(missed) = missed {
+                let mut frames = vec![Arc::new(ConvEvent {
+                    seq: 0,
+                    at_ms: now,
+                    kind: EventKind::Resumed { after_seq },
+                })];
+                frames.extend(missed);
+                return frames;
+            }
+        }
+        let mut frames = vec![self.snapshot(client)];
+        frames.extend(self.recovery_notices.iter().map(|n| {
+            Arc::new(ConvEvent {
+                seq: 0,
+                at_ms: now,
+                kind: EventKind::Notice(n.clone()),
+            })
+        }));
+        frames
+    }
+
+    pub(super) fn snapshot(&self, client: &ClientInfo) -> Arc<ConvEvent> {
+        let messages = self
+            .transcript
+            .iter()
+            .enumerate()
+            .map(|(i, m)| (i as u64 + 1, m.clone()))
+            .collect();
+        let mut clients = self.fanout.clients.clone();
+        if !clients.iter().any(|c| c.id == client.id) {
+            clients.push(client.clone());
+        }
+        Arc::new(ConvEvent {
+            seq: self.fanout.next_seq - 1,
+            at_ms: self.now_ms(),
+            kind: EventKind::Snapshot(Box::new(SnapshotData {
+                record: self.record.clone(),
+                messages,
+                partial: self.work.partial.clone(),
+                pending: self.pending_view.clone(),
+                clients,
+                your_client_id: client.id.clone(),
+                max_attempts: self.shared.config.retry.max_attempts,
+            })),
+        })
+    }
+
+    /// The events of the store after `after_seq`, as clients see them, when
+    /// the store's log reaches back that far and is not too long.
+    fn stored_events_after(&self, after_seq: u64) -> Option<Vec<Arc<ConvEvent>>> {
+        stored_events_after(
+            &self.shared.store,
+            &self.record.id,
+            &self.transcript,
+            self.shared.config.retry.max_attempts,
+            after_seq,
+        )
+    }
+
+    /// Persists a reservation of sequence numbers ahead of the next one, so
+    /// a restarted daemon continues above anything a client may have seen.
+    pub(super) async fn extend_reservation(&mut self) -> Result<(), crate::store::StoreError> {
+        self.record.seq_reserved = reservation_from(self.fanout.next_seq());
+        self.shared.store.commit(&self.record, &[])?;
+        self.shared.store.flush().await
+    }
+}
+
+fn stored_events_after(
+    store: &Store,
+    conv_id: &str,
+    transcript: &[Message],
+    max_attempts: u32,
+    after_seq: u64,
+) -> Option<Vec<Arc<ConvEvent>>> {
+    if !store.events_cover(conv_id, after_seq).ok()? {
+        return None;
+    }
+    let stored = store
+        .events_after(conv_id, after_seq, MAX_STORED_REPLAY)
+        .ok()??;
+    let mut out = Vec::with_capacity(stored.len());
+    for (seq, event) in stored {
+        let (at_ms, kind) = match event {
+            StoredEvent::StateChanged { at_ms, state } => (
+                at_ms,
+                EventKind::StateChanged {
+                    state,
+                    max_attempts,
+                },
+            ),
+            StoredEvent::MessageAppended { at_ms, message_seq } => {
+                let message = transcript.get(usize::try_from(message_seq).ok()?.checked_sub(1)?)?;
+                (
+                    at_ms,
+                    EventKind::MessageAppended {
+                        message_seq,
+                        message: message.clone(),
+                    },
+                )
+            }
+            StoredEvent::PermissionRequested {
+                at_ms,
+                ask,
+                summary,
+                diff,
+            } => (
+                at_ms,
+                EventKind::PermissionRequested(PermissionView { ask, summary, diff }),
+            ),
+            StoredEvent::PermissionResolved {
+                at_ms,
+                request_id,
+                decision,
+                client,
+            } => (
+                at_ms,
+                EventKind::PermissionResolved {
+                    request_id,
+                    decision,
+                    client: client.map(|(id, name)| ClientInfo { id, name }),
+                },
+            ),
+        };
+        out.push(Arc::new(ConvEvent { seq, at_ms, kind }));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    fn notice(seq: u64, text: &str) -> Arc<ConvEvent> {
+        Arc::new(ConvEvent {
+            seq,
+            at_ms: 0,
+            kind: EventKind::Notice(text.to_string()),
+        })
+    }
+
+    fn seqs(events: &[Arc<ConvEvent>]) -> Vec<u64> {
+        events.iter().map(|e| e.seq).collect()
+    }
+
+    #[test]
+    fn replay_merges_durable_and_ephemeral_events_once_in_order() {
+        let stored = vec![notice(5, "durable"), notice(7, "durable")];
+        let buffered: VecDeque<_> = [6, 7, 8].iter().map(|s| notice(*s, "buffered")).collect();
+        let merged = merge(stored, &buffered, 4);
+        assert_eq!(seqs(&merged), [5, 6, 7, 8]);
+        // The durable copy of 7 wins over the buffered one.
+        assert!(matches!(&merged[2].kind, EventKind::Notice(t) if t == "durable"));
+    }
+
+    #[test]
+    fn replay_leaves_out_buffered_events_the_client_has_seen() {
+        let buffered: VecDeque<_> = [3, 4, 5].iter().map(|s| notice(*s, "b")).collect();
+        assert_eq!(seqs(&merge(Vec::new(), &buffered, 4)), [5]);
+    }
+
+    #[test]
+    fn the_buffer_serves_a_reconnect_only_when_it_reaches_back_far_enough() {
+        let mut fanout = Fanout::new(10);
+        for _ in 0..3 {
+            fanout.emit(0, EventKind::Notice(String::new()));
+        }
+        assert_eq!(seqs(&fanout.buffered_after(9).unwrap()), [10, 11, 12]);
+        assert_eq!(seqs(&fanout.buffered_after(11).unwrap()), [12]);
+        assert!(
+            fanout.buffered_after(8).is_none(),
+            "event 9 was never buffered"
+        );
+    }
+
+    #[test]
+    fn held_events_are_published_only_when_released() {
+        let mut fanout = Fanout::new(1);
+        let mut rx = fanout.subscribe();
+        fanout.hold();
+        fanout.emit(0, EventKind::Notice("a".into()));
+        assert!(rx.try_recv().is_err(), "held until the flush");
+        fanout.release();
+        assert_eq!(rx.try_recv().unwrap().seq, 1);
+    }
+
+    #[test]
+    fn discarded_events_give_their_numbers_back() {
+        let mut fanout = Fanout::new(1);
+        let mut rx = fanout.subscribe();
+        fanout.hold();
+        fanout.emit(0, EventKind::Notice("lost".into()));
+        fanout.discard_held(1);
+        fanout.emit(0, EventKind::Notice("next".into()));
+        let got = rx.try_recv().unwrap();
+        assert_eq!(got.seq, 1);
+        assert!(matches!(&got.kind, EventKind::Notice(t) if t == "next"));
+    }
+}

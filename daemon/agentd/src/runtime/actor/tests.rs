@@ -1,0 +1,856 @@
+//! The actor on tokio's paused time: a real store in a temporary
+//! directory, a scripted model, and the manager in front, as the gRPC layer
+//! drives it. Time moves only when a test lets it (or when everything waits
+//! on a timer), so timers and timestamps are exact.
+
+use crate::config::Config;
+use crate::llm::{LlmError, LlmRequest, Provider, StreamEvent};
+use crate::runtime::{
+    Answer, ClientInfo, Clock, ConvEvent, EventKind, Manager, NewConversation, Shared, Subscription,
+};
+use crate::store::{ConversationRecord, RuleScope as StoredScope, Store};
+use agentd_core::{
+    ContentBlock, ConvState, Decision, Message, Mode, Reply, Role, RuleScope, StopReason, Usage,
+    texts,
+};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// Far beyond anything a test waits for, in virtual time.
+const WAIT: Duration = Duration::from_secs(600);
+/// The clock's reading when a test starts.
+const T0: i64 = 1_700_000_000_000;
+
+/// One scripted answer of the model.
+enum Turn {
+    /// Streams `deltas` as text, then replies `content`.
+    Reply {
+        deltas: Vec<String>,
+        content: Vec<ContentBlock>,
+        stop: StopReason,
+    },
+    /// Fails at once.
+    Fail(LlmError),
+    /// Streams `text`, then waits until cancelled.
+    Hang { text: String },
+}
+
+fn says(text: &str) -> Turn {
+    Turn::Reply {
+        deltas: vec![text.to_string()],
+        content: vec![ContentBlock::text(text)],
+        stop: StopReason::EndTurn,
+    }
+}
+
+fn calls(tools: &[(&str, &str, Value)]) -> Turn {
+    Turn::Reply {
+        deltas: Vec::new(),
+        content: tools
+            .iter()
+            .map(|(id, name, input)| ContentBlock::ToolUse {
+                id: id.to_string(),
+                name: name.to_string(),
+                input: input.clone(),
+            })
+            .collect(),
+        stop: StopReason::ToolUse,
+    }
+}
+
+fn overloaded() -> LlmError {
+    LlmError::Http {
+        status: 529,
+        error_type: Some("overloaded_error".to_string()),
+        message: "Overloaded".to_string(),
+        retry_after: None,
+        should_retry: None,
+        request_id: None,
+    }
+}
+
+/// A model that answers from a script and records what it was asked.
+#[derive(Debug, Default)]
+struct ScriptedModel {
+    turns: Mutex<VecDeque<Turn>>,
+    requests: Mutex<Vec<LlmRequest>>,
+}
+
+impl std::fmt::Debug for Turn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Turn")
+    }
+}
+
+impl ScriptedModel {
+    fn push(&self, turn: Turn) {
+        self.turns.lock().unwrap().push_back(turn);
+    }
+
+    fn requests(&self) -> Vec<LlmRequest> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+impl Provider for ScriptedModel {
+    fn stream<'a>(
+        &'a self,
+        req: &'a LlmRequest,
+        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
+        Box::pin(async move {
+            self.requests.lock().unwrap().push(req.clone());
+            let turn = self.turns.lock().unwrap().pop_front();
+            match turn {
+                None => Err(LlmError::Config("the script has no more turns".into())),
+                Some(Turn::Fail(e)) => Err(e),
+                Some(Turn::Reply {
+                    deltas,
+                    content,
+                    stop,
+                }) => {
+                    for text in deltas {
+                        on_event(StreamEvent::TextDelta { index: 0, text });
+                    }
+                    Ok(Reply {
+                        content,
+                        stop_reason: stop,
+                        usage: Usage {
+                            input_tokens: 10,
+                            output_tokens: 5,
+                            ..Usage::default()
+                        },
+                    })
+                }
+                Some(Turn::Hang { text }) => {
+                    on_event(StreamEvent::TextDelta { index: 0, text });
+                    cancel.cancelled().await;
+                    Err(LlmError::Cancelled)
+                }
+            }
+        })
+    }
+}
+
+struct Rig {
+    manager: Arc<Manager>,
+    model: Arc<ScriptedModel>,
+    store: Store,
+    dir: tempfile::TempDir,
+}
+
+fn rig() -> Rig {
+    rig_with(|_| {})
+}
+
+fn rig_with(configure: impl FnOnce(&mut Config)) -> Rig {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("db")).unwrap();
+    let mut config = Config::load(None, &|_| None, None).unwrap();
+    config.system_prompt = Some("You are a test.".to_string());
+    config.limits.idle_unload_ms = 3_600_000;
+    configure(&mut config);
+    let model = Arc::new(ScriptedModel::default());
+    let (events, _) = tokio::sync::broadcast::channel(16);
+    let shells = crate::shells::ShellManager::new(
+        dir.path().join("shells"),
+        crate::shells::ShellLimits::default(),
+        Box::new(|_| {}),
+        events,
+    );
+    let manager = Manager::new(Shared {
+        store: store.clone(),
+        config,
+        provider: model.clone(),
+        tools: Arc::new(crate::tools::Registry::new()),
+        shells,
+        notices: Vec::new(),
+        clock: Clock::virtual_at(T0),
+    });
+    std::fs::create_dir_all(dir.path().join("work")).unwrap();
+    Rig {
+        manager,
+        model,
+        store,
+        dir,
+    }
+}
+
+impl Rig {
+    fn cwd(&self) -> std::path::PathBuf {
+        self.dir.path().join("work")
+    }
+
+    async fn conversation(&self, mode: Mode) -> String {
+        let new = NewConversation {
+            cwd: self.cwd(),
+            mode: Some(mode),
+            ..NewConversation::default()
+        };
+        self.manager.create(new, None).await.unwrap().id
+    }
+
+    async fn attach(&self, id: &str) -> Subscription {
+        self.manager.subscribe(id, 0, "test".into()).await.unwrap()
+    }
+
+    fn record(&self, id: &str) -> ConversationRecord {
+        self.store.conversation(id).unwrap().unwrap()
+    }
+
+    fn transcript(&self, id: &str) -> Vec<Message> {
+        let record = self.record(id);
+        self.store
+            .transcript(&record)
+            .unwrap()
+            .into_iter()
+            .map(|(_, m)| m)
+            .collect()
+    }
+
+    async fn answer(&self, id: &str, decision: Decision, scope: RuleScope) {
+        self.manager
+            .answer(
+                id,
+                Answer {
+                    request_id: String::new(),
+                    decision,
+                    feedback: None,
+                    scope,
+                    by: Some(client("ann@laptop")),
+                },
+            )
+            .await
+            .unwrap();
+    }
+}
+
+fn client(name: &str) -> ClientInfo {
+    ClientInfo {
+        id: "c9".to_string(),
+        name: name.to_string(),
+    }
+}
+
+/// The next live event that `pick` accepts (others are skipped).
+async fn next<T>(
+    sub: &mut Subscription,
+    mut pick: impl FnMut(&ConvEvent) -> Option<T>,
+) -> (Arc<ConvEvent>, T) {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            let event = sub.live.recv().await.unwrap();
+            if let Some(found) = pick(&event) {
+                return (event, found);
+            }
+        }
+    })
+    .await
+    .unwrap()
+}
+
+async fn until_state(sub: &mut Subscription, want: impl Fn(&ConvState) -> bool) -> ConvState {
+    next(sub, |e| match &e.kind {
+        EventKind::StateChanged { state, .. } if want(state) => Some(state.clone()),
+        _ => None,
+    })
+    .await
+    .1
+}
+
+async fn until_idle(sub: &mut Subscription) {
+    until_state(sub, |s| matches!(s, ConvState::Idle)).await;
+}
+
+async fn until_asked(sub: &mut Subscription) -> String {
+    next(sub, |e| match &e.kind {
+        EventKind::PermissionRequested(view) => Some(view.ask.tool_name.clone()),
+        _ => None,
+    })
+    .await
+    .1
+}
+
+fn tool_results(message: &Message) -> Vec<String> {
+    message
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::ToolResult { content, .. } => Some(content.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn offered(request: &LlmRequest) -> Vec<String> {
+    request.tools.iter().map(|t| t.name.clone()).collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_message_is_durable_when_send_returns() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    rig.model.push(Turn::Hang {
+        text: "thinking".into(),
+    });
+    let seq = rig.manager.send(&id, "hello".into()).await.unwrap();
+    assert_eq!(seq, 1);
+    let transcript = rig.transcript(&id);
+    assert_eq!(transcript.len(), 1);
+    assert_eq!(transcript[0].text(), "hello");
+    assert!(matches!(
+        rig.record(&id).state,
+        ConvState::LlmRequesting { attempt: 1, .. }
+    ));
+    assert!(rig.manager.cancel(&id).await.unwrap());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_flush_rolls_back_the_state_and_the_transcript() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    rig.store.fail_flushes(true);
+    let refused = rig.manager.send(&id, "lost".into()).await;
+    assert!(
+        matches!(refused, Err(crate::runtime::RuntimeError::Store(_))),
+        "{refused:?}"
+    );
+    assert!(
+        rig.model.requests().is_empty(),
+        "nothing ran on unflushed state"
+    );
+    rig.store.fail_flushes(false);
+    let mut sub = rig.attach(&id).await;
+    let EventKind::Snapshot(snapshot) = &sub.initial[0].kind else {
+        panic!("a snapshot first");
+    };
+    assert_eq!(snapshot.record.state, ConvState::Idle);
+    assert!(snapshot.messages.is_empty());
+    assert_eq!(snapshot.record.message_count, 0);
+    assert!(snapshot.record.title.is_empty());
+    // The next message takes the place the lost one did not keep.
+    rig.model.push(says("hi"));
+    assert_eq!(rig.manager.send(&id, "kept".into()).await.unwrap(), 1);
+    until_idle(&mut sub).await;
+    assert_eq!(rig.transcript(&id)[0].text(), "kept");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_flush_of_a_mode_upgrade_leaves_the_mode_and_the_request() {
+    let rig = rig();
+    let id = rig.conversation(Mode::ReadOnly).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model.push(calls(&[(
+        "t1",
+        "request_mode_upgrade",
+        json!({"reason": "fix it"}),
+    )]));
+    rig.manager.send(&id, "fix the bug".into()).await.unwrap();
+    assert_eq!(until_asked(&mut sub).await, "request_mode_upgrade");
+    rig.store.fail_flushes(true);
+    let refused = rig
+        .manager
+        .answer(
+            &id,
+            Answer {
+                request_id: String::new(),
+                decision: Decision::AllowOnce,
+                feedback: None,
+                scope: RuleScope::Conversation,
+                by: None,
+            },
+        )
+        .await;
+    assert!(refused.is_err());
+    rig.store.fail_flushes(false);
+    let late = rig.manager.subscribe(&id, 0, "late".into()).await.unwrap();
+    let EventKind::Snapshot(snapshot) = &late.initial[0].kind else {
+        panic!("a snapshot first");
+    };
+    assert_eq!(snapshot.record.mode, Mode::ReadOnly);
+    assert!(snapshot.pending.is_some(), "the request is still pending");
+    assert_eq!(snapshot.messages.len(), 2);
+    // Answered again, it goes through.
+    rig.model.push(says("done"));
+    rig.answer(&id, Decision::AllowOnce, RuleScope::Conversation)
+        .await;
+    until_idle(&mut sub).await;
+    assert_eq!(rig.record(&id).mode, Mode::Default);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_mode_upgrade_is_stored_with_the_result_that_announces_it() {
+    let rig = rig();
+    let id = rig.conversation(Mode::ReadOnly).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model.push(calls(&[(
+        "t1",
+        "request_mode_upgrade",
+        json!({"reason": "fix it"}),
+    )]));
+    rig.model.push(Turn::Hang {
+        text: "writing".into(),
+    });
+    rig.manager.send(&id, "fix the bug".into()).await.unwrap();
+    until_asked(&mut sub).await;
+    assert!(!offered(&rig.model.requests()[0]).contains(&"write".to_string()));
+    rig.answer(&id, Decision::AllowOnce, RuleScope::Conversation)
+        .await;
+    // When the answer is acknowledged, the mode and the result that says
+    // so are durable together.
+    let record = rig.record(&id);
+    assert_eq!(record.mode, Mode::Default);
+    let transcript = rig.transcript(&id);
+    assert_eq!(tool_results(&transcript[2]), [texts::MODE_UPGRADED]);
+    next(&mut sub, |e| {
+        matches!(&e.kind, EventKind::TextDelta { .. }).then_some(())
+    })
+    .await;
+    let requests = rig.model.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(offered(&requests[1]).contains(&"write".to_string()));
+    rig.manager.cancel(&id).await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn instant_tools_of_a_round_share_one_flush() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model.push(calls(&[
+        ("t1", "think", json!({"thought": "a"})),
+        ("t2", "think", json!({"thought": "b"})),
+        ("t3", "think", json!({"thought": "c"})),
+    ]));
+    rig.model.push(says("done"));
+    let before = rig.store.flushes();
+    rig.manager.send(&id, "think hard".into()).await.unwrap();
+    until_idle(&mut sub).await;
+    // The message (1); the three thoughts, their results and the next
+    // request (1); the final reply (1).
+    assert_eq!(rig.store.flushes() - before, 3);
+    let transcript = rig.transcript(&id);
+    assert_eq!(transcript.len(), 4);
+    assert_eq!(tool_results(&transcript[2]).len(), 3);
+}
+
+#[tokio::test(start_paused = true)]
+async fn instant_work_is_announced_only_after_its_flush() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model
+        .push(calls(&[("t1", "think", json!({"thought": "a"}))]));
+    rig.model.push(says("done"));
+    rig.manager.send(&id, "think".into()).await.unwrap();
+    let (event, ()) = next(&mut sub, |e| {
+        matches!(&e.kind, EventKind::ToolCallEnd { .. }).then_some(())
+    })
+    .await;
+    // By the time a client hears of the thought, its result is durable.
+    let record = rig.record(&id);
+    assert!(record.message_count >= 3, "{}", record.message_count);
+    assert!(event.seq > 0);
+    until_idle(&mut sub).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_reconnecting_client_gets_what_it_missed_from_the_buffer() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    let mut first = rig.attach(&id).await;
+    rig.model.push(says("hello there"));
+    rig.manager.send(&id, "hi".into()).await.unwrap();
+    let (user_message, ()) = next(&mut first, |e| {
+        matches!(&e.kind, EventKind::MessageAppended { .. }).then_some(())
+    })
+    .await;
+    let mut seen = Vec::new();
+    loop {
+        let event = first.live.recv().await.unwrap();
+        seen.push(event.seq);
+        if matches!(&event.kind, EventKind::StateChanged { state, .. } if state.is_at_rest()) {
+            break;
+        }
+    }
+    let again = rig
+        .manager
+        .subscribe(&id, user_message.seq, "again".into())
+        .await
+        .unwrap();
+    assert!(matches!(again.initial[0].kind, EventKind::Resumed { .. }));
+    let replayed: Vec<u64> = again.initial[1..].iter().map(|e| e.seq).collect();
+    // Everything after the user message, ephemeral deltas included.
+    assert_eq!(replayed[..seen.len()], seen[..]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn after_a_reload_a_reconnecting_client_gets_the_durable_events() {
+    let rig = rig_with(|c| c.limits.idle_unload_ms = 1_000);
+    let id = rig.conversation(Mode::Default).await;
+    let mut first = rig.attach(&id).await;
+    rig.model.push(says("hello there"));
+    rig.manager.send(&id, "hi".into()).await.unwrap();
+    let (user_message, ()) = next(&mut first, |e| {
+        matches!(&e.kind, EventKind::MessageAppended { .. }).then_some(())
+    })
+    .await;
+    let mut durable = Vec::new();
+    loop {
+        let event = first.live.recv().await.unwrap();
+        if matches!(
+            &event.kind,
+            EventKind::MessageAppended { .. } | EventKind::StateChanged { .. }
+        ) {
+            durable.push(event.seq);
+        }
+        if matches!(&event.kind, EventKind::StateChanged { state, .. } if state.is_at_rest()) {
+            break;
+        }
+    }
+    rig.manager.detach(&id, first.client.id.clone()).await;
+    drop(first);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        rig.manager.actors.lock().await.get(&id).is_none(),
+        "unloaded"
+    );
+    let again = rig
+        .manager
+        .subscribe(&id, user_message.seq, "again".into())
+        .await
+        .unwrap();
+    assert!(matches!(again.initial[0].kind, EventKind::Resumed { .. }));
+    let replayed: Vec<u64> = again.initial[1..].iter().map(|e| e.seq).collect();
+    assert_eq!(replayed, durable);
+}
+
+#[tokio::test(start_paused = true)]
+async fn sequence_numbers_continue_above_the_reservation_after_a_reload() {
+    let rig = rig_with(|c| c.limits.idle_unload_ms = 1_000);
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model.push(says("one"));
+    rig.manager.send(&id, "first".into()).await.unwrap();
+    until_idle(&mut sub).await;
+    let reserved = rig.record(&id).seq_reserved;
+    let last_seen = sub.initial[0].seq.max(reserved.saturating_sub(1 << 16));
+    rig.manager.detach(&id, sub.client.id.clone()).await;
+    drop(sub);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let sub = rig.attach(&id).await;
+    assert!(
+        sub.initial[0].seq >= reserved,
+        "a reloaded actor starts above the old reservation ({} < {reserved})",
+        sub.initial[0].seq
+    );
+    assert!(sub.initial[0].seq > last_seen);
+    assert!(rig.record(&id).seq_reserved > reserved);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_long_reply_extends_the_reservation_before_using_it_up() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    let deltas: Vec<String> = (0..40_000).map(|i| format!("{i} ")).collect();
+    rig.model.push(Turn::Reply {
+        deltas,
+        content: vec![ContentBlock::text("many words")],
+        stop: StopReason::EndTurn,
+    });
+    let start = rig.record(&id).seq_reserved;
+    rig.manager.send(&id, "talk".into()).await.unwrap();
+    let mut highest = 0;
+    loop {
+        match sub.live.recv().await {
+            Ok(event) => {
+                highest = highest.max(event.seq);
+                assert!(
+                    event.seq <= rig.record(&id).seq_reserved,
+                    "event {} handed out beyond the stored reservation",
+                    event.seq
+                );
+                if matches!(&event.kind, EventKind::StateChanged { state, .. } if state.is_at_rest())
+                {
+                    break;
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(highest > start - (1 << 16) + (1 << 15));
+    assert!(rig.record(&id).seq_reserved > start);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_input_sent_while_the_actor_unloads_is_not_lost() {
+    let rig = rig_with(|c| c.limits.idle_unload_ms = 1_000);
+    let id = rig.conversation(Mode::Default).await;
+    rig.model.push(says("one"));
+    rig.manager.send(&id, "first".into()).await.unwrap();
+    // Let the turn end (the actor is then idle with no client).
+    for _ in 0..100 {
+        if rig.record(&id).state.is_at_rest() {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(rig.record(&id).state.is_at_rest());
+    // Hold the registry, as a client's send does, while the idle timer
+    // fires: the actor wants to unload and waits for the lock.
+    let registry = rig.manager.actors.lock().await;
+    tokio::time::advance(Duration::from_millis(1_500)).await;
+    for _ in 0..20 {
+        tokio::task::yield_now().await;
+    }
+    let (reply, done) = tokio::sync::oneshot::channel();
+    rig.model.push(says("two"));
+    registry
+        .get(&id)
+        .expect("still registered while it waits for the lock")
+        .send(super::Input::Command(super::Command::Send {
+            text: "second".into(),
+            reply,
+        }))
+        .unwrap();
+    drop(registry);
+    let seq = tokio::time::timeout(WAIT, done).await.unwrap().unwrap();
+    assert_eq!(seq.unwrap(), 3);
+    assert_eq!(rig.transcript(&id)[2].text(), "second");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_conversation_unloads_and_loads_again_on_the_next_input() {
+    let rig = rig_with(|c| c.limits.idle_unload_ms = 1_000);
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model.push(says("one"));
+    rig.manager.send(&id, "first".into()).await.unwrap();
+    until_idle(&mut sub).await;
+    rig.manager.detach(&id, sub.client.id.clone()).await;
+    drop(sub);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(rig.manager.actors.lock().await.get(&id).is_some());
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(rig.manager.actors.lock().await.get(&id).is_none());
+    rig.model.push(says("two"));
+    let mut sub = rig.attach(&id).await;
+    assert_eq!(rig.manager.send(&id, "second".into()).await.unwrap(), 3);
+    until_idle(&mut sub).await;
+    assert_eq!(rig.transcript(&id).len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_retryable_failure_waits_its_backoff_on_virtual_time() {
+    let rig = rig_with(|c| {
+        c.retry.base_delay_ms = 2_000;
+        c.retry.max_delay_ms = 2_000;
+    });
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model.push(Turn::Fail(overloaded()));
+    rig.model.push(says("at last"));
+    rig.manager.send(&id, "hi".into()).await.unwrap();
+    let (event, delay_ms) = next(&mut sub, |e| match &e.kind {
+        EventKind::Retrying {
+            attempt: 2,
+            delay_ms,
+            ..
+        } => Some(*delay_ms),
+        _ => None,
+    })
+    .await;
+    let failed_at = event.at_ms;
+    assert!((1_000..=2_000).contains(&delay_ms), "{delay_ms}");
+    tokio::time::sleep(Duration::from_millis(delay_ms - 1)).await;
+    assert_eq!(rig.model.requests().len(), 1, "not before the backoff");
+    let (begin, ()) = next(&mut sub, |e| {
+        matches!(&e.kind, EventKind::ReplyBegin { attempt: 2 }).then_some(())
+    })
+    .await;
+    assert_eq!(begin.at_ms - failed_at, delay_ms as i64);
+    until_idle(&mut sub).await;
+    assert_eq!(rig.model.requests().len(), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_during_a_stream_keeps_the_partial_text() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model.push(Turn::Hang {
+        text: "half a tho".into(),
+    });
+    rig.manager.send(&id, "hi".into()).await.unwrap();
+    next(&mut sub, |e| {
+        matches!(&e.kind, EventKind::TextDelta { .. }).then_some(())
+    })
+    .await;
+    assert!(rig.manager.cancel(&id).await.unwrap());
+    until_idle(&mut sub).await;
+    let transcript = rig.transcript(&id);
+    assert_eq!(transcript.len(), 3);
+    assert_eq!(transcript[1].role, Role::Assistant);
+    assert!(transcript[1].interrupted);
+    assert_eq!(transcript[1].text(), "half a tho");
+    assert_eq!(transcript[2].text(), texts::INTERRUPT_USER);
+}
+
+#[tokio::test(start_paused = true)]
+async fn allow_always_for_the_project_covers_every_conversation_in_the_directory() {
+    let rig = rig();
+    let first = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&first).await;
+    let write = |id: &str| calls(&[(id, "write", json!({"path": "notes/a.txt", "content": "x"}))]);
+    rig.model.push(write("t1"));
+    rig.model.push(says("written"));
+    rig.manager.send(&first, "write it".into()).await.unwrap();
+    assert_eq!(until_asked(&mut sub).await, "write");
+    rig.answer(&first, Decision::AllowAlways, RuleScope::Project)
+        .await;
+    until_idle(&mut sub).await;
+    let stored = rig.store.rules(&StoredScope::Project(rig.cwd())).unwrap();
+    assert_eq!(stored.len(), 1, "{stored:?}");
+    assert!(
+        rig.store
+            .rules(&StoredScope::Conversation(first.clone()))
+            .unwrap()
+            .is_empty()
+    );
+    // Another conversation in the same directory is not asked.
+    let second = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&second).await;
+    rig.model.push(write("t9"));
+    rig.model.push(says("written again"));
+    rig.manager.send(&second, "write it".into()).await.unwrap();
+    until_idle(&mut sub).await;
+    let transcript = rig.transcript(&second);
+    assert_eq!(transcript.len(), 4);
+    assert!(!tool_results(&transcript[2])[0].contains("denied"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_resolution_names_the_client_that_answered() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model.push(calls(&[(
+        "t1",
+        "write",
+        json!({"path": "a.txt", "content": "x"}),
+    )]));
+    rig.model.push(says("ok"));
+    rig.manager.send(&id, "write".into()).await.unwrap();
+    until_asked(&mut sub).await;
+    rig.answer(&id, Decision::Deny, RuleScope::Conversation)
+        .await;
+    let (resolved, name) = next(&mut sub, |e| match &e.kind {
+        EventKind::PermissionResolved {
+            client: Some(c), ..
+        } => Some(c.name.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(name, "ann@laptop");
+    until_idle(&mut sub).await;
+    // The stored event names the client too.
+    let again = rig
+        .manager
+        .subscribe(&id, resolved.seq - 1, "again".into())
+        .await
+        .unwrap();
+    let replayed = again
+        .initial
+        .iter()
+        .find(|e| e.seq == resolved.seq)
+        .unwrap();
+    assert!(matches!(
+        &replayed.kind,
+        EventKind::PermissionResolved { client: Some(c), .. } if c.name == "ann@laptop"
+    ));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_background_answer_starts_the_command_as_a_background_shell() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    rig.model
+        .push(calls(&[("t1", "bash", json!({"command": "sleep 30"}))]));
+    rig.model.push(says("started"));
+    rig.manager.send(&id, "build".into()).await.unwrap();
+    assert_eq!(until_asked(&mut sub).await, "bash");
+    rig.answer(&id, Decision::Background, RuleScope::Conversation)
+        .await;
+    until_idle(&mut sub).await;
+    let result = tool_results(&rig.transcript(&id)[2]).remove(0);
+    assert!(result.contains("moved to background"), "{result}");
+    let shells = rig.manager.shared.shells.list(Some(&id));
+    assert_eq!(shells.len(), 1);
+    assert_eq!(shells[0].command, "sleep 30");
+    rig.manager.shared.shells.kill_all().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn clients_that_attach_after_a_recovery_are_told_what_it_did() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    // The daemon died while the model was asked.
+    let mut record = rig.record(&id);
+    record.state = ConvState::LlmRequesting {
+        attempt: 1,
+        iteration: 1,
+        retry: None,
+    };
+    let question = Message::user(vec![ContentBlock::text("still there?")], T0);
+    record.message_count = 1;
+    rig.store.commit(&record, &[(1, &question)]).unwrap();
+    rig.store.flush().await.unwrap();
+    rig.model.push(says("yes"));
+    assert_eq!(rig.manager.recover().await.unwrap(), 1);
+    for _ in 0..100 {
+        if rig.record(&id).state.is_at_rest() {
+            break;
+        }
+        tokio::task::yield_now().await;
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let sub = rig.attach(&id).await;
+    let notices: Vec<&str> = sub
+        .initial
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Notice(text) => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(notices, ["agentd restarted: re-issuing the model request"]);
+    assert_eq!(rig.transcript(&id)[1].text(), "yes");
+}
+
+#[tokio::test(start_paused = true)]
+async fn timestamps_come_from_the_injected_clock() {
+    let rig = rig();
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    tokio::time::advance(Duration::from_secs(5)).await;
+    rig.model.push(says("hi"));
+    rig.manager.send(&id, "hello".into()).await.unwrap();
+    let (event, message) = next(&mut sub, |e| match &e.kind {
+        EventKind::MessageAppended { message, .. } => Some(message.clone()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(message.created_at_ms, T0 + 5_000);
+    assert_eq!(event.at_ms, T0 + 5_000);
+    until_idle(&mut sub).await;
+    assert_eq!(rig.record(&id).updated_at_ms, T0 + 5_000);
+}
