@@ -3,12 +3,12 @@
 //!
 //! Every command runs as `bash -c` in a process group of its own, so "stop
 //! it" means every process it started, not just the shell. Stopping is one
-//! sequence for every caller ([`Group::terminate`]): SIGTERM to the group,
+//! sequence for every caller (`Group::terminate`): SIGTERM to the group,
 //! SIGKILL after a grace period to whatever is left.
 //!
 //! A group is named by its leader's pid, and pids are reused: once a group
 //! empties, pid_max (often 32768) soon hands the number out again. So a
-//! [`Group`] also carries its leader's start time from `/proc/<pid>/stat`,
+//! `Group` also carries its leader's start time from `/proc/<pid>/stat`,
 //! and a group whose pid now belongs to a live process with another start
 //! time is someone else's and is never signalled.
 //!
