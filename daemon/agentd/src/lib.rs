@@ -2,7 +2,7 @@
 //! lives in `agentd-core`.
 //!
 //! Layout (dependencies point inward: grpc → runtime → core; runtime → llm,
-//! tools, store):
+//! tools, shells, store; tools → shells → process, tools → process):
 //! - [`cli`]: command line and start-up (`main.rs` only calls [`cli::main`]).
 //! - [`config`]: the TOML config file and environment.
 //! - [`grpc`]: the tonic service, the Unix socket and its security, and
@@ -11,13 +11,22 @@
 //! - [`runtime`]: one actor per live conversation, the manager, the hub.
 //! - [`llm`]: providers (Anthropic, OpenAI-compatible), SSE, retry classes.
 //! - [`tools`]: one file per tool, the registry, the tool context.
+//! - [`shells`]: background shells: spawn, spool output, kill, limits, and
+//!   recovery after a crash.
+//! - [`process`]: the processes both start: `bash -c` in a process group of
+//!   its own, the `/proc` start-time check that keeps a reused pid from
+//!   being signalled, and the one way a group is stopped.
+//! - `truncate`: head-and-tail cuts of output for the model, for tools
+//!   and shells alike.
 //! - [`store`]: sled; the only module that knows keys and trees.
 
 pub mod cli;
 pub mod config;
 pub mod grpc;
 pub mod llm;
+pub mod process;
 pub mod runtime;
 pub mod shells;
 pub mod store;
 pub mod tools;
+pub(crate) mod truncate;

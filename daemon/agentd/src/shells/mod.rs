@@ -1,8 +1,8 @@
 //! Background shells: commands the daemon runs on behalf of a conversation
 //! beyond the tool call (and the turn, and the client) that started them.
 //!
-//! Each shell is `bash -c` in a process group of its own, so stopping it
-//! stops everything it started. Its stdout and stderr share one pipe; a
+//! Each shell is `bash -c` in a process group of its own (see
+//! [`crate::process`]), so stopping it stops everything it started. Its stdout and stderr share one pipe; a
 //! reader task copies the pipe into a spool file under the data directory
 //! (up to a size cap, after which output is drained and dropped behind a
 //! marker line) and keeps the last bytes in memory, so the daemon's memory
@@ -26,9 +26,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
@@ -37,18 +36,9 @@ use tokio::net::unix::pipe;
 use tokio::sync::{broadcast, watch};
 use tokio::task::JoinHandle;
 
-use crate::tools::bash::{
-    attach_output_pipe, group_alive, owned_group_alive, proc_stat, shell_command, terminate_group,
-};
+use crate::process::{self, DRAIN, Group, KILL_WAIT, OnDrop};
 use output::Spool;
 
-/// How long output is still read after a shell's group is gone; only a
-/// process that left the group and kept the pipe open makes this matter.
-const DRAIN: Duration = Duration::from_millis(500);
-/// How often a dying process group is checked (recovery only).
-const POLL: Duration = Duration::from_millis(10);
-/// How long SIGKILL gets to take effect.
-const KILL_WAIT: Duration = Duration::from_millis(500);
 /// Largest read of the spool, per pipe read.
 const PIPE_CHUNK: usize = 64 * 1024;
 /// Alphabet of shell ids (RFC 4648 base32, lower case).
@@ -335,7 +325,7 @@ impl ShellManager {
                         record.id,
                         record.pid
                     );
-                    terminate_group_blocking(pgid_of(&record), grace);
+                    group_of(&record).terminate_blocking(grace);
                 }
                 record.status = ShellStatus::Lost;
                 record.ended_at_ms = Some(now_ms());
@@ -415,44 +405,27 @@ impl ShellManager {
                 ))
             })?;
 
-        let mut cmd = shell_command(command, cwd);
         // Shells outlive the task that watches them: if the daemon dies,
         // the next start finds them (see `recover`).
-        cmd.kill_on_drop(false);
-        let read_end = attach_output_pipe(&mut cmd)
-            .map_err(|e| ShellError::Spawn(format!("cannot create a pipe: {e}")))?;
-        let spawned = cmd.spawn();
-        drop(cmd);
-        let mut child = spawned.map_err(|e| {
-            ShellError::Spawn(format!("cannot start bash in {}: {e}", cwd.display()))
-        })?;
-        let Some(pid) = child.id() else {
-            return Err(ShellError::Spawn(
-                "the shell exited before it could be tracked".to_string(),
-            ));
-        };
-        let receiver = match pipe::Receiver::from_owned_fd(read_end) {
-            Ok(r) => r,
-            Err(e) => {
-                let _ = child.start_kill();
-                return Err(ShellError::Spawn(format!("cannot read its output: {e}")));
-            }
-        };
+        let process::Spawned {
+            child,
+            group,
+            output: receiver,
+        } = process::spawn_bash(command, cwd, OnDrop::Leave)
+            .map_err(|e| ShellError::Spawn(e.to_string()))?;
         let record = ShellRecord {
             id: id.clone(),
             conversation_id: conversation_id.to_string(),
             command: command.to_string(),
             cwd: cwd.to_path_buf(),
-            pid,
+            // A group id is a positive pid.
+            pid: group.pgid().as_raw().unsigned_abs(),
             started_at_ms: now_ms(),
             ended_at_ms: None,
             status: ShellStatus::Running,
             output_bytes: 0,
             truncated: false,
-            proc_start_ticks: i32::try_from(pid)
-                .ok()
-                .and_then(proc_stat)
-                .map(|s| s.start_ticks),
+            proc_start_ticks: group.leader_ticks(),
         };
         let spool = Spool::new(file, self.limits.max_spool_bytes, self.limits.tail_bytes);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
@@ -572,12 +545,12 @@ impl ShellManager {
                 None
             } else {
                 st.kill_requested = true;
-                Some((pgid_of(&st.record), st.record.proc_start_ticks))
+                Some(group_of(&st.record))
             }
         };
         let grace = Duration::from_millis(self.limits.kill_grace_ms);
-        if let Some((pgid, ticks)) = target {
-            terminate_group(pgid, ticks, grace).await;
+        if let Some(group) = target {
+            group.terminate(grace).await;
         }
         // The monitor records the end once the pipe is drained (at once for
         // a shell whose end is recorded already).
@@ -664,13 +637,12 @@ async fn monitor(
     grace: Duration,
 ) {
     let exit = child.wait().await;
-    let pgid = pgid_of(&shell.record());
+    let group = group_of(&shell.record());
     let mut left_behind = false;
     // The leader is reaped: only leftovers can keep the group ours.
-    let ticks = shell.record().proc_start_ticks;
-    if owned_group_alive(pgid, ticks) {
+    if group.is_alive() {
         left_behind = !lock(&shell.state).kill_requested;
-        terminate_group(pgid, ticks, grace).await;
+        group.terminate(grace).await;
     }
     if tokio::time::timeout(DRAIN, &mut reader).await.is_err() {
         // A process that left the group still holds the pipe.
@@ -721,38 +693,16 @@ async fn monitor(
 /// started as: alive, leading its own group, and started at the recorded
 /// clock tick.
 fn provably_ours(record: &ShellRecord) -> bool {
-    let Some(ticks) = record.proc_start_ticks else {
+    let (Some(ticks), Ok(pid)) = (record.proc_start_ticks, i32::try_from(record.pid)) else {
         return false;
     };
-    let Ok(pid) = i32::try_from(record.pid) else {
-        return false;
-    };
-    // Never signal pid 0 or 1 (0 would be our own group), nor ourselves.
-    if pid <= 1 || pid == nix::unistd::getpid().as_raw() {
-        return false;
-    }
-    proc_stat(pid).is_some_and(|s| s.is_alive() && s.pgrp == pid && s.start_ticks == ticks)
+    process::leads_group_since(Pid::from_raw(pid), ticks)
 }
 
-/// [`terminate_group`] for start-up, outside any task.
-fn terminate_group_blocking(pgid: Pid, grace: Duration) {
-    let _ = killpg(pgid, Signal::SIGTERM);
-    let _ = killpg(pgid, Signal::SIGCONT);
-    let deadline = Instant::now() + grace;
-    while group_alive(pgid) && Instant::now() < deadline {
-        std::thread::sleep(POLL);
-    }
-    if group_alive(pgid) {
-        let _ = killpg(pgid, Signal::SIGKILL);
-        let deadline = Instant::now() + KILL_WAIT;
-        while group_alive(pgid) && Instant::now() < deadline {
-            std::thread::sleep(POLL);
-        }
-    }
-}
-
-fn pgid_of(record: &ShellRecord) -> Pid {
-    Pid::from_raw(i32::try_from(record.pid).unwrap_or(i32::MAX))
+/// The shell's process group, as recorded at its start.
+fn group_of(record: &ShellRecord) -> Group {
+    let pgid = Pid::from_raw(i32::try_from(record.pid).unwrap_or(i32::MAX));
+    Group::new(pgid, record.proc_start_ticks)
 }
 
 /// `sh-` and six base32 characters: 30 random bits, mixed with a counter so

@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 
 use regex::Regex;
 
-use crate::tools::truncate::HeadTail;
+use crate::truncate::HeadTail;
 
 /// Size of the chunks the spool is read in.
 const CHUNK: usize = 64 * 1024;

@@ -1,6 +1,11 @@
 #![allow(clippy::unwrap_used)]
 
+use std::time::Instant;
+
+use nix::sys::signal::{Signal, killpg};
+
 use super::*;
+use crate::process::{group_alive, proc_stat};
 
 /// A manager in a fresh temporary data directory, with what it persisted
 /// and the events it sent.

@@ -1,57 +1,38 @@
 //! `bash`: run a shell command in the working directory.
 //!
-//! The command runs in a process group of its own, so "stop it" means every
-//! process it started, not just the shell: on timeout or cancel the whole
-//! group gets SIGTERM, then SIGKILL after the grace period, and processes the
-//! command leaves behind when it exits are stopped the same way. If the
-//! future running the command is dropped (the runtime gave up on it), a guard
-//! kills the group too. Nothing the model starts outlives its tool call;
-//! long-running processes belong to background shells, which the daemon
-//! tracks: `run_in_background` hands the command to the
-//! [`ShellManager`](crate::shells::ShellManager) and returns its id at once.
+//! The command runs in a process group of its own (see [`crate::process`]),
+//! so "stop it" means every process it started, not just the shell: on
+//! timeout or cancel the whole group gets SIGTERM, then SIGKILL after the
+//! grace period, and processes the command leaves behind when it exits are
+//! stopped the same way. If the future running the command is dropped (the
+//! runtime gave up on it), a guard kills the group too. Nothing the model
+//! starts outlives its tool call; long-running processes belong to
+//! background shells, which the daemon tracks: `run_in_background` hands the
+//! command to the [`ShellManager`](crate::shells::ShellManager) and returns
+//! its id at once.
 //!
 //! stdout and stderr share one pipe, so their lines arrive interleaved in
 //! the order the command wrote them, as in a terminal. The pipe is drained
 //! into a head-and-tail buffer, so memory stays bounded whatever the command
 //! prints.
 
-use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
-use std::process::{ExitStatus, Stdio};
+use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agentd_core::ToolSpec;
 use agentd_core::tools::Tool;
-use nix::fcntl::OFlag;
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::task::AbortHandle;
 
-use super::truncate::HeadTail;
 use super::{ToolContext, ToolError, ToolOutput, input};
-
-/// How often a dying process group is checked.
-const POLL: Duration = Duration::from_millis(10);
-/// How long output is still read after the command's group is gone. Only a
-/// process that left the group (setsid) and kept the pipe open makes this
-/// wait matter.
-const DRAIN: Duration = Duration::from_millis(500);
-/// Variables holding the daemon's credentials, removed from the command's
-/// environment.
-const SECRET_ENV: [&str; 4] = [
-    "ANTHROPIC_API_KEY",
-    "ANTHROPIC_AUTH_TOKEN",
-    "OPENAI_API_KEY",
-    "AGENTD_TOKEN",
-];
-/// How long SIGKILL gets to take effect before the run reports anyway.
-const KILL_WAIT: Duration = Duration::from_millis(500);
+use crate::process::{self, DRAIN, Group, KILL_WAIT, OnDrop};
+use crate::truncate::HeadTail;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -171,36 +152,19 @@ async fn execute(
     if ctx.cancel.is_cancelled() {
         return Ok(super::cancelled_output());
     }
-    let mut cmd = shell_command(command, &ctx.cwd);
-    let read_end = attach_output_pipe(&mut cmd)
-        .map_err(|e| ToolError::new(format!("bash: cannot create a pipe: {e}")))?;
-    let spawned = cmd.spawn();
-    // Our copies of the pipe's write end go with `cmd`, so end-of-file
-    // means every process of the command has closed it.
-    drop(cmd);
-    let mut child = spawned.map_err(|e| {
-        ToolError::new(format!(
-            "bash: cannot start bash in {}: {e}",
-            ctx.cwd.display()
-        ))
-    })?;
-    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
-        return Err(ToolError::new(
-            "bash: the shell exited before it could be tracked",
-        ));
-    };
-    let pgid = Pid::from_raw(pid);
-    let leader_ticks = start_ticks(pgid);
-    let mut guard = GroupGuard {
-        pgid,
-        armed: true,
-        reader: None,
-    };
+    let process::Spawned {
+        mut child,
+        group,
+        output: receiver,
+    } = process::spawn_bash(command, &ctx.cwd, OnDrop::Kill)
+        .map_err(|e| ToolError::new(format!("bash: {e}")))?;
     let output = Arc::new(Mutex::new(HeadTail::new(limits.content_budget())));
-    let receiver = pipe::Receiver::from_owned_fd(read_end)
-        .map_err(|e| ToolError::new(format!("bash: cannot read the command's output: {e}")))?;
     let reader = tokio::spawn(pump(receiver, Arc::clone(&output)));
-    guard.reader = Some(reader.abort_handle());
+    let mut guard = GroupGuard {
+        group,
+        armed: true,
+        reader: reader.abort_handle(),
+    };
 
     let started = Instant::now();
     let end = tokio::select! {
@@ -214,20 +178,20 @@ async fn execute(
     match &end {
         End::Exited(Ok(_)) => {
             // The leader is reaped: only leftovers can keep the group ours.
-            if owned_group_alive(pgid, leader_ticks) {
-                terminate_group(pgid, leader_ticks, grace).await;
+            if group.is_alive() {
+                group.terminate(grace).await;
                 stopped_leftovers = true;
             }
         }
         End::Exited(Err(_)) | End::TimedOut | End::Cancelled => {
-            terminate_group(pgid, leader_ticks, grace).await;
+            group.terminate(grace).await;
             // Reap the shell; it is dead or dying from SIGKILL by now.
             let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
         }
     }
     // The leader is reaped by now (or never will be): the guard may only
     // fire at a group that still holds our leftovers.
-    if !owned_group_alive(pgid, leader_ticks) {
+    if !group.is_alive() {
         guard.armed = false;
     }
     let _ = tokio::time::timeout(DRAIN, reader).await;
@@ -245,41 +209,6 @@ async fn execute(
         stopped_leftovers,
         limits.bash_max_timeout_ms,
     ))
-}
-
-/// `bash -c command` in its own process group, without stdin. Background
-/// shells start the same way.
-pub(crate) fn shell_command(command: &str, cwd: &Path) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new("bash");
-    cmd.arg("-c")
-        .arg(command)
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .process_group(0)
-        .kill_on_drop(true)
-        // Nothing can answer a prompt: make git fail instead of waiting for
-        // a password, and keep pagers out of the way.
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("GIT_PAGER", "cat")
-        .env("PAGER", "cat");
-    // The daemon's own credentials are not the command's business: a
-    // command could print them into the transcript.
-    for name in SECRET_ENV {
-        cmd.env_remove(name);
-    }
-    cmd
-}
-
-/// Sends the command's stdout and stderr into one new pipe, so their lines
-/// keep the order they were written in, and returns the pipe's read end.
-/// `cmd` holds the write ends until it is dropped: drop it right after
-/// spawning, or end-of-file never comes.
-pub(crate) fn attach_output_pipe(cmd: &mut tokio::process::Command) -> std::io::Result<OwnedFd> {
-    let (read_end, write_end) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
-    let write_end_2 = write_end.try_clone()?;
-    cmd.stdout(Stdio::from(write_end))
-        .stderr(Stdio::from(write_end_2));
-    Ok(read_end)
 }
 
 /// Builds the result the model sees.
@@ -371,128 +300,27 @@ async fn pump(mut receiver: pipe::Receiver, output: Arc<Mutex<HeadTail>>) {
 /// Kills the process group when the run is abandoned halfway (its future
 /// dropped), so no process of the command is left behind.
 struct GroupGuard {
-    pgid: Pid,
+    group: Group,
     armed: bool,
-    reader: Option<AbortHandle>,
+    reader: AbortHandle,
 }
 
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if self.armed {
-            let _ = killpg(self.pgid, Signal::SIGKILL);
+            self.group.signal(Signal::SIGKILL);
         }
-        if let Some(reader) = &self.reader {
-            reader.abort();
-        }
+        self.reader.abort();
     }
-}
-
-/// SIGTERM to the group, SIGKILL after `grace` to whatever is left.
-pub(crate) async fn terminate_group(pgid: Pid, leader_ticks: Option<u64>, grace: Duration) {
-    if !owned_group_alive(pgid, leader_ticks) {
-        return;
-    }
-    let _ = killpg(pgid, Signal::SIGTERM);
-    // A stopped process acts on SIGTERM only once it runs again.
-    let _ = killpg(pgid, Signal::SIGCONT);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline {
-        if !owned_group_alive(pgid, leader_ticks) {
-            return;
-        }
-        tokio::time::sleep(POLL).await;
-    }
-    if owned_group_alive(pgid, leader_ticks) {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
-    let deadline = Instant::now() + KILL_WAIT;
-    while owned_group_alive(pgid, leader_ticks) && Instant::now() < deadline {
-        tokio::time::sleep(POLL).await;
-    }
-}
-
-/// Whether the group `pgid` still is the one whose leader started at
-/// `leader_ticks` and has a live member. A live process with pid = pgid
-/// and another start time means the number was reused (once a group
-/// empties, pid_max — often 32768 — soon hands it out again): that group is
-/// someone else's and must never be signalled.
-pub(crate) fn owned_group_alive(pgid: Pid, leader_ticks: Option<u64>) -> bool {
-    if let Some(stat) = proc_stat(pgid.as_raw())
-        && stat.is_alive()
-        && Some(stat.start_ticks) != leader_ticks
-    {
-        return false;
-    }
-    group_alive(pgid)
-}
-
-/// The start time (clock ticks since boot) of process `pid`, which with
-/// the pid identifies it for good.
-pub(crate) fn start_ticks(pid: Pid) -> Option<u64> {
-    proc_stat(pid.as_raw()).map(|s| s.start_ticks)
-}
-
-/// Whether any live process is in the group. Zombies do not count: they
-/// are dead and only wait for a parent to reap them (and in a container the
-/// init process may never do so), but signal 0 still reaches them.
-pub(crate) fn group_alive(pgid: Pid) -> bool {
-    if killpg(pgid, None).is_err() {
-        return false;
-    }
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return true;
-    };
-    entries.flatten().any(|entry| {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            return false;
-        };
-        proc_stat(pid).is_some_and(|s| s.pgrp == pgid.as_raw() && s.is_alive())
-    })
-}
-
-/// What `/proc/<pid>/stat` says about a process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ProcStat {
-    /// One letter: R, S, D, Z (zombie), X (dead), ...
-    pub(crate) state: char,
-    /// Process group id.
-    pub(crate) pgrp: i32,
-    /// Start time in clock ticks after boot (field 22): with the pid, it
-    /// identifies a process, because pids are reused but not at the same
-    /// instant.
-    pub(crate) start_ticks: u64,
-}
-
-impl ProcStat {
-    /// Running or able to run: neither a zombie nor dead.
-    pub(crate) fn is_alive(&self) -> bool {
-        self.state != 'Z' && self.state != 'X'
-    }
-}
-
-/// Reads `/proc/<pid>/stat`; None if the process does not exist.
-pub(crate) fn proc_stat(pid: i32) -> Option<ProcStat> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The fields after the command name, which is in parentheses and may
-    // itself contain spaces and parentheses: state (field 3), ppid, pgrp,
-    // ..., starttime (field 22).
-    let (_, rest) = stat.rsplit_once(')')?;
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    Some(ProcStat {
-        state: fields.first()?.chars().next()?,
-        pgrp: fields.get(2)?.parse().ok()?,
-        start_ticks: fields.get(19)?.parse().ok()?,
-    })
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
+    use nix::unistd::Pid;
+
     use super::*;
+    use crate::process::group_alive;
     use crate::tools::tests::ctx_in;
 
     fn ctx(dir: &tempfile::TempDir) -> ToolContext {
@@ -537,21 +365,6 @@ mod tests {
             "{}",
             out.content
         );
-    }
-
-    #[test]
-    fn daemon_credentials_are_not_passed_on() {
-        let dir = tempfile::tempdir().unwrap();
-        let cmd = shell_command("env", &ctx(&dir).cwd);
-        let removed: Vec<_> = cmd
-            .as_std()
-            .get_envs()
-            .filter(|(_, v)| v.is_none())
-            .map(|(k, _)| k.to_string_lossy().into_owned())
-            .collect();
-        for name in SECRET_ENV {
-            assert!(removed.iter().any(|r| r == name), "{name} is passed on");
-        }
     }
 
     #[tokio::test]
@@ -663,7 +476,7 @@ mod tests {
             if !group_alive(pgid) {
                 return;
             }
-            tokio::time::sleep(POLL).await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
         panic!("group {pgid} survived the dropped run");
     }

@@ -63,8 +63,8 @@ mod tests {
     use nix::unistd::Pid;
     use serde_json::json;
 
+    use crate::process::group_alive;
     use crate::tools::Registry;
-    use crate::tools::bash::group_alive;
     use crate::tools::bash_output::tests::{shell_ctx, start};
 
     #[tokio::test]

@@ -32,7 +32,7 @@ mod paths;
 pub use paths::resolve_real;
 mod read;
 mod think;
-pub(crate) mod truncate;
+use crate::truncate;
 mod walk;
 mod write;
 

@@ -1,0 +1,259 @@
+#![allow(clippy::unwrap_used)]
+
+use std::os::unix::process::ExitStatusExt;
+
+use tokio::io::AsyncReadExt;
+
+use super::*;
+
+/// Live (not zombie) pids in the group, from /proc.
+fn members(pgid: Pid) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| proc_stat(*pid).is_some_and(|s| s.pgrp == pgid.as_raw() && s.is_alive()))
+        .collect()
+}
+
+/// Waits (at most 10 s) until the group has at least `n` live members, so
+/// a test never races the shell starting its children.
+async fn wait_for_members(pgid: Pid, n: usize) -> Vec<i32> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = members(pgid);
+        if now.len() >= n {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "group {pgid} has {now:?}");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether `pid` is gone or a zombie.
+fn dead(pid: i32) -> bool {
+    proc_stat(pid).is_none_or(|s| !s.is_alive())
+}
+
+async fn read_all(mut output: pipe::Receiver) -> String {
+    let mut bytes = Vec::new();
+    output.read_to_end(&mut bytes).await.unwrap();
+    String::from_utf8(bytes).unwrap()
+}
+
+#[tokio::test]
+async fn spawns_bash_in_a_group_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().canonicalize().unwrap();
+    let mut spawned = spawn_bash(
+        "echo $$; pwd; echo err >&2; cat; echo \"key=${ANTHROPIC_API_KEY-unset}\"",
+        &cwd,
+        OnDrop::Kill,
+    )
+    .unwrap();
+    let pid = i32::try_from(spawned.child.id().unwrap()).unwrap();
+    assert_eq!(spawned.group.pgid(), Pid::from_raw(pid));
+    // The daemon is not in it: the group is the command's alone.
+    assert_ne!(
+        nix::unistd::getpgrp(),
+        spawned.group.pgid(),
+        "the command shares the daemon's group"
+    );
+    let stat = proc_stat(pid).unwrap();
+    assert_eq!(stat.pgrp, pid);
+    assert_eq!(spawned.group.leader_ticks(), Some(stat.start_ticks));
+    assert!(spawned.group.is_ours());
+
+    let text = read_all(spawned.output).await;
+    let status = spawned.child.wait().await.unwrap();
+    assert!(status.success());
+    // stdout and stderr share the pipe in the order written; stdin is
+    // empty, so `cat` ends at once.
+    assert_eq!(
+        text,
+        format!("{pid}\n{}\nerr\nkey=unset\n", cwd.display()),
+        "{text}"
+    );
+    assert!(!spawned.group.is_alive());
+}
+
+#[test]
+fn daemon_credentials_are_not_passed_on() {
+    let cmd = bash_command("env", Path::new("/"));
+    let removed: Vec<_> = cmd
+        .as_std()
+        .get_envs()
+        .filter(|(_, v)| v.is_none())
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    for name in SECRET_ENV {
+        assert!(removed.iter().any(|r| r == name), "{name} is passed on");
+    }
+}
+
+#[tokio::test]
+async fn a_missing_directory_is_a_start_error() {
+    let err = spawn_bash("true", Path::new("/nonexistent/agentd"), OnDrop::Kill).unwrap_err();
+    assert!(matches!(err, SpawnError::Start { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("cannot start bash in /nonexistent/agentd: "),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_ignored_means_sigkill_after_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    // The ignored SIGTERM is inherited by the sleeps.
+    let mut spawned = spawn_bash(
+        "trap '' TERM; sleep 300 & sleep 300; wait",
+        dir.path(),
+        OnDrop::Kill,
+    )
+    .unwrap();
+    let pgid = spawned.group.pgid();
+    let pids = wait_for_members(pgid, 3).await;
+
+    let grace = Duration::from_millis(300);
+    let started = Instant::now();
+    spawned.group.terminate(grace).await;
+    let elapsed = started.elapsed();
+    // Only SIGKILL can have ended it, and that comes after the grace.
+    assert!(elapsed >= grace, "{elapsed:?}");
+    assert!(elapsed < Duration::from_secs(10), "{elapsed:?}");
+    assert!(!group_alive(pgid), "left: {:?}", members(pgid));
+    assert!(pids.iter().all(|p| dead(*p)), "{pids:?}");
+    let status = spawned.child.wait().await.unwrap();
+    assert_eq!(status.signal(), Some(Signal::SIGKILL as i32));
+}
+
+#[tokio::test]
+async fn sigterm_ends_a_willing_group_before_the_grace() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spawned = spawn_bash("sleep 300", dir.path(), OnDrop::Kill).unwrap();
+    let pgid = spawned.group.pgid();
+    wait_for_members(pgid, 1).await;
+    // A grace far beyond what the test may take: SIGTERM must do it.
+    spawned.group.terminate(Duration::from_secs(60)).await;
+    assert!(!group_alive(pgid));
+    let status = spawned.child.wait().await.unwrap();
+    assert_eq!(status.signal(), Some(Signal::SIGTERM as i32));
+}
+
+#[tokio::test]
+async fn a_grandchild_is_killed_with_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    // bash, a subshell and the sleep it starts, plus a sleep of bash's own.
+    let mut spawned = spawn_bash(
+        "(trap '' TERM; sleep 300; true) & sleep 300; wait",
+        dir.path(),
+        OnDrop::Kill,
+    )
+    .unwrap();
+    let pgid = spawned.group.pgid();
+    let pids = wait_for_members(pgid, 4).await;
+    let leader = pgid.as_raw();
+    // At least one member is not a child of the leader.
+    let grandchildren: Vec<i32> = pids
+        .iter()
+        .copied()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let (_, rest) = s.rsplit_once(')')?;
+                    rest.split_whitespace().nth(1)?.parse::<i32>().ok()
+                })
+                .is_some_and(|ppid| ppid != leader && *p != leader)
+        })
+        .collect();
+    assert!(!grandchildren.is_empty(), "{pids:?}");
+
+    spawned.group.terminate(Duration::from_millis(300)).await;
+    assert!(!group_alive(pgid), "left: {:?}", members(pgid));
+    assert!(pids.iter().all(|p| dead(*p)), "{pids:?}");
+    let _ = spawned.child.wait().await;
+}
+
+#[tokio::test]
+async fn a_start_time_mismatch_refuses_to_signal() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut spawned = spawn_bash("sleep 300", dir.path(), OnDrop::Kill).unwrap();
+    let real = spawned.group;
+    wait_for_members(real.pgid(), 1).await;
+    // The same number, but a leader that started at another time: as if
+    // the pid had been reused by a process that is not ours.
+    let impostor = Group::new(real.pgid(), real.leader_ticks().map(|t| t + 1));
+    assert!(!impostor.is_ours());
+    assert!(!impostor.is_alive());
+    assert!(!impostor.signal(Signal::SIGKILL));
+    impostor.terminate(Duration::from_millis(100)).await;
+    impostor.terminate_blocking(Duration::from_millis(100));
+    assert!(
+        group_alive(real.pgid()),
+        "the impostor's group was signalled"
+    );
+    assert!(real.is_alive());
+    assert!(!leads_group_since(
+        real.pgid(),
+        real.leader_ticks().unwrap() + 1
+    ));
+    assert!(leads_group_since(real.pgid(), real.leader_ticks().unwrap()));
+
+    real.terminate(Duration::from_millis(300)).await;
+    assert!(!group_alive(real.pgid()));
+    let _ = spawned.child.wait().await;
+}
+
+#[test]
+fn the_daemon_and_init_are_never_ours() {
+    for pid in [0, 1, nix::unistd::getpid().as_raw()] {
+        let group = Group::new(Pid::from_raw(pid), start_ticks(Pid::from_raw(pid)));
+        assert!(!group.is_ours(), "{pid}");
+        assert!(!group.signal(Signal::SIGCONT), "{pid}");
+    }
+}
+
+/// A group of our own started outside any runtime, as a shell from before a
+/// daemon crash would be.
+#[test]
+fn terminate_blocking_works_outside_a_runtime() {
+    use std::os::unix::process::CommandExt;
+    let mut child = std::process::Command::new("bash")
+        .args(["-c", "trap '' TERM; sleep 300 & sleep 300; wait"])
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+    let group = Group::led_by(pid);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while members(pid).len() < 3 {
+        assert!(Instant::now() < deadline, "{:?}", members(pid));
+        std::thread::sleep(POLL);
+    }
+    let grace = Duration::from_millis(200);
+    let started = Instant::now();
+    group.terminate_blocking(grace);
+    assert!(started.elapsed() >= grace);
+    assert!(!group_alive(pid), "left: {:?}", members(pid));
+    let _ = child.wait();
+}
+
+#[test]
+fn stat_fields_survive_odd_command_names() {
+    let line = "4242 (a) b (c) S 1 4240 4240 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 \
+                987654 1000 10 18446744073709551615";
+    assert_eq!(
+        parse_stat(line),
+        Some(ProcStat {
+            state: 'S',
+            pgrp: 4240,
+            start_ticks: 987_654,
+        })
+    );
+    assert_eq!(parse_stat("4242 (x) Z 1"), None);
+    let own = proc_stat(nix::unistd::getpid().as_raw()).unwrap();
+    assert!(own.is_alive());
+    assert_eq!(own.pgrp, nix::unistd::getpgrp().as_raw());
+}
