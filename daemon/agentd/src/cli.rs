@@ -163,7 +163,7 @@ pub async fn run(
     };
 
     listener::create_private_dir(&data_dir)?;
-    let _lock = lock_data_dir(&data_dir)?;
+    let _lock = lock_data_dir(&data_dir).await?;
     let db_dir = data_dir.join("db");
     let (store, notices) = open_or_quarantine(&data_dir, &db_dir, config.store.sync)?;
 
@@ -321,38 +321,112 @@ fn open_or_quarantine(
 
 /// Takes the data directory's lock file (held for the daemon's life) so a
 /// second daemon on the same data refuses to start, naming the first.
-fn lock_data_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, StartError> {
+/// How long start-up waits for a data directory lock that a dead daemon's
+/// half-started child still holds.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+async fn lock_data_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, StartError> {
     let path = dir.join("agentd.lock");
     let io = |what: &str| {
         let what = format!("{what} {}", path.display());
         move |source| StartError::Io { what, source }
     };
-    let file = std::fs::OpenOptions::new()
+    let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
         .open(&path)
         .map_err(io("cannot open lock file"))?;
-    match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
-        Ok(mut lock) => {
-            lock.set_len(0).map_err(io("cannot write lock file"))?;
-            lock.rewind().map_err(io("cannot write lock file"))?;
-            write!(lock, "{}", std::process::id()).map_err(io("cannot write lock file"))?;
-            Ok(lock)
+    // A daemon killed while it spawned a command leaves the lock held by
+    // the half-started child until that child's `exec` closes it: when the
+    // daemon that wrote the lock file is gone, wait a little for that.
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                lock.set_len(0).map_err(io("cannot write lock file"))?;
+                lock.rewind().map_err(io("cannot write lock file"))?;
+                write!(lock, "{}", std::process::id()).map_err(io("cannot write lock file"))?;
+                return Ok(lock);
+            }
+            Err((mut held, _errno)) => {
+                let mut pid = String::new();
+                let _ = held.rewind();
+                let _ = held.read_to_string(&mut pid);
+                let pid = pid.trim().to_string();
+                let writer_gone = pid.parse::<u32>().is_ok_and(|p| {
+                    p != std::process::id() && !Path::new(&format!("/proc/{p}")).exists()
+                });
+                if writer_gone && std::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                    file = held;
+                    continue;
+                }
+                return Err(StartError::Locked {
+                    dir: dir.to_path_buf(),
+                    pid: if pid.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (pid {pid})")
+                    },
+                });
+            }
         }
-        Err((mut file, _errno)) => {
-            let mut pid = String::new();
-            let _ = file.read_to_string(&mut pid);
-            let pid = pid.trim();
-            Err(StartError::Locked {
-                dir: dir.to_path_buf(),
-                pid: if pid.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (pid {pid})")
-                },
-            })
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+
+    /// Takes the data directory's lock the way another holder would (its
+    /// own open file description), with `pid` written as its writer.
+    fn hold_lock(dir: &Path, pid: u32) -> nix::fcntl::Flock<File> {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(dir.join("agentd.lock"))
+            .unwrap();
+        let mut lock =
+            nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).unwrap();
+        write!(lock, "{pid}").unwrap();
+        lock
+    }
+
+    /// A pid no process has now.
+    fn dead_pid() -> u32 {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        pid
+    }
+
+    #[tokio::test]
+    async fn a_lock_left_by_a_dead_daemons_child_is_waited_for() {
+        let dir = tempfile::tempdir().unwrap();
+        let held = hold_lock(dir.path(), dead_pid());
+        let release = tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            drop(held);
+        });
+        let lock = lock_data_dir(dir.path()).await;
+        assert!(lock.is_ok(), "{:?}", lock.err());
+        release.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_lock_held_by_a_live_daemon_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let _held = hold_lock(dir.path(), 1);
+        let started = std::time::Instant::now();
+        match lock_data_dir(dir.path()).await {
+            Err(StartError::Locked { pid, .. }) => assert_eq!(pid, " (pid 1)"),
+            other => panic!("{:?}", other.err()),
         }
+        assert!(started.elapsed() < LOCK_WAIT);
     }
 }

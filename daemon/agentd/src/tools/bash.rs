@@ -101,7 +101,7 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
 /// For the permission answer "background": runs the bash call `input` as a
 /// background shell instead of in the foreground, and returns the result the
 /// model gets for the call.
-pub async fn move_to_background(input: &Value, ctx: &ToolContext) -> ToolOutput {
+pub async fn run_as_background_shell(input: &Value, ctx: &ToolContext) -> ToolOutput {
     let started = async {
         let input: Input = input::parse(Tool::Bash.name(), &schema(), input.clone())?;
         if input.command.trim().is_empty() {
@@ -570,7 +570,7 @@ mod tests {
             crate::shells::ShellStatus::Running
         );
 
-        let moved = move_to_background(&json!({"command": "sleep 300"}), &ctx).await;
+        let moved = run_as_background_shell(&json!({"command": "sleep 300"}), &ctx).await;
         assert!(!moved.is_error, "{}", moved.content);
         let newest = shells.list(None).remove(0);
         assert!(
@@ -581,7 +581,7 @@ mod tests {
             "{}",
             moved.content
         );
-        let bad = move_to_background(&json!({"command": " "}), &ctx).await;
+        let bad = run_as_background_shell(&json!({"command": " "}), &ctx).await;
         assert!(
             bad.is_error && bad.content.contains("empty"),
             "{}",

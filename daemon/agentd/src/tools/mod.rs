@@ -46,7 +46,7 @@ use futures::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use bash::move_to_background;
+pub use bash::run_as_background_shell;
 
 use crate::shells::{ShellManager, ShellRecord};
 

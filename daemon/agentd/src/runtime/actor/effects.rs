@@ -381,7 +381,7 @@ impl Actor {
         tokio::spawn(async move {
             let started = Instant::now();
             let output = if background {
-                crate::tools::move_to_background(&call.input, &ctx).await
+                crate::tools::run_as_background_shell(&call.input, &ctx).await
             } else {
                 registry.run(&call.name, call.input, &ctx).await
             };
