@@ -359,7 +359,6 @@ impl Decision {
 /// A line typed at the permission prompt, understood.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TypedAnswer {
-    /// The decision.
     pub decision: Decision,
     /// Feedback typed on the same line after `s` (deny and stop).
     pub feedback: Option<String>,

@@ -8,7 +8,6 @@ use tonic::{Code, Status};
 /// How the `agent` process ends. The numbers are part of the CLI contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
-    /// Everything went as asked.
     Ok,
     /// Something failed (a gRPC error, a failed turn, bad input).
     Error,
@@ -46,7 +45,6 @@ pub enum CliError {
     /// Nothing answered on the socket and starting a daemon did not help.
     #[error("no daemon at {} and autostart failed: {why}", socket.display())]
     AutostartFailed {
-        /// The socket tried.
         socket: PathBuf,
         /// Why the daemon could not be started or reached.
         why: String,
@@ -57,12 +55,7 @@ pub enum CliError {
     /// The socket exists but connecting failed for another reason (or
     /// autostart is off).
     #[error("cannot connect to agentd at {}: {why}", socket.display())]
-    Connect {
-        /// The socket tried.
-        socket: PathBuf,
-        /// The underlying failure.
-        why: String,
-    },
+    Connect { socket: PathBuf, why: String },
     /// No default socket path could be computed.
     #[error("{0}")]
     NoSocketPath(String),
@@ -104,7 +97,6 @@ pub enum CliError {
     Io {
         /// What was being done.
         context: String,
-        /// The I/O error.
         source: std::io::Error,
     },
 }

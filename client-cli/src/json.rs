@@ -22,7 +22,6 @@ use serde_json::{Map, Value, json};
 pub struct JsonError {
     /// Where in the document (`conversation.state.kind`).
     pub path: String,
-    /// What is wrong there.
     pub what: String,
 }
 

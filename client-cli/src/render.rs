@@ -29,7 +29,6 @@ pub const SNAPSHOT_TAIL: usize = 20;
 /// What the cursor is in the middle of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stream {
-    /// Nothing is streaming.
     None,
     /// Reply text of this content block.
     Text(u32),

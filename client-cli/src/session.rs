@@ -51,7 +51,6 @@ pub enum SessionKind {
 /// What a session needs to know.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {
-    /// Run or attach.
     pub kind: SessionKind,
     /// The conversation (a prefix is replaced by the full id from the snapshot).
     pub conversation_id: String,

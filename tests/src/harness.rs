@@ -437,7 +437,6 @@ pub struct NewConversation {
 pub struct Started<Id = ()> {
     /// The model the daemon talks to; more scripts can be queued.
     pub fake: FakeLlm,
-    /// The running daemon.
     pub daemon: TestDaemon,
     /// A gRPC client connected to it.
     pub client: AgentServiceClient<Channel>,

@@ -43,7 +43,6 @@ pub struct Args {
 /// Start-up failures, each a clear one-line message.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
-    /// Bad configuration.
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     /// No place for the socket or data.
@@ -63,26 +62,19 @@ pub enum StartError {
     /// The store could not be opened.
     #[error("cannot open the store in {dir}: {source}")]
     Store {
-        /// Where.
         dir: PathBuf,
-        /// Why.
         source: crate::store::StoreError,
     },
     /// The provider could not be set up.
     #[error("cannot set up the model provider: {0}")]
     Provider(String),
-    /// Recovery failed.
     #[error("recovery failed: {0}")]
     Recovery(#[from] crate::runtime::RuntimeError),
-    /// The server failed.
     #[error(transparent)]
     Serve(#[from] crate::grpc::ServeError),
-    /// Other I/O.
     #[error("{what}: {source}")]
     Io {
-        /// Context.
         what: String,
-        /// Why.
         source: std::io::Error,
     },
 }

@@ -13,15 +13,12 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
-        /// The file.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
     /// The file is not valid TOML for this schema.
     #[error("invalid config file {path}: {message}")]
     Parse {
-        /// The file.
         path: PathBuf,
         /// The parser's message.
         message: String,
@@ -30,12 +27,7 @@ pub enum ConfigError {
     #[error(
         "config file {path} holds an API key but is readable by other users (mode {mode:o}); run `chmod 600 {path}`"
     )]
-    InsecureKeyFile {
-        /// The file.
-        path: PathBuf,
-        /// Its mode.
-        mode: u32,
-    },
+    InsecureKeyFile { path: PathBuf, mode: u32 },
     /// A value out of range.
     #[error("invalid configuration: {0}")]
     Invalid(String),
@@ -95,7 +87,6 @@ pub struct LimitsSection {
     pub max_iterations: u32,
     /// Tool output kept for the model, bytes.
     pub max_output_bytes: usize,
-    /// Default bash timeout, ms.
     pub bash_default_timeout_ms: u64,
     /// Largest bash timeout the model may ask for, ms.
     pub bash_max_timeout_ms: u64,
@@ -135,7 +126,6 @@ pub struct PermissionsSection {
     pub allow: Vec<String>,
     /// Rules that ask even where others would allow.
     pub ask: Vec<String>,
-    /// Rules that deny.
     pub deny: Vec<String>,
     /// What the same call repeated three times does: `allow`, `ask` (default), `deny`.
     pub doom_loop: Option<agentd_core::Action>,
@@ -180,21 +170,15 @@ pub struct StoreSection {
 pub struct FileConfig {
     /// Default model.
     pub model: Option<String>,
-    /// Which provider.
     pub provider: ProviderKind,
     /// Replaces the built-in system prompt.
     pub system_prompt: Option<String>,
-    /// Anthropic settings.
     pub anthropic: ProviderSection,
     /// OpenAI-compatible settings.
     pub openai: ProviderSection,
-    /// Retry policy.
     pub retry: RetrySection,
-    /// Limits.
     pub limits: LimitsSection,
-    /// Permission defaults.
     pub permissions: PermissionsSection,
-    /// Background shells.
     pub shells: ShellsSection,
     /// Persistence.
     pub store: StoreSection,
@@ -205,17 +189,13 @@ pub struct FileConfig {
 pub struct Config {
     /// Default model.
     pub model: String,
-    /// Which provider.
     pub provider: ProviderKind,
     /// API key for the provider (never logged, stored or sent to clients).
     pub api_key: Option<String>,
-    /// Endpoint of the provider.
     pub base_url: String,
     /// Replaces the built-in system prompt.
     pub system_prompt: Option<String>,
-    /// Retry policy.
     pub retry: RetrySection,
-    /// Limits.
     pub limits: LimitsSection,
     /// Mode of new conversations that do not ask for one.
     pub default_mode: agentd_core::Mode,
@@ -225,7 +205,6 @@ pub struct Config {
     pub doom_loop: agentd_core::Action,
     /// Whether conversations may use `bypass` mode (`--allow-bypass`).
     pub allow_bypass: bool,
-    /// Background shell limits.
     pub shells: ShellsSection,
     /// Persistence.
     pub store: StoreSection,

@@ -29,7 +29,6 @@ pub enum Notice {
     Retrying {
         /// The attempt that will run.
         attempt: u32,
-        /// Attempts allowed.
         max_attempts: u32,
         /// Delay before it, ms.
         delay_ms: u64,
@@ -40,20 +39,13 @@ pub enum Notice {
     Error {
         /// For people.
         message: String,
-        /// Classification.
         kind: ErrorKind,
     },
     /// Plain information (stop reasons worth saying, a mode change).
-    Info {
-        /// The text.
-        message: String,
-    },
+    Info { message: String },
     /// What the recovery after a restart did. Clients that attach later
     /// are told too: their snapshot shows the state, not how it came about.
-    Recovered {
-        /// The text.
-        message: String,
-    },
+    Recovered { message: String },
 }
 
 /// A command for the runtime.
@@ -62,14 +54,12 @@ pub enum Notice {
 pub enum Effect {
     /// Append a message to the transcript (durable before clients hear of it).
     AppendMessage {
-        /// The message.
         message: Message,
     },
     /// Ask the model, with the transcript as it stands.
     RequestLlm {
         /// 1-based attempt.
         attempt: u32,
-        /// What for.
         purpose: LlmPurpose,
     },
     /// Abort the model request in flight; the runtime reports `LlmAborted`.
@@ -78,14 +68,11 @@ pub enum Effect {
     ScheduleRetry {
         /// Attempt that will run.
         attempt: u32,
-        /// Delay, ms.
         delay_ms: u64,
     },
-    /// Forget a scheduled retry.
     CancelRetry,
     /// Run a tool; the runtime reports `ToolCompleted`.
     ExecuteTool {
-        /// The call.
         call: ToolCall,
         /// Start the command as a background shell instead (the answer
         /// "background" to a bash permission request): the result says
@@ -96,19 +83,15 @@ pub enum Effect {
     /// Stop running tools (process groups are terminated); their late
     /// results are ignored.
     AbortTools {
-        /// The tool_use ids.
         tool_use_ids: Vec<String>,
     },
     /// Show a permission request to every attached client.
     AskPermission {
-        /// The request.
         ask: PermissionAsk,
     },
     /// Tell clients how a permission request ended.
     PermissionResolved {
-        /// The request.
         request_id: String,
-        /// The decision.
         decision: Decision,
         /// Who answered.
         by: Option<ClientInfo>,
@@ -120,14 +103,11 @@ pub enum Effect {
         /// Where it applies, as the answer asked.
         scope: RuleScope,
     },
-    /// Tell clients something.
     Notify {
-        /// What.
         notice: Notice,
     },
     /// Start a sub-agent (modelled for a later issue).
     SpawnSubAgent {
-        /// Its id.
         agent_id: String,
         /// Its task.
         prompt: String,

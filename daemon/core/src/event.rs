@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 /// Why a model request failed, as classified by the provider layer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LlmFailure {
-    /// Classification.
     pub kind: ErrorKind,
     /// Whether another attempt may succeed.
     pub retryable: bool,
@@ -37,40 +36,27 @@ pub enum RuleScope {
 pub enum Event {
     /// A user sent a message.
     UserMessage {
-        /// The text (not empty).
+        /// Must not be empty.
         text: String,
     },
     /// A user asked to cancel the turn.
     UserCancel,
     /// The model's reply arrived complete.
-    LlmCompleted {
-        /// The reply.
-        reply: Reply,
-    },
-    /// The model request failed.
+    LlmCompleted { reply: Reply },
     LlmFailed {
-        /// What failed.
         failure: LlmFailure,
         /// A random draw in 0..1000 supplied by the runtime, for backoff jitter.
         jitter_permille: u16,
     },
     /// The aborted stream reported what it had received.
-    LlmAborted {
-        /// The partial reply's blocks.
-        partial: Vec<ContentBlock>,
-    },
+    LlmAborted { partial: Vec<ContentBlock> },
     /// A scheduled retry's timer fired.
     RetryDue,
     /// A tool finished (successfully or not).
-    ToolCompleted {
-        /// Its result.
-        result: ToolResult,
-    },
+    ToolCompleted { result: ToolResult },
     /// A user answered a permission request.
     PermissionAnswered {
-        /// The request answered.
         request_id: String,
-        /// The decision.
         decision: Decision,
         /// Deny-and-stop: the next user message.
         feedback: Option<String>,
@@ -81,22 +67,15 @@ pub enum Event {
         by: Option<ClientInfo>,
     },
     /// A sub-agent finished (modelled for a later issue).
-    SubAgentFinished {
-        /// Its result.
-        result: SubAgentResult,
-    },
+    SubAgentFinished { result: SubAgentResult },
     /// The continuation summary arrived.
     ContinuationCompleted {
-        /// The summary text.
         summary: String,
         /// Usage of that request.
         usage: Usage,
     },
     /// The continuation request failed after its retries.
-    ContinuationFailed {
-        /// Why.
-        error: String,
-    },
+    ContinuationFailed { error: String },
     /// A user asked for a continuation summary by hand.
     UserTriggerContinuation,
     /// The daemon started and found this conversation in the stored state.

@@ -1,6 +1,6 @@
 //! `agentd-core`: everything the agent *decides*, and nothing it does.
 //!
-//! The heart is [`transition`]: a pure, deterministic function from the
+//! The heart is [`transition()`]: a pure, deterministic function from the
 //! current [`ConvState`], the [`ConvContext`] and one [`Event`] to the next
 //! state and the [`Effect`]s the runtime must carry out. It never reads the
 //! clock, makes ids or draws random numbers: the clock reading arrives in the

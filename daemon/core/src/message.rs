@@ -65,7 +65,6 @@ impl ContentBlock {
 pub struct Usage {
     /// Input tokens neither read from nor written to the cache.
     pub input_tokens: u64,
-    /// Output tokens.
     pub output_tokens: u64,
     /// Input tokens written to the prompt cache.
     #[serde(default)]
@@ -112,11 +111,9 @@ pub enum StopReason {
     StopSequence,
     /// The provider filtered the content.
     ContentFiltered,
-    /// A guardrail intervened.
     GuardrailIntervened,
     /// A long turn was paused by the provider; it continues as-is.
     PauseTurn,
-    /// The model refused.
     Refusal,
     /// The context window was exceeded.
     ModelContextWindowExceeded,
@@ -161,7 +158,6 @@ impl StopReason {
 /// One message of a transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Message {
-    /// Who wrote it.
     pub role: Role,
     /// Its blocks, in order.
     pub content: Vec<ContentBlock>,
@@ -220,7 +216,6 @@ impl Message {
 pub struct ToolCall {
     /// The provider's tool_use id.
     pub id: String,
-    /// The tool's name.
     pub name: String,
     /// Its input (see [`ContentBlock::ToolUse`]).
     pub input: Value,
@@ -256,10 +251,7 @@ impl ToolResult {
 /// A complete reply from the model.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Reply {
-    /// The content blocks.
     pub content: Vec<ContentBlock>,
-    /// Why it stopped.
     pub stop_reason: StopReason,
-    /// Token usage.
     pub usage: Usage,
 }

@@ -83,7 +83,6 @@ impl fmt::Display for Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Decision {
-    /// Run this call once.
     AllowOnce,
     /// Run it and add an allow rule.
     AllowAlways,
@@ -108,11 +107,8 @@ pub struct PermissionAsk {
     pub tool_use_id: String,
     /// The tool (or "doom_loop").
     pub tool_name: String,
-    /// The call's input.
     pub input: serde_json::Value,
-    /// Why it asks.
     pub reason: String,
-    /// The decisions offered.
     pub options: Vec<Decision>,
     /// The rule an "always" answer adds.
     pub suggested_rule: String,
@@ -121,7 +117,6 @@ pub struct PermissionAsk {
 /// What the policy says about one call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Run it.
     Allow,
     /// Ask a user first; the reason says why.
     Ask(String),
@@ -137,7 +132,6 @@ pub enum Verdict {
 /// each conversation's policy with [`Policy::new`] (or fills every field).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Policy {
-    /// The mode.
     pub mode: Mode,
     /// Every rule in force, from all sources (config file, the rules given
     /// at creation, rules added by "always"/"never" answers). Order does not

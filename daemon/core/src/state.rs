@@ -84,7 +84,6 @@ pub enum ConvState {
     Error {
         /// For people.
         message: String,
-        /// Classification.
         kind: ErrorKind,
     },
 }
@@ -187,11 +186,9 @@ impl ToolRun {
 /// What a sub-agent reported (REQ-BED-008).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubAgentResult {
-    /// The sub-agent's id.
     pub agent_id: String,
     /// Its submitted result.
     pub result: String,
-    /// Whether it succeeded.
     pub success: bool,
 }
 

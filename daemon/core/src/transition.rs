@@ -69,9 +69,7 @@ pub enum Rejected {
     /// An event that does not apply to the state (e.g. a stale completion
     /// of work that was cancelled). The runtime ignores these.
     NotApplicable {
-        /// The state's name.
         state: &'static str,
-        /// The event's name.
         event: &'static str,
     },
 }

@@ -10,26 +10,18 @@ use super::responder::{self, Tag};
 /// reduce to.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Block {
-    /// Text.
     Text(String),
     /// Reasoning with its signature.
     Thinking(String, String),
-    /// A tool call.
     ToolUse {
-        /// Its id.
         id: String,
-        /// The tool.
         name: String,
-        /// The input.
         input: Value,
     },
-    /// A tool result.
     ToolResult {
         /// The call it answers.
         id: String,
-        /// Its text.
         content: String,
-        /// Whether it failed.
         is_error: bool,
     },
 }

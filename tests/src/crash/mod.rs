@@ -132,7 +132,6 @@ pub struct Summary {
     pub kills: usize,
     /// Of which during a recovery.
     pub recovery_kills: usize,
-    /// The seed.
     pub seed: u64,
     /// Wall time.
     pub elapsed: Duration,

@@ -24,7 +24,6 @@ pub enum Script {
         retry_after: Option<String>,
         /// More response headers (e.g. `x-should-retry`).
         headers: Vec<(String, String)>,
-        /// The JSON body.
         body: serde_json::Value,
     },
     /// Accept the request, read its body, and never answer.

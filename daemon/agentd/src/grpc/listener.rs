@@ -15,13 +15,10 @@ pub enum ListenError {
     Insecure {
         /// Which directory.
         what: &'static str,
-        /// Its path.
         path: PathBuf,
         /// Our uid.
         uid: u32,
-        /// Its owner.
         owner: u32,
-        /// Its mode.
         mode: u32,
     },
     /// Another daemon answers on the socket.
@@ -30,12 +27,9 @@ pub enum ListenError {
     /// Something that is not a socket is in the way.
     #[error("{0} exists and is not a socket; remove it or choose another --socket")]
     NotASocket(PathBuf),
-    /// I/O failure.
     #[error("cannot listen on {path}: {source}")]
     Io {
-        /// The path.
         path: PathBuf,
-        /// Why.
         source: std::io::Error,
     },
 }

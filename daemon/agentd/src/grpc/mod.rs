@@ -25,7 +25,6 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Errors of the gRPC server.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    /// tonic failed.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     /// Reflection could not be set up.

@@ -67,7 +67,6 @@ pub(super) struct Outbox {
 pub(super) enum Due {
     /// Nothing waits.
     Empty,
-    /// Now.
     Now,
     /// It is a delta, due at this instant (more may merge into it meanwhile).
     At(Instant),

@@ -22,7 +22,6 @@ pub enum LlmError {
     /// The provider answered with a non-success HTTP status.
     #[error("HTTP {status}{}: {message}{}", TypeSuffix(.error_type), RequestIdSuffix(.request_id))]
     Http {
-        /// The status code.
         status: u16,
         /// The provider's error type or code from the body
         /// (`rate_limit_error`, `context_length_exceeded`, …).
@@ -50,7 +49,6 @@ pub enum LlmError {
     /// stream ended before the provider said it was complete.
     #[error("connection error: {message}{}", RequestIdSuffix(.request_id))]
     Connection {
-        /// What failed.
         message: String,
         /// The response's `request-id`, when a response had started.
         request_id: Option<String>,
@@ -58,7 +56,6 @@ pub enum LlmError {
     /// The stream did not follow the provider's protocol.
     #[error("malformed stream: {message}{}", RequestIdSuffix(.request_id))]
     Decode {
-        /// What was wrong.
         message: String,
         /// The response's `request-id`.
         request_id: Option<String>,

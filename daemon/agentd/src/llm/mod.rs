@@ -104,37 +104,28 @@ impl PartialEq for RequestCache {
 pub enum StreamEvent {
     /// More text of a text block (the first delta also begins the block).
     TextDelta {
-        /// The block.
         index: u32,
-        /// The new text.
         text: String,
     },
     /// More reasoning of a thinking block.
     ThinkingDelta {
-        /// The block.
         index: u32,
-        /// The new reasoning text.
         text: String,
     },
     /// The model began a tool call.
     ToolUseBegin {
-        /// The block.
         index: u32,
         /// The tool_use id.
         id: String,
-        /// The tool's name.
         name: String,
     },
     /// More of a tool call's input JSON (concatenate the fragments).
     ToolInputDelta {
-        /// The block.
         index: u32,
         /// The next fragment of the JSON text.
         partial_json: String,
     },
-    /// A block is complete.
     BlockEnd {
-        /// The block.
         index: u32,
     },
     /// The reply's token usage so far (a snapshot, not an increment).
@@ -168,7 +159,6 @@ pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 pub enum ProviderConfig {
     /// The Anthropic Messages API.
     Anthropic {
-        /// The API key.
         api_key: String,
         /// E.g. `https://api.anthropic.com`.
         base_url: String,

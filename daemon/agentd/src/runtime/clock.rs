@@ -10,7 +10,6 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Where wall-clock readings come from.
 #[derive(Debug, Clone, Copy)]
 pub enum Clock {
-    /// The system's wall clock.
     System,
     /// A clock that starts at `origin_ms` and advances with tokio's time:
     /// under `tokio::time::pause` it moves only when the test advances it.

@@ -13,7 +13,6 @@ pub enum RuntimeError {
     /// A prefix that matches several conversations.
     #[error("ambiguous conversation prefix {prefix} (matches {examples})")]
     Ambiguous {
-        /// The prefix.
         prefix: String,
         /// Some of the matches.
         examples: String,
@@ -27,10 +26,8 @@ pub enum RuntimeError {
     /// The state machine refused the event.
     #[error("{0}")]
     Rejected(Rejected),
-    /// Persistence failed.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// The daemon is stopping.
     #[error("agentd is shutting down")]
     ShuttingDown,
 }

@@ -10,7 +10,6 @@ pub use agentd_core::ClientInfo;
 /// the edge computed for people (summary, diff preview).
 #[derive(Debug, Clone, PartialEq)]
 pub struct PermissionView {
-    /// The core's request.
     pub ask: PermissionAsk,
     /// One line for people.
     pub summary: String,
@@ -28,11 +27,9 @@ pub struct SnapshotData {
     /// The reply being streamed now (cheap to clone; converted to blocks
     /// only on the way to the client).
     pub partial: crate::llm::PartialReply,
-    /// The pending permission request.
     pub pending: Option<PermissionView>,
     /// Attached clients.
     pub clients: Vec<ClientInfo>,
-    /// The receiving client's id.
     pub your_client_id: String,
     /// Attempts allowed per request (for rendering the state).
     pub max_attempts: u32,
@@ -52,71 +49,50 @@ pub struct ConvEvent {
     pub seq: u64,
     /// Unix ms.
     pub at_ms: i64,
-    /// What happened.
     pub kind: EventKind,
 }
 
 /// What happened.
 #[derive(Debug, Clone)]
 pub enum EventKind {
-    /// The full picture.
     Snapshot(Box<SnapshotData>),
     /// Missed events follow (reconnect).
     Resumed {
         /// The client's last seen seq.
         after_seq: u64,
     },
-    /// The state changed.
     StateChanged {
-        /// The new state.
         state: ConvState,
-        /// Attempts allowed.
         max_attempts: u32,
     },
     /// A durable message.
     MessageAppended {
         /// Its sequence number in the transcript.
         message_seq: u64,
-        /// The message.
         message: Message,
     },
     /// A reply starts streaming.
     ReplyBegin {
-        /// The attempt.
         attempt: u32,
     },
-    /// Reply text.
     TextDelta {
-        /// Block index.
         index: u32,
-        /// Text.
         text: String,
     },
-    /// Reasoning text.
     ThinkingDelta {
-        /// Block index.
         index: u32,
-        /// Text.
         text: String,
     },
-    /// A tool call started.
     ToolCallBegin {
-        /// tool_use id.
         tool_use_id: String,
-        /// Tool.
         name: String,
         /// For people.
         summary: String,
-        /// Input JSON.
         input_json: String,
     },
-    /// A tool call ended.
     ToolCallEnd {
-        /// tool_use id.
         tool_use_id: String,
-        /// Tool.
         name: String,
-        /// Failed?
         is_error: bool,
         /// For people.
         summary: String,
@@ -129,40 +105,30 @@ pub enum EventKind {
     PermissionRequested(PermissionView),
     /// A permission request was resolved.
     PermissionResolved {
-        /// Request.
         request_id: String,
-        /// Decision.
         decision: Decision,
         /// Who answered (None: the daemon, e.g. on cancel).
         client: Option<ClientInfo>,
     },
-    /// Usage changed.
     UsageUpdated {
         /// Last reply.
         last: Usage,
         /// Conversation total.
         total: Usage,
     },
-    /// An error.
     Error {
         /// For people.
         message: String,
-        /// Classification.
         kind: ErrorKind,
     },
-    /// A client joined.
     ClientAttached(ClientInfo),
-    /// A client left.
     ClientDetached(ClientInfo),
     /// An attempt failed and will be retried.
     Retrying {
         /// Next attempt.
         attempt: u32,
-        /// Allowed.
         max_attempts: u32,
-        /// Delay.
         delay_ms: u64,
-        /// Why.
         reason: String,
     },
     /// Information for people.

@@ -32,13 +32,10 @@ use tokio::sync::{Mutex, mpsc, oneshot};
 /// What every actor shares.
 #[derive(Debug)]
 pub struct Shared {
-    /// Persistence.
     pub store: Store,
     /// Effective configuration.
     pub config: Config,
-    /// The model provider.
     pub provider: Arc<dyn Provider>,
-    /// The tools.
     pub tools: Arc<Registry>,
     /// Background shells (owned by the daemon, not by a turn or a client).
     pub shells: Arc<crate::shells::ShellManager>,
@@ -57,9 +54,7 @@ pub struct NewConversation {
     pub model: String,
     /// Permission mode (None: the configured default).
     pub mode: Option<Mode>,
-    /// Rules given at creation.
     pub allow_rules: Vec<String>,
-    /// Extra directories.
     pub additional_dirs: Vec<PathBuf>,
 }
 
@@ -72,7 +67,6 @@ pub(crate) type Actors = Arc<Mutex<LiveActors>>;
 pub struct Answer {
     /// The request answered (empty: whichever is pending).
     pub request_id: String,
-    /// The decision.
     pub decision: Decision,
     /// With deny-and-stop: what to do instead, sent as the next message.
     pub feedback: Option<String>,

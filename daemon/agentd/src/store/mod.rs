@@ -30,13 +30,11 @@ const CACHE_CAPACITY: u64 = 8 * 1024 * 1024;
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
-    /// sled failed.
     #[error("store error: {0}")]
     Sled(#[from] sled::Error),
     /// A record could not be (de)serialized.
     #[error("corrupt record {key}: {message}")]
     Corrupt {
-        /// The key.
         key: String,
         /// The decoder's message.
         message: String,
@@ -46,13 +44,11 @@ pub enum StoreError {
     Schema {
         /// On disk.
         found: u32,
-        /// Expected.
         expected: u32,
     },
     /// The flush task is gone (daemon shutting down).
     #[error("store is shutting down")]
     Closed,
-    /// A flush failed.
     #[error("flush failed: {0}")]
     Flush(String),
 }
@@ -66,13 +62,11 @@ pub struct ConversationRecord {
     pub title: String,
     /// Working directory, fixed at creation.
     pub cwd: PathBuf,
-    /// Model.
     pub model: String,
     /// Unix ms.
     pub created_at_ms: i64,
     /// Unix ms.
     pub updated_at_ms: i64,
-    /// The state machine's state.
     pub state: ConvState,
     /// Permission mode.
     #[serde(default)]
@@ -99,25 +93,21 @@ pub struct ConversationRecord {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum StoredEvent {
-    /// The state changed.
     StateChanged {
         /// Unix ms.
         at_ms: i64,
-        /// The new state.
         state: ConvState,
     },
     /// A message was appended (its content is in the messages tree).
     MessageAppended {
         /// Unix ms.
         at_ms: i64,
-        /// The message's sequence number.
         message_seq: u64,
     },
     /// A permission request was raised.
     PermissionRequested {
         /// Unix ms.
         at_ms: i64,
-        /// The request.
         ask: agentd_core::PermissionAsk,
         /// For people.
         summary: String,
@@ -128,9 +118,7 @@ pub enum StoredEvent {
     PermissionResolved {
         /// Unix ms.
         at_ms: i64,
-        /// The request.
         request_id: String,
-        /// The decision.
         decision: agentd_core::Decision,
         /// Who answered: (client id, name).
         client: Option<(String, String)>,

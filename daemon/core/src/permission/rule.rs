@@ -21,7 +21,6 @@ pub enum Action {
     /// Ask a user first.
     #[default]
     Ask,
-    /// Refuse it.
     Deny,
 }
 
@@ -119,12 +118,10 @@ impl PatternKind {
 ///   the pattern could describe).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Rule {
-    /// The tool's name.
     pub tool: String,
     /// What the rule matches within the tool's calls; `None`: every call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pattern: Option<String>,
-    /// What it does.
     pub action: Action,
 }
 

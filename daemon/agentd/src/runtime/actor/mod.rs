@@ -100,11 +100,9 @@ pub(crate) enum Command {
 /// A client's view onto a conversation.
 #[derive(Debug)]
 pub struct Subscription {
-    /// Who the client is.
     pub client: ClientInfo,
     /// What to send first (a snapshot, or `Resumed` and the missed events).
     pub initial: Vec<Arc<ConvEvent>>,
-    /// Live events.
     pub live: broadcast::Receiver<Arc<ConvEvent>>,
 }
 
