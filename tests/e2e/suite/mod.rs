@@ -9,4 +9,5 @@ mod foundation;
 mod harness;
 mod permissions;
 mod shells;
+mod streams;
 mod util;

@@ -153,14 +153,20 @@ pub(crate) enum Fault {
     Error { error_type: String, message: String },
     /// The connection is closed without finishing the response.
     Drop,
+    /// These bytes are written verbatim, then the response ends normally:
+    /// an error event in a shape the encoders do not make.
+    Raw(String),
 }
 
 /// A scripted `200 OK` reply; a builder.
 ///
-/// Event counts (`hold_after`, `error_after`, `drop_after`) count the SSE
-/// events actually written for the request's format: Anthropic events on
-/// `/v1/messages` (including `message_start` and pings), chunks on
-/// `/v1/chat/completions`. `n = 0` acts before the first event.
+/// Event counts (`hold_after`, `raw_after`, `error_after`, `drop_after`)
+/// count the SSE events actually written for the request's format:
+/// Anthropic events on `/v1/messages` (including `message_start` and
+/// pings), chunks on `/v1/chat/completions`; raw blocks are not counted.
+/// `n = 0` acts before the first event. At one count, holds wait first,
+/// then raw blocks are written in the order they were added, then the
+/// fault ends the reply.
 #[derive(Debug, Clone, Default)]
 pub struct ReplyScript {
     pub(crate) blocks: Vec<Block>,
@@ -169,6 +175,7 @@ pub struct ReplyScript {
     pub(crate) pace: Duration,
     pub(crate) holds: Vec<(usize, Gate)>,
     pub(crate) fault: Option<(usize, Fault)>,
+    pub(crate) raws: Vec<(usize, String)>,
     pub(crate) ping: bool,
     pub(crate) unknown_event: bool,
     pub(crate) chunk_chars: Option<usize>,
@@ -250,7 +257,7 @@ impl ReplyScript {
 
     /// After `n_events` events, sends a mid-stream error event of
     /// `error_type` (e.g. `overloaded_error`) and ends the response.
-    /// Replaces an earlier `error_after`/`drop_after`.
+    /// Replaces an earlier `error_after`/`raw_error_after`/`drop_after`.
     pub fn error_after(mut self, n_events: usize, error_type: &str, message: &str) -> Self {
         let fault = Fault::Error {
             error_type: error_type.to_string(),
@@ -260,8 +267,31 @@ impl ReplyScript {
         self
     }
 
+    /// After `n_events` events, writes `raw` verbatim and ends the response
+    /// normally, as [`error_after`](Self::error_after) does with an error
+    /// event it encodes itself: for error events in other shapes, such as
+    /// Anthropic's legacy `event: error` whose data has no `type`
+    /// (`{"error": {"type": "overloaded_error", ...}}`). `raw` should end
+    /// with a blank line. Without `"stream": true` the body is cut, as with
+    /// [`drop_after`](Self::drop_after). Replaces an earlier
+    /// `error_after`/`raw_error_after`/`drop_after`.
+    pub fn raw_error_after(mut self, n_events: usize, raw: &str) -> Self {
+        self.fault = Some((n_events, Fault::Raw(raw.to_string())));
+        self
+    }
+
+    /// After `n_events` events, writes `raw` verbatim, uncounted, and goes
+    /// on with the reply: for byte-faithful transcripts of what the
+    /// encoders never make (an event name no client knows, data that is
+    /// not JSON, a legacy event). Several may be set. Ignored without
+    /// `"stream": true`.
+    pub fn raw_after(mut self, n_events: usize, raw: &str) -> Self {
+        self.raws.push((n_events, raw.to_string()));
+        self
+    }
+
     /// After `n_events` events, closes the connection without finishing the
-    /// chunked body. Replaces an earlier `error_after`/`drop_after`.
+    /// chunked body. Replaces an earlier `error_after`/`raw_error_after`/`drop_after`.
     pub fn drop_after(mut self, n_events: usize) -> Self {
         self.fault = Some((n_events, Fault::Drop));
         self

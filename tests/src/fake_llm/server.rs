@@ -136,6 +136,7 @@ fn stream_response(
         record,
         shutdown: shared.shutdown.clone(),
         holds: plan.script.holds.clone(),
+        raws: plan.script.raws.clone().into(),
         fault: plan.script.fault.clone(),
         pace: plan.script.pace,
         plan,
@@ -160,8 +161,9 @@ fn stream_response(
 }
 
 /// A reply to a request without `"stream": true`: holds are awaited, pace
-/// is ignored, `error_after` becomes an error status, `drop_after` an
-/// aborted body.
+/// and raw blocks are ignored, `error_after` becomes an error status,
+/// `drop_after` and `raw_error_after` an aborted body (raw SSE has no
+/// counterpart in a JSON answer).
 async fn whole_response(
     seq: u64,
     plan: Plan,
@@ -174,7 +176,7 @@ async fn whole_response(
         }
     }
     match &plan.script.fault {
-        Some((_, Fault::Drop)) => aborted_response(seq),
+        Some((_, Fault::Drop | Fault::Raw(_))) => aborted_response(seq),
         Some((
             _,
             Fault::Error {
@@ -312,9 +314,12 @@ struct Emitter {
     format: Format,
     /// Next step of the plan.
     pos: usize,
-    /// Events written so far (what `hold_after`/`error_after`/`drop_after` count).
+    /// Events written so far (what `hold_after`/`raw_after`/`error_after`/
+    /// `drop_after` count).
     sent: usize,
     holds: Vec<(usize, Gate)>,
+    /// Raw blocks not written yet, in the order they were added.
+    raws: std::collections::VecDeque<(usize, String)>,
     fault: Option<(usize, Fault)>,
     pace: Duration,
     shutdown: CancellationToken,
@@ -353,6 +358,13 @@ impl Emitter {
                 }
             }
         }
+        // One raw block per call, each its own write; the ones due later
+        // keep their place.
+        if let Some(i) = self.raws.iter().position(|(n, _)| due(*n))
+            && let Some((_, raw)) = self.raws.remove(i)
+        {
+            return Some(Ok(Bytes::from(raw)));
+        }
         if let Some((n, _)) = &self.fault
             && due(*n)
         {
@@ -368,6 +380,7 @@ impl Emitter {
                     Format::Anthropic => anthropic::encode_error(&error_type, &message),
                     Format::OpenAi => openai::encode_error(&error_type, &message),
                 })),
+                Some((_, Fault::Raw(raw))) => Some(Ok(Bytes::from(raw))),
                 _ => {
                     // Give the server a moment to flush the events already
                     // written, so the client sees exactly `n` of them before

@@ -73,30 +73,174 @@ async fn text_reply_is_anthropic_sse_byte_for_byte() {
     assert_eq!(header(&response, "content-type"), Some("text/event-stream"));
     assert_eq!(header(&response, "request-id"), Some("req_fake_1"));
     let body = response.text().await.unwrap();
-    let expected = concat!(
+    assert_eq!(body, HELLO_WORLD.concat());
+}
+
+/// The reply to `text("Hello world").usage(12, 3)`, event by event.
+const HELLO_WORLD: [&str; 7] = [
+    concat!(
         "event: message_start\n",
         r#"data: {"type":"message_start","message":{"id":"msg_fake_1","type":"message","role":"assistant","content":[],"model":"claude-test","stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"cache_creation_input_tokens":0,"cache_read_input_tokens":0,"output_tokens":1}}}"#,
         "\n\n",
+    ),
+    concat!(
         "event: content_block_start\n",
         r#"data: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
         "\n\n",
+    ),
+    concat!(
         "event: content_block_delta\n",
         r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello "}}"#,
         "\n\n",
+    ),
+    concat!(
         "event: content_block_delta\n",
         r#"data: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"world"}}"#,
         "\n\n",
+    ),
+    concat!(
         "event: content_block_stop\n",
         r#"data: {"type":"content_block_stop","index":0}"#,
         "\n\n",
+    ),
+    concat!(
         "event: message_delta\n",
         r#"data: {"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":3}}"#,
         "\n\n",
+    ),
+    concat!(
         "event: message_stop\n",
         r#"data: {"type":"message_stop"}"#,
         "\n\n",
+    ),
+];
+
+/// Anthropic's legacy mid-stream error, as the Text Completions streaming
+/// documentation shows it: the data has no top-level `type`.
+const LEGACY_OVERLOADED: &str = concat!(
+    "event: error\n",
+    r#"data: {"error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+    "\n\n",
+);
+
+/// A legacy Text Completions event, which a Messages client does not know.
+const LEGACY_COMPLETION: &str = concat!(
+    "event: completion\n",
+    r#"data: {"completion": " Hello", "stop_reason": null, "model": "claude-2.0"}"#,
+    "\n\n",
+);
+
+/// A proxy's complaint where an event's JSON should be.
+const NOT_JSON: &str = concat!(
+    "event: content_block_delta\n",
+    "data: upstream connect error or disconnect/reset before headers\n",
+    "\n",
+);
+
+#[tokio::test]
+async fn raw_blocks_go_out_verbatim_between_counted_events() {
+    let llm = FakeLlm::start().await;
+    llm.push(
+        ReplyScript::new()
+            .text("Hello world")
+            .usage(12, 3)
+            .raw_after(3, LEGACY_COMPLETION)
+            .raw_after(1, NOT_JSON)
+            .raw_after(3, ": two at one count keep their order\n\n")
+            .raw_after(99, LEGACY_OVERLOADED)
+            .into(),
     );
+    let body = post(&llm, "/v1/messages", &anthropic_request(true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let h = HELLO_WORLD;
+    let expected = [
+        h[0],
+        NOT_JSON,
+        h[1],
+        h[2],
+        LEGACY_COMPLETION,
+        ": two at one count keep their order\n\n",
+        h[3],
+        h[4],
+        h[5],
+        h[6],
+        LEGACY_OVERLOADED,
+    ]
+    .concat();
     assert_eq!(body, expected);
+    assert!(llm.requests()[0].replied_at.is_some());
+}
+
+#[tokio::test]
+async fn raw_error_after_ends_the_reply_with_a_legacy_error() {
+    let llm = FakeLlm::start().await;
+    llm.push_all([
+        ReplyScript::new()
+            .text("Hello world")
+            .usage(12, 3)
+            .raw_error_after(3, LEGACY_OVERLOADED)
+            .into(),
+        ReplyScript::new()
+            .text("Hello world")
+            .raw_error_after(3, LEGACY_OVERLOADED)
+            .into(),
+    ]);
+    let r = post(&llm, "/v1/messages", &anthropic_request(true)).await;
+    assert_eq!(r.status(), 200);
+    let body = r.text().await.unwrap();
+    assert_eq!(body, [h(0), h(1), h(2), LEGACY_OVERLOADED].concat());
+    let events = parse_sse(&body);
+    let error = events[3].json();
+    assert_eq!(events[3].event.as_deref(), Some("error"));
+    assert_eq!(error.get("type"), None, "the legacy shape has no `type`");
+    assert_eq!(error["error"]["type"], "overloaded_error");
+
+    // Raw SSE has no JSON counterpart: without streaming the answer is cut
+    // (before or after its head, as the server manages).
+    let answer = reqwest::Client::new()
+        .post(format!("{}/v1/messages", llm.base_url()))
+        .json(&anthropic_request(false))
+        .send()
+        .await;
+    match answer {
+        Ok(r) => assert!(r.text().await.is_err()),
+        Err(e) => assert!(!e.is_status(), "{e}"),
+    }
+}
+
+fn h(i: usize) -> &'static str {
+    HELLO_WORLD[i]
+}
+
+#[tokio::test]
+async fn openai_raw_blocks_and_errors_are_verbatim_too() {
+    // OpenRouter reports a failure after HTTP 200 with a numeric code.
+    let openrouter_error = concat!(
+        r#"data: {"id":"gen-1","object":"chat.completion.chunk","created":1,"model":"x","provider":"fake","error":{"code":502,"message":"Provider returned error"},"choices":[{"index":0,"delta":{"content":""},"finish_reason":"error"}]}"#,
+        "\n\n",
+    );
+    let llm = FakeLlm::start().await;
+    llm.push(
+        ReplyScript::new()
+            .text("a b c")
+            .raw_after(1, ": OPENROUTER PROCESSING\n\n")
+            .raw_error_after(2, openrouter_error)
+            .into(),
+    );
+    let body = post(&llm, "/v1/chat/completions", &openai_request())
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events = parse_sse(&body);
+    assert_eq!(events.len(), 3);
+    assert_eq!(events[1].json()["choices"][0]["delta"]["content"], "a ");
+    assert!(body.contains("\n\n: OPENROUTER PROCESSING\n\ndata: "));
+    assert!(body.ends_with(openrouter_error));
+    assert!(!body.contains("[DONE]"));
 }
 
 #[tokio::test]

@@ -396,38 +396,45 @@ fn is_sendable(block: &ContentBlock) -> bool {
     }
 }
 
-/// One event of the stream, as the API sends it. The `type` field inside
-/// the data is authoritative; the SSE `event:` line only names it again.
+// The data of each event the parser reads. Events are told apart by their
+// SSE event name (see `AnthropicStream::on_event`), so these do not read the
+// `type` field the data repeats it in.
+
 #[derive(Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-enum WireEvent {
-    MessageStart {
-        message: WireMessage,
-    },
-    ContentBlockStart {
-        index: u32,
-        content_block: WireBlock,
-    },
-    ContentBlockDelta {
-        index: u32,
-        delta: WireDelta,
-    },
-    ContentBlockStop {
-        index: u32,
-    },
-    MessageDelta {
-        #[serde(default)]
-        delta: WireMessageDelta,
-        #[serde(default)]
-        usage: Option<WireUsage>,
-    },
-    MessageStop,
-    Ping,
-    Error {
-        error: WireError,
-    },
-    #[serde(other)]
-    Unknown,
+struct MessageStart {
+    message: WireMessage,
+}
+
+#[derive(Deserialize)]
+struct ContentBlockStart {
+    index: u32,
+    content_block: WireBlock,
+}
+
+#[derive(Deserialize)]
+struct ContentBlockDelta {
+    index: u32,
+    delta: WireDelta,
+}
+
+#[derive(Deserialize)]
+struct ContentBlockStop {
+    index: u32,
+}
+
+#[derive(Deserialize)]
+struct MessageDelta {
+    #[serde(default)]
+    delta: WireMessageDelta,
+    #[serde(default)]
+    usage: Option<WireUsage>,
+}
+
+/// The `type` of an event that came without an event name.
+#[derive(Deserialize)]
+struct Typed {
+    #[serde(rename = "type", default)]
+    kind: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -516,14 +523,6 @@ impl WireUsage {
             }
         }
     }
-}
-
-#[derive(Deserialize)]
-struct WireError {
-    #[serde(rename = "type", default)]
-    kind: String,
-    #[serde(default)]
-    message: String,
 }
 
 /// A block being assembled.
@@ -699,27 +698,54 @@ fn close(index: u32, slot: &mut Slot, emit: &mut dyn FnMut(StreamEvent)) {
 }
 
 impl StreamParser for AnthropicStream {
+    /// Handles one event by its SSE event name, as Anthropic's streaming
+    /// docs tell clients to: the names are the protocol, and the data of
+    /// some events (the legacy `error` shape, events of older APIs) has no
+    /// `type` field. So an event whose name this version does not know is
+    /// ignored whatever its data; an `error` event is classified like the
+    /// HTTP error it stands for (see [`LlmError::error_event`]); and the data
+    /// of a known event must be JSON of its shape. Only an event without a
+    /// name (which SSE calls `message`, a name the API never uses) is
+    /// named by the `type` in its data.
     fn on_event(
         &mut self,
         event: &SseEvent,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<Flow, LlmError> {
-        let wire: WireEvent = serde_json::from_str(&event.data)
-            .map_err(|e| LlmError::decode(format!("invalid `{}` event: {e}", event.event)))?;
-        match wire {
-            WireEvent::MessageStart { message } => {
+        let data = event.data.as_str();
+        let typed;
+        let name = match event.event.as_str() {
+            "message" => {
+                typed = transport::event_data::<Typed>("message", data)?.kind;
+                typed.as_deref().unwrap_or("")
+            }
+            name => name,
+        };
+        match name {
+            "message_start" => {
+                let MessageStart { message } = transport::event_data(name, data)?;
                 if let Some(usage) = message.usage {
                     usage.apply_to(&mut self.usage);
                 }
                 emit(StreamEvent::Usage(self.usage));
             }
-            WireEvent::ContentBlockStart {
-                index,
-                content_block,
-            } => self.start_block(index, content_block, emit)?,
-            WireEvent::ContentBlockDelta { index, delta } => self.delta(index, delta, emit)?,
-            WireEvent::ContentBlockStop { index } => self.stop_block(index, emit)?,
-            WireEvent::MessageDelta { delta, usage } => {
+            "content_block_start" => {
+                let ContentBlockStart {
+                    index,
+                    content_block,
+                } = transport::event_data(name, data)?;
+                self.start_block(index, content_block, emit)?;
+            }
+            "content_block_delta" => {
+                let ContentBlockDelta { index, delta } = transport::event_data(name, data)?;
+                self.delta(index, delta, emit)?;
+            }
+            "content_block_stop" => {
+                let ContentBlockStop { index } = transport::event_data(name, data)?;
+                self.stop_block(index, emit)?;
+            }
+            "message_delta" => {
+                let MessageDelta { delta, usage } = transport::event_data(name, data)?;
                 if let Some(reason) = delta.stop_reason {
                     self.stop_reason = Some(StopReason::from_wire(&reason));
                 }
@@ -728,17 +754,18 @@ impl StreamParser for AnthropicStream {
                     emit(StreamEvent::Usage(self.usage));
                 }
             }
-            WireEvent::MessageStop => return Ok(Flow::Done),
-            WireEvent::Ping => {}
-            WireEvent::Error { error } => {
-                return Err(LlmError::Stream {
-                    error_type: error.kind,
-                    message: error.message,
-                    request_id: None,
-                });
+            "message_stop" => {
+                transport::event_data::<serde::de::IgnoredAny>(name, data)?;
+                return Ok(Flow::Done);
             }
-            WireEvent::Unknown => {
-                tracing::debug!(event = %event.event, "ignoring an unknown Anthropic stream event");
+            // A keep-alive: nothing in it is read.
+            "ping" => {}
+            "error" => return Err(LlmError::error_event(data)),
+            _ => {
+                tracing::debug!(
+                    event = name,
+                    "ignoring an Anthropic stream event this version does not know"
+                );
             }
         }
         Ok(Flow::Continue)
@@ -1204,7 +1231,198 @@ mod tests {
 
         let (_, reply) =
             testkit::parse(AnthropicStream::default(), "data: {not json\n\n", 64).await;
-        assert!(matches!(reply, Err(LlmError::Decode { .. })));
+        let err = reply.unwrap_err();
+        assert!(matches!(err, LlmError::Decode { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .starts_with("malformed stream: event \"message\" has data that is not JSON: "),
+            "{err}"
+        );
+    }
+
+    /// The start of a reply, then `tail`.
+    fn after_start(tail: &str) -> String {
+        format!(
+            "event: message_start\ndata: {{\"type\":\"message_start\",\"message\":{{\"usage\":{{\"input_tokens\":1,\"output_tokens\":1}}}}}}\n\n\
+             event: content_block_start\ndata: {{\"type\":\"content_block_start\",\"index\":0,\"content_block\":{{\"type\":\"text\",\"text\":\"\"}}}}\n\n\
+             {tail}"
+        )
+    }
+
+    /// Every shape of `error` event, byte for byte, and how it is taken:
+    /// (data, retryable, kind, message).
+    #[tokio::test]
+    async fn error_events_are_classified_whatever_their_shape() {
+        use ErrorKind::*;
+        let table: &[(&str, bool, ErrorKind, &str)] = &[
+            // As the Messages streaming docs show it.
+            (
+                r#"{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+                true,
+                Unknown,
+                "stream error (overloaded_error): Overloaded",
+            ),
+            // The legacy shape: no top-level `type`.
+            (
+                r#"{"error": {"type": "overloaded_error", "message": "Overloaded"}}"#,
+                true,
+                Unknown,
+                "stream error (overloaded_error): Overloaded",
+            ),
+            (
+                r#"{"error": {"type": "api_error", "message": "Internal server error"}}"#,
+                true,
+                Unknown,
+                "stream error (api_error): Internal server error",
+            ),
+            // A bare error object.
+            (
+                r#"{"type":"overloaded_error","message":"Overloaded"}"#,
+                true,
+                Unknown,
+                "stream error (overloaded_error): Overloaded",
+            ),
+            (
+                r#"{"type":"error","error":{"type":"invalid_request_error","message":"max_tokens: too large"}}"#,
+                false,
+                InvalidRequest,
+                "stream error (invalid_request_error): max_tokens: too large",
+            ),
+            (
+                r#"{"type":"error","error":{"type":"rate_limit_error","message":"Slow down"}}"#,
+                false,
+                RateLimit,
+                "stream error (rate_limit_error): Slow down",
+            ),
+            (
+                r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+                false,
+                Auth,
+                "stream error (authentication_error): invalid x-api-key",
+            ),
+            (
+                r#"{"type":"error","error":{"type":"brand_new_error","message":"Something new"}}"#,
+                false,
+                Unknown,
+                "stream error (brand_new_error): Something new",
+            ),
+            (
+                r#"{"error": "Overloaded"}"#,
+                false,
+                Unknown,
+                "stream error (error): Overloaded",
+            ),
+            (
+                "the upstream went away",
+                false,
+                Unknown,
+                "stream error (error): the upstream went away",
+            ),
+            ("", false, Unknown, "stream error (error): no message"),
+        ];
+        for (data, retryable, kind, message) in table {
+            let stream = after_start(&format!("event: error\ndata: {data}\n\n"));
+            let (events, reply) = testkit::parse(AnthropicStream::default(), &stream, 7).await;
+            let err = reply.unwrap_err();
+            assert!(matches!(err, LlmError::Stream { .. }), "{data}: {err}");
+            let failure = err.to_failure();
+            assert_eq!(
+                (failure.retryable, failure.kind, failure.message.as_str()),
+                (*retryable, *kind, *message),
+                "{data}"
+            );
+            assert_eq!(
+                events.len(),
+                1,
+                "only the usage of message_start: {events:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn events_are_taken_by_name_and_unknown_names_are_ignored() {
+        let stream = after_start(concat!(
+            // The legacy Text Completions event: no `type`.
+            "event: completion\n",
+            "data: {\"completion\": \" Hello\", \"stop_reason\": null, \"model\": \"claude-2.0\"}\n\n",
+            // A future event whose data is not even JSON.
+            "event: brand_new_event\n",
+            "data: <b>not json</b>\n\n",
+            "event: ping\n",
+            "data: {\"type\": \"ping\"}\n\n",
+            // Data without `type`: the event name says what it is.
+            "event: content_block_delta\n",
+            "data: {\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\"by name\"}}\n\n",
+            // No event name: the data's `type` names it, and an unknown or
+            // missing one is ignored like an unknown name.
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"text_delta\",\"text\":\", by type\"}}\n\n",
+            "data: {\"type\":\"brand_new_event\"}\n\n",
+            "data: {\"no\":\"type\"}\n\n",
+            "event: content_block_stop\n",
+            "data: {\"index\":0}\n\n",
+            "event: message_delta\n",
+            "data: {\"delta\":{\"stop_reason\":\"end_turn\"},\"usage\":{\"output_tokens\":4}}\n\n",
+            "event: message_stop\n",
+            "data: {}\n\n",
+        ));
+        for chunk in [1, 5, 64] {
+            let (events, reply) = testkit::parse(AnthropicStream::default(), &stream, chunk).await;
+            let reply = reply.unwrap();
+            assert_eq!(reply.content, vec![ContentBlock::text("by name, by type")]);
+            assert_eq!(reply.stop_reason, StopReason::EndTurn);
+            assert_eq!(reply.usage.output_tokens, 4);
+            assert_eq!(
+                events.last(),
+                Some(&StreamEvent::Usage(reply.usage)),
+                "{events:?}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn data_that_is_not_json_is_an_error_naming_the_event() {
+        let table: &[(&str, &str)] = &[
+            (
+                "event: content_block_delta\ndata: upstream connect error or disconnect/reset before headers\n\n",
+                "malformed stream: event \"content_block_delta\" has data that is not JSON: \
+                 expected value at line 1 column 1, in \"upstream connect error or disconnect/reset before headers\"",
+            ),
+            // A line cut short is not JSON either.
+            (
+                "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0\n\n",
+                "malformed stream: event \"content_block_delta\" has data that is not JSON: \
+                 EOF while parsing an object at line 1 column 39, in \"{\\\"type\\\":\\\"content_block_delta\\\",\\\"index\\\":0\"",
+            ),
+            (
+                "event: message_stop\ndata: done\n\n",
+                "malformed stream: event \"message_stop\" has data that is not JSON: \
+                 expected value at line 1 column 1, in \"done\"",
+            ),
+            // JSON of another shape is told apart.
+            (
+                "event: content_block_delta\ndata: {\"index\":\"zero\",\"delta\":{}}\n\n",
+                "malformed stream: event \"content_block_delta\" has unexpected data: \
+                 invalid type: string \"zero\", expected u32 at line 1 column 15",
+            ),
+        ];
+        for (tail, message) in table {
+            let (_, reply) =
+                testkit::parse(AnthropicStream::default(), &after_start(tail), 3).await;
+            let err = reply.unwrap_err();
+            assert!(matches!(err, LlmError::Decode { .. }), "{err}");
+            assert!(!err.is_retryable());
+            assert_eq!(err.to_string(), *message);
+        }
+
+        // Long data is quoted only in part.
+        let long = format!(
+            "event: content_block_delta\ndata: <html>{}</html>\n\n",
+            "x".repeat(5000)
+        );
+        let (_, reply) = testkit::parse(AnthropicStream::default(), &after_start(&long), 64).await;
+        let message = reply.unwrap_err().to_string();
+        assert!(message.ends_with("xxx…\""), "{message}");
+        assert!(message.len() < 300, "{message}");
     }
 
     // End-to-end over HTTP against a canned local server.
@@ -1300,6 +1518,24 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "stream error (api_error): Internal server error [request-id req_test]"
+        );
+    }
+
+    #[tokio::test]
+    async fn http_legacy_error_event_is_retryable_and_names_the_request() {
+        let stream = after_start(concat!(
+            "event: error\n",
+            "data: {\"error\": {\"type\": \"overloaded_error\", \"message\": \"Overloaded\"}}\n\n",
+        ));
+        let server = TestServer::start(testkit::sse_response(&stream)).await;
+        let err = provider(&server)
+            .stream(&simple_request(), &mut |_| {}, CancellationToken::new())
+            .await
+            .unwrap_err();
+        assert!(err.is_retryable());
+        assert_eq!(
+            err.to_string(),
+            "stream error (overloaded_error): Overloaded [request-id req_test]"
         );
     }
 

@@ -7,7 +7,9 @@
 //! 529/overloaded, 408, 409, connection failures and mid-stream
 //! overloaded/api errors are retried; 400/401/403/404/413 are not; a 429
 //! without `retry-after` is a spend cap and is not retried either;
-//! `x-should-retry` overrides all of that.
+//! `x-should-retry` overrides all of that. A mid-stream error that carries
+//! an HTTP status as its code (OpenRouter's `{"code": 502}`, vLLM's
+//! `{"code": 400}`) is treated as that status would be.
 
 use agentd_core::{ErrorKind, LlmFailure};
 use http::{HeaderMap, StatusCode};
@@ -38,7 +40,8 @@ pub enum LlmError {
     /// The stream started with HTTP 200 and then reported an error event.
     #[error("stream error ({error_type}): {message}{}", RequestIdSuffix(.request_id))]
     Stream {
-        /// The error's type, e.g. `overloaded_error`.
+        /// The error's code or type, e.g. `overloaded_error`, `server_error`
+        /// or an HTTP status such as `502`; `error` when it had neither.
         error_type: String,
         /// The provider's message.
         message: String,
@@ -80,14 +83,16 @@ impl LlmError {
             } => {
                 should_retry.unwrap_or_else(|| status_is_retryable(*status, retry_after.is_some()))
             }
-            LlmError::Stream { error_type, .. } => {
+            LlmError::Stream { error_type, .. } => match error_type.parse::<u16>() {
+                // Mid-stream there is no `retry-after` to read.
+                Ok(status) => status_is_retryable(status, false),
                 // `server_error` is what OpenAI-compatible servers call the
                 // same transient failure mid-stream.
-                matches!(
+                Err(_) => matches!(
                     error_type.as_str(),
                     "overloaded_error" | "api_error" | "server_error"
-                )
-            }
+                ),
+            },
             LlmError::Connection { .. } => true,
             // A stream we cannot parse is a protocol mismatch, which another
             // attempt would repeat.
@@ -105,28 +110,14 @@ impl LlmError {
                 error_type,
                 message,
                 ..
-            } => match status {
-                401 | 403 => ErrorKind::Auth,
-                400 | 404 | 413 if is_context_overflow(error_type.as_deref(), message) => {
-                    ErrorKind::ContextExhausted
-                }
-                400 | 404 | 413 => ErrorKind::InvalidRequest,
-                429 => ErrorKind::RateLimit,
-                408 => ErrorKind::Network,
-                _ => ErrorKind::Unknown,
-            },
+            } => status_kind(*status, error_type.as_deref(), message),
             LlmError::Stream {
                 error_type,
                 message,
                 ..
-            } => match error_type.as_str() {
-                "rate_limit_error" => ErrorKind::RateLimit,
-                "authentication_error" | "permission_error" => ErrorKind::Auth,
-                t if is_context_overflow(Some(t), message) => ErrorKind::ContextExhausted,
-                "invalid_request_error" | "not_found_error" | "request_too_large" => {
-                    ErrorKind::InvalidRequest
-                }
-                _ => ErrorKind::Unknown,
+            } => match error_type.parse::<u16>() {
+                Ok(status) => status_kind(status, None, message),
+                Err(_) => stream_kind(error_type, message),
             },
             LlmError::Connection { .. } => ErrorKind::Network,
             LlmError::Decode { .. } => ErrorKind::Unknown,
@@ -198,6 +189,45 @@ impl LlmError {
         }
     }
 
+    /// An error the provider reported after HTTP 200, from its error
+    /// object: `{"type" or "code", "message"}` as Anthropic and OpenAI
+    /// send it, or a plain string. The code is preferred to the type, as in
+    /// error bodies: it is the more specific of the two where both are set
+    /// (OpenAI's `invalid_request_error` with `context_length_exceeded`).
+    pub(crate) fn stream(error: &serde_json::Value) -> Self {
+        let (error_type, message) = match error {
+            serde_json::Value::Object(_) => error_fields(error),
+            serde_json::Value::String(s) => (None, Some(s.clone())),
+            _ => (None, None),
+        };
+        LlmError::Stream {
+            error_type: error_type.unwrap_or_else(|| "error".to_string()),
+            message: message
+                .filter(|m| !m.trim().is_empty())
+                .unwrap_or_else(|| shorten(&error.to_string())),
+            request_id: None,
+        }
+    }
+
+    /// The error an `error` event reports, from its data: Anthropic's
+    /// `{"type": "error", "error": {...}}`, the legacy shape without the
+    /// outer `type`, a bare error object, or text that is not JSON at all,
+    /// which is quoted (the event says an error happened; what it says is
+    /// all there is to show).
+    pub(crate) fn error_event(data: &str) -> Self {
+        match serde_json::from_str::<serde_json::Value>(data) {
+            Ok(json) => LlmError::stream(json.get("error").unwrap_or(&json)),
+            Err(_) => LlmError::Stream {
+                error_type: "error".to_string(),
+                message: match data.trim() {
+                    "" => "no message".to_string(),
+                    text => shorten(text),
+                },
+                request_id: None,
+            },
+        }
+    }
+
     /// A transport failure reported by reqwest. Its top-level message is
     /// terse ("error sending request"), so the causes are appended.
     pub(crate) fn from_reqwest(err: &reqwest::Error) -> Self {
@@ -258,6 +288,33 @@ fn status_is_retryable(status: u16, has_retry_after: bool) -> bool {
     }
 }
 
+/// The kind of a failure with an HTTP status (or a status given as the code
+/// of a mid-stream error).
+fn status_kind(status: u16, error_type: Option<&str>, message: &str) -> ErrorKind {
+    match status {
+        401 | 403 => ErrorKind::Auth,
+        400 | 404 | 413 if is_context_overflow(error_type, message) => ErrorKind::ContextExhausted,
+        400 | 404 | 413 => ErrorKind::InvalidRequest,
+        429 => ErrorKind::RateLimit,
+        408 => ErrorKind::Network,
+        _ => ErrorKind::Unknown,
+    }
+}
+
+/// The kind of a mid-stream error from its type or code.
+fn stream_kind(error_type: &str, message: &str) -> ErrorKind {
+    match error_type {
+        // `rate_limit_exceeded` is OpenAI's code for it.
+        "rate_limit_error" | "rate_limit_exceeded" => ErrorKind::RateLimit,
+        "authentication_error" | "permission_error" => ErrorKind::Auth,
+        t if is_context_overflow(Some(t), message) => ErrorKind::ContextExhausted,
+        "invalid_request_error" | "not_found_error" | "request_too_large" => {
+            ErrorKind::InvalidRequest
+        }
+        _ => ErrorKind::Unknown,
+    }
+}
+
 /// Whether the provider rejected the request because the prompt does not fit
 /// the context window. Providers say so only in words or in an error code.
 fn is_context_overflow(error_type: Option<&str>, message: &str) -> bool {
@@ -273,19 +330,10 @@ fn is_context_overflow(error_type: Option<&str>, message: &str) -> bool {
 /// plainer shapes of compatible servers (`{"error": "…"}`, `{"message"}`,
 /// `{"detail"}`); anything else is quoted as text, shortened.
 pub(crate) fn provider_error(body: &[u8]) -> (Option<String>, Option<String>) {
-    const MAX_TEXT: usize = 500;
     let as_string = |v: &serde_json::Value| v.as_str().map(str::to_string);
     if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body) {
         match json.get("error") {
-            Some(err @ serde_json::Value::Object(_)) => {
-                let code = err.get("code").and_then(|c| match c {
-                    serde_json::Value::String(s) => Some(s.clone()),
-                    serde_json::Value::Number(n) => Some(n.to_string()),
-                    _ => None,
-                });
-                let error_type = code.or_else(|| err.get("type").and_then(as_string));
-                return (error_type, err.get("message").and_then(as_string));
-            }
+            Some(err @ serde_json::Value::Object(_)) => return error_fields(err),
             Some(serde_json::Value::String(s)) => return (None, Some(s.clone())),
             _ => {}
         }
@@ -302,11 +350,32 @@ pub(crate) fn provider_error(body: &[u8]) -> (Option<String>, Option<String>) {
     if text.is_empty() {
         return (None, None);
     }
+    (None, Some(shorten(text)))
+}
+
+/// The code (or else the type) and the message of an error object.
+fn error_fields(err: &serde_json::Value) -> (Option<String>, Option<String>) {
+    let text = |v: Option<&serde_json::Value>| match v {
+        Some(serde_json::Value::String(s)) if !s.is_empty() => Some(s.clone()),
+        Some(serde_json::Value::Number(n)) => Some(n.to_string()),
+        _ => None,
+    };
+    let error_type = text(err.get("code")).or_else(|| text(err.get("type")));
+    let message = err
+        .get("message")
+        .and_then(|m| m.as_str())
+        .map(str::to_string);
+    (error_type, message)
+}
+
+/// `text` cut to a length fit for a message, marked when cut.
+fn shorten(text: &str) -> String {
+    const MAX_TEXT: usize = 500;
     let mut short: String = text.chars().take(MAX_TEXT).collect();
     if short.len() < text.len() {
         short.push('…');
     }
-    (None, Some(short))
+    short
 }
 
 /// Displays ` (type)` when the provider gave an error type.
@@ -469,6 +538,28 @@ mod tests {
         );
         assert_eq!(stream("rate_limit_error").kind(), ErrorKind::RateLimit);
         assert_eq!(stream("overloaded_error").kind(), ErrorKind::Unknown);
+        assert_eq!(stream("rate_limit_exceeded").kind(), ErrorKind::RateLimit);
+        assert!(!stream("rate_limit_exceeded").is_retryable());
+
+        // An HTTP status as the code is taken as that status would be
+        // (without `retry-after`, which a stream cannot carry).
+        use ErrorKind::*;
+        for (code, retryable, kind) in [
+            ("500", true, Unknown),
+            ("502", true, Unknown),
+            ("529", true, Unknown),
+            ("408", true, Network),
+            ("429", false, RateLimit),
+            ("400", false, InvalidRequest),
+            ("401", false, Auth),
+            ("404", false, InvalidRequest),
+        ] {
+            assert_eq!(
+                (stream(code).is_retryable(), stream(code).kind()),
+                (retryable, kind),
+                "{code}"
+            );
+        }
 
         let conn = LlmError::connection("reset").with_request_id(Some("req_9"));
         assert!(conn.is_retryable());
@@ -480,6 +571,11 @@ mod tests {
         assert_eq!(conn.to_failure().retry_after_ms, None);
 
         assert!(!LlmError::decode("x").is_retryable());
+        let empty = LlmError::stream(&serde_json::json!({ "type": "", "message": "" }));
+        assert_eq!(
+            empty.to_string(),
+            r#"stream error (error): {"message":"","type":""}"#
+        );
         assert!(!LlmError::Cancelled.is_retryable());
         assert!(!LlmError::Config("x".into()).is_retryable());
     }

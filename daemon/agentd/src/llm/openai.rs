@@ -10,8 +10,20 @@
 //!
 //! Compatible servers differ in small ways, so the stream parser is lenient
 //! where it costs nothing: reasoning arrives as `reasoning_content` or
-//! `reasoning`, a tool-call fragment may lack its `index`, and a stream that
-//! ends after its `finish_reason` but without `[DONE]` is accepted.
+//! `reasoning`, a tool-call fragment may lack its `index`, `choices` may be
+//! empty, null or missing (the usage chunk at the end has none), a blank
+//! data line is a keep-alive, and a stream that ends after its
+//! `finish_reason` but without `[DONE]` is accepted.
+//!
+//! How each event of the stream is taken:
+//! - `data: [DONE]`: the reply is complete.
+//! - A chunk with an `error` member (OpenAI's `{"message", "type", "code"}`,
+//!   OpenRouter's numeric `code`, or a plain string), or an event named
+//!   `error`: the error it reports, classified like the HTTP error it
+//!   stands for (see [`LlmError::stream`]).
+//! - Data that is not JSON: a protocol error that names the event.
+//! - Any other event is a chunk. The stream defines no event names, so a
+//!   server that adds one still means a chunk.
 
 use agentd_core::{ContentBlock, Message, Reply, Role, StopReason, Usage};
 use futures::future::BoxFuture;
@@ -222,7 +234,7 @@ fn push_message(out: &mut Vec<Value>, message: &Message) {
 #[derive(Deserialize)]
 struct WireChunk {
     #[serde(default)]
-    choices: Vec<WireChoice>,
+    choices: Option<Vec<WireChoice>>,
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
@@ -455,43 +467,28 @@ fn stop_reason(finish_reason: &str) -> StopReason {
     }
 }
 
-/// A stream error from an `error` member of a chunk, whose shape varies:
-/// an object with `type`/`code`/`message`, or a plain string.
-fn stream_error(error: Value) -> LlmError {
-    let text = |v: Option<&Value>| match v {
-        Some(Value::String(s)) => Some(s.clone()),
-        Some(Value::Number(n)) => Some(n.to_string()),
-        _ => None,
-    };
-    let error_type = text(error.get("type"))
-        .or_else(|| text(error.get("code")))
-        .unwrap_or_else(|| "error".to_string());
-    let message = text(error.get("message"))
-        .or_else(|| error.as_str().map(str::to_string))
-        .unwrap_or_else(|| error.to_string());
-    LlmError::Stream {
-        error_type,
-        message,
-        request_id: None,
-    }
-}
-
 impl StreamParser for OpenAiStream {
     fn on_event(
         &mut self,
         event: &SseEvent,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<Flow, LlmError> {
-        if event.data.trim() == "[DONE]" {
+        if event.event == "error" {
+            return Err(LlmError::error_event(&event.data));
+        }
+        let data = event.data.trim();
+        if data == "[DONE]" {
             return Ok(Flow::Done);
         }
-        let chunk: WireChunk = serde_json::from_str(&event.data)
-            .map_err(|e| LlmError::decode(format!("invalid chat-completion chunk: {e}")))?;
+        if data.is_empty() {
+            return Ok(Flow::Continue);
+        }
+        let chunk: WireChunk = transport::event_data(&event.event, data)?;
         if let Some(error) = chunk.error {
-            return Err(stream_error(error));
+            return Err(LlmError::stream(&error));
         }
         // Only the first choice is ever requested (`n` is left at 1).
-        if let Some(choice) = chunk.choices.into_iter().next() {
+        if let Some(choice) = chunk.choices.into_iter().flatten().next() {
             if let Some(delta) = choice.delta {
                 if let Some(reasoning) = delta.reasoning_content.or(delta.reasoning) {
                     self.prose(Prose::Thinking, reasoning, emit);
@@ -842,6 +839,167 @@ mod tests {
             reply.unwrap_err().to_string(),
             "stream error (error): model crashed"
         );
+    }
+
+    #[tokio::test]
+    async fn done_usage_only_and_missing_choices() {
+        let stream = concat!(
+            // Azure's first chunk: no choices yet.
+            "data: {\"choices\":[],\"prompt_filter_results\":[{\"prompt_index\":0}]}\n\n",
+            "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"x\"},\"finish_reason\":null}]}\n\n",
+            // No `choices` at all, and a null one.
+            "data: {\"id\":\"c\",\"object\":\"chat.completion.chunk\"}\n\n",
+            "data: {\"choices\":null,\"usage\":null}\n\n",
+            // A blank data line: a keep-alive.
+            "data:\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+            // The usage-only chunk `include_usage` asks for.
+            "data: {\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":1,\"total_tokens\":10}}\n\n",
+            "data: [DONE]\n\n",
+            // Nothing after [DONE] is read.
+            "data: {not json\n\n",
+        );
+        for chunk in [1, 7, 500] {
+            let (events, reply) = testkit::parse(OpenAiStream::default(), stream, chunk).await;
+            let reply = reply.unwrap();
+            assert_eq!(reply.content, vec![ContentBlock::text("x")]);
+            assert_eq!(reply.stop_reason, StopReason::EndTurn);
+            assert_eq!(
+                (reply.usage.input_tokens, reply.usage.output_tokens),
+                (9, 1)
+            );
+            assert_eq!(
+                events,
+                vec![
+                    StreamEvent::TextDelta {
+                        index: 0,
+                        text: "x".into()
+                    },
+                    StreamEvent::Usage(reply.usage),
+                    StreamEvent::BlockEnd { index: 0 },
+                ]
+            );
+        }
+    }
+
+    /// Mid-stream errors as servers send them, byte for byte, and how each
+    /// is taken: (stream, retryable, kind, message).
+    #[tokio::test]
+    async fn mid_stream_errors_are_classified() {
+        use ErrorKind::*;
+        let text = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"partial\"}}]}\n\n";
+        let table: &[(&str, bool, ErrorKind, &str)] = &[
+            (
+                "data: {\"error\":{\"message\":\"The server had an error while processing your request.\",\"type\":\"server_error\",\"param\":null,\"code\":null}}\n\n",
+                true,
+                Unknown,
+                "stream error (server_error): The server had an error while processing your request.",
+            ),
+            // OpenRouter: an HTTP status as the code, next to a choice.
+            (
+                "data: {\"id\":\"gen-1\",\"object\":\"chat.completion.chunk\",\"provider\":\"x\",\"error\":{\"code\":502,\"message\":\"Provider returned error\"},\"choices\":[{\"index\":0,\"delta\":{\"content\":\"\"},\"finish_reason\":\"error\"}]}\n\n",
+                true,
+                Unknown,
+                "stream error (502): Provider returned error",
+            ),
+            (
+                "data: {\"error\":{\"code\":\"server_error\",\"message\":\"Provider disconnected unexpectedly\"}}\n\n",
+                true,
+                Unknown,
+                "stream error (server_error): Provider disconnected unexpectedly",
+            ),
+            // vLLM: the status as the code, and words that say the context is full.
+            (
+                "data: {\"error\":{\"object\":\"error\",\"message\":\"This model's maximum context length is 4096 tokens.\",\"type\":\"BadRequestError\",\"param\":null,\"code\":400}}\n\n",
+                false,
+                ContextExhausted,
+                "stream error (400): This model's maximum context length is 4096 tokens.",
+            ),
+            (
+                "data: {\"error\":{\"message\":\"Invalid prompt\",\"type\":\"BadRequestError\",\"code\":400}}\n\n",
+                false,
+                InvalidRequest,
+                "stream error (400): Invalid prompt",
+            ),
+            (
+                "data: {\"error\":{\"message\":\"Rate limit reached for requests\",\"type\":\"requests\",\"param\":null,\"code\":\"rate_limit_exceeded\"}}\n\n",
+                false,
+                RateLimit,
+                "stream error (rate_limit_exceeded): Rate limit reached for requests",
+            ),
+            (
+                "data: {\"error\":{\"message\":\"too long\",\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\"}}\n\n",
+                false,
+                ContextExhausted,
+                "stream error (context_length_exceeded): too long",
+            ),
+            (
+                "data: {\"error\":\"model crashed\"}\n\n",
+                false,
+                Unknown,
+                "stream error (error): model crashed",
+            ),
+            // An event named `error`, with JSON or without.
+            (
+                "event: error\ndata: {\"error\":{\"message\":\"boom\",\"type\":\"server_error\"}}\n\n",
+                true,
+                Unknown,
+                "stream error (server_error): boom",
+            ),
+            (
+                "event: error\ndata: worker died\n\n",
+                false,
+                Unknown,
+                "stream error (error): worker died",
+            ),
+        ];
+        for (tail, retryable, kind, message) in table {
+            let stream = format!("{text}{tail}data: [DONE]\n\n");
+            let (events, reply) = testkit::parse(OpenAiStream::default(), &stream, 5).await;
+            let err = reply.unwrap_err();
+            assert!(matches!(err, LlmError::Stream { .. }), "{tail}: {err}");
+            let failure = err.to_failure();
+            assert_eq!(
+                (failure.retryable, failure.kind, failure.message.as_str()),
+                (*retryable, *kind, *message),
+                "{tail}"
+            );
+            assert_eq!(
+                events,
+                vec![StreamEvent::TextDelta {
+                    index: 0,
+                    text: "partial".into()
+                }]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn data_that_is_not_json_is_an_error_naming_the_event() {
+        let table: &[(&str, &str)] = &[
+            (
+                "data: <html>502 Bad Gateway</html>\n\n",
+                "malformed stream: event \"message\" has data that is not JSON: \
+                 expected value at line 1 column 1, in \"<html>502 Bad Gateway</html>\"",
+            ),
+            (
+                "event: chunk\ndata: {\"choices\":[\n\n",
+                "malformed stream: event \"chunk\" has data that is not JSON: \
+                 EOF while parsing a list at line 1 column 12, in \"{\\\"choices\\\":[\"",
+            ),
+            (
+                "data: {\"choices\":\"none\"}\n\n",
+                "malformed stream: event \"message\" has unexpected data: \
+                 invalid type: string \"none\", expected a sequence at line 1 column 17",
+            ),
+        ];
+        for (stream, message) in table {
+            let (_, reply) = testkit::parse(OpenAiStream::default(), stream, 4).await;
+            let err = reply.unwrap_err();
+            assert!(matches!(err, LlmError::Decode { .. }), "{err}");
+            assert!(!err.is_retryable());
+            assert_eq!(err.to_string(), *message);
+        }
     }
 
     fn simple_request() -> LlmRequest {

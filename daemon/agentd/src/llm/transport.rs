@@ -186,6 +186,33 @@ pub(crate) trait StreamParser {
     fn finish(self, completed: bool, emit: &mut dyn FnMut(StreamEvent)) -> Result<Reply, LlmError>;
 }
 
+/// The data of the event called `event`, read as `T`. A failure names the
+/// event and tells data that is not JSON at all (a proxy's text, a cut
+/// line) from JSON of an unexpected shape, quoting the start of the former.
+pub(crate) fn event_data<'a, T: serde::Deserialize<'a>>(
+    event: &str,
+    data: &'a str,
+) -> Result<T, LlmError> {
+    serde_json::from_str(data).map_err(|e| {
+        use serde_json::error::Category;
+        match e.classify() {
+            Category::Syntax | Category::Eof => {
+                const MAX_QUOTED: usize = 120;
+                let mut quoted: String = data.chars().take(MAX_QUOTED).collect();
+                if quoted.len() < data.len() {
+                    quoted.push('…');
+                }
+                LlmError::decode(format!(
+                    "event {event:?} has data that is not JSON: {e}, in {quoted:?}"
+                ))
+            }
+            Category::Data | Category::Io => {
+                LlmError::decode(format!("event {event:?} has unexpected data: {e}"))
+            }
+        }
+    })
+}
+
 /// Reads a successful response's event stream to the end of the reply.
 /// Errors carry the response's request id.
 pub(crate) async fn read_stream<P: StreamParser>(
