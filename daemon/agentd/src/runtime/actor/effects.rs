@@ -23,7 +23,8 @@ struct InFlight {
     cancel: CancellationToken,
 }
 
-/// The work in flight for one conversation.
+/// What carrying out effects keeps between them: the work in flight (model
+/// request, tools, retry timer) and what model requests are built from.
 #[derive(Default)]
 pub(super) struct Work {
     next_call: u64,
