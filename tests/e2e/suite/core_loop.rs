@@ -159,7 +159,11 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
         .unwrap();
     a.until(WAIT, is_idle).await;
     let took = started.elapsed();
-    assert!(took < Duration::from_millis(200), "cancel took {took:?}");
+    // The stream had about 19 s left (2,000 deltas 10 ms apart): a cancel
+    // that waited for it, or for its next delta batch to be read, would
+    // take seconds. The bound leaves room for a loaded machine (CI shares
+    // its two cores), which once took 237 ms.
+    assert!(took < Duration::from_secs(2), "cancel took {took:?}");
     // The HTTP stream was dropped, not left to run.
     fake.wait_for_disconnects(1, Duration::from_secs(2)).await;
 
