@@ -9,4 +9,5 @@ mod foundation;
 mod harness;
 mod permissions;
 mod shells;
+mod stock_clients;
 mod util;
