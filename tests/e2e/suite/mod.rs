@@ -1,6 +1,7 @@
 //! One module per area, and `util`, the one module of helpers they share.
 
 mod cli;
+mod cli_fixes;
 mod core_loop;
 mod crash;
 mod durability;
