@@ -605,6 +605,45 @@ mod tests {
         assert!(r.process(&mut i, &mut BytesMut::new()).is_err());
     }
 
+    proptest::proptest! {
+        /// Whatever a client sends after the preface, split however it
+        /// comes, the rewriter neither panics nor holds more than a frame.
+        #[test]
+        fn arbitrary_input_never_panics(
+            frames in proptest::collection::vec(
+                (0u8..12, proptest::num::u8::ANY, 0u32..4, proptest::collection::vec(proptest::num::u8::ANY, 0..64)),
+                0..12,
+            ),
+            tail in proptest::collection::vec(proptest::num::u8::ANY, 0..64),
+            step in 1usize..40,
+        ) {
+            let mut input = PREFACE.to_vec();
+            for (kind, flags, stream, payload) in &frames {
+                input.extend(frame(*kind, *flags, *stream, payload));
+            }
+            input.extend(&tail);
+            let mut r = Rewriter::default();
+            let (mut i, mut o) = (BytesMut::new(), BytesMut::new());
+            for piece in input.chunks(step) {
+                i.extend_from_slice(piece);
+                if r.process(&mut i, &mut o).is_err() {
+                    break;
+                }
+                proptest::prop_assert!(i.len() <= FRAME_HEADER_LEN + MAX_BLOCK + step);
+            }
+        }
+
+        #[test]
+        fn arbitrary_header_blocks_decode_or_fail_cleanly(
+            blocks in proptest::collection::vec(proptest::collection::vec(proptest::num::u8::ANY, 0..200), 1..6),
+        ) {
+            let mut d = Decoder::new(HEADER_TABLE_SIZE);
+            for block in &blocks {
+                let _ = d.decode(block, MAX_BLOCK);
+            }
+        }
+    }
+
     /// The real thing: a tonic server behind the wrapper, and a client that
     /// writes HTTP/2 by hand with the authority grpcio sends.
     #[tokio::test]
