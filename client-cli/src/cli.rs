@@ -172,8 +172,10 @@ pub struct AnswerArgs {
     #[arg(value_name = "ID")]
     pub id: String,
 
-    /// The decision
-    #[arg(value_name = "DECISION")]
+    /// The decision, by name or by the key the interactive prompt shows
+    /// for it: y allow_once, a allow_always, n deny, s deny_and_stop,
+    /// v never, b background
+    #[arg(value_name = "DECISION", ignore_case = true)]
     pub decision: Decision,
 
     /// With deny_and_stop: what the agent should do instead (sent as the next
@@ -260,26 +262,27 @@ impl Mode {
     }
 }
 
-/// A permission decision, as typed on the command line.
+/// A permission decision, as typed on the command line: its name, or the
+/// key the interactive prompt shows for it ([`Decision::key`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Decision {
     /// Run this call once
-    #[value(name = "allow_once", alias = "allow-once")]
+    #[value(name = "allow_once", aliases = ["allow-once", "y"])]
     AllowOnce,
     /// Run it and add a rule so it is not asked again
-    #[value(name = "allow_always", alias = "allow-always")]
+    #[value(name = "allow_always", aliases = ["allow-always", "a"])]
     AllowAlways,
     /// Do not run it; the agent is told and continues
-    #[value(name = "deny")]
+    #[value(name = "deny", alias = "n")]
     Deny,
     /// Do not run it and stop the turn (--feedback becomes the next message)
-    #[value(name = "deny_and_stop", alias = "deny-and-stop")]
+    #[value(name = "deny_and_stop", aliases = ["deny-and-stop", "s"])]
     DenyAndStop,
     /// Do not run it and add a deny rule
-    #[value(name = "never")]
+    #[value(name = "never", alias = "v")]
     Never,
     /// bash only: run the command as a background shell
-    #[value(name = "background")]
+    #[value(name = "background", alias = "b")]
     Background,
 }
 
@@ -573,6 +576,23 @@ mod tests {
         }
         assert!(parse(&["answer", "x", "maybe"]).is_err());
         assert!(parse(&["answer", "x", "allow-once"]).is_ok());
+    }
+
+    #[test]
+    fn answer_takes_the_keys_the_prompt_shows() {
+        for d in Decision::ALL {
+            for key in [
+                d.key().to_string(),
+                d.key().to_ascii_uppercase().to_string(),
+            ] {
+                let cli = parse(&["answer", "x", &key]).unwrap();
+                let Command::Answer(a) = cli.command else {
+                    panic!("not answer")
+                };
+                assert_eq!(a.decision, d, "key {key}");
+            }
+        }
+        assert!(parse(&["answer", "x", "q"]).is_err());
     }
 
     #[test]

@@ -350,7 +350,9 @@ async fn shells(ctx: &Ctx, args: ShellsArgs, io: &mut Io) -> Result<Exit, CliErr
                 let shell = response.shell.as_ref().map_or(Value::Null, js::shell_info);
                 print_json(io, &shell)?;
             } else {
-                print_line(io, &format!("shell {shell_id} killed"))?;
+                // The full id: `shell_id` may be a prefix.
+                let id = response.shell.as_ref().map_or(&shell_id, |s| &s.id);
+                print_line(io, &format!("shell {id} killed"))?;
             }
         }
     }

@@ -64,6 +64,10 @@ pub struct Renderer<W: Write> {
     shown_request: Option<String>,
     /// This client's id, from the snapshot (its own join is not announced).
     own_client_id: String,
+    /// This client's name. A client that resumes after a reconnect gets no
+    /// snapshot, so its new id comes only with its own `ClientAttached`,
+    /// recognised by this name (which holds the process id).
+    own_name: String,
     /// User messages this client sent and will see come back.
     sent_texts: VecDeque<String>,
     /// Show the conversation header with the first snapshot.
@@ -87,6 +91,7 @@ impl<W: Write> Renderer<W> {
             last_error: None,
             shown_request: None,
             own_client_id: String::new(),
+            own_name: String::new(),
             sent_texts: VecDeque::new(),
             show_header: true,
             header_shown: false,
@@ -97,6 +102,14 @@ impl<W: Write> Renderer<W> {
     /// has already printed the id).
     pub fn with_header(mut self, show: bool) -> Self {
         self.show_header = show;
+        self
+    }
+
+    /// This client's name as given in `Subscribe`, so that its own joins
+    /// and leaves (after a reconnect, under a new id) are not announced as
+    /// someone else's.
+    pub fn with_own_name(mut self, name: &str) -> Self {
+        self.own_name = name.to_string();
         self
     }
 
@@ -113,6 +126,11 @@ impl<W: Write> Renderer<W> {
     /// This client's id (known after the snapshot).
     pub fn own_client_id(&self) -> &str {
         &self.own_client_id
+    }
+
+    /// Whether `client` is this client (under any id it had).
+    fn is_own_name(&self, client: &pb::ClientInfo) -> bool {
+        !self.own_name.is_empty() && client.name == self.own_name
     }
 
     /// Remembers that this client sent `text`, so it is not echoed when the
@@ -226,19 +244,21 @@ impl<W: Write> Renderer<W> {
                 self.error_line(&text)?;
             }
             Event::ClientAttached(c) => {
-                if let Some(client) = c
-                    .client
-                    .as_ref()
-                    .filter(|c| c.client_id != self.own_client_id)
-                {
-                    self.info(&format!("· {} attached", client_label(client)))?;
+                if let Some(client) = &c.client {
+                    if self.is_own_name(client) {
+                        // This client, back after a reconnect: the session
+                        // has said "reconnected".
+                        self.own_client_id.clone_from(&client.client_id);
+                    } else if client.client_id != self.own_client_id {
+                        self.info(&format!("· {} attached", client_label(client)))?;
+                    }
                 }
             }
             Event::ClientDetached(c) => {
                 if let Some(client) = c
                     .client
                     .as_ref()
-                    .filter(|c| c.client_id != self.own_client_id)
+                    .filter(|c| c.client_id != self.own_client_id && !self.is_own_name(c))
                 {
                     self.info(&format!("· {} detached", client_label(client)))?;
                 }
@@ -436,7 +456,7 @@ impl<W: Write> Renderer<W> {
             let others: Vec<String> = s
                 .clients
                 .iter()
-                .filter(|c| c.client_id != s.your_client_id)
+                .filter(|c| c.client_id != s.your_client_id && !self.is_own_name(c))
                 .map(client_label)
                 .collect();
             if !others.is_empty() {

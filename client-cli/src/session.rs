@@ -122,7 +122,9 @@ pub async fn run_session(
     } else {
         (&mut **out, None, *color)
     };
-    let mut render = Renderer::new(human, color).with_header(config.kind == SessionKind::Attach);
+    let mut render = Renderer::new(human, color)
+        .with_header(config.kind == SessionKind::Attach)
+        .with_own_name(&config.client_name);
     if let Some(prompt) = &config.sent_prompt {
         render.note_sent(prompt);
     }
@@ -429,6 +431,14 @@ impl Session<'_> {
                 }
             }
             Event::PermissionResolved(p) => self.permission_resolved(p)?,
+            // A resumed stream has no snapshot: this client's new id comes
+            // with its own join, known by its name. Without it, its answers
+            // after a reconnect would look like another client's.
+            Event::ClientAttached(pb::ClientAttached {
+                client: Some(client),
+            }) if !client.name.is_empty() && client.name == self.config.client_name => {
+                self.own_client_id.clone_from(&client.client_id);
+            }
             _ => {}
         }
         Ok(self.finished(state_event))

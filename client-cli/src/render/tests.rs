@@ -343,6 +343,48 @@ fn own_join_is_not_announced() {
 }
 
 #[test]
+fn own_rejoin_after_a_resume_is_not_announced_and_its_answers_are_its_own() {
+    // A resumed stream has no snapshot: the new id comes with the join.
+    let mut r = Renderer::new(Vec::new(), false)
+        .with_header(false)
+        .with_own_name("me@box:7");
+    let info = |id: &str, name: &str| {
+        Some(pb::ClientInfo {
+            client_id: id.into(),
+            name: name.into(),
+        })
+    };
+    for e in [
+        E::Snapshot(pb::Snapshot {
+            your_client_id: "c1".into(),
+            ..Default::default()
+        }),
+        E::ClientAttached(pb::ClientAttached {
+            client: info("c9", "me@box:7"),
+        }),
+        E::ClientDetached(pb::ClientDetached {
+            client: info("c1", "me@box:7"),
+        }),
+        E::ClientAttached(pb::ClientAttached {
+            client: info("c1", "bob@box:12"),
+        }),
+        E::PermissionResolved(pb::PermissionResolved {
+            request_id: "req1".into(),
+            decision: D::Deny as i32,
+            client_id: "c9".into(),
+            client_name: "me@box:7".into(),
+        }),
+    ] {
+        r.event(&ev(e)).unwrap();
+    }
+    assert_eq!(
+        String::from_utf8(r.into_inner()).unwrap(),
+        "· bob@box:12 attached\n  ⎿ deny (you)\n",
+        "its own join and leave are not news; bob, who got the old id, is"
+    );
+}
+
+#[test]
 fn permission_request_block_and_resolution() {
     let out = render(vec![
         E::PermissionRequested(pb::PermissionRequested {

@@ -88,6 +88,12 @@ pub fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("agentd=info")),
         )
         .with_writer(std::io::stderr)
+        // Colour only for a person at a terminal: an autostarted daemon's
+        // stderr is `agentd.log`, and escape codes there are noise.
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none(),
+        )
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -1,6 +1,7 @@
 //! One module per area, and `util`, the one module of helpers they share.
 
 mod cli;
+mod cli_fixes;
 mod core_loop;
 mod crash;
 mod durability;
@@ -9,5 +10,6 @@ mod foundation;
 mod harness;
 mod permissions;
 mod shells;
+mod stock_clients;
 mod streams;
 mod util;

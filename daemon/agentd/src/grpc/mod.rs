@@ -7,7 +7,9 @@
 //! daemon's own (messages, states, events, answers); nothing outside
 //! `grpc/` names a generated type (the test below checks it).
 
+mod authority;
 pub mod convert;
+mod hpack;
 pub mod listener;
 mod outbox;
 pub mod service;
@@ -49,17 +51,25 @@ where
     health_reporter
         .set_serving::<AgentServiceServer<service::Service>>()
         .await;
+    // Both versions of reflection: grpcurl asks for v1, but the reflection
+    // clients on PyPI and npm (grpcio-reflection, grpc-js-reflection-client)
+    // still ask for v1alpha only.
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(agent_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()?;
+    let reflection_v1alpha = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(agent_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1alpha()?;
     let svc = service::Service::new(manager.clone(), stop.clone());
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(reflection)
+        .add_service(reflection_v1alpha)
         .add_service(AgentServiceServer::new(svc))
-        .serve_with_incoming_shutdown(incoming, async {
+        .serve_with_incoming_shutdown(lenient(incoming), async {
             let _ = server_stopped.await;
         });
     tokio::pin!(server);
@@ -78,6 +88,20 @@ where
             Ok(())
         }
     }
+}
+
+/// The accepted connections, each read through [`authority::LenientAuthority`]
+/// so that stock clients are served whatever `:authority` they send.
+fn lenient<S>(
+    incoming: S,
+) -> impl tokio_stream::Stream<
+    Item = Result<authority::LenientAuthority<tokio::net::UnixStream>, std::io::Error>,
+>
+where
+    S: tokio_stream::Stream<Item = Result<tokio::net::UnixStream, std::io::Error>>,
+{
+    use tokio_stream::StreamExt;
+    incoming.map(|conn| conn.map(authority::LenientAuthority::new))
 }
 
 #[cfg(test)]

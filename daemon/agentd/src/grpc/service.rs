@@ -39,6 +39,31 @@ impl Service {
     fn max_attempts(&self) -> u32 {
         self.manager.shared().config.retry.max_attempts
     }
+
+    /// The full id of the shell `prefix` names.
+    fn resolve_shell(&self, prefix: &str) -> Result<String, Status> {
+        let candidates = self.manager.shared().shells.ids_with_prefix(prefix, 3);
+        pick_shell(prefix, &candidates)
+    }
+}
+
+/// The one shell id among `candidates` (the ids `prefix` may stand for, at
+/// most three): none is NotFound, several InvalidArgument naming some.
+fn pick_shell(prefix: &str, candidates: &[String]) -> Result<String, Status> {
+    let prefix = prefix.trim();
+    if prefix.is_empty() {
+        return Err(Status::invalid_argument("shell id is empty"));
+    }
+    match candidates {
+        [] => Err(Status::not_found(format!("unknown shell {prefix}"))),
+        [one] => Ok(one.clone()),
+        [first, second] => Err(Status::invalid_argument(format!(
+            "ambiguous shell prefix {prefix} (matches {first} and {second})"
+        ))),
+        [first, second, ..] => Err(Status::invalid_argument(format!(
+            "ambiguous shell prefix {prefix} (matches {first}, {second}, …)"
+        ))),
+    }
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -250,12 +275,10 @@ impl AgentService for Service {
         &self,
         request: Request<pb::ReadShellOutputRequest>,
     ) -> Result<Response<Self::ReadShellOutputStream>, Status> {
-        let req = request.into_inner();
-        let shells = self.manager.shared().shells.clone();
+        let mut req = request.into_inner();
         // Fail fast on an unknown id, before the stream starts.
-        shells
-            .get(&req.shell_id)
-            .ok_or_else(|| Status::not_found(format!("unknown shell {}", req.shell_id)))?;
+        req.shell_id = self.resolve_shell(&req.shell_id)?;
+        let shells = self.manager.shared().shells.clone();
         let (tx, rx) = mpsc::channel(16);
         let shutdown = self.shutdown.clone();
         tokio::spawn(async move {
@@ -298,7 +321,7 @@ impl AgentService for Service {
         &self,
         request: Request<pb::KillShellRequest>,
     ) -> Result<Response<pb::KillShellResponse>, Status> {
-        let id = request.into_inner().shell_id;
+        let id = self.resolve_shell(&request.into_inner().shell_id)?;
         let record = self
             .manager
             .shared()
@@ -654,5 +677,41 @@ async fn read_frames(
         {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_shell_prefix_resolves_only_when_it_is_unique() {
+        assert_eq!(
+            pick_shell("sh-ab", &ids(&["sh-abcdef"])).ok(),
+            Some("sh-abcdef".into())
+        );
+        let none = pick_shell("sh-zz", &[])
+            .err()
+            .map(|s| (s.code(), s.message().to_string()));
+        assert_eq!(
+            none,
+            Some((tonic::Code::NotFound, "unknown shell sh-zz".into()))
+        );
+        let two = pick_shell("sh", &ids(&["sh-a", "sh-b"])).err();
+        assert_eq!(
+            two.map(|s| (s.code(), s.message().to_string())),
+            Some((
+                tonic::Code::InvalidArgument,
+                "ambiguous shell prefix sh (matches sh-a and sh-b)".into()
+            ))
+        );
+        let many = pick_shell("sh", &ids(&["sh-a", "sh-b", "sh-c"])).err();
+        assert!(many.is_some_and(|s| s.message().ends_with("(matches sh-a, sh-b, …)")));
+        let empty = pick_shell(" ", &[]).err().map(|s| s.code());
+        assert_eq!(empty, Some(tonic::Code::InvalidArgument));
     }
 }

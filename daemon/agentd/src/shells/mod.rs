@@ -590,6 +590,30 @@ impl ShellManager {
             .and_then(|s| lock(&s.state).spool.as_ref().map(Spool::tail_len))
             .unwrap_or(0)
     }
+
+    /// The ids `prefix` may stand for, sorted, at most `max`: the id itself
+    /// when it is one, else every id that starts with it. People abbreviate
+    /// ids, so case is ignored and the `sh-` may be left out.
+    pub fn ids_with_prefix(&self, prefix: &str, max: usize) -> Vec<String> {
+        let prefix = prefix.trim().to_ascii_lowercase();
+        let shells = lock(&self.shells);
+        if shells.contains_key(&prefix) {
+            return vec![prefix];
+        }
+        let mut ids: Vec<String> = shells
+            .keys()
+            .filter(|id| {
+                id.starts_with(&prefix)
+                    || id
+                        .strip_prefix("sh-")
+                        .is_some_and(|rest| rest.starts_with(&prefix))
+            })
+            .cloned()
+            .collect();
+        ids.sort();
+        ids.truncate(max);
+        ids
+    }
 }
 
 /// Copies the shell's output into its spool until end-of-file. Keeps
