@@ -680,8 +680,13 @@ impl<W: Write> Renderer<W> {
         } else if !r.input_json.is_empty() {
             self.line(&format!("  {}", one_line(&r.input_json, 200)))?;
         }
-        if !r.reason.is_empty() {
-            self.line(&format!("  why: {}", r.reason))?;
+        let (why, outside) = split_reason(&r.reason);
+        for path in outside {
+            let line = self.paint(RED, &format!("{OUTSIDE_WORKING_DIRECTORY}{path}"));
+            self.line(&format!("  {}", self.paint(BOLD, &line)))?;
+        }
+        if !why.is_empty() {
+            self.line(&format!("  why: {why}"))?;
         }
         self.diff(&r.diff, "  ")?;
         let offered = offered_decisions(&r.options);
@@ -709,6 +714,30 @@ impl<W: Write> Renderer<W> {
             .collect::<Vec<_>>()
             .join("  ")
     }
+}
+
+/// How the daemon says, in a permission request's reason, that a file
+/// written is outside the working directory (the path follows, up to the
+/// next `; `): the core's `permission::OUTSIDE_WORKING_DIRECTORY`.
+const OUTSIDE_WORKING_DIRECTORY: &str = "outside the working directory: ";
+
+/// A request's reason without its "outside the working directory: PATH"
+/// clauses, and those paths: the prompt shows each on a line of its own,
+/// where it cannot be missed.
+fn split_reason(reason: &str) -> (String, Vec<&str>) {
+    let mut why: Vec<&str> = Vec::new();
+    let mut outside: Vec<&str> = Vec::new();
+    for clause in reason.split("; ") {
+        match clause.strip_prefix(OUTSIDE_WORKING_DIRECTORY) {
+            Some(path) if !path.is_empty() => {
+                if !outside.contains(&path) {
+                    outside.push(path);
+                }
+            }
+            _ => why.push(clause),
+        }
+    }
+    (why.join("; "), outside)
 }
 
 // ---------------------------------------------------------------------------

@@ -426,6 +426,42 @@ fn permission_request_block_and_resolution() {
 }
 
 #[test]
+fn a_path_outside_the_working_directory_stands_out() {
+    let mut req = request(&[D::AllowOnce, D::Deny]);
+    req.tool_name = "write".into();
+    req.summary = "write ../x/a.txt".into();
+    req.diff.clear();
+    req.reason =
+        "write /w/x/a.txt needs permission; outside the working directory: /w/x/a.txt".into();
+    let mut r = Renderer::new(Vec::new(), false);
+    r.permission_request(&req).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert_eq!(
+        out,
+        "⚠ permission needed: write\n\
+         \x20 write ../x/a.txt\n\
+         \x20 outside the working directory: /w/x/a.txt\n\
+         \x20 why: write /w/x/a.txt needs permission\n\
+         \x20 [y] allow once  [n] deny\n"
+    );
+    // In colour it is red and bold; several paths get a line each, once.
+    req.request_id = "req2".into();
+    req.reason = "a; outside the working directory: /p/1; b; outside the working directory: /p/2; \
+                  outside the working directory: /p/1"
+        .into();
+    let mut r = Renderer::new(Vec::new(), true);
+    r.permission_request(&req).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(
+        out.contains("  \x1b[1m\x1b[31moutside the working directory: /p/1\x1b[0m\x1b[0m\n"),
+        "{out:?}"
+    );
+    assert_eq!(out.matches("/p/1").count(), 1, "{out:?}");
+    assert!(out.contains("/p/2"));
+    assert!(out.contains("why: a; b\n"), "{out:?}");
+}
+
+#[test]
 fn background_is_listed_only_when_offered() {
     let mut r = Renderer::new(Vec::new(), false);
     let mut req = request(&[D::AllowOnce, D::Background]);

@@ -9,16 +9,24 @@
 //!    code answers it where the mode makes it moot.
 //! 2. In `read_only` and `plan` modes every tool that is not read-only is
 //!    denied, whatever the rules say.
-//! 3. The call is cut into parts: the simple commands and file
-//!    redirections of a bash line, the files of a write/edit/patch, the
-//!    file or directory of a read or search. Every rule that matches a part
-//!    (or the whole call) counts, and the strongest wins: deny beats ask
-//!    beats allow. A part no rule matches gets the default: read-only tools
-//!    allow, the rest ask; `accept_edits` allows file writes inside the
-//!    working and additional directories; `bypass` allows everything but
-//!    what a deny rule denies.
+//! 3. The call is cut into parts: the simple commands (those in loop
+//!    bodies, conditions and substitutions included; reserved words such
+//!    as `for` and `done` are not commands), arithmetic expressions and
+//!    file redirections of a bash line, the files of a write/edit/patch,
+//!    the file or directory of a read or search (for `glob`, the directory
+//!    its pattern starts in). Every rule that matches a part (or the whole
+//!    call) counts, and the strongest wins: deny beats ask beats allow. A
+//!    part no rule matches gets the default: read-only tools allow, the
+//!    rest ask; `accept_edits` allows file writes inside the working and
+//!    additional directories; `bypass` allows everything but what a deny
+//!    rule denies. The commands that a command runs (`xargs rm`, `find
+//!    -exec rm {} ;`, `sudo rm`, `A=1 rm`, `sh -c 'rm …'`) are parts that
+//!    only deny and ask rules judge.
 //! 4. Any part denied: deny. Otherwise any part asking: ask. Otherwise
-//!    allow. So a compound command is allowed only if every part is.
+//!    allow. So a compound command is allowed only if every part is, and
+//!    a denied command anywhere in it denies it. An ask about a file
+//!    written outside the working and additional directories says so, as
+//!    `outside the working directory: /abs/path`.
 //!
 //! Anything the policy cannot read with certainty (an unbalanced quote, a
 //! path it cannot resolve) is never allowed by a rule that might not cover
@@ -29,7 +37,7 @@ mod rule;
 mod shell;
 mod suggest;
 
-pub use paths::patch_paths;
+pub use paths::{glob_search_dir, patch_paths, split_glob};
 pub use rule::{Action, Rule, RuleError};
 pub use shell::split_compound;
 pub use suggest::{suggest_rule, suggested_rule};
@@ -39,9 +47,14 @@ use crate::tools::{Subject, Tool};
 use paths::PathGlob;
 use rule::{BashPattern, PatternKind};
 use serde::{Deserialize, Serialize};
-use shell::{Script, Word};
+use shell::{FileWrite, Script, Word};
 use std::collections::BTreeMap;
 use std::fmt;
+
+/// How a permission request says that a file written is outside the
+/// working and additional directories; the path follows. Clients may show
+/// the clause apart.
+pub const OUTSIDE_WORKING_DIRECTORY: &str = "outside the working directory: ";
 
 /// The permission mode of a conversation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -191,6 +204,12 @@ enum Part {
     },
     /// A background shell's id.
     ShellId(String),
+    /// An arithmetic expression of a bash line (`((i++))`, `$((n + 1))`):
+    /// a variable's value can run a command there.
+    Arithmetic(String),
+    /// A command (or file write) that a command of the bash line runs:
+    /// only deny and ask rules judge it.
+    Wrapped(Box<Part>),
 }
 
 impl fmt::Display for Part {
@@ -202,6 +221,8 @@ impl fmt::Display for Part {
             }
             Part::File { shown, .. } => f.write_str(shown),
             Part::ShellId(id) => f.write_str(id),
+            Part::Arithmetic(text) => write!(f, "the arithmetic `{text}`"),
+            Part::Wrapped(inner) => inner.fmt(f),
         }
     }
 }
@@ -313,12 +334,19 @@ impl Policy {
             parts
                 .iter()
                 .map(|part| {
-                    let held = compiled
+                    let hits = compiled
                         .iter()
-                        .filter_map(|(rule, c)| self.part_hit(rule, c, part).map(|s| (s, *rule)))
-                        .chain(whole)
-                        .max_by(strongest);
-                    self.settle(call, Some(part), held)
+                        .filter_map(|(rule, c)| self.part_hit(rule, c, part).map(|s| (s, *rule)));
+                    if matches!(part, Part::Wrapped(_)) {
+                        // What a command runs answers to deny and ask rules
+                        // only; the command itself is judged as written.
+                        return match hits.max_by(strongest) {
+                            None => Outcome::Allow,
+                            held => self.settle(call, Some(part), held),
+                        };
+                    }
+                    let held = hits.chain(whole).max_by(strongest);
+                    self.note_outside(part, self.settle(call, Some(part), held))
                 })
                 .collect()
         };
@@ -347,9 +375,10 @@ impl Policy {
         let mut out: Vec<String> = Vec::new();
         let subject = Tool::from_name(&call.name).map(Tool::subject);
         match subject {
-            Some(Subject::WrittenFile | Subject::ReadFile | Subject::SearchedDir) => {
+            Some(Subject::WrittenFile | Subject::ReadFile) => {
                 out.extend(input_str(call, "path").map(str::to_string));
             }
+            Some(Subject::SearchedDir) => out.extend(searched_dir(call).map(|d| d.into_owned())),
             Some(Subject::PatchedFiles) => out.extend(
                 input_str(call, "patch")
                     .map(patch_paths)
@@ -361,6 +390,7 @@ impl Policy {
                         script
                             .writes
                             .iter()
+                            .chain(&script.wrapped_writes)
                             .filter_map(|w| w.target.literal.clone()),
                     );
                 }
@@ -434,6 +464,43 @@ impl Policy {
         }
     }
 
+    /// The part a redirection of `script` that writes a file is.
+    fn redirection(&self, w: &FileWrite, script: &Script) -> Part {
+        let shown = format!("{} {}", w.op, w.target.raw);
+        // After a `cd`, a relative target is relative to who knows where.
+        let path = w
+            .target
+            .literal
+            .as_deref()
+            .filter(|t| t.starts_with('/') || !script.changes_dir)
+            .and_then(|t| self.resolve(t));
+        Part::File {
+            shown: format!("the redirection `{shown}`"),
+            path,
+            write: true,
+            search_root: false,
+        }
+    }
+
+    /// An ask about a file written outside the working and additional
+    /// directories says so, with the path it really goes to: people
+    /// approve a write to `../x` without noticing where that is.
+    fn note_outside(&self, part: &Part, outcome: Outcome) -> Outcome {
+        match (outcome, part) {
+            (
+                Outcome::Ask(reason),
+                Part::File {
+                    write: true,
+                    path: Some(path),
+                    ..
+                },
+            ) if !self.is_inside_roots(path) => {
+                Outcome::Ask(format!("{reason}; {OUTSIDE_WORKING_DIRECTORY}{path}"))
+            }
+            (outcome, _) => outcome,
+        }
+    }
+
     /// The parts of `call` (whose tool has `subject`) that rules judge.
     fn parts(
         &self,
@@ -451,23 +518,20 @@ impl Policy {
                     .iter()
                     .map(|words| Part::Command(words.clone()))
                     .collect();
-                for w in &script.writes {
-                    let shown = format!("{} {}", w.op, w.target.raw);
-                    // After a `cd`, a relative target is relative to who
-                    // knows where.
-                    let path = w
-                        .target
-                        .literal
-                        .as_deref()
-                        .filter(|t| t.starts_with('/') || !script.changes_dir)
-                        .and_then(|t| self.resolve(t));
-                    parts.push(Part::File {
-                        shown: format!("the redirection `{shown}`"),
-                        path,
-                        write: true,
-                        search_root: false,
-                    });
-                }
+                parts.extend(script.writes.iter().map(|w| self.redirection(w, script)));
+                parts.extend(script.arithmetic.iter().cloned().map(Part::Arithmetic));
+                parts.extend(
+                    script
+                        .wrapped
+                        .iter()
+                        .map(|words| Part::Wrapped(Box::new(Part::Command(words.clone())))),
+                );
+                parts.extend(
+                    script
+                        .wrapped_writes
+                        .iter()
+                        .map(|w| Part::Wrapped(Box::new(self.redirection(w, script)))),
+                );
                 parts
             }
             Some(Subject::WrittenFile) => input_str(call, "path")
@@ -485,7 +549,8 @@ impl Policy {
                 .map(|p| vec![self.file(p, false, false)])
                 .unwrap_or_default(),
             Some(Subject::SearchedDir) => {
-                vec![self.file(input_str(call, "path").unwrap_or("."), false, true)]
+                let dir = searched_dir(call).unwrap_or(".".into());
+                vec![self.file(&dir, false, true)]
             }
             Some(Subject::ShellId) => input_str(call, "shell_id")
                 .map(|id| vec![Part::ShellId(id.to_string())])
@@ -497,10 +562,19 @@ impl Policy {
     /// How `rule` (compiled as `c`) holds `part`, if it matches it.
     fn part_hit(&self, rule: &Rule, c: &Compiled, part: &Part) -> Option<Strength> {
         let applies = match part {
+            Part::Wrapped(inner) => {
+                return if rule.action == Action::Allow {
+                    None
+                } else {
+                    self.part_hit(rule, c, inner)
+                };
+            }
             Part::Command(_) => rule.kind() == PatternKind::Command,
             Part::File { write: true, .. } => rule.kind() == PatternKind::WrittenPath,
             Part::File { write: false, .. } => rule.kind() == PatternKind::ReadPath,
             Part::ShellId(_) => !rule.is_path_rule() && rule.kind() != PatternKind::Command,
+            // Only rules on the whole line (`bash`, an exact line) hold it.
+            Part::Arithmetic(_) => false,
         };
         if !applies {
             return None;
@@ -617,6 +691,9 @@ impl Policy {
                 "{tool} {} needs permission",
                 part.map(ToString::to_string).unwrap_or_default()
             )),
+            Some(p @ Part::Arithmetic(_)) => Outcome::Ask(format!(
+                "{tool} {p} needs permission (a variable's value can run commands there)"
+            )),
             Some(p) => Outcome::Ask(format!("{tool} {p} needs permission")),
             None => Outcome::Ask(format!("{tool} needs permission")),
         }
@@ -706,6 +783,19 @@ fn match_words(pattern: &[Word], words: &[Word], exact: bool, strict: bool) -> M
 
 fn input_str<'a>(call: &'a ToolCall, key: &str) -> Option<&'a str> {
     call.input.get(key).and_then(serde_json::Value::as_str)
+}
+
+/// The directory a search looks in, as the model wrote it: its `path`,
+/// and for `glob` the directory the pattern starts in (`../x/*.rs`
+/// searches `../x`), as the tool reads it.
+fn searched_dir(call: &ToolCall) -> Option<std::borrow::Cow<'_, str>> {
+    let path = input_str(call, "path");
+    if Tool::from_name(&call.name) == Some(Tool::Glob)
+        && let Some(pattern) = input_str(call, "pattern")
+    {
+        return Some(glob_search_dir(path, pattern).into());
+    }
+    path.map(Into::into)
 }
 
 /// The command line of a call whose tool has `subject`, read; `None` for

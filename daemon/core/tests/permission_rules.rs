@@ -182,7 +182,14 @@ fn compound_commands_need_every_part() {
     check(r, Default, bash("git status &"), "allow");
     check(r, Default, bash("(git status)"), "allow");
     check(r, Default, bash("(git status; rm -rf x)"), "ask");
-    check(r, Default, bash("{ git status; }"), "ask");
+    // A group's braces are not commands: bash runs only `git status`.
+    check(r, Default, bash("{ git status; }"), "allow");
+    check(
+        r,
+        Default,
+        bash("{ git status; rm -rf x; }"),
+        "ask ~ `rm -rf x`",
+    );
     check(r, Default, bash("if git status; then rm -rf x; fi"), "ask");
     let r = &["allow bash(git status)", "allow bash(cargo test:*)"];
     check(r, Default, bash("git status && cargo test -p x"), "allow");
@@ -536,6 +543,31 @@ fn read_rules_cover_reads_and_searches() {
         "deny",
     );
     check(r, Default, tool("glob", json!({"pattern": "*"})), "allow");
+    // A glob searches where its pattern starts, whatever its `path`.
+    for pattern in [
+        "/etc/ssl/*.pem",
+        "../../etc/*",
+        "sub/../../../etc/**/*.conf",
+    ] {
+        check(
+            r,
+            Default,
+            tool("glob", json!({"pattern": pattern})),
+            "deny",
+        );
+    }
+    check(
+        r,
+        Default,
+        tool("glob", json!({"pattern": "../etc/*", "path": "/"})),
+        "deny",
+    );
+    check(
+        r,
+        Default,
+        tool("glob", json!({"pattern": "src/**/*.rs"})),
+        "allow",
+    );
     check(r, Default, read("~/x"), "ask ~ cannot be checked");
     check(
         &["deny grep(secrets/**)"],
@@ -678,6 +710,51 @@ fn accept_edits_allows_edits_inside_the_working_directories() {
         "ask",
     );
     check(&[], m, read("x"), "allow");
+}
+
+#[test]
+fn asks_about_writes_outside_say_so() {
+    let outside = |path: &str| format!("ask ~ outside the working directory: {path}");
+    for m in [Default, AcceptEdits] {
+        check(&[], m, write("/etc/motd"), &outside("/etc/motd"));
+        check(&[], m, edit("../other/x"), &outside("/w/other/x"));
+        // Where a link really goes is what counts, and what is shown.
+        check(&[], m, edit("src/link.rs"), &outside("/outside/x.rs"));
+        check(&[], m, patch(&["a.rs", "../../x.rs"]), &outside("/x.rs"));
+        check(
+            &["allow bash(echo:*)"],
+            m,
+            bash("echo x > /tmp/notes.txt"),
+            &outside("/tmp/notes.txt"),
+        );
+        check(
+            &["ask edit(/etc/**)"],
+            m,
+            write("/etc/motd"),
+            &outside("/etc/motd"),
+        );
+    }
+    // Inside the working or an additional directory it is not outside.
+    let not_outside = |call: ToolCall| {
+        let v = policy(Default, &[]).evaluate(&call);
+        let reason = match &v {
+            Verdict::Ask(r) => r.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert!(!reason.contains("outside"), "{reason}");
+    };
+    not_outside(write("src/a.rs"));
+    not_outside(write("/w/shared/a"));
+    not_outside(write("shared-link/a"));
+    not_outside(bash("echo x > notes.txt"));
+    // An unknown place is not called outside, and a deny stays a deny.
+    not_outside(edit("~/x"));
+    check(
+        &["deny write(/etc/**)"],
+        Default,
+        write("/etc/motd"),
+        "deny",
+    );
 }
 
 #[test]

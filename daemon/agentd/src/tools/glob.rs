@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use agentd_core::ToolSpec;
+use agentd_core::permission::{glob_search_dir, split_glob};
 use agentd_core::tools::Tool;
 use globset::GlobBuilder;
 use ignore::WalkState;
@@ -52,8 +53,15 @@ pub(crate) fn spec() -> ToolSpec {
 pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
     let input: Input = input::parse(Tool::Glob.name(), &schema(), input)?;
     let (root, root_shown) = walk::search_root(ctx, input.path.as_deref())?;
-    let pattern = relative_pattern(&input.pattern, &root)?;
-    let by_name = !pattern.contains('/');
+    let Search {
+        dir: root,
+        shown: root_shown,
+        pattern,
+        by_name,
+    } = search(ctx, &input, root, root_shown)?;
+    if !root.exists() {
+        return Ok(no_match(&input.pattern, &root_shown));
+    }
     let matcher = GlobBuilder::new(&pattern)
         .literal_separator(true)
         .build()
@@ -97,10 +105,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let total = found.len();
     if total == 0 {
-        return Ok(ToolOutput::ok(
-            format!("No files match `{}` in {root_shown}.", input.pattern),
-            "no files".to_string(),
-        ));
+        return Ok(no_match(&input.pattern, &root_shown));
     }
     let budget = ctx.limits.content_budget();
     let mut out = String::new();
@@ -128,25 +133,78 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     Ok(ToolOutput::ok(out, summary))
 }
 
-/// Makes a pattern relative to the search root. Models sometimes repeat the
-/// absolute directory in the pattern, or start it with `./`.
-fn relative_pattern(pattern: &str, root: &std::path::Path) -> Result<String, ToolError> {
-    let pattern = pattern.trim();
-    if pattern.is_empty() {
+fn no_match(pattern: &str, dir: &str) -> ToolOutput {
+    ToolOutput::ok(
+        format!("No files match `{pattern}` in {dir}."),
+        "no files".to_string(),
+    )
+}
+
+/// Where a glob looks and what it matches there.
+struct Search {
+    /// The directory searched: resolved, inside the allowed directories.
+    dir: PathBuf,
+    /// `dir` as people read it.
+    shown: String,
+    /// The pattern, relative to `dir`.
+    pattern: String,
+    /// The pattern matches file names at any depth (it had no `/`).
+    by_name: bool,
+}
+
+/// Reads the pattern the way the permission policy does: the directories
+/// it starts with (`../x/*.rs` starts in `../x`, `/abs/*` in `/abs`) are
+/// part of where it searches, and that place must be inside the working
+/// or an additional directory, as for `read` and `grep`. Matching the
+/// pattern's text against paths below `root` instead would answer "no
+/// files" for files that exist.
+fn search(
+    ctx: &ToolContext,
+    input: &Input,
+    root: PathBuf,
+    root_shown: String,
+) -> Result<Search, ToolError> {
+    let raw = input.pattern.trim();
+    if raw.is_empty() {
         return Err(ToolError::new("glob: `pattern` is empty"));
     }
-    if pattern.starts_with('/') {
-        let root_str = root.to_string_lossy();
-        return match pattern.strip_prefix(root_str.as_ref()) {
-            Some("") => Ok("**".to_string()),
-            Some(rest) if rest.starts_with('/') => Ok(rest[1..].to_string()),
-            _ => Err(ToolError::new(format!(
-                "glob: pattern `{pattern}` is absolute; give it relative to path ({})",
-                root.display()
-            ))),
-        };
+    // Models sometimes give the searched directory itself as the pattern.
+    if raw.trim_end_matches('/') == root.to_string_lossy() {
+        return Ok(Search {
+            dir: root,
+            shown: root_shown,
+            pattern: "**".to_string(),
+            by_name: false,
+        });
     }
-    Ok(pattern.strip_prefix("./").unwrap_or(pattern).to_string())
+    let (start, rest) = split_glob(raw);
+    if rest.split('/').any(|c| c == "..") {
+        return Err(ToolError::new(format!(
+            "glob: `..` after a wildcard in `{raw}` is not supported; put the directory before \
+             the wildcards or in `path`"
+        )));
+    }
+    if start == "." {
+        return Ok(Search {
+            dir: root,
+            shown: root_shown,
+            by_name: !rest.contains('/'),
+            pattern: rest,
+        });
+    }
+    let dir = glob_search_dir(input.path.as_deref(), raw);
+    let dir = paths::resolve(ctx, &dir)
+        .map_err(|e| ToolError::new(format!("glob: pattern `{raw}`: {}", e.0)))?;
+    Ok(Search {
+        shown: paths::display(ctx, &dir),
+        dir,
+        pattern: if rest.is_empty() {
+            "**".to_string()
+        } else {
+            rest
+        },
+        by_name: false,
+    })
 }
 
 #[cfg(test)]
@@ -212,6 +270,70 @@ mod tests {
                 .unwrap_err()
                 .0
                 .contains("invalid pattern")
+        );
+    }
+
+    #[test]
+    fn patterns_that_leave_the_working_directory_are_refused() {
+        let top = tempfile::tempdir().unwrap();
+        let proj = top.path().join("proj");
+        let outside = top.path().join("outside");
+        for dir in [&proj, &outside, &proj.join("sub")] {
+            std::fs::create_dir_all(dir).unwrap();
+        }
+        std::fs::write(outside.join("secret.txt"), "s").unwrap();
+        std::fs::write(proj.join("sub/in.txt"), "i").unwrap();
+        let mut ctx = ctx_in(&proj);
+        let outside_abs = outside.canonicalize().unwrap();
+        for pattern in [
+            "../outside/*".to_string(),
+            "sub/../../outside/*.txt".to_string(),
+            format!("{}/*", outside_abs.display()),
+            "../outside/secret.txt".to_string(),
+        ] {
+            let err = run(json!({"pattern": pattern}), &ctx).unwrap_err().0;
+            assert!(
+                err.contains("outside the working directory"),
+                "{pattern}: {err}"
+            );
+        }
+        let err = run(json!({"pattern": "*/../../outside/*"}), &ctx)
+            .unwrap_err()
+            .0;
+        assert!(err.contains("`..` after a wildcard"), "{err}");
+        // Inside, the same forms work; an absolute pattern matches below
+        // its own directory only.
+        let out = run(json!({"pattern": "sub/../sub/*.txt"}), &ctx).unwrap();
+        assert_eq!(out.content, "sub/in.txt\n");
+        let abs = format!("{}/*.txt", ctx.cwd.join("sub").display());
+        assert_eq!(
+            run(json!({"pattern": abs}), &ctx).unwrap().content,
+            "sub/in.txt\n"
+        );
+        let abs = format!("{}/*.txt", ctx.cwd.display());
+        assert!(
+            run(json!({"pattern": abs}), &ctx)
+                .unwrap()
+                .content
+                .starts_with("No files match")
+        );
+        let whole = ctx.cwd.display().to_string();
+        assert_eq!(
+            run(json!({"pattern": whole}), &ctx).unwrap().content,
+            "sub/in.txt\n"
+        );
+        let none = run(json!({"pattern": "nothing/*.txt"}), &ctx).unwrap();
+        assert!(
+            none.content.starts_with("No files match"),
+            "{}",
+            none.content
+        );
+        // An additional directory stays allowed.
+        ctx.additional_dirs.push(outside_abs.clone());
+        let out = run(json!({"pattern": "../outside/*"}), &ctx).unwrap();
+        assert_eq!(
+            out.content,
+            format!("{}\n", outside_abs.join("secret.txt").display())
         );
     }
 }

@@ -148,6 +148,53 @@ impl PathGlob {
     }
 }
 
+/// Splits a glob pattern (the `glob` tool's) into the directory it starts
+/// in and the rest, matched below that directory: the directory is the
+/// leading components without glob characters (`..` included, `./`
+/// dropped; the last component always goes to the rest), `.` when there
+/// are none. `../x/*.rs` → (`../x`, `*.rs`); `src/**/*.rs` → (`src`,
+/// `**/*.rs`); `/abs/*` → (`/abs`, `*`); `*.rs` → (`.`, `*.rs`).
+///
+/// The tool searches that directory and the policy judges it, so that both
+/// read the pattern the same way.
+pub fn split_glob(pattern: &str) -> (String, String) {
+    let pattern = pattern.trim();
+    let absolute = pattern.starts_with('/');
+    let parts: Vec<&str> = pattern
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    let literal = parts
+        .iter()
+        .take(parts.len().saturating_sub(1))
+        .take_while(|p| !p.contains(['*', '?', '[', '{', '\\']))
+        .count();
+    let dir = parts[..literal].join("/");
+    let dir = match (absolute, dir.is_empty()) {
+        (true, _) => format!("/{dir}"),
+        (false, true) => ".".to_string(),
+        (false, false) => dir,
+    };
+    (dir, parts[literal..].join("/"))
+}
+
+/// The directory a `glob` call searches, as the model wrote it: its
+/// `path` (the working directory by default) joined with the directory
+/// its pattern starts in (see [`split_glob`]).
+pub fn glob_search_dir(path: Option<&str>, pattern: &str) -> String {
+    let (dir, _) = split_glob(pattern);
+    let path = path.filter(|p| !p.trim().is_empty()).unwrap_or(".");
+    if dir.starts_with('/') {
+        dir
+    } else if dir == "." {
+        path.to_string()
+    } else if path == "." {
+        dir
+    } else {
+        format!("{}/{dir}", path.trim_end_matches('/'))
+    }
+}
+
 /// The paths a unified diff touches, as written in its `--- `/`+++ `
 /// headers (git's `a/`/`b/` prefixes removed when both sides carry them;
 /// `/dev/null` left out), each once, in order.
@@ -197,6 +244,29 @@ fn header_path(rest: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn glob_patterns_split_at_their_first_wildcard() {
+        let split = |p: &str| split_glob(p);
+        let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(split("*.rs"), pair(".", "*.rs"));
+        assert_eq!(split("./src/*.rs"), pair("src", "*.rs"));
+        assert_eq!(split("src/**/*.rs"), pair("src", "**/*.rs"));
+        assert_eq!(split("**/x/*.rs"), pair(".", "**/x/*.rs"));
+        assert_eq!(split("../out/*"), pair("../out", "*"));
+        assert_eq!(split("sub/../../out/*.txt"), pair("sub/../../out", "*.txt"));
+        assert_eq!(split("/abs/dir/*.rs"), pair("/abs/dir", "*.rs"));
+        assert_eq!(split("/x"), pair("/", "x"));
+        assert_eq!(split("a//b/c.txt"), pair("a/b", "c.txt"));
+        assert_eq!(split("a/\\*/b"), pair("a", "\\*/b"));
+        assert_eq!(split("src/"), pair(".", "src"));
+        assert_eq!(glob_search_dir(None, "*.rs"), ".");
+        assert_eq!(glob_search_dir(Some("src"), "*.rs"), "src");
+        assert_eq!(glob_search_dir(Some("src/"), "../x/*"), "src/../x");
+        assert_eq!(glob_search_dir(None, "../x/*"), "../x");
+        assert_eq!(glob_search_dir(Some("src"), "/etc/*"), "/etc");
+        assert_eq!(glob_search_dir(Some(""), "a/*"), "a");
+    }
 
     #[test]
     fn normalises_lexically() {

@@ -403,7 +403,7 @@ pub(crate) fn bash_pattern(pattern: &str) -> Result<BashPattern, String> {
         return Ok(BashPattern::Prefix(words));
     }
     let script = shell::parse(pattern)?;
-    if script.commands.is_empty() && script.writes.is_empty() {
+    if script.commands.is_empty() && script.writes.is_empty() && script.arithmetic.is_empty() {
         return Err("the pattern has no command".to_string());
     }
     Ok(BashPattern::Exact(script))

@@ -1,7 +1,7 @@
 //! The rule an "allow always" (or "never") answer adds.
 
 use super::paths;
-use super::rule::{Action, Rule, bash_pattern};
+use super::rule::{Action, BashPattern, Rule, bash_pattern};
 use super::shell;
 use crate::message::ToolCall;
 use crate::tools::{Subject, Tool};
@@ -63,28 +63,78 @@ pub fn suggest_rule(call: &ToolCall, cwd: &str) -> Option<Rule> {
 
 fn bash_suggestion(command: &str) -> Option<String> {
     let script = shell::parse(command).ok()?;
-    let text = if script.is_simple() {
-        let words = script.commands.first()?;
-        let raw: Vec<&str> = words.iter().map(|w| w.raw.as_str()).collect();
-        let subcommand = words.len() > 2
-            && words[0].literal.as_deref() == Some(raw[0])
-            && SUBCOMMAND_PROGRAMS.contains(&raw[0])
-            && is_plain_subcommand(raw[1]);
-        if subcommand {
-            return Some(format!("{} {}:*", raw[0], raw[1]));
-        }
-        raw.join(" ")
+    if script.is_simple() {
+        return match command_suggestion(script.commands.first()?) {
+            Suggestion::Prefix(rule) => Some(rule),
+            Suggestion::Exact(text) => exact(text, &script),
+        };
+    }
+    one_command_suggestion(&script).or_else(|| exact(script.normalized.clone(), &script))
+}
+
+/// The rule for one simple command.
+enum Suggestion {
+    /// `prog sub:*`, for a subcommand of a well-known program with further
+    /// arguments.
+    Prefix(String),
+    /// The command's words, exactly.
+    Exact(String),
+}
+
+fn command_suggestion(words: &[shell::Word]) -> Suggestion {
+    let raw: Vec<&str> = words.iter().map(|w| w.raw.as_str()).collect();
+    let subcommand = words.len() > 2
+        && words[0].literal.as_deref() == Some(raw[0])
+        && SUBCOMMAND_PROGRAMS.contains(&raw[0])
+        && is_plain_subcommand(raw[1]);
+    if subcommand {
+        Suggestion::Prefix(format!("{} {}:*", raw[0], raw[1]))
     } else {
-        script.normalized.clone()
-    };
-    // An exact pattern must read back as itself (not as a prefix rule, and
-    // with the same normalised text).
+        Suggestion::Exact(raw.join(" "))
+    }
+}
+
+/// A compound line whose only parts are runs of one command (`for p in a
+/// b; do cargo test -p "$p"; done`, `make && make`): the rule that
+/// command alone would get, when the words the rule names have no
+/// expansion. (`wc -l "$f"` is not suggested: allowing it everywhere would
+/// let `$f` be anything, more than the loop the user saw.)
+fn one_command_suggestion(script: &shell::Script) -> Option<String> {
+    let compound = script.compound || script.commands.len() > 1;
+    if !compound || !script.writes.is_empty() || !script.arithmetic.is_empty() {
+        return None;
+    }
+    let mut rules = script.commands.iter().map(|words| {
+        let (rule, named) = match command_suggestion(words) {
+            Suggestion::Prefix(rule) => (rule, 2),
+            Suggestion::Exact(rule) => (rule, words.len()),
+        };
+        let literal = words.iter().take(named).all(|w| w.literal.is_some());
+        literal.then_some(rule)
+    });
+    let first = rules.next()??;
+    for rule in rules {
+        if rule.as_ref() != Some(&first) {
+            return None;
+        }
+    }
+    // It must read back as a rule for one simple command.
+    match bash_pattern(&first).ok()? {
+        BashPattern::Prefix(_) => Some(first),
+        BashPattern::Exact(p) if p.is_simple() && !first.ends_with(":*") => Some(first),
+        BashPattern::Exact(_) => None,
+    }
+}
+
+/// `text` as an exact rule for the line `script`, if it reads back as one
+/// (not as a prefix rule, and with the same normalised text).
+fn exact(text: String, script: &shell::Script) -> Option<String> {
     if text.ends_with(":*") {
         return None;
     }
     match bash_pattern(&text).ok()? {
-        super::rule::BashPattern::Exact(p) if p.normalized == script.normalized => Some(text),
-        _ => None,
+        BashPattern::Exact(p) if p.normalized == script.normalized => Some(text),
+        BashPattern::Exact(_) | BashPattern::Prefix(_) => None,
     }
 }
 
