@@ -1,42 +1,17 @@
 //! The `agent` client against a real daemon: autostart, one-line errors,
 //! and the standard gRPC services (health, reflection).
 
-use super::util::{agent_out, create, wait_state};
+use super::util::{agent_out, autostarting_agent, create, wait_state};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
-use agent_tests::harness::{Scenario, WAIT, client_bin, daemon_bin, wait_for};
-use std::os::unix::fs::PermissionsExt;
+use agent_tests::harness::{Scenario, WAIT, client_bin, wait_for};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_starts_the_daemon_when_none_answers() {
     let fake = FakeLlm::start().await;
     let root = tempfile::tempdir().unwrap();
-    let private = |p: &std::path::Path| {
-        std::fs::create_dir_all(p).unwrap();
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
-    };
-    let (runtime, data, home) = (
-        root.path().join("run"),
-        root.path().join("data"),
-        root.path().join("home"),
-    );
-    private(&runtime);
-    private(&data);
-    private(&home);
-    let out = tokio::process::Command::new(client_bin())
-        .arg("ls")
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .env("XDG_DATA_HOME", &data)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("AGENTD_BIN", daemon_bin())
-        .env("ANTHROPIC_BASE_URL", fake.base_url())
-        .env("ANTHROPIC_API_KEY", "test-key")
-        .output()
-        .await
-        .unwrap();
+    let (mut agent, runtime, data) = autostarting_agent(&fake, root.path());
+    let out = agent.arg("ls").output().await.unwrap();
     let lock = data.join("agentd/agentd.lock");
     let pid = std::fs::read_to_string(&lock).unwrap_or_default();
     let stop = || {

@@ -2,12 +2,11 @@
 //! ids abbreviated, the prompt's keys on `agent answer`, a colourless
 //! `agentd.log`, and a reconnecting client that announced itself.
 
-use super::util::{agent_out, send, tool, wait_state};
+use super::util::{agent_out, autostarting_agent, send, tool, wait_state};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{FakeLlm, Script};
-use agent_tests::harness::{Scenario, WAIT, client_bin, daemon_bin, wait_for};
+use agent_tests::harness::{Scenario, WAIT, wait_for};
 use serde_json::json;
-use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
 
 /// A command that lives a while, unique to this test process.
@@ -165,31 +164,11 @@ async fn agent_answer_takes_the_keys_the_prompt_shows() {
 async fn an_autostarted_daemon_writes_no_colour_codes_into_its_log() {
     let fake = FakeLlm::start().await;
     let root = tempfile::tempdir().unwrap();
-    let private = |p: &std::path::Path| {
-        std::fs::create_dir_all(p).unwrap();
-        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o700)).unwrap();
-    };
-    let (runtime, data, home) = (
-        root.path().join("run"),
-        root.path().join("data"),
-        root.path().join("home"),
-    );
-    private(&runtime);
-    private(&data);
-    private(&home);
+    let (mut agent, runtime, data) = autostarting_agent(&fake, root.path());
     // What a person's shell passes on: no NO_COLOR, and a log level that
     // makes the daemon write lines.
-    let out = tokio::process::Command::new(client_bin())
+    let out = agent
         .arg("ls")
-        .env_clear()
-        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-        .env("HOME", &home)
-        .env("XDG_RUNTIME_DIR", &runtime)
-        .env("XDG_DATA_HOME", &data)
-        .env("XDG_CONFIG_HOME", home.join("config"))
-        .env("AGENTD_BIN", daemon_bin())
-        .env("ANTHROPIC_BASE_URL", fake.base_url())
-        .env("ANTHROPIC_API_KEY", "test-key")
         .env("RUST_LOG", "agentd=debug")
         .output()
         .await

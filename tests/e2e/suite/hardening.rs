@@ -3,7 +3,9 @@
 //! that did not say so), a loop explained as bogus commands, and answers
 //! with an enum value out of range.
 
-use super::util::{Attached, create_with, get, is_idle, kind_of, send, tool, wait_state};
+use super::util::{
+    Attached, answer_with_agent, create_with, get, is_idle, kind_of, send, tool, wait_state,
+};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
@@ -11,7 +13,6 @@ use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
 use agent_tests::harness::{Scenario, WAIT};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 fn done() -> Script {
     Script::Reply(ReplyScript::new().text("done"))
@@ -197,35 +198,7 @@ async fn a_write_outside_the_working_directory_says_so() {
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let id = loop {
-        let list = client
-            .list_conversations(pb::ListConversationsRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-        let waiting = list.conversations.iter().find(|c| {
-            c.state.as_ref().map(|s| s.kind) == Some(pb::StateKind::AwaitingPermission as i32)
-        });
-        if let Some(c) = waiting {
-            break c.id.clone();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no request was raised"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let answered = tokio::process::Command::from(d.agent())
-        .args(["answer", &id, "deny"])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        answered.status.success(),
-        "{}",
-        String::from_utf8_lossy(&answered.stderr)
-    );
+    answer_with_agent(&d, &mut client, "deny").await;
     let out = tokio::time::timeout(WAIT, child.wait_with_output())
         .await
         .unwrap()

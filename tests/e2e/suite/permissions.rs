@@ -2,7 +2,9 @@
 //! deny / deny-and-stop / always / never, no client attached, restarts,
 //! doom loops, read-only mode and the mode upgrade.
 
-use super::util::{Attached, assert_valid_chain, get, is_idle, kind_of, send, tool, wait_state};
+use super::util::{
+    Attached, answer_with_agent, assert_valid_chain, get, is_idle, kind_of, send, tool, wait_state,
+};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
@@ -506,35 +508,7 @@ async fn agent_run_prompts_or_waits_for_another_client() {
         .spawn()
         .unwrap();
     let mut client = d.client().await;
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let id = loop {
-        let list = client
-            .list_conversations(pb::ListConversationsRequest::default())
-            .await
-            .unwrap()
-            .into_inner();
-        let waiting = list.conversations.iter().find(|c| {
-            c.state.as_ref().map(|s| s.kind) == Some(pb::StateKind::AwaitingPermission as i32)
-        });
-        if let Some(c) = waiting {
-            break c.id.clone();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no request was raised"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let answered = tokio::process::Command::from(d.agent())
-        .args(["answer", &id, "allow_once"])
-        .output()
-        .await
-        .unwrap();
-    assert!(
-        answered.status.success(),
-        "{}",
-        String::from_utf8_lossy(&answered.stderr)
-    );
+    answer_with_agent(&d, &mut client, "allow_once").await;
     let out = tokio::time::timeout(WAIT, child.wait_with_output())
         .await
         .unwrap()

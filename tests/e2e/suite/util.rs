@@ -140,6 +140,76 @@ pub async fn agent_out(d: &TestDaemon, args: &[&str]) -> (bool, String, String) 
 /// Checks the message chain of a recorded request: roles alternate from
 /// user, and every tool_use is answered, in order, by the next message's
 /// tool_results (and nothing else answers).
+/// `agent` as a person's shell starts it with no daemon running: private
+/// runtime, data and home directories under `root`, nothing from the
+/// environment but `PATH`, the fake model's address and a key. Returns the
+/// command (arguments still to add) and the runtime and data directories.
+pub fn autostarting_agent(
+    fake: &agent_tests::fake_llm::FakeLlm,
+    root: &std::path::Path,
+) -> (
+    tokio::process::Command,
+    std::path::PathBuf,
+    std::path::PathBuf,
+) {
+    use std::os::unix::fs::PermissionsExt;
+    let (runtime, data, home) = (root.join("run"), root.join("data"), root.join("home"));
+    for dir in [&runtime, &data, &home] {
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let mut agent = tokio::process::Command::new(agent_tests::harness::client_bin());
+    agent
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", &home)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .env("XDG_DATA_HOME", &data)
+        .env("XDG_CONFIG_HOME", home.join("config"))
+        .env("AGENTD_BIN", agent_tests::harness::daemon_bin())
+        .env("ANTHROPIC_BASE_URL", fake.base_url())
+        .env("ANTHROPIC_API_KEY", "test-key");
+    (agent, runtime, data)
+}
+
+/// Waits until some conversation asks for permission, then answers it with
+/// `agent answer ID DECISION` as a person in another terminal would.
+pub async fn answer_with_agent(
+    d: &TestDaemon,
+    client: &mut AgentServiceClient<Channel>,
+    decision: &str,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let id = loop {
+        let list = client
+            .list_conversations(pb::ListConversationsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        let waiting = list.conversations.iter().find(|c| {
+            c.state.as_ref().map(|s| s.kind) == Some(pb::StateKind::AwaitingPermission as i32)
+        });
+        if let Some(c) = waiting {
+            break c.id.clone();
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no request was raised"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let answered = tokio::process::Command::from(d.agent())
+        .args(["answer", &id, decision])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        answered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&answered.stderr)
+    );
+}
+
 pub fn assert_valid_chain(req: &Recorded) {
     let messages = req.body["messages"].as_array().expect("messages");
     assert!(!messages.is_empty());
