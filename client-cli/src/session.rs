@@ -150,13 +150,16 @@ pub async fn run_session(
         cancel_sent: false,
         feedback_pending: false,
         unacked: VecDeque::new(),
+        sent: 0,
+        not_sent: 0,
         detach_deadline: None,
     };
     let outcome = session.run().await;
     let _ = session.render.end_line();
     let _ = session.render.flush();
     match outcome? {
-        Outcome::Idle | Outcome::Detached => Ok(Exit::Ok),
+        Outcome::Idle => Ok(Exit::Ok),
+        Outcome::Detached => session.detached(),
         Outcome::Interrupted => Ok(Exit::Interrupted),
         Outcome::Failed { kind, message } => Err(CliError::TurnFailed {
             kind: match error_kind_text(kind) {
@@ -208,6 +211,9 @@ struct Session<'a> {
     feedback_pending: bool,
     /// Messages sent and not yet seen appended.
     unacked: VecDeque<String>,
+    /// `attach`: messages sent, and those the daemon refused.
+    sent: usize,
+    not_sent: usize,
     /// `attach`: stdin ended; leave when `unacked` is empty or at this time.
     detach_deadline: Option<Instant>,
 }
@@ -304,6 +310,19 @@ impl Session<'_> {
         delivered: bool,
     ) -> Result<StreamEnd, CliError> {
         self.tx = None;
+        if status.code() == Code::OutOfRange {
+            // A frame over the daemon's size limit: it closed the stream
+            // there, and what was typed after it was not read.
+            let unconfirmed = self.unacked.len();
+            let mut message = status.message().to_string();
+            if unconfirmed > 0 {
+                message.push_str(&format!(
+                    "; {} not sent",
+                    count(unconfirmed, "message was", "messages were")
+                ));
+            }
+            return Err(CliError::Refused(message));
+        }
         match status.code() {
             Code::Unavailable
             | Code::Unknown
@@ -562,6 +581,7 @@ impl Session<'_> {
             // Already explained: another client answered first.
             Ok(())
         } else if self.unacked.pop_front().is_some() {
+            self.not_sent += 1;
             self.show_error(&format!("message not sent: {message}"))
         } else {
             self.show_error(message)
@@ -666,6 +686,7 @@ impl Session<'_> {
             SessionKind::Attach => {
                 let text = line.trim();
                 if !text.is_empty() {
+                    self.sent += 1;
                     self.unacked.push_back(text.to_string());
                     self.render.note_sent(text);
                     self.send_frame(Frame::Send(pb::SendMessageFrame {
@@ -711,6 +732,31 @@ impl Session<'_> {
         Ok(None)
     }
 
+    /// How `attach` ends once stdin has: an error when a message typed was
+    /// refused or never confirmed, so a script piping into it can tell.
+    fn detached(&self) -> Result<Exit, CliError> {
+        let unconfirmed = self.unacked.len();
+        if self.not_sent == 0 && unconfirmed == 0 {
+            return Ok(Exit::Ok);
+        }
+        let mut what = Vec::new();
+        if self.not_sent > 0 {
+            what.push(format!(
+                "{} of {} refused",
+                count(self.not_sent, "message", "messages"),
+                self.sent
+            ));
+        }
+        if unconfirmed > 0 {
+            what.push(format!(
+                "{} not confirmed within {} s",
+                count(unconfirmed, "message", "messages"),
+                DETACH_GRACE.as_secs()
+            ));
+        }
+        Err(CliError::Refused(what.join("; ")))
+    }
+
     fn note(&mut self, text: &str) -> Result<(), CliError> {
         self.render
             .info(text)
@@ -723,6 +769,15 @@ impl Session<'_> {
             .error_line(text)
             .and_then(|()| self.render.flush())
             .map_err(|e| CliError::io("writing output", e))
+    }
+}
+
+/// "1 message", "2 messages".
+fn count(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
     }
 }
 

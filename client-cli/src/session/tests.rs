@@ -639,10 +639,38 @@ async fn a_refused_message_is_reported_and_not_waited_for() {
     agent.close_stdin();
     call.send(0, local_error("agent is busy")).await;
     let (result, out, _) = agent.finish().await;
-    assert_eq!(result.unwrap(), Exit::Ok);
+    // A script piping into `attach` can tell that its message was dropped.
+    let err = result.unwrap_err();
+    assert_eq!(err.exit(), Exit::Error);
+    assert_eq!(err.to_string(), "1 message of 1 refused");
     assert!(
         out.ends_with("✗ message not sent: agent is busy\n"),
         "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_frame_over_the_daemons_size_limit_ends_attach_with_the_limit_named() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["attach", CONV_ID], false);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(3, snapshot(S::Idle, vec![], None)).await;
+    agent.type_line("huge").await;
+    agent.type_line("short line").await;
+    assert!(matches!(call.frame().await, Frame::Send(_)));
+    assert!(matches!(call.frame().await, Frame::Send(_)));
+    call.fail(Status::out_of_range(
+        "Attach frame refused: decoded message length too large (`max_message_bytes`)",
+    ))
+    .await;
+    let (result, _, _) = agent.finish().await;
+    let err = result.unwrap_err();
+    assert_eq!(err.exit(), Exit::Error);
+    assert_eq!(
+        err.to_string(),
+        "Attach frame refused: decoded message length too large (`max_message_bytes`); \
+         2 messages were not sent"
     );
 }
 

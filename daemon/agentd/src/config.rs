@@ -154,6 +154,64 @@ impl Default for ShellsSection {
     }
 }
 
+/// Limits on what clients send over gRPC. Each is checked per request and
+/// named in the error a client gets when it is over it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GrpcSection {
+    /// Largest gRPC message the daemon decodes, bytes: a unary request, one
+    /// Attach frame, one conversation of an import. A request over it is
+    /// refused with OUT_OF_RANGE; an Attach or import stream is closed with
+    /// that status.
+    pub max_message_bytes: usize,
+    /// Largest user text, bytes: a message, a prompt, permission feedback.
+    /// Over it: INVALID_ARGUMENT (an error event on Attach, and the stream
+    /// stays usable).
+    pub max_text_bytes: usize,
+    /// Largest HTTP/2 frame the daemon accepts (its SETTINGS_MAX_FRAME_SIZE),
+    /// 16384 to 16777215 bytes.
+    pub max_frame_bytes: u32,
+}
+
+/// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
+const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
+
+impl Default for GrpcSection {
+    fn default() -> Self {
+        GrpcSection {
+            max_message_bytes: 32 * 1024 * 1024,
+            max_text_bytes: 1024 * 1024,
+            max_frame_bytes: 16_384,
+        }
+    }
+}
+
+impl GrpcSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_message_bytes < 64 * 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "grpc.max_message_bytes must be at least 65536, got {}",
+                self.max_message_bytes
+            )));
+        }
+        if self.max_text_bytes == 0 || self.max_text_bytes > self.max_message_bytes {
+            return Err(ConfigError::Invalid(format!(
+                "grpc.max_text_bytes must be between 1 and grpc.max_message_bytes ({}), got {}",
+                self.max_message_bytes, self.max_text_bytes
+            )));
+        }
+        if !HTTP2_FRAME_BYTES.contains(&self.max_frame_bytes) {
+            return Err(ConfigError::Invalid(format!(
+                "grpc.max_frame_bytes must be between {} and {}, got {}",
+                HTTP2_FRAME_BYTES.start(),
+                HTTP2_FRAME_BYTES.end(),
+                self.max_frame_bytes
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// Persistence.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -180,6 +238,8 @@ pub struct FileConfig {
     pub limits: LimitsSection,
     pub permissions: PermissionsSection,
     pub shells: ShellsSection,
+    /// Limits on what clients send.
+    pub grpc: GrpcSection,
     /// Persistence.
     pub store: StoreSection,
 }
@@ -206,6 +266,8 @@ pub struct Config {
     /// Whether conversations may use `bypass` mode (`--allow-bypass`).
     pub allow_bypass: bool,
     pub shells: ShellsSection,
+    /// Limits on what clients send.
+    pub grpc: GrpcSection,
     /// Persistence.
     pub store: StoreSection,
 }
@@ -264,6 +326,7 @@ impl Config {
                 "limits.max_iterations must be at least 1".into(),
             ));
         }
+        file.grpc.validate()?;
         let mut rules = Vec::new();
         for (texts, action) in [
             (&file.permissions.allow, agentd_core::Action::Allow),
@@ -292,6 +355,7 @@ impl Config {
                 .unwrap_or(agentd_core::Action::Ask),
             allow_bypass: false,
             shells: file.shells,
+            grpc: file.grpc,
             store: file.store,
             model,
             provider: file.provider,
@@ -395,6 +459,32 @@ mod tests {
         assert_eq!(file.store.sync, crate::store::Sync::Power);
         let wrong = toml::from_str::<FileConfig>("[store]\nsync = \"always\"\n").unwrap_err();
         assert!(wrong.to_string().contains("kill"), "{wrong}");
+    }
+
+    #[test]
+    fn grpc_limits_have_defaults_and_out_of_range_values_are_refused() {
+        let c = Config::from_parts(toml::from_str("").unwrap(), &env_of(&[]), None).unwrap();
+        assert_eq!(c.grpc.max_message_bytes, 32 * 1024 * 1024);
+        assert_eq!(c.grpc.max_text_bytes, 1024 * 1024);
+        assert_eq!(c.grpc.max_frame_bytes, 16_384);
+        let refused = |text: &str| {
+            Config::from_parts(toml::from_str(text).unwrap(), &env_of(&[]), None)
+                .unwrap_err()
+                .to_string()
+        };
+        let small = refused("[grpc]\nmax_message_bytes = 1000\n");
+        assert!(small.contains("grpc.max_message_bytes"), "{small}");
+        let text = refused("[grpc]\nmax_message_bytes = 100000\nmax_text_bytes = 200000\n");
+        assert!(text.contains("grpc.max_text_bytes"), "{text}");
+        let frame = refused("[grpc]\nmax_frame_bytes = 100\n");
+        assert!(frame.contains("grpc.max_frame_bytes"), "{frame}");
+        let ok =
+            "[grpc]\nmax_message_bytes = 100000\nmax_text_bytes = 100\nmax_frame_bytes = 65536\n";
+        let c = Config::from_parts(toml::from_str(ok).unwrap(), &env_of(&[]), None).unwrap();
+        assert_eq!(
+            (c.grpc.max_text_bytes, c.grpc.max_frame_bytes),
+            (100, 65_536)
+        );
     }
 
     #[test]

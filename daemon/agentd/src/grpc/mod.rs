@@ -62,13 +62,17 @@ where
         .register_encoded_file_descriptor_set(agent_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
+    let limits = manager.shared().config.grpc.clone();
     let svc = service::Service::new(manager.clone(), stop.clone());
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
+        .max_frame_size(Some(limits.max_frame_bytes))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
-        .add_service(AgentServiceServer::new(svc))
+        .add_service(
+            AgentServiceServer::new(svc).max_decoding_message_size(limits.max_message_bytes),
+        )
         .serve_with_incoming_shutdown(lenient(incoming), async {
             let _ = server_stopped.await;
         });

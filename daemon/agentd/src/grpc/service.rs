@@ -3,6 +3,7 @@
 
 use super::convert::{self, to_status};
 use super::outbox::{Due, Outbox};
+use crate::config::GrpcSection;
 use crate::runtime::{ConvEvent, EventKind, Manager, NewConversation};
 use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_server::AgentService;
@@ -38,6 +39,10 @@ impl Service {
 
     fn max_attempts(&self) -> u32 {
         self.manager.shared().config.retry.max_attempts
+    }
+
+    fn limits(&self) -> &GrpcSection {
+        &self.manager.shared().config.grpc
     }
 
     /// The full id of the shell `prefix` names.
@@ -79,6 +84,32 @@ fn local_error(message: String) -> pb::AttachResponse {
     }
 }
 
+/// Refuses user text (`what`: "message text", "prompt", ...) over
+/// `[grpc] max_text_bytes`, naming the limit.
+fn check_text(limits: &GrpcSection, what: &str, text: &str) -> Result<(), Status> {
+    if text.len() > limits.max_text_bytes {
+        return Err(Status::invalid_argument(format!(
+            "{what} is {} bytes, over the daemon's limit of {} bytes (`max_text_bytes` in the [grpc] section of agentd's config)",
+            text.len(),
+            limits.max_text_bytes
+        )));
+    }
+    Ok(())
+}
+
+/// The status a client gets when a frame of its stream (`what`: "Attach
+/// frame", "conversation 3 of the import") cannot be read. When it was over
+/// the size limit, it says which setting raises it.
+fn frame_status(status: Status, what: &str) -> Status {
+    if status.code() == tonic::Code::OutOfRange {
+        return Status::out_of_range(format!(
+            "{what} refused: {} (`max_message_bytes` in the [grpc] section of agentd's config)",
+            status.message()
+        ));
+    }
+    Status::new(status.code(), format!("{what}: {}", status.message()))
+}
+
 fn validate_dir(raw: &str, what: &str) -> Result<PathBuf, Status> {
     let path = PathBuf::from(raw);
     if !path.is_absolute() {
@@ -116,6 +147,7 @@ impl AgentService for Service {
         if !prompt.is_empty() && prompt.trim().is_empty() {
             return Err(Status::invalid_argument("prompt is empty"));
         }
+        check_text(self.limits(), "prompt", &prompt)?;
         let record = self
             .manager
             .create(
@@ -197,6 +229,7 @@ impl AgentService for Service {
         if req.text.trim().is_empty() {
             return Err(Status::invalid_argument("message text is empty"));
         }
+        check_text(self.limits(), "message text", &req.text)?;
         let id = self
             .manager
             .resolve(&req.conversation_id)
@@ -225,6 +258,7 @@ impl AgentService for Service {
         request: Request<pb::AnswerPermissionRequest>,
     ) -> Result<Response<pb::AnswerPermissionResponse>, Status> {
         let req = request.into_inner();
+        check_text(self.limits(), "feedback", &req.feedback)?;
         let id = self
             .manager
             .resolve(&req.conversation_id)
@@ -341,7 +375,11 @@ impl AgentService for Service {
         request: Request<Streaming<pb::AttachRequest>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let mut inbound = request.into_inner();
-        let first = match inbound.message().await? {
+        let first = match inbound
+            .message()
+            .await
+            .map_err(|s| frame_status(s, "the first Attach frame"))?
+        {
             Some(f) => f,
             None => {
                 return Err(Status::invalid_argument(
@@ -434,7 +472,23 @@ impl AgentService for Service {
         let mut inbound = request.into_inner();
         let mut imported = 0;
         let mut skipped_ids = Vec::new();
-        while let Some(item) = inbound.message().await? {
+        let mut read = 0usize;
+        loop {
+            read += 1;
+            let item = match inbound.message().await {
+                Ok(Some(item)) => item,
+                Ok(None) => break,
+                Err(status) => {
+                    let status = frame_status(
+                        status,
+                        &format!(
+                            "conversation {read} of the import ({imported} before it imported)"
+                        ),
+                    );
+                    tracing::warn!("import stream: {}", status.message());
+                    return Err(status);
+                }
+            };
             let (record, messages) = convert::exported_from(&item)?;
             let id = record.id.clone();
             if self
@@ -632,13 +686,26 @@ async fn read_frames(
     shutdown: CancellationToken,
 ) {
     use pb::attach_request::Frame;
+    let limits = &manager.shared().config.grpc;
     loop {
         let frame = tokio::select! {
             _ = shutdown.cancelled() => break,
             _ = tx.closed() => break,
             m = inbound.message() => match m {
                 Ok(Some(f)) => f,
-                Ok(None) | Err(_) => break,
+                Ok(None) => break,
+                Err(status) => {
+                    // The stream cannot be read past a frame it could not
+                    // decode: end it with a status that says why, to this
+                    // client only.
+                    let status = frame_status(status, "Attach frame");
+                    tracing::warn!(conversation = %id, client = %client.name, "closing an Attach stream: {}", status.message());
+                    tokio::select! {
+                        _ = tx.send(Err(status)) => {}
+                        _ = shutdown.cancelled() => {}
+                    }
+                    break;
+                }
             },
         };
         let outcome: Result<(), Status> = match frame.frame {
@@ -646,6 +713,8 @@ async fn read_frames(
             Some(Frame::Send(s)) => {
                 if s.text.trim().is_empty() {
                     Err(Status::invalid_argument("message text is empty"))
+                } else if let Err(refused) = check_text(limits, "message text", &s.text) {
+                    Err(refused)
                 } else {
                     manager
                         .send(&id, s.text)
@@ -655,13 +724,15 @@ async fn read_frames(
                 }
             }
             Some(Frame::Answer(a)) => {
-                match convert::answer_from(
-                    a.request_id,
-                    a.decision,
-                    a.feedback,
-                    a.scope,
-                    client.clone(),
-                ) {
+                match check_text(limits, "feedback", &a.feedback).and_then(|()| {
+                    convert::answer_from(
+                        a.request_id,
+                        a.decision,
+                        a.feedback,
+                        a.scope,
+                        client.clone(),
+                    )
+                }) {
                     Ok(answer) => manager.answer(&id, answer).await.map_err(to_status),
                     Err(s) => Err(s),
                 }
