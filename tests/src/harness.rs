@@ -67,7 +67,9 @@ fn find_bin(var: &str, name: &str) -> PathBuf {
 /// How a [`TestDaemon`] differs from the default.
 #[derive(Debug, Clone, Default)]
 pub struct DaemonOptions {
-    /// TOML appended to [`DEFAULT_CONFIG`] in `config.toml`.
+    /// TOML added to [`DEFAULT_CONFIG`] in `config.toml`: its top-level keys
+    /// (e.g. `provider = "openai"`) before the default's tables, its tables
+    /// after them (a table the default has must not be repeated).
     pub extra_config: String,
     /// Environment set after the defaults (so it can override them).
     pub env: Vec<(String, String)>,
@@ -137,12 +139,7 @@ impl TestDaemon {
                 .unwrap_or_else(|e| panic!("cannot make {} private: {e}", root.display()));
         }
         let config_path = root.join("config.toml");
-        let mut config = DEFAULT_CONFIG.to_string();
-        if !opts.extra_config.is_empty() {
-            config.push('\n');
-            config.push_str(&opts.extra_config);
-            config.push('\n');
-        }
+        let config = compose_config(&opts.extra_config);
         write_file(&config_path, config.as_bytes());
         let work_dir = root.join("work");
         create_dir(&work_dir);
@@ -309,8 +306,11 @@ impl TestDaemon {
             }
         }
         self.isolate_xdg(&mut cmd);
+        // Both providers point at the fake; `provider` in the config picks one.
         cmd.env("ANTHROPIC_BASE_URL", &self.llm_url)
             .env("ANTHROPIC_API_KEY", "test-key")
+            .env("OPENAI_BASE_URL", format!("{}/v1", self.llm_url))
+            .env("OPENAI_API_KEY", "test-key")
             .env("RUST_LOG", "agentd=debug")
             .envs(self.opts.env.iter().map(|(k, v)| (k, v)))
             .current_dir(&self.work_dir)
@@ -590,6 +590,34 @@ impl<C> Scenario<C> {
     }
 }
 
+/// [`DEFAULT_CONFIG`] with `extra` added: the keys `extra` sets before its
+/// first table go before the default's tables (TOML puts a key after a
+/// table header into that table), its tables after them.
+fn compose_config(extra: &str) -> String {
+    let split = extra
+        .lines()
+        .scan(0, |at, line| {
+            let start = *at;
+            *at += line.len() + 1;
+            Some((start, line))
+        })
+        .find(|(_, line)| line.trim_start().starts_with('['))
+        .map_or(extra.len(), |(start, _)| start);
+    let (top, tables) = extra.split_at(split);
+    let (default_top, default_tables) = match DEFAULT_CONFIG.find("\n[") {
+        Some(at) => DEFAULT_CONFIG.split_at(at + 1),
+        None => (DEFAULT_CONFIG, ""),
+    };
+    let mut config = String::new();
+    for part in [default_top, top, "\n", default_tables, "\n", tables] {
+        config.push_str(part);
+        if !config.ends_with('\n') {
+            config.push('\n');
+        }
+    }
+    config
+}
+
 /// XDG variables pointed into the daemon's directory, and their subfolders.
 const XDG_DIRS: [(&str, &str); 5] = [
     ("XDG_CONFIG_HOME", "config"),
@@ -649,4 +677,23 @@ pub async fn connect_uds(path: &Path) -> Result<Channel, tonic::transport::Error
             }
         }))
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn extra_top_level_keys_go_before_the_default_tables() {
+        let config = compose_config("provider = \"openai\"\n[grpc]\nmax_text_bytes = 10\n");
+        let provider = config.find("provider = \"openai\"").unwrap();
+        let retry = config.find("[retry]").unwrap();
+        let grpc = config.find("[grpc]").unwrap();
+        assert!(provider < retry && retry < grpc, "{config}");
+        assert!(config.starts_with("model = \"claude-test\"\n"), "{config}");
+        // Tables only, or nothing at all.
+        let tables = compose_config("[shells]\nmax_total = 1");
+        assert!(tables.ends_with("[shells]\nmax_total = 1\n"), "{tables}");
+        assert!(compose_config("").contains("[retry]\nbase_delay_ms = 50\n"));
+    }
 }

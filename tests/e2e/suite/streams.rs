@@ -3,6 +3,8 @@
 //! client should, so an error event in the legacy shape is retried like
 //! its HTTP equivalent, an event it does not know is ignored, and data
 //! that is not JSON fails the turn with a message that names the event.
+//! The OpenAI-compatible wire gets a tool round and a mid-stream error
+//! object (retried like the HTTP status its code names).
 
 use super::util::{Attached, get, send, state_kind, text_of_message};
 use agent_proto::v1 as pb;
@@ -192,4 +194,60 @@ async fn an_invalid_request_error_event_is_surfaced_with_its_message() {
         "stream error (invalid_request_error): messages: roles must alternate (fake) [request-id req_fake_1]"
     );
     assert_eq!(fake.requests().len(), 1, "not retried");
+}
+
+/// An OpenAI-compatible server's mid-stream error object, as OpenRouter
+/// sends it: an HTTP status as the code, no `choices`.
+const OPENAI_MID_STREAM_502: &str = concat!(
+    r#"data: {"id":"gen-1","object":"chat.completion.chunk","error":{"code":502,"message":"Upstream provider timed out"}}"#,
+    "\n\n",
+);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openai_wire_runs_a_tool_round_and_retries_a_mid_stream_error_object() {
+    let s = Scenario::new()
+        .config("provider = \"openai\"")
+        .scripts([
+            Script::Reply(ReplyScript::new().text("Reading it.").tool_use(
+                "call_1",
+                "read",
+                serde_json::json!({"path": "notes.txt"}),
+            )),
+            // A delta, then the error object where a chunk should be.
+            Script::Reply(
+                ReplyScript::new()
+                    .text("lost")
+                    .raw_error_after(2, OPENAI_MID_STREAM_502),
+            ),
+            Script::text("The notes say hello."),
+        ])
+        .conversation("")
+        .start()
+        .await;
+    std::fs::write(s.work.path().join("notes.txt"), "hello\n").unwrap();
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
+    let frames = one_turn(&mut client, &id, "what do my notes say?").await;
+    let state = last_state(&frames);
+    assert_eq!(
+        state.kind,
+        pb::StateKind::Idle as i32,
+        "the turn failed: {:?}",
+        state.error_message
+    );
+    assert_eq!(retries(&frames), vec![(2, 3)]);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3);
+    assert!(requests.iter().all(|r| r.path == "/v1/chat/completions"));
+    assert_eq!(requests[0].body["stream"], true);
+    // The tool result went back as a `tool` message answering the call.
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    let tool = messages
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap_or_else(|| panic!("no tool message: {messages:#?}"));
+    assert_eq!(tool["tool_call_id"], "call_1");
+    assert!(tool["content"].to_string().contains("hello"), "{tool:#}");
+    let r = get(&mut client, &id).await;
+    let last = r.messages.last().unwrap();
+    assert_eq!(text_of_message(last), "The notes say hello.");
 }
