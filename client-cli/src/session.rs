@@ -312,16 +312,11 @@ impl Session<'_> {
         self.tx = None;
         if status.code() == Code::OutOfRange {
             // A frame over the daemon's size limit: it closed the stream
-            // there, and what was typed after it was not read.
-            let unconfirmed = self.unacked.len();
-            let mut message = status.message().to_string();
-            if unconfirmed > 0 {
-                message.push_str(&format!(
-                    "; {} not sent",
-                    count(unconfirmed, "message was", "messages were")
-                ));
-            }
-            return Err(CliError::Refused(message));
+            // there, and read nothing sent after it.
+            return Err(CliError::Refused(format!(
+                "{}; the daemon closed the stream, so nothing typed from there on was sent",
+                status.message()
+            )));
         }
         match status.code() {
             Code::Unavailable
@@ -743,14 +738,14 @@ impl Session<'_> {
         if self.not_sent > 0 {
             what.push(format!(
                 "{} of {} refused",
-                count(self.not_sent, "message", "messages"),
+                messages(self.not_sent),
                 self.sent
             ));
         }
         if unconfirmed > 0 {
             what.push(format!(
                 "{} not confirmed within {} s",
-                count(unconfirmed, "message", "messages"),
+                messages(unconfirmed),
                 DETACH_GRACE.as_secs()
             ));
         }
@@ -773,11 +768,11 @@ impl Session<'_> {
 }
 
 /// "1 message", "2 messages".
-fn count(n: usize, one: &str, many: &str) -> String {
+fn messages(n: usize) -> String {
     if n == 1 {
-        format!("1 {one}")
+        "1 message".to_string()
     } else {
-        format!("{n} {many}")
+        format!("{n} messages")
     }
 }
 

@@ -186,7 +186,7 @@ async fn a_frame_over_the_message_limit_closes_only_its_stream_with_the_limit_na
     let (code, out, err) = attach_with_input(&s.daemon, &id, input).await;
     assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
     assert!(
-        err.contains("`max_message_bytes`") && err.contains("2 messages were not sent"),
+        err.contains("`max_message_bytes`") && err.contains("nothing typed from there on was sent"),
         "{err}"
     );
     assert_eq!(user_texts(&mut client, &id).await, vec!["after"]);
@@ -272,4 +272,52 @@ async fn an_import_over_the_message_limit_names_the_conversation_and_the_limit()
             && status.message().contains("`max_message_bytes`"),
         "{status:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refusals_quote_long_input_briefly_and_the_connection_carries_on() {
+    let s = Scenario::new().conversation("").start().await;
+    let (mut client, id) = (s.client, s.id);
+    let long = "A".repeat(300_000);
+    let unknown = client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: long.clone(),
+            text: "hi".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        unknown.code(),
+        tonic::Code::NotFound,
+        "{:?}",
+        unknown.code()
+    );
+    assert!(
+        unknown.message().len() < 400,
+        "{} bytes",
+        unknown.message().len()
+    );
+    let shell = client
+        .kill_shell(pb::KillShellRequest {
+            shell_id: long.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(shell.code(), tonic::Code::NotFound, "{:?}", shell.code());
+    assert!(
+        shell.message().len() < 400,
+        "{} bytes",
+        shell.message().len()
+    );
+    let cwd = client
+        .create_conversation(pb::CreateConversationRequest {
+            cwd: format!("/{long}"),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(cwd.code(), tonic::Code::InvalidArgument, "{:?}", cwd.code());
+    assert!(cwd.message().len() < 600, "{} bytes", cwd.message().len());
+    // The same connection still serves.
+    assert!(user_texts(&mut client, &id).await.is_empty());
 }

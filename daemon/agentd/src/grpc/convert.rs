@@ -10,13 +10,55 @@ use agentd_core::{
 };
 use tonic::Status;
 
+/// Client input longer than this is cut when an error quotes it.
+const QUOTE_BYTES: usize = 64;
+/// The longest status message the daemon sends: a status travels in an
+/// HTTP/2 header block, which clients bound (grpc-go and tonic at 16 KiB,
+/// some at 8 KiB), and a status over the bound reaches them as a protocol
+/// error instead of its message.
+const MESSAGE_BYTES: usize = 1024;
+
+/// `input` as an error quotes it: whole when short, else its start and its
+/// size, e.g. `AAAA… (300000 bytes)`.
+pub fn brief(input: &str) -> String {
+    if input.len() <= QUOTE_BYTES {
+        return input.to_string();
+    }
+    format!("{}… ({} bytes)", head(input, QUOTE_BYTES), input.len())
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+fn head(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A status with `message` cut to [`MESSAGE_BYTES`].
+pub fn bounded(code: tonic::Code, message: String) -> Status {
+    if message.len() <= MESSAGE_BYTES {
+        return Status::new(code, message);
+    }
+    let cut = format!(
+        "{}… ({} bytes in all)",
+        head(&message, MESSAGE_BYTES - 32),
+        message.len()
+    );
+    Status::new(code, cut)
+}
+
 /// The one mapping from runtime errors to gRPC statuses.
 pub fn to_status(e: RuntimeError) -> Status {
+    use tonic::Code;
     match e {
-        RuntimeError::NotFound(id) => Status::not_found(format!("unknown conversation {id}")),
-        RuntimeError::Ambiguous { .. } => Status::invalid_argument(e.to_string()),
-        RuntimeError::InvalidArgument(m) => Status::invalid_argument(m),
-        RuntimeError::NotAllowed(m) => Status::failed_precondition(m),
+        RuntimeError::NotFound(id) => {
+            Status::not_found(format!("unknown conversation {}", brief(&id)))
+        }
+        RuntimeError::Ambiguous { .. } => bounded(Code::InvalidArgument, e.to_string()),
+        RuntimeError::InvalidArgument(m) => bounded(Code::InvalidArgument, m),
+        RuntimeError::NotAllowed(m) => bounded(Code::FailedPrecondition, m),
         RuntimeError::Rejected(r) => match r {
             Rejected::Busy
             | Rejected::CancellationInProgress
@@ -26,9 +68,11 @@ pub fn to_status(e: RuntimeError) -> Status {
             Rejected::EmptyMessage | Rejected::DecisionNotOffered(_) => {
                 Status::invalid_argument(r.to_string())
             }
-            Rejected::UnknownPermissionRequest(_) => Status::not_found(r.to_string()),
+            Rejected::UnknownPermissionRequest(id) => {
+                Status::not_found(Rejected::UnknownPermissionRequest(brief(&id)).to_string())
+            }
         },
-        RuntimeError::Store(e) => Status::internal(e.to_string()),
+        RuntimeError::Store(e) => bounded(Code::Internal, e.to_string()),
         RuntimeError::ShuttingDown => Status::unavailable("agentd is shutting down"),
     }
 }
@@ -498,7 +542,7 @@ pub fn exported_from(
         .ok_or_else(|| Status::invalid_argument("exported conversation without its record"))?;
     let id = ulid::Ulid::from_string(&c.id)
         .map_err(|err| {
-            Status::invalid_argument(format!("invalid conversation id {:?}: {err}", c.id))
+            Status::invalid_argument(format!("invalid conversation id {:?}: {err}", brief(&c.id)))
         })?
         .to_string();
     let mut messages = Vec::with_capacity(e.messages.len());
@@ -574,5 +618,35 @@ pub fn shell_status(e: crate::shells::ShellError) -> Status {
         ShellError::NotFound(_) => Status::not_found(e.to_string()),
         ShellError::Limit(_) => Status::resource_exhausted(e.to_string()),
         ShellError::Spawn(_) | ShellError::Io(_) => Status::internal(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_input_is_quoted_by_its_start_and_size() {
+        assert_eq!(brief("01J2ABC"), "01J2ABC");
+        let long = "é".repeat(100);
+        let quoted = brief(&long);
+        assert_eq!(quoted, format!("{}… (200 bytes)", "é".repeat(32)));
+        let status = to_status(RuntimeError::NotFound("A".repeat(300_000)));
+        assert_eq!(
+            status.message(),
+            format!("unknown conversation {}… (300000 bytes)", "A".repeat(64))
+        );
+        let long_message = bounded(tonic::Code::InvalidArgument, "x".repeat(5000));
+        assert!(
+            long_message.message().len() <= 1024,
+            "{}",
+            long_message.message().len()
+        );
+        assert!(long_message.message().ends_with("… (5000 bytes in all)"));
+        let short = bounded(tonic::Code::Internal, "short".into());
+        assert_eq!(
+            (short.code(), short.message()),
+            (tonic::Code::Internal, "short")
+        );
     }
 }

@@ -55,7 +55,7 @@ impl Service {
 /// The one shell id among `candidates` (the ids `prefix` may stand for, at
 /// most three): none is NotFound, several InvalidArgument naming some.
 fn pick_shell(prefix: &str, candidates: &[String]) -> Result<String, Status> {
-    let prefix = prefix.trim();
+    let prefix = convert::brief(prefix.trim());
     if prefix.is_empty() {
         return Err(Status::invalid_argument("shell id is empty"));
     }
@@ -110,8 +110,9 @@ fn frame_status(status: Status, what: &str) -> Status {
     Status::new(status.code(), format!("{what}: {}", status.message()))
 }
 
-fn validate_dir(raw: &str, what: &str) -> Result<PathBuf, Status> {
-    let path = PathBuf::from(raw);
+fn validate_dir(raw_path: &str, what: &str) -> Result<PathBuf, Status> {
+    let path = PathBuf::from(raw_path);
+    let raw = convert::brief(raw_path);
     if !path.is_absolute() {
         return Err(Status::invalid_argument(format!(
             "{what} must be an absolute path, got {raw:?}"
