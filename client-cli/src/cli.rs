@@ -142,6 +142,11 @@ pub struct RunArgs {
     #[arg(long = "allow", value_name = "RULE")]
     pub allow: Vec<String>,
 
+    /// Another directory the agent's tools may read and change, besides the
+    /// working directory (repeatable)
+    #[arg(long = "add-dir", value_name = "DIR")]
+    pub add_dirs: Vec<PathBuf>,
+
     /// DANGEROUS: answer "allow once" to every permission request, so the
     /// agent may run any command and change any file without asking
     #[arg(long, short = 'y')]

@@ -101,21 +101,12 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
         Some(dir) => dir,
         None => std::env::current_dir().map_err(|e| CliError::io("current directory", e))?,
     };
-    let cwd = cwd
-        .canonicalize()
-        .map_err(|e| CliError::io(format!("working directory {}", cwd.display()), e))?;
-    if !cwd.is_dir() {
-        return Err(CliError::Input(format!(
-            "{} is not a directory",
-            cwd.display()
-        )));
-    }
-    let cwd = cwd
-        .to_str()
-        .ok_or_else(|| {
-            CliError::Input(format!("working directory {} is not UTF-8", cwd.display()))
-        })?
-        .to_string();
+    let cwd = absolute_dir(&cwd, "working directory")?;
+    let additional_dirs = args
+        .add_dirs
+        .iter()
+        .map(|d| absolute_dir(d, "directory"))
+        .collect::<Result<Vec<_>, _>>()?;
     let prompt = args.prompt.join(" ");
     if prompt.trim().is_empty() {
         return Err(CliError::Input("the prompt is empty".to_string()));
@@ -128,7 +119,7 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
             prompt: prompt.clone(),
             mode: args.mode.map_or(0, |m| m.to_proto() as i32),
             allow_rules: args.allow,
-            additional_dirs: Vec::new(),
+            additional_dirs,
         })
         .await
         .map_err(CliError::status)?
@@ -155,6 +146,24 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
         sent_prompt: Some(prompt),
     };
     run_session(client, config, io).await
+}
+
+/// `dir` made absolute (symlinks resolved), checked to be a directory,
+/// as the daemon wants it; `what` names it in errors.
+fn absolute_dir(dir: &Path, what: &str) -> Result<String, CliError> {
+    let canonical = dir
+        .canonicalize()
+        .map_err(|e| CliError::io(format!("{what} {}", dir.display()), e))?;
+    if !canonical.is_dir() {
+        return Err(CliError::Input(format!(
+            "{} is not a directory",
+            canonical.display()
+        )));
+    }
+    canonical
+        .to_str()
+        .map(str::to_string)
+        .ok_or_else(|| CliError::Input(format!("{what} {} is not UTF-8", canonical.display())))
 }
 
 async fn attach(ctx: &Ctx, args: AttachArgs, io: &mut Io) -> Result<Exit, CliError> {

@@ -140,6 +140,8 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "mode": mode_json(c.mode),
         "usage": opt(c.usage.as_ref(), usage),
         "last_seq": c.last_seq,
+        "additional_dirs": c.additional_dirs,
+        "allow_rules": c.allow_rules,
     })
 }
 
@@ -563,6 +565,8 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         })?,
         usage: o.object("usage")?.map(|u| read_usage(&u)).transpose()?,
         last_seq: o.int("last_seq")?,
+        additional_dirs: o.strings("additional_dirs")?,
+        allow_rules: o.strings("allow_rules")?,
     })
 }
 
@@ -671,6 +675,8 @@ mod tests {
                 mode: PermissionMode::AcceptEdits as i32,
                 usage: Some(usage_n(10)),
                 last_seq: 99,
+                additional_dirs: vec!["/home/u/shared".into()],
+                allow_rules: vec!["bash(cargo test:*)".into()],
             }),
             messages: vec![
                 pb::Message {

@@ -507,6 +507,11 @@ impl<W: Write> Renderer<W> {
         }
         let head = self.paint(BOLD, &parts.join(" · "));
         self.line(&head)?;
+        if !c.additional_dirs.is_empty() {
+            let dirs: Vec<String> = c.additional_dirs.iter().map(|d| shorten_home(d)).collect();
+            let also = self.paint(DIM, &format!("also in {}", dirs.join(", ")));
+            self.line(&also)?;
+        }
         if !c.title.is_empty() {
             let title = self.paint(DIM, &one_line(&c.title, 100));
             self.line(&title)?;

@@ -24,6 +24,7 @@ fn conversation(id: &str, title: &str) -> pb::ExportedConversation {
                 ..Default::default()
             }),
             last_seq: 9,
+            ..Default::default()
         }),
         messages: vec![
             pb::Message {

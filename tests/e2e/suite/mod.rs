@@ -15,3 +15,4 @@ mod shells;
 mod stock_clients;
 mod streams;
 mod util;
+mod workspace;

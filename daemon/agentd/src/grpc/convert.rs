@@ -187,6 +187,12 @@ pub fn summary(
         mode: mode(r.mode) as i32,
         usage: Some(usage(&r.usage)),
         last_seq,
+        additional_dirs: r
+            .additional_dirs
+            .iter()
+            .map(|d| d.display().to_string())
+            .collect(),
+        allow_rules: r.allow_rules.clone(),
     }
 }
 
@@ -556,6 +562,27 @@ pub fn exported_from(
         }
         messages.push(message_from(m)?);
     }
+    let additional_dirs = c
+        .additional_dirs
+        .iter()
+        .map(|d| {
+            let path = std::path::PathBuf::from(d);
+            if path.is_absolute() {
+                Ok(path)
+            } else {
+                Err(Status::invalid_argument(format!(
+                    "conversation {id}: additional directory {:?} is not an absolute path",
+                    brief(d)
+                )))
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    for rule in &c.allow_rules {
+        agentd_core::Rule::parse(rule, agentd_core::Action::Allow).map_err(|err| {
+            Status::invalid_argument(format!("conversation {id}: rule {:?}: {err}", brief(rule)))
+        })?;
+    }
+    let allow_rules = c.allow_rules.clone();
     let state = match c.state.as_ref() {
         Some(s) if s.kind == pb::StateKind::Error as i32 => ConvState::Error {
             message: s.error_message.clone(),
@@ -579,8 +606,8 @@ pub fn exported_from(
         updated_at_ms: c.updated_at_ms,
         state,
         mode: mode_from(c.mode)?,
-        additional_dirs: Vec::new(),
-        allow_rules: Vec::new(),
+        additional_dirs,
+        allow_rules,
         message_count: messages.len() as u64,
         usage: c.usage.as_ref().map(usage_from).unwrap_or_default(),
         seq_reserved: 0,
