@@ -99,6 +99,10 @@ pub enum Command {
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
+        /// Print the project instruction files (AGENTS.md) its next turn
+        /// reads instead of the transcript
+        #[arg(long)]
+        context: bool,
     },
 
     /// Answer a conversation's pending permission request (for scripts)
@@ -551,7 +555,7 @@ mod tests {
         assert!(parse(&["ls", "--all", "-n", "3"]).is_err());
         let cli = parse(&["--json", "show", "01AB"]).unwrap();
         assert!(cli.json);
-        assert!(matches!(cli.command, Command::Show { id } if id == "01AB"));
+        assert!(matches!(cli.command, Command::Show { id, context: false } if id == "01AB"));
     }
 
     #[test]

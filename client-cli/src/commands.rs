@@ -29,7 +29,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Send { id, text } => send(&ctx, id, text.join(" "), io).await,
         Command::Cancel { id } => cancel(&ctx, id, io).await,
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
-        Command::Show { id } => show(&ctx, id, io).await,
+        Command::Show { id, context } => show(&ctx, id, context, io).await,
         Command::Answer(args) => answer(&ctx, args, io).await,
         Command::Shells(args) => shells(&ctx, args, io).await,
         Command::Export { ids } => export(&ctx, ids, io).await,
@@ -269,7 +269,7 @@ async fn ls(ctx: &Ctx, limit: u32, io: &mut Io) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-async fn show(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
+async fn show(ctx: &Ctx, id: String, context: bool, io: &mut Io) -> Result<Exit, CliError> {
     let response = ctx
         .client()
         .await?
@@ -279,12 +279,19 @@ async fn show(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
         .await
         .map_err(|s| CliError::conversation_status(s, &id))?
         .into_inner();
-    if ctx.json {
-        print_json(io, &js::get_conversation_response(&response))?;
-    } else {
-        let color = io.color;
-        let mut render = Renderer::new(&mut io.out, color);
-        render.transcript(&response).map_err(out_err)?;
+    let color = io.color;
+    match (ctx.json, context) {
+        (true, false) => print_json(io, &js::get_conversation_response(&response))?,
+        (true, true) => print_json(
+            io,
+            &js::instructions(&response.instructions.unwrap_or_default()),
+        )?,
+        (false, false) => Renderer::new(&mut io.out, color)
+            .transcript(&response)
+            .map_err(out_err)?,
+        (false, true) => Renderer::new(&mut io.out, color)
+            .instructions(&response.instructions.unwrap_or_default())
+            .map_err(out_err)?,
     }
     Ok(Exit::Ok)
 }

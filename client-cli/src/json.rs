@@ -220,6 +220,7 @@ pub fn get_conversation_response(r: &pb::GetConversationResponse) -> Value {
         "conversation": opt(r.conversation.as_ref(), conversation_summary),
         "messages": r.messages.iter().map(message).collect::<Vec<_>>(),
         "pending_permission": opt(r.pending_permission.as_ref(), permission_request),
+        "instructions": opt(r.instructions.as_ref(), instructions),
     })
 }
 
@@ -262,6 +263,7 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::ShellExited(_) => "shell_exited",
         Event::Notice(_) => "notice",
         Event::ReplyBegin(_) => "reply_begin",
+        Event::InstructionsLoaded(_) => "instructions_loaded",
     }
 }
 
@@ -320,7 +322,16 @@ fn event_body(event: &Event) -> Value {
         Event::ShellExited(s) => json!({"shell": opt(s.shell.as_ref(), shell_info)}),
         Event::Notice(n) => json!({"message": n.message}),
         Event::ReplyBegin(r) => json!({"attempt": r.attempt}),
+        Event::InstructionsLoaded(i) => instructions(i),
     }
+}
+
+/// Project instruction files.
+pub fn instructions(i: &pb::Instructions) -> Value {
+    json!({
+        "files": i.files.iter().map(|f| json!({"path": f.path, "bytes": f.bytes})).collect::<Vec<_>>(),
+        "truncated": i.truncated,
+    })
 }
 
 /// One event of an attach stream:

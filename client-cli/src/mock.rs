@@ -72,6 +72,7 @@ fn script(fake: &FakeAgent, state: &Arc<Mutex<State>>) {
                 conversation: e.conversation.clone(),
                 messages: e.messages.clone(),
                 pending_permission: None,
+                instructions: None,
             }),
             None => Err(Status::not_found(format!("conversation {id} not found"))),
         }

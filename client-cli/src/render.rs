@@ -192,6 +192,22 @@ impl<W: Write> Renderer<W> {
         self.line(&text)
     }
 
+    /// The project instructions a conversation reads, one file a line
+    /// (`agent show --context`).
+    pub fn instructions(&mut self, i: &pb::Instructions) -> io::Result<()> {
+        if i.files.is_empty() {
+            self.line("no project instructions (AGENTS.md)")?;
+        }
+        for f in &i.files {
+            self.line(&format!("{}  {}", shorten_home(&f.path), size(f.bytes)))?;
+        }
+        if i.truncated {
+            let note = self.paint(YELLOW, "! truncated to [instructions] max_bytes");
+            self.line(&note)?;
+        }
+        self.out.flush()
+    }
+
     /// A red error line.
     pub fn error_line(&mut self, text: &str) -> io::Result<()> {
         let text = self.paint(RED, &format!("✗ {text}"));
@@ -299,6 +315,11 @@ impl<W: Write> Renderer<W> {
             Event::ReplyBegin(_) => {
                 self.end_line()?;
                 self.streamed_reply = false;
+            }
+            Event::InstructionsLoaded(i) => {
+                self.end_line()?;
+                let text = self.paint(DIM, &instructions_line(i));
+                self.line(&text)?;
             }
         }
         self.out.flush()
@@ -999,6 +1020,29 @@ pub fn shorten_home(path: &str) -> String {
             _ => path.to_string(),
         },
         _ => path.to_string(),
+    }
+}
+
+/// "instructions: ~/repo/AGENTS.md (1.2 KB), …" for an instructions event.
+fn instructions_line(i: &pb::Instructions) -> String {
+    if i.files.is_empty() {
+        return "instructions: none (no AGENTS.md)".to_string();
+    }
+    let files: Vec<String> = i
+        .files
+        .iter()
+        .map(|f| format!("{} ({})", shorten_home(&f.path), size(f.bytes)))
+        .collect();
+    let cut = if i.truncated { " — truncated" } else { "" };
+    format!("instructions: {}{cut}", files.join(", "))
+}
+
+/// A file size for people: "812 B", "1.2 KB", "3.4 MB".
+fn size(bytes: u64) -> String {
+    match bytes {
+        0..1000 => format!("{bytes} B"),
+        1000..1_000_000 => format!("{:.1} KB", bytes as f64 / 1000.0),
+        _ => format!("{:.1} MB", bytes as f64 / 1_000_000.0),
     }
 }
 

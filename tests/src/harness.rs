@@ -359,6 +359,12 @@ impl TestDaemon {
         }
     }
 
+    /// The daemon's own config directory (`$XDG_CONFIG_HOME/agentd`), where
+    /// the user's `AGENTS.md` lives.
+    pub fn user_config_dir(&self) -> PathBuf {
+        self.dir.path().join("xdg/config/agentd")
+    }
+
     fn isolate_xdg(&self, cmd: &mut Command) {
         for (var, sub) in XDG_DIRS {
             cmd.env(var, self.dir.path().join("xdg").join(sub));
@@ -608,12 +614,16 @@ fn compose_config(extra: &str) -> String {
         Some(at) => DEFAULT_CONFIG.split_at(at + 1),
         None => (DEFAULT_CONFIG, ""),
     };
-    let mut config = String::new();
-    for part in [default_top, top, "\n", default_tables, "\n", tables] {
-        config.push_str(part);
-        if !config.ends_with('\n') {
-            config.push('\n');
-        }
+    let mut config = String::from(default_top);
+    if !top.trim().is_empty() {
+        config.push_str(top.trim_end());
+        config.push_str("\n\n");
+    }
+    config.push_str(default_tables);
+    if !tables.trim().is_empty() {
+        config.push('\n');
+        config.push_str(tables.trim_end());
+        config.push('\n');
     }
     config
 }

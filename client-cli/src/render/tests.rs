@@ -584,6 +584,7 @@ fn transcript_for_show() {
             }),
             ..Default::default()
         }),
+        instructions: None,
         messages: vec![
             msg(1, Role::User, vec![text("hi")]),
             pb::Message {
@@ -689,4 +690,40 @@ fn helpers() {
     assert_eq!(tool_use_summary("think", "{}"), "think");
     assert_eq!(tool_use_summary("x", "{\"n\":1}"), "x: {\"n\":1}");
     assert_eq!(tool_use_summary("x", "not json"), "x: not json");
+}
+
+#[test]
+fn instruction_files_are_one_dim_line_as_an_event_and_a_list_for_show() {
+    let files = pb::Instructions {
+        files: vec![
+            pb::InstructionFile {
+                path: "/srv/repo/AGENTS.md".into(),
+                bytes: 1234,
+            },
+            pb::InstructionFile {
+                path: "/srv/repo/app/CLAUDE.md".into(),
+                bytes: 80,
+            },
+        ],
+        truncated: true,
+    };
+    let mut out = Vec::new();
+    let mut r = Renderer::new(&mut out, false);
+    r.event(&pb::AttachResponse {
+        seq: 3,
+        at_ms: 0,
+        event: Some(Event::InstructionsLoaded(files.clone())),
+    })
+    .unwrap();
+    r.instructions(&files).unwrap();
+    r.instructions(&pb::Instructions::default()).unwrap();
+    drop(r);
+    assert_eq!(
+        String::from_utf8(out).unwrap(),
+        "instructions: /srv/repo/AGENTS.md (1.2 KB), /srv/repo/app/CLAUDE.md (80 B) — truncated\n\
+         /srv/repo/AGENTS.md  1.2 KB\n\
+         /srv/repo/app/CLAUDE.md  80 B\n\
+         ! truncated to [instructions] max_bytes\n\
+         no project instructions (AGENTS.md)\n"
+    );
 }

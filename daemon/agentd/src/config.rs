@@ -173,6 +173,23 @@ pub struct GrpcSection {
     pub max_frame_bytes: u32,
 }
 
+/// Project instructions (AGENTS.md files).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InstructionsSection {
+    /// Text of all instruction files together kept for the model, bytes
+    /// (0: none are read).
+    pub max_bytes: usize,
+}
+
+impl Default for InstructionsSection {
+    fn default() -> Self {
+        InstructionsSection {
+            max_bytes: 32 * 1024,
+        }
+    }
+}
+
 /// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
 const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
 
@@ -240,6 +257,7 @@ pub struct FileConfig {
     pub shells: ShellsSection,
     /// Limits on what clients send.
     pub grpc: GrpcSection,
+    pub instructions: InstructionsSection,
     /// Persistence.
     pub store: StoreSection,
 }
@@ -268,6 +286,10 @@ pub struct Config {
     pub shells: ShellsSection,
     /// Limits on what clients send.
     pub grpc: GrpcSection,
+    pub instructions: InstructionsSection,
+    /// The user's own instructions live here (`AGENTS.md`): the config
+    /// directory (`$XDG_CONFIG_HOME/agentd`, else `~/.config/agentd`).
+    pub user_dir: Option<PathBuf>,
     /// Persistence.
     pub store: StoreSection,
 }
@@ -356,6 +378,8 @@ impl Config {
             allow_bypass: false,
             shells: file.shells,
             grpc: file.grpc,
+            instructions: file.instructions,
+            user_dir: default_config_path(env).and_then(|p| p.parent().map(Path::to_path_buf)),
             store: file.store,
             model,
             provider: file.provider,

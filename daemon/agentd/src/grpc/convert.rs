@@ -77,6 +77,20 @@ pub fn to_status(e: RuntimeError) -> Status {
     }
 }
 
+/// Instruction files (path, size) as clients see them.
+pub fn instructions(files: &[(String, u64)], truncated: bool) -> pb::Instructions {
+    pb::Instructions {
+        files: files
+            .iter()
+            .map(|(path, bytes)| pb::InstructionFile {
+                path: path.clone(),
+                bytes: *bytes,
+            })
+            .collect(),
+        truncated,
+    }
+}
+
 pub fn error_kind(k: ErrorKind) -> pb::ErrorKind {
     match k {
         ErrorKind::Auth => pb::ErrorKind::Auth,
@@ -521,6 +535,9 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             delay_ms: *delay_ms,
             reason: reason.clone(),
         }),
+        EventKind::InstructionsLoaded { files, truncated } => {
+            E::InstructionsLoaded(instructions(files, *truncated))
+        }
         EventKind::Notice(m) => E::Notice(pb::Notice { message: m.clone() }),
         EventKind::ShellStarted(r) => E::ShellStarted(pb::ShellStarted {
             shell: Some(shell(r)),

@@ -45,6 +45,23 @@ impl Service {
         &self.manager.shared().config.grpc
     }
 
+    /// The project instructions a turn in `cwd` would read now.
+    async fn instructions_for(&self, cwd: &std::path::Path) -> pb::Instructions {
+        use crate::runtime::instructions;
+        let config = &self.manager.shared().config;
+        let dirs = instructions::directories(config.user_dir.as_deref(), cwd);
+        let max_bytes = config.instructions.max_bytes;
+        let found = tokio::task::spawn_blocking(move || instructions::load(&dirs, max_bytes))
+            .await
+            .unwrap_or_default();
+        let files: Vec<(String, u64)> = found
+            .sources
+            .iter()
+            .map(|s| (s.path.display().to_string(), s.bytes))
+            .collect();
+        convert::instructions(&files, found.truncated)
+    }
+
     /// The full id of the shell `prefix` names.
     fn resolve_shell(&self, prefix: &str) -> Result<String, Status> {
         let candidates = self.manager.shared().shells.ids_with_prefix(prefix, 3);
@@ -212,6 +229,7 @@ impl AgentService for Service {
                 ask: ask.clone(),
             })
         });
+        let instructions = self.instructions_for(&record.cwd).await;
         Ok(Response::new(pb::GetConversationResponse {
             conversation: Some(convert::summary(&record, self.max_attempts(), 0)),
             messages: messages
@@ -219,6 +237,7 @@ impl AgentService for Service {
                 .map(|(s, m)| convert::message(*s, m))
                 .collect(),
             pending_permission: pending,
+            instructions: Some(instructions),
         }))
     }
 

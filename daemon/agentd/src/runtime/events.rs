@@ -110,6 +110,13 @@ pub enum EventKind {
         /// Who answered (None: the daemon, e.g. on cancel).
         client: Option<ClientInfo>,
     },
+    /// The project instructions the model reads changed (or were read for
+    /// the first time): the files, in reading order, with their sizes.
+    InstructionsLoaded {
+        files: Vec<(String, u64)>,
+        /// Some text was left out to stay within the limit.
+        truncated: bool,
+    },
     UsageUpdated {
         /// Last reply.
         last: Usage,

@@ -10,6 +10,7 @@ mod actor;
 pub mod clock;
 pub mod error;
 pub mod events;
+pub mod instructions;
 pub mod prompt;
 
 pub use actor::{HUB_CAPACITY, Subscription};

@@ -5,11 +5,12 @@
 use super::{Actor, Input};
 use crate::llm::{LlmRequest, PartialReply, StreamEvent};
 use crate::runtime::events::{EventKind, PermissionView};
-use crate::runtime::prompt;
+use crate::runtime::{instructions, prompt};
 use crate::store::StoredEvent;
 use crate::tools::ToolContext;
 use agentd_core::{
-    ContentBlock, Effect, Event, LlmPurpose, Message, Mode, Notice, RuleScope, ToolCall, transition,
+    ContentBlock, Effect, Event, LlmPurpose, Message, Mode, Notice, Role, RuleScope, ToolCall,
+    transition,
 };
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -36,6 +37,9 @@ pub(super) struct Work {
     retry: Option<(u64, tokio::task::JoinHandle<()>)>,
     /// The system prompt and the day it was made for.
     system_prompt: Option<(i64, Arc<str>)>,
+    /// The project instructions it carries, and the stamp of their files
+    /// when they were read.
+    instructions: Option<(instructions::Stamp, instructions::Instructions)>,
     /// The encoded transcript prefix providers reuse across requests;
     /// replaced whenever the transcript shrinks (a rollback).
     pub(super) request_cache: crate::llm::RequestCache,
@@ -296,6 +300,9 @@ impl Actor {
             cancel: cancel.clone(),
         });
         self.work.partial = PartialReply::new();
+        if matches!(purpose, LlmPurpose::Turn) && self.at_turn_start() {
+            self.refresh_instructions();
+        }
         self.emit(EventKind::ReplyBegin { attempt });
         let restricted = matches!(self.record.mode, Mode::ReadOnly | Mode::Plan);
         let (messages, tools) = match &purpose {
@@ -335,20 +342,74 @@ impl Actor {
     }
 
     /// The system prompt: the configured one, or ours for this working
-    /// directory and day (made again when the date changes).
+    /// directory and day (made again when the date changes), followed by
+    /// the project instructions.
     fn system_prompt(&mut self) -> Arc<str> {
         let now = self.now_ms();
         let day = now.div_euclid(86_400_000);
         match &self.work.system_prompt {
             Some((d, p)) if *d == day => p.clone(),
             _ => {
-                let p: Arc<str> = match &self.shared.config.system_prompt {
-                    Some(s) => Arc::from(s.as_str()),
-                    None => Arc::from(prompt::system_prompt(&self.record.cwd, now)),
+                let mut p = match &self.shared.config.system_prompt {
+                    Some(s) => s.clone(),
+                    None => prompt::system_prompt(&self.record.cwd, now),
                 };
+                if let Some((_, found)) = &self.work.instructions
+                    && !found.text.is_empty()
+                {
+                    p.push_str("\n\n");
+                    p.push_str(&found.text);
+                }
+                let p: Arc<str> = Arc::from(p);
                 self.work.system_prompt = Some((day, p.clone()));
                 p
             }
+        }
+    }
+
+    /// Whether the request about to go out is a turn's first: the
+    /// transcript ends with what a person wrote, not with tool results.
+    fn at_turn_start(&self) -> bool {
+        self.transcript.last().is_some_and(|m| {
+            m.role == Role::User
+                && m.content
+                    .iter()
+                    .any(|b| matches!(b, ContentBlock::Text { .. }))
+        })
+    }
+
+    /// Reads the project instructions again if their files changed since
+    /// they were last read (a few `stat`s when they did not), and tells the
+    /// clients when what the model will read changed.
+    fn refresh_instructions(&mut self) {
+        let config = &self.shared.config;
+        let dirs = instructions::directories(config.user_dir.as_deref(), &self.record.cwd);
+        let stamp = instructions::stamp(&dirs);
+        if self
+            .work
+            .instructions
+            .as_ref()
+            .is_some_and(|(known, _)| *known == stamp)
+        {
+            return;
+        }
+        let found = instructions::load(&dirs, config.instructions.max_bytes);
+        let changed = match &self.work.instructions {
+            Some((_, before)) => *before != found,
+            None => !found.sources.is_empty(),
+        };
+        let event = EventKind::InstructionsLoaded {
+            files: found
+                .sources
+                .iter()
+                .map(|s| (s.path.display().to_string(), s.bytes))
+                .collect(),
+            truncated: found.truncated,
+        };
+        self.work.instructions = Some((stamp, found));
+        if changed {
+            self.work.system_prompt = None;
+            self.emit(event);
         }
     }
 
