@@ -51,6 +51,34 @@ impl Ctx {
     }
 }
 
+/// A fresh client request id: the daemon answers a retry carrying it with
+/// the first attempt's outcome instead of doing it twice.
+pub(crate) fn request_id() -> String {
+    ulid::Ulid::new().to_string()
+}
+
+/// Pause before the one retry of a call whose connection broke.
+const RETRY_PAUSE: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Makes a mutating call, and makes it once more when the connection broke
+/// before its answer came: the request carries a client request id, so a
+/// daemon that did it already answers with the first outcome.
+async fn retrying<T, F, Fut>(ctx: &Ctx, call: F) -> Result<Result<T, tonic::Status>, CliError>
+where
+    F: Fn(Client) -> Fut,
+    Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+{
+    match call(ctx.client().await?).await {
+        Err(status) if status.code() == tonic::Code::Unavailable => {
+            tokio::time::sleep(RETRY_PAUSE).await;
+            Ok(call(ctx.client().await?)
+                .await
+                .map(tonic::Response::into_inner))
+        }
+        other => Ok(other.map(tonic::Response::into_inner)),
+    }
+}
+
 fn out_err(e: std::io::Error) -> CliError {
     CliError::io("writing output", e)
 }
@@ -111,19 +139,22 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
     if prompt.trim().is_empty() {
         return Err(CliError::Input("the prompt is empty".to_string()));
     }
-    let mut client = ctx.client().await?;
-    let created = client
-        .create_conversation(pb::CreateConversationRequest {
-            cwd,
-            model: args.model.unwrap_or_default(),
-            prompt: prompt.clone(),
-            mode: args.mode.map_or(0, |m| m.to_proto() as i32),
-            allow_rules: args.allow,
-            additional_dirs,
-        })
-        .await
-        .map_err(CliError::status)?
-        .into_inner();
+    let request = pb::CreateConversationRequest {
+        cwd,
+        model: args.model.unwrap_or_default(),
+        prompt: prompt.clone(),
+        mode: args.mode.map_or(0, |m| m.to_proto() as i32),
+        allow_rules: args.allow,
+        additional_dirs,
+        client_request_id: request_id(),
+    };
+    let created = retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.create_conversation(request).await }
+    })
+    .await?
+    .map_err(CliError::status)?;
+    let client = ctx.client().await?;
     let conversation = created
         .conversation
         .ok_or_else(|| CliError::Server("the daemon returned no conversation".to_string()))?;
@@ -184,16 +215,18 @@ async fn send(ctx: &Ctx, id: String, text: String, io: &mut Io) -> Result<Exit, 
     if text.trim().is_empty() {
         return Err(CliError::Input("the message is empty".to_string()));
     }
-    let response = ctx
-        .client()
-        .await?
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text,
-        })
-        .await
-        .map_err(|s| CliError::conversation_status(s, &id))?
-        .into_inner();
+    let request = pb::SendMessageRequest {
+        conversation_id: id.clone(),
+        text,
+        client_request_id: request_id(),
+        expected_turn: None,
+    };
+    let response = retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.send_message(request).await }
+    })
+    .await?
+    .map_err(|s| CliError::conversation_status(s, &id))?;
     if ctx.json {
         print_json(
             io,
@@ -212,15 +245,16 @@ async fn send(ctx: &Ctx, id: String, text: String, io: &mut Io) -> Result<Exit, 
 }
 
 async fn cancel(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
-    let response = ctx
-        .client()
-        .await?
-        .cancel_conversation(pb::CancelConversationRequest {
-            conversation_id: id.clone(),
-        })
-        .await
-        .map_err(|s| CliError::conversation_status(s, &id))?
-        .into_inner();
+    let request = pb::CancelConversationRequest {
+        conversation_id: id.clone(),
+        client_request_id: request_id(),
+    };
+    let response = retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.cancel_conversation(request).await }
+    })
+    .await?
+    .map_err(|s| CliError::conversation_status(s, &id))?;
     if ctx.json {
         print_json(io, &json!({"was_busy": response.was_busy}))?;
     } else if response.was_busy {
@@ -302,18 +336,21 @@ async fn answer(ctx: &Ctx, args: AnswerArgs, io: &mut Io) -> Result<Exit, CliErr
     } else {
         pb::RuleScope::Unspecified
     };
-    ctx.client()
-        .await?
-        .answer_permission(pb::AnswerPermissionRequest {
-            conversation_id: args.id.clone(),
-            request_id: String::new(),
-            decision: args.decision.to_proto() as i32,
-            feedback: args.feedback.unwrap_or_default(),
-            client_name: client_name(),
-            scope: scope as i32,
-        })
-        .await
-        .map_err(|s| CliError::conversation_status(s, &args.id))?;
+    let request = pb::AnswerPermissionRequest {
+        conversation_id: args.id.clone(),
+        request_id: String::new(),
+        decision: args.decision.to_proto() as i32,
+        feedback: args.feedback.unwrap_or_default(),
+        client_name: client_name(),
+        scope: scope as i32,
+        client_request_id: request_id(),
+    };
+    retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.answer_permission(request).await }
+    })
+    .await?
+    .map_err(|s| CliError::conversation_status(s, &args.id))?;
     if ctx.json {
         print_json(
             io,

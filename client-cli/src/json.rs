@@ -142,6 +142,7 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "last_seq": c.last_seq,
         "additional_dirs": c.additional_dirs,
         "allow_rules": c.allow_rules,
+        "turn": c.turn,
     })
 }
 
@@ -578,6 +579,7 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         last_seq: o.int("last_seq")?,
         additional_dirs: o.strings("additional_dirs")?,
         allow_rules: o.strings("allow_rules")?,
+        turn: o.int("turn")?,
     })
 }
 
@@ -688,6 +690,7 @@ mod tests {
                 last_seq: 99,
                 additional_dirs: vec!["/home/u/shared".into()],
                 allow_rules: vec!["bash(cargo test:*)".into()],
+                ..Default::default()
             }),
             messages: vec![
                 pb::Message {

@@ -209,8 +209,9 @@ struct Session<'a> {
     cancel_sent: bool,
     /// `run`: deny-and-stop feedback will start another turn.
     feedback_pending: bool,
-    /// Messages sent and not yet seen appended.
-    unacked: VecDeque<String>,
+    /// Messages sent and not yet seen appended, with their client request
+    /// ids: sent again on a new stream (the daemon appends each once).
+    unacked: VecDeque<(String, String)>,
     /// `attach`: messages sent, and those the daemon refused.
     sent: usize,
     not_sent: usize,
@@ -256,7 +257,20 @@ impl Session<'_> {
         self.tx = Some(tx);
         if self.interrupted || self.cancel_sent {
             // The cancel may have been lost with the old connection; it is idempotent.
-            self.send_frame(Frame::Cancel(pb::CancelFrame {})).await;
+            self.send_frame(Frame::Cancel(pb::CancelFrame {
+                client_request_id: crate::commands::request_id(),
+            }))
+            .await;
+        }
+        // Messages not yet seen appended may have been lost with the old
+        // connection; the daemon appends each id once.
+        for (text, id) in self.unacked.clone() {
+            self.send_frame(Frame::Send(pb::SendMessageFrame {
+                text,
+                client_request_id: id,
+                expected_turn: None,
+            }))
+            .await;
         }
         let mut inbound = match self.client.attach(ReceiverStream::new(rx)).await {
             Ok(response) => response.into_inner(),
@@ -482,7 +496,11 @@ impl Session<'_> {
         for block in &m.content {
             if let Some(Block::Text(t)) = &block.block {
                 self.feedback_pending = false;
-                if self.unacked.front().is_some_and(|u| u == t.text.trim()) {
+                if self
+                    .unacked
+                    .front()
+                    .is_some_and(|(u, _)| u == t.text.trim())
+                {
                     self.unacked.pop_front();
                 }
             }
@@ -629,6 +647,7 @@ impl Session<'_> {
             decision: decision.to_proto() as i32,
             feedback,
             scope: pb::RuleScope::Unspecified as i32,
+            client_request_id: crate::commands::request_id(),
         }))
         .await;
     }
@@ -682,10 +701,13 @@ impl Session<'_> {
                 let text = line.trim();
                 if !text.is_empty() {
                     self.sent += 1;
-                    self.unacked.push_back(text.to_string());
+                    let id = crate::commands::request_id();
+                    self.unacked.push_back((text.to_string(), id.clone()));
                     self.render.note_sent(text);
                     self.send_frame(Frame::Send(pb::SendMessageFrame {
                         text: text.to_string(),
+                        client_request_id: id,
+                        expected_turn: None,
                     }))
                     .await;
                 }
@@ -711,7 +733,10 @@ impl Session<'_> {
                 }
                 self.interrupted = true;
                 self.prompt = None;
-                self.send_frame(Frame::Cancel(pb::CancelFrame {})).await;
+                self.send_frame(Frame::Cancel(pb::CancelFrame {
+                    client_request_id: crate::commands::request_id(),
+                }))
+                .await;
                 self.note("cancelling… (Ctrl-C again to quit now)")?;
             }
             SessionKind::Attach => {
@@ -720,7 +745,10 @@ impl Session<'_> {
                 }
                 self.cancel_sent = true;
                 self.prompt = None;
-                self.send_frame(Frame::Cancel(pb::CancelFrame {})).await;
+                self.send_frame(Frame::Cancel(pb::CancelFrame {
+                    client_request_id: crate::commands::request_id(),
+                }))
+                .await;
                 self.note("cancelling the turn… (Ctrl-C again to detach)")?;
             }
         }

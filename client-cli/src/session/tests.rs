@@ -136,8 +136,11 @@ async fn run_streams_the_reply_and_exits_when_idle() {
     // The prompt is not echoed; the reply is shown once.
     assert_eq!(out, "Hello world\n");
     assert_eq!(err, format!("conversation {CONV_ID}\n"));
-    let created = daemon.requests::<rpc::CreateConversation>();
+    let mut created = daemon.requests::<rpc::CreateConversation>();
     let canonical = dir.path().canonicalize().unwrap();
+    // A fresh request id (a ULID) makes the create safe to retry.
+    let request_id = std::mem::take(&mut created[0].client_request_id);
+    assert_eq!(request_id.len(), 26, "{request_id:?}");
     assert_eq!(
         created,
         vec![pb::CreateConversationRequest {
@@ -147,6 +150,7 @@ async fn run_streams_the_reply_and_exits_when_idle() {
             mode: pb::PermissionMode::Plan as i32,
             allow_rules: vec!["bash(ls)".into()],
             additional_dirs: vec![],
+            client_request_id: String::new(),
         }]
     );
 }
@@ -690,6 +694,33 @@ async fn a_snapshot_resets_the_sequence_baseline() {
     }
     call.send(10, snap).await;
     call.send(11, changed(S::Idle)).await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+}
+
+#[tokio::test]
+async fn a_message_not_yet_appended_is_sent_again_with_its_id_after_a_reconnect() {
+    let mut daemon = Daemon::start().await;
+    let mut agent = daemon.agent(&["attach", CONV_ID], false);
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(3, snapshot(S::Idle, vec![], None)).await;
+    agent.type_line("are you there?").await;
+    let first = match call.frame().await {
+        Frame::Send(s) => s,
+        other => panic!("expected a message, got {other:?}"),
+    };
+    assert_eq!(first.client_request_id.len(), 26, "a ULID: {first:?}");
+    // The connection breaks before the message is seen appended.
+    call.fail(Status::unavailable("restarting")).await;
+    let mut call = daemon.attach_call().await;
+    assert_eq!(call.subscribe().await.after_seq, 3);
+    match call.frame().await {
+        Frame::Send(again) => assert_eq!(again, first, "the same text under the same id"),
+        other => panic!("expected the message again, got {other:?}"),
+    }
+    call.send(4, appended(user_text(1, "are you there?"))).await;
+    agent.close_stdin();
     let (result, _, _) = agent.finish().await;
     assert_eq!(result.unwrap(), Exit::Ok);
 }

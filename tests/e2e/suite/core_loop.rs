@@ -154,6 +154,7 @@ async fn cancel_mid_stream_returns_to_idle_at_once_and_the_chain_stays_valid() {
     client
         .cancel_conversation(pb::CancelConversationRequest {
             conversation_id: id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -214,6 +215,7 @@ async fn cancel_during_a_tool_kills_its_process_group() {
     client
         .cancel_conversation(pb::CancelConversationRequest {
             conversation_id: id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap();
@@ -341,6 +343,7 @@ async fn a_message_while_busy_is_refused() {
         .send_message(pb::SendMessageRequest {
             conversation_id: id.clone(),
             text: "second".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -117,6 +117,7 @@ async fn attached_clients_see_the_same_stream_and_a_late_one_gets_the_partial_re
     // this client only (sequence number 0), and the stream goes on.
     c.send(pb::attach_request::Frame::Send(pb::SendMessageFrame {
         text: "me too".into(),
+        ..Default::default()
     }))
     .await;
     let refusal = c
@@ -435,6 +436,7 @@ async fn bad_input_gets_clear_statuses() {
         .send_message(pb::SendMessageRequest {
             conversation_id: "nope".into(),
             text: "hi".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -445,6 +447,7 @@ async fn bad_input_gets_clear_statuses() {
         .send_message(pb::SendMessageRequest {
             conversation_id: id.clone(),
             text: "  ".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -476,7 +479,9 @@ async fn bad_input_gets_clear_statuses() {
     // The first Attach frame must be a subscribe.
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     tx.send(super::util::frame(pb::attach_request::Frame::Cancel(
-        pb::CancelFrame {},
+        pb::CancelFrame {
+            ..Default::default()
+        },
     )))
     .await
     .unwrap();

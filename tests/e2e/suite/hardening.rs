@@ -35,6 +35,7 @@ fn answer(request_id: &str, decision: pb::PermissionDecision, scope: i32) -> Fra
         decision: decision as i32,
         feedback: String::new(),
         scope,
+        ..Default::default()
     })
 }
 

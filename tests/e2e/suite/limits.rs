@@ -28,7 +28,10 @@ async fn next_error(a: &mut Attached) -> pb::AttachResponse {
 }
 
 fn send_frame(text: String) -> Frame {
-    Frame::Send(pb::SendMessageFrame { text })
+    Frame::Send(pb::SendMessageFrame {
+        text,
+        ..Default::default()
+    })
 }
 
 /// The user messages' texts of a conversation.
@@ -122,6 +125,7 @@ async fn text_over_the_limit_on_attach_is_an_error_event_and_the_stream_stays_us
         decision: pb::PermissionDecision::DenyAndStop as i32,
         feedback: "f".repeat(70_000),
         scope: 0,
+        ..Default::default()
     }))
     .await;
     match next_error(&mut a).await.event {
@@ -204,6 +208,7 @@ async fn unary_requests_over_a_limit_are_refused_by_name() {
         .send_message(pb::SendMessageRequest {
             conversation_id: id.clone(),
             text: "t".repeat(70_000),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -225,6 +230,7 @@ async fn unary_requests_over_a_limit_are_refused_by_name() {
         .send_message(pb::SendMessageRequest {
             conversation_id: id.clone(),
             text: "m".repeat(2 * 1024 * 1024),
+            ..Default::default()
         })
         .await
         .unwrap_err();
@@ -283,6 +289,7 @@ async fn refusals_quote_long_input_briefly_and_the_connection_carries_on() {
         .send_message(pb::SendMessageRequest {
             conversation_id: long.clone(),
             text: "hi".into(),
+            ..Default::default()
         })
         .await
         .unwrap_err();

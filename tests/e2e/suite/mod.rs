@@ -9,6 +9,7 @@ mod fake_llm;
 mod foundation;
 mod hardening;
 mod harness;
+mod idempotency;
 mod limits;
 mod permissions;
 mod shells;

@@ -44,6 +44,7 @@ fn answer(request_id: &str, decision: pb::PermissionDecision, feedback: &str) ->
         decision: decision as i32,
         feedback: feedback.to_string(),
         scope: pb::RuleScope::Unspecified as i32,
+        ..Default::default()
     })
 }
 

@@ -251,6 +251,7 @@ async fn start_long_shell(d: &TestDaemon, needle: &str) -> tempfile::TempDir {
         .send_message(pb::SendMessageRequest {
             conversation_id: id.clone(),
             text: command,
+            ..Default::default()
         })
         .await
         .unwrap();

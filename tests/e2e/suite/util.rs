@@ -64,6 +64,7 @@ pub async fn send(client: &mut AgentServiceClient<Channel>, id: &str, text: &str
         .send_message(pb::SendMessageRequest {
             conversation_id: id.to_string(),
             text: text.to_string(),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -144,6 +144,7 @@ pub async fn send(
         .send_message(pb::SendMessageRequest {
             conversation_id: id.to_string(),
             text: text.to_string(),
+            ..Default::default()
         })
         .await
         .ctx("SendMessage")?;

@@ -826,6 +826,7 @@ async fn send(
     let request = pb::SendMessageRequest {
         conversation_id: id.to_string(),
         text: text.to_string(),
+        ..Default::default()
     };
     match client.send_message(request).await {
         Ok(r) => {
@@ -849,6 +850,7 @@ async fn cancel(
     tokio::time::sleep(after).await;
     let request = pb::CancelConversationRequest {
         conversation_id: id.to_string(),
+        ..Default::default()
     };
     match client.cancel_conversation(request).await {
         Ok(_) => outcome.cancelled = true,

@@ -59,6 +59,7 @@ pub fn to_status(e: RuntimeError) -> Status {
         RuntimeError::Ambiguous { .. } => bounded(Code::InvalidArgument, e.to_string()),
         RuntimeError::InvalidArgument(m) => bounded(Code::InvalidArgument, m),
         RuntimeError::NotAllowed(m) => bounded(Code::FailedPrecondition, m),
+        RuntimeError::StaleTurn { .. } => Status::failed_precondition(e.to_string()),
         RuntimeError::Rejected(r) => match r {
             Rejected::Busy
             | Rejected::CancellationInProgress
@@ -207,6 +208,7 @@ pub fn summary(
             .map(|d| d.display().to_string())
             .collect(),
         allow_rules: r.allow_rules.clone(),
+        turn: r.turns,
     }
 }
 
@@ -372,6 +374,7 @@ pub fn answer_from(
     feedback: String,
     scope: i32,
     by: ClientInfo,
+    client_request_id: String,
 ) -> Result<Answer, Status> {
     Ok(Answer {
         request_id,
@@ -379,7 +382,22 @@ pub fn answer_from(
         feedback: (!feedback.is_empty()).then_some(feedback),
         scope: rule_scope_from(scope)?,
         by: Some(by),
+        client_request_id: client_request_id_from(client_request_id)?,
     })
+}
+
+/// The longest client request id accepted.
+const CLIENT_REQUEST_ID_BYTES: usize = 128;
+
+/// A request's client request id: none when empty; refused when too long.
+pub fn client_request_id_from(raw: String) -> Result<Option<String>, Status> {
+    if raw.len() > CLIENT_REQUEST_ID_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "client_request_id is {} bytes; at most {CLIENT_REQUEST_ID_BYTES} are accepted",
+            raw.len()
+        )));
+    }
+    Ok((!raw.is_empty()).then_some(raw))
 }
 
 pub fn permission(v: &PermissionView) -> pb::PermissionRequest {
@@ -628,6 +646,8 @@ pub fn exported_from(
         message_count: messages.len() as u64,
         usage: c.usage.as_ref().map(usage_from).unwrap_or_default(),
         seq_reserved: 0,
+        turns: 0,
+        requests: Vec::new(),
     };
     Ok((record, messages))
 }

@@ -177,6 +177,7 @@ impl AgentService for Service {
                         .transpose()?,
                     allow_rules: req.allow_rules,
                     additional_dirs,
+                    client_request_id: convert::client_request_id_from(req.client_request_id)?,
                 },
                 (!prompt.is_empty()).then_some(prompt),
             )
@@ -254,7 +255,16 @@ impl AgentService for Service {
             .manager
             .resolve(&req.conversation_id)
             .map_err(to_status)?;
-        let seq = self.manager.send(&id, req.text).await.map_err(to_status)?;
+        let message = crate::runtime::NewMessage {
+            text: req.text,
+            client_request_id: convert::client_request_id_from(req.client_request_id)?,
+            expected_turn: req.expected_turn,
+        };
+        let seq = self
+            .manager
+            .send_message(&id, message)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(pb::SendMessageResponse {
             message_seq: seq,
             conversation_id: id,
@@ -265,11 +275,17 @@ impl AgentService for Service {
         &self,
         request: Request<pb::CancelConversationRequest>,
     ) -> Result<Response<pb::CancelConversationResponse>, Status> {
+        let req = request.into_inner();
+        let client_request_id = convert::client_request_id_from(req.client_request_id)?;
         let id = self
             .manager
-            .resolve(&request.into_inner().conversation_id)
+            .resolve(&req.conversation_id)
             .map_err(to_status)?;
-        let was_busy = self.manager.cancel(&id).await.map_err(to_status)?;
+        let was_busy = self
+            .manager
+            .cancel_request(&id, client_request_id)
+            .await
+            .map_err(to_status)?;
         Ok(Response::new(pb::CancelConversationResponse { was_busy }))
     }
 
@@ -298,6 +314,7 @@ impl AgentService for Service {
             req.feedback,
             req.scope,
             client,
+            req.client_request_id,
         )?;
         self.manager.answer(&id, answer).await.map_err(to_status)?;
         Ok(Response::new(pb::AnswerPermissionResponse {}))
@@ -736,11 +753,21 @@ async fn read_frames(
                 } else if let Err(refused) = check_text(limits, "message text", &s.text) {
                     Err(refused)
                 } else {
-                    manager
-                        .send(&id, s.text)
-                        .await
-                        .map(|_| ())
-                        .map_err(to_status)
+                    match convert::client_request_id_from(s.client_request_id) {
+                        Ok(client_request_id) => {
+                            let message = crate::runtime::NewMessage {
+                                text: s.text,
+                                client_request_id,
+                                expected_turn: s.expected_turn,
+                            };
+                            manager
+                                .send_message(&id, message)
+                                .await
+                                .map(|_| ())
+                                .map_err(to_status)
+                        }
+                        Err(refused) => Err(refused),
+                    }
                 }
             }
             Some(Frame::Answer(a)) => {
@@ -751,13 +778,21 @@ async fn read_frames(
                         a.feedback,
                         a.scope,
                         client.clone(),
+                        a.client_request_id,
                     )
                 }) {
                     Ok(answer) => manager.answer(&id, answer).await.map_err(to_status),
                     Err(s) => Err(s),
                 }
             }
-            Some(Frame::Cancel(_)) => manager.cancel(&id).await.map(|_| ()).map_err(to_status),
+            Some(Frame::Cancel(c)) => match convert::client_request_id_from(c.client_request_id) {
+                Ok(client_request_id) => manager
+                    .cancel_request(&id, client_request_id)
+                    .await
+                    .map(|_| ())
+                    .map_err(to_status),
+                Err(refused) => Err(refused),
+            },
             None => Err(Status::invalid_argument("empty Attach frame")),
         };
         if let Err(status) = outcome

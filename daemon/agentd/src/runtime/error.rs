@@ -23,6 +23,12 @@ pub enum RuntimeError {
     /// Not allowed by how the daemon was started.
     #[error("{0}")]
     NotAllowed(String),
+    /// A message's expected-turn guard names another turn than the
+    /// current one: something happened that its sender has not seen.
+    #[error(
+        "the conversation is at turn {current}, not {expected}: another message came first; look again before sending"
+    )]
+    StaleTurn { expected: u64, current: u64 },
     /// The state machine refused the event.
     #[error("{0}")]
     Rejected(Rejected),

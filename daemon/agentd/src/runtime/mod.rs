@@ -57,6 +57,25 @@ pub struct NewConversation {
     pub mode: Option<Mode>,
     pub allow_rules: Vec<String>,
     pub additional_dirs: Vec<PathBuf>,
+    /// The client's id for this request: a retry with the same id returns
+    /// the conversation the first one created and creates nothing.
+    pub client_request_id: Option<String>,
+}
+
+/// How long a request's client request id is remembered.
+pub const REQUEST_ID_WINDOW_MS: i64 = 24 * 60 * 60 * 1000;
+/// How many client request ids a conversation remembers (the newest).
+pub const REQUEST_IDS_PER_CONVERSATION: usize = 32;
+
+/// A user message and how its client wants it handled.
+#[derive(Debug, Clone, Default)]
+pub struct NewMessage {
+    pub text: String,
+    /// The client's id for this request: a retry with the same id is
+    /// answered with the first outcome and appends nothing.
+    pub client_request_id: Option<String>,
+    /// The turn the client believes is current; another is refused.
+    pub expected_turn: Option<u64>,
 }
 
 /// The registry of live actors, behind the lock every input from outside
@@ -75,6 +94,8 @@ pub struct Answer {
     pub scope: RuleScope,
     /// Who answered.
     pub by: Option<ClientInfo>,
+    /// The client's id for this request (see [`NewMessage`]).
+    pub client_request_id: Option<String>,
 }
 
 /// The live actors by conversation id.
@@ -112,6 +133,9 @@ pub struct Manager {
     actors: Actors,
     next_client: AtomicU64,
     next_id: std::sync::Mutex<ulid::Generator>,
+    /// Held through a create that carries a client request id, so a retry
+    /// racing its first attempt waits for it instead of creating again.
+    creating: Mutex<()>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -128,6 +152,7 @@ impl Manager {
             actors: Arc::new(Mutex::new(LiveActors::default())),
             next_client: AtomicU64::new(1),
             next_id: std::sync::Mutex::new(ulid::Generator::new()),
+            creating: Mutex::new(()),
         })
     }
 
@@ -138,6 +163,11 @@ impl Manager {
 
     /// Resumes every conversation the store holds mid-turn. Returns how many.
     pub async fn recover(&self) -> Result<usize, RuntimeError> {
+        let horizon = self.shared.clock.now_ms() - REQUEST_ID_WINDOW_MS;
+        let forgotten = self.shared.store.forget_creates_before(horizon)?;
+        if forgotten > 0 {
+            tracing::debug!("forgot {forgotten} create request ids older than a day");
+        }
         let mut n = 0;
         for rec in self.shared.store.conversations_mid_turn()? {
             tracing::info!(conversation = %rec.id, state = rec.state.name(), "recovering conversation");
@@ -187,17 +217,45 @@ impl Manager {
                 RuntimeError::InvalidArgument(format!("invalid rule {text:?}: {e}"))
             })?;
         }
-        let id = {
-            let mut generator = self
-                .next_id
-                .lock()
-                .map_err(|_| RuntimeError::ShuttingDown)?;
-            generator
-                .generate()
-                .map_err(|e| RuntimeError::InvalidArgument(format!("cannot make an id: {e}")))?
-                .to_string()
+        let _serial = match new.client_request_id {
+            Some(_) => Some(self.creating.lock().await),
+            None => None,
         };
         let now = self.shared.clock.now_ms();
+        let remembered = match &new.client_request_id {
+            Some(request) => self.shared.store.created_by(request)?,
+            None => None,
+        };
+        let id = match remembered {
+            Some(id) => match self.shared.store.conversation(&id)? {
+                // A retry: the first attempt's conversation.
+                Some(record) => return Ok(record),
+                // The first attempt was cut short before its conversation
+                // was stored: make it now, under the id it was given.
+                None => id,
+            },
+            None => {
+                let id = {
+                    let mut generator = self
+                        .next_id
+                        .lock()
+                        .map_err(|_| RuntimeError::ShuttingDown)?;
+                    generator
+                        .generate()
+                        .map_err(|e| {
+                            RuntimeError::InvalidArgument(format!("cannot make an id: {e}"))
+                        })?
+                        .to_string()
+                };
+                if let Some(request) = &new.client_request_id {
+                    // Before the conversation, so a stored conversation
+                    // always has its request remembered (sled keeps a
+                    // prefix of its writes).
+                    self.shared.store.remember_create(request, &id, now)?;
+                }
+                id
+            }
+        };
         let model = if new.model.trim().is_empty() {
             self.shared.config.model.clone()
         } else {
@@ -217,6 +275,8 @@ impl Manager {
             message_count: 0,
             usage: Usage::default(),
             seq_reserved: 0,
+            turns: 0,
+            requests: Vec::new(),
         };
         let Some(text) = prompt else {
             self.shared.store.commit(&record, &[])?;
@@ -244,7 +304,11 @@ impl Manager {
             let mut actors = self.actors.lock().await;
             actors.live.insert(id.clone(), tx.clone());
             tokio::spawn(actor.run());
-            tx.send(Input::Command(Command::Send { text, reply }))
+            let message = NewMessage {
+                text,
+                ..NewMessage::default()
+            };
+            tx.send(Input::Command(Command::Send { message, reply }))
                 .map_err(|_| RuntimeError::ShuttingDown)?;
         }
         match done.await.map_err(|_| RuntimeError::ShuttingDown)? {
@@ -345,37 +409,51 @@ impl Manager {
 
     /// Sends a user message; returns its message sequence number once durable.
     pub async fn send(&self, id: &str, text: String) -> Result<u64, RuntimeError> {
-        if text.trim().is_empty() {
+        self.send_message(
+            id,
+            NewMessage {
+                text,
+                ..NewMessage::default()
+            },
+        )
+        .await
+    }
+
+    /// Sends a user message with its request id and turn guard; returns
+    /// its message sequence number once durable.
+    pub async fn send_message(&self, id: &str, message: NewMessage) -> Result<u64, RuntimeError> {
+        if message.text.trim().is_empty() {
             return Err(RuntimeError::InvalidArgument(
                 "message text is empty".into(),
             ));
         }
-        self.ask(id, |reply| Command::Send { text, reply }).await?
+        self.ask(id, |reply| Command::Send { message, reply })
+            .await?
     }
 
     /// Cancels the turn; returns whether anything was running.
     pub async fn cancel(&self, id: &str) -> Result<bool, RuntimeError> {
-        self.ask(id, |reply| Command::Cancel { reply }).await?
+        self.cancel_request(id, None).await
+    }
+
+    /// Cancels the turn as the request `client_request_id` (a retry gets
+    /// the first outcome); returns whether anything was running.
+    pub async fn cancel_request(
+        &self,
+        id: &str,
+        client_request_id: Option<String>,
+    ) -> Result<bool, RuntimeError> {
+        self.ask(id, |reply| Command::Cancel {
+            client_request_id,
+            reply,
+        })
+        .await?
     }
 
     /// Answers the pending permission request.
     pub async fn answer(&self, id: &str, answer: Answer) -> Result<(), RuntimeError> {
-        let Answer {
-            request_id,
-            decision,
-            feedback,
-            scope,
-            by,
-        } = answer;
-        self.ask(id, |reply| Command::Answer {
-            request_id,
-            decision,
-            feedback,
-            scope,
-            by,
-            reply,
-        })
-        .await?
+        self.ask(id, |reply| Command::Answer { answer, reply })
+            .await?
     }
 
     /// Attaches a client.

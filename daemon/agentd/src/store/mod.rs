@@ -86,6 +86,37 @@ pub struct ConversationRecord {
     /// restarted actor continues above it so no number is reused.
     #[serde(default)]
     pub seq_reserved: u64,
+    /// User messages accepted so far: the turn a client's expected-turn
+    /// guard names.
+    #[serde(default)]
+    pub turns: u64,
+    /// What the latest requests that carried a client request id did,
+    /// oldest first: a retry is answered from here. Written in the same
+    /// record as the request's effect, so both or neither survive a crash.
+    #[serde(default)]
+    pub requests: Vec<RememberedRequest>,
+}
+
+/// A request a client identified, and what it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RememberedRequest {
+    /// The client's request id.
+    pub id: String,
+    /// When it took effect, Unix ms.
+    pub at_ms: i64,
+    pub outcome: RequestOutcome,
+}
+
+/// What a remembered request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RequestOutcome {
+    /// A user message, appended as this message.
+    Sent { message_seq: u64 },
+    /// A permission answer, accepted.
+    Answered,
+    /// A cancel; whether a turn was running.
+    Cancelled { was_busy: bool },
 }
 
 /// An event clients were told that a reconnecting client must not miss:
@@ -171,6 +202,9 @@ pub struct Store {
     shells: sled::Tree,
     events: sled::Tree,
     mid_turn: sled::Tree,
+    /// Conversations created by requests that carried a client request id:
+    /// request id → (conversation id, Unix ms).
+    creates: sled::Tree,
     /// What `mid_turn` holds, so a commit writes it only on a change.
     mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     flush_tx: mpsc::Sender<FlushRequest>,
@@ -254,6 +288,7 @@ impl Store {
         let shells = db.open_tree("shells")?;
         let events = db.open_tree("events")?;
         let mid_turn = db.open_tree("mid_turn")?;
+        let creates = db.open_tree("creates")?;
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
@@ -287,6 +322,7 @@ impl Store {
             shells,
             events,
             mid_turn,
+            creates,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
             flushes: Default::default(),
@@ -529,6 +565,50 @@ impl Store {
         Ok(out)
     }
 
+    /// The conversation a create request with this client request id made
+    /// (or was about to make), if it is remembered.
+    pub fn created_by(&self, request_id: &str) -> Result<Option<String>, StoreError> {
+        match self.creates.get(request_id.as_bytes())? {
+            Some(v) => {
+                let (id, _at_ms): (String, i64) = decode(request_id.as_bytes(), &v)?;
+                Ok(Some(id))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Remembers that the create request `request_id` makes conversation
+    /// `conv_id` (not yet durable). Written before the conversation, so a
+    /// stored conversation always has its request remembered.
+    pub fn remember_create(
+        &self,
+        request_id: &str,
+        conv_id: &str,
+        at_ms: i64,
+    ) -> Result<(), StoreError> {
+        self.creates.insert(
+            request_id.as_bytes(),
+            encode(request_id, &(conv_id, at_ms))?,
+        )?;
+        Ok(())
+    }
+
+    /// Forgets create requests remembered before `at_ms`; returns how many.
+    pub fn forget_creates_before(&self, at_ms: i64) -> Result<usize, StoreError> {
+        let mut old = Vec::new();
+        for item in self.creates.iter() {
+            let (k, v) = item?;
+            let (_, at): (String, i64) = decode(&k, &v)?;
+            if at < at_ms {
+                old.push(k);
+            }
+        }
+        for k in &old {
+            self.creates.remove(k)?;
+        }
+        Ok(old.len())
+    }
+
     /// Adds a permission rule to a scope (idempotent; not yet durable).
     pub fn add_rule(&self, scope: &RuleScope, rule: &agentd_core::Rule) -> Result<(), StoreError> {
         let mut key = scope.key();
@@ -688,6 +768,8 @@ mod tests {
             message_count: 0,
             usage: Usage::default(),
             seq_reserved: 0,
+            turns: 0,
+            requests: Vec::new(),
         }
     }
 

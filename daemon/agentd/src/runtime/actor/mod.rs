@@ -27,9 +27,11 @@ use super::Shared;
 use super::error::RuntimeError;
 use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView};
 use crate::llm::{LlmError, StreamEvent};
-use crate::store::{ConversationRecord, RuleScope as StoredScope};
+use crate::store::{
+    ConversationRecord, RememberedRequest, RequestOutcome, RuleScope as StoredScope,
+};
 use crate::tools::ToolOutput;
-use agentd_core::{Decision, Event, Message, Rejected, Reply, Role, Rule, RuleScope, ToolResult};
+use agentd_core::{Event, Message, Rejected, Reply, Role, Rule, RuleScope, ToolResult};
 use effects::Work;
 use replay::Fanout;
 use std::sync::Arc;
@@ -68,18 +70,15 @@ pub(crate) enum Input {
 /// A client's request to an actor.
 pub(crate) enum Command {
     Send {
-        text: String,
+        message: super::NewMessage,
         reply: oneshot::Sender<Result<u64, RuntimeError>>,
     },
     Cancel {
+        client_request_id: Option<String>,
         reply: oneshot::Sender<Result<bool, RuntimeError>>,
     },
     Answer {
-        request_id: String,
-        decision: Decision,
-        feedback: Option<String>,
-        scope: RuleScope,
-        by: Option<ClientInfo>,
+        answer: super::Answer,
         reply: oneshot::Sender<Result<(), RuntimeError>>,
     },
     Subscribe {
@@ -334,33 +333,88 @@ impl Actor {
 
     async fn command(&mut self, cmd: Command) {
         match cmd {
-            Command::Send { text, reply } => {
-                self.recovery_notices.clear();
-                let result = self.apply(Event::UserMessage { text }).await;
-                let _ = reply.send(result.map(|_| self.last_user_message_seq()));
+            Command::Send { message, reply } => {
+                let super::NewMessage {
+                    text,
+                    client_request_id,
+                    expected_turn,
+                } = message;
+                let result = match self.remembered(client_request_id.as_deref()) {
+                    Some(RequestOutcome::Sent { message_seq }) => Ok(message_seq),
+                    Some(other) => Err(reused(client_request_id.as_deref(), other)),
+                    None => match expected_turn {
+                        Some(expected) if expected != self.record.turns => {
+                            Err(RuntimeError::StaleTurn {
+                                expected,
+                                current: self.record.turns,
+                            })
+                        }
+                        _ => {
+                            self.recovery_notices.clear();
+                            let message_seq = self.transcript.len() as u64 + 1;
+                            self.apply_request(
+                                client_request_id,
+                                RequestOutcome::Sent { message_seq },
+                                true,
+                                Event::UserMessage { text },
+                            )
+                            .await
+                            .map(|()| self.last_user_message_seq())
+                        }
+                    },
+                };
+                let _ = reply.send(result);
             }
-            Command::Cancel { reply } => {
-                let busy = !self.record.state.is_at_rest();
-                let result = self.apply(Event::UserCancel).await;
-                let _ = reply.send(result.map(|_| busy));
-            }
-            Command::Answer {
-                request_id,
-                decision,
-                feedback,
-                scope,
-                by,
+            Command::Cancel {
+                client_request_id,
                 reply,
             } => {
-                let result = self
-                    .apply(Event::PermissionAnswered {
-                        request_id,
-                        decision,
-                        feedback,
-                        scope,
-                        by,
-                    })
-                    .await;
+                let result = match self.remembered(client_request_id.as_deref()) {
+                    Some(RequestOutcome::Cancelled { was_busy }) => Ok(was_busy),
+                    Some(other) => Err(reused(client_request_id.as_deref(), other)),
+                    None => {
+                        let was_busy = !self.record.state.is_at_rest();
+                        self.apply_request(
+                            client_request_id,
+                            RequestOutcome::Cancelled { was_busy },
+                            false,
+                            Event::UserCancel,
+                        )
+                        .await
+                        .map(|()| was_busy)
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            Command::Answer { answer, reply } => {
+                let super::Answer {
+                    request_id,
+                    decision,
+                    feedback,
+                    scope,
+                    by,
+                    client_request_id,
+                } = answer;
+                let result = match self.remembered(client_request_id.as_deref()) {
+                    Some(RequestOutcome::Answered) => Ok(()),
+                    Some(other) => Err(reused(client_request_id.as_deref(), other)),
+                    None => {
+                        let event = Event::PermissionAnswered {
+                            request_id,
+                            decision,
+                            feedback,
+                            scope,
+                            by,
+                        };
+                        self.apply_request(
+                            client_request_id,
+                            RequestOutcome::Answered,
+                            false,
+                            event,
+                        )
+                        .await
+                    }
+                };
                 let _ = reply.send(result);
             }
             Command::Subscribe {
@@ -403,6 +457,50 @@ impl Actor {
                 let _ = reply.send(self.snapshot(&client));
             }
         }
+    }
+
+    /// What the request `id` did, if this conversation remembers it.
+    fn remembered(&self, id: Option<&str>) -> Option<RequestOutcome> {
+        let id = id?;
+        self.record
+            .requests
+            .iter()
+            .find(|r| r.id == id)
+            .map(|r| r.outcome)
+    }
+
+    /// Applies `event` as the request `client_request_id`: the request,
+    /// what it did and (for a message) the new turn are written in the
+    /// same record as the event's effect, and undone with it on failure.
+    async fn apply_request(
+        &mut self,
+        client_request_id: Option<String>,
+        outcome: RequestOutcome,
+        new_turn: bool,
+        event: Event,
+    ) -> Result<(), RuntimeError> {
+        let before = (self.record.turns, self.record.requests.clone());
+        if new_turn {
+            self.record.turns += 1;
+        }
+        if let Some(id) = client_request_id {
+            let now = self.now_ms();
+            let requests = &mut self.record.requests;
+            requests.retain(|r| now - r.at_ms < super::REQUEST_ID_WINDOW_MS);
+            if requests.len() >= super::REQUEST_IDS_PER_CONVERSATION {
+                requests.remove(0);
+            }
+            requests.push(RememberedRequest {
+                id,
+                at_ms: now,
+                outcome,
+            });
+        }
+        let result = self.apply(event).await;
+        if result.is_err() {
+            (self.record.turns, self.record.requests) = before;
+        }
+        result
     }
 
     fn last_user_message_seq(&self) -> u64 {
@@ -451,4 +549,17 @@ impl Actor {
             Err(e) => tracing::warn!(conversation = %self.record.id, "event not applied: {e}"),
         }
     }
+}
+
+/// The refusal of a request id already used by a request of another kind.
+fn reused(id: Option<&str>, first: RequestOutcome) -> RuntimeError {
+    let what = match first {
+        RequestOutcome::Sent { .. } => "a message",
+        RequestOutcome::Answered => "a permission answer",
+        RequestOutcome::Cancelled { .. } => "a cancel",
+    };
+    RuntimeError::InvalidArgument(format!(
+        "client request id {} was already used by {what}",
+        crate::grpc::convert::brief(id.unwrap_or_default())
+    ))
 }

@@ -223,6 +223,7 @@ impl Rig {
                     feedback: None,
                     scope,
                     by: Some(client("ann@laptop")),
+                    client_request_id: None,
                 },
             )
             .await
@@ -363,6 +364,7 @@ async fn a_failed_flush_of_a_mode_upgrade_leaves_the_mode_and_the_request() {
                 feedback: None,
                 scope: RuleScope::Conversation,
                 by: None,
+                client_request_id: None,
             },
         )
         .await;
@@ -617,7 +619,10 @@ async fn an_input_sent_while_the_actor_unloads_is_not_lost() {
         .get(&id)
         .expect("still registered while it waits for the lock")
         .send(super::Input::Command(super::Command::Send {
-            text: "second".into(),
+            message: crate::runtime::NewMessage {
+                text: "second".into(),
+                ..Default::default()
+            },
             reply,
         }))
         .unwrap();
