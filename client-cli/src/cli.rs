@@ -105,6 +105,17 @@ pub enum Command {
         context: bool,
     },
 
+    /// Token usage and cost: the daily ledger, or one conversation's replies
+    Usage {
+        /// Days back from today (UTC), today included
+        #[arg(long, value_name = "N", default_value_t = 7,
+              value_parser = clap::value_parser!(u32).range(1..=3660))]
+        days: u32,
+        /// One conversation's replies instead (id or unique prefix)
+        #[arg(long, value_name = "ID")]
+        conversation: Option<String>,
+    },
+
     /// Answer a conversation's pending permission request (for scripts)
     Answer(AnswerArgs),
 

@@ -12,7 +12,7 @@ use crate::connect::{Client, connect_or_start, socket_path};
 use crate::error::{CliError, Exit};
 use crate::io::Io;
 use crate::json as js;
-use crate::render::{Renderer, conversation_table, shell_table};
+use crate::render::{Renderer, conversation_table, shell_table, usage_table};
 use crate::session::{SessionConfig, SessionKind, run_session};
 
 /// Runs a parsed command line against the daemon, printing through `io`.
@@ -30,6 +30,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Cancel { id } => cancel(&ctx, id, io).await,
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
         Command::Show { id, context } => show(&ctx, id, context, io).await,
+        Command::Usage { days, conversation } => usage(&ctx, days, conversation, io).await,
         Command::Answer(args) => answer(&ctx, args, io).await,
         Command::Shells(args) => shells(&ctx, args, io).await,
         Command::Export { ids } => export(&ctx, ids, io).await,
@@ -326,6 +327,31 @@ async fn show(ctx: &Ctx, id: String, context: bool, io: &mut Io) -> Result<Exit,
         (false, true) => Renderer::new(&mut io.out, color)
             .instructions(&response.instructions.unwrap_or_default())
             .map_err(out_err)?,
+    }
+    Ok(Exit::Ok)
+}
+
+async fn usage(
+    ctx: &Ctx,
+    days: u32,
+    conversation: Option<String>,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
+    let id = conversation.unwrap_or_default();
+    let report = ctx
+        .client()
+        .await?
+        .get_usage(pb::GetUsageRequest {
+            conversation_id: id.clone(),
+            days,
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner();
+    if ctx.json {
+        print_json(io, &js::usage_report(&report))?;
+    } else {
+        usage_table(&mut io.out, &report).map_err(out_err)?;
     }
     Ok(Exit::Ok)
 }

@@ -143,6 +143,7 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "additional_dirs": c.additional_dirs,
         "allow_rules": c.allow_rules,
         "turn": c.turn,
+        "cost_usd": c.cost_usd,
     })
 }
 
@@ -325,6 +326,22 @@ fn event_body(event: &Event) -> Value {
         Event::ReplyBegin(r) => json!({"attempt": r.attempt}),
         Event::InstructionsLoaded(i) => instructions(i),
     }
+}
+
+/// A usage report.
+pub fn usage_report(r: &pb::GetUsageResponse) -> Value {
+    let line = |l: &pb::UsageLine| {
+        json!({
+            "label": l.label,
+            "model": l.model,
+            "usage": opt(l.usage.as_ref(), usage),
+            "cost_usd": l.cost_usd,
+        })
+    };
+    json!({
+        "lines": r.lines.iter().map(line).collect::<Vec<_>>(),
+        "total": opt(r.total.as_ref(), line),
+    })
 }
 
 /// Project instruction files.
@@ -580,6 +597,10 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         additional_dirs: o.strings("additional_dirs")?,
         allow_rules: o.strings("allow_rules")?,
         turn: o.int("turn")?,
+        cost_usd: match o.get("cost_usd") {
+            Some(Value::Number(n)) => n.as_f64(),
+            _ => None,
+        },
     })
 }
 

@@ -681,6 +681,23 @@ impl<W: Write> Renderer<W> {
             writeln!(self.out)?;
             self.permission_request(request)?;
         }
+        if let Some(c) = &r.conversation
+            && let Some(u) = &c.usage
+            && (u.input_tokens > 0 || u.output_tokens > 0)
+        {
+            writeln!(self.out)?;
+            let line = format!(
+                "{} tokens: {} in, {} cache write, {} cache read, {} out · cost {}",
+                tokens_text(Some(u)),
+                u.input_tokens,
+                u.cache_creation_input_tokens,
+                u.cache_read_input_tokens,
+                u.output_tokens,
+                cost_text(c.cost_usd)
+            );
+            let line = self.paint(DIM, &line);
+            self.line(&line)?;
+        }
         self.out.flush()
     }
 
@@ -779,7 +796,7 @@ pub fn conversation_table(
     if conversations.is_empty() {
         return writeln!(out, "no conversations");
     }
-    let rows: Vec<[String; 5]> = conversations
+    let rows: Vec<[String; 7]> = conversations
         .iter()
         .map(|c| {
             [
@@ -790,12 +807,75 @@ pub fn conversation_table(
                 },
                 c.state.as_ref().map_or("unknown".to_string(), state_text),
                 format_age(now_ms.saturating_sub(c.created_at_ms)),
+                tokens_text(c.usage.as_ref()),
+                cost_text(c.cost_usd),
                 shorten_home(&c.cwd),
                 one_line(&c.title, 60),
             ]
         })
         .collect();
-    table(out, ["ID", "STATE", "AGE", "CWD", "TITLE"], &rows)
+    table(
+        out,
+        ["ID", "STATE", "AGE", "TOKENS", "COST", "CWD", "TITLE"],
+        &rows,
+    )
+}
+
+/// Every token of some usage, short: "812", "12.3k", "4.5M".
+pub fn tokens_text(u: Option<&pb::Usage>) -> String {
+    let n = u.map_or(0, |u| {
+        u.input_tokens + u.output_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
+    });
+    match n {
+        0..1000 => n.to_string(),
+        1000..1_000_000 => format!("{:.1}k", n as f64 / 1e3),
+        _ => format!("{:.1}M", n as f64 / 1e6),
+    }
+}
+
+/// A cost in USD, or "-" when the model's price is unknown.
+pub fn cost_text(usd: Option<f64>) -> String {
+    match usd {
+        None => "-".to_string(),
+        Some(c) if c < 0.005 && c > 0.0 => "<$0.01".to_string(),
+        Some(c) => format!("${c:.2}"),
+    }
+}
+
+/// The `agent usage` table.
+pub fn usage_table(out: &mut impl Write, r: &pb::GetUsageResponse) -> io::Result<()> {
+    if r.lines.is_empty() {
+        return writeln!(out, "no usage recorded");
+    }
+    let row = |l: &pb::UsageLine| {
+        let u = l.usage.unwrap_or_default();
+        [
+            l.label.clone(),
+            l.model.clone(),
+            u.input_tokens.to_string(),
+            u.cache_creation_input_tokens.to_string(),
+            u.cache_read_input_tokens.to_string(),
+            u.output_tokens.to_string(),
+            cost_text(l.cost_usd),
+        ]
+    };
+    let mut rows: Vec<[String; 7]> = r.lines.iter().map(row).collect();
+    if let Some(total) = &r.total {
+        rows.push(row(total));
+    }
+    table(
+        out,
+        [
+            "",
+            "MODEL",
+            "INPUT",
+            "CACHE WRITE",
+            "CACHE READ",
+            "OUTPUT",
+            "COST",
+        ],
+        &rows,
+    )
 }
 
 /// The `agent shells` table.

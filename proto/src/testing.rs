@@ -88,6 +88,7 @@ pub mod rpc {
         KillShell: pb::KillShellRequest => pb::KillShellResponse;
         ExportConversations: pb::ExportConversationsRequest => Vec<pb::ExportedConversation>;
         ImportConversations: Vec<pb::ExportedConversation> => pb::ImportConversationsResponse;
+        GetUsage: pb::GetUsageRequest => pb::GetUsageResponse;
     }
 }
 
@@ -235,6 +236,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::AnswerPermissionRequest>,
     ) -> Result<Response<pb::AnswerPermissionResponse>, Status> {
         self.unary::<rpc::AnswerPermission>(request)
+    }
+
+    async fn get_usage(
+        &self,
+        request: Request<pb::GetUsageRequest>,
+    ) -> Result<Response<pb::GetUsageResponse>, Status> {
+        self.unary::<rpc::GetUsage>(request)
     }
 
     async fn list_shells(

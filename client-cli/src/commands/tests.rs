@@ -107,7 +107,7 @@ async fn ls_prints_a_table_or_json() {
     let mut lines = out.lines();
     assert_eq!(
         lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
-        ["ID", "STATE", "AGE", "CWD", "TITLE"]
+        ["ID", "STATE", "AGE", "TOKENS", "COST", "CWD", "TITLE"]
     );
     let row = lines.next().unwrap();
     assert!(
@@ -130,7 +130,8 @@ async fn show_prints_the_transcript_and_names_bad_ids() {
     assert_eq!(result.unwrap(), Exit::Ok);
     assert_eq!(
         out,
-        "conversation 01AAA · idle · m · /srv/proj\nfirst\n\n> hello\n⏺ bash: ls\n"
+        "conversation 01AAA · idle · m · /srv/proj\nfirst\n\n> hello\n⏺ bash: ls\n\n\
+         15 tokens: 10 in, 0 cache write, 0 cache read, 5 out · cost -\n"
     );
     let (_, out, _) = daemon
         .agent(&["--json", "show", "01A"], false)

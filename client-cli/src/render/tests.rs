@@ -621,6 +621,13 @@ fn tables() {
             cwd: "/srv/p".into(),
             state: Some(state(StateKind::AwaitingPermission)),
             created_at_ms: 1_000,
+            usage: Some(pb::Usage {
+                input_tokens: 1_200,
+                output_tokens: 300,
+                cache_creation_input_tokens: 10_000,
+                cache_read_input_tokens: 40_000,
+            }),
+            cost_usd: Some(0.1234),
             ..Default::default()
         },
         pb::ConversationSummary {
@@ -640,9 +647,9 @@ fn tables() {
     conversation_table(&mut out, &convs, 61_000, false).unwrap();
     assert_eq!(
         String::from_utf8(out).unwrap(),
-        "ID          STATE                   AGE  CWD     TITLE\n\
-         01JDXYZABC  waiting for permission  1m   /srv/p  fix the test\n\
-         01JDXYZ999  retrying (2/3)          2h   /srv/q\n"
+        "ID          STATE                   AGE  TOKENS  COST   CWD     TITLE\n\
+         01JDXYZABC  waiting for permission  1m   51.5k   $0.12  /srv/p  fix the test\n\
+         01JDXYZ999  retrying (2/3)          2h   0       -      /srv/q\n"
     );
     let mut out = Vec::new();
     conversation_table(&mut out, &convs[..1], 61_000, true).unwrap();

@@ -258,6 +258,9 @@ pub struct FileConfig {
     /// Limits on what clients send.
     pub grpc: GrpcSection,
     pub instructions: InstructionsSection,
+    /// Models the built-in table lacks, or entries of it changed:
+    /// `[models."NAME"]` with `context_window`, `max_output_tokens`, `price`.
+    pub models: std::collections::HashMap<String, crate::models::ModelSection>,
     /// Persistence.
     pub store: StoreSection,
 }
@@ -287,6 +290,8 @@ pub struct Config {
     /// Limits on what clients send.
     pub grpc: GrpcSection,
     pub instructions: InstructionsSection,
+    /// Context windows, output limits and prices of models.
+    pub models: crate::models::Models,
     /// The user's own instructions live here (`AGENTS.md`): the config
     /// directory (`$XDG_CONFIG_HOME/agentd`, else `~/.config/agentd`).
     pub user_dir: Option<PathBuf>,
@@ -379,6 +384,11 @@ impl Config {
             shells: file.shells,
             grpc: file.grpc,
             instructions: file.instructions,
+            models: crate::models::Models::new(
+                file.models,
+                file.limits.context_window,
+                file.limits.max_tokens,
+            ),
             user_dir: default_config_path(env).and_then(|p| p.parent().map(Path::to_path_buf)),
             store: file.store,
             model,

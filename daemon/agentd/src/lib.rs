@@ -24,6 +24,7 @@ pub mod cli;
 pub mod config;
 pub mod grpc;
 pub mod llm;
+pub mod models;
 pub mod process;
 pub mod runtime;
 pub mod shells;

@@ -15,5 +15,6 @@ mod permissions;
 mod shells;
 mod stock_clients;
 mod streams;
+mod usage;
 mod util;
 mod workspace;

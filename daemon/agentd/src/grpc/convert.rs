@@ -78,6 +78,16 @@ pub fn to_status(e: RuntimeError) -> Status {
     }
 }
 
+/// One line of a usage report.
+pub fn usage_line(label: String, model: String, u: &Usage, cost_usd: Option<f64>) -> pb::UsageLine {
+    pb::UsageLine {
+        label,
+        model,
+        usage: Some(usage(u)),
+        cost_usd,
+    }
+}
+
 /// Instruction files (path, size) as clients see them.
 pub fn instructions(files: &[(String, u64)], truncated: bool) -> pb::Instructions {
     pb::Instructions {
@@ -185,10 +195,13 @@ pub fn usage_from(u: &pb::Usage) -> Usage {
     }
 }
 
+/// A conversation without its messages; `cost_usd` is what its usage cost
+/// (None: the model's price is unknown).
 pub fn summary(
     r: &ConversationRecord,
     max_attempts: u32,
     last_seq: u64,
+    cost_usd: Option<f64>,
 ) -> pb::ConversationSummary {
     pb::ConversationSummary {
         id: r.id.clone(),
@@ -209,6 +222,7 @@ pub fn summary(
             .collect(),
         allow_rules: r.allow_rules.clone(),
         turn: r.turns,
+        cost_usd,
     }
 }
 
@@ -429,7 +443,7 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
         ..Default::default()
     });
     pb::Snapshot {
-        conversation: Some(summary(&s.record, s.max_attempts, seq)),
+        conversation: Some(summary(&s.record, s.max_attempts, seq, None)),
         messages: s.messages.iter().map(|(seq, m)| message(*seq, m)).collect(),
         partial_reply: partial,
         pending_permission: s.pending.as_ref().map(permission),

@@ -41,6 +41,11 @@ impl Service {
         self.manager.shared().config.retry.max_attempts
     }
 
+    fn summary(&self, r: &crate::store::ConversationRecord) -> pb::ConversationSummary {
+        let cost = self.manager.shared().config.models.cost(&r.model, &r.usage);
+        convert::summary(r, self.max_attempts(), 0, cost)
+    }
+
     fn limits(&self) -> &GrpcSection {
         &self.manager.shared().config.grpc
     }
@@ -184,7 +189,7 @@ impl AgentService for Service {
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::CreateConversationResponse {
-            conversation: Some(convert::summary(&record, self.max_attempts(), 0)),
+            conversation: Some(self.summary(&record)),
         }))
     }
 
@@ -204,10 +209,7 @@ impl AgentService for Service {
             _ => String::new(),
         };
         Ok(Response::new(pb::ListConversationsResponse {
-            conversations: page
-                .iter()
-                .map(|r| convert::summary(r, self.max_attempts(), 0))
-                .collect(),
+            conversations: page.iter().map(|r| self.summary(r)).collect(),
             notices: self.manager.shared().notices.clone(),
             next_before_id,
         }))
@@ -232,7 +234,7 @@ impl AgentService for Service {
         });
         let instructions = self.instructions_for(&record.cwd).await;
         Ok(Response::new(pb::GetConversationResponse {
-            conversation: Some(convert::summary(&record, self.max_attempts(), 0)),
+            conversation: Some(self.summary(&record)),
             messages: messages
                 .iter()
                 .map(|(s, m)| convert::message(*s, m))
@@ -463,6 +465,52 @@ impl AgentService for Service {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
+    async fn get_usage(
+        &self,
+        request: Request<pb::GetUsageRequest>,
+    ) -> Result<Response<pb::GetUsageResponse>, Status> {
+        let req = request.into_inner();
+        let models = &self.manager.shared().config.models;
+        let lines: Vec<(String, String, agentd_core::Usage)> = if req.conversation_id.is_empty() {
+            let days = if req.days == 0 { 7 } else { req.days.min(3660) };
+            self.manager.daily_usage(days).map_err(to_status)?
+        } else {
+            let id = self
+                .manager
+                .resolve(&req.conversation_id)
+                .map_err(to_status)?;
+            let record = self.manager.record(&id).map_err(to_status)?;
+            let messages = self.manager.messages(&record).map_err(to_status)?;
+            messages
+                .iter()
+                .filter_map(|(seq, m)| {
+                    m.usage
+                        .map(|u| (format!("#{seq}"), record.model.clone(), u))
+                })
+                .collect()
+        };
+        let mut total = agentd_core::Usage::default();
+        let mut total_cost = Some(0.0);
+        let lines = lines
+            .into_iter()
+            .map(|(label, model, usage)| {
+                let cost = models.cost(&model, &usage);
+                total.add(&usage);
+                total_cost = total_cost.zip(cost).map(|(a, b)| a + b);
+                convert::usage_line(label, model, &usage, cost)
+            })
+            .collect();
+        Ok(Response::new(pb::GetUsageResponse {
+            lines,
+            total: Some(convert::usage_line(
+                "total".into(),
+                String::new(),
+                &total,
+                total_cost,
+            )),
+        }))
+    }
+
     type ExportConversationsStream = BoxStream<pb::ExportedConversation>;
 
     async fn export_conversations(
@@ -487,7 +535,12 @@ impl AgentService for Service {
                 let item = manager.record(&id).and_then(|r| {
                     let messages = manager.messages(&r)?;
                     Ok(pb::ExportedConversation {
-                        conversation: Some(convert::summary(&r, max_attempts, 0)),
+                        conversation: Some(convert::summary(
+                            &r,
+                            max_attempts,
+                            0,
+                            manager.shared().config.models.cost(&r.model, &r.usage),
+                        )),
                         messages: messages
                             .iter()
                             .map(|(s, m)| convert::message(*s, m))

@@ -320,6 +320,17 @@ impl Manager {
         }
     }
 
+    /// The daily usage ledger of the last `days` days (UTC, today
+    /// included): (day, model, usage), by day then model.
+    pub fn daily_usage(&self, days: u32) -> Result<Vec<(String, String, Usage)>, RuntimeError> {
+        let now = self.shared.clock.now_ms();
+        let first = now - i64::from(days.max(1) - 1) * 86_400_000;
+        Ok(self
+            .shared
+            .store
+            .daily_usage(&prompt::civil_date(first), &prompt::civil_date(now))?)
+    }
+
     /// The record of a conversation.
     pub fn record(&self, id: &str) -> Result<ConversationRecord, RuntimeError> {
         self.shared

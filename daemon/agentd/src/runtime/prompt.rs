@@ -23,7 +23,7 @@ reply with a short summary of what changed and how you verified it.",
 }
 
 /// `YYYY-MM-DD` (UTC) of a Unix-ms instant, without a date library.
-fn civil_date(now_ms: i64) -> String {
+pub(crate) fn civil_date(now_ms: i64) -> String {
     // Howard Hinnant's days-to-civil algorithm.
     let days = now_ms.div_euclid(86_400_000);
     let z = days + 719_468;

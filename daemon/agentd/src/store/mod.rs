@@ -202,6 +202,8 @@ pub struct Store {
     shells: sled::Tree,
     events: sled::Tree,
     mid_turn: sled::Tree,
+    /// Token usage per day and model: `YYYY-MM-DD` NUL model → usage.
+    usage_days: sled::Tree,
     /// Conversations created by requests that carried a client request id:
     /// request id → (conversation id, Unix ms).
     creates: sled::Tree,
@@ -223,6 +225,14 @@ impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Store").finish_non_exhaustive()
     }
+}
+
+fn usage_key(day: &str, model: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(day.len() + 1 + model.len());
+    key.extend_from_slice(day.as_bytes());
+    key.push(0);
+    key.extend_from_slice(model.as_bytes());
+    key
 }
 
 fn message_key(conv_id: &str, seq: u64) -> Vec<u8> {
@@ -289,6 +299,7 @@ impl Store {
         let events = db.open_tree("events")?;
         let mid_turn = db.open_tree("mid_turn")?;
         let creates = db.open_tree("creates")?;
+        let usage_days = db.open_tree("usage_days")?;
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
@@ -323,6 +334,7 @@ impl Store {
             events,
             mid_turn,
             creates,
+            usage_days,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
             flushes: Default::default(),
@@ -561,6 +573,51 @@ impl Store {
                 break;
             }
             out.push((seq, decode(&k, &v)?));
+        }
+        Ok(out)
+    }
+
+    /// Adds a reply's usage to the ledger of `day` (`YYYY-MM-DD`) and
+    /// `model` (not yet durable). Atomic: conversations add concurrently.
+    pub fn add_daily_usage(&self, day: &str, model: &str, usage: &Usage) -> Result<(), StoreError> {
+        let key = usage_key(day, model);
+        let mut failed = None;
+        self.usage_days.update_and_fetch(&key, |old| {
+            let mut sum: Usage = match old.map(|v| decode(&key, v)) {
+                Some(Ok(sum)) => sum,
+                Some(Err(e)) => {
+                    failed = Some(e);
+                    return old.map(<[u8]>::to_vec);
+                }
+                None => Usage::default(),
+            };
+            sum.add(usage);
+            match encode(day, &sum) {
+                Ok(bytes) => Some(bytes),
+                Err(e) => {
+                    failed = Some(e);
+                    old.map(<[u8]>::to_vec)
+                }
+            }
+        })?;
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// The ledger from `first_day` to `last_day` (`YYYY-MM-DD`, inclusive):
+    /// (day, model, usage), by day then model.
+    pub fn daily_usage(
+        &self,
+        first_day: &str,
+        last_day: &str,
+    ) -> Result<Vec<(String, String, Usage)>, StoreError> {
+        let mut out = Vec::new();
+        let end = usage_key(last_day, "\u{10FFFF}");
+        for item in self.usage_days.range(usage_key(first_day, "")..end) {
+            let (k, v) = item?;
+            let usage: Usage = decode(&k, &v)?;
+            let text = String::from_utf8_lossy(&k).into_owned();
+            let (day, model) = text.split_once('\0').unwrap_or((text.as_str(), ""));
+            out.push((day.to_string(), model.to_string(), usage));
         }
         Ok(out)
     }

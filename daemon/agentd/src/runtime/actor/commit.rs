@@ -96,7 +96,7 @@ impl Actor {
             retry_base_ms: cfg.retry.base_delay_ms,
             retry_max_ms: cfg.retry.max_delay_ms,
             max_retry_after_ms: cfg.retry.max_retry_after_ms,
-            context_window: cfg.limits.context_window,
+            context_window: cfg.models.lookup(&self.record.model).context_window,
             exhaustion: agentd_core::ContextExhaustionBehavior::ThresholdBasedContinuation,
             policy,
             doom_loop_threshold: 3,
@@ -315,6 +315,13 @@ impl Actor {
                     .store
                     .add_rule(&self.stored_scope(*scope), rule)?;
             }
+        }
+        // The daily ledger counts every reply, flushed with it.
+        let day = crate::runtime::prompt::civil_date(now);
+        for usage in appended.iter().filter_map(|m| m.usage.as_ref()) {
+            self.shared
+                .store
+                .add_daily_usage(&day, &self.record.model, usage)?;
         }
         if write_record {
             self.shared

@@ -324,7 +324,7 @@ impl Actor {
             system: self.system_prompt(),
             messages,
             tools,
-            max_tokens: self.shared.config.limits.max_tokens,
+            max_tokens: self.max_tokens(),
             cache: self.work.request_cache.clone(),
         };
         let provider = self.shared.provider.clone();
@@ -365,6 +365,14 @@ impl Actor {
                 p
             }
         }
+    }
+
+    /// `max_tokens` of a request: the config's, within what the model can
+    /// write.
+    fn max_tokens(&self) -> u32 {
+        let config = &self.shared.config;
+        let info = config.models.lookup(&self.record.model);
+        config.limits.max_tokens.min(info.max_output_tokens)
     }
 
     /// Whether the request about to go out is a turn's first: the
