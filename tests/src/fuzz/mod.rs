@@ -29,7 +29,7 @@
 
 pub mod frames;
 pub mod rules;
-// pub mod sequences;
+pub mod sequences;
 pub mod sse;
 
 use std::cell::{Cell, RefCell};
@@ -175,7 +175,7 @@ pub async fn run(target: Target, opts: FuzzOptions) -> Report {
         Target::Sse => blocking(move || sse::run(&opts)).await,
         Target::Rules => blocking(move || rules::run(&opts)).await,
         Target::GrpcFrames => frames::run(&opts).await,
-        Target::RpcSequences => todo!(),
+        Target::RpcSequences => sequences::run(&opts).await,
     };
     report.elapsed = started.elapsed();
     report

@@ -77,7 +77,7 @@ pub fn run(opts: &FuzzOptions) -> Report {
                 show_bytes(&small)
             ));
         }
-        progress.tick(report.cases, || String::new());
+        progress.tick(report.cases, String::new);
     }
     report.notes.push(format!(
         "{events_seen} events decoded; {provider_cases} bodies read by a provider parser"
@@ -604,17 +604,5 @@ mod tests {
             reference(b"event: e\n\ndata: y\n"),
             vec![ev("message", "y")]
         );
-    }
-
-    #[test]
-    fn a_short_run_passes() {
-        let opts = FuzzOptions {
-            budget: std::time::Duration::from_millis(300),
-            seed: 1,
-            ..FuzzOptions::default()
-        };
-        let report = run(&opts);
-        assert!(report.passed(), "{report}");
-        assert!(report.cases > 10, "{report}");
     }
 }
