@@ -305,7 +305,8 @@ impl Fuzz {
     fn case(&mut self) -> Case {
         let rng = &mut self.rng;
         let linger = rng.random_bool(0.05);
-        let (what, mut bytes): (&'static str, Vec<u8>) = match rng.random_range(0..20) {
+        let kind = rng.random_range(0..20);
+        let (what, mut bytes): (&'static str, Vec<u8>) = match kind {
             0 => ("random bytes", random_bytes(rng, 0..2048)),
             1 => {
                 let mut b = PREFACE.to_vec();
@@ -318,11 +319,13 @@ impl Fuzz {
                 ("requests", requests(rng, &ids))
             }
         };
-        if !bytes.is_empty() && rng.random_bool(0.1) {
+        // Requests carry damage of their own; a third of them get more.
+        let damage = kind < 5 || rng.random_bool(0.3);
+        if damage && !bytes.is_empty() && rng.random_bool(0.2) {
             let at = rng.random_range(0..bytes.len());
             bytes.truncate(at);
         }
-        if !bytes.is_empty() && rng.random_bool(0.05) {
+        if damage && !bytes.is_empty() && rng.random_bool(0.1) {
             for _ in 0..rng.random_range(1..8) {
                 let at = rng.random_range(0..bytes.len());
                 bytes[at] = rng.random();
@@ -494,7 +497,7 @@ const METHODS: &[&str] = &[
 ];
 
 /// Header fields of a gRPC request for `path`, with some variations.
-fn headers(rng: &mut StdRng, path: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
+fn headers(rng: &mut StdRng, path: &str, intact: bool) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut h: Vec<(Vec<u8>, Vec<u8>)> = vec![
         (b":method".to_vec(), b"POST".to_vec()),
         (b":scheme".to_vec(), b"http".to_vec()),
@@ -511,11 +514,14 @@ fn headers(rng: &mut StdRng, path: &str) -> Vec<(Vec<u8>, Vec<u8>)> {
     .choose(rng)
     .copied()
     .unwrap_or(b"localhost");
-    if rng.random_bool(0.9) {
+    if intact || rng.random_bool(0.9) {
         h.push((b":authority".to_vec(), authority.to_vec()));
     }
     h.push((b"content-type".to_vec(), b"application/grpc".to_vec()));
     h.push((b"te".to_vec(), b"trailers".to_vec()));
+    if intact {
+        return h;
+    }
     if rng.random_bool(0.1) {
         h.push((b"grpc-encoding".to_vec(), b"gzip".to_vec()));
     }
@@ -555,7 +561,7 @@ fn hpack_int(out: &mut Vec<u8>, flags: u8, prefix: u8, mut value: usize) {
 /// A header block: each field as a literal (without indexing, never
 /// indexed, or added to the table), indexed from the static table when it
 /// is there, or referring to an entry an earlier field added.
-fn header_block(rng: &mut StdRng, fields: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
+fn header_block(rng: &mut StdRng, fields: &[(Vec<u8>, Vec<u8>)], intact: bool) -> Vec<u8> {
     const STATIC: &[(&[u8], &[u8], usize)] = &[
         (b":method", b"POST", 3),
         (b":scheme", b"http", 6),
@@ -563,7 +569,12 @@ fn header_block(rng: &mut StdRng, fields: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
     ];
     let mut out = Vec::new();
     if rng.random_bool(0.05) {
-        hpack_int(&mut out, 0x20, 5, rng.random_range(0..8192));
+        let size = if intact {
+            4096
+        } else {
+            rng.random_range(0..8192)
+        };
+        hpack_int(&mut out, 0x20, 5, size);
     }
     let mut added = 0usize;
     for (name, value) in fields {
@@ -588,6 +599,9 @@ fn header_block(rng: &mut StdRng, fields: &[(Vec<u8>, Vec<u8>)]) -> Vec<u8> {
         if flags == 0x40 {
             added += 1;
         }
+    }
+    if intact {
+        return out;
     }
     if added > 0 && rng.random_bool(0.3) {
         // Refer to the newest dynamic entry again, or to one past the end.
@@ -636,8 +650,14 @@ fn headers_frames(
 }
 
 /// A gRPC message: flag, 32-bit length, body; with damage now and then.
-fn grpc_message(rng: &mut StdRng, body: &[u8]) -> Vec<u8> {
+fn grpc_message(rng: &mut StdRng, body: &[u8], intact: bool) -> Vec<u8> {
     let mut out = Vec::new();
+    if intact {
+        out.push(0);
+        out.extend(u32::try_from(body.len()).unwrap_or(u32::MAX).to_be_bytes());
+        out.extend(body);
+        return out;
+    }
     let compressed = u8::from(rng.random_bool(0.03));
     out.push(if rng.random_bool(0.02) {
         rng.random()
@@ -786,10 +806,51 @@ fn ulid_like(rng: &mut StdRng) -> String {
 
 /// A request body of the method at `path`, valid protobuf with random
 /// field values.
-fn body(rng: &mut StdRng, path: &str, ids: &[String]) -> Vec<u8> {
+fn body(rng: &mut StdRng, path: &str, ids: &[String], intact: bool) -> Vec<u8> {
     use pb::attach_request::Frame;
     let method = path.rsplit('/').next().unwrap_or("");
-    let cwd = ["/tmp", "", "relative", "/nonexistent", "/"]
+    // Intact requests name real conversations and sensible values, so
+    // that they get past validation to the deeper paths.
+    if intact {
+        let real = ids.choose(rng).cloned().unwrap_or_default();
+        match method {
+            "CreateConversation" => {
+                return pb::CreateConversationRequest {
+                    cwd: "/tmp".into(),
+                    prompt: if rng.random_bool(0.5) {
+                        text(rng)
+                    } else {
+                        String::new()
+                    },
+                    mode: rng.random_range(0..=4),
+                    allow_rules: if rng.random_bool(0.5) {
+                        vec!["bash".into(), "write(*.txt)".into()]
+                    } else {
+                        Vec::new()
+                    },
+                    ..Default::default()
+                }
+                .encode_to_vec();
+            }
+            "SendMessage" => {
+                return pb::SendMessageRequest {
+                    conversation_id: real,
+                    text: text(rng),
+                }
+                .encode_to_vec();
+            }
+            "Attach" if rng.random_bool(0.5) => {
+                let frame = Frame::Subscribe(pb::Subscribe {
+                    conversation_id: real,
+                    after_seq: number(rng),
+                    client_name: text(rng),
+                });
+                return pb::AttachRequest { frame: Some(frame) }.encode_to_vec();
+            }
+            _ => {}
+        }
+    }
+    let cwd = ["/tmp", "/tmp", "/", "", "relative", "/nonexistent"]
         .choose(rng)
         .unwrap_or(&"/tmp")
         .to_string();
@@ -884,26 +945,28 @@ fn requests(rng: &mut StdRng, ids: &[String]) -> Vec<u8> {
     let mut stream = 1u32;
     for _ in 0..rng.random_range(1..=3) {
         let path = *METHODS.choose(rng).unwrap_or(&METHODS[0]);
-        let fields = headers(rng, path);
-        let block = header_block(rng, &fields);
-        let no_body = rng.random_bool(0.05);
+        let intact = rng.random_bool(0.5);
+        let fields = headers(rng, path, intact);
+        let block = header_block(rng, &fields, intact);
+        let no_body = !intact && rng.random_bool(0.05);
         headers_frames(rng, &mut out, stream, &block, no_body);
         if !no_body {
             let mut data = Vec::new();
             for _ in 0..rng.random_range(1..=3) {
                 let message = match rng.random_range(0..10) {
+                    _ if intact => body(rng, path, ids, true),
                     0 => random_bytes(rng, 0..200),
                     1 => {
-                        let b = body(rng, path, ids);
+                        let b = body(rng, path, ids, false);
                         b[..rng.random_range(0..=b.len())].to_vec()
                     }
-                    _ => body(rng, path, ids),
+                    _ => body(rng, path, ids, false),
                 };
-                data.extend(grpc_message(rng, &message));
+                data.extend(grpc_message(rng, &message, intact));
             }
             // In one DATA frame or several; END_STREAM on the last (not
             // always: a client may leave its side open).
-            let end = rng.random_bool(0.8);
+            let end = intact || rng.random_bool(0.8);
             let mut rest = data.as_slice();
             while !rest.is_empty() {
                 let n = if rng.random_bool(0.7) {
@@ -920,12 +983,12 @@ fn requests(rng: &mut StdRng, ids: &[String]) -> Vec<u8> {
                     &rest[..n],
                 );
                 rest = &rest[n..];
-                if rng.random_bool(0.05) {
+                if !intact && rng.random_bool(0.05) {
                     interlude(rng, &mut out, stream);
                 }
             }
         }
-        if rng.random_bool(0.1) {
+        if !intact && rng.random_bool(0.1) {
             interlude(rng, &mut out, stream);
         }
         stream += 2;
@@ -950,5 +1013,62 @@ fn interlude(rng: &mut StdRng, out: &mut Vec<u8>, stream: u32) {
         }
         3 => frame(out, 0x7, 0, 0, &[0, 0, 0, 0, 0, 0, 0, 0]),
         _ => frame(out, 0x2, 0, stream, &[0, 0, 0, 0, 16]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// A request exactly as the cases build them, undamaged: the daemon
+    /// must serve it, or the target would only ever test refusals.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_undamaged_request_is_served() {
+        let fake = FakeLlm::start().await;
+        fake.set_default(Some(Script::text("ok")));
+        let daemon = TestDaemon::start(&fake).await;
+        let path = "/agent.v1.AgentService/CreateConversation";
+        let fields: Vec<(Vec<u8>, Vec<u8>)> = [
+            (":method", "POST"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "%2Frun%2Fagentd.sock"),
+            ("content-type", "application/grpc"),
+            ("te", "trailers"),
+        ]
+        .iter()
+        .map(|(n, v)| (n.as_bytes().to_vec(), v.as_bytes().to_vec()))
+        .collect();
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut bytes = PREFACE.to_vec();
+        frame(&mut bytes, 0x4, 0, 0, &[]);
+        for stream in [1u32, 3] {
+            let block = header_block(&mut rng, &fields[..], true);
+            headers_frames(&mut rng, &mut bytes, stream, &block, false);
+            let body = pb::CreateConversationRequest {
+                cwd: daemon.work_dir.display().to_string(),
+                ..Default::default()
+            }
+            .encode_to_vec();
+            let mut message = vec![0];
+            message.extend(u32::try_from(body.len()).unwrap().to_be_bytes());
+            message.extend(body);
+            frame(&mut bytes, 0x0, 0x1, stream, &message);
+        }
+        let case = Case {
+            what: "undamaged",
+            writes: vec![bytes],
+            linger: false,
+        };
+        let (answered, _) = send(daemon.socket.clone(), case).await.unwrap();
+        assert!(answered > 0);
+        let mut client = daemon.client().await;
+        let list = client
+            .list_conversations(pb::ListConversationsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(list.conversations.len(), 2, "{list:?}\n{}", daemon.log());
     }
 }

@@ -248,9 +248,12 @@ impl Run {
     async fn all(&mut self, opts: &FuzzOptions, report: &mut Report) -> Result<(), String> {
         let deadline = Instant::now() + opts.budget;
         let mut progress = Progress::new(Target::RpcSequences, opts.progress);
-        let rss_start = crate::bench::procfs::status_bytes(self.daemon.pid(), "VmRSS");
+        let pid = self.daemon.pid();
+        let rss = || crate::bench::procfs::status_bytes(pid, "VmRSS").unwrap_or(0);
+        let mut samples = vec![rss()];
         loop {
             self.round().await?;
+            samples.push(rss());
             self.stats.rounds += 1;
             report.cases = self.shared.state().rpcs;
             progress.tick(report.cases, || {
@@ -264,14 +267,16 @@ impl Run {
                 break;
             }
         }
-        let rss_end = crate::bench::procfs::status_bytes(self.daemon.pid(), "VmRSS");
-        if let (Some(a), Some(b)) = (rss_start, rss_end) {
-            report.notes.push(format!(
-                "daemon RSS: {:.1} MiB before, {:.1} MiB after",
-                a as f64 / 1048576.0,
-                b as f64 / 1048576.0
-            ));
-        }
+        // RSS before the first round and after each quarter of the rounds.
+        let at = |k: usize| samples[(samples.len() - 1) * k / 4] as f64 / 1048576.0;
+        report.notes.push(format!(
+            "daemon RSS: {:.1} MiB before; {:.1}, {:.1}, {:.1}, {:.1} MiB after each quarter of the rounds",
+            at(0),
+            at(1),
+            at(2),
+            at(3),
+            at(4)
+        ));
         let s = self.shared.state();
         self.stats.abandoned = s.abandoned;
         self.stats.refused = s.refused;
