@@ -13,9 +13,11 @@
 //! The binaries `test-agentd` and `test-agent` are the daemon and the client
 //! exactly as users run them; `fake-llm` runs the fake server on its own so
 //! agentd can be tried offline; `stub-agentd` is a stand-in daemon that only
-//! listens, used to test the harness itself.
+//! listens, used to test the harness itself; `agent-fuzz` runs the
+//! randomized long runs of [`fuzz`].
 
 pub mod bench;
 pub mod crash;
 pub mod fake_llm;
+pub mod fuzz;
 pub mod harness;

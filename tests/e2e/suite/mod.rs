@@ -7,6 +7,7 @@ mod crash;
 mod durability;
 mod fake_llm;
 mod foundation;
+mod fuzz;
 mod hardening;
 mod harness;
 mod idempotency;

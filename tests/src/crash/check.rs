@@ -99,6 +99,12 @@ pub mod texts {
     pub const SKIPPED_DUE_TO_CANCELLATION: &str = "Skipped due to cancellation";
     /// The user message that marks a cancelled reply.
     pub const INTERRUPT_USER: &str = "[Request interrupted by user]";
+    /// How the result of a call denied with "deny and stop" begins.
+    pub const INTERRUPT_TOOL: &str = "[Request interrupted by user for tool use]";
+    /// Result of a call skipped because an earlier one was denied with
+    /// "deny and stop".
+    pub const SKIPPED_AFTER_INTERRUPT: &str =
+        "Skipped: the user stopped this reply at an earlier tool";
 }
 
 /// Roles alternate from user (a stored transcript may hold several user
@@ -289,13 +295,17 @@ fn ended(t: &Turn, stop_reason: &str) -> bool {
 }
 
 /// What a cancel leaves at the end of a turn: the interrupt marker, or the
-/// results of a cancelled tool run.
+/// results of a cancelled tool run; or what a "deny and stop" answer
+/// leaves (counted with cancels: the user stopped the turn).
 fn cancel_trace(t: &Turn) -> bool {
     t.role == "user"
         && t.blocks.iter().any(|b| match b {
             Block::Text(text) => text == texts::INTERRUPT_USER,
             Block::ToolResult { content, .. } => {
-                content == texts::CANCELLED_BY_USER || content == texts::SKIPPED_DUE_TO_CANCELLATION
+                content == texts::CANCELLED_BY_USER
+                    || content == texts::SKIPPED_DUE_TO_CANCELLATION
+                    || content.starts_with(texts::INTERRUPT_TOOL)
+                    || content == texts::SKIPPED_AFTER_INTERRUPT
             }
             _ => false,
         })

@@ -27,8 +27,8 @@
 //! depends on timing too, so a seed reproduces the plan, not the exact
 //! interleaving.
 
-mod check;
-mod ledger;
+pub mod check;
+pub mod ledger;
 pub mod responder;
 
 use std::collections::hash_map::Entry;

@@ -552,7 +552,7 @@ struct Slot {
 
 /// Assembles one streamed reply.
 #[derive(Debug, Default)]
-struct AnthropicStream {
+pub(crate) struct AnthropicStream {
     blocks: BTreeMap<u32, Slot>,
     usage: Usage,
     stop_reason: Option<StopReason>,

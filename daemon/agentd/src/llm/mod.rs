@@ -14,10 +14,12 @@
 //!
 //! Layout: `sse` decodes event streams, `transport` holds the HTTP plumbing
 //! both providers share, `retry` reads retry hints from headers, `error`
-//! classifies failures, `partial` keeps what a cancelled stream produced.
+//! classifies failures, `partial` keeps what a cancelled stream produced;
+//! `fuzzing` lets the fuzzer read bodies the way providers do.
 
 mod anthropic;
 mod error;
+pub mod fuzzing;
 mod openai;
 mod partial;
 mod retry;

@@ -336,7 +336,7 @@ enum Prose {
 
 /// Assembles one streamed reply.
 #[derive(Debug, Default)]
-struct OpenAiStream {
+pub(crate) struct OpenAiStream {
     blocks: Vec<Block>,
     /// Blocks whose `BlockEnd` was emitted.
     closed: Vec<bool>,
