@@ -88,6 +88,8 @@ pub mod rpc {
         KillShell: pb::KillShellRequest => pb::KillShellResponse;
         ExportConversations: pb::ExportConversationsRequest => Vec<pb::ExportedConversation>;
         ImportConversations: Vec<pb::ExportedConversation> => pb::ImportConversationsResponse;
+        SetDirectoryTrust: pb::SetDirectoryTrustRequest => pb::TrustedDirectories;
+        ListTrustedDirectories: pb::ListTrustedDirectoriesRequest => pb::TrustedDirectories;
     }
 }
 
@@ -258,6 +260,20 @@ impl AgentService for FakeAgent {
         request: Request<pb::KillShellRequest>,
     ) -> Result<Response<pb::KillShellResponse>, Status> {
         self.unary::<rpc::KillShell>(request)
+    }
+
+    async fn set_directory_trust(
+        &self,
+        request: Request<pb::SetDirectoryTrustRequest>,
+    ) -> Result<Response<pb::TrustedDirectories>, Status> {
+        self.unary::<rpc::SetDirectoryTrust>(request)
+    }
+
+    async fn list_trusted_directories(
+        &self,
+        request: Request<pb::ListTrustedDirectoriesRequest>,
+    ) -> Result<Response<pb::TrustedDirectories>, Status> {
+        self.unary::<rpc::ListTrustedDirectories>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

@@ -260,6 +260,8 @@ pub struct FileConfig {
     pub instructions: InstructionsSection,
     /// Persistence.
     pub store: StoreSection,
+    /// Commands run at points of a turn (README "Hooks").
+    pub hooks: crate::hooks::HooksSection,
 }
 
 /// The effective configuration.
@@ -292,6 +294,11 @@ pub struct Config {
     pub user_dir: Option<PathBuf>,
     /// Persistence.
     pub store: StoreSection,
+    /// The user's hooks, checked; a trusted project's are added per
+    /// conversation.
+    pub hooks: crate::hooks::Hooks,
+    /// The default time limit of a hook, ms (project hooks use it too).
+    pub hook_timeout_ms: u64,
 }
 
 impl Config {
@@ -362,6 +369,16 @@ impl Config {
                 rules.push(rule);
             }
         }
+        if file.hooks.timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "hooks.timeout_ms must be at least 1".into(),
+            ));
+        }
+        let hooks = crate::hooks::Hooks {
+            hooks: crate::hooks::Hooks::compile(&file.hooks.lists(), file.hooks.timeout_ms)
+                .map_err(ConfigError::Invalid)?,
+            max_stop_continuations: file.hooks.max_stop_continuations,
+        };
         let default_mode = file.permissions.mode.unwrap_or_default();
         if default_mode == agentd_core::Mode::Bypass {
             return Err(ConfigError::Invalid(
@@ -381,6 +398,8 @@ impl Config {
             instructions: file.instructions,
             user_dir: default_config_path(env).and_then(|p| p.parent().map(Path::to_path_buf)),
             store: file.store,
+            hooks,
+            hook_timeout_ms: file.hooks.timeout_ms,
             model,
             provider: file.provider,
             api_key,

@@ -9,6 +9,7 @@ mod fake_llm;
 mod foundation;
 mod hardening;
 mod harness;
+mod hooks;
 mod limits;
 mod permissions;
 mod shells;

@@ -23,6 +23,9 @@ pub enum RuntimeError {
     /// Not allowed by how the daemon was started.
     #[error("{0}")]
     NotAllowed(String),
+    /// A `user_prompt_submit` hook refused the message.
+    #[error("a user_prompt_submit hook blocked the message: {0}")]
+    HookBlocked(String),
     /// The state machine refused the event.
     #[error("{0}")]
     Rejected(Rejected),

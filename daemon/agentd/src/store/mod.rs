@@ -171,6 +171,9 @@ pub struct Store {
     shells: sled::Tree,
     events: sled::Tree,
     mid_turn: sled::Tree,
+    /// Directories whose project hooks run (`agent trust DIR`): the
+    /// absolute path, as key.
+    trusted: sled::Tree,
     /// What `mid_turn` holds, so a commit writes it only on a change.
     mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     flush_tx: mpsc::Sender<FlushRequest>,
@@ -254,6 +257,7 @@ impl Store {
         let shells = db.open_tree("shells")?;
         let events = db.open_tree("events")?;
         let mid_turn = db.open_tree("mid_turn")?;
+        let trusted = db.open_tree("trusted_dirs")?;
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
@@ -287,6 +291,7 @@ impl Store {
             shells,
             events,
             mid_turn,
+            trusted,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
             flushes: Default::default(),
@@ -530,6 +535,30 @@ impl Store {
     }
 
     /// Adds a permission rule to a scope (idempotent; not yet durable).
+    /// Trusts `dir` (absolute): hooks in its projects' `.agentd/config.toml`
+    /// run. Not flushed. Returns whether it was new.
+    pub fn trust_dir(&self, dir: &Path) -> Result<bool, StoreError> {
+        let key = dir.as_os_str().as_encoded_bytes();
+        Ok(self.trusted.insert(key, &[])?.is_none())
+    }
+
+    /// No longer trusts `dir`. Not flushed. Returns whether it was trusted.
+    pub fn untrust_dir(&self, dir: &Path) -> Result<bool, StoreError> {
+        let key = dir.as_os_str().as_encoded_bytes();
+        Ok(self.trusted.remove(key)?.is_some())
+    }
+
+    /// The trusted directories, in path order.
+    pub fn trusted_dirs(&self) -> Result<Vec<std::path::PathBuf>, StoreError> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = Vec::new();
+        for key in self.trusted.iter().keys() {
+            let key = key?;
+            out.push(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&key)));
+        }
+        Ok(out)
+    }
+
     pub fn add_rule(&self, scope: &RuleScope, rule: &agentd_core::Rule) -> Result<(), StoreError> {
         let mut key = scope.key();
         key.extend_from_slice(rule.spec().as_bytes());

@@ -26,6 +26,7 @@ mod tests;
 use super::Shared;
 use super::error::RuntimeError;
 use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView};
+use crate::hooks::{HookReport, Hooks, Prompt, Stage};
 use crate::llm::{LlmError, StreamEvent};
 use crate::store::{ConversationRecord, RuleScope as StoredScope};
 use crate::tools::ToolOutput;
@@ -48,13 +49,37 @@ pub(crate) enum Input {
         call: u64,
         result: Result<Reply, LlmError>,
     },
-    /// A tool ended.
+    /// A tool ended (its post_tool_use hooks included).
     ToolDone {
         call: u64,
         tool_use_id: String,
         output: ToolOutput,
         duration_ms: u64,
+        hooks: Vec<HookReport>,
     },
+    /// The pre_tool_use hooks of a call answered.
+    PreHooksDone {
+        call: u64,
+        tool_use_id: String,
+        outcome: crate::hooks::PreToolUse,
+        reports: Vec<HookReport>,
+    },
+    /// The stop hooks answered.
+    StopHooksDone {
+        call: u64,
+        continue_with: Option<String>,
+        reports: Vec<HookReport>,
+    },
+    /// The hooks before a user message answered.
+    PromptChecked {
+        call: u64,
+        text: String,
+        outcome: crate::hooks::Prompt,
+        reports: Vec<HookReport>,
+        reply: oneshot::Sender<Result<u64, RuntimeError>>,
+    },
+    /// Notification hooks ran.
+    HooksRan(Vec<HookReport>),
     /// A retry timer fired.
     RetryDue { call: u64 },
     /// The daemon found this conversation mid-turn at start-up.
@@ -132,6 +157,9 @@ pub(crate) struct Actor {
     fanout: Fanout,
     /// Work in flight: the model request, running tools, the retry timer.
     work: Work,
+    /// The hooks of this conversation: the user's, and its project's if
+    /// the project is trusted. Read again at every user message.
+    hooks: Arc<Hooks>,
 }
 
 impl Actor {
@@ -158,7 +186,28 @@ impl Actor {
             recovery_notices: Vec::new(),
             fanout,
             work: Work::default(),
+            hooks: Arc::new(Hooks::default()),
         }
+    }
+
+    /// Reads the conversation's hooks again (the user's, plus the trusted
+    /// project's); a project file that cannot be used is reported.
+    fn load_hooks(&mut self) {
+        let cfg = &self.shared.config;
+        let trusted = match self.shared.store.trusted_dirs() {
+            Ok(dirs) => dirs,
+            Err(e) => {
+                tracing::error!(conversation = %self.record.id, "cannot read trusted directories: {e}");
+                Vec::new()
+            }
+        };
+        let (hooks, problem) =
+            Hooks::for_conversation(&cfg.hooks, cfg.hook_timeout_ms, &self.record.cwd, &trusted);
+        if let Some(problem) = problem {
+            tracing::warn!(conversation = %self.record.id, "{problem}");
+            self.emit(EventKind::Notice(problem));
+        }
+        self.hooks = Arc::new(hooks);
     }
 
     fn now_ms(&self) -> i64 {
@@ -203,6 +252,7 @@ impl Actor {
         if let Err(e) = self.load_rules() {
             tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
         }
+        self.load_hooks();
         if let Some(ask) = self.record.state.pending_permission().cloned() {
             self.pending_view = Some(self.permission_view(&ask).await);
         }
@@ -297,7 +347,9 @@ impl Actor {
                 tool_use_id,
                 output,
                 duration_ms,
+                hooks,
             } => {
+                self.report_hooks(hooks);
                 if !self.work.finish_tool(call, &tool_use_id) {
                     return;
                 }
@@ -315,6 +367,61 @@ impl Actor {
                 })
                 .await;
             }
+            Input::PreHooksDone {
+                call,
+                tool_use_id,
+                outcome,
+                reports,
+            } => {
+                self.report_hooks(reports);
+                if self.work.finish_hooks(call) {
+                    self.apply_internal(Event::PreToolHooksDecided {
+                        tool_use_id,
+                        verdict: outcome.verdict,
+                        new_input: outcome.new_input,
+                    })
+                    .await;
+                }
+            }
+            Input::StopHooksDone {
+                call,
+                continue_with,
+                reports,
+            } => {
+                self.report_hooks(reports);
+                if self.work.finish_hooks(call) {
+                    self.apply_internal(Event::StopHooksDecided { continue_with })
+                        .await;
+                }
+            }
+            Input::PromptChecked {
+                call,
+                text,
+                outcome,
+                reports,
+                reply,
+            } => {
+                self.report_hooks(reports);
+                if !self.work.finish_prompt(call) {
+                    let _ = reply.send(Err(RuntimeError::NotAllowed(
+                        "the message was cancelled while its hooks ran".to_string(),
+                    )));
+                    return;
+                }
+                let result = match outcome {
+                    Prompt::Block(reason) => Err(RuntimeError::HookBlocked(reason)),
+                    Prompt::Send { context } => {
+                        let mut text = text;
+                        for more in context {
+                            text.push_str("\n\n");
+                            text.push_str(&more);
+                        }
+                        self.send_now(text).await
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            Input::HooksRan(reports) => self.report_hooks(reports),
             Input::RetryDue { call } => {
                 if self.work.finish_retry(call) {
                     self.apply_internal(Event::RetryDue).await;
@@ -336,10 +443,36 @@ impl Actor {
         match cmd {
             Command::Send { text, reply } => {
                 self.recovery_notices.clear();
-                let result = self.apply(Event::UserMessage { text }).await;
-                let _ = reply.send(result.map(|_| self.last_user_message_seq()));
+                // A message the state would refuse is refused before any
+                // hook runs.
+                let probe = Event::UserMessage { text: text.clone() };
+                if let Err(r) =
+                    agentd_core::transition(&self.record.state, &self.context(None), probe)
+                {
+                    let _ = reply.send(Err(RuntimeError::Rejected(r)));
+                    return;
+                }
+                if self.work.prompt_checking() {
+                    let _ = reply.send(Err(RuntimeError::Rejected(Rejected::Busy)));
+                    return;
+                }
+                self.load_hooks();
+                let session_start = if self.transcript.is_empty() {
+                    self.hooks.all_of(Stage::SessionStart)
+                } else {
+                    Vec::new()
+                };
+                let submit = self.hooks.all_of(Stage::UserPromptSubmit);
+                if session_start.is_empty() && submit.is_empty() {
+                    let result = self.send_now(text).await;
+                    let _ = reply.send(result);
+                } else {
+                    self.check_prompt(session_start, submit, text, reply);
+                }
             }
             Command::Cancel { reply } => {
+                // Hooks checking a message that is not sent yet stop too.
+                self.work.cancel_prompt();
                 let busy = !self.record.state.is_at_rest();
                 let result = self.apply(Event::UserCancel).await;
                 let _ = reply.send(result.map(|_| busy));
@@ -402,6 +535,22 @@ impl Actor {
                     });
                 let _ = reply.send(self.snapshot(&client));
             }
+        }
+    }
+
+    /// Feeds a user message (its hooks, if any, have run).
+    async fn send_now(&mut self, text: String) -> Result<u64, RuntimeError> {
+        self.apply(Event::UserMessage { text }).await?;
+        Ok(self.last_user_message_seq())
+    }
+
+    /// Tells clients about hooks that ran.
+    fn report_hooks(&mut self, reports: Vec<HookReport>) {
+        for report in reports {
+            if let Some(error) = &report.error {
+                tracing::warn!(conversation = %self.record.id, "{} hook `{}` failed: {error}", report.stage.as_str(), report.command);
+            }
+            self.emit(EventKind::HookRan(report));
         }
     }
 
