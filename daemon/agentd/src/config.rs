@@ -531,6 +531,22 @@ mod tests {
     }
 
     #[test]
+    fn hooks_are_checked_at_start_up() {
+        let ok = "[hooks]\nmax_stop_continuations = 1\n[[hooks.pre_tool_use]]\nmatcher = \"bash(git push:*)\"\ncommand = \"./check.sh\"\n";
+        let c = Config::from_parts(toml::from_str(ok).unwrap(), &env_of(&[]), None).unwrap();
+        assert_eq!(c.hooks.hooks.len(), 1);
+        assert_eq!(
+            (c.hooks.max_stop_continuations, c.hook_timeout_ms),
+            (1, 60_000)
+        );
+        let bad = "[[hooks.pre_tool_use]]\nmatcher = \"bash(\"\ncommand = \"x\"\n";
+        let err = Config::from_parts(toml::from_str(bad).unwrap(), &env_of(&[]), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hooks.pre_tool_use[0]: matcher"), "{err}");
+    }
+
+    #[test]
     fn unknown_keys_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c.toml");

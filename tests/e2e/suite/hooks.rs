@@ -509,3 +509,48 @@ echo '{"decision": "deny", "reason": "the project says no"}'"#,
     let (_, out, _) = agent_out(&d, &["trust", "--list"]).await;
     assert!(!out.contains(&dir), "{out}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_prompt_submit_hook_blocks_a_message_or_adds_context() {
+    let hooks = tempfile::tempdir().unwrap();
+    let check = script(
+        hooks.path(),
+        "check.sh",
+        r#"if grep -q secret; then echo 'that looks like a secret' >&2; exit 2; fi
+echo '{"context": "(the user is on call today)"}'"#,
+    );
+    let s = Scenario::new()
+        .config(&hook("user_prompt_submit", None, &check, None))
+        .script(Script::text("noted"))
+        .conversation("")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
+    let refused = client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "the secret is hunter2".to_string(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        refused.message().contains("that looks like a secret"),
+        "{refused:?}"
+    );
+    assert!(fake.requests().is_empty(), "a blocked message is not sent");
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    send(&mut client, &id, "fix the build").await;
+    let frames = a.until(WAIT, is_idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 1);
+    let first = reqs[0].body["messages"][0].to_string();
+    assert!(first.contains("fix the build"), "{first}");
+    assert!(first.contains("(the user is on call today)"), "{first}");
+    let runs = hook_runs(&frames);
+    assert!(
+        runs.iter()
+            .any(|r| r.stage == "user_prompt_submit" && r.decision == "context"),
+        "{runs:?}"
+    );
+}

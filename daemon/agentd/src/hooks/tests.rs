@@ -125,7 +125,8 @@ fn a_project_file_counts_only_under_a_trusted_directory() {
     let elsewhere = root.path().join("other");
     let (hooks, _) = Hooks::for_conversation(&user, 1000, &sub, &[elsewhere]);
     assert!(hooks.hooks.is_empty());
-    let (hooks, problem) = Hooks::for_conversation(&user, 1000, &sub, std::slice::from_ref(&project));
+    let (hooks, problem) =
+        Hooks::for_conversation(&user, 1000, &sub, std::slice::from_ref(&project));
     assert!(problem.is_none());
     assert_eq!(hooks.all_of(Stage::Stop).len(), 1);
     // A parent trusted counts too; a broken file is reported, not used.

@@ -622,9 +622,14 @@ impl Actor {
             ),
         );
         self.announce_call(&call);
-        let post = self
-            .hooks
-            .for_call(Stage::PostToolUse, &self.context(None).policy, &call);
+        // Without post_tool_use hooks nothing is matched (the policy's
+        // paths are not resolved again).
+        let post = if self.hooks.of(Stage::PostToolUse).next().is_some() {
+            self.hooks
+                .for_call(Stage::PostToolUse, &self.context(None).policy, &call)
+        } else {
+            Vec::new()
+        };
         let env = self.hook_env(cancel.clone());
         let ctx = self.tool_context(cancel);
         let registry = self.shared.tools.clone();
