@@ -122,6 +122,24 @@ pub enum Command {
     /// List background shells, read their output, kill them
     Shells(ShellsArgs),
 
+    /// Trust a directory: hooks in the `.agentd/config.toml` of projects at
+    /// or under it run (those of other projects never do)
+    Trust {
+        /// The directory [default: the current directory]
+        #[arg(value_name = "DIR", conflicts_with = "list")]
+        dir: Option<PathBuf>,
+        /// List the trusted directories instead
+        #[arg(long)]
+        list: bool,
+    },
+
+    /// Stop trusting a directory: its projects' hooks no longer run
+    Untrust {
+        /// The directory [default: the current directory]
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+
     /// Write conversations as JSON lines (one conversation per line) to stdout
     Export {
         /// Conversation ids or unique prefixes [default: all]

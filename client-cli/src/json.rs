@@ -266,6 +266,7 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::Notice(_) => "notice",
         Event::ReplyBegin(_) => "reply_begin",
         Event::InstructionsLoaded(_) => "instructions_loaded",
+        Event::HookRan(_) => "hook_ran",
     }
 }
 
@@ -325,6 +326,13 @@ fn event_body(event: &Event) -> Value {
         Event::Notice(n) => json!({"message": n.message}),
         Event::ReplyBegin(r) => json!({"attempt": r.attempt}),
         Event::InstructionsLoaded(i) => instructions(i),
+        Event::HookRan(h) => json!({
+            "stage": h.stage,
+            "command": h.command,
+            "decision": h.decision,
+            "duration_ms": h.duration_ms,
+            "error": h.error,
+        }),
     }
 }
 

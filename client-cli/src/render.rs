@@ -321,6 +321,16 @@ impl<W: Write> Renderer<W> {
                 let text = self.paint(DIM, &instructions_line(i));
                 self.line(&text)?;
             }
+            Event::HookRan(h) => {
+                self.end_line()?;
+                let text = hook_line(h);
+                let text = if h.error.is_empty() {
+                    self.paint(DIM, &text)
+                } else {
+                    self.paint(YELLOW, &text)
+                };
+                self.line(&text)?;
+            }
         }
         self.out.flush()
     }
@@ -422,6 +432,7 @@ impl<W: Write> Renderer<W> {
                 self.error_line("context window exhausted: the conversation is read-only")?;
             }
             StateKind::Cancelling => self.info("cancelling…")?,
+            StateKind::StopHooks => {}
             StateKind::AwaitingContinuation => {
                 self.info("context nearly full: summarizing to continue…")?;
             }
@@ -950,6 +961,7 @@ pub fn state_text(s: &pb::ConversationState) -> String {
         StateKind::Cancelling => "cancelling".into(),
         StateKind::AwaitingSubAgents => "waiting for sub-agents".into(),
         StateKind::AwaitingContinuation => "summarizing".into(),
+        StateKind::StopHooks => "running stop hooks".into(),
         StateKind::ContextExhausted => "context exhausted".into(),
         StateKind::Error => {
             let kind = error_kind_text(s.error_kind);
@@ -1128,3 +1140,20 @@ fn size(bytes: u64) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// One line for a hook that ran: `· hook pre_tool_use ./check.sh: deny (12 ms)`,
+/// with the error when it failed.
+pub fn hook_line(h: &pb::HookRan) -> String {
+    let mut text = format!(
+        "· hook {} {}: {} ({})",
+        h.stage,
+        one_line(&h.command, 60),
+        h.decision,
+        format_duration_ms(h.duration_ms)
+    );
+    if !h.error.is_empty() {
+        text.push_str(" — ");
+        text.push_str(&one_line(&h.error, 200));
+    }
+    text
+}

@@ -529,7 +529,8 @@ impl Session<'_> {
                 | StateKind::AwaitingPermission
                 | StateKind::Cancelling
                 | StateKind::AwaitingSubAgents
-                | StateKind::AwaitingContinuation => None,
+                | StateKind::AwaitingContinuation
+                | StateKind::StopHooks => None,
             },
             SessionKind::Run => None,
             SessionKind::Attach => (self.detach_deadline.is_some() && self.unacked.is_empty())

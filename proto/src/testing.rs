@@ -89,6 +89,8 @@ pub mod rpc {
         ExportConversations: pb::ExportConversationsRequest => Vec<pb::ExportedConversation>;
         ImportConversations: Vec<pb::ExportedConversation> => pb::ImportConversationsResponse;
         GetUsage: pb::GetUsageRequest => pb::GetUsageResponse;
+        SetDirectoryTrust: pb::SetDirectoryTrustRequest => pb::TrustedDirectories;
+        ListTrustedDirectories: pb::ListTrustedDirectoriesRequest => pb::TrustedDirectories;
     }
 }
 
@@ -266,6 +268,20 @@ impl AgentService for FakeAgent {
         request: Request<pb::KillShellRequest>,
     ) -> Result<Response<pb::KillShellResponse>, Status> {
         self.unary::<rpc::KillShell>(request)
+    }
+
+    async fn set_directory_trust(
+        &self,
+        request: Request<pb::SetDirectoryTrustRequest>,
+    ) -> Result<Response<pb::TrustedDirectories>, Status> {
+        self.unary::<rpc::SetDirectoryTrust>(request)
+    }
+
+    async fn list_trusted_directories(
+        &self,
+        request: Request<pb::ListTrustedDirectoriesRequest>,
+    ) -> Result<Response<pb::TrustedDirectories>, Status> {
+        self.unary::<rpc::ListTrustedDirectories>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

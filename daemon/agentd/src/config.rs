@@ -263,6 +263,8 @@ pub struct FileConfig {
     pub models: std::collections::HashMap<String, crate::models::ModelSection>,
     /// Persistence.
     pub store: StoreSection,
+    /// Commands run at points of a turn (README "Hooks").
+    pub hooks: crate::hooks::HooksSection,
 }
 
 /// The effective configuration.
@@ -297,6 +299,11 @@ pub struct Config {
     pub user_dir: Option<PathBuf>,
     /// Persistence.
     pub store: StoreSection,
+    /// The user's hooks, checked; a trusted project's are added per
+    /// conversation.
+    pub hooks: crate::hooks::Hooks,
+    /// The default time limit of a hook, ms (project hooks use it too).
+    pub hook_timeout_ms: u64,
 }
 
 impl Config {
@@ -367,6 +374,16 @@ impl Config {
                 rules.push(rule);
             }
         }
+        if file.hooks.timeout_ms == 0 {
+            return Err(ConfigError::Invalid(
+                "hooks.timeout_ms must be at least 1".into(),
+            ));
+        }
+        let hooks = crate::hooks::Hooks {
+            hooks: crate::hooks::Hooks::compile(&file.hooks.lists(), file.hooks.timeout_ms)
+                .map_err(ConfigError::Invalid)?,
+            max_stop_continuations: file.hooks.max_stop_continuations,
+        };
         let default_mode = file.permissions.mode.unwrap_or_default();
         if default_mode == agentd_core::Mode::Bypass {
             return Err(ConfigError::Invalid(
@@ -391,6 +408,8 @@ impl Config {
             ),
             user_dir: default_config_path(env).and_then(|p| p.parent().map(Path::to_path_buf)),
             store: file.store,
+            hooks,
+            hook_timeout_ms: file.hooks.timeout_ms,
             model,
             provider: file.provider,
             api_key,
@@ -519,6 +538,22 @@ mod tests {
             (c.grpc.max_text_bytes, c.grpc.max_frame_bytes),
             (100, 65_536)
         );
+    }
+
+    #[test]
+    fn hooks_are_checked_at_start_up() {
+        let ok = "[hooks]\nmax_stop_continuations = 1\n[[hooks.pre_tool_use]]\nmatcher = \"bash(git push:*)\"\ncommand = \"./check.sh\"\n";
+        let c = Config::from_parts(toml::from_str(ok).unwrap(), &env_of(&[]), None).unwrap();
+        assert_eq!(c.hooks.hooks.len(), 1);
+        assert_eq!(
+            (c.hooks.max_stop_continuations, c.hook_timeout_ms),
+            (1, 60_000)
+        );
+        let bad = "[[hooks.pre_tool_use]]\nmatcher = \"bash(\"\ncommand = \"x\"\n";
+        let err = Config::from_parts(toml::from_str(bad).unwrap(), &env_of(&[]), None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("hooks.pre_tool_use[0]: matcher"), "{err}");
     }
 
     #[test]

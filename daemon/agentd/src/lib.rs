@@ -23,6 +23,7 @@
 pub mod cli;
 pub mod config;
 pub mod grpc;
+pub mod hooks;
 pub mod llm;
 pub mod models;
 pub mod process;

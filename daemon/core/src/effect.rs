@@ -85,6 +85,16 @@ pub enum Effect {
     AbortTools {
         tool_use_ids: Vec<String>,
     },
+    /// Run the `pre_tool_use` hooks whose matchers match `call`; the
+    /// runtime reports `PreToolHooksDecided`.
+    RunPreToolHooks {
+        call: ToolCall,
+    },
+    /// Run the `stop` hooks; the runtime reports `StopHooksDecided`.
+    RunStopHooks,
+    /// Stop the hooks that run (their process groups are terminated);
+    /// their late answers are ignored.
+    AbortHooks,
     /// Show a permission request to every attached client.
     AskPermission {
         ask: PermissionAsk,

@@ -2,6 +2,7 @@
 //! `transition` is one of these.
 
 use crate::client::ClientInfo;
+use crate::hooks::HookVerdict;
 use crate::message::{ContentBlock, Reply, ToolResult, Usage};
 use crate::permission::Decision;
 use crate::state::{ErrorKind, SubAgentResult};
@@ -66,6 +67,21 @@ pub enum Event {
         /// sees; `None` when the daemon answered itself.
         by: Option<ClientInfo>,
     },
+    /// The `pre_tool_use` hooks of a call answered (all of them; a hook
+    /// that failed or timed out counts as no decision).
+    PreToolHooksDecided {
+        tool_use_id: String,
+        verdict: HookVerdict,
+        /// The input the call runs with instead, if a hook replaced it.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        new_input: Option<serde_json::Value>,
+    },
+    /// The `stop` hooks answered: `Some(reason)` makes the model continue,
+    /// told the reason.
+    StopHooksDecided {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        continue_with: Option<String>,
+    },
     /// A sub-agent finished (modelled for a later issue).
     SubAgentFinished { result: SubAgentResult },
     /// The continuation summary arrived.
@@ -97,6 +113,8 @@ impl Event {
             Event::RetryDue => "RetryDue",
             Event::ToolCompleted { .. } => "ToolCompleted",
             Event::PermissionAnswered { .. } => "PermissionAnswered",
+            Event::PreToolHooksDecided { .. } => "PreToolHooksDecided",
+            Event::StopHooksDecided { .. } => "StopHooksDecided",
             Event::SubAgentFinished { .. } => "SubAgentFinished",
             Event::ContinuationCompleted { .. } => "ContinuationCompleted",
             Event::ContinuationFailed { .. } => "ContinuationFailed",

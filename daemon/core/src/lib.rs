@@ -19,6 +19,7 @@
 pub mod client;
 pub mod effect;
 pub mod event;
+pub mod hooks;
 pub mod message;
 pub mod permission;
 pub mod state;
@@ -29,6 +30,7 @@ pub mod transition;
 pub use client::ClientInfo;
 pub use effect::{Effect, LlmPurpose, Notice};
 pub use event::{Event, LlmFailure, RuleScope};
+pub use hooks::{HookMatchers, HookVerdict};
 pub use message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage};
 pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
 pub use state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun};

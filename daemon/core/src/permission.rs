@@ -369,6 +369,40 @@ impl Policy {
         }
     }
 
+    /// Whether `rule` (whatever its action) matches `call` the way a deny
+    /// rule would: any part of it, quotes and other spellings seen
+    /// through, and a part that cannot be read well enough to tell counts
+    /// as matched. Hooks' matchers are judged with it.
+    pub fn rule_matches(&self, rule: &Rule, call: &ToolCall) -> bool {
+        let tool = call.name.as_str();
+        let subject = Tool::from_name(tool).map(Tool::subject);
+        if !rule_concerns(rule, tool, subject) {
+            return false;
+        }
+        let probe = Rule {
+            action: Action::Deny,
+            ..rule.clone()
+        };
+        let compiled = self.compile(&probe);
+        let script = match bash_script(call, subject) {
+            Some(Err(_)) => return true,
+            Some(Ok(script)) => Some(script),
+            None => None,
+        };
+        let whole = match &compiled {
+            Compiled::Bare => probe.tool == tool,
+            Compiled::Bash(BashPattern::Exact(pattern)) => script
+                .as_ref()
+                .is_some_and(|s| s.normalized == pattern.normalized),
+            _ => false,
+        };
+        whole
+            || self
+                .parts(call, subject, script.as_ref())
+                .iter()
+                .any(|part| self.part_hit(&probe, &compiled, part).is_some())
+    }
+
     /// The raw paths of `call` that the runtime should resolve (symbolic
     /// links) into [`Policy::resolved_paths`] before evaluating it.
     pub fn paths_to_resolve(call: &ToolCall) -> Vec<String> {

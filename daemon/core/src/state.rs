@@ -1,5 +1,6 @@
 //! Conversation states and the context the transition function reads.
 
+use crate::hooks::{HookMatchers, HookVerdict};
 use crate::message::{ToolCall, ToolResult, Usage};
 use crate::permission::{PermissionAsk, Policy};
 use serde::{Deserialize, Serialize};
@@ -52,6 +53,12 @@ pub enum ConvState {
     },
     /// Tools of the last reply run; a permission request may be pending.
     ToolExecuting(ToolRun),
+    /// The model ended its turn and the `stop` hooks run: they may make it
+    /// continue (with a reason it is told), or let the turn end.
+    StopHooks {
+        /// Model round that ended.
+        iteration: u32,
+    },
     /// A cancel aborted the model's stream; waiting for its partial reply.
     Cancelling {
         /// Model round that was cancelled.
@@ -97,6 +104,7 @@ impl ConvState {
             ConvState::LlmRequesting { .. } => "LlmRequesting",
             ConvState::ToolExecuting(run) if run.permission.is_some() => "AwaitingPermission",
             ConvState::ToolExecuting(_) => "ToolExecuting",
+            ConvState::StopHooks { .. } => "StopHooks",
             ConvState::Cancelling { .. } => "Cancelling",
             ConvState::AwaitingSubAgents { .. } => "AwaitingSubAgents",
             ConvState::AwaitingContinuation { .. } => "AwaitingContinuation",
@@ -126,7 +134,8 @@ impl ConvState {
         match self {
             ConvState::AwaitingLlm { iteration }
             | ConvState::LlmRequesting { iteration, .. }
-            | ConvState::Cancelling { iteration } => *iteration,
+            | ConvState::Cancelling { iteration }
+            | ConvState::StopHooks { iteration } => *iteration,
             ConvState::ToolExecuting(run) => run.iteration,
             _ => 0,
         }
@@ -143,7 +152,7 @@ pub struct RetryWait {
 }
 
 /// The tools of one reply and their progress.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ToolRun {
     /// Model round that asked for them.
     pub iteration: u32,
@@ -160,6 +169,14 @@ pub struct ToolRun {
     /// results are written (empty: none), and no further model request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stop_with_feedback: Option<String>,
+    /// The call whose `pre_tool_use` hooks run now. While it is set nothing
+    /// else starts (as while a permission request is pending).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hooking: Option<String>,
+    /// What the `pre_tool_use` hooks decided, by call id, for calls not
+    /// started or answered yet.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hook_verdicts: Vec<(String, HookVerdict)>,
 }
 
 impl ToolRun {
@@ -234,6 +251,9 @@ pub struct ConvContext {
     /// The most recent tool calls of this conversation, oldest first (for the
     /// doom-loop detector); the runtime keeps the last few.
     pub recent_calls: Vec<ToolCall>,
+    /// The hooks configured for this conversation, as far as decisions
+    /// depend on them (none by default).
+    pub hooks: HookMatchers,
 }
 
 impl Default for ConvContext {
@@ -250,6 +270,7 @@ impl Default for ConvContext {
             policy: Policy::default(),
             doom_loop_threshold: 3,
             recent_calls: Vec::new(),
+            hooks: HookMatchers::default(),
         }
     }
 }

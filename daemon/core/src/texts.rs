@@ -78,3 +78,23 @@ pub fn continuation_prompt(rejected_tools: &[String]) -> String {
 pub const ALREADY_UNRESTRICTED: &str = "Already in Unrestricted mode";
 /// Result of an approved `request_mode_upgrade`.
 pub const MODE_UPGRADED: &str = "The user approved the upgrade: the conversation is now in default mode, and write tools are available.";
+
+/// The tool result of a call a `pre_tool_use` hook refused: the reason the
+/// hook gave follows.
+pub fn hook_denied(tool: &str, reason: &str) -> String {
+    let reason = reason.trim();
+    if reason.is_empty() {
+        format!("A pre_tool_use hook blocked this {tool} call")
+    } else {
+        format!("A pre_tool_use hook blocked this {tool} call: {reason}")
+    }
+}
+
+/// How the user message a `stop` hook sends to make the model continue
+/// begins; the hook's reason follows.
+pub const STOP_HOOK_PREFIX: &str = "[stop hook] ";
+
+/// The user message that makes the model continue after a `stop` hook.
+pub fn stop_hook_message(reason: &str) -> String {
+    format!("{STOP_HOOK_PREFIX}{}", reason.trim())
+}

@@ -7,6 +7,7 @@
 use crate::client::ClientInfo;
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::{Event, LlmFailure, RuleScope};
+use crate::hooks::HookVerdict;
 use crate::message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult};
 use crate::permission::{Action, Decision, Mode, PermissionAsk, Verdict, suggest_rule};
 use crate::state::{
@@ -236,6 +237,48 @@ pub fn transition(
             ),
             _ => Err(Rejected::NoPendingPermission),
         },
+        Event::PreToolHooksDecided {
+            tool_use_id,
+            verdict,
+            new_input,
+        } => match state {
+            ConvState::ToolExecuting(run)
+                if run.hooking.as_deref() == Some(tool_use_id.as_str()) =>
+            {
+                let mut run = run.clone();
+                run.hooking = None;
+                if let Some(input) = new_input
+                    && let Some(call) = run.calls.iter_mut().find(|c| c.id == tool_use_id)
+                {
+                    call.input = input;
+                }
+                run.hook_verdicts.push((tool_use_id, verdict));
+                Ok(schedule(ctx, run, Vec::new()))
+            }
+            _ => Err(not_applicable(&Event::PreToolHooksDecided {
+                tool_use_id,
+                verdict,
+                new_input,
+            })),
+        },
+        Event::StopHooksDecided { continue_with } => match state {
+            ConvState::StopHooks { iteration } => {
+                let reason = continue_with.as_deref().map(str::trim).unwrap_or("");
+                if reason.is_empty() {
+                    Ok(Transition::new(ConvState::Idle))
+                } else if *iteration >= ctx.max_iterations {
+                    Ok(next_round(ctx, *iteration))
+                } else {
+                    Ok(next_round(ctx, *iteration).prepend(Effect::AppendMessage {
+                        message: Message::user(
+                            vec![ContentBlock::text(texts::stop_hook_message(reason))],
+                            ctx.now_ms,
+                        ),
+                    }))
+                }
+            }
+            _ => Err(not_applicable(&Event::StopHooksDecided { continue_with })),
+        },
         Event::SubAgentFinished { result } => match state {
             ConvState::AwaitingSubAgents {
                 pending_ids,
@@ -328,6 +371,7 @@ fn on_user_message(
         ConvState::ContextExhausted { .. } => Err(Rejected::ContextExhausted),
         ConvState::AwaitingLlm { .. }
         | ConvState::LlmRequesting { .. }
+        | ConvState::StopHooks { .. }
         | ConvState::ToolExecuting(_)
         | ConvState::AwaitingSubAgents { .. }
         | ConvState::AwaitingContinuation { .. } => Err(Rejected::Busy),
@@ -380,6 +424,8 @@ fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
         ConvState::AwaitingLlm { .. } => {
             Transition::new(ConvState::Idle).with(interrupt_marker(ctx))
         }
+        // The model had ended its turn: stopping the hooks ends it.
+        ConvState::StopHooks { .. } => Transition::new(ConvState::Idle).with(Effect::AbortHooks),
         ConvState::LlmRequesting { retry: Some(_), .. } => Transition::new(ConvState::Idle)
             .with(Effect::CancelRetry)
             .with(interrupt_marker(ctx)),
@@ -398,6 +444,9 @@ fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
                     tool_use_ids: run.running.clone(),
                 });
             }
+            if run.hooking.is_some() {
+                t = t.with(Effect::AbortHooks);
+            }
             if let Some(ask) = &run.permission {
                 t = t.with(Effect::PermissionResolved {
                     request_id: ask.request_id.clone(),
@@ -406,8 +455,12 @@ fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
                 });
             }
             let suspended = run.permission.as_ref().map(|a| a.tool_use_id.as_str());
+            let hooking = run.hooking.as_deref();
             let results = answer_all(run, |id| {
-                if run.running.iter().any(|r| r == id) || suspended == Some(id) {
+                if run.running.iter().any(|r| r == id)
+                    || suspended == Some(id)
+                    || hooking == Some(id)
+                {
                     texts::CANCELLED_BY_USER
                 } else {
                     texts::SKIPPED_DUE_TO_CANCELLATION
@@ -534,15 +587,15 @@ fn on_reply(ctx: &ConvContext, iteration: u32, mut reply: Reply) -> Transition {
         let run = ToolRun {
             iteration,
             calls,
-            results: Vec::new(),
-            running: Vec::new(),
-            permission: None,
-            stop_with_feedback: None,
+            ..ToolRun::default()
         };
         schedule(ctx, run, Vec::new())
     } else {
         match &reply.stop_reason {
             StopReason::PauseTurn => next_round(ctx, iteration),
+            StopReason::EndTurn | StopReason::StopSequence if ctx.hooks.stop_due() => {
+                Transition::new(ConvState::StopHooks { iteration }).with(Effect::RunStopHooks)
+            }
             StopReason::EndTurn | StopReason::StopSequence => Transition::new(ConvState::Idle),
             StopReason::ToolUse => info(
                 ConvState::Idle,
@@ -712,7 +765,21 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
             if !run.running.is_empty() && !read_only {
                 break;
             }
-            match verdict(ctx, &run, &call) {
+            let Some(verdict) = verdict(ctx, &run, &call) else {
+                // The call's pre_tool_use hooks decide next; like a
+                // permission request, they wait until nothing runs.
+                if !run.running.is_empty() {
+                    break;
+                }
+                effects.push(Effect::RunPreToolHooks { call: call.clone() });
+                run.hooking = Some(call.id.clone());
+                return Transition {
+                    state: ConvState::ToolExecuting(run),
+                    mode: None,
+                    effects,
+                };
+            };
+            match verdict {
                 Verdict::Deny(reason) => {
                     run.results.push(ToolResult::new(&call.id, reason, true));
                 }
@@ -775,51 +842,88 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
     t
 }
 
-/// The policy's verdict, with the doom-loop check on top.
-fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Verdict {
+/// The verdict on `call`, in the permission order: deny rules (and a
+/// restricted mode's refusal, and a doom-loop `deny`) → the pre_tool_use
+/// hooks → the mode's defaults, ask and allow rules (and a doom-loop
+/// `ask`). `None`: hooks match the call and have not answered yet.
+fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Option<Verdict> {
     let tool = Tool::from_name(&call.name);
     if tool == Some(Tool::RequestModeUpgrade)
         && !matches!(ctx.policy.mode, Mode::ReadOnly | Mode::Plan)
     {
-        return Verdict::Deny(texts::ALREADY_UNRESTRICTED.to_string());
+        return Some(Verdict::Deny(texts::ALREADY_UNRESTRICTED.to_string()));
     }
     if !call.input.is_object() || tool.is_none() {
         // Malformed input (the model's JSON did not parse) or an unknown
         // tool cannot run: the tool layer answers with an error saying what
         // was wrong, which is more use to everyone than a prompt about it.
-        return Verdict::Allow;
+        return Some(Verdict::Allow);
     }
     let base = ctx.policy.evaluate(call);
     if matches!(base, Verdict::Deny(_)) {
-        return base;
+        return Some(base);
     }
-    let threshold = ctx.doom_loop_threshold;
-    // The doom-loop setting (config `doom_loop = allow|ask|deny`): allow
-    // turns the check off; ask and deny act on a loop found below.
-    if threshold >= 2 && ctx.policy.doom_loop != Action::Allow {
-        let earlier: Vec<&ToolCall> = ctx
-            .recent_calls
+    let doom = doom_loop(ctx, run, call);
+    if let Some(Verdict::Deny(_)) = doom {
+        return doom;
+    }
+    if tool != Some(Tool::RequestModeUpgrade) {
+        let hooked = run
+            .hook_verdicts
             .iter()
-            .chain(run.calls.iter().take_while(|c| c.id != call.id))
-            .collect();
-        let repeats = earlier
-            .iter()
-            .rev()
-            .take_while(|c| c.name == call.name && c.input == call.input)
-            .count();
-        if repeats + 1 >= threshold {
-            let reason = format!(
-                "doom loop: {} was called with identical input {} times in a row",
-                call.name,
-                repeats + 1
-            );
-            return match ctx.policy.doom_loop {
-                Action::Deny => Verdict::Deny(reason),
-                Action::Ask | Action::Allow => Verdict::Ask(reason),
-            };
+            .find(|(id, _)| *id == call.id)
+            .map(|(_, v)| v);
+        match hooked {
+            Some(HookVerdict::Deny(reason)) => {
+                return Some(Verdict::Deny(texts::hook_denied(&call.name, reason)));
+            }
+            Some(HookVerdict::Ask(reason)) => {
+                let reason = if reason.trim().is_empty() {
+                    "a pre_tool_use hook asks".to_string()
+                } else {
+                    format!("a pre_tool_use hook asks: {}", reason.trim())
+                };
+                return Some(Verdict::Ask(reason));
+            }
+            Some(HookVerdict::Allow) => return Some(Verdict::Allow),
+            Some(HookVerdict::None) => {}
+            None if ctx.hooks.pre_tool_use_matches(&ctx.policy, call) => return None,
+            None => {}
         }
     }
-    base
+    Some(doom.unwrap_or(base))
+}
+
+/// The doom-loop check: the same call with identical input too many times
+/// in a row. The setting (config `doom_loop = allow|ask|deny`): allow turns
+/// the check off; ask and deny act on a loop found.
+fn doom_loop(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Option<Verdict> {
+    let threshold = ctx.doom_loop_threshold;
+    if threshold < 2 || ctx.policy.doom_loop == Action::Allow {
+        return None;
+    }
+    let earlier: Vec<&ToolCall> = ctx
+        .recent_calls
+        .iter()
+        .chain(run.calls.iter().take_while(|c| c.id != call.id))
+        .collect();
+    let repeats = earlier
+        .iter()
+        .rev()
+        .take_while(|c| c.name == call.name && c.input == call.input)
+        .count();
+    if repeats + 1 < threshold {
+        return None;
+    }
+    let reason = format!(
+        "doom loop: {} was called with identical input {} times in a row",
+        call.name,
+        repeats + 1
+    );
+    Some(match ctx.policy.doom_loop {
+        Action::Deny => Verdict::Deny(reason),
+        Action::Ask | Action::Allow => Verdict::Ask(reason),
+    })
 }
 
 /// Whether bash requests offer "run it in the background".
@@ -988,6 +1092,9 @@ fn on_permission_answer(
 /// kept: the next start asks / requests again.
 fn on_stop(state: &ConvState, ctx: &ConvContext) -> Transition {
     match state {
+        // The model had ended its turn; the stop hooks are stopped with
+        // the daemon, and the turn ends.
+        ConvState::StopHooks { .. } => Transition::new(ConvState::Idle).with(Effect::AbortHooks),
         ConvState::ToolExecuting(run) if run.permission.is_none() => {
             let results = answer_all(run, |id| {
                 if run.running.iter().any(|r| r == id) {
@@ -1012,6 +1119,9 @@ fn on_stop(state: &ConvState, ctx: &ConvContext) -> Transition {
                     tool_use_ids: run.running.clone(),
                 });
             }
+            if run.hooking.is_some() {
+                t = t.with(Effect::AbortHooks);
+            }
             t.with(Effect::AppendMessage {
                 message: Message::user(results, ctx.now_ms),
             })
@@ -1034,6 +1144,8 @@ fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
             begin_request(ctx, (*iteration).max(1))
                 .prepend(recovered("re-issuing the model request"))
         }
+        ConvState::StopHooks { .. } => Transition::new(ConvState::Idle)
+            .with(recovered("the stop hooks were interrupted; the turn ended")),
         ConvState::Cancelling { .. } => Transition::new(ConvState::Idle)
             .with(recovered("completing the cancellation"))
             .with(interrupt_marker(ctx)),

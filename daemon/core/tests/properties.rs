@@ -23,10 +23,11 @@
 
 use agentd_core::effect::{Effect, LlmPurpose};
 use agentd_core::event::{Event, LlmFailure, RuleScope};
+use agentd_core::hooks::{HookMatchers, HookVerdict, stop_continuations};
 use agentd_core::message::{
     ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
-use agentd_core::permission::Decision;
+use agentd_core::permission::{Action as RuleAction, Decision, Rule};
 use agentd_core::state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind};
 use agentd_core::texts;
 use agentd_core::tools::is_read_only;
@@ -52,6 +53,9 @@ struct Setup {
     max_iterations: u32,
     doom_loop_threshold: usize,
     sub_agent: bool,
+    /// 0: no hooks; 1: pre_tool_use hooks on bash; 2: pre_tool_use hooks
+    /// on every call and stop hooks (at most 2 continuations per turn).
+    hooks: u8,
 }
 
 /// Something that happens in the world.
@@ -88,6 +92,9 @@ enum Action {
     Stop,
     /// A user asks for a continuation summary.
     TriggerContinuation,
+    /// The hooks that run answer (pre_tool_use: 0 no decision, 1 allow,
+    /// 2 deny, 3 ask; stop: all but 3 continue), or a stale answer comes.
+    Hook { decision: u8, rewrite: bool },
 }
 
 #[derive(Debug, Clone)]
@@ -150,13 +157,15 @@ fn setup_strategy() -> impl Strategy<Value = Setup> {
         1u32..=8,
         prop::sample::select(vec![0usize, 2, 2, 3]),
         prop::bool::weighted(0.2),
+        prop::sample::select(vec![0u8, 0, 0, 0, 1, 2]),
     )
         .prop_map(
-            |(max_attempts, max_iterations, doom_loop_threshold, sub_agent)| Setup {
+            |(max_attempts, max_iterations, doom_loop_threshold, sub_agent, hooks)| Setup {
                 max_attempts,
                 max_iterations,
                 doom_loop_threshold,
                 sub_agent,
+                hooks,
             },
         )
 }
@@ -216,6 +225,8 @@ fn action_strategy() -> impl Strategy<Value = Action> {
                 8 => Just(Action::Restart),
         4 => Just(Action::Stop),
         1 => Just(Action::TriggerContinuation),
+        20 => (0u8..4, prop::bool::weighted(0.3))
+            .prop_map(|(decision, rewrite)| Action::Hook { decision, rewrite }),
     ]
 }
 
@@ -274,6 +285,7 @@ struct Snapshot {
     llm: Llm,
     timer: bool,
     running: usize,
+    hooks: Hooks,
 }
 
 struct Sim {
@@ -294,7 +306,18 @@ struct Sim {
     started: Vec<String>,
     /// Every id named by AbortTools.
     aborted: Vec<String>,
+    /// The hooks the world runs now.
+    hooks: Hooks,
     violations: Vec<String>,
+}
+
+/// Hooks running in the world.
+#[derive(Debug, Clone, PartialEq)]
+enum Hooks {
+    None,
+    /// The pre_tool_use hooks of this call.
+    Pre(String),
+    Stop,
 }
 
 impl Sim {
@@ -308,6 +331,19 @@ impl Sim {
                 ContextExhaustionBehavior::IntentionallyUnhandled
             } else {
                 ContextExhaustionBehavior::ThresholdBasedContinuation
+            },
+            hooks: match setup.hooks {
+                0 => HookMatchers::default(),
+                1 => HookMatchers {
+                    pre_tool_use: vec![Some(Rule::parse("bash", RuleAction::Deny).unwrap())],
+                    ..HookMatchers::default()
+                },
+                _ => HookMatchers {
+                    pre_tool_use: vec![None],
+                    stop: true,
+                    max_stop_continuations: 2,
+                    stop_continuations: 0,
+                },
             },
             ..ConvContext::default()
         };
@@ -325,6 +361,7 @@ impl Sim {
             running: Vec::new(),
             started: Vec::new(),
             aborted: Vec::new(),
+            hooks: Hooks::None,
             violations: Vec::new(),
         }
     }
@@ -348,6 +385,7 @@ impl Sim {
             llm: self.llm,
             timer: self.timer,
             running: self.running.len(),
+            hooks: self.hooks.clone(),
         }
     }
 
@@ -356,6 +394,9 @@ impl Sim {
     /// Feeds `event`; on success keeps the new state and runs the effects in
     /// order. Returns whether the event was accepted.
     fn feed(&mut self, event: Event) -> bool {
+        // The runtime counts the stop hooks' continuations of this turn in
+        // the transcript.
+        self.ctx.hooks.stop_continuations = stop_continuations(&self.transcript);
         let result = transition(&self.state, &self.ctx, event.clone());
         if self.prop == Prop::Deterministic {
             let again = transition(&self.state, &self.ctx, event.clone());
@@ -477,6 +518,28 @@ impl Sim {
                 self.running.retain(|c| !tool_use_ids.contains(&c.id));
                 self.aborted.extend(tool_use_ids);
             }
+            Effect::RunPreToolHooks { call } => {
+                if self.hooks != Hooks::None {
+                    self.violate(
+                        Prop::World,
+                        format!("hooks of {} while {:?}", call.id, self.hooks),
+                    );
+                }
+                if !self.running.is_empty() {
+                    self.violate(
+                        Prop::MutationAlone,
+                        format!("hooks of {} while tools run", call.id),
+                    );
+                }
+                self.hooks = Hooks::Pre(call.id);
+            }
+            Effect::RunStopHooks => {
+                if self.hooks != Hooks::None {
+                    self.violate(Prop::World, format!("stop hooks while {:?}", self.hooks));
+                }
+                self.hooks = Hooks::Stop;
+            }
+            Effect::AbortHooks => self.hooks = Hooks::None,
             Effect::AskPermission { .. }
             | Effect::PermissionResolved { .. }
             | Effect::AddRule { .. }
@@ -567,9 +630,13 @@ impl Sim {
                 "a continuation request or its retry timer",
             ),
             ConvState::ToolExecuting(run) => expect(
-                !run.running.is_empty() || run.permission.is_some(),
-                "a running tool or a permission request",
+                !run.running.is_empty()
+                    || run.permission.is_some()
+                    || (run.hooking.is_some()
+                        && self.hooks == Hooks::Pre(run.hooking.clone().unwrap_or_default())),
+                "a running tool, a permission request or running hooks",
             ),
+            ConvState::StopHooks { .. } => expect(self.hooks == Hooks::Stop, "stop hooks running"),
             ConvState::AwaitingLlm { .. } if self.stopping => Ok(()),
             ConvState::AwaitingLlm { .. } | ConvState::AwaitingSubAgents { .. } => {
                 Err("a state the live loop never enters".to_string())
@@ -581,6 +648,21 @@ impl Sim {
                 format!(
                     "busy without {what} (llm {:?}, timer {})",
                     self.llm, self.timer
+                ),
+            );
+        }
+        // Hooks run only while the state waits for them.
+        let hooks_expected = match &self.state {
+            ConvState::ToolExecuting(run) => run.hooking.clone().map_or(Hooks::None, Hooks::Pre),
+            ConvState::StopHooks { .. } => Hooks::Stop,
+            _ => Hooks::None,
+        };
+        if self.hooks != hooks_expected && !(self.stopping && self.hooks == Hooks::None) {
+            self.violate(
+                Prop::World,
+                format!(
+                    "the world runs hooks {:?}, the state waits for {hooks_expected:?}",
+                    self.hooks
                 ),
             );
         }
@@ -782,6 +864,52 @@ impl Sim {
             Action::TriggerContinuation => {
                 let ok = self.state == ConvState::Idle;
                 self.feed_expecting(Event::UserTriggerContinuation, ok);
+            }
+            Action::Hook { decision, rewrite } => self.hook_answer(*decision, *rewrite),
+        }
+    }
+
+    /// The hooks that run answer; with none running, a stale answer comes
+    /// and must be refused.
+    fn hook_answer(&mut self, decision: u8, rewrite: bool) {
+        match std::mem::replace(&mut self.hooks, Hooks::None) {
+            Hooks::Pre(id) => {
+                let verdict = match decision % 4 {
+                    0 => HookVerdict::None,
+                    1 => HookVerdict::Allow,
+                    2 => HookVerdict::Deny("not on a Friday".to_string()),
+                    _ => HookVerdict::Ask("a hook wants a person".to_string()),
+                };
+                let new_input = rewrite.then(|| json!({"arg": 9, "rewritten": true}));
+                let event = Event::PreToolHooksDecided {
+                    tool_use_id: id,
+                    verdict,
+                    new_input,
+                };
+                self.feed_expecting(event, true);
+            }
+            Hooks::Stop => {
+                let continue_with = (decision % 4 != 3).then(|| "the tests still fail".to_string());
+                self.feed_expecting(Event::StopHooksDecided { continue_with }, true);
+            }
+            Hooks::None => {
+                let id = self
+                    .started
+                    .last()
+                    .cloned()
+                    .unwrap_or_else(|| "toolu_ghost".to_string());
+                let event = if decision.is_multiple_of(2) {
+                    Event::PreToolHooksDecided {
+                        tool_use_id: id,
+                        verdict: HookVerdict::Allow,
+                        new_input: None,
+                    }
+                } else {
+                    Event::StopHooksDecided {
+                        continue_with: Some("late".to_string()),
+                    }
+                };
+                self.feed_expecting(event, false);
             }
         }
     }
@@ -1025,6 +1153,7 @@ impl Sim {
         self.llm = Llm::None;
         self.timer = false;
         self.running.clear();
+        self.hooks = Hooks::None;
         self.feed_expecting(Event::DaemonRestarted, true);
     }
 
@@ -1047,7 +1176,9 @@ impl Sim {
     fn drain(&mut self, phase: &str) {
         // Leftovers: up to 4 calls (each may ask first), an abort, retries;
         // then at most 3 steps per model round.
-        let bound = 12 + 2 * self.max_attempts + 4 * self.max_iterations;
+        // Hooks answer once per call (2 per round) and continue a turn at
+        // most twice (a round each).
+        let bound = 16 + 2 * self.max_attempts + 6 * self.max_iterations;
         let mut steps = 0;
         while !self.state.is_at_rest() {
             if steps == bound {
@@ -1082,6 +1213,11 @@ impl Sim {
                 Llm::None if self.timer => {
                     self.timer = false;
                     self.feed(Event::RetryDue);
+                }
+                Llm::None if self.hooks != Hooks::None => {
+                    // Hooks that allow, and stop hooks that always want more:
+                    // the cap on continuations must end the turn.
+                    self.hook_answer(if steps.is_multiple_of(2) { 1 } else { 0 }, false);
                 }
                 Llm::None if !self.running.is_empty() => {
                     let call = self.running.remove(0);
@@ -1131,7 +1267,13 @@ impl Sim {
             ]
         };
         let stop = if step.is_multiple_of(3) {
-            StopReason::PauseTurn
+            // With stop hooks (which always want more here), the model
+            // ends its turn: the cap on continuations must end it.
+            if self.ctx.hooks.stop {
+                StopReason::EndTurn
+            } else {
+                StopReason::PauseTurn
+            }
         } else {
             StopReason::ToolUse
         };
@@ -1165,6 +1307,7 @@ fn expected_refusal(state: &ConvState) -> Option<&'static str> {
         ConvState::AwaitingLlm { .. }
         | ConvState::LlmRequesting { .. }
         | ConvState::ToolExecuting(_)
+        | ConvState::StopHooks { .. }
         | ConvState::AwaitingSubAgents { .. }
         | ConvState::AwaitingContinuation { .. } => Some("agent is busy"),
     }
@@ -1405,6 +1548,8 @@ fn the_generated_cases_reach_the_interesting_places() {
         deny_and_stop: u32,
         continuation: u32,
         error: u32,
+        hooks_decided: u32,
+        stop_hook_continued: u32,
     }
     let mut seen = Seen::default();
     let mut runner = TestRunner::deterministic();
@@ -1412,7 +1557,7 @@ fn the_generated_cases_reach_the_interesting_places() {
         let (setup, actions) = case_strategy().new_tree(&mut runner).unwrap().current();
         let mut sim = Sim::new(Prop::World, &setup);
         sim.user_message("fix the failing test");
-        let mut flags = [false; 11];
+        let mut flags = [false; 13];
         for action in &actions {
             let busy = !sim.state.is_at_rest();
             let before = sim.state.clone();
@@ -1432,7 +1577,15 @@ fn the_generated_cases_reach_the_interesting_places() {
             });
             flags[9] |= matches!(after, ConvState::ContextExhausted { .. });
             flags[10] |= matches!(after, ConvState::Error { .. });
+            flags[11] |= matches!(action, Action::Hook { .. })
+                && matches!(&before, ConvState::ToolExecuting(run) if run.hooking.is_some());
         }
+        // The drain's stop hooks always want more: the cap ends the turn.
+        sim.drain("coverage");
+        flags[12] |= sim
+            .transcript
+            .iter()
+            .any(|m| m.role == Role::User && m.text().starts_with(texts::STOP_HOOK_PREFIX));
         let counters = [
             &mut seen.tools_ran,
             &mut seen.concurrent_reads,
@@ -1445,6 +1598,8 @@ fn the_generated_cases_reach_the_interesting_places() {
             &mut seen.deny_and_stop,
             &mut seen.continuation,
             &mut seen.error,
+            &mut seen.hooks_decided,
+            &mut seen.stop_hook_continued,
         ];
         for (counter, flag) in counters.into_iter().zip(flags) {
             *counter += u32::from(flag);
@@ -1464,6 +1619,8 @@ fn the_generated_cases_reach_the_interesting_places() {
         deny_and_stop,
         continuation,
         error,
+        hooks_decided,
+        stop_hook_continued,
     } = seen;
     for (what, n) in [
         ("tools ran", tools_ran),
@@ -1477,6 +1634,8 @@ fn the_generated_cases_reach_the_interesting_places() {
         ("a user denied and stopped", deny_and_stop),
         ("the context was exhausted", continuation),
         ("a turn failed", error),
+        ("pre_tool_use hooks decided", hooks_decided),
+        ("a stop hook continued a turn", stop_hook_continued),
     ] {
         assert!(n >= 5, "only {n} of 300 cases: {what}");
     }

@@ -127,8 +127,16 @@ fn render_state(state: &ConvState) -> String {
             if let Some(feedback) = &run.stop_with_feedback {
                 write!(out, " stop_with_feedback={feedback:?}").unwrap();
             }
+            if let Some(id) = &run.hooking {
+                write!(out, " hooking={id}").unwrap();
+            }
+            for (id, verdict) in &run.hook_verdicts {
+                write!(out, " hooked:{id}={verdict:?}").unwrap();
+            }
         }
-        ConvState::Cancelling { iteration } => write!(out, " iter={iteration}").unwrap(),
+        ConvState::Cancelling { iteration } | ConvState::StopHooks { iteration } => {
+            write!(out, " iter={iteration}").unwrap()
+        }
         ConvState::AwaitingSubAgents {
             pending_ids,
             completed,
@@ -311,6 +319,14 @@ fn render_effect(effect: &Effect) -> String {
             Notice::Recovered { message } => format!("notify recovered {}", render_text(message)),
         },
         Effect::SpawnSubAgent { agent_id, prompt } => format!("spawn {agent_id} {prompt:?}"),
+        Effect::RunPreToolHooks { call } => {
+            format!(
+                "run pre_tool_use hooks {} {} {}",
+                call.id, call.name, call.input
+            )
+        }
+        Effect::RunStopHooks => "run stop hooks".to_string(),
+        Effect::AbortHooks => "abort hooks".to_string(),
     }
 }
 
@@ -438,6 +454,7 @@ fn tools(iteration: u32, calls: &[(&str, &str)], running: &[&str], finished: &[&
         running: running.iter().map(|s| s.to_string()).collect(),
         permission: None,
         stop_with_feedback: None,
+        ..ToolRun::default()
     })
 }
 
@@ -2069,6 +2086,7 @@ fn permission_doom_loop_within_one_reply_waits_for_the_running_reads() {
         running: vec!["t2".to_string()],
         permission: None,
         stop_with_feedback: None,
+        ..ToolRun::default()
     };
     check(
         ConvState::ToolExecuting(run),
@@ -2353,6 +2371,7 @@ fn one_call(name: &str, input: Value) -> ConvState {
         running: Vec::new(),
         permission: None,
         stop_with_feedback: None,
+        ..ToolRun::default()
     })
 }
 
@@ -2422,6 +2441,7 @@ fn permission_mode_upgrade_changes_the_mode_with_its_result() {
             running: Vec::new(),
             permission: None,
             stop_with_feedback: None,
+            ..ToolRun::default()
         }),
         "t1",
         &[Decision::AllowOnce, Decision::Deny, Decision::DenyAndStop],
@@ -2436,5 +2456,355 @@ fn permission_mode_upgrade_changes_the_mode_with_its_result() {
         + notify info "permission mode is now default"
         + ask perm-t2 tool=t2:write reason="write a.txt needs permission" options=[allow_once allow_always deny deny_and_stop never] rule="edit(a.txt)"
         "#,
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Hooks: pre_tool_use in the permission order, stop hooks.
+// ---------------------------------------------------------------------------
+
+/// Default mode in /w/p, with a pre_tool_use hook on `matcher` and the
+/// given rules (`"deny bash(git push:*)"`).
+fn hooked_ctx(matcher: &str, rules: &[&str]) -> ConvContext {
+    use agentd_core::hooks::HookMatchers;
+    use agentd_core::permission::Rule;
+    let mut ctx = project_ctx(Mode::Default);
+    ctx.policy.rules = rules.iter().map(|r| r.parse::<Rule>().unwrap()).collect();
+    ctx.hooks = HookMatchers {
+        pre_tool_use: vec![Some(
+            Rule::parse(matcher, agentd_core::Action::Deny).unwrap(),
+        )],
+        ..HookMatchers::default()
+    };
+    ctx
+}
+
+fn bash_reply(id: &str, command: &str) -> Event {
+    reply(
+        vec![tool_use(id, "bash", json!({ "command": command }))],
+        StopReason::ToolUse,
+    )
+}
+
+fn hooked(verdict: agentd_core::HookVerdict, new_input: Option<Value>) -> Event {
+    Event::PreToolHooksDecided {
+        tool_use_id: "t1".to_string(),
+        verdict,
+        new_input,
+    }
+}
+
+fn hooking(command: &str) -> ConvState {
+    let ConvState::ToolExecuting(mut run) = one_call("bash", json!({ "command": command })) else {
+        unreachable!()
+    };
+    run.hooking = Some("t1".to_string());
+    ConvState::ToolExecuting(run)
+}
+
+#[test]
+fn a_call_a_hook_matches_waits_for_the_hooks_and_others_do_not() {
+    let ctx = hooked_ctx("bash(git push:*)", &["allow bash(ls)"]);
+    check(
+        requesting(1, 1),
+        &ctx,
+        bash_reply("t1", "git push origin main"),
+        r#"
+        ToolExecuting iter=1 calls=[t1:bash] running=[] results=[] hooking=t1
+        + append assistant stop=tool_use: tool_use t1 bash {"command":"git push origin main"}
+        + run pre_tool_use hooks t1 bash {"command":"git push origin main"}
+        "#,
+    );
+    check(
+        requesting(1, 1),
+        &ctx,
+        bash_reply("t1", "ls"),
+        r#"
+        ToolExecuting iter=1 calls=[t1:bash] running=[t1] results=[]
+        + append assistant stop=tool_use: tool_use t1 bash {"command":"ls"}
+        + execute t1 bash {"command":"ls"}
+        "#,
+    );
+}
+
+#[test]
+fn a_deny_rule_decides_before_the_hook_runs() {
+    let ctx = hooked_ctx("bash", &["deny bash(git push:*)"]);
+    check(
+        requesting(1, 1),
+        &ctx,
+        bash_reply("t1", "git push"),
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + append assistant stop=tool_use: tool_use t1 bash {"command":"git push"}
+        + append user: result t1 ERR "Permission to use bash has been denied by the rule `deny bash(git push:*)` (`git push`)"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn a_hook_deny_is_the_tool_result_with_its_reason() {
+    let ctx = hooked_ctx("bash", &[]);
+    check(
+        hooking("git push"),
+        &ctx,
+        hooked(
+            agentd_core::HookVerdict::Deny("no pushes on Friday".into()),
+            None,
+        ),
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + append user: result t1 ERR "A pre_tool_use hook blocked this bash call: no pushes on Friday"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn a_hook_allow_runs_the_replaced_input_without_asking() {
+    let ctx = hooked_ctx("bash", &[]);
+    check(
+        hooking("git push"),
+        &ctx,
+        hooked(
+            agentd_core::HookVerdict::Allow,
+            Some(json!({"command": "git push --dry-run"})),
+        ),
+        r#"
+        ToolExecuting iter=1 calls=[t1:bash] running=[t1] results=[] hooked:t1=Allow
+        + execute t1 bash {"command":"git push --dry-run"}
+        "#,
+    );
+}
+
+#[test]
+fn a_replaced_input_is_judged_by_the_deny_rules_again() {
+    let ctx = hooked_ctx("bash", &["deny bash(rm:*)"]);
+    check(
+        hooking("ls"),
+        &ctx,
+        hooked(
+            agentd_core::HookVerdict::Allow,
+            Some(json!({"command": "rm -rf /"})),
+        ),
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + append user: result t1 ERR "Permission to use bash has been denied by the rule `deny bash(rm:*)` (`rm -rf /`)"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn a_hook_ask_raises_a_request_and_no_decision_leaves_it_to_the_mode() {
+    let ctx = hooked_ctx("bash", &["allow bash(ls)"]);
+    check(
+        hooking("ls"),
+        &ctx,
+        hooked(
+            agentd_core::HookVerdict::Ask("first push of the day".into()),
+            None,
+        ),
+        r#"
+        AwaitingPermission iter=1 calls=[t1:bash] running=[] results=[] ask=perm-t1 hooked:t1=Ask("first push of the day")
+        + ask perm-t1 tool=t1:bash reason="a pre_tool_use hook asks: first push of the day" options=[allow_once allow_always deny deny_and_stop never background] rule="bash(ls)"
+        "#,
+    );
+    check(
+        hooking("ls"),
+        &ctx,
+        hooked(agentd_core::HookVerdict::None, None),
+        r#"
+        ToolExecuting iter=1 calls=[t1:bash] running=[t1] results=[] hooked:t1=None
+        + execute t1 bash {"command":"ls"}
+        "#,
+    );
+    check(
+        hooking("make"),
+        &ctx,
+        hooked(agentd_core::HookVerdict::None, None),
+        r#"
+        AwaitingPermission iter=1 calls=[t1:bash] running=[] results=[] ask=perm-t1 hooked:t1=None
+        + ask perm-t1 tool=t1:bash reason="bash `make` needs permission" options=[allow_once allow_always deny deny_and_stop never background] rule="bash(make)"
+        "#,
+    );
+}
+
+#[test]
+fn cancel_while_hooks_run_stops_them_and_answers_the_call() {
+    let ctx = hooked_ctx("bash", &[]);
+    check(
+        hooking("ls"),
+        &ctx,
+        Event::UserCancel,
+        r#"
+        Idle
+        + abort hooks
+        + append user: result t1 ERR "Cancelled by user"
+        "#,
+    );
+    check(
+        hooking("ls"),
+        &ctx,
+        Event::DaemonStopping,
+        r#"
+        AwaitingLlm iter=2
+        + abort hooks
+        + append user: result t1 ERR "Skipped: agentd was stopped before this tool ran"
+        "#,
+    );
+    check(
+        hooking("ls"),
+        &ctx,
+        Event::DaemonRestarted,
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + notify recovered "agentd restarted: tools that were running have unknown effects"
+        + append user: result t1 ERR "Skipped: agentd restarted before this tool ran"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn a_stale_hook_answer_is_not_applicable() {
+    let ctx = hooked_ctx("bash", &[]);
+    check(
+        one_call("bash", json!({"command": "ls"})),
+        &ctx,
+        hooked(agentd_core::HookVerdict::Allow, None),
+        r#"
+        REJECT PreToolHooksDecided does not apply in state ToolExecuting
+        "#,
+    );
+    check(
+        ConvState::Idle,
+        &ctx,
+        Event::StopHooksDecided {
+            continue_with: Some("more".into()),
+        },
+        r#"
+        REJECT StopHooksDecided does not apply in state Idle
+        "#,
+    );
+}
+
+fn stop_ctx(continued: u32) -> ConvContext {
+    ConvContext {
+        hooks: agentd_core::HookMatchers {
+            stop: true,
+            max_stop_continuations: 2,
+            stop_continuations: continued,
+            ..Default::default()
+        },
+        ..ctx()
+    }
+}
+
+#[test]
+fn stop_hooks_run_when_the_model_ends_its_turn_until_the_cap() {
+    let done = || reply(vec![text("Done.")], StopReason::EndTurn);
+    check(
+        requesting(1, 3),
+        &stop_ctx(0),
+        done(),
+        r#"
+        StopHooks iter=3
+        + append assistant stop=end_turn: text "Done."
+        + run stop hooks
+        "#,
+    );
+    check(
+        requesting(1, 3),
+        &stop_ctx(2),
+        done(),
+        r#"
+        Idle
+        + append assistant stop=end_turn: text "Done."
+        "#,
+    );
+    let stopping = ConvState::StopHooks { iteration: 3 };
+    check(
+        stopping.clone(),
+        &stop_ctx(0),
+        Event::StopHooksDecided {
+            continue_with: Some("the tests still fail".into()),
+        },
+        r#"
+        LlmRequesting attempt=1 iter=4
+        + append user: text "[stop hook] the tests still fail"
+        + request attempt=1 turn
+        "#,
+    );
+    check(
+        stopping.clone(),
+        &stop_ctx(0),
+        Event::StopHooksDecided {
+            continue_with: None,
+        },
+        r#"
+        Idle
+        "#,
+    );
+    check(
+        stopping.clone(),
+        &stop_ctx(0),
+        user_msg("hi"),
+        r#"
+        REJECT agent is busy
+        "#,
+    );
+    check(
+        stopping.clone(),
+        &stop_ctx(0),
+        Event::UserCancel,
+        r#"
+        Idle
+        + abort hooks
+        "#,
+    );
+    check(
+        stopping,
+        &stop_ctx(0),
+        Event::DaemonRestarted,
+        r#"
+        Idle
+        + notify recovered "agentd restarted: the stop hooks were interrupted; the turn ended"
+        "#,
+    );
+}
+
+#[test]
+fn stop_continuations_are_counted_since_the_last_message_a_person_wrote() {
+    use agentd_core::hooks::stop_continuations;
+    let user = |t: &str| Message::user(vec![text(t)], NOW);
+    let assistant = |t: &str| Message {
+        role: Role::Assistant,
+        content: vec![text(t)],
+        created_at_ms: NOW,
+        usage: None,
+        stop_reason: None,
+        interrupted: false,
+    };
+    let results = Message::user(vec![ContentBlock::tool_result("t1", "ok", false)], NOW);
+    let stop = user(&texts::stop_hook_message("again"));
+    assert_eq!(stop_continuations(&[]), 0);
+    assert_eq!(
+        stop_continuations(&[stop.clone(), user("fix it"), assistant("ok")]),
+        0
+    );
+    assert_eq!(
+        stop_continuations(&[
+            stop.clone(),
+            user("fix it"),
+            assistant("ok"),
+            stop.clone(),
+            assistant("ok"),
+            results,
+            assistant("ok"),
+            stop,
+        ]),
+        2
     );
 }

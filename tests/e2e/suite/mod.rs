@@ -10,6 +10,7 @@ mod foundation;
 mod fuzz;
 mod hardening;
 mod harness;
+mod hooks;
 mod idempotency;
 mod limits;
 mod permissions;

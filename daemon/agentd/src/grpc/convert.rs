@@ -60,6 +60,7 @@ pub fn to_status(e: RuntimeError) -> Status {
         RuntimeError::InvalidArgument(m) => bounded(Code::InvalidArgument, m),
         RuntimeError::NotAllowed(m) => bounded(Code::FailedPrecondition, m),
         RuntimeError::StaleTurn { .. } => Status::failed_precondition(e.to_string()),
+        RuntimeError::HookBlocked(_) => bounded(Code::FailedPrecondition, e.to_string()),
         RuntimeError::Rejected(r) => match r {
             Rejected::Busy
             | Rejected::CancellationInProgress
@@ -137,6 +138,7 @@ pub fn state(s: &ConvState, max_attempts: u32) -> pb::ConversationState {
             }
         }
         ConvState::Cancelling { .. } => pb::StateKind::Cancelling,
+        ConvState::StopHooks { .. } => pb::StateKind::StopHooks,
         ConvState::AwaitingSubAgents { .. } => pb::StateKind::AwaitingSubAgents,
         ConvState::AwaitingContinuation { attempt, .. } => {
             out.attempt = *attempt;
@@ -571,6 +573,13 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             E::InstructionsLoaded(instructions(files, *truncated))
         }
         EventKind::Notice(m) => E::Notice(pb::Notice { message: m.clone() }),
+        EventKind::HookRan(r) => E::HookRan(pb::HookRan {
+            stage: r.stage.as_str().to_string(),
+            command: r.command.clone(),
+            decision: r.decision.clone(),
+            duration_ms: r.duration_ms,
+            error: r.error.clone().unwrap_or_default(),
+        }),
         EventKind::ShellStarted(r) => E::ShellStarted(pb::ShellStarted {
             shell: Some(shell(r)),
         }),

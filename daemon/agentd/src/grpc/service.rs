@@ -46,6 +46,20 @@ impl Service {
         convert::summary(r, self.max_attempts(), 0, cost)
     }
 
+    /// The trusted directories, as a response.
+    fn trusted(&self, changed: bool) -> Result<Response<pb::TrustedDirectories>, Status> {
+        let dirs = self
+            .manager
+            .shared()
+            .store
+            .trusted_dirs()
+            .map_err(|e| to_status(e.into()))?;
+        Ok(Response::new(pb::TrustedDirectories {
+            paths: dirs.iter().map(|d| d.display().to_string()).collect(),
+            changed,
+        }))
+    }
+
     fn limits(&self) -> &GrpcSection {
         &self.manager.shared().config.grpc
     }
@@ -405,6 +419,50 @@ impl AgentService for Service {
         Ok(Response::new(pb::KillShellResponse {
             shell: Some(convert::shell(&record)),
         }))
+    }
+
+    async fn set_directory_trust(
+        &self,
+        request: Request<pb::SetDirectoryTrustRequest>,
+    ) -> Result<Response<pb::TrustedDirectories>, Status> {
+        let req = request.into_inner();
+        let store = &self.manager.shared().store;
+        let path = std::path::Path::new(&req.path);
+        if !path.is_absolute() {
+            return Err(convert::bounded(
+                tonic::Code::InvalidArgument,
+                format!("the directory must be an absolute path, got {:?}", req.path),
+            ));
+        }
+        let changed = if req.trusted {
+            let dir = std::fs::canonicalize(path).map_err(|e| {
+                convert::bounded(
+                    tonic::Code::InvalidArgument,
+                    format!("cannot trust {}: {e}", path.display()),
+                )
+            })?;
+            if !dir.is_dir() {
+                return Err(Status::invalid_argument(format!(
+                    "cannot trust {}: not a directory",
+                    dir.display()
+                )));
+            }
+            store.trust_dir(&dir)
+        } else {
+            // A directory that is gone can still be untrusted by its name.
+            let dir = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+            store.untrust_dir(&dir)
+        }
+        .map_err(|e| to_status(e.into()))?;
+        store.flush().await.map_err(|e| to_status(e.into()))?;
+        self.trusted(changed)
+    }
+
+    async fn list_trusted_directories(
+        &self,
+        _request: Request<pb::ListTrustedDirectoriesRequest>,
+    ) -> Result<Response<pb::TrustedDirectories>, Status> {
+        self.trusted(false)
     }
 
     type AttachStream = ReceiverStream<Result<pb::AttachResponse, Status>>;

@@ -125,6 +125,41 @@ pub(crate) fn spawn_bash(
     })
 }
 
+/// A hook's command started by [`spawn_piped`]: stdin, stdout and stderr
+/// are pipes of their own.
+#[derive(Debug)]
+pub(crate) struct Piped {
+    /// The `bash` process, the leader of [`Piped::group`]; killed when
+    /// dropped.
+    pub(crate) child: tokio::process::Child,
+    /// The command's process group.
+    pub(crate) group: Group,
+}
+
+/// Starts `bash -c command` in `cwd`, in a process group of its own (the
+/// environment as for [`spawn_bash`]), with stdin, stdout and stderr piped
+/// separately: hooks read a JSON object on stdin and answer on stdout,
+/// with their complaints on stderr. The shell is killed if the handle is
+/// dropped; its group is the caller's to terminate.
+pub(crate) fn spawn_piped(command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
+    let mut cmd = bash_command(command, cwd);
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let child = cmd.spawn().map_err(|source| SpawnError::Start {
+        cwd: cwd.display().to_string(),
+        source,
+    })?;
+    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
+        return Err(SpawnError::Untracked);
+    };
+    Ok(Piped {
+        child,
+        group: Group::led_by(Pid::from_raw(pid)),
+    })
+}
+
 /// `bash -c command` in its own process group, without stdin.
 fn bash_command(command: &str, cwd: &Path) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new("bash");

@@ -29,6 +29,9 @@ pub enum RuntimeError {
         "the conversation is at turn {current}, not {expected}: another message came first; look again before sending"
     )]
     StaleTurn { expected: u64, current: u64 },
+    /// A `user_prompt_submit` hook refused the message.
+    #[error("a user_prompt_submit hook blocked the message: {0}")]
+    HookBlocked(String),
     /// The state machine refused the event.
     #[error("{0}")]
     Rejected(Rejected),

@@ -140,6 +140,8 @@ pub enum EventKind {
     },
     /// Information for people.
     Notice(String),
+    /// A hook ran (failures and timeouts included).
+    HookRan(crate::hooks::HookReport),
     /// A background shell started.
     ShellStarted(crate::shells::ShellRecord),
     /// A background shell ended.

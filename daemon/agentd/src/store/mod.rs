@@ -207,6 +207,9 @@ pub struct Store {
     /// Conversations created by requests that carried a client request id:
     /// request id → (conversation id, Unix ms).
     creates: sled::Tree,
+    /// Directories whose project hooks run (`agent trust DIR`): the
+    /// absolute path, as key.
+    trusted: sled::Tree,
     /// What `mid_turn` holds, so a commit writes it only on a change.
     mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     flush_tx: mpsc::Sender<FlushRequest>,
@@ -300,6 +303,7 @@ impl Store {
         let mid_turn = db.open_tree("mid_turn")?;
         let creates = db.open_tree("creates")?;
         let usage_days = db.open_tree("usage_days")?;
+        let trusted = db.open_tree("trusted_dirs")?;
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
@@ -335,6 +339,7 @@ impl Store {
             mid_turn,
             creates,
             usage_days,
+            trusted,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
             flushes: Default::default(),
@@ -667,6 +672,30 @@ impl Store {
     }
 
     /// Adds a permission rule to a scope (idempotent; not yet durable).
+    /// Trusts `dir` (absolute): hooks in its projects' `.agentd/config.toml`
+    /// run. Not flushed. Returns whether it was new.
+    pub fn trust_dir(&self, dir: &Path) -> Result<bool, StoreError> {
+        let key = dir.as_os_str().as_encoded_bytes();
+        Ok(self.trusted.insert(key, &[])?.is_none())
+    }
+
+    /// No longer trusts `dir`. Not flushed. Returns whether it was trusted.
+    pub fn untrust_dir(&self, dir: &Path) -> Result<bool, StoreError> {
+        let key = dir.as_os_str().as_encoded_bytes();
+        Ok(self.trusted.remove(key)?.is_some())
+    }
+
+    /// The trusted directories, in path order.
+    pub fn trusted_dirs(&self) -> Result<Vec<std::path::PathBuf>, StoreError> {
+        use std::os::unix::ffi::OsStrExt;
+        let mut out = Vec::new();
+        for key in self.trusted.iter().keys() {
+            let key = key?;
+            out.push(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&key)));
+        }
+        Ok(out)
+    }
+
     pub fn add_rule(&self, scope: &RuleScope, rule: &agentd_core::Rule) -> Result<(), StoreError> {
         let mut key = scope.key();
         key.extend_from_slice(rule.spec().as_bytes());

@@ -70,6 +70,16 @@ impl Actor {
             ConvState::ToolExecuting(run) => run.calls.clone(),
             _ => Vec::new(),
         };
+        // A pre_tool_use hook's replacement input is judged as it stands.
+        if let Some(Event::PreToolHooksDecided {
+            tool_use_id,
+            new_input: Some(input),
+            ..
+        }) = event
+            && let Some(c) = calls.iter_mut().find(|c| c.id == *tool_use_id)
+        {
+            c.input = input.clone();
+        }
         if let Some(Event::LlmCompleted { reply }) = event {
             calls.extend(reply.content.iter().filter_map(|b| match b {
                 ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
@@ -101,6 +111,9 @@ impl Actor {
             policy,
             doom_loop_threshold: 3,
             recent_calls: self.recent_calls(),
+            hooks: self
+                .hooks
+                .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
         }
     }
 
@@ -209,6 +222,9 @@ impl Actor {
                 self.fanout.hold();
             }
             self.announce(base, appended, state_changed);
+            if state_changed && !old_state.is_at_rest() && self.record.state.is_at_rest() {
+                self.notify_turn_end();
+            }
             match needs {
                 Needs::Nothing => {}
                 Needs::Instant(calls) => {
@@ -238,6 +254,18 @@ impl Actor {
             self.fanout.release();
         }
         Ok(())
+    }
+
+    /// Fires the `turn_end` notification hooks, saying how the turn ended.
+    fn notify_turn_end(&mut self) {
+        let message = match &self.record.state {
+            ConvState::Error { message, .. } => format!("agentd: the turn failed: {message}"),
+            ConvState::ContextExhausted { .. } => {
+                "agentd: the turn ended; the context is exhausted".to_string()
+            }
+            _ => format!("agentd: the turn ended ({})", self.record.title),
+        };
+        self.notify(crate::hooks::NotificationKind::TurnEnd, message);
     }
 
     /// Tells clients about a committed transition: its messages (and usage),

@@ -3,6 +3,7 @@
 //! tagged with a call number; the rest happen here at once.
 
 use super::{Actor, Input};
+use crate::hooks::{self, NotificationKind, Stage};
 use crate::llm::{LlmRequest, PartialReply, StreamEvent};
 use crate::runtime::events::{EventKind, PermissionView};
 use crate::runtime::{instructions, prompt};
@@ -35,6 +36,12 @@ pub(super) struct Work {
     /// Running tools by tool_use id, with their start.
     tools: HashMap<String, (InFlight, Instant)>,
     retry: Option<(u64, tokio::task::JoinHandle<()>)>,
+    /// The pre_tool_use or stop hooks that run.
+    hooks: Option<InFlight>,
+    /// The hooks checking a user message before it is sent.
+    prompt: Option<InFlight>,
+    /// Stops notification hooks when the daemon stops.
+    notifications: CancellationToken,
     /// The system prompt and the day it was made for.
     system_prompt: Option<(i64, Arc<str>)>,
     /// The project instructions it carries, and the stamp of their files
@@ -47,7 +54,47 @@ pub(super) struct Work {
 
 impl Work {
     pub(super) fn is_empty(&self) -> bool {
-        self.llm.is_none() && self.tools.is_empty() && self.retry.is_none()
+        self.llm.is_none()
+            && self.tools.is_empty()
+            && self.retry.is_none()
+            && self.hooks.is_none()
+            && self.prompt.is_none()
+    }
+
+    /// Whether `call` is the hooks run in flight; if so it is over.
+    pub(super) fn finish_hooks(&mut self, call: u64) -> bool {
+        let current = self.hooks.as_ref().is_some_and(|f| f.call == call);
+        if current {
+            self.hooks = None;
+        }
+        current
+    }
+
+    /// Whether `call` is the message check in flight; if so it is over.
+    pub(super) fn finish_prompt(&mut self, call: u64) -> bool {
+        let current = self.prompt.as_ref().is_some_and(|f| f.call == call);
+        if current {
+            self.prompt = None;
+        }
+        current
+    }
+
+    /// Whether hooks check a user message now.
+    pub(super) fn prompt_checking(&self) -> bool {
+        self.prompt.is_some()
+    }
+
+    /// Kills the hooks checking a user message (the message is not sent).
+    pub(super) fn cancel_prompt(&mut self) {
+        if let Some(f) = self.prompt.take() {
+            f.cancel.cancel();
+        }
+    }
+
+    fn abort_hooks(&mut self) {
+        if let Some(f) = self.hooks.take() {
+            f.cancel.cancel();
+        }
     }
 
     fn call_number(&mut self) -> u64 {
@@ -101,6 +148,9 @@ impl Work {
         for (_, (f, _)) in self.tools.drain() {
             f.cancel.cancel();
         }
+        self.abort_hooks();
+        self.cancel_prompt();
+        self.notifications.cancel();
     }
 }
 
@@ -170,8 +220,24 @@ impl Actor {
                 }
                 None
             }
+            Effect::RunPreToolHooks { call } => self.start_pre_hooks(call),
+            Effect::RunStopHooks => {
+                self.start_stop_hooks();
+                None
+            }
+            Effect::AbortHooks => {
+                self.work.abort_hooks();
+                None
+            }
             Effect::AskPermission { ask } => {
                 let view = self.permission_view(&ask).await;
+                self.notify(
+                    NotificationKind::PermissionRequest,
+                    format!(
+                        "agentd: {} needs permission: {}",
+                        ask.tool_name, view.summary
+                    ),
+                );
                 self.persist_event(StoredEvent::PermissionRequested {
                     at_ms: self.now_ms(),
                     ask: view.ask.clone(),
@@ -431,6 +497,125 @@ impl Actor {
         });
     }
 
+    /// Where this conversation's hooks run, stopped by `cancel`.
+    fn hook_env(&self, cancel: CancellationToken) -> hooks::Env {
+        hooks::Env {
+            cwd: self.record.cwd.clone(),
+            conversation_id: self.record.id.clone(),
+            grace: std::time::Duration::from_millis(self.shared.config.limits.kill_grace_ms),
+            cancel,
+        }
+    }
+
+    /// Starts the pre_tool_use hooks of `call`. Should none match any more
+    /// (the hooks were read again meanwhile), the answer is "no decision",
+    /// at once.
+    fn start_pre_hooks(&mut self, call: ToolCall) -> Option<agentd_core::Transition> {
+        let policy = self.context(None).policy;
+        let matching = self.hooks.for_call(Stage::PreToolUse, &policy, &call);
+        if matching.is_empty() {
+            let event = Event::PreToolHooksDecided {
+                tool_use_id: call.id,
+                verdict: agentd_core::HookVerdict::None,
+                new_input: None,
+            };
+            return transition(&self.record.state, &self.context(Some(&event)), event).ok();
+        }
+        let id = self.work.call_number();
+        let cancel = CancellationToken::new();
+        self.work.abort_hooks();
+        self.work.hooks = Some(InFlight {
+            call: id,
+            cancel: cancel.clone(),
+        });
+        let env = self.hook_env(cancel);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let (outcome, reports) = hooks::pre_tool_use(&matching, &env, &call).await;
+            let _ = tx.send(Input::PreHooksDone {
+                call: id,
+                tool_use_id: call.id,
+                outcome,
+                reports,
+            });
+        });
+        None
+    }
+
+    fn start_stop_hooks(&mut self) {
+        let matching = self.hooks.all_of(Stage::Stop);
+        let id = self.work.call_number();
+        let cancel = CancellationToken::new();
+        self.work.abort_hooks();
+        self.work.hooks = Some(InFlight {
+            call: id,
+            cancel: cancel.clone(),
+        });
+        let env = self.hook_env(cancel);
+        let last_reply = self
+            .transcript
+            .iter()
+            .rev()
+            .find(|m| m.role == Role::Assistant)
+            .map(|m| m.text())
+            .unwrap_or_default();
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let (continue_with, reports) = hooks::stop(&matching, &env, &last_reply).await;
+            let _ = tx.send(Input::StopHooksDone {
+                call: id,
+                continue_with,
+                reports,
+            });
+        });
+    }
+
+    /// Runs the hooks a user message goes through before it is sent
+    /// (session_start for the first, then user_prompt_submit); the answer
+    /// comes back as `PromptChecked`, which sends it or refuses it.
+    pub(super) fn check_prompt(
+        &mut self,
+        session_start: Vec<hooks::Hook>,
+        submit: Vec<hooks::Hook>,
+        message: crate::runtime::NewMessage,
+        reply: tokio::sync::oneshot::Sender<Result<u64, crate::runtime::error::RuntimeError>>,
+    ) {
+        let id = self.work.call_number();
+        let cancel = CancellationToken::new();
+        self.work.prompt = Some(InFlight {
+            call: id,
+            cancel: cancel.clone(),
+        });
+        let env = self.hook_env(cancel);
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let (outcome, reports) =
+                hooks::before_prompt(&session_start, &submit, &env, &message.text).await;
+            let _ = tx.send(Input::PromptChecked {
+                call: id,
+                message,
+                outcome,
+                reports,
+                reply,
+            });
+        });
+    }
+
+    /// Fires the notification hooks of `kind` (nothing waits for them;
+    /// they are reported when they end).
+    pub(super) fn notify(&mut self, kind: NotificationKind, message: String) {
+        let matching = self.hooks.for_notification(kind);
+        if matching.is_empty() {
+            return;
+        }
+        let env = self.hook_env(self.work.notifications.clone());
+        let tx = self.tx.clone();
+        tokio::spawn(async move {
+            let reports = hooks::notify(&matching, &env, kind, &message).await;
+            let _ = tx.send(Input::HooksRan(reports));
+        });
+    }
+
     fn start_tool(&mut self, call: ToolCall, background: bool) {
         let id = self.work.call_number();
         let cancel = CancellationToken::new();
@@ -445,21 +630,44 @@ impl Actor {
             ),
         );
         self.announce_call(&call);
+        // Without post_tool_use hooks nothing is matched (the policy's
+        // paths are not resolved again).
+        let post = if self.hooks.of(Stage::PostToolUse).next().is_some() {
+            self.hooks
+                .for_call(Stage::PostToolUse, &self.context(None).policy, &call)
+        } else {
+            Vec::new()
+        };
+        let env = self.hook_env(cancel.clone());
         let ctx = self.tool_context(cancel);
         let registry = self.shared.tools.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let started = Instant::now();
-            let output = if background {
+            let mut output = if background {
                 crate::tools::run_as_background_shell(&call.input, &ctx).await
             } else {
-                registry.run(&call.name, call.input, &ctx).await
+                registry.run(&call.name, call.input.clone(), &ctx).await
             };
+            // The tool's post_tool_use hooks are part of its run: they are
+            // stopped with it, and what they add is in its result.
+            let mut reports = Vec::new();
+            if !post.is_empty() {
+                let (added, ran) =
+                    hooks::post_tool_use(&post, &env, &call, &output.content, output.is_error)
+                        .await;
+                for text in added {
+                    output.content.push_str("\n\n");
+                    output.content.push_str(&text);
+                }
+                reports = ran;
+            }
             let _ = tx.send(Input::ToolDone {
                 call: id,
                 tool_use_id: call.id,
                 output,
                 duration_ms: started.elapsed().as_millis() as u64,
+                hooks: reports,
             });
         });
     }

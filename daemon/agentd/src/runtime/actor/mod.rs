@@ -26,6 +26,7 @@ mod tests;
 use super::Shared;
 use super::error::RuntimeError;
 use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView};
+use crate::hooks::{HookReport, Hooks, Prompt, Stage};
 use crate::llm::{LlmError, StreamEvent};
 use crate::store::{
     ConversationRecord, RememberedRequest, RequestOutcome, RuleScope as StoredScope,
@@ -50,13 +51,37 @@ pub(crate) enum Input {
         call: u64,
         result: Result<Reply, LlmError>,
     },
-    /// A tool ended.
+    /// A tool ended (its post_tool_use hooks included).
     ToolDone {
         call: u64,
         tool_use_id: String,
         output: ToolOutput,
         duration_ms: u64,
+        hooks: Vec<HookReport>,
     },
+    /// The pre_tool_use hooks of a call answered.
+    PreHooksDone {
+        call: u64,
+        tool_use_id: String,
+        outcome: crate::hooks::PreToolUse,
+        reports: Vec<HookReport>,
+    },
+    /// The stop hooks answered.
+    StopHooksDone {
+        call: u64,
+        continue_with: Option<String>,
+        reports: Vec<HookReport>,
+    },
+    /// The hooks before a user message answered.
+    PromptChecked {
+        call: u64,
+        message: super::NewMessage,
+        outcome: crate::hooks::Prompt,
+        reports: Vec<HookReport>,
+        reply: oneshot::Sender<Result<u64, RuntimeError>>,
+    },
+    /// Notification hooks ran.
+    HooksRan(Vec<HookReport>),
     /// A retry timer fired.
     RetryDue { call: u64 },
     /// The daemon found this conversation mid-turn at start-up.
@@ -131,6 +156,9 @@ pub(crate) struct Actor {
     fanout: Fanout,
     /// Work in flight: the model request, running tools, the retry timer.
     work: Work,
+    /// The hooks of this conversation: the user's, and its project's if
+    /// the project is trusted. Read again at every user message.
+    hooks: Arc<Hooks>,
 }
 
 impl Actor {
@@ -157,7 +185,28 @@ impl Actor {
             recovery_notices: Vec::new(),
             fanout,
             work: Work::default(),
+            hooks: Arc::new(Hooks::default()),
         }
+    }
+
+    /// Reads the conversation's hooks again (the user's, plus the trusted
+    /// project's); a project file that cannot be used is reported.
+    fn load_hooks(&mut self) {
+        let cfg = &self.shared.config;
+        let trusted = match self.shared.store.trusted_dirs() {
+            Ok(dirs) => dirs,
+            Err(e) => {
+                tracing::error!(conversation = %self.record.id, "cannot read trusted directories: {e}");
+                Vec::new()
+            }
+        };
+        let (hooks, problem) =
+            Hooks::for_conversation(&cfg.hooks, cfg.hook_timeout_ms, &self.record.cwd, &trusted);
+        if let Some(problem) = problem {
+            tracing::warn!(conversation = %self.record.id, "{problem}");
+            self.emit(EventKind::Notice(problem));
+        }
+        self.hooks = Arc::new(hooks);
     }
 
     fn now_ms(&self) -> i64 {
@@ -202,6 +251,7 @@ impl Actor {
         if let Err(e) = self.load_rules() {
             tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
         }
+        self.load_hooks();
         if let Some(ask) = self.record.state.pending_permission().cloned() {
             self.pending_view = Some(self.permission_view(&ask).await);
         }
@@ -296,7 +346,9 @@ impl Actor {
                 tool_use_id,
                 output,
                 duration_ms,
+                hooks,
             } => {
+                self.report_hooks(hooks);
                 if !self.work.finish_tool(call, &tool_use_id) {
                     return;
                 }
@@ -314,6 +366,61 @@ impl Actor {
                 })
                 .await;
             }
+            Input::PreHooksDone {
+                call,
+                tool_use_id,
+                outcome,
+                reports,
+            } => {
+                self.report_hooks(reports);
+                if self.work.finish_hooks(call) {
+                    self.apply_internal(Event::PreToolHooksDecided {
+                        tool_use_id,
+                        verdict: outcome.verdict,
+                        new_input: outcome.new_input,
+                    })
+                    .await;
+                }
+            }
+            Input::StopHooksDone {
+                call,
+                continue_with,
+                reports,
+            } => {
+                self.report_hooks(reports);
+                if self.work.finish_hooks(call) {
+                    self.apply_internal(Event::StopHooksDecided { continue_with })
+                        .await;
+                }
+            }
+            Input::PromptChecked {
+                call,
+                message,
+                outcome,
+                reports,
+                reply,
+            } => {
+                self.report_hooks(reports);
+                if !self.work.finish_prompt(call) {
+                    let _ = reply.send(Err(RuntimeError::NotAllowed(
+                        "the message was cancelled while its hooks ran".to_string(),
+                    )));
+                    return;
+                }
+                let result = match outcome {
+                    Prompt::Block(reason) => Err(RuntimeError::HookBlocked(reason)),
+                    Prompt::Send { context } => {
+                        let mut message = message;
+                        for more in context {
+                            message.text.push_str("\n\n");
+                            message.text.push_str(&more);
+                        }
+                        self.send_now(message).await
+                    }
+                };
+                let _ = reply.send(result);
+            }
+            Input::HooksRan(reports) => self.report_hooks(reports),
             Input::RetryDue { call } => {
                 if self.work.finish_retry(call) {
                     self.apply_internal(Event::RetryDue).await;
@@ -334,36 +441,52 @@ impl Actor {
     async fn command(&mut self, cmd: Command) {
         match cmd {
             Command::Send { message, reply } => {
-                let super::NewMessage {
-                    text,
-                    client_request_id,
-                    expected_turn,
-                } = message;
-                let result = match self.remembered(client_request_id.as_deref()) {
-                    Some(RequestOutcome::Sent { message_seq }) => Ok(message_seq),
-                    Some(other) => Err(reused(client_request_id.as_deref(), other)),
-                    None => match expected_turn {
+                let result = match self.remembered(message.client_request_id.as_deref()) {
+                    Some(RequestOutcome::Sent { message_seq }) => Some(Ok(message_seq)),
+                    Some(other) => Some(Err(reused(message.client_request_id.as_deref(), other))),
+                    None => match message.expected_turn {
                         Some(expected) if expected != self.record.turns => {
-                            Err(RuntimeError::StaleTurn {
+                            Some(Err(RuntimeError::StaleTurn {
                                 expected,
                                 current: self.record.turns,
-                            })
+                            }))
                         }
-                        _ => {
-                            self.recovery_notices.clear();
-                            let message_seq = self.transcript.len() as u64 + 1;
-                            self.apply_request(
-                                client_request_id,
-                                RequestOutcome::Sent { message_seq },
-                                true,
-                                Event::UserMessage { text },
-                            )
-                            .await
-                            .map(|()| self.last_user_message_seq())
-                        }
+                        _ => None,
                     },
                 };
-                let _ = reply.send(result);
+                if let Some(result) = result {
+                    let _ = reply.send(result);
+                    return;
+                }
+                self.recovery_notices.clear();
+                // A message the state would refuse is refused before any
+                // hook runs.
+                let probe = Event::UserMessage {
+                    text: message.text.clone(),
+                };
+                if let Err(r) =
+                    agentd_core::transition(&self.record.state, &self.context(None), probe)
+                {
+                    let _ = reply.send(Err(RuntimeError::Rejected(r)));
+                    return;
+                }
+                if self.work.prompt_checking() {
+                    let _ = reply.send(Err(RuntimeError::Rejected(Rejected::Busy)));
+                    return;
+                }
+                self.load_hooks();
+                let session_start = if self.transcript.is_empty() {
+                    self.hooks.all_of(Stage::SessionStart)
+                } else {
+                    Vec::new()
+                };
+                let submit = self.hooks.all_of(Stage::UserPromptSubmit);
+                if session_start.is_empty() && submit.is_empty() {
+                    let result = self.send_now(message).await;
+                    let _ = reply.send(result);
+                } else {
+                    self.check_prompt(session_start, submit, message, reply);
+                }
             }
             Command::Cancel {
                 client_request_id,
@@ -373,6 +496,8 @@ impl Actor {
                     Some(RequestOutcome::Cancelled { was_busy }) => Ok(was_busy),
                     Some(other) => Err(reused(client_request_id.as_deref(), other)),
                     None => {
+                        // Hooks checking a message that is not sent yet stop too.
+                        self.work.cancel_prompt();
                         let was_busy = !self.record.state.is_at_rest();
                         self.apply_request(
                             client_request_id,
@@ -501,6 +626,30 @@ impl Actor {
             (self.record.turns, self.record.requests) = before;
         }
         result
+    }
+
+    /// Feeds a user message (its hooks, if any, have run), as its
+    /// request.
+    async fn send_now(&mut self, message: super::NewMessage) -> Result<u64, RuntimeError> {
+        let message_seq = self.transcript.len() as u64 + 1;
+        self.apply_request(
+            message.client_request_id,
+            RequestOutcome::Sent { message_seq },
+            true,
+            Event::UserMessage { text: message.text },
+        )
+        .await?;
+        Ok(self.last_user_message_seq())
+    }
+
+    /// Tells clients about hooks that ran.
+    fn report_hooks(&mut self, reports: Vec<HookReport>) {
+        for report in reports {
+            if let Some(error) = &report.error {
+                tracing::warn!(conversation = %self.record.id, "{} hook `{}` failed: {error}", report.stage.as_str(), report.command);
+            }
+            self.emit(EventKind::HookRan(report));
+        }
     }
 
     fn last_user_message_seq(&self) -> u64 {
