@@ -15,8 +15,7 @@
 //!   passes on the same stream events (deltas of a block merged), whatever
 //!   the cuts.
 
-use agentd::llm::StreamEvent;
-use agentd::llm::fuzzing::{Wire, read_body};
+use agentd::llm::fuzzing::{Wire, merged, read_body};
 use agentd::llm::sse::{SseDecoder, SseEvent};
 use bytes::Bytes;
 use rand::rngs::StdRng;
@@ -239,42 +238,6 @@ fn check_provider(
         ));
     }
     Ok(())
-}
-
-/// Runs of deltas of one block merged: what a stream says however its
-/// deltas were batched.
-fn merged(events: Vec<StreamEvent>) -> Vec<StreamEvent> {
-    let mut out: Vec<StreamEvent> = Vec::new();
-    for event in events {
-        match (out.last_mut(), &event) {
-            (
-                Some(StreamEvent::TextDelta { index, text }),
-                StreamEvent::TextDelta {
-                    index: next,
-                    text: more,
-                },
-            )
-            | (
-                Some(StreamEvent::ThinkingDelta { index, text }),
-                StreamEvent::ThinkingDelta {
-                    index: next,
-                    text: more,
-                },
-            )
-            | (
-                Some(StreamEvent::ToolInputDelta {
-                    index,
-                    partial_json: text,
-                }),
-                StreamEvent::ToolInputDelta {
-                    index: next,
-                    partial_json: more,
-                },
-            ) if index == next => text.push_str(more),
-            _ => out.push(event),
-        }
-    }
-    out
 }
 
 /// One body, and the provider format it was written in (if any).

@@ -43,48 +43,7 @@ pub(crate) async fn parse<P: StreamParser>(
     (events, reply)
 }
 
-/// `events` with every run of consecutive deltas of one block merged into
-/// one: what a stream looks like however its deltas were batched (deltas
-/// that arrive in one read are passed on as one).
-pub(crate) fn merged(events: Vec<StreamEvent>) -> Vec<StreamEvent> {
-    let mut out: Vec<StreamEvent> = Vec::new();
-    for event in events {
-        let appended = match (out.last_mut(), &event) {
-            (
-                Some(StreamEvent::TextDelta { index, text }),
-                StreamEvent::TextDelta {
-                    index: next,
-                    text: more,
-                },
-            )
-            | (
-                Some(StreamEvent::ThinkingDelta { index, text }),
-                StreamEvent::ThinkingDelta {
-                    index: next,
-                    text: more,
-                },
-            )
-            | (
-                Some(StreamEvent::ToolInputDelta {
-                    index,
-                    partial_json: text,
-                }),
-                StreamEvent::ToolInputDelta {
-                    index: next,
-                    partial_json: more,
-                },
-            ) if index == next => {
-                text.push_str(more);
-                true
-            }
-            _ => false,
-        };
-        if !appended {
-            out.push(event);
-        }
-    }
-    out
-}
+pub(crate) use super::fuzzing::merged;
 
 /// `chunks` as a body whose every chunk is a network read of its own: a
 /// look for more without waiting (`now_or_never`, whose waker does nothing)
