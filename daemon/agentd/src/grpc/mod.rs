@@ -13,6 +13,7 @@ mod hpack;
 pub mod listener;
 mod outbox;
 pub mod service;
+mod wire;
 
 use crate::runtime::Manager;
 use agent_proto::v1::agent_service_server::AgentServiceServer;
@@ -68,7 +69,10 @@ where
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
-        .add_service(AgentServiceServer::new(svc))
+        .add_service(wire::Intercept::new(
+            AgentServiceServer::new(svc.clone()),
+            svc,
+        ))
         .serve_with_incoming_shutdown(lenient(incoming), async {
             let _ = server_stopped.await;
         });

@@ -71,11 +71,7 @@ impl Fanout {
 
     /// Numbers an event and sends it on, or holds it back.
     pub(super) fn emit(&mut self, at_ms: i64, kind: EventKind) {
-        let event = Arc::new(ConvEvent {
-            seq: self.next_seq,
-            at_ms,
-            kind,
-        });
+        let event = Arc::new(ConvEvent::new(self.next_seq, at_ms, kind));
         self.next_seq += 1;
         match &mut self.held {
             Some(held) => held.push(event),
@@ -169,23 +165,21 @@ impl Actor {
                     .map(|stored| merge(stored, &self.fanout.replay, after_seq))
             });
             if let Some(missed) = missed {
-                let mut frames = vec![Arc::new(ConvEvent {
-                    seq: 0,
-                    at_ms: now,
-                    kind: EventKind::Resumed { after_seq },
-                })];
+                let mut frames = vec![Arc::new(ConvEvent::new(
+                    0,
+                    now,
+                    EventKind::Resumed { after_seq },
+                ))];
                 frames.extend(missed);
                 return frames;
             }
         }
         let mut frames = vec![self.snapshot(client)];
-        frames.extend(self.recovery_notices.iter().map(|n| {
-            Arc::new(ConvEvent {
-                seq: 0,
-                at_ms: now,
-                kind: EventKind::Notice(n.clone()),
-            })
-        }));
+        frames.extend(
+            self.recovery_notices
+                .iter()
+                .map(|n| Arc::new(ConvEvent::new(0, now, EventKind::Notice(n.clone())))),
+        );
         frames
     }
 
@@ -200,10 +194,10 @@ impl Actor {
         if !clients.iter().any(|c| c.id == client.id) {
             clients.push(client.clone());
         }
-        Arc::new(ConvEvent {
-            seq: self.fanout.next_seq - 1,
-            at_ms: self.now_ms(),
-            kind: EventKind::Snapshot(Box::new(SnapshotData {
+        Arc::new(ConvEvent::new(
+            self.fanout.next_seq - 1,
+            self.now_ms(),
+            EventKind::Snapshot(Box::new(SnapshotData {
                 record: self.record.clone(),
                 messages,
                 partial: self.work.partial.clone(),
@@ -212,7 +206,7 @@ impl Actor {
                 your_client_id: client.id.clone(),
                 max_attempts: self.shared.config.retry.max_attempts,
             })),
-        })
+        ))
     }
 
     /// The events of the store after `after_seq`, as clients see them, when
@@ -292,7 +286,7 @@ fn stored_events_after(
                 },
             ),
         };
-        out.push(Arc::new(ConvEvent { seq, at_ms, kind }));
+        out.push(Arc::new(ConvEvent::new(seq, at_ms, kind)));
     }
     Some(out)
 }
@@ -303,11 +297,7 @@ mod tests {
     use super::*;
 
     fn notice(seq: u64, text: &str) -> Arc<ConvEvent> {
-        Arc::new(ConvEvent {
-            seq,
-            at_ms: 0,
-            kind: EventKind::Notice(text.to_string()),
-        })
+        Arc::new(ConvEvent::new(seq, 0, EventKind::Notice(text.to_string())))
     }
 
     fn seqs(events: &[Arc<ConvEvent>]) -> Vec<u64> {
