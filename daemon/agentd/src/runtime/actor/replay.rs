@@ -69,6 +69,16 @@ impl Fanout {
             .subscribe()
     }
 
+    /// Frees the hub's ring once the last client has detached (the next
+    /// one to attach makes a new one): a conversation nobody watches holds
+    /// no ring while it stays loaded. Every receiver belongs to a client in
+    /// `clients` until its Detach, so none is left behind.
+    pub(super) fn drop_hub_if_unwatched(&mut self) {
+        if self.clients.is_empty() {
+            self.hub = None;
+        }
+    }
+
     /// Numbers an event and sends it on, or holds it back.
     pub(super) fn emit(&mut self, at_ms: i64, kind: EventKind) {
         let event = Arc::new(ConvEvent::new(self.next_seq, at_ms, kind));
@@ -343,6 +353,26 @@ mod tests {
         assert!(rx.try_recv().is_err(), "held until the flush");
         fanout.release();
         assert_eq!(rx.try_recv().unwrap().seq, 1);
+    }
+
+    #[test]
+    fn the_ring_is_freed_when_the_last_client_leaves_and_made_again_for_the_next() {
+        let mut fanout = Fanout::new(1);
+        let client = |id: &str| ClientInfo {
+            id: id.into(),
+            name: "c".into(),
+        };
+        let first = fanout.subscribe();
+        fanout.clients.push(client("a"));
+        fanout.drop_hub_if_unwatched();
+        assert!(fanout.hub.is_some(), "a client still watches");
+        fanout.clients.clear();
+        drop(first);
+        fanout.drop_hub_if_unwatched();
+        assert!(fanout.hub.is_none());
+        let mut next = fanout.subscribe();
+        fanout.emit(0, EventKind::Notice("after".into()));
+        assert_eq!(next.try_recv().unwrap().seq, 1);
     }
 
     #[test]
