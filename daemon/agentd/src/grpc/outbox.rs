@@ -25,8 +25,10 @@ pub(super) const MAX_MERGED_TEXT: usize = 64 * 1024;
 /// An outbox holding this many frames, or this much delta text, is full:
 /// the forwarding task stops taking events from the hub, whose ring then
 /// holds the rest; a client that lets that overflow too is resynchronised.
+/// (What does not fit stays in the hub's ring, shared by every client, not
+/// copied per client.)
 const MAX_FRAMES: usize = 256;
-const MAX_TEXT: usize = 1024 * 1024;
+const MAX_TEXT: usize = 256 * 1024;
 
 enum Frame {
     /// An event as the hub shares it between clients.

@@ -30,6 +30,7 @@ use std::task::{Context, Poll};
 use tokio::sync::mpsc;
 use tonic::Status;
 use tonic::body::Body;
+use tonic::codec::BufferSettings;
 use tonic::codegen::BoxFuture;
 use tonic::server::NamedService;
 
@@ -43,6 +44,8 @@ const COPY_BELOW: usize = 4 * 1024;
 /// A chunk of copied messages goes out once it is this long (what tonic
 /// does too).
 const YIELD_AT: usize = 32 * 1024;
+/// What an Attach stream's request decoder starts with.
+const REQUEST_BUFFER: usize = 256;
 
 /// What a client's forwarding task sends its stream: complete gRPC messages,
 /// or the status that ends the stream.
@@ -276,7 +279,13 @@ async fn attach(
     }
     let request = tonic::Request::from_http(request.map(|body| {
         tonic::Streaming::new_request(
-            tonic_prost::ProstDecoder::<pb::AttachRequest>::default(),
+            // Attach requests are small (a subscription, a message): the
+            // buffer starts small and grows for a long one, instead of the
+            // 8 KiB every open stream would hold.
+            tonic_prost::ProstDecoder::<pb::AttachRequest>::new(BufferSettings::new(
+                REQUEST_BUFFER,
+                YIELD_AT,
+            )),
             body,
             None,
             Some(limit),
