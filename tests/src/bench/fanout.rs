@@ -63,8 +63,9 @@ struct TurnResult {
     daemon_cpu: Duration,
     bench_cpu: Duration,
     /// The daemon's peak RSS over the turn (the stalled client's reading
-    /// included), MiB.
+    /// included), and its RSS just before, MiB.
     peak_rss_mib: f64,
+    rss_before_mib: f64,
 }
 
 /// Runs the scenario.
@@ -282,6 +283,15 @@ fn record_throughput(report: &mut Report, key: &str, label: &str, t: &TurnResult
         "MiB",
         t.peak_rss_mib,
     );
+    report.sample(
+        &format!("{key}_peak_over_before_mib"),
+        &format!(
+            "{label}: that, over the RSS just before the turn (earlier turns' conversations \
+             stay loaded)"
+        ),
+        "MiB",
+        t.peak_rss_mib - t.rss_before_mib,
+    );
 }
 
 fn record_latency(report: &mut Report, key: &str, label: &str, t: &TurnResult) {
@@ -354,6 +364,7 @@ async fn turn(
     }
     fake.push(script.into());
     ready.wait().await;
+    let rss_before_mib = procfs::rss_mib(daemon_pid);
     procfs::reset_hwm(daemon_pid);
     let daemon_before = procfs::cpu_times(daemon_pid).unwrap_or_default();
     let bench_before = procfs::cpu_times(std::process::id()).unwrap_or_default();
@@ -378,6 +389,7 @@ async fn turn(
     let (first_stamp, last_stamp) = stamps_of_reply(&mut client, &id).await?;
     Ok(TurnResult {
         peak_rss_mib,
+        rss_before_mib,
         seen,
         first_stamp,
         last_stamp,

@@ -343,7 +343,10 @@ async fn agent_runs(settings: &Settings, report: &mut Report) -> BenchResult<()>
             "MiB",
             unloaded - before,
         );
-        report.set_target(&format!("{key}_unloaded_over_before_mib"), Target::AtMost(5.0));
+        report.set_target(
+            &format!("{key}_unloaded_over_before_mib"),
+            Target::AtMost(5.0),
+        );
     }
     Ok(())
 }
