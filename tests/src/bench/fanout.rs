@@ -16,6 +16,10 @@
 //!
 //! Then the throughput run again with 10 readers and one client that never
 //! reads: the readers' numbers should not move.
+//!
+//! Each throughput turn ends with the whole 2.5 MB reply appended as one
+//! message, sent to every client: the daemon's peak RSS over each turn
+//! (`VmHWM`, reset before it) shows what that costs per client.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -58,6 +62,10 @@ struct TurnResult {
     /// and every client).
     daemon_cpu: Duration,
     bench_cpu: Duration,
+    /// The daemon's peak RSS over the turn (the stalled client's reading
+    /// included), and its RSS just before, MiB.
+    peak_rss_mib: f64,
+    rss_before_mib: f64,
 }
 
 /// Runs the scenario.
@@ -171,9 +179,10 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     }
     report.set_target("c10_deltas_per_s", Target::AtLeast(200_000.0));
     report.set_target("c100_paced_p99_ms", Target::AtMost(5.0));
+    report.set_target("c100_peak_rss_mib", Target::AtMost(100.0));
     report.note(format!(
-        "daemon peak RSS over the scenario: {:.1} MiB",
-        procfs::hwm_mib(pid)
+        "daemon RSS at the end of the scenario: {:.1} MiB (peaks per turn above)",
+        procfs::rss_mib(pid)
     ));
     Ok(report)
 }
@@ -268,6 +277,21 @@ fn record_throughput(report: &mut Report, key: &str, label: &str, t: &TurnResult
         "count",
         resyncs as f64,
     );
+    report.sample(
+        &format!("{key}_peak_rss_mib"),
+        &format!("{label}: daemon peak RSS over the turn"),
+        "MiB",
+        t.peak_rss_mib,
+    );
+    report.sample(
+        &format!("{key}_peak_over_before_mib"),
+        &format!(
+            "{label}: that, over the RSS just before the turn (earlier turns' conversations \
+             stay loaded)"
+        ),
+        "MiB",
+        t.peak_rss_mib - t.rss_before_mib,
+    );
 }
 
 fn record_latency(report: &mut Report, key: &str, label: &str, t: &TurnResult) {
@@ -340,6 +364,8 @@ async fn turn(
     }
     fake.push(script.into());
     ready.wait().await;
+    let rss_before_mib = procfs::rss_mib(daemon_pid);
+    procfs::reset_hwm(daemon_pid);
     let daemon_before = procfs::cpu_times(daemon_pid).unwrap_or_default();
     let bench_before = procfs::cpu_times(std::process::id()).unwrap_or_default();
     super::send(&mut client, &id, "stream").await?;
@@ -359,8 +385,11 @@ async fn turn(
         Some(mut s) => Some(drain(&mut s).await),
         None => None,
     };
+    let peak_rss_mib = procfs::hwm_mib(daemon_pid);
     let (first_stamp, last_stamp) = stamps_of_reply(&mut client, &id).await?;
     Ok(TurnResult {
+        peak_rss_mib,
+        rss_before_mib,
         seen,
         first_stamp,
         last_stamp,

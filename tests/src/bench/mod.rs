@@ -8,6 +8,7 @@
 pub mod durability;
 pub mod fanout;
 pub mod many;
+pub mod memory;
 pub mod procfs;
 pub mod request_bytes;
 pub mod search;

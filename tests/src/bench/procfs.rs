@@ -184,3 +184,10 @@ impl SyncCounter {
         seen.then_some(counts)
     }
 }
+
+/// Resets the peak resident memory (`VmHWM`) of `pid` to its current RSS
+/// (`/proc/<pid>/clear_refs`, Linux ≥ 4.0), so a later [`hwm_mib`] is the
+/// peak since now. Returns whether it worked.
+pub fn reset_hwm(pid: u32) -> bool {
+    std::fs::write(format!("/proc/{pid}/clear_refs"), "5").is_ok()
+}

@@ -5,7 +5,7 @@
 //! cargo run --release -p agent-tests --bin agent-bench -- SCENARIO [--json] [--runs N] [--quick] [--tree DIR]
 //! ```
 //!
-//! SCENARIO is one of `tool-rounds`, `fanout`, `many`, `startup`,
+//! SCENARIO is one of `tool-rounds`, `fanout`, `many`, `memory`, `startup`,
 //! `durability`, `request-bytes`, `search`, or `all`. Each prints a Markdown
 //! table (median, min and max over the runs, the target if the issue sets
 //! one) and then one JSON line; with `--json` the tables go to stderr and
@@ -17,10 +17,11 @@ use std::time::Instant;
 
 use agent_tests::bench::{self, BenchResult, Settings, procfs, stats::Report};
 
-const SCENARIOS: [&str; 7] = [
+const SCENARIOS: [&str; 8] = [
     "tool-rounds",
     "fanout",
     "many",
+    "memory",
     "startup",
     "durability",
     "request-bytes",
@@ -28,9 +29,12 @@ const SCENARIOS: [&str; 7] = [
 ];
 
 const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR] [--sync kill|power]\n\
-    SCENARIO: tool-rounds | fanout | many | startup | durability | request-bytes | search | all";
+    SCENARIO: tool-rounds | fanout | many | memory | startup | durability | request-bytes | search | all";
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--hold-attach") {
+        return hold_attach();
+    }
     let mut scenario = None;
     let mut json_only = false;
     let mut settings = Settings {
@@ -137,6 +141,7 @@ async fn run_one(name: &str, settings: &Settings) -> BenchResult<Report> {
         "tool-rounds" => bench::tool_rounds::run(settings).await,
         "fanout" => bench::fanout::run(settings).await,
         "many" => bench::many::run(settings).await,
+        "memory" => bench::memory::run(settings).await,
         "startup" => bench::startup::run(settings).await,
         "durability" => bench::durability::run(settings).await,
         "request-bytes" => bench::request_bytes::run(settings).await,
@@ -167,6 +172,31 @@ fn check_binaries() -> BenchResult<()> {
         }
     }
     Ok(())
+}
+
+/// `agent-bench --hold-attach SOCKET ID N`: the helper process of the
+/// memory scenario, which holds N Attach streams open until it is killed.
+fn hold_attach() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let [socket, id, n] = args.as_slice() else {
+        return usage("--hold-attach needs SOCKET ID N");
+    };
+    let Ok(n) = n.parse::<usize>() else {
+        return usage("--hold-attach: N must be a number");
+    };
+    let result = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())
+        .and_then(|rt| rt.block_on(bench::memory::hold_attach(socket.as_ref(), id, n)));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("agent-bench --hold-attach: {e}");
+            println!("failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 fn usage(problem: &str) -> ExitCode {

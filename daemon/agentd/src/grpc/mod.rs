@@ -13,6 +13,7 @@ mod hpack;
 pub mod listener;
 mod outbox;
 pub mod service;
+mod wire;
 
 use crate::runtime::Manager;
 use agent_proto::v1::agent_service_server::AgentServiceServer;
@@ -70,9 +71,12 @@ where
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
-        .add_service(
-            AgentServiceServer::new(svc).max_decoding_message_size(limits.max_message_bytes),
-        )
+        .add_service(wire::Intercept::new(
+            AgentServiceServer::new(svc.clone())
+                .max_decoding_message_size(limits.max_message_bytes),
+            svc,
+            limits.max_message_bytes,
+        ))
         .serve_with_incoming_shutdown(lenient(incoming), async {
             let _ = server_stopped.await;
         });

@@ -10,13 +10,14 @@
 //! bigger frames with exactly the same text — instead of the client falling
 //! off the hub's ring and needing a snapshot.
 
-use super::convert;
+use super::{convert, wire};
 use crate::runtime::ConvEvent;
-use agent_proto::v1 as pb;
+use bytes::Bytes;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use tonic::Status;
 
 /// Most text one merged delta frame carries; more starts another frame.
 /// (Clients decode frames of up to 4 MiB by default.)
@@ -24,8 +25,10 @@ pub(super) const MAX_MERGED_TEXT: usize = 64 * 1024;
 /// An outbox holding this many frames, or this much delta text, is full:
 /// the forwarding task stops taking events from the hub, whose ring then
 /// holds the rest; a client that lets that overflow too is resynchronised.
+/// (What does not fit stays in the hub's ring, shared by every client, not
+/// copied per client.)
 const MAX_FRAMES: usize = 256;
-const MAX_TEXT: usize = 1024 * 1024;
+const MAX_TEXT: usize = 256 * 1024;
 
 enum Frame {
     /// An event as the hub shares it between clients.
@@ -109,17 +112,18 @@ impl Outbox {
         }
     }
 
-    /// The oldest frame, converted for the wire, as it goes out at `now`
-    /// (whether or not it was due).
-    pub(super) fn pop(&mut self, now: Instant) -> Option<pb::AttachResponse> {
+    /// The oldest frame, encoded for the wire, as it goes out at `now`
+    /// (whether or not it was due). An event the hub shares is encoded once
+    /// for every client it goes to ([`wire::shared`]).
+    pub(super) fn pop(&mut self, now: Instant) -> Option<Result<Bytes, Status>> {
         let frame = self.frames.pop_front()?;
         if let Some(text) = frame.event().delta_text() {
             self.text -= text.len();
             self.next_delta = Some(now + DELTA_FRAME_INTERVAL);
         }
         Some(match frame {
-            Frame::Shared(e) => convert::event(&e),
-            Frame::Merged(e) => convert::event_owned(*e),
+            Frame::Shared(e) => wire::shared(&e),
+            Frame::Merged(e) => wire::frame(&convert::event_owned(*e)),
         })
     }
 
@@ -151,14 +155,16 @@ impl Outbox {
 mod tests {
     use super::*;
     use crate::runtime::EventKind;
+    use agent_proto::v1 as pb;
     use pb::attach_response::Event as E;
 
     fn ev(seq: u64, kind: EventKind) -> Arc<ConvEvent> {
-        Arc::new(ConvEvent {
-            seq,
-            at_ms: 1000 + seq as i64,
-            kind,
-        })
+        Arc::new(ConvEvent::new(seq, 1000 + seq as i64, kind))
+    }
+
+    /// The oldest frame, decoded again.
+    fn pop(out: &mut Outbox, now: Instant) -> Option<pb::AttachResponse> {
+        out.pop(now).map(|f| wire::decode(&f.unwrap()).unwrap())
     }
 
     fn text(seq: u64, index: u32, t: &str) -> Arc<ConvEvent> {
@@ -174,7 +180,7 @@ mod tests {
     /// Everything, due or not.
     fn drain(out: &mut Outbox) -> Vec<pb::AttachResponse> {
         let now = Instant::now();
-        std::iter::from_fn(|| out.pop(now)).collect()
+        std::iter::from_fn(|| pop(out, now)).collect()
     }
 
     fn delta_frame(f: &pb::AttachResponse) -> Option<(u64, u32, &str)> {
@@ -218,9 +224,9 @@ mod tests {
         let mut out = Outbox::default();
         let now = Instant::now();
         out.push(text(1, 0, "a"));
-        assert_eq!(delta_frame(&out.pop(now).unwrap()), Some((1, 0, "a")));
+        assert_eq!(delta_frame(&pop(&mut out, now).unwrap()), Some((1, 0, "a")));
         out.push(text(2, 0, "b"));
-        assert_eq!(delta_frame(&out.pop(now).unwrap()), Some((2, 0, "b")));
+        assert_eq!(delta_frame(&pop(&mut out, now).unwrap()), Some((2, 0, "b")));
 
         let piece = "x".repeat(1000);
         let n = 200u64;
@@ -277,7 +283,7 @@ mod tests {
         assert_eq!(out.due(t0), Due::Empty);
         out.push(text(1, 0, "a"));
         assert_eq!(out.due(t0), Due::Now, "the first delta goes at once");
-        assert_eq!(delta_frame(&out.pop(t0).unwrap()), Some((1, 0, "a")));
+        assert_eq!(delta_frame(&pop(&mut out, t0).unwrap()), Some((1, 0, "a")));
 
         let soon = t0 + DELTA_FRAME_INTERVAL / 5;
         let due = t0 + DELTA_FRAME_INTERVAL;
@@ -291,9 +297,15 @@ mod tests {
             "what follows a delta waits too"
         );
         assert_eq!(out.due(due), Due::Now);
-        assert_eq!(delta_frame(&out.pop(due).unwrap()), Some((3, 0, "bc")));
+        assert_eq!(
+            delta_frame(&pop(&mut out, due).unwrap()),
+            Some((3, 0, "bc"))
+        );
         assert_eq!(out.due(due), Due::Now, "a notice is never held");
-        assert!(matches!(out.pop(due).unwrap().event, Some(E::Notice(_))));
+        assert!(matches!(
+            pop(&mut out, due).unwrap().event,
+            Some(E::Notice(_))
+        ));
 
         // Long after the last delta frame, a delta goes at once.
         let later = due + DELTA_FRAME_INTERVAL * 3;

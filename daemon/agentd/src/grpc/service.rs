@@ -465,7 +465,7 @@ impl AgentService for Service {
         self.trusted(false)
     }
 
-    type AttachStream = ReceiverStream<Result<pb::AttachResponse, Status>>;
+    type AttachStream = super::wire::Frames;
 
     async fn attach(
         &self,
@@ -520,7 +520,7 @@ impl AgentService for Service {
             tx,
             self.shutdown.clone(),
         ));
-        Ok(Response::new(ReceiverStream::new(rx)))
+        Ok(Response::new(super::wire::Frames::new(rx)))
     }
 
     async fn get_usage(
@@ -669,7 +669,7 @@ async fn forward(
     manager: Arc<Manager>,
     id: String,
     sub: crate::runtime::Subscription,
-    tx: mpsc::Sender<Result<pb::AttachResponse, Status>>,
+    tx: super::wire::FrameTx,
     shutdown: CancellationToken,
 ) {
     let client_id = sub.client.id.clone();
@@ -733,7 +733,7 @@ async fn forward(
             match tx.try_reserve() {
                 Ok(permit) => {
                     if let Some(frame) = out.pop(Instant::now()) {
-                        permit.send(Ok(frame));
+                        permit.send(frame);
                     }
                 }
                 Err(mpsc::error::TrySendError::Full(())) => break,
@@ -751,18 +751,18 @@ async fn forward(
         tokio::select! {
             biased;
             _ = &mut cancelled => {
-                let _ = tx.try_send(Ok(convert::event(&ConvEvent {
-                    seq: 0,
-                    at_ms: 0,
-                    kind: EventKind::Notice("agentd is shutting down".to_string()),
-                })));
+                let _ = tx.try_send(super::wire::frame(&convert::event(&ConvEvent::new(
+                    0,
+                    0,
+                    EventKind::Notice("agentd is shutting down".to_string()),
+                ))));
                 break;
             }
             _ = &mut hold, if holding => {}
             permit = tx.reserve(), if !holding && !out.is_empty() => match permit {
                 Ok(permit) => {
                     if let Some(frame) = out.pop(Instant::now()) {
-                        permit.send(Ok(frame));
+                        permit.send(frame);
                     }
                 }
                 Err(_) => break,
@@ -830,7 +830,7 @@ async fn read_frames(
     id: String,
     client: crate::runtime::ClientInfo,
     mut inbound: Streaming<pb::AttachRequest>,
-    tx: mpsc::Sender<Result<pb::AttachResponse, Status>>,
+    tx: super::wire::FrameTx,
     shutdown: CancellationToken,
 ) {
     use pb::attach_request::Frame;
@@ -908,7 +908,9 @@ async fn read_frames(
         };
         if let Err(status) = outcome
             && tx
-                .send(Ok(local_error(status.message().to_string())))
+                .send(super::wire::frame(&local_error(
+                    status.message().to_string(),
+                )))
                 .await
                 .is_err()
         {

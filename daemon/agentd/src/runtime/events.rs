@@ -3,6 +3,7 @@
 
 use crate::store::ConversationRecord;
 use agentd_core::{ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 pub use agentd_core::ClientInfo;
 
@@ -50,6 +51,46 @@ pub struct ConvEvent {
     /// Unix ms.
     pub at_ms: i64,
     pub kind: EventKind,
+    /// The event as the gRPC edge encodes it for the clients it is sent to.
+    pub wire: WireCache,
+}
+
+/// Where the gRPC edge (`grpc/wire.rs`) keeps an event's encoding while
+/// clients' streams hold it: made by the first stream that sends the event,
+/// shared by every other one while any of them still holds it, freed with
+/// the last. The runtime never looks inside. A cloned event (deltas merged
+/// into a copy) starts without one, and so does one that [`ConvEvent::absorb`]
+/// changed.
+#[derive(Default)]
+pub struct WireCache(Mutex<Weak<Vec<u8>>>);
+
+impl WireCache {
+    /// The encoding some stream still holds, or `make`'s, which is kept
+    /// (weakly) for the next stream that asks.
+    pub fn get_or_try_make<E>(
+        &self,
+        make: impl FnOnce() -> Result<Vec<u8>, E>,
+    ) -> Result<Arc<Vec<u8>>, E> {
+        let mut cached = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(bytes) = cached.upgrade() {
+            return Ok(bytes);
+        }
+        let bytes = Arc::new(make()?);
+        *cached = Arc::downgrade(&bytes);
+        Ok(bytes)
+    }
+}
+
+impl Clone for WireCache {
+    fn clone(&self) -> WireCache {
+        WireCache::default()
+    }
+}
+
+impl std::fmt::Debug for WireCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("WireCache")
+    }
 }
 
 /// What happened.
@@ -149,6 +190,16 @@ pub enum EventKind {
 }
 
 impl ConvEvent {
+    /// An event with nothing encoded yet.
+    pub fn new(seq: u64, at_ms: i64, kind: EventKind) -> ConvEvent {
+        ConvEvent {
+            seq,
+            at_ms,
+            kind,
+            wire: WireCache::default(),
+        }
+    }
+
     /// The text of a `TextDelta` or `ThinkingDelta`; `None` for every other
     /// event.
     pub fn delta_text(&self) -> Option<&str> {
@@ -177,6 +228,7 @@ impl ConvEvent {
         }
         self.seq = next.seq;
         self.at_ms = next.at_ms;
+        self.wire = WireCache::default();
         true
     }
 
@@ -200,11 +252,7 @@ mod tests {
     use super::*;
 
     fn ev(seq: u64, kind: EventKind) -> ConvEvent {
-        ConvEvent {
-            seq,
-            at_ms: seq as i64 * 10,
-            kind,
-        }
+        ConvEvent::new(seq, seq as i64 * 10, kind)
     }
 
     fn text(index: u32, t: &str) -> EventKind {

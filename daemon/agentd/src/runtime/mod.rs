@@ -16,7 +16,7 @@ pub mod prompt;
 pub use actor::{HUB_CAPACITY, Subscription};
 pub use clock::Clock;
 pub use error::RuntimeError;
-pub use events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
+pub use events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData, WireCache};
 
 use crate::config::Config;
 use crate::llm::Provider;

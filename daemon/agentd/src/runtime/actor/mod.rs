@@ -566,6 +566,7 @@ impl Actor {
                 if let Some(pos) = self.fanout.clients.iter().position(|c| c.id == client_id) {
                     let client = self.fanout.clients.remove(pos);
                     self.emit(EventKind::ClientDetached(client));
+                    self.fanout.drop_hub_if_unwatched();
                 }
             }
             Command::Resync { client_id, reply } => {

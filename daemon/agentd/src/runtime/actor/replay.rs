@@ -69,13 +69,19 @@ impl Fanout {
             .subscribe()
     }
 
+    /// Frees the hub's ring once the last client has detached (the next
+    /// one to attach makes a new one): a conversation nobody watches holds
+    /// no ring while it stays loaded. Every receiver belongs to a client in
+    /// `clients` until its Detach, so none is left behind.
+    pub(super) fn drop_hub_if_unwatched(&mut self) {
+        if self.clients.is_empty() {
+            self.hub = None;
+        }
+    }
+
     /// Numbers an event and sends it on, or holds it back.
     pub(super) fn emit(&mut self, at_ms: i64, kind: EventKind) {
-        let event = Arc::new(ConvEvent {
-            seq: self.next_seq,
-            at_ms,
-            kind,
-        });
+        let event = Arc::new(ConvEvent::new(self.next_seq, at_ms, kind));
         self.next_seq += 1;
         match &mut self.held {
             Some(held) => held.push(event),
@@ -169,23 +175,21 @@ impl Actor {
                     .map(|stored| merge(stored, &self.fanout.replay, after_seq))
             });
             if let Some(missed) = missed {
-                let mut frames = vec![Arc::new(ConvEvent {
-                    seq: 0,
-                    at_ms: now,
-                    kind: EventKind::Resumed { after_seq },
-                })];
+                let mut frames = vec![Arc::new(ConvEvent::new(
+                    0,
+                    now,
+                    EventKind::Resumed { after_seq },
+                ))];
                 frames.extend(missed);
                 return frames;
             }
         }
         let mut frames = vec![self.snapshot(client)];
-        frames.extend(self.recovery_notices.iter().map(|n| {
-            Arc::new(ConvEvent {
-                seq: 0,
-                at_ms: now,
-                kind: EventKind::Notice(n.clone()),
-            })
-        }));
+        frames.extend(
+            self.recovery_notices
+                .iter()
+                .map(|n| Arc::new(ConvEvent::new(0, now, EventKind::Notice(n.clone())))),
+        );
         frames
     }
 
@@ -200,10 +204,10 @@ impl Actor {
         if !clients.iter().any(|c| c.id == client.id) {
             clients.push(client.clone());
         }
-        Arc::new(ConvEvent {
-            seq: self.fanout.next_seq - 1,
-            at_ms: self.now_ms(),
-            kind: EventKind::Snapshot(Box::new(SnapshotData {
+        Arc::new(ConvEvent::new(
+            self.fanout.next_seq - 1,
+            self.now_ms(),
+            EventKind::Snapshot(Box::new(SnapshotData {
                 record: self.record.clone(),
                 messages,
                 partial: self.work.partial.clone(),
@@ -212,7 +216,7 @@ impl Actor {
                 your_client_id: client.id.clone(),
                 max_attempts: self.shared.config.retry.max_attempts,
             })),
-        })
+        ))
     }
 
     /// The events of the store after `after_seq`, as clients see them, when
@@ -292,7 +296,7 @@ fn stored_events_after(
                 },
             ),
         };
-        out.push(Arc::new(ConvEvent { seq, at_ms, kind }));
+        out.push(Arc::new(ConvEvent::new(seq, at_ms, kind)));
     }
     Some(out)
 }
@@ -303,11 +307,7 @@ mod tests {
     use super::*;
 
     fn notice(seq: u64, text: &str) -> Arc<ConvEvent> {
-        Arc::new(ConvEvent {
-            seq,
-            at_ms: 0,
-            kind: EventKind::Notice(text.to_string()),
-        })
+        Arc::new(ConvEvent::new(seq, 0, EventKind::Notice(text.to_string())))
     }
 
     fn seqs(events: &[Arc<ConvEvent>]) -> Vec<u64> {
@@ -353,6 +353,26 @@ mod tests {
         assert!(rx.try_recv().is_err(), "held until the flush");
         fanout.release();
         assert_eq!(rx.try_recv().unwrap().seq, 1);
+    }
+
+    #[test]
+    fn the_ring_is_freed_when_the_last_client_leaves_and_made_again_for_the_next() {
+        let mut fanout = Fanout::new(1);
+        let client = |id: &str| ClientInfo {
+            id: id.into(),
+            name: "c".into(),
+        };
+        let first = fanout.subscribe();
+        fanout.clients.push(client("a"));
+        fanout.drop_hub_if_unwatched();
+        assert!(fanout.hub.is_some(), "a client still watches");
+        fanout.clients.clear();
+        drop(first);
+        fanout.drop_hub_if_unwatched();
+        assert!(fanout.hub.is_none());
+        let mut next = fanout.subscribe();
+        fanout.emit(0, EventKind::Notice("after".into()));
+        assert_eq!(next.try_recv().unwrap().seq, 1);
     }
 
     #[test]
