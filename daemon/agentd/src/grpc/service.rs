@@ -73,12 +73,7 @@ impl Service {
         let found = tokio::task::spawn_blocking(move || instructions::load(&dirs, max_bytes))
             .await
             .unwrap_or_default();
-        let files: Vec<(String, u64)> = found
-            .sources
-            .iter()
-            .map(|s| (s.path.display().to_string(), s.bytes))
-            .collect();
-        convert::instructions(&files, found.truncated)
+        convert::instructions(&found.files(), found.truncated)
     }
 
     /// The full id of the shell `prefix` names.

@@ -38,6 +38,16 @@ pub struct Instructions {
     pub truncated: bool,
 }
 
+impl Instructions {
+    /// The files used, as clients are told: (absolute path, size).
+    pub fn files(&self) -> Vec<(String, u64)> {
+        self.sources
+            .iter()
+            .map(|s| (s.path.display().to_string(), s.bytes))
+            .collect()
+    }
+}
+
 /// What the files were when last read: per file found, its path, size,
 /// modification time and inode. Equal stamps mean nothing to read again.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -473,11 +473,7 @@ impl Actor {
             None => !found.sources.is_empty(),
         };
         let event = EventKind::InstructionsLoaded {
-            files: found
-                .sources
-                .iter()
-                .map(|s| (s.path.display().to_string(), s.bytes))
-                .collect(),
+            files: found.files(),
             truncated: found.truncated,
         };
         self.work.instructions = Some((stamp, found));
