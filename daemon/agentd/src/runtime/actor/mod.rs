@@ -605,7 +605,10 @@ impl Actor {
         new_turn: bool,
         event: Event,
     ) -> Result<(), RuntimeError> {
-        let before = (self.record.turns, self.record.requests.clone());
+        let turns = self.record.turns;
+        let requests = client_request_id
+            .is_some()
+            .then(|| self.record.requests.clone());
         if new_turn {
             self.record.turns += 1;
         }
@@ -624,7 +627,10 @@ impl Actor {
         }
         let result = self.apply(event).await;
         if result.is_err() {
-            (self.record.turns, self.record.requests) = before;
+            self.record.turns = turns;
+            if let Some(requests) = requests {
+                self.record.requests = requests;
+            }
         }
         result
     }
