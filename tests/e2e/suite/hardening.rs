@@ -6,28 +6,14 @@
 use super::util::{
     Attached, answer_with_agent, create_with, get, is_idle, kind_of, send, tool, wait_state,
 };
+use super::util::{done, is_request, request_of, result_of};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
-use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
+use agent_tests::fake_llm::{ReplyScript, Script};
 use agent_tests::harness::{Scenario, WAIT};
-use serde_json::{Value, json};
+use serde_json::json;
 use std::path::{Path, PathBuf};
-
-fn done() -> Script {
-    Script::Reply(ReplyScript::new().text("done"))
-}
-
-fn is_request(m: &pb::AttachResponse) -> bool {
-    matches!(m.event, Some(Ev::PermissionRequested(_)))
-}
-
-fn request_of(m: &pb::AttachResponse) -> pb::PermissionRequest {
-    match &m.event {
-        Some(Ev::PermissionRequested(r)) => r.request.clone().unwrap(),
-        _ => panic!("not a permission request: {m:?}"),
-    }
-}
 
 fn answer(request_id: &str, decision: pb::PermissionDecision, scope: i32) -> Frame {
     Frame::Answer(pb::AnswerPermissionFrame {
@@ -37,17 +23,6 @@ fn answer(request_id: &str, decision: pb::PermissionDecision, scope: i32) -> Fra
         scope,
         ..Default::default()
     })
-}
-
-/// The tool results the model got in a recorded request, by tool_use id.
-fn result_of(req: &Recorded, tool_use_id: &str) -> Value {
-    req.body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == tool_use_id)
-        .unwrap_or_else(|| panic!("no tool_result for {tool_use_id}: {:#}", req.body))
 }
 
 /// A directory next to `work` (so `../<name>` reaches it), with two files.

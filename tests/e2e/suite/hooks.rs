@@ -3,10 +3,11 @@
 //! that a cancel kills a running hook, and that a project's hooks run only
 //! in a directory the user trusted.
 
+use super::util::result_of;
 use super::util::{Attached, agent_out, is_idle, send, tool};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_response::Event as Ev;
-use agent_tests::fake_llm::{Recorded, Script};
+use agent_tests::fake_llm::Script;
 use agent_tests::harness::{Scenario, WAIT, wait_for};
 use serde_json::{Value, json};
 use std::path::Path;
@@ -44,17 +45,6 @@ fn hook_runs(frames: &[pb::AttachResponse]) -> Vec<pb::HookRan> {
             _ => None,
         })
         .collect()
-}
-
-/// The tool result for `tool_use_id` in a recorded request.
-fn result_of(req: &Recorded, tool_use_id: &str) -> Value {
-    req.body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == tool_use_id)
-        .unwrap_or_else(|| panic!("no tool_result for {tool_use_id}: {:#}", req.body))
 }
 
 fn content_of(result: &Value) -> String {

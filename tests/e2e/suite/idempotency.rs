@@ -3,15 +3,14 @@
 //! outcome and has no second effect, also after a restart; a message whose
 //! expected turn is stale is refused.
 
-use super::util::{Attached, get, is_idle, text_of_message, tool, wait_state};
+use super::util::user_texts;
+use super::util::{Attached, get, is_idle, tool, wait_state};
 use agent_proto::v1 as pb;
-use agent_proto::v1::agent_service_client::AgentServiceClient;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
 use agent_tests::fake_llm::Script;
 use agent_tests::harness::{Scenario, WAIT};
 use serde_json::json;
-use tonic::transport::Channel;
 
 fn send_request(id: &str, text: &str, request: &str) -> pb::SendMessageRequest {
     pb::SendMessageRequest {
@@ -20,16 +19,6 @@ fn send_request(id: &str, text: &str, request: &str) -> pb::SendMessageRequest {
         client_request_id: request.to_string(),
         expected_turn: None,
     }
-}
-
-async fn user_texts(client: &mut AgentServiceClient<Channel>, id: &str) -> Vec<String> {
-    get(client, id)
-        .await
-        .messages
-        .iter()
-        .filter(|m| m.role == pb::Role::User as i32)
-        .map(text_of_message)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

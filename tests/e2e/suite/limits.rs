@@ -3,21 +3,18 @@
 //! the fix an oversized Attach frame wedged the stream silently and
 //! `agent attach` exited 0 having sent nothing.
 
-use super::util::{Attached, get, is_idle, text_of_message, wait_state};
+use super::util::user_texts;
+use super::util::{Attached, is_idle, wait_state};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
-use agent_tests::fake_llm::{ReplyScript, Script};
+use agent_tests::fake_llm::Script;
 use agent_tests::harness::{Scenario, TestDaemon, WAIT};
 use std::process::Stdio;
 use tokio::io::AsyncWriteExt;
 
 /// Small limits, so the tests move little data.
 const SMALL_LIMITS: &str = "[grpc]\nmax_message_bytes = 1048576\nmax_text_bytes = 65536\n";
-
-fn done(text: &str) -> Script {
-    Script::Reply(ReplyScript::new().text(text))
-}
 
 /// The next error event, skipping the conversation's own events.
 async fn next_error(a: &mut Attached) -> pb::AttachResponse {
@@ -32,20 +29,6 @@ fn send_frame(text: String) -> Frame {
         text,
         ..Default::default()
     })
-}
-
-/// The user messages' texts of a conversation.
-async fn user_texts(
-    client: &mut pb::agent_service_client::AgentServiceClient<tonic::transport::Channel>,
-    id: &str,
-) -> Vec<String> {
-    get(client, id)
-        .await
-        .messages
-        .iter()
-        .filter(|m| m.role == pb::Role::User as i32)
-        .map(text_of_message)
-        .collect()
 }
 
 /// Runs `agent attach ID` with `input` piped into it; (exit code, stdout, stderr).
@@ -78,7 +61,7 @@ async fn attach_with_input(daemon: &TestDaemon, id: &str, input: Vec<u8>) -> (i3
 async fn five_megabytes_piped_into_attach_are_refused_by_name_and_the_next_line_is_sent() {
     let s = Scenario::new()
         .conversation("")
-        .script(done("got the short line"))
+        .script(Script::text("got the short line"))
         .start()
         .await;
     let (mut client, id) = (s.client, s.id);
@@ -100,7 +83,7 @@ async fn text_over_the_limit_on_attach_is_an_error_event_and_the_stream_stays_us
     let s = Scenario::new()
         .config(SMALL_LIMITS)
         .conversation("")
-        .script(done("hello back"))
+        .script(Script::text("hello back"))
         .start()
         .await;
     let (mut client, id) = (s.client, s.id);
@@ -149,7 +132,7 @@ async fn a_frame_over_the_message_limit_closes_only_its_stream_with_the_limit_na
     let s = Scenario::new()
         .config(SMALL_LIMITS)
         .conversation("")
-        .script(done("still here"))
+        .script(Script::text("still here"))
         .start()
         .await;
     let (mut client, id) = (s.client, s.id);
@@ -244,7 +227,7 @@ async fn an_import_over_the_message_limit_names_the_conversation_and_the_limit()
     let s = Scenario::new()
         .config(SMALL_LIMITS)
         .conversation("hi")
-        .script(done("hello"))
+        .script(Script::text("hello"))
         .start()
         .await;
     let (mut client, id) = (s.client, s.id);

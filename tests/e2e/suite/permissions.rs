@@ -5,6 +5,7 @@
 use super::util::{
     Attached, answer_with_agent, assert_valid_chain, get, is_idle, kind_of, send, tool, wait_state,
 };
+use super::util::{done, is_request, request_of};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
@@ -12,21 +13,6 @@ use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
 use agent_tests::harness::{Scenario, WAIT};
 use serde_json::{Value, json};
 use std::time::Duration;
-
-fn done() -> Script {
-    Script::Reply(ReplyScript::new().text("done"))
-}
-
-fn is_request(m: &pb::AttachResponse) -> bool {
-    matches!(m.event, Some(Ev::PermissionRequested(_)))
-}
-
-fn request_of(m: &pb::AttachResponse) -> pb::PermissionRequest {
-    match &m.event {
-        Some(Ev::PermissionRequested(r)) => r.request.clone().unwrap(),
-        _ => panic!("not a permission request: {m:?}"),
-    }
-}
 
 fn resolved(frames: &[pb::AttachResponse]) -> Vec<pb::PermissionResolved> {
     frames

@@ -275,3 +275,44 @@ pub fn processes_matching(needle: &str) -> Vec<u32> {
     }
     out
 }
+
+/// A reply that says "done".
+pub fn done() -> Script {
+    Script::text("done")
+}
+
+pub fn is_request(m: &pb::AttachResponse) -> bool {
+    matches!(
+        m.event,
+        Some(pb::attach_response::Event::PermissionRequested(_))
+    )
+}
+
+pub fn request_of(m: &pb::AttachResponse) -> pb::PermissionRequest {
+    match &m.event {
+        Some(pb::attach_response::Event::PermissionRequested(r)) => r.request.clone().unwrap(),
+        _ => panic!("not a permission request: {m:?}"),
+    }
+}
+
+/// The tool result the model got for `tool_use_id` in a recorded request.
+pub fn result_of(req: &Recorded, tool_use_id: &str) -> Value {
+    req.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == tool_use_id)
+        .unwrap_or_else(|| panic!("no tool_result for {tool_use_id}: {:#}", req.body))
+}
+
+/// The texts of a conversation's user messages, in order.
+pub async fn user_texts(client: &mut AgentServiceClient<Channel>, id: &str) -> Vec<String> {
+    get(client, id)
+        .await
+        .messages
+        .iter()
+        .filter(|m| m.role == pb::Role::User as i32)
+        .map(text_of_message)
+        .collect()
+}

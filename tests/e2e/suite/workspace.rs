@@ -1,23 +1,13 @@
 //! What a conversation works in (issue 18): extra working directories given
 //! with `agent run --add-dir`, and project instructions (AGENTS.md).
 
+use super::util::result_of;
 use super::util::{Attached, agent_out, create, create_with, is_idle, send, tool};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_response::Event as Ev;
 use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
 use agent_tests::harness::{Scenario, WAIT};
 use serde_json::{Value, json};
-
-/// The tool result for `tool_use_id` in a recorded request.
-fn result_of(req: &Recorded, tool_use_id: &str) -> Value {
-    req.body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
-        .find(|b| b["type"] == "tool_result" && b["tool_use_id"] == tool_use_id)
-        .unwrap_or_else(|| panic!("no tool_result for {tool_use_id}: {:#}", req.body))
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_run_add_dir_lets_tools_reach_that_directory_and_no_other() {
