@@ -82,11 +82,11 @@ async fn shell_ids_may_be_abbreviated_to_a_unique_prefix() {
     }
 
     // One that fits both, and one that fits neither.
-    let (ok, _, err) = agent_out(&d, &["shells", "kill", "sh"]).await;
+    let (ok, _, err) = agent_out(&d, &["shells", "kill", "sh-"]).await;
     assert!(!ok);
     let (x, y) = if a < b { (a, b) } else { (b, a) };
     assert!(
-        err.contains(&format!("ambiguous shell prefix sh (matches {x} and {y})")),
+        err.contains(&format!("ambiguous shell prefix sh- (matches {x} and {y})")),
         "{err}"
     );
     let absent = ["sh-2", "sh-3", "sh-4"]

@@ -600,19 +600,36 @@ impl ShellManager {
         if shells.contains_key(&prefix) {
             return vec![prefix];
         }
-        let mut ids: Vec<String> = shells
-            .keys()
-            .filter(|id| {
-                id.starts_with(&prefix)
-                    || id
-                        .strip_prefix("sh-")
-                        .is_some_and(|rest| rest.starts_with(&prefix))
-            })
-            .cloned()
-            .collect();
+        let mut ids = matching_ids(shells.keys(), &prefix);
         ids.sort();
         ids.truncate(max);
         ids
+    }
+}
+
+/// The ids among `ids` that `prefix` (lowercase) may stand for. Typed
+/// without `sh-`, a prefix names the random part of an id (`s` is the start
+/// of `sh-skgynv`, not of every id); only when no random part starts with
+/// it is it read as the start of whole ids (`sh` fits them all).
+fn matching_ids<'a>(ids: impl Iterator<Item = &'a String> + Clone, prefix: &str) -> Vec<String> {
+    let whole = |ids: &mut dyn Iterator<Item = &'a String>| -> Vec<String> {
+        ids.filter(|id| id.starts_with(prefix)).cloned().collect()
+    };
+    if prefix.starts_with("sh-") {
+        return whole(&mut ids.clone());
+    }
+    let by_rest: Vec<String> = ids
+        .clone()
+        .filter(|id| {
+            id.strip_prefix("sh-")
+                .is_some_and(|rest| rest.starts_with(prefix))
+        })
+        .cloned()
+        .collect();
+    if by_rest.is_empty() {
+        whole(&mut ids.clone())
+    } else {
+        by_rest
     }
 }
 

@@ -478,3 +478,31 @@ async fn kill_all_stores_every_end_before_returning() {
     assert_eq!(f.mgr.get(&a.id).unwrap().status, ShellStatus::Killed);
     assert_eq!(f.mgr.get(&b.id).unwrap().status, ShellStatus::Killed);
 }
+
+#[test]
+fn a_prefix_without_sh_names_the_random_part_first() {
+    let ids: Vec<String> = ["sh-skgynv", "sh-zmueup", "sh-shabcd"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    // `s` starts every whole id, but only two random parts.
+    assert_eq!(
+        sorted(super::matching_ids(ids.iter(), "s")),
+        vec!["sh-shabcd", "sh-skgynv"]
+    );
+    assert_eq!(super::matching_ids(ids.iter(), "z"), vec!["sh-zmueup"]);
+    // `sh` starts a random part: that one wins.
+    assert_eq!(super::matching_ids(ids.iter(), "sh"), vec!["sh-shabcd"]);
+    // With `sh-`, whole ids.
+    assert_eq!(
+        sorted(super::matching_ids(ids.iter(), "sh-")),
+        sorted(ids.clone())
+    );
+    assert_eq!(super::matching_ids(ids.iter(), "sh-z"), vec!["sh-zmueup"]);
+    // No random part starts with `h`, and no whole id: nothing.
+    assert!(super::matching_ids(ids.iter(), "h").is_empty());
+}
