@@ -163,7 +163,7 @@ pub async fn run(
     listener::create_private_dir(&data_dir)?;
     let _lock = lock_data_dir(&data_dir).await?;
     let db_dir = data_dir.join("db");
-    let (store, notices) = open_or_quarantine(&data_dir, &db_dir, config.store.sync)?;
+    let (store, notices) = open_or_quarantine(&data_dir, &db_dir, &config.store)?;
 
     let provider = match (config.provider, config.api_key.clone()) {
         (ProviderKind::Anthropic, None) => {
@@ -271,16 +271,18 @@ pub async fn run(
 fn open_or_quarantine(
     data_dir: &Path,
     db_dir: &Path,
-    sync: crate::store::Sync,
+    options: &crate::config::StoreSection,
 ) -> Result<(Store, Vec<String>), StartError> {
     let open = |dir: &Path| {
         // sled may panic on some corruptions; a panic here is a bad store.
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Store::open_with(dir, sync)))
-            .unwrap_or_else(|_| {
-                Err(crate::store::StoreError::Flush(
-                    "the store panicked while opening".to_string(),
-                ))
-            })
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Store::open_with(dir, options.sync, options.cache_bytes)
+        }))
+        .unwrap_or_else(|_| {
+            Err(crate::store::StoreError::Flush(
+                "the store panicked while opening".to_string(),
+            ))
+        })
     };
     match open(db_dir) {
         Ok(store) => Ok((store, Vec::new())),

@@ -230,13 +230,37 @@ impl GrpcSection {
 }
 
 /// Persistence.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StoreSection {
     /// What an acknowledged write survives: `kill` (a killed daemon; the
     /// default) or `power` (a power cut too, at the cost of an `fdatasync`
     /// per group commit).
     pub sync: crate::store::Sync,
+    /// Bytes of sled's page cache.
+    pub cache_bytes: u64,
+}
+
+impl Default for StoreSection {
+    fn default() -> StoreSection {
+        StoreSection {
+            sync: crate::store::Sync::default(),
+            cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
+        }
+    }
+}
+
+impl StoreSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.cache_bytes < crate::store::MIN_CACHE_BYTES {
+            return Err(ConfigError::Invalid(format!(
+                "store.cache_bytes must be at least {}, got {}",
+                crate::store::MIN_CACHE_BYTES,
+                self.cache_bytes
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// The config file's schema.
@@ -361,6 +385,7 @@ impl Config {
             ));
         }
         file.grpc.validate()?;
+        file.store.validate()?;
         let mut rules = Vec::new();
         for (texts, action) in [
             (&file.permissions.allow, agentd_core::Action::Allow),
@@ -512,6 +537,18 @@ mod tests {
         assert_eq!(file.store.sync, crate::store::Sync::Power);
         let wrong = toml::from_str::<FileConfig>("[store]\nsync = \"always\"\n").unwrap_err();
         assert!(wrong.to_string().contains("kill"), "{wrong}");
+    }
+
+    #[test]
+    fn the_store_cache_has_a_default_and_a_floor() {
+        let c = Config::from_parts(toml::from_str("").unwrap(), &env_of(&[]), None).unwrap();
+        assert_eq!(c.store.cache_bytes, crate::store::DEFAULT_CACHE_BYTES);
+        let file = toml::from_str("[store]\ncache_bytes = 1048576\n").unwrap();
+        let c = Config::from_parts(file, &env_of(&[]), None).unwrap();
+        assert_eq!(c.store.cache_bytes, 1024 * 1024);
+        let file = toml::from_str("[store]\ncache_bytes = 1000\n").unwrap();
+        let err = Config::from_parts(file, &env_of(&[]), None).unwrap_err();
+        assert!(err.to_string().contains("store.cache_bytes"), "{err}");
     }
 
     #[test]

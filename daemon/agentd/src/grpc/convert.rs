@@ -446,7 +446,12 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
     });
     pb::Snapshot {
         conversation: Some(summary(&s.record, s.max_attempts, seq, None)),
-        messages: s.messages.iter().map(|(seq, m)| message(*seq, m)).collect(),
+        messages: s
+            .messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| message(i as u64 + 1, m))
+            .collect(),
         partial_reply: partial,
         pending_permission: s.pending.as_ref().map(permission),
         clients: s.clients.iter().map(client).collect(),

@@ -23,8 +23,10 @@ pub struct PermissionView {
 pub struct SnapshotData {
     /// The conversation record (state included).
     pub record: ConversationRecord,
-    /// The transcript with message sequence numbers.
-    pub messages: Vec<(u64, Message)>,
+    /// The transcript, shared with the conversation (message `i` has
+    /// sequence number `i + 1`): a hundred clients joining a long
+    /// conversation do not copy it a hundred times.
+    pub messages: Arc<Vec<Message>>,
     /// The reply being streamed now (cheap to clone; converted to blocks
     /// only on the way to the client).
     pub partial: crate::llm::PartialReply,

@@ -21,11 +21,15 @@ use tokio::sync::oneshot;
 /// Bumped when the record layout changes incompatibly.
 pub const SCHEMA_VERSION: u32 = 1;
 
-/// sled's page cache; its 1 GiB default is far more than a daemon needs.
-/// Live conversations keep their transcript in memory, so the cache mostly
-/// serves listing and start-up; 8 MiB keeps the idle daemon small (see
-/// BENCHMARKS.md) without slowing the tool round.
-const CACHE_CAPACITY: u64 = 8 * 1024 * 1024;
+/// sled's page cache (`[store] cache_bytes`); its 1 GiB default is far more
+/// than a daemon needs. Live conversations keep their transcript in memory,
+/// so the cache mostly serves listing, loading a conversation again and
+/// start-up, which the operating system's page cache serves nearly as well;
+/// a daemon keeps it full once it has written that much. See BENCHMARKS.md
+/// (2026-11-24, the store's cache) for what its size costs and buys.
+pub const DEFAULT_CACHE_BYTES: u64 = 8 * 1024 * 1024;
+/// The smallest cache `[store] cache_bytes` accepts.
+pub const MIN_CACHE_BYTES: u64 = 256 * 1024;
 
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]
@@ -267,17 +271,19 @@ fn encode<T: Serialize>(key: &str, value: &T) -> Result<Vec<u8>, StoreError> {
 }
 
 impl Store {
-    /// Opens (or creates) the store under `dir` for [`Sync::Kill`].
+    /// Opens (or creates) the store under `dir` for [`Sync::Kill`] with the
+    /// default cache.
     pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        Store::open_with(dir, Sync::Kill)
+        Store::open_with(dir, Sync::Kill, DEFAULT_CACHE_BYTES)
     }
 
-    /// Opens (or creates) the store under `dir` and starts its flush
-    /// thread, which makes each group commit as durable as `sync` says.
-    pub fn open_with(dir: &Path, sync: Sync) -> Result<Store, StoreError> {
+    /// Opens (or creates) the store under `dir` with a page cache of
+    /// `cache_bytes`, and starts its flush thread, which makes each group
+    /// commit as durable as `sync` says.
+    pub fn open_with(dir: &Path, sync: Sync, cache_bytes: u64) -> Result<Store, StoreError> {
         let db = sled::Config::new()
             .path(dir)
-            .cache_capacity(CACHE_CAPACITY)
+            .cache_capacity(cache_bytes)
             .open()?;
         let meta = db.open_tree("meta")?;
         match meta.get("schema_version")? {
@@ -863,12 +869,12 @@ mod tests {
     async fn a_power_safe_store_flushes_and_reopens() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let store = Store::open_with(dir.path(), Sync::Power).unwrap();
+            let store = Store::open_with(dir.path(), Sync::Power, DEFAULT_CACHE_BYTES).unwrap();
             store.commit(&record("c1"), &[]).unwrap();
             store.flush().await.unwrap();
             assert_eq!(store.flushes(), 1);
         }
-        let store = Store::open_with(dir.path(), Sync::Power).unwrap();
+        let store = Store::open_with(dir.path(), Sync::Power, DEFAULT_CACHE_BYTES).unwrap();
         assert_eq!(store.conversation("c1").unwrap().unwrap().title, "t");
     }
 

@@ -33,7 +33,7 @@ pub(super) struct Fanout {
     /// Made when the first client attaches (its ring is the biggest thing
     /// a live conversation holds).
     hub: Option<broadcast::Sender<Arc<ConvEvent>>>,
-    replay: VecDeque<Arc<ConvEvent>>,
+    replay: VecDeque<Buffered>,
     /// The attached clients.
     pub(super) clients: Vec<ClientInfo>,
     next_seq: u64,
@@ -113,7 +113,7 @@ impl Fanout {
         if self.replay.len() == REPLAY_CAPACITY {
             self.replay.pop_front();
         }
-        self.replay.push_back(event.clone());
+        self.replay.push_back(Buffered::of(&event));
         if let Some(hub) = &self.hub {
             // No receivers left is fine: the clients went away.
             let _ = hub.send(event);
@@ -121,38 +121,102 @@ impl Fanout {
     }
 
     /// The buffered events after `after_seq`, when the buffer reaches back
-    /// that far.
-    fn buffered_after(&self, after_seq: u64) -> Option<Vec<Arc<ConvEvent>>> {
+    /// that far (messages taken from `transcript`).
+    fn buffered_after(
+        &self,
+        after_seq: u64,
+        transcript: &[Message],
+    ) -> Option<Vec<Arc<ConvEvent>>> {
         let complete = match self.replay.front() {
-            Some(oldest) => oldest.seq <= after_seq + 1,
+            Some(oldest) => oldest.seq() <= after_seq + 1,
             None => after_seq + 1 == self.next_seq,
         };
-        complete.then(|| {
-            self.replay
-                .iter()
-                .filter(|e| e.seq > after_seq)
-                .cloned()
-                .collect()
-        })
+        if !complete {
+            return None;
+        }
+        self.replay
+            .iter()
+            .filter(|e| e.seq() > after_seq)
+            .map(|e| e.event(transcript))
+            .collect()
     }
 }
 
+/// What the replay buffer keeps of an event. A message is kept by its
+/// number only: the transcript holds it already, and a long reply kept
+/// twice for as long as the conversation stays loaded was most of what a
+/// conversation nobody watches held (BENCHMARKS.md, fan-out memory).
+enum Buffered {
+    Event(Arc<ConvEvent>),
+    Appended {
+        seq: u64,
+        at_ms: i64,
+        message_seq: u64,
+    },
+}
+
+impl Buffered {
+    fn of(event: &Arc<ConvEvent>) -> Buffered {
+        match &event.kind {
+            EventKind::MessageAppended { message_seq, .. } => Buffered::Appended {
+                seq: event.seq,
+                at_ms: event.at_ms,
+                message_seq: *message_seq,
+            },
+            _ => Buffered::Event(event.clone()),
+        }
+    }
+
+    fn seq(&self) -> u64 {
+        match self {
+            Buffered::Event(e) => e.seq,
+            Buffered::Appended { seq, .. } => *seq,
+        }
+    }
+
+    /// The event again; `None` if its message is not in `transcript`.
+    fn event(&self, transcript: &[Message]) -> Option<Arc<ConvEvent>> {
+        match self {
+            Buffered::Event(e) => Some(e.clone()),
+            Buffered::Appended {
+                seq,
+                at_ms,
+                message_seq,
+            } => Some(Arc::new(ConvEvent::new(
+                *seq,
+                *at_ms,
+                EventKind::MessageAppended {
+                    message_seq: *message_seq,
+                    message: message_at(transcript, *message_seq)?.clone(),
+                },
+            ))),
+        }
+    }
+}
+
+/// The message with sequence number `message_seq` (1-based).
+fn message_at(transcript: &[Message], message_seq: u64) -> Option<&Message> {
+    transcript.get(usize::try_from(message_seq).ok()?.checked_sub(1)?)
+}
+
 /// The durable events from the store merged with the ephemeral ones still
-/// in the buffer, each once, in sequence order.
+/// in the buffer, each once, in sequence order; `None` if a buffered
+/// message is not in `transcript`.
 fn merge(
     mut stored: Vec<Arc<ConvEvent>>,
-    buffered: &VecDeque<Arc<ConvEvent>>,
+    buffered: &VecDeque<Buffered>,
     after_seq: u64,
-) -> Vec<Arc<ConvEvent>> {
+    transcript: &[Message],
+) -> Option<Vec<Arc<ConvEvent>>> {
     let known: HashSet<u64> = stored.iter().map(|e| e.seq).collect();
-    stored.extend(
-        buffered
-            .iter()
-            .filter(|e| e.seq > after_seq && !known.contains(&e.seq))
-            .cloned(),
-    );
+    for e in buffered
+        .iter()
+        .filter(|e| e.seq() > after_seq && !known.contains(&e.seq()))
+    {
+        stored.push(e.event(transcript)?);
+    }
     stored.sort_by_key(|e| e.seq);
-    stored
+    Some(stored)
 }
 
 impl Actor {
@@ -168,12 +232,16 @@ impl Actor {
     ) -> Vec<Arc<ConvEvent>> {
         let now = self.now_ms();
         if after_seq > 0 && after_seq < self.fanout.next_seq {
-            let missed = self.fanout.buffered_after(after_seq).or_else(|| {
-                // Beyond the buffer (after a restart, say): the durable
-                // events from the store, with whatever the buffer holds.
-                self.stored_events_after(after_seq)
-                    .map(|stored| merge(stored, &self.fanout.replay, after_seq))
-            });
+            let missed = self
+                .fanout
+                .buffered_after(after_seq, &self.transcript)
+                .or_else(|| {
+                    // Beyond the buffer (after a restart, say): the durable
+                    // events from the store, with whatever the buffer holds.
+                    self.stored_events_after(after_seq).and_then(|stored| {
+                        merge(stored, &self.fanout.replay, after_seq, &self.transcript)
+                    })
+                });
             if let Some(missed) = missed {
                 let mut frames = vec![Arc::new(ConvEvent::new(
                     0,
@@ -194,12 +262,7 @@ impl Actor {
     }
 
     pub(super) fn snapshot(&self, client: &ClientInfo) -> Arc<ConvEvent> {
-        let messages = self
-            .transcript
-            .iter()
-            .enumerate()
-            .map(|(i, m)| (i as u64 + 1, m.clone()))
-            .collect();
+        let messages = self.transcript.clone();
         let mut clients = self.fanout.clients.clone();
         if !clients.iter().any(|c| c.id == client.id) {
             clients.push(client.clone());
@@ -264,7 +327,7 @@ fn stored_events_after(
                 },
             ),
             StoredEvent::MessageAppended { at_ms, message_seq } => {
-                let message = transcript.get(usize::try_from(message_seq).ok()?.checked_sub(1)?)?;
+                let message = message_at(transcript, message_seq)?;
                 (
                     at_ms,
                     EventKind::MessageAppended {
@@ -317,8 +380,11 @@ mod tests {
     #[test]
     fn replay_merges_durable_and_ephemeral_events_once_in_order() {
         let stored = vec![notice(5, "durable"), notice(7, "durable")];
-        let buffered: VecDeque<_> = [6, 7, 8].iter().map(|s| notice(*s, "buffered")).collect();
-        let merged = merge(stored, &buffered, 4);
+        let buffered: VecDeque<_> = [6, 7, 8]
+            .iter()
+            .map(|s| Buffered::of(&notice(*s, "buffered")))
+            .collect();
+        let merged = merge(stored, &buffered, 4, &[]).unwrap();
         assert_eq!(seqs(&merged), [5, 6, 7, 8]);
         // The durable copy of 7 wins over the buffered one.
         assert!(matches!(&merged[2].kind, EventKind::Notice(t) if t == "durable"));
@@ -326,8 +392,11 @@ mod tests {
 
     #[test]
     fn replay_leaves_out_buffered_events_the_client_has_seen() {
-        let buffered: VecDeque<_> = [3, 4, 5].iter().map(|s| notice(*s, "b")).collect();
-        assert_eq!(seqs(&merge(Vec::new(), &buffered, 4)), [5]);
+        let buffered: VecDeque<_> = [3, 4, 5]
+            .iter()
+            .map(|s| Buffered::of(&notice(*s, "b")))
+            .collect();
+        assert_eq!(seqs(&merge(Vec::new(), &buffered, 4, &[]).unwrap()), [5]);
     }
 
     #[test]
@@ -336,11 +405,41 @@ mod tests {
         for _ in 0..3 {
             fanout.emit(0, EventKind::Notice(String::new()));
         }
-        assert_eq!(seqs(&fanout.buffered_after(9).unwrap()), [10, 11, 12]);
-        assert_eq!(seqs(&fanout.buffered_after(11).unwrap()), [12]);
+        assert_eq!(seqs(&fanout.buffered_after(9, &[]).unwrap()), [10, 11, 12]);
+        assert_eq!(seqs(&fanout.buffered_after(11, &[]).unwrap()), [12]);
         assert!(
-            fanout.buffered_after(8).is_none(),
+            fanout.buffered_after(8, &[]).is_none(),
             "event 9 was never buffered"
+        );
+    }
+
+    #[test]
+    fn the_buffer_keeps_a_message_by_its_number_and_replays_it_from_the_transcript() {
+        let reply = Message::user(vec![agentd_core::ContentBlock::text("x".repeat(4096))], 7);
+        let mut fanout = Fanout::new(1);
+        fanout.emit(0, EventKind::Notice("before".into()));
+        fanout.emit(
+            0,
+            EventKind::MessageAppended {
+                message_seq: 1,
+                message: reply.clone(),
+            },
+        );
+        assert!(
+            matches!(fanout.replay[1], Buffered::Appended { message_seq: 1, .. }),
+            "the buffer must not hold a second copy of the message"
+        );
+        let replayed = fanout
+            .buffered_after(0, std::slice::from_ref(&reply))
+            .unwrap();
+        assert_eq!(seqs(&replayed), [1, 2]);
+        assert!(matches!(
+            &replayed[1].kind,
+            EventKind::MessageAppended { message_seq: 1, message } if *message == reply
+        ));
+        assert!(
+            fanout.buffered_after(0, &[]).is_none(),
+            "a message the transcript lacks is not replayed as something else"
         );
     }
 
