@@ -67,13 +67,36 @@ pub enum Command {
     Attach(AttachArgs),
 
     /// Send a user message to a conversation (starts a turn)
+    ///
+    /// While a turn runs the message is queued: the agent reads it after the
+    /// current tool round (or as the next turn when this one ends), and every
+    /// attached client sees it waiting. `agent queue ID` lists or drops queued
+    /// messages.
     Send {
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
+        /// Refuse the message ("agent is busy") instead of queueing it while
+        /// a turn runs
+        #[arg(long)]
+        no_queue: bool,
         /// The message; several words are joined with spaces
         #[arg(value_name = "TEXT", required = true, num_args = 1..)]
         text: Vec<String>,
+    },
+
+    /// List the messages queued for a conversation's next model request, or
+    /// drop them
+    Queue {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+        /// Drop this queued message (its id, e.g. q3)
+        #[arg(long, value_name = "QUEUED_ID", conflicts_with = "drop_all")]
+        drop: Option<String>,
+        /// Drop every queued message
+        #[arg(long)]
+        drop_all: bool,
     },
 
     /// Cancel the turn in flight, if any
@@ -682,7 +705,7 @@ mod tests {
         assert!(matches!(cli.command, Command::Import { file: Some(f) } if f == Path::new("-")));
         let cli = parse(&["send", "01A", "hello", "there"]).unwrap();
         assert!(
-            matches!(cli.command, Command::Send { id, text } if id == "01A" && text.len() == 2)
+            matches!(cli.command, Command::Send { id, text, no_queue: false } if id == "01A" && text.len() == 2)
         );
         assert!(parse(&["send", "01A"]).is_err());
         let cli = parse(&["cancel", "01A"]).unwrap();

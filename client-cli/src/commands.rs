@@ -26,7 +26,8 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
     match cli.command {
         Command::Run(args) => run(&ctx, args, io).await,
         Command::Attach(args) => attach(&ctx, args, io).await,
-        Command::Send { id, text } => send(&ctx, id, text.join(" "), io).await,
+        Command::Send { id, text, no_queue } => send(&ctx, id, text.join(" "), !no_queue, io).await,
+        Command::Queue { id, drop, drop_all } => queue(&ctx, id, drop, drop_all, io).await,
         Command::Cancel { id } => cancel(&ctx, id, io).await,
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
         Command::Show { id, context } => show(&ctx, id, context, io).await,
@@ -215,7 +216,13 @@ async fn attach(ctx: &Ctx, args: AttachArgs, io: &mut Io) -> Result<Exit, CliErr
     run_session(client, config, io).await
 }
 
-async fn send(ctx: &Ctx, id: String, text: String, io: &mut Io) -> Result<Exit, CliError> {
+async fn send(
+    ctx: &Ctx,
+    id: String,
+    text: String,
+    queue_if_busy: bool,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
     if text.trim().is_empty() {
         return Err(CliError::Input("the message is empty".to_string()));
     }
@@ -224,6 +231,7 @@ async fn send(ctx: &Ctx, id: String, text: String, io: &mut Io) -> Result<Exit, 
         text,
         client_request_id: request_id(),
         expected_turn: None,
+        queue_if_busy,
     };
     let response = retrying(ctx, |mut client| {
         let request = request.clone();
@@ -234,7 +242,23 @@ async fn send(ctx: &Ctx, id: String, text: String, io: &mut Io) -> Result<Exit, 
     if ctx.json {
         print_json(
             io,
-            &json!({"conversation_id": response.conversation_id, "message_seq": response.message_seq}),
+            &json!({
+                "conversation_id": response.conversation_id,
+                "message_seq": response.message_seq,
+                "queued_id": response.queued_id,
+            }),
+        )?;
+    } else if !response.queued_id.is_empty() {
+        print_line(
+            io,
+            &format!(
+                "queued in {} as {}: the agent reads it after the current tool round \
+                 (`agent queue {} --drop {}` takes it back)",
+                response.conversation_id,
+                response.queued_id,
+                response.conversation_id,
+                response.queued_id
+            ),
         )?;
     } else {
         print_line(
@@ -244,6 +268,58 @@ async fn send(ctx: &Ctx, id: String, text: String, io: &mut Io) -> Result<Exit, 
                 response.conversation_id, response.message_seq
             ),
         )?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// `agent queue`: what waits for the turn, or drops some of it.
+async fn queue(
+    ctx: &Ctx,
+    id: String,
+    drop: Option<String>,
+    drop_all: bool,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
+    let queued = if drop.is_some() || drop_all {
+        let request = pb::DropQueuedMessageRequest {
+            conversation_id: id.clone(),
+            queued_id: drop.unwrap_or_default(),
+        };
+        retrying(ctx, |mut client| {
+            let request = request.clone();
+            async move { client.drop_queued_message(request).await }
+        })
+        .await?
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .queued
+    } else {
+        let request = pb::GetConversationRequest {
+            conversation_id: id.clone(),
+        };
+        retrying(ctx, |mut client| {
+            let request = request.clone();
+            async move { client.get_conversation(request).await }
+        })
+        .await?
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .conversation
+        .map(|c| c.queued)
+        .unwrap_or_default()
+    };
+    if ctx.json {
+        let items: Vec<_> = queued.iter().map(crate::json::queued_message).collect();
+        print_json(io, &json!({ "queued": items }))?;
+    } else if queued.is_empty() {
+        print_line(io, "nothing is queued")?;
+    } else {
+        for q in &queued {
+            let from = q
+                .from
+                .as_ref()
+                .map(|c| format!(" (from {})", c.name))
+                .unwrap_or_default();
+            print_line(io, &format!("{}{from}: {}", q.id, q.text))?;
+        }
     }
     Ok(Exit::Ok)
 }

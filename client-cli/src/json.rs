@@ -144,6 +144,17 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "allow_rules": c.allow_rules,
         "turn": c.turn,
         "cost_usd": c.cost_usd,
+        "queued": c.queued.iter().map(queued_message).collect::<Vec<_>>(),
+    })
+}
+
+/// A queued user message.
+pub fn queued_message(q: &pb::QueuedMessage) -> Value {
+    json!({
+        "id": q.id,
+        "text": q.text,
+        "at_ms": q.at_ms,
+        "from": opt(q.from.as_ref(), client_info),
     })
 }
 
@@ -267,6 +278,7 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::ReplyBegin(_) => "reply_begin",
         Event::InstructionsLoaded(_) => "instructions_loaded",
         Event::HookRan(_) => "hook_ran",
+        Event::QueueChanged(_) => "queue_changed",
     }
 }
 
@@ -333,6 +345,9 @@ fn event_body(event: &Event) -> Value {
             "duration_ms": h.duration_ms,
             "error": h.error,
         }),
+        Event::QueueChanged(q) => {
+            json!({"queued": q.queued.iter().map(queued_message).collect::<Vec<_>>()})
+        }
     }
 }
 
@@ -609,6 +624,8 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
             Some(Value::Number(n)) => n.as_f64(),
             _ => None,
         },
+        // What waits for a turn is not part of an export.
+        queued: Vec::new(),
     })
 }
 

@@ -84,6 +84,7 @@ fn script(fake: &FakeAgent, state: &Arc<Mutex<State>>) {
         Ok(pb::SendMessageResponse {
             message_seq: 4,
             conversation_id: CONV_ID.into(),
+            ..Default::default()
         })
     });
     fake.on::<rpc::CancelConversation>(|_| Ok(pb::CancelConversationResponse { was_busy: true }));

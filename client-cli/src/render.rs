@@ -321,6 +321,11 @@ impl<W: Write> Renderer<W> {
                 let text = self.paint(DIM, &instructions_line(i));
                 self.line(&text)?;
             }
+            Event::QueueChanged(q) => {
+                self.end_line()?;
+                let text = self.paint(DIM, &queue_line(&q.queued));
+                self.line(&text)?;
+            }
             Event::HookRan(h) => {
                 self.end_line()?;
                 let text = hook_line(h);
@@ -1143,6 +1148,22 @@ mod tests;
 
 /// One line for a hook that ran: `· hook pre_tool_use ./check.sh: deny (12 ms)`,
 /// with the error when it failed.
+/// What is queued, in one line: `queued (2): q3 "run the tests" · q4 "…"`.
+pub fn queue_line(queued: &[pb::QueuedMessage]) -> String {
+    if queued.is_empty() {
+        return "queue: empty".to_string();
+    }
+    let items: Vec<String> = queued
+        .iter()
+        .map(|q| format!("{} \"{}\"", q.id, one_line(q.text.trim(), 40)))
+        .collect();
+    format!(
+        "queued ({}), delivered after the current tool round: {}",
+        queued.len(),
+        items.join(" · ")
+    )
+}
+
 pub fn hook_line(h: &pb::HookRan) -> String {
     let mut text = format!(
         "· hook {} {}: {} ({})",

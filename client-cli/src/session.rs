@@ -269,6 +269,7 @@ impl Session<'_> {
                 text,
                 client_request_id: id,
                 expected_turn: None,
+                queue_if_busy: true,
             }))
             .await;
         }
@@ -709,6 +710,7 @@ impl Session<'_> {
                         text: text.to_string(),
                         client_request_id: id,
                         expected_turn: None,
+                        queue_if_busy: true,
                     }))
                     .await;
                 }

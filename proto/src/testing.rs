@@ -82,6 +82,7 @@ pub mod rpc {
         GetConversation: pb::GetConversationRequest => pb::GetConversationResponse;
         SendMessage: pb::SendMessageRequest => pb::SendMessageResponse;
         CancelConversation: pb::CancelConversationRequest => pb::CancelConversationResponse;
+        DropQueuedMessage: pb::DropQueuedMessageRequest => pb::DropQueuedMessageResponse;
         AnswerPermission: pb::AnswerPermissionRequest => pb::AnswerPermissionResponse;
         ListShells: pb::ListShellsRequest => pb::ListShellsResponse;
         ReadShellOutput: pb::ReadShellOutputRequest => Vec<pb::ReadShellOutputResponse>;
@@ -231,6 +232,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::CancelConversationRequest>,
     ) -> Result<Response<pb::CancelConversationResponse>, Status> {
         self.unary::<rpc::CancelConversation>(request)
+    }
+
+    async fn drop_queued_message(
+        &self,
+        request: Request<pb::DropQueuedMessageRequest>,
+    ) -> Result<Response<pb::DropQueuedMessageResponse>, Status> {
+        self.unary::<rpc::DropQueuedMessage>(request)
     }
 
     async fn answer_permission(

@@ -254,6 +254,10 @@ pub struct ConvContext {
     /// The hooks configured for this conversation, as far as decisions
     /// depend on them (none by default).
     pub hooks: HookMatchers,
+    /// Texts of the user messages queued while a turn ran, oldest first:
+    /// delivered at the next model request boundary, or as the next turn
+    /// when this one ends (see `transition`).
+    pub queued: Vec<String>,
 }
 
 impl Default for ConvContext {
@@ -271,6 +275,7 @@ impl Default for ConvContext {
             doom_loop_threshold: 3,
             recent_calls: Vec::new(),
             hooks: HookMatchers::default(),
+            queued: Vec::new(),
         }
     }
 }

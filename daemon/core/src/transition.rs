@@ -29,6 +29,10 @@ pub struct Transition {
     pub mode: Option<Mode>,
     /// What the runtime must do, in order.
     pub effects: Vec<Effect>,
+    /// How many of the queued messages (`ConvContext::queued`, from the
+    /// front) this transition delivered: the runtime removes them from the
+    /// queue in the same commit that persists the state.
+    pub delivered: usize,
 }
 
 impl Transition {
@@ -37,6 +41,7 @@ impl Transition {
             state,
             mode: None,
             effects: Vec::new(),
+            delivered: 0,
         }
     }
 
@@ -106,6 +111,83 @@ pub fn transition(
     ctx: &ConvContext,
     event: Event,
 ) -> Result<Transition, Rejected> {
+    let stops = matches!(
+        event,
+        Event::UserCancel
+            | Event::DaemonStopping
+            | Event::PermissionAnswered {
+                decision: Decision::DenyAndStop,
+                ..
+            }
+    );
+    let t = decide(state, ctx, event)?;
+    Ok(deliver_queued(state, ctx, stops, t))
+}
+
+/// Queued user messages (sent "queue if busy" while a turn ran) join the
+/// conversation at the first chance, all of them, in order, each as a text
+/// block:
+/// - at a model request boundary (a transition that appends a user message
+///   and asks the model: tool results, a stop hook's reason, a new turn),
+///   after what that message already says;
+/// - when a turn ends normally (the state becomes Idle), as the user
+///   message that starts the next turn.
+///
+/// After a cancel (or a deny-and-stop) or a failure they stay queued (the
+/// user stopped the work, or it could not go on) and go with the next message sent; a
+/// conversation whose context is exhausted never takes them.
+fn deliver_queued(
+    before: &ConvState,
+    ctx: &ConvContext,
+    stops: bool,
+    mut t: Transition,
+) -> Transition {
+    if ctx.queued.is_empty() {
+        return t;
+    }
+    let queued = || {
+        ctx.queued
+            .iter()
+            .map(|text| ContentBlock::text(text.clone()))
+    };
+    let asks_model = t.effects.iter().position(|e| {
+        matches!(
+            e,
+            Effect::RequestLlm {
+                purpose: LlmPurpose::Turn,
+                ..
+            }
+        )
+    });
+    if let Some(ask) = asks_model {
+        // A retry asks again with the same transcript: not a boundary.
+        let user_message = t.effects[..ask].iter_mut().rev().find_map(|e| match e {
+            Effect::AppendMessage { message } if message.role == Role::User => Some(message),
+            _ => None,
+        });
+        if let Some(message) = user_message {
+            message.content.extend(queued());
+            t.delivered = ctx.queued.len();
+        }
+        return t;
+    }
+    let turn_ended = !matches!(before, ConvState::Idle | ConvState::Error { .. })
+        && !matches!(before, ConvState::Cancelling { .. })
+        && matches!(t.state, ConvState::Idle);
+    if turn_ended && !stops {
+        let next = begin_request(ctx, 1);
+        t.state = next.state;
+        t.effects.push(Effect::AppendMessage {
+            message: Message::user(queued().collect(), ctx.now_ms),
+        });
+        t.effects.extend(next.effects);
+        t.delivered = ctx.queued.len();
+    }
+    t
+}
+
+/// The transition function proper, before queued messages are delivered.
+fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transition, Rejected> {
     let not_applicable = |event: &Event| Rejected::NotApplicable {
         state: state.name(),
         event: event.name(),
@@ -777,6 +859,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                     state: ConvState::ToolExecuting(run),
                     mode: None,
                     effects,
+                    delivered: 0,
                 };
             };
             match verdict {
@@ -794,6 +877,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                         state: ConvState::ToolExecuting(run),
                         mode: None,
                         effects,
+                        delivered: 0,
                     };
                 }
                 Verdict::Allow => {
@@ -813,6 +897,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                 state: ConvState::ToolExecuting(run),
                 mode: None,
                 effects,
+                delivered: 0,
             };
         }
     }

@@ -92,6 +92,9 @@ enum Action {
     Stop,
     /// A user asks for a continuation summary.
     TriggerContinuation,
+    /// A user sends a message "queue if busy": queued while a turn runs,
+    /// sent as usual otherwise.
+    Queue,
     /// The hooks that run answer (pre_tool_use: 0 no decision, 1 allow,
     /// 2 deny, 3 ask; stop: all but 3 continue), or a stale answer comes.
     Hook { decision: u8, rewrite: bool },
@@ -225,6 +228,7 @@ fn action_strategy() -> impl Strategy<Value = Action> {
                 8 => Just(Action::Restart),
         4 => Just(Action::Stop),
         1 => Just(Action::TriggerContinuation),
+        6 => Just(Action::Queue),
         20 => (0u8..4, prop::bool::weighted(0.3))
             .prop_map(|(decision, rewrite)| Action::Hook { decision, rewrite }),
     ]
@@ -259,6 +263,10 @@ enum Prop {
     ComesToRest,
     /// (g) the state survives a JSON round trip (it is persisted).
     SerdeRoundTrip,
+    /// (h) a queued message reaches the transcript exactly once, in a user
+    /// message, and only once delivered; a turn that ends normally leaves
+    /// nothing queued.
+    QueueDelivered,
     /// The simulation's own expectations; reported by every property.
     World,
 }
@@ -308,6 +316,11 @@ struct Sim {
     aborted: Vec<String>,
     /// The hooks the world runs now.
     hooks: Hooks,
+    /// Queued texts the core delivered, in order (the queue itself is
+    /// `ctx.queued`, as the runtime keeps it).
+    delivered: Vec<String>,
+    /// Queued messages so far (they are numbered).
+    queued_count: u32,
     violations: Vec<String>,
 }
 
@@ -362,6 +375,8 @@ impl Sim {
             started: Vec::new(),
             aborted: Vec::new(),
             hooks: Hooks::None,
+            delivered: Vec::new(),
+            queued_count: 0,
             violations: Vec::new(),
         }
     }
@@ -429,6 +444,19 @@ impl Sim {
         self.ctx.now_ms += 7;
         let rejected = match result {
             Ok(t) => {
+                if t.delivered > self.ctx.queued.len() {
+                    self.violate(
+                        Prop::QueueDelivered,
+                        format!(
+                            "{} delivered of {} queued",
+                            t.delivered,
+                            self.ctx.queued.len()
+                        ),
+                    );
+                } else {
+                    let delivered: Vec<String> = self.ctx.queued.drain(..t.delivered).collect();
+                    self.delivered.extend(delivered);
+                }
                 self.state = t.state;
                 for effect in t.effects {
                     self.run_effect(effect);
@@ -568,7 +596,38 @@ impl Sim {
     }
 
     /// Checks that hold after every event, accepted or not.
+    /// (h): each delivered text is in exactly one user text block; a text
+    /// still queued is in none.
+    fn check_queue(&mut self) {
+        let count = |text: &str, transcript: &[Message]| {
+            transcript
+                .iter()
+                .flat_map(|m| m.content.iter().map(move |b| (m.role, b)))
+                .filter(|(role, b)| {
+                    matches!(b, ContentBlock::Text { text: t } if t == text) && *role == Role::User
+                })
+                .count()
+        };
+        let mut wrong = Vec::new();
+        for text in &self.delivered {
+            let n = count(text, &self.transcript);
+            if n != 1 {
+                wrong.push(format!("delivered {text:?} is in the transcript {n} times"));
+            }
+        }
+        for text in &self.ctx.queued {
+            let n = count(text, &self.transcript);
+            if n != 0 {
+                wrong.push(format!("queued {text:?} is in the transcript {n} times"));
+            }
+        }
+        for w in wrong {
+            self.violate(Prop::QueueDelivered, w);
+        }
+    }
+
     fn after_event(&mut self, rejected: bool) {
+        self.check_queue();
         let at_rest = self.state.is_at_rest();
         // (a): at rest every tool_use is answered; otherwise only the reply
         // whose tools run now may be waiting for its results.
@@ -861,6 +920,18 @@ impl Sim {
             } => self.answer(*decision, *id, *feedback),
             Action::Restart => self.restart(),
             Action::Stop => self.stop(),
+            Action::Queue => {
+                self.queued_count += 1;
+                let text = format!("queued note {}", self.queued_count);
+                match expected_refusal(&self.state) {
+                    Some("agent is busy" | "cancellation in progress") => {
+                        self.ctx.queued.push(text)
+                    }
+                    // Not busy: the runtime sends it as usual (or the
+                    // state refuses it, e.g. an exhausted context).
+                    _ => self.user_message(&text),
+                }
+            }
             Action::TriggerContinuation => {
                 let ok = self.state == ConvState::Idle;
                 self.feed_expecting(Event::UserTriggerContinuation, ok);
@@ -1178,7 +1249,11 @@ impl Sim {
         // then at most 3 steps per model round.
         // Hooks answer once per call (2 per round) and continue a turn at
         // most twice (a round each).
-        let bound = 16 + 2 * self.max_attempts + 6 * self.max_iterations;
+        let mut bound = 16 + 2 * self.max_attempts + 6 * self.max_iterations;
+        // Messages queued now may start one more turn when this one ends.
+        if !self.ctx.queued.is_empty() {
+            bound += 16 + 2 * self.max_attempts + 6 * self.max_iterations;
+        }
         let mut steps = 0;
         while !self.state.is_at_rest() {
             if steps == bound {
@@ -1447,6 +1522,15 @@ fn simulate(prop: Prop, setup: &Setup, actions: &[Action]) -> Vec<String> {
     if matches!(sim.state, ConvState::Idle | ConvState::Error { .. }) {
         sim.user_message("one more thing");
         sim.drain("a new turn");
+        // (h): that turn took whatever was queued, and ended normally or
+        // failed; a normal end leaves nothing queued.
+        if matches!(sim.state, ConvState::Idle) && !sim.ctx.queued.is_empty() {
+            let left = sim.ctx.queued.clone();
+            sim.violate(
+                Prop::QueueDelivered,
+                format!("still queued after a turn ended: {left:?}"),
+            );
+        }
     }
     sim.check_tools_answered();
     sim.violations
@@ -1529,12 +1613,23 @@ proptest! {
         let v = simulate(Prop::SerdeRoundTrip, &setup, &actions);
         prop_assert!(v.is_empty(), "{}", report(&v));
     }
+
+    /// (h) A message queued while a turn runs reaches the transcript once,
+    /// in a user message, when the core says it delivered it, and not
+    /// before; a turn that ends normally leaves nothing queued.
+    #[test]
+    fn h_queued_messages_are_delivered_once((setup, actions) in case_strategy()) {
+        let v = simulate(Prop::QueueDelivered, &setup, &actions);
+        prop_assert!(v.is_empty(), "{}", report(&v));
+    }
 }
 
 /// The generator must reach the interesting places, or the properties hold
 /// vacuously. Counts, over a fixed sample, how many cases got there.
 #[test]
 fn the_generated_cases_reach_the_interesting_places() {
+    /// Cases sampled (the queue action made some places rarer per case).
+    const SAMPLE: usize = 400;
     #[derive(Default, Debug)]
     struct Seen {
         tools_ran: u32,
@@ -1550,14 +1645,16 @@ fn the_generated_cases_reach_the_interesting_places() {
         error: u32,
         hooks_decided: u32,
         stop_hook_continued: u32,
+        queue_delivered: u32,
+        queue_kept: u32,
     }
     let mut seen = Seen::default();
     let mut runner = TestRunner::deterministic();
-    for _ in 0..300 {
+    for _ in 0..SAMPLE {
         let (setup, actions) = case_strategy().new_tree(&mut runner).unwrap().current();
         let mut sim = Sim::new(Prop::World, &setup);
         sim.user_message("fix the failing test");
-        let mut flags = [false; 13];
+        let mut flags = [false; 15];
         for action in &actions {
             let busy = !sim.state.is_at_rest();
             let before = sim.state.clone();
@@ -1575,6 +1672,11 @@ fn the_generated_cases_reach_the_interesting_places() {
             flags[8] |= sim.transcript.last().is_some_and(|m| {
                 m.content.iter().any(|b| matches!(b, ContentBlock::ToolResult { content, .. } if content.starts_with(texts::INTERRUPT_TOOL)))
             });
+            // A deny-and-stop with feedback goes on with the feedback.
+            flags[8] |= matches!(action, Action::Answer { decision, .. }
+                if DECISIONS[usize::from(*decision) % DECISIONS.len()] == Decision::DenyAndStop)
+                && before.pending_permission().is_some()
+                && after.pending_permission().is_none();
             flags[9] |= matches!(after, ConvState::ContextExhausted { .. });
             flags[10] |= matches!(after, ConvState::Error { .. });
             flags[11] |= matches!(action, Action::Hook { .. })
@@ -1586,6 +1688,9 @@ fn the_generated_cases_reach_the_interesting_places() {
             .transcript
             .iter()
             .any(|m| m.role == Role::User && m.text().starts_with(texts::STOP_HOOK_PREFIX));
+        flags[13] |= !sim.delivered.is_empty();
+        // Queued messages that waited out a cancel or a failure.
+        flags[14] |= !sim.ctx.queued.is_empty();
         let counters = [
             &mut seen.tools_ran,
             &mut seen.concurrent_reads,
@@ -1600,6 +1705,8 @@ fn the_generated_cases_reach_the_interesting_places() {
             &mut seen.error,
             &mut seen.hooks_decided,
             &mut seen.stop_hook_continued,
+            &mut seen.queue_delivered,
+            &mut seen.queue_kept,
         ];
         for (counter, flag) in counters.into_iter().zip(flags) {
             *counter += u32::from(flag);
@@ -1621,6 +1728,8 @@ fn the_generated_cases_reach_the_interesting_places() {
         error,
         hooks_decided,
         stop_hook_continued,
+        queue_delivered,
+        queue_kept,
     } = seen;
     for (what, n) in [
         ("tools ran", tools_ran),
@@ -1636,7 +1745,9 @@ fn the_generated_cases_reach_the_interesting_places() {
         ("a turn failed", error),
         ("pre_tool_use hooks decided", hooks_decided),
         ("a stop hook continued a turn", stop_hook_continued),
+        ("queued messages were delivered", queue_delivered),
+        ("queued messages waited out a cancel or failure", queue_kept),
     ] {
-        assert!(n >= 5, "only {n} of 300 cases: {what}");
+        assert!(n >= 5, "only {n} of {SAMPLE} cases: {what}");
     }
 }

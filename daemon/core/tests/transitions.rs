@@ -71,6 +71,9 @@ fn render(result: &Result<Transition, Rejected>) -> String {
             if let Some(mode) = t.mode {
                 write!(out, " mode={mode}").unwrap();
             }
+            if t.delivered > 0 {
+                write!(out, " delivered={}", t.delivered).unwrap();
+            }
             for effect in &t.effects {
                 out.push_str("\n+ ");
                 out.push_str(&render_effect(effect));
@@ -2806,5 +2809,123 @@ fn stop_continuations_are_counted_since_the_last_message_a_person_wrote() {
             stop,
         ]),
         2
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Queued user messages (issue 14): delivered at a model request boundary, or
+// as the next turn when a turn ends normally; kept after a cancel or failure.
+// ---------------------------------------------------------------------------
+
+fn queued(texts: &[&str]) -> ConvContext {
+    ConvContext {
+        queued: texts.iter().map(|t| t.to_string()).collect(),
+        ..ctx()
+    }
+}
+
+#[test]
+fn queued_messages_follow_the_tool_results_into_the_next_request() {
+    check(
+        tools(1, &[("t1", "edit"), ("t2", "bash")], &["t2"], &["t1"]),
+        &queued(&["also run the linter", "and commit"]),
+        done("t2", "ok: 3 passed"),
+        r#"
+        LlmRequesting attempt=1 iter=2 delivered=2
+        + append user: result t1 "out-t1" | result t2 "ok: 3 passed" | text "also run the linter" | text "and commit"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn queued_messages_wait_while_tools_still_run() {
+    check(
+        tools(1, &[("t1", "edit"), ("t2", "bash")], &["t1"], &[]),
+        &queued(&["later"]),
+        done("t1", "edited"),
+        r#"
+        ToolExecuting iter=1 calls=[t1:edit t2:bash] running=[t2] results=[t1]
+        + execute t2 bash {"arg":"t2"}
+        "#,
+    );
+}
+
+#[test]
+fn queued_messages_start_the_next_turn_when_the_reply_ends_it() {
+    check(
+        requesting(1, 3),
+        &queued(&["now the docs"]),
+        reply(vec![text("Done.")], StopReason::EndTurn),
+        r#"
+        LlmRequesting attempt=1 iter=1 delivered=1
+        + append assistant stop=end_turn: text "Done."
+        + append user: text "now the docs"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn a_retry_is_not_a_boundary_for_queued_messages() {
+    check(
+        waiting_retry(2, 1),
+        &queued(&["wait"]),
+        Event::RetryDue,
+        r#"
+        LlmRequesting attempt=2 iter=1
+        + request attempt=2 turn
+        "#,
+    );
+}
+
+#[test]
+fn queued_messages_stay_queued_after_a_cancel_and_go_with_the_next_message() {
+    check(
+        tools(1, &[("t1", "bash")], &["t1"], &[]),
+        &queued(&["kept"]),
+        Event::UserCancel,
+        r#"
+        Idle
+        + abort_tools [t1]
+        + append user: result t1 ERR "Cancelled by user"
+        "#,
+    );
+    check(
+        ConvState::Idle,
+        &queued(&["kept"]),
+        user_msg("go on"),
+        r#"
+        LlmRequesting attempt=1 iter=1 delivered=1
+        + append user: text "go on" | text "kept"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn queued_messages_stay_queued_when_the_turn_fails_or_the_context_is_exhausted() {
+    check(
+        requesting(3, 1),
+        &queued(&["kept"]),
+        failed(ErrorKind::Auth, false, None, 0),
+        r#"
+        Error kind=auth message="HTTP 529 overloaded"
+        + notify error kind=auth "HTTP 529 overloaded"
+        "#,
+    );
+}
+
+#[test]
+fn a_deny_and_stop_keeps_queued_messages_like_a_cancel() {
+    check(
+        asking(1, &[("t1", "bash")], &[], "t1"),
+        &queued(&["kept"]),
+        answer("perm-t1", Decision::DenyAndStop, None),
+        r#"
+        Idle
+        + resolved perm-t1 deny_and_stop
+        + append user: result t1 ERR <INTERRUPT_TOOL+EXPLANATION>
+        "#,
     );
 }

@@ -81,7 +81,8 @@ async fn errors_are_one_clear_line() {
     let (ok, _, _) = agent_out(&d, &["send", &a, "first"]).await;
     assert!(ok);
     wait_state(&mut client, &a, pb::StateKind::LlmRequesting).await;
-    let (ok, _, err) = agent_out(&d, &["send", &a, "second"]).await;
+    // `--no-queue` keeps the seed's refusal (queueing is tested in queue.rs).
+    let (ok, _, err) = agent_out(&d, &["send", "--no-queue", &a, "second"]).await;
     assert!(!ok);
     assert!(err.contains("agent is busy"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");

@@ -18,6 +18,7 @@ fn send_request(id: &str, text: &str, request: &str) -> pb::SendMessageRequest {
         text: text.to_string(),
         client_request_id: request.to_string(),
         expected_turn: None,
+        ..Default::default()
     }
 }
 
@@ -172,6 +173,7 @@ async fn an_attach_frame_repeated_with_its_id_is_appended_once() {
         text: "once".into(),
         client_request_id: "f-1".into(),
         expected_turn: None,
+        ..Default::default()
     });
     a.send(frame.clone()).await;
     a.until(WAIT, is_idle).await;
@@ -181,6 +183,7 @@ async fn an_attach_frame_repeated_with_its_id_is_appended_once() {
         text: "guarded".into(),
         client_request_id: String::new(),
         expected_turn: Some(0),
+        ..Default::default()
     }))
     .await;
     let refusal = a
@@ -211,6 +214,7 @@ async fn a_stale_expected_turn_is_refused_and_the_current_one_accepted() {
         text: text.into(),
         client_request_id: String::new(),
         expected_turn: Some(turn),
+        ..Default::default()
     };
     client.send_message(guarded(0, "first")).await.unwrap();
     wait_state(&mut client, &id, pb::StateKind::Idle).await;

@@ -14,6 +14,7 @@ mod hooks;
 mod idempotency;
 mod limits;
 mod permissions;
+mod queue;
 mod shells;
 mod stock_clients;
 mod streams;

@@ -37,9 +37,15 @@ const IDLE_UNLOAD_MS: u64 = 2_000;
 /// Runs the scenario.
 pub async fn run(settings: &Settings) -> BenchResult<Report> {
     let mut report = Report::new("memory");
-    attach_bursts(settings, &mut report).await?;
-    agent_runs(settings, &mut report).await?;
-    slow_clients(settings, &mut report).await?;
+    if settings.runs_part("bursts") {
+        attach_bursts(settings, &mut report).await?;
+    }
+    if settings.runs_part("runs") {
+        agent_runs(settings, &mut report).await?;
+    }
+    if settings.runs_part("slow") {
+        slow_clients(settings, &mut report).await?;
+    }
     Ok(report)
 }
 
@@ -48,11 +54,7 @@ async fn start(fake: &FakeLlm, limits: &str) -> TestDaemon {
     TestDaemon::start_with(
         fake,
         DaemonOptions {
-            extra_config: format!(
-                "{}{limits}[store]\nsync = \"{}\"\n",
-                super::BENCH_CONFIG,
-                super::store_sync()
-            ),
+            extra_config: format!("{}{limits}{}", super::BENCH_CONFIG, super::store_section()),
             env: vec![("RUST_LOG".to_string(), "agentd=info".to_string())],
             ..DaemonOptions::default()
         },

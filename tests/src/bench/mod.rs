@@ -59,9 +59,16 @@ pub struct Settings {
     pub quick: bool,
     /// The tree the search scenario walks.
     pub search_tree: Option<PathBuf>,
+    /// Only this part of a scenario that has parts (`--part`).
+    pub part: Option<String>,
 }
 
 impl Settings {
+    /// Whether the part `name` of a scenario runs.
+    pub fn runs_part(&self, name: &str) -> bool {
+        self.part.as_deref().is_none_or(|p| p == name)
+    }
+
     /// `full` normally, `quick` with `--quick`.
     pub fn size(&self, full: usize, quick: usize) -> usize {
         if self.quick { quick } else { full }
@@ -80,6 +87,25 @@ pub fn use_power_sync() {
     POWER_SYNC.store(true, std::sync::atomic::Ordering::Relaxed);
 }
 
+/// `[store] cache_bytes` of bench daemons (`--cache-bytes N`); 0: the
+/// daemon's default.
+static CACHE_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Gives every bench daemon started from now on a store cache of `bytes`.
+pub fn use_cache_bytes(bytes: u64) {
+    CACHE_BYTES.store(bytes, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The `[store]` section bench daemons run with.
+pub fn store_section() -> String {
+    let mut section = format!("[store]\nsync = \"{}\"\n", store_sync());
+    match CACHE_BYTES.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => {}
+        bytes => section.push_str(&format!("cache_bytes = {bytes}\n")),
+    }
+    section
+}
+
 /// The `[store] sync` bench daemons run with.
 pub fn store_sync() -> &'static str {
     if POWER_SYNC.load(std::sync::atomic::Ordering::Relaxed) {
@@ -96,7 +122,7 @@ pub async fn start_daemon(fake: &FakeLlm) -> TestDaemon {
     TestDaemon::start_with(
         fake,
         DaemonOptions {
-            extra_config: format!("{BENCH_CONFIG}[store]\nsync = \"{}\"\n", store_sync()),
+            extra_config: format!("{BENCH_CONFIG}{}", store_section()),
             env: vec![("RUST_LOG".to_string(), "agentd=info".to_string())],
             ..DaemonOptions::default()
         },

@@ -28,7 +28,7 @@ const SCENARIOS: [&str; 8] = [
     "search",
 ];
 
-const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR] [--sync kill|power]\n\
+const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR] [--sync kill|power] [--cache-bytes N] [--part NAME]\n\
     SCENARIO: tool-rounds | fanout | many | memory | startup | durability | request-bytes | search | all";
 
 fn main() -> ExitCode {
@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         runs: 5,
         quick: false,
         search_tree: None,
+        part: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -55,6 +56,14 @@ fn main() -> ExitCode {
                 Some("kill") => {}
                 Some("power") => bench::use_power_sync(),
                 _ => return usage("--sync needs kill or power"),
+            },
+            "--cache-bytes" => match args.next().and_then(|n| n.parse().ok()) {
+                Some(n) if n > 0 => bench::use_cache_bytes(n),
+                _ => return usage("--cache-bytes needs a positive number"),
+            },
+            "--part" => match args.next() {
+                Some(part) => settings.part = Some(part),
+                None => return usage("--part needs a name (memory: bursts, runs, slow)"),
             },
             "--tree" => match args.next() {
                 Some(dir) => settings.search_tree = Some(dir.into()),

@@ -225,7 +225,23 @@ pub fn summary(
         allow_rules: r.allow_rules.clone(),
         turn: r.turns,
         cost_usd,
+        queued: queued(&r.queued),
     }
+}
+
+/// Queued user messages as clients see them.
+pub fn queued(q: &[crate::store::QueuedMessage]) -> Vec<pb::QueuedMessage> {
+    q.iter()
+        .map(|m| pb::QueuedMessage {
+            id: m.id.clone(),
+            text: m.text.clone(),
+            at_ms: m.at_ms,
+            from: m.from.as_ref().map(|(id, name)| pb::ClientInfo {
+                client_id: id.clone(),
+                name: name.clone(),
+            }),
+        })
+        .collect()
 }
 
 pub fn block(b: &ContentBlock) -> pb::ContentBlock {
@@ -585,6 +601,7 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             duration_ms: r.duration_ms,
             error: r.error.clone().unwrap_or_default(),
         }),
+        EventKind::QueueChanged(q) => E::QueueChanged(pb::QueueChanged { queued: queued(q) }),
         EventKind::ShellStarted(r) => E::ShellStarted(pb::ShellStarted {
             shell: Some(shell(r)),
         }),
@@ -676,6 +693,8 @@ pub fn exported_from(
         seq_reserved: 0,
         turns: 0,
         requests: Vec::new(),
+        queued: Vec::new(),
+        queued_next: 0,
     };
     Ok((record, messages))
 }

@@ -270,15 +270,40 @@ impl AgentService for Service {
             text: req.text,
             client_request_id: convert::client_request_id_from(req.client_request_id)?,
             expected_turn: req.expected_turn,
+            queue_if_busy: req.queue_if_busy,
+            from: None,
         };
-        let seq = self
+        let sent = self
             .manager
             .send_message(&id, message)
             .await
             .map_err(to_status)?;
         Ok(Response::new(pb::SendMessageResponse {
-            message_seq: seq,
+            message_seq: sent.message_seq(),
             conversation_id: id,
+            queued_id: match sent {
+                crate::runtime::Sent::Queued(q) => q,
+                crate::runtime::Sent::Appended(_) => String::new(),
+            },
+        }))
+    }
+
+    async fn drop_queued_message(
+        &self,
+        request: Request<pb::DropQueuedMessageRequest>,
+    ) -> Result<Response<pb::DropQueuedMessageResponse>, Status> {
+        let req = request.into_inner();
+        let id = self
+            .manager
+            .resolve(&req.conversation_id)
+            .map_err(to_status)?;
+        let queued = self
+            .manager
+            .drop_queued(&id, req.queued_id)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::DropQueuedMessageResponse {
+            queued: convert::queued(&queued),
         }))
     }
 
@@ -865,6 +890,8 @@ async fn read_frames(
                                 text: s.text,
                                 client_request_id,
                                 expected_turn: s.expected_turn,
+                                queue_if_busy: s.queue_if_busy,
+                                from: Some(client.clone()),
                             };
                             manager
                                 .send_message(&id, message)

@@ -185,6 +185,9 @@ pub enum EventKind {
     Notice(String),
     /// A hook ran (failures and timeouts included).
     HookRan(crate::hooks::HookReport),
+    /// The queue of user messages waiting for the turn changed: what is
+    /// queued now.
+    QueueChanged(Vec<crate::store::QueuedMessage>),
     /// A background shell started.
     ShellStarted(crate::shells::ShellRecord),
     /// A background shell ended.

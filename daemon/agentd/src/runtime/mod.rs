@@ -76,6 +76,29 @@ pub struct NewMessage {
     pub client_request_id: Option<String>,
     /// The turn the client believes is current; another is refused.
     pub expected_turn: Option<u64>,
+    /// While a turn runs, queue the message instead of refusing it.
+    pub queue_if_busy: bool,
+    /// The attached client that sent it, if it came over an Attach stream.
+    pub from: Option<agentd_core::ClientInfo>,
+}
+
+/// What became of a user message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sent {
+    /// Appended to the transcript as this message (a turn started).
+    Appended(u64),
+    /// Queued while a turn runs, under this id (`q<number>`).
+    Queued(String),
+}
+
+impl Sent {
+    /// The message's sequence number in the transcript; 0 while queued.
+    pub fn message_seq(&self) -> u64 {
+        match self {
+            Sent::Appended(seq) => *seq,
+            Sent::Queued(_) => 0,
+        }
+    }
 }
 
 /// The registry of live actors, behind the lock every input from outside
@@ -277,6 +300,8 @@ impl Manager {
             seq_reserved: 0,
             turns: 0,
             requests: Vec::new(),
+            queued: Vec::new(),
+            queued_next: 0,
         };
         let Some(text) = prompt else {
             self.shared.store.commit(&record, &[])?;
@@ -428,17 +453,29 @@ impl Manager {
             },
         )
         .await
+        .map(|sent| sent.message_seq())
     }
 
-    /// Sends a user message with its request id and turn guard; returns
-    /// its message sequence number once durable.
-    pub async fn send_message(&self, id: &str, message: NewMessage) -> Result<u64, RuntimeError> {
+    /// Sends a user message with its request id and turn guard; says what
+    /// became of it (appended or queued) once that is durable.
+    pub async fn send_message(&self, id: &str, message: NewMessage) -> Result<Sent, RuntimeError> {
         if message.text.trim().is_empty() {
             return Err(RuntimeError::InvalidArgument(
                 "message text is empty".into(),
             ));
         }
         self.ask(id, |reply| Command::Send { message, reply })
+            .await?
+    }
+
+    /// Drops the queued message `queued_id` (every queued message when
+    /// empty); returns what is still queued.
+    pub async fn drop_queued(
+        &self,
+        id: &str,
+        queued_id: String,
+    ) -> Result<Vec<crate::store::QueuedMessage>, RuntimeError> {
+        self.ask(id, |reply| Command::DropQueued { queued_id, reply })
             .await?
     }
 

@@ -99,6 +99,27 @@ pub struct ConversationRecord {
     /// record as the request's effect, so both or neither survive a crash.
     #[serde(default)]
     pub requests: Vec<RememberedRequest>,
+    /// User messages sent "queue if busy" while a turn ran, oldest first,
+    /// not yet delivered to the model (see `agentd_core::transition`).
+    #[serde(default)]
+    pub queued: Vec<QueuedMessage>,
+    /// The number the next queued message gets (its id is `q<number>`).
+    #[serde(default)]
+    pub queued_next: u64,
+}
+
+/// A user message waiting for the turn in flight to reach a point where it
+/// can be delivered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedMessage {
+    /// `q<number>`, unique within the conversation.
+    pub id: String,
+    pub text: String,
+    /// When it was queued, Unix ms.
+    pub at_ms: i64,
+    /// The client that sent it (id, name), if it came from one.
+    #[serde(default)]
+    pub from: Option<(String, String)>,
 }
 
 /// A request a client identified, and what it did.
@@ -121,6 +142,8 @@ pub enum RequestOutcome {
     Answered,
     /// A cancel; whether a turn was running.
     Cancelled { was_busy: bool },
+    /// A user message queued while a turn ran, as `q<number>`.
+    Queued { number: u64 },
 }
 
 /// An event clients were told that a reconnecting client must not miss:
@@ -862,6 +885,8 @@ mod tests {
             seq_reserved: 0,
             turns: 0,
             requests: Vec::new(),
+            queued: Vec::new(),
+            queued_next: 0,
         }
     }
 

@@ -114,6 +114,7 @@ impl Actor {
             hooks: self
                 .hooks
                 .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
+            queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
         }
     }
 
@@ -191,6 +192,8 @@ impl Actor {
                 unflushed = Some(self.checkpoint());
             }
             let base = self.transcript.len() as u64;
+            let delivered = t.delivered.min(self.record.queued.len());
+            self.record.queued.drain(..delivered);
             let old_state = std::mem::replace(&mut self.record.state, t.state);
             let state_changed = self.record.state != old_state;
             if let Some(mode) = t.mode {
@@ -222,6 +225,9 @@ impl Actor {
                 self.fanout.hold();
             }
             self.announce(base, appended, state_changed);
+            if delivered > 0 {
+                self.emit(EventKind::QueueChanged(self.record.queued.clone()));
+            }
             if state_changed && !old_state.is_at_rest() && self.record.state.is_at_rest() {
                 self.notify_turn_end();
             }

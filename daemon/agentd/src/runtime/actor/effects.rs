@@ -574,7 +574,9 @@ impl Actor {
         session_start: Vec<hooks::Hook>,
         submit: Vec<hooks::Hook>,
         message: crate::runtime::NewMessage,
-        reply: tokio::sync::oneshot::Sender<Result<u64, crate::runtime::error::RuntimeError>>,
+        reply: tokio::sync::oneshot::Sender<
+            Result<crate::runtime::Sent, crate::runtime::error::RuntimeError>,
+        >,
     ) {
         let id = self.work.call_number();
         let cancel = CancellationToken::new();

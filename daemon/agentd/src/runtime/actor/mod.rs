@@ -29,7 +29,7 @@ use super::events::{ClientInfo, ConvEvent, EventKind, PermissionView};
 use crate::hooks::{HookReport, Hooks, Prompt, Stage};
 use crate::llm::{LlmError, StreamEvent};
 use crate::store::{
-    ConversationRecord, RememberedRequest, RequestOutcome, RuleScope as StoredScope,
+    ConversationRecord, QueuedMessage, RememberedRequest, RequestOutcome, RuleScope as StoredScope,
 };
 use crate::tools::ToolOutput;
 use agentd_core::{Event, Message, Rejected, Reply, Role, Rule, RuleScope, ToolResult};
@@ -78,7 +78,7 @@ pub(crate) enum Input {
         message: super::NewMessage,
         outcome: crate::hooks::Prompt,
         reports: Vec<HookReport>,
-        reply: oneshot::Sender<Result<u64, RuntimeError>>,
+        reply: oneshot::Sender<Result<super::Sent, RuntimeError>>,
     },
     /// Notification hooks ran.
     HooksRan(Vec<HookReport>),
@@ -96,7 +96,12 @@ pub(crate) enum Input {
 pub(crate) enum Command {
     Send {
         message: super::NewMessage,
-        reply: oneshot::Sender<Result<u64, RuntimeError>>,
+        reply: oneshot::Sender<Result<super::Sent, RuntimeError>>,
+    },
+    DropQueued {
+        /// Empty: all of them.
+        queued_id: String,
+        reply: oneshot::Sender<Result<Vec<crate::store::QueuedMessage>, RuntimeError>>,
     },
     Cancel {
         client_request_id: Option<String>,
@@ -442,7 +447,12 @@ impl Actor {
         match cmd {
             Command::Send { message, reply } => {
                 let result = match self.remembered(message.client_request_id.as_deref()) {
-                    Some(RequestOutcome::Sent { message_seq }) => Some(Ok(message_seq)),
+                    Some(RequestOutcome::Sent { message_seq }) => {
+                        Some(Ok(super::Sent::Appended(message_seq)))
+                    }
+                    Some(RequestOutcome::Queued { number }) => {
+                        Some(Ok(super::Sent::Queued(queued_id(number))))
+                    }
                     Some(other) => Some(Err(reused(message.client_request_id.as_deref(), other))),
                     None => match message.expected_turn {
                         Some(expected) if expected != self.record.turns => {
@@ -464,15 +474,24 @@ impl Actor {
                 let probe = Event::UserMessage {
                     text: message.text.clone(),
                 };
-                if let Err(r) =
-                    agentd_core::transition(&self.record.state, &self.context(None), probe)
-                {
-                    let _ = reply.send(Err(RuntimeError::Rejected(r)));
-                    return;
-                }
-                if self.work.prompt_checking() {
-                    let _ = reply.send(Err(RuntimeError::Rejected(Rejected::Busy)));
-                    return;
+                let refused =
+                    match agentd_core::transition(&self.record.state, &self.context(None), probe) {
+                        Err(r) => Some(r),
+                        Ok(_) if self.work.prompt_checking() => Some(Rejected::Busy),
+                        Ok(_) => None,
+                    };
+                match refused {
+                    Some(Rejected::Busy | Rejected::CancellationInProgress)
+                        if message.queue_if_busy =>
+                    {
+                        let _ = reply.send(self.enqueue(message).await);
+                        return;
+                    }
+                    Some(r) => {
+                        let _ = reply.send(Err(RuntimeError::Rejected(r)));
+                        return;
+                    }
+                    None => {}
                 }
                 self.load_hooks();
                 let session_start = if self.transcript.is_empty() {
@@ -487,6 +506,9 @@ impl Actor {
                 } else {
                     self.check_prompt(session_start, submit, message, reply);
                 }
+            }
+            Command::DropQueued { queued_id, reply } => {
+                let _ = reply.send(self.drop_queued(&queued_id).await);
             }
             Command::Cancel {
                 client_request_id,
@@ -613,17 +635,7 @@ impl Actor {
             self.record.turns += 1;
         }
         if let Some(id) = client_request_id {
-            let now = self.now_ms();
-            let requests = &mut self.record.requests;
-            requests.retain(|r| now - r.at_ms < super::REQUEST_ID_WINDOW_MS);
-            if requests.len() >= super::REQUEST_IDS_PER_CONVERSATION {
-                requests.remove(0);
-            }
-            requests.push(RememberedRequest {
-                id,
-                at_ms: now,
-                outcome,
-            });
+            self.remember(id, outcome);
         }
         let result = self.apply(event).await;
         if result.is_err() {
@@ -635,9 +647,84 @@ impl Actor {
         result
     }
 
+    /// Remembers what the request `id` did, in the record the commit of
+    /// its effect writes.
+    fn remember(&mut self, id: String, outcome: RequestOutcome) {
+        let now = self.now_ms();
+        let requests = &mut self.record.requests;
+        requests.retain(|r| now - r.at_ms < super::REQUEST_ID_WINDOW_MS);
+        if requests.len() >= super::REQUEST_IDS_PER_CONVERSATION {
+            requests.remove(0);
+        }
+        requests.push(RememberedRequest {
+            id,
+            at_ms: now,
+            outcome,
+        });
+    }
+
+    /// Queues a user message sent while a turn runs: durable before the
+    /// sender hears of it, shown to every client, delivered by the core at
+    /// the turn's next model request or when it ends.
+    async fn enqueue(&mut self, message: super::NewMessage) -> Result<super::Sent, RuntimeError> {
+        let saved = self.record.clone();
+        let number = self.record.queued_next;
+        self.record.queued_next += 1;
+        self.record.turns += 1;
+        if let Some(id) = message.client_request_id {
+            self.remember(id, RequestOutcome::Queued { number });
+        }
+        let id = queued_id(number);
+        self.record.queued.push(QueuedMessage {
+            id: id.clone(),
+            text: message.text,
+            at_ms: self.now_ms(),
+            from: message.from.map(|c| (c.id, c.name)),
+        });
+        self.persist_queue(saved).await?;
+        Ok(super::Sent::Queued(id))
+    }
+
+    /// Drops a queued message (all of them for an empty id).
+    async fn drop_queued(&mut self, queued_id: &str) -> Result<Vec<QueuedMessage>, RuntimeError> {
+        let saved = self.record.clone();
+        if queued_id.is_empty() {
+            self.record.queued.clear();
+        } else {
+            let before = self.record.queued.len();
+            self.record.queued.retain(|q| q.id != queued_id);
+            if self.record.queued.len() == before {
+                return Err(RuntimeError::NotFound(format!(
+                    "no queued message {} in conversation {} (it was delivered or dropped)",
+                    crate::grpc::convert::brief(queued_id),
+                    self.record.id
+                )));
+            }
+        }
+        self.persist_queue(saved).await?;
+        Ok(self.record.queued.clone())
+    }
+
+    /// Writes the record with its changed queue and tells clients; on a
+    /// store failure the record goes back to `saved`.
+    async fn persist_queue(&mut self, saved: ConversationRecord) -> Result<(), RuntimeError> {
+        self.record.updated_at_ms = self.now_ms();
+        let persisted = match self.shared.store.commit(&self.record, &[]) {
+            Ok(()) => self.shared.store.flush().await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = persisted {
+            tracing::error!(conversation = %self.record.id, "persisting the queue failed: {e}");
+            self.record = saved;
+            return Err(RuntimeError::Store(e));
+        }
+        self.emit(EventKind::QueueChanged(self.record.queued.clone()));
+        Ok(())
+    }
+
     /// Feeds a user message (its hooks, if any, have run), as its
     /// request.
-    async fn send_now(&mut self, message: super::NewMessage) -> Result<u64, RuntimeError> {
+    async fn send_now(&mut self, message: super::NewMessage) -> Result<super::Sent, RuntimeError> {
         let message_seq = self.transcript.len() as u64 + 1;
         self.apply_request(
             message.client_request_id,
@@ -646,7 +733,7 @@ impl Actor {
             Event::UserMessage { text: message.text },
         )
         .await?;
-        Ok(self.last_user_message_seq())
+        Ok(super::Sent::Appended(self.last_user_message_seq()))
     }
 
     /// Tells clients about hooks that ran.
@@ -707,12 +794,18 @@ impl Actor {
     }
 }
 
+/// The id of queued message `number`.
+fn queued_id(number: u64) -> String {
+    format!("q{number}")
+}
+
 /// The refusal of a request id already used by a request of another kind.
 fn reused(id: Option<&str>, first: RequestOutcome) -> RuntimeError {
     let what = match first {
         RequestOutcome::Sent { .. } => "a message",
         RequestOutcome::Answered => "a permission answer",
         RequestOutcome::Cancelled { .. } => "a cancel",
+        RequestOutcome::Queued { .. } => "a queued message",
     };
     RuntimeError::InvalidArgument(format!(
         "client request id {} was already used by {what}",

@@ -628,7 +628,7 @@ async fn an_input_sent_while_the_actor_unloads_is_not_lost() {
         .unwrap();
     drop(registry);
     let seq = tokio::time::timeout(WAIT, done).await.unwrap().unwrap();
-    assert_eq!(seq.unwrap(), 3);
+    assert_eq!(seq.unwrap(), crate::runtime::Sent::Appended(3));
     assert_eq!(rig.transcript(&id)[2].text(), "second");
 }
 
