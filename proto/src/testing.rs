@@ -21,6 +21,7 @@
 //!     Ok(pb::SendMessageResponse {
 //!         message_seq: 1,
 //!         conversation_id: request.conversation_id,
+//!         ..Default::default()
 //!     })
 //! });
 //! let server = pb::agent_service_server::AgentServiceServer::new(fake.clone());
