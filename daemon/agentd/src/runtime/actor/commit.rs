@@ -138,6 +138,14 @@ impl Actor {
         calls
     }
 
+    /// Writes the record alone (no messages, no events) and waits for the
+    /// flush: for changes that are no transition (a queue, a reservation,
+    /// the end of a group of unflushed commits).
+    pub(super) async fn write_record(&self) -> Result<(), StoreError> {
+        self.shared.store.commit(&self.record, &[])?;
+        self.shared.store.flush().await
+    }
+
     fn checkpoint(&self) -> Checkpoint {
         Checkpoint {
             record: self.record.clone(),
@@ -250,11 +258,7 @@ impl Actor {
         if let Some(checkpoint) = unflushed {
             // The queue ended on commits not flushed yet: write the record,
             // flush, then announce them.
-            let persisted = match self.shared.store.commit(&self.record, &[]) {
-                Ok(()) => self.shared.store.flush().await,
-                Err(e) => Err(e),
-            };
-            if let Err(e) = persisted {
+            if let Err(e) = self.write_record().await {
                 return Err(self.rollback(checkpoint, e));
             }
             self.fanout.release();

@@ -298,8 +298,7 @@ impl Actor {
     /// a restarted daemon continues above anything a client may have seen.
     pub(super) async fn extend_reservation(&mut self) -> Result<(), crate::store::StoreError> {
         self.record.seq_reserved = reservation_from(self.fanout.next_seq());
-        self.shared.store.commit(&self.record, &[])?;
-        self.shared.store.flush().await
+        self.write_record().await
     }
 }
 
