@@ -4,12 +4,12 @@
 //! sees the queue; a queued message survives a daemon crash; one sent
 //! without the flag is still refused with the seed's text.
 
-use super::util::{Attached, agent_out, get, is_idle, is_request, tool, wait_state};
+use super::util::{Attached, agent_out, get, is_idle, is_request, send, tool, wait_state};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
 use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
-use agent_tests::harness::{Scenario, WAIT};
+use agent_tests::harness::{Scenario, Started, WAIT};
 use serde_json::{Value, json};
 use std::time::Duration;
 
@@ -50,26 +50,25 @@ fn queue_send(id: &str, text: &str) -> pb::SendMessageRequest {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_message_queued_during_a_tool_round_follows_the_tool_results_once() {
-    let s = Scenario::new()
+/// A conversation whose model calls bash once (which asks permission), then
+/// says "done".
+async fn one_bash_round() -> Started<String> {
+    Scenario::new()
         .conversation("")
         .scripts([
             tool("b1", "bash", json!({"command": "echo hi"})),
             Script::text("done"),
         ])
         .start()
-        .await;
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_queued_during_a_tool_round_follows_the_tool_results_once() {
+    let s = one_bash_round().await;
     let (fake, daemon, mut client, id) = (s.fake, s.daemon, s.client, s.id);
     let mut watcher = Attached::open(&mut client, &id, 0, "watcher").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "run it".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "run it").await;
     watcher.until(WAIT, is_request).await;
 
     // Without the flag the seed's REJECT row holds.
@@ -132,14 +131,7 @@ async fn a_message_queued_during_a_tool_round_follows_the_tool_results_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_message_survives_a_crash_and_is_delivered_once() {
-    let s = Scenario::new()
-        .conversation("")
-        .scripts([
-            tool("b1", "bash", json!({"command": "echo hi"})),
-            Script::text("done"),
-        ])
-        .start()
-        .await;
+    let s = one_bash_round().await;
     let (fake, mut daemon, mut client, id) = (s.fake, s.daemon, s.client, s.id);
     let mut attached = Attached::open(&mut client, &id, 0, "terminal").await;
     attached
@@ -210,14 +202,7 @@ async fn messages_queued_while_the_reply_streams_start_the_next_turn_and_can_be_
         .await;
     let (fake, daemon, mut client, id) = (s.fake, s.daemon, s.client, s.id);
     let mut watcher = Attached::open(&mut client, &id, 0, "watcher").await;
-    client
-        .send_message(pb::SendMessageRequest {
-            conversation_id: id.clone(),
-            text: "write a poem".into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+    send(&mut client, &id, "write a poem").await;
     watcher
         .until(WAIT, |m| matches!(m.event, Some(Ev::TextDelta(_))))
         .await;
@@ -239,6 +224,11 @@ async fn messages_queued_while_the_reply_streams_start_the_next_turn_and_can_be_
         .await
         .unwrap_err();
     assert_eq!(gone.code(), tonic::Code::NotFound);
+    assert!(
+        gone.message()
+            .starts_with("no queued message q0 in conversation"),
+        "{gone:?}"
+    );
     // `agent send` queues by default while the agent works.
     let (ok, out, err) = agent_out(&daemon, &["send", &id, "from", "the", "cli"]).await;
     assert!(ok, "{err}");
@@ -250,4 +240,39 @@ async fn messages_queued_while_the_reply_streams_start_the_next_turn_and_can_be_
     assert_eq!(texts, ["kept one", "from the cli"], "{blocks:#?}");
     assert_eq!(times_sent(&requests[1], "dropped one"), 0);
     assert_eq!(fake.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_queue_refuses_clearly_and_can_be_emptied() {
+    let s = one_bash_round().await;
+    let (daemon, mut client, id) = (s.daemon, s.client, s.id);
+    let mut watcher = Attached::open(&mut client, &id, 0, "watcher").await;
+    send(&mut client, &id, "run it").await;
+    watcher.until(WAIT, is_request).await;
+    for i in 0..32 {
+        client
+            .send_message(queue_send(&id, &format!("note {i}")))
+            .await
+            .unwrap();
+    }
+    let full = client
+        .send_message(queue_send(&id, "one too many"))
+        .await
+        .unwrap_err();
+    assert_eq!(full.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        full.message().contains("32 messages are queued"),
+        "{full:?}"
+    );
+    let (ok, out, err) = agent_out(&daemon, &["queue", &id, "--drop-all"]).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.trim(), "nothing is queued");
+    assert!(
+        get(&mut client, &id)
+            .await
+            .conversation
+            .unwrap()
+            .queued
+            .is_empty()
+    );
 }

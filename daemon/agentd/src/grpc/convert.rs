@@ -60,6 +60,14 @@ pub fn to_status(e: RuntimeError) -> Status {
         RuntimeError::InvalidArgument(m) => bounded(Code::InvalidArgument, m),
         RuntimeError::NotAllowed(m) => bounded(Code::FailedPrecondition, m),
         RuntimeError::StaleTurn { .. } => Status::failed_precondition(e.to_string()),
+        RuntimeError::NotQueued { id, conversation } => Status::not_found(
+            RuntimeError::NotQueued {
+                id: brief(&id),
+                conversation,
+            }
+            .to_string(),
+        ),
+        RuntimeError::QueueFull(_) => Status::resource_exhausted(e.to_string()),
         RuntimeError::HookBlocked(_) => bounded(Code::FailedPrecondition, e.to_string()),
         RuntimeError::Rejected(r) => match r {
             Rejected::Busy

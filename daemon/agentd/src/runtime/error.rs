@@ -32,6 +32,14 @@ pub enum RuntimeError {
     /// A `user_prompt_submit` hook refused the message.
     #[error("a user_prompt_submit hook blocked the message: {0}")]
     HookBlocked(String),
+    /// No queued message with that id (it was delivered or dropped).
+    #[error("no queued message {id} in conversation {conversation} (it was delivered or dropped)")]
+    NotQueued { id: String, conversation: String },
+    /// The conversation's queue holds as many messages as it may.
+    #[error(
+        "{0} messages are queued already, the most a conversation keeps; wait for the agent to read them or drop some (`agent queue`)"
+    )]
+    QueueFull(usize),
     /// The state machine refused the event.
     #[error("{0}")]
     Rejected(Rejected),

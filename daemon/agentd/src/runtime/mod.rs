@@ -82,6 +82,10 @@ pub struct NewMessage {
     pub from: Option<agentd_core::ClientInfo>,
 }
 
+/// Messages a conversation's queue holds at most (it lives in the record,
+/// which every commit writes).
+pub const MAX_QUEUED: usize = 32;
+
 /// What became of a user message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sent {

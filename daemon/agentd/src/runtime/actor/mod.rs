@@ -667,6 +667,10 @@ impl Actor {
     /// sender hears of it, shown to every client, delivered by the core at
     /// the turn's next model request or when it ends.
     async fn enqueue(&mut self, message: super::NewMessage) -> Result<super::Sent, RuntimeError> {
+        // The record carries the queue and is written at every commit.
+        if self.record.queued.len() >= super::MAX_QUEUED {
+            return Err(RuntimeError::QueueFull(super::MAX_QUEUED));
+        }
         let saved = self.record.clone();
         let number = self.record.queued_next;
         self.record.queued_next += 1;
@@ -694,11 +698,10 @@ impl Actor {
             let before = self.record.queued.len();
             self.record.queued.retain(|q| q.id != queued_id);
             if self.record.queued.len() == before {
-                return Err(RuntimeError::NotFound(format!(
-                    "no queued message {} in conversation {} (it was delivered or dropped)",
-                    crate::grpc::convert::brief(queued_id),
-                    self.record.id
-                )));
+                return Err(RuntimeError::NotQueued {
+                    id: queued_id.to_string(),
+                    conversation: self.record.id.clone(),
+                });
             }
         }
         self.persist_queue(saved).await?;
@@ -709,11 +712,7 @@ impl Actor {
     /// store failure the record goes back to `saved`.
     async fn persist_queue(&mut self, saved: ConversationRecord) -> Result<(), RuntimeError> {
         self.record.updated_at_ms = self.now_ms();
-        let persisted = match self.shared.store.commit(&self.record, &[]) {
-            Ok(()) => self.shared.store.flush().await,
-            Err(e) => Err(e),
-        };
-        if let Err(e) = persisted {
+        if let Err(e) = self.write_record().await {
             tracing::error!(conversation = %self.record.id, "persisting the queue failed: {e}");
             self.record = saved;
             return Err(RuntimeError::Store(e));
