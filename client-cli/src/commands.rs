@@ -252,7 +252,7 @@ async fn send(
         print_line(
             io,
             &format!(
-                "queued in {} as {}: the agent reads it after the current tool round \
+                "queued in {} as {}: the agent reads it at its next step \
                  (`agent queue {} --drop {}` takes it back)",
                 response.conversation_id,
                 response.queued_id,

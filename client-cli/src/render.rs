@@ -1158,7 +1158,7 @@ pub fn queue_line(queued: &[pb::QueuedMessage]) -> String {
         .map(|q| format!("{} \"{}\"", q.id, one_line(q.text.trim(), 40)))
         .collect();
     format!(
-        "queued ({}), delivered after the current tool round: {}",
+        "queued ({}), read by the agent at its next step: {}",
         queued.len(),
         items.join(" · ")
     )
