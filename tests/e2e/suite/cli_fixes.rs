@@ -276,3 +276,39 @@ async fn a_reconnecting_client_does_not_announce_itself_as_attached() {
         "nobody else attached:\n{stdout}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_is_not_a_warning_in_the_log() {
+    let s = Scenario::new()
+        .scripts((0..3).flat_map(|i| {
+            [
+                tool(&format!("t{i}"), "think", json!({"thought": "first"})),
+                Script::text("done"),
+            ]
+        }))
+        .start()
+        .await;
+    let d = s.daemon;
+    let cwd = d.work_dir.display().to_string();
+    // `agent run` attaches, streams the turn and exits: its connection
+    // ends without a half-close, as every terminal that closes does.
+    for _ in 0..3 {
+        let out = tokio::process::Command::from(d.agent())
+            .args(["run", "--cwd", &cwd, "go"])
+            .output()
+            .await
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "agent run: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // The daemon notices each departure; give it a moment to log.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let log = d.log();
+    assert!(
+        !log.contains("WARN agentd::grpc") && !log.contains("closing an Attach stream"),
+        "a client leaving is routine, not a warning:\n{log}"
+    );
+}

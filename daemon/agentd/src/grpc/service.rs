@@ -141,6 +141,19 @@ fn frame_status(status: Status, what: &str) -> Status {
     Status::new(status.code(), format!("{what}: {}", status.message()))
 }
 
+/// Whether reading a request stream failed because its connection ended
+/// (the client closed it or died), not because of what the client sent. A
+/// frame the client sent wrong is a decode error (INTERNAL) or too large
+/// (OUT_OF_RANGE); the transport's own failures come from h2 and hyper,
+/// which tonic reports with their reason's code and an "h2 protocol error"
+/// message.
+fn connection_ended(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::Cancelled | tonic::Code::Unknown | tonic::Code::Unavailable
+    ) || status.message().starts_with("h2 protocol error")
+}
+
 fn validate_dir(raw_path: &str, what: &str) -> Result<PathBuf, Status> {
     let path = PathBuf::from(raw_path);
     let raw = convert::brief(raw_path);
@@ -862,6 +875,12 @@ async fn read_frames(
             m = inbound.message() => match m {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
+                Err(status) if connection_ended(&status) => {
+                    // The client went away without ending its stream (a
+                    // terminal closed, `agent run` done): nothing to tell.
+                    tracing::debug!(conversation = %id, client = %client.name, "Attach stream ended with its connection: {}", status.message());
+                    break;
+                }
                 Err(status) => {
                     // The stream cannot be read past a frame it could not
                     // decode: end it with a status that says why, to this
