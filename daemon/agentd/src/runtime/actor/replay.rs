@@ -110,6 +110,16 @@ impl Fanout {
     }
 
     fn publish(&mut self, event: Arc<ConvEvent>) {
+        if let EventKind::MessageAppended { message, .. } = &event.kind
+            && message.role == agentd_core::Role::Assistant
+        {
+            // The reply's deltas are all in the message now. A client
+            // replayed from before it gets the message whole, as one
+            // replayed from the store after a reload does; kept, they were
+            // a second copy of every long reply for as long as the
+            // conversation stayed loaded (BENCHMARKS.md, fan-out memory).
+            self.replay.retain(|e| !e.is_delta());
+        }
         if self.replay.len() == REPLAY_CAPACITY {
             self.replay.pop_front();
         }
@@ -165,6 +175,10 @@ impl Buffered {
             },
             _ => Buffered::Event(event.clone()),
         }
+    }
+
+    fn is_delta(&self) -> bool {
+        matches!(self, Buffered::Event(e) if e.delta_text().is_some())
     }
 
     fn seq(&self) -> u64 {
@@ -440,6 +454,48 @@ mod tests {
             fanout.buffered_after(0, &[]).is_none(),
             "a message the transcript lacks is not replayed as something else"
         );
+    }
+
+    #[test]
+    fn a_finished_reply_replaces_its_deltas_in_the_buffer() {
+        let reply = Message {
+            role: agentd_core::Role::Assistant,
+            ..Message::user(vec![agentd_core::ContentBlock::text("Hello, world")], 7)
+        };
+        let mut fanout = Fanout::new(1);
+        fanout.emit(0, EventKind::Notice("turn started".into()));
+        for text in ["Hello", ", ", "world"] {
+            let text = text.to_string();
+            fanout.emit(0, EventKind::TextDelta { index: 0, text });
+        }
+        // Mid-reply, a client that saw the first delta gets the rest.
+        assert_eq!(seqs(&fanout.buffered_after(2, &[]).unwrap()), [3, 4]);
+        fanout.emit(
+            0,
+            EventKind::MessageAppended {
+                message_seq: 1,
+                message: reply.clone(),
+            },
+        );
+        assert_eq!(
+            fanout.replay.len(),
+            2,
+            "the notice and the message, no deltas"
+        );
+        // A client that saw the first delta now gets the whole message.
+        let replayed = fanout
+            .buffered_after(2, std::slice::from_ref(&reply))
+            .unwrap();
+        assert_eq!(seqs(&replayed), [5]);
+        assert!(matches!(
+            &replayed[0].kind,
+            EventKind::MessageAppended { message, .. } if *message == reply
+        ));
+        // So does one that saw nothing of it.
+        let replayed = fanout
+            .buffered_after(0, std::slice::from_ref(&reply))
+            .unwrap();
+        assert_eq!(seqs(&replayed), [1, 5]);
     }
 
     #[test]

@@ -473,13 +473,19 @@ async fn a_reconnecting_client_gets_what_it_missed_from_the_buffer() {
     })
     .await;
     let mut seen = Vec::new();
+    let mut deltas = 0;
     loop {
         let event = first.live.recv().await.unwrap();
-        seen.push(event.seq);
+        if event.delta_text().is_some() {
+            deltas += 1;
+        } else {
+            seen.push(event.seq);
+        }
         if matches!(&event.kind, EventKind::StateChanged { state, .. } if state.is_at_rest()) {
             break;
         }
     }
+    assert!(deltas > 0, "the reply streamed");
     let again = rig
         .manager
         .subscribe(&id, user_message.seq, "again".into())
@@ -487,8 +493,13 @@ async fn a_reconnecting_client_gets_what_it_missed_from_the_buffer() {
         .unwrap();
     assert!(matches!(again.initial[0].kind, EventKind::Resumed { .. }));
     let replayed: Vec<u64> = again.initial[1..].iter().map(|e| e.seq).collect();
-    // Everything after the user message, ephemeral deltas included.
+    // Everything after the user message, ephemeral events included, except
+    // the finished reply's deltas: its message carries their text.
     assert_eq!(replayed[..seen.len()], seen[..]);
+    assert!(again.initial.iter().any(|e| matches!(
+        &e.kind,
+        EventKind::MessageAppended { message, .. } if message.role == agentd_core::Role::Assistant
+    )));
 }
 
 #[tokio::test(start_paused = true)]
