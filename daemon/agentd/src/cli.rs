@@ -97,6 +97,8 @@ pub fn main() -> ExitCode {
         .init();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(crate::alloc::enable_thread_cache)
+        .on_thread_park(crate::alloc::on_idle)
         .build()
     {
         Ok(rt) => rt,

@@ -3,6 +3,7 @@
 //!
 //! Layout (dependencies point inward: grpc → runtime → core; runtime → llm,
 //! tools, shells, store; tools → shells → process, tools → process):
+//! - [`alloc`]: idle threads give the allocator's caches back.
 //! - [`cli`]: command line and start-up (`main.rs` only calls [`cli::main`]).
 //! - [`config`]: the TOML config file and environment.
 //! - [`grpc`]: the tonic service, the Unix socket and its security, and
@@ -20,6 +21,7 @@
 //!   and shells alike.
 //! - [`store`]: sled; the only module that knows keys and trees.
 
+pub mod alloc;
 pub mod cli;
 pub mod config;
 pub mod grpc;

@@ -147,6 +147,9 @@ impl LiveActors {
         if self.live.get(id).is_some_and(|t| t.same_channel(tx)) {
             self.live.remove(id);
             self.unloads += 1;
+            // What the conversation held is freed as its actor ends: let
+            // the threads that held it give their caches back.
+            crate::alloc::release_when_idle();
         }
     }
 }
