@@ -7,6 +7,7 @@
 
 pub mod durability;
 pub mod fanout;
+pub mod floor;
 pub mod many;
 pub mod memory;
 pub mod procfs;

@@ -5,7 +5,7 @@
 //! cargo run --release -p agent-tests --bin agent-bench -- SCENARIO [--json] [--runs N] [--quick] [--tree DIR]
 //! ```
 //!
-//! SCENARIO is one of `tool-rounds`, `fanout`, `many`, `memory`, `startup`,
+//! SCENARIO is one of `floor`, `tool-rounds`, `fanout`, `many`, `memory`, `startup`,
 //! `durability`, `request-bytes`, `search`, or `all`. Each prints a Markdown
 //! table (median, min and max over the runs, the target if the issue sets
 //! one) and then one JSON line; with `--json` the tables go to stderr and
@@ -17,7 +17,8 @@ use std::time::Instant;
 
 use agent_tests::bench::{self, BenchResult, Settings, procfs, stats::Report};
 
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
+    "floor",
     "tool-rounds",
     "fanout",
     "many",
@@ -29,11 +30,13 @@ const SCENARIOS: [&str; 8] = [
 ];
 
 const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR] [--sync kill|power] [--cache-bytes N] [--part NAME]\n\
-    SCENARIO: tool-rounds | fanout | many | memory | startup | durability | request-bytes | search | all";
+    SCENARIO: floor | tool-rounds | fanout | many | memory | startup | durability | request-bytes | search | all";
 
 fn main() -> ExitCode {
-    if std::env::args().nth(1).as_deref() == Some("--hold-attach") {
-        return hold_attach();
+    match std::env::args().nth(1).as_deref() {
+        Some("--hold-attach") => return hold_attach(),
+        Some("--floor-loop") => return floor_loop(),
+        _ => {}
     }
     let mut scenario = None;
     let mut json_only = false;
@@ -147,6 +150,7 @@ fn main() -> ExitCode {
 
 async fn run_one(name: &str, settings: &Settings) -> BenchResult<Report> {
     match name {
+        "floor" => bench::floor::run(settings).await,
         "tool-rounds" => bench::tool_rounds::run(settings).await,
         "fanout" => bench::fanout::run(settings).await,
         "many" => bench::many::run(settings).await,
@@ -185,6 +189,27 @@ fn check_binaries() -> BenchResult<()> {
 
 /// `agent-bench --hold-attach SOCKET ID N`: the helper process of the
 /// memory scenario, which holds N Attach streams open until it is killed.
+/// `agent-bench --floor-loop ADDR PROMPT`: the floor scenario's minimal
+/// agent loop; prints how many tool rounds it ran and its own CPU time in
+/// nanoseconds.
+fn floor_loop() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(2).collect();
+    let [addr, prompt] = args.as_slice() else {
+        return usage("--floor-loop needs ADDR PROMPT");
+    };
+    match bench::floor::floor_loop(addr, prompt) {
+        Ok(rounds) => {
+            let cpu = procfs::own_cpu().unwrap_or_default();
+            println!("{rounds} {}", cpu.as_nanos());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("agent-bench --floor-loop: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 fn hold_attach() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(2).collect();
     let [socket, id, n] = args.as_slice() else {

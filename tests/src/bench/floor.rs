@@ -1,0 +1,408 @@
+//! Scenario `floor` (issue 20): agentd against the least an agent loop can
+//! do, side by side on the same fake, the same task, interleaved.
+//!
+//! The task: "run `echo round-K` with the shell tool N times, then answer",
+//! for N = 1 and N = 21. The floor is [`floor_loop`], run as its own process
+//! (`agent-bench --floor-loop ADDR PROMPT`): one blocking HTTP/1.1
+//! connection, the SSE decoded, `bash -c` through fork/exec for each tool
+//! call, the result appended to the messages, nothing persisted, no client.
+//! agentd is the release daemon with `agent run` attached, as a person runs
+//! it. A round's cost is the difference between the two task sizes divided
+//! by the 20 extra rounds, so start-up, the first request and the final
+//! answer cancel out; CPU the same way: the floor process, against the
+//! daemon's threads plus the `agent` process (the `bash` children's own CPU,
+//! the same `echo` for both, is left out of both).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use super::stats::{Report, Target};
+use super::{BenchResult, Context as _, Settings, ms, procfs};
+use crate::fake_llm::{FakeLlm, ReplyScript, Script};
+
+/// The two task sizes.
+const SMALL: usize = 1;
+const LARGE: usize = 21;
+
+/// The scripted turn of one task: `rounds` bash calls, then the answer.
+fn scripts(tag: &str, rounds: usize) -> Vec<Script> {
+    let mut out: Vec<Script> = (0..rounds)
+        .map(|k| {
+            ReplyScript::new()
+                .tool_use(
+                    &format!("toolu_{tag}_{k}"),
+                    "bash",
+                    json!({"command": format!("echo round-{k}")}),
+                )
+                .into()
+        })
+        .collect();
+    out.push(Script::text("All rounds ran."));
+    out
+}
+
+/// One task's cost: wall time and CPU time.
+#[derive(Debug, Clone, Copy)]
+struct Cost {
+    wall: Duration,
+    cpu: Duration,
+}
+
+/// Runs the scenario.
+pub async fn run(settings: &Settings) -> BenchResult<Report> {
+    let mut report = Report::new("floor");
+    let fake = FakeLlm::start().await;
+    let daemon = super::start_daemon(&fake).await;
+    let daemon_pid = daemon.pid();
+    let reps = if settings.quick {
+        settings.runs.min(3)
+    } else {
+        settings.runs.max(7)
+    };
+    report.note(format!(
+        "task: `echo round-K` with the shell tool N times, then an answer; N = {SMALL} and \
+         {LARGE}; {reps} repetitions, floor and agentd interleaved; per round = (cost of N = \
+         {LARGE} − cost of N = {SMALL}) / {}; agentd = the daemon with `agent run --allow bash` \
+         attached (CPU: the daemon's threads + the agent process, to the µs); floor = \
+         `agent-bench --floor-loop` (CPU: the process); the bash children's CPU is left out of \
+         both (the same `echo` either way)",
+        LARGE - SMALL
+    ));
+    // One of each first, so neither pays a cold start inside the numbers.
+    floor_task(&fake, "warm-floor", SMALL).await?;
+    agentd_task(&fake, &daemon, daemon_pid, "warm-agentd", SMALL).await?;
+    for rep in 0..reps {
+        let mut floor = [None; 2];
+        let mut agentd = [None; 2];
+        for (i, n) in [SMALL, LARGE].into_iter().enumerate() {
+            floor[i] = Some(floor_task(&fake, &format!("f{rep}_{n}"), n).await?);
+            agentd[i] =
+                Some(agentd_task(&fake, &daemon, daemon_pid, &format!("a{rep}_{n}"), n).await?);
+        }
+        let ([Some(f1), Some(f21)], [Some(a1), Some(a21)]) = (floor, agentd) else {
+            return Err("a task did not run".to_string());
+        };
+        let per_round = |small: Cost, large: Cost, pick: fn(Cost) -> Duration| {
+            (ms(pick(large)) - ms(pick(small))) / (LARGE - SMALL) as f64
+        };
+        let floor_round = per_round(f1, f21, |c| c.wall);
+        let agentd_round = per_round(a1, a21, |c| c.wall);
+        let floor_cpu = per_round(f1, f21, |c| c.cpu);
+        let agentd_cpu = per_round(a1, a21, |c| c.cpu);
+        report.sample(
+            "floor_round_ms",
+            "floor: wall time per round",
+            "ms",
+            floor_round,
+        );
+        report.sample(
+            "agentd_round_ms",
+            "agentd + agent run: wall time per round",
+            "ms",
+            agentd_round,
+        );
+        report.sample(
+            "round_ratio",
+            "agentd per round / floor per round",
+            "×",
+            agentd_round / floor_round,
+        );
+        report.sample("floor_cpu_ms", "floor: CPU per round", "ms", floor_cpu);
+        report.sample(
+            "agentd_cpu_ms",
+            "agentd: CPU per round (daemon + agent run)",
+            "ms",
+            agentd_cpu,
+        );
+        report.sample(
+            "cpu_over_floor_ms",
+            "agentd CPU per round − floor CPU per round",
+            "ms",
+            agentd_cpu - floor_cpu,
+        );
+        report.sample(
+            "floor_task1_ms",
+            &format!("floor: whole task, N = {SMALL}"),
+            "ms",
+            ms(f1.wall),
+        );
+        report.sample(
+            "agentd_task1_ms",
+            &format!("agent run: whole task, N = {SMALL} (daemon up)"),
+            "ms",
+            ms(a1.wall),
+        );
+        report.sample(
+            "floor_task21_ms",
+            &format!("floor: whole task, N = {LARGE}"),
+            "ms",
+            ms(f21.wall),
+        );
+        report.sample(
+            "agentd_task21_ms",
+            &format!("agent run: whole task, N = {LARGE}"),
+            "ms",
+            ms(a21.wall),
+        );
+    }
+    report.set_target("round_ratio", Target::AtMost(1.5));
+    report.set_target("cpu_over_floor_ms", Target::AtMost(1.0));
+    report.set_target("agentd_task1_ms", Target::AtMost(5.0));
+    Ok(report)
+}
+
+/// The floor loop on one task, as a process of its own.
+async fn floor_task(fake: &FakeLlm, tag: &str, rounds: usize) -> BenchResult<Cost> {
+    fake.push_all(scripts(tag, rounds));
+    let exe = std::env::current_exe().ctx("finding agent-bench")?;
+    let mut cmd = Command::new(exe);
+    cmd.arg("--floor-loop")
+        .arg(fake.addr().to_string())
+        .arg(format!("run echo round-K {rounds} times"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let (out, wall, _) = run_child(cmd).await?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    let failed = || {
+        format!(
+            "the floor loop failed: {said}{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    };
+    let (done, cpu_ns) = said.trim().split_once(' ').ok_or_else(failed)?;
+    let done: usize = done.parse().map_err(|_| failed())?;
+    let cpu_ns: u64 = cpu_ns.parse().map_err(|_| failed())?;
+    if done != rounds {
+        return Err(format!("the floor loop ran {done} rounds, not {rounds}"));
+    }
+    Ok(Cost {
+        wall,
+        cpu: Duration::from_nanos(cpu_ns),
+    })
+}
+
+/// `agent run` on one task, against the daemon.
+async fn agentd_task(
+    fake: &FakeLlm,
+    daemon: &crate::harness::TestDaemon,
+    daemon_pid: u32,
+    tag: &str,
+    rounds: usize,
+) -> BenchResult<Cost> {
+    fake.push_all(scripts(tag, rounds));
+    let requests_before = fake.requests().len();
+    let mut cmd = daemon.agent();
+    cmd.arg("run")
+        .arg("--allow")
+        .arg("bash")
+        .arg(format!("run echo round-K {rounds} times"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let daemon_before = procfs::threads_cpu(daemon_pid).ctx("reading the daemon's CPU time")?;
+    let (out, wall, client_cpu) = run_child(cmd).await?;
+    let daemon_cpu = procfs::threads_cpu(daemon_pid)
+        .ctx("reading the daemon's CPU time")?
+        .saturating_sub(daemon_before);
+    if !out.status.success() {
+        return Err(format!(
+            "`agent run` failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let requests = fake.requests().len() - requests_before;
+    if requests != rounds + 1 {
+        return Err(format!(
+            "`agent run` made {requests} model requests, not {}",
+            rounds + 1
+        ));
+    }
+    Ok(Cost {
+        wall,
+        cpu: client_cpu + daemon_cpu,
+    })
+}
+
+/// Runs `cmd` to its end: its output, its wall time, and the CPU time of it
+/// and its children (what this process gained in reaped children's time).
+async fn run_child(mut cmd: Command) -> BenchResult<(std::process::Output, Duration, Duration)> {
+    tokio::task::spawn_blocking(move || {
+        let before = procfs::children_cpu().ctx("reading the bench's children's CPU time")?;
+        let started = Instant::now();
+        let out = cmd.output().ctx("running a task")?;
+        let wall = started.elapsed();
+        let after = procfs::children_cpu().ctx("reading the bench's children's CPU time")?;
+        Ok((out, wall, after.saturating_sub(before)))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+}
+
+/// `agent-bench --floor-loop ADDR PROMPT`: the minimal agent loop against
+/// the fake at `ADDR`. Returns how many tool rounds it ran. (Its CPU time is
+/// read by the caller afterwards, its bash children's left out.)
+pub fn floor_loop(addr: &str, prompt: &str) -> BenchResult<usize> {
+    let stream = TcpStream::connect(addr).ctx("connecting to the fake")?;
+    stream.set_nodelay(true).ctx("TCP_NODELAY")?;
+    let mut writer = stream.try_clone().ctx("cloning the connection")?;
+    let mut reader = BufReader::new(stream);
+    let tools = json!([{
+        "name": "bash",
+        "description": "Run a shell command",
+        "input_schema": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"]
+        }
+    }]);
+    let mut messages = vec![json!({"role": "user", "content": prompt})];
+    let mut rounds = 0;
+    loop {
+        let body = serde_json::to_vec(&json!({
+            "model": "claude-test",
+            "max_tokens": 1024,
+            "stream": true,
+            "tools": tools,
+            "messages": messages,
+        }))
+        .ctx("encoding a request")?;
+        write!(
+            writer,
+            "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
+             x-api-key: test-key\r\nanthropic-version: 2023-06-01\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        )
+        .ctx("writing to the fake")?;
+        writer.write_all(&body).ctx("writing to the fake")?;
+        let blocks = read_reply(&mut reader)?;
+        let calls: Vec<(String, String)> = blocks
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| {
+                let id = b["id"].as_str().unwrap_or_default().to_string();
+                let command = b["input"]["command"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+                (id, command)
+            })
+            .collect();
+        messages.push(json!({"role": "assistant", "content": blocks}));
+        if calls.is_empty() {
+            return Ok(rounds);
+        }
+        let mut results = Vec::with_capacity(calls.len());
+        for (id, command) in calls {
+            let out = Command::new("bash")
+                .arg("-c")
+                .arg(&command)
+                .stdin(Stdio::null())
+                .output()
+                .ctx("running bash")?;
+            let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.push_str(&String::from_utf8_lossy(&out.stderr));
+            results.push(json!({
+                "type": "tool_result",
+                "tool_use_id": id,
+                "content": text,
+                "is_error": !out.status.success(),
+            }));
+        }
+        messages.push(json!({"role": "user", "content": results}));
+        rounds += 1;
+    }
+}
+
+/// Reads one HTTP response with a chunked SSE body and folds its events
+/// into content blocks (text, tool_use with its input parsed).
+fn read_reply(reader: &mut BufReader<TcpStream>) -> BenchResult<Vec<Value>> {
+    let mut line = String::new();
+    let mut chunked = false;
+    let mut length = None;
+    loop {
+        line.clear();
+        if reader.read_line(&mut line).ctx("reading a response head")? == 0 {
+            return Err("the fake closed the connection".to_string());
+        }
+        let l = line.trim_end().to_ascii_lowercase();
+        if l.is_empty() {
+            break;
+        }
+        if l.starts_with("http/1.1 ") && !l.starts_with("http/1.1 200") {
+            return Err(format!("the fake answered {l}"));
+        }
+        if l == "transfer-encoding: chunked" {
+            chunked = true;
+        }
+        if let Some(n) = l.strip_prefix("content-length: ") {
+            length = n.parse::<usize>().ok();
+        }
+    }
+    let mut body = Vec::new();
+    if chunked {
+        loop {
+            line.clear();
+            reader.read_line(&mut line).ctx("reading a chunk size")?;
+            let size = usize::from_str_radix(line.trim(), 16)
+                .map_err(|_| format!("bad chunk size {line:?}"))?;
+            let mut chunk = vec![0; size + 2];
+            reader.read_exact(&mut chunk).ctx("reading a chunk")?;
+            if size == 0 {
+                break;
+            }
+            body.extend_from_slice(&chunk[..size]);
+        }
+    } else {
+        let mut chunk = vec![0; length.ok_or("a response with no length")?];
+        reader.read_exact(&mut chunk).ctx("reading a body")?;
+        body = chunk;
+    }
+    let text = String::from_utf8(body).map_err(|_| "a body that is not UTF-8".to_string())?;
+    let mut blocks: Vec<Value> = Vec::new();
+    let mut json_parts: Vec<String> = Vec::new();
+    for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
+        let event: Value = serde_json::from_str(data.trim()).ctx("decoding an SSE event")?;
+        let index = event["index"].as_u64().unwrap_or(0) as usize;
+        match event["type"].as_str() {
+            Some("content_block_start") => {
+                while blocks.len() <= index {
+                    blocks.push(Value::Null);
+                    json_parts.push(String::new());
+                }
+                blocks[index] = event["content_block"].clone();
+            }
+            Some("content_block_delta") => {
+                let delta = &event["delta"];
+                match delta["type"].as_str() {
+                    Some("text_delta") => {
+                        if let Some(block) = blocks.get_mut(index) {
+                            let mut t = block["text"].as_str().unwrap_or_default().to_string();
+                            t.push_str(delta["text"].as_str().unwrap_or_default());
+                            block["text"] = Value::String(t);
+                        }
+                    }
+                    Some("input_json_delta") => {
+                        if let Some(part) = json_parts.get_mut(index) {
+                            part.push_str(delta["partial_json"].as_str().unwrap_or_default());
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Some("error") => return Err(format!("the fake sent an error: {event}")),
+            _ => {}
+        }
+    }
+    for (block, json) in blocks.iter_mut().zip(&json_parts) {
+        if block["type"] == "tool_use" && !json.is_empty() {
+            block["input"] = serde_json::from_str(json).ctx("decoding a tool input")?;
+        }
+    }
+    Ok(blocks)
+}
