@@ -29,6 +29,7 @@
 //! ```
 
 mod anthropic;
+mod cache;
 mod openai;
 mod plan;
 mod script;
@@ -65,6 +66,8 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The body as JSON; a JSON string of the raw text when it is not JSON.
     pub body: serde_json::Value,
+    /// The body's bytes as they came.
+    pub raw_body: bytes::Bytes,
     /// When the request's head had been read (the handler started), before
     /// its body was read and parsed.
     pub arrived_at: SystemTime,
@@ -108,6 +111,8 @@ pub(crate) struct Shared {
     scripts: Mutex<VecDeque<Script>>,
     default: Mutex<Option<Script>>,
     responder: Mutex<Option<Responder>>,
+    /// Set by [`FakeLlm::emulate_prompt_cache`].
+    pub(crate) prompt_cache: Mutex<Option<cache::PromptCache>>,
     requests: Mutex<Vec<Recorded>>,
     disconnects: AtomicUsize,
     /// Woken when a request arrives or a client goes away.
@@ -128,7 +133,7 @@ impl Drop for Lifetime {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -197,6 +202,7 @@ impl FakeLlm {
             scripts: Mutex::new(VecDeque::new()),
             default: Mutex::new(None),
             responder: Mutex::new(None),
+            prompt_cache: Mutex::new(None),
             requests: Mutex::new(Vec::new()),
             disconnects: AtomicUsize::new(0),
             changed: Notify::new(),
@@ -266,6 +272,14 @@ impl FakeLlm {
     /// ```
     pub fn set_responder(&self, responder: Option<Responder>) {
         *lock(&self.shared.responder) = responder;
+    }
+
+    /// From now on, Anthropic replies report the input usage a server with
+    /// a prompt cache would (see `fake_llm/cache.rs`): tokens read from the
+    /// cache, written to it, and the rest, instead of a script's fixed
+    /// input tokens.
+    pub fn emulate_prompt_cache(&self) {
+        lock(&self.shared.prompt_cache).get_or_insert_with(Default::default);
     }
 
     /// How many queued scripts no request has taken yet.

@@ -1,5 +1,6 @@
 //! One module per area, and `util`, the one module of helpers they share.
 
+mod caching;
 mod cli;
 mod cli_fixes;
 mod core_loop;

@@ -135,8 +135,8 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
                 stop_sequence: None,
                 usage: StartUsage {
                     input_tokens: plan.input_tokens,
-                    cache_creation_input_tokens: 0,
-                    cache_read_input_tokens: 0,
+                    cache_creation_input_tokens: plan.cache_creation_tokens,
+                    cache_read_input_tokens: plan.cache_read_tokens,
                     output_tokens: 1,
                 },
             },
@@ -262,8 +262,8 @@ pub(crate) fn full_message(plan: &Plan) -> serde_json::Value {
         "stop_sequence": null,
         "usage": {
             "input_tokens": plan.input_tokens,
-            "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_creation_input_tokens": plan.cache_creation_tokens,
+            "cache_read_input_tokens": plan.cache_read_tokens,
             "output_tokens": plan.output_tokens,
         },
     })

@@ -35,6 +35,10 @@ pub(crate) struct Plan {
     /// Unix seconds at the request, for OpenAI's `created`.
     pub created: u64,
     pub input_tokens: u64,
+    /// Input tokens read from and written to the prompt cache (0 unless the
+    /// fake emulates one).
+    pub cache_read_tokens: u64,
+    pub cache_creation_tokens: u64,
     pub output_tokens: u64,
     pub stop_reason: String,
 }
@@ -102,6 +106,8 @@ impl Plan {
             seq,
             created,
             input_tokens,
+            cache_read_tokens: 0,
+            cache_creation_tokens: 0,
             output_tokens,
             stop_reason,
         }

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::plan::{Plan, Step};
 use super::script::{Fault, Gate, Script, error_body};
-use super::{Recorded, Shared, anthropic, openai};
+use super::{Recorded, Shared, anthropic, lock, openai};
 
 /// Request bodies larger than this are refused (a whole conversation fits).
 const MAX_BODY: usize = 256 * 1024 * 1024;
@@ -69,10 +69,17 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
     // Chosen before the request is recorded so a responder sees the body
     // without a copy; a request to an unknown path takes no script.
     let script = format.map(|_| shared.next_script(&body));
+    // Only a request that gets a reply reads or fills the prompt cache.
+    let replied = matches!(script, Some(Some(Script::Reply(_))));
+    let cached = match (format, lock(&shared.prompt_cache).as_mut()) {
+        (Some(Format::Anthropic), Some(cache)) if replied => Some(cache.request(&body)),
+        _ => None,
+    };
     let record = shared.record(Recorded {
         path: path.clone(),
         headers,
         body,
+        raw_body: bytes.clone(),
         arrived_at,
         received_at: SystemTime::now(),
         replied_at: None,
@@ -111,7 +118,12 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             aborted_response(seq)
         }
         Script::Reply(reply) => {
-            let plan = Plan::new(reply, model, seq, unix_now().as_secs());
+            let mut plan = Plan::new(reply, model, seq, unix_now().as_secs());
+            if let Some(usage) = cached {
+                plan.input_tokens = usage.uncached;
+                plan.cache_read_tokens = usage.read;
+                plan.cache_creation_tokens = usage.written;
+            }
             if stream {
                 stream_response(seq, record, plan, format, &shared)
             } else {
