@@ -54,7 +54,11 @@ pub fn main() -> ExitCode {
             return ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(Exit::Usage.code()));
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    // One thread: a client waits on one daemon connection and a terminal,
+    // and a second worker thread (and the CPU count read to size the pool)
+    // was a measurable part of a short `agent run` (BENCHMARKS.md, floor).
+    // Blocking reads of stdin have threads of their own.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
