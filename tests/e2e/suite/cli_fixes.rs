@@ -293,16 +293,8 @@ async fn a_client_that_leaves_is_not_a_warning_in_the_log() {
     // `agent run` attaches, streams the turn and exits: its connection
     // ends without a half-close, as every terminal that closes does.
     for _ in 0..3 {
-        let out = tokio::process::Command::from(d.agent())
-            .args(["run", "--cwd", &cwd, "go"])
-            .output()
-            .await
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "agent run: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let (ok, _, err) = agent_out(&d, &["run", "--cwd", &cwd, "go"]).await;
+        assert!(ok, "agent run: {err}");
     }
     // The daemon notices each departure; give it a moment to log.
     tokio::time::sleep(Duration::from_millis(300)).await;
