@@ -179,14 +179,8 @@ async fn a_queued_message_survives_a_crash_and_is_delivered_once() {
         "{:#}",
         last.body
     );
-    assert!(
-        get(&mut client, &id)
-            .await
-            .conversation
-            .unwrap()
-            .queued
-            .is_empty()
-    );
+    let summary = get(&mut client, &id).await.conversation.unwrap();
+    assert!(summary.queued.is_empty(), "{summary:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,12 +261,6 @@ async fn a_full_queue_refuses_clearly_and_can_be_emptied() {
     let (ok, out, err) = agent_out(&daemon, &["queue", &id, "--drop-all"]).await;
     assert!(ok, "{err}");
     assert_eq!(out.trim(), "nothing is queued");
-    assert!(
-        get(&mut client, &id)
-            .await
-            .conversation
-            .unwrap()
-            .queued
-            .is_empty()
-    );
+    let summary = get(&mut client, &id).await.conversation.unwrap();
+    assert!(summary.queued.is_empty(), "{summary:?}");
 }
