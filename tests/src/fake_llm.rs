@@ -349,3 +349,45 @@ impl FakeLlm {
         }
     }
 }
+
+/// The replies of a script file, for `fake-llm --script` and the offline
+/// demo (`tests/demo/session.json`): a JSON array whose items are
+/// `{"text": "…"}`, `{"tool": "NAME", "input": {…}}`, or both (the text,
+/// then the call).
+pub fn script_file(path: &str) -> Result<Vec<Script>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {path}: {e}"))?;
+    let items: Vec<serde_json::Value> =
+        serde_json::from_str(&text).map_err(|e| format!("{path}: not a JSON array: {e}"))?;
+    items
+        .iter()
+        .enumerate()
+        .map(|(i, item)| {
+            let mut reply = ReplyScript::new();
+            let mut any = false;
+            if let Some(text) = item.get("text") {
+                let text = text
+                    .as_str()
+                    .ok_or_else(|| format!("{path}: reply {i}: \"text\" is not a string"))?;
+                reply = reply.text(text);
+                any = true;
+            }
+            if let Some(tool) = item.get("tool") {
+                let tool = tool
+                    .as_str()
+                    .ok_or_else(|| format!("{path}: reply {i}: \"tool\" is not a string"))?;
+                let input = item
+                    .get("input")
+                    .cloned()
+                    .unwrap_or_else(|| serde_json::json!({}));
+                reply = reply.tool_use(&format!("toolu_script_{i}"), tool, input);
+                any = true;
+            }
+            if !any {
+                return Err(format!(
+                    "{path}: reply {i} has neither \"text\" nor \"tool\""
+                ));
+            }
+            Ok(Script::Reply(reply))
+        })
+        .collect()
+}

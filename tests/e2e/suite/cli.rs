@@ -177,3 +177,66 @@ async fn ls_pages_newest_first() {
     assert_eq!(out.lines().count(), 1 + ids.len(), "{out}");
     assert!(!err.contains("--all"), "{err}");
 }
+
+/// The README's offline set-up command (`tests/demo.sh`) plays
+/// `tests/demo/session.json`: every scripted call must still be a call this
+/// daemon runs without an error, in a copy of the repository as the demo
+/// makes it, so that the demo cannot silently rot when a tool changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_offline_demo_session_runs_to_its_end() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let session = root.join("tests/demo/session.json");
+    let scripts = agent_tests::fake_llm::script_file(&session.display().to_string()).unwrap();
+    let calls = scripts.len() - 1;
+    let s = Scenario::new().scripts(scripts).start().await;
+    let (fake, d) = (s.fake, s.daemon);
+    // A small repository like the scratch clone: the README's first line and
+    // one commit, so that `git log` and `git diff` have something to show.
+    let repo = d.work_dir.join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    std::fs::copy(root.join("README.md"), repo.join("README.md")).unwrap();
+    std::fs::write(repo.join("main.rs"), "fn main() {}\n").unwrap();
+    let git = |args: &[&str]| {
+        let ok = std::process::Command::new("git")
+            .args(["-c", "user.name=demo", "-c", "user.email=demo@example.com"])
+            .args(args)
+            .current_dir(&repo)
+            .output()
+            .unwrap()
+            .status
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["add", "-A"]);
+    git(&["commit", "-qm", "start"]);
+    let cwd = repo.display().to_string();
+    let (ok, _, err) = agent_out(
+        &d,
+        &["run", "--yes", "--cwd", &cwd, "look around and add a note"],
+    )
+    .await;
+    assert!(ok, "agent run: {err}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), calls + 1, "one request per scripted reply");
+    for (i, request) in requests.iter().enumerate().skip(1) {
+        let messages = request.body["messages"].as_array().unwrap();
+        let results: Vec<_> = messages
+            .last()
+            .and_then(|m| m["content"].as_array())
+            .into_iter()
+            .flatten()
+            .filter(|b| b["type"] == "tool_result")
+            .collect();
+        assert_eq!(results.len(), 1, "request {i}: {:#}", request.body);
+        assert_ne!(
+            results[0]["is_error"],
+            true,
+            "the demo's call {} failed: {:#}",
+            i - 1,
+            results[0]
+        );
+    }
+    let readme = std::fs::read_to_string(repo.join("README.md")).unwrap();
+    assert!(readme.contains("edited by the offline demo"), "{readme}");
+}

@@ -6,22 +6,28 @@
 //! ```
 //!
 //! Every request to `/v1/messages` (or `/v1/chat/completions`) gets the same
-//! streamed text reply. Stops on Ctrl-C.
+//! streamed text reply, or first the replies of a script file (`--script`):
+//! a JSON array whose items are `{"text": "…"}`, `{"tool": "NAME", "input":
+//! {…}}`, or both (the text, then the call), answered in order. Stops on
+//! Ctrl-C.
 use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script};
+use agent_tests::fake_llm::{FakeLlm, ReplyScript, Script, script_file};
 
-const USAGE: &str = "usage: fake-llm [--port PORT] [--reply TEXT] [--pace-ms MS]
+const USAGE: &str = "usage: fake-llm [--port PORT] [--reply TEXT] [--script FILE] [--pace-ms MS]
 
   --port PORT    port on 127.0.0.1 to listen on (default 8765; 0 picks a free one)
   --reply TEXT   the text every request gets (default \"Hello from the fake LLM\")
+  --script FILE  replies to give first, in order (a JSON array of {\"text\": …},
+                 {\"tool\": NAME, \"input\": {…}} or both); then --reply
   --pace-ms MS   delay before each streamed event (default 0)";
 
 struct Args {
     port: u16,
     reply: String,
+    script: Vec<Script>,
     pace: Duration,
 }
 
@@ -29,6 +35,7 @@ fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         port: 8765,
         reply: "Hello from the fake LLM".to_string(),
+        script: Vec::new(),
         pace: Duration::ZERO,
     };
     let mut it = std::env::args().skip(1);
@@ -40,6 +47,7 @@ fn parse_args() -> Result<Args, String> {
                 args.port = v.parse().map_err(|_| format!("invalid port {v:?}"))?;
             }
             "--reply" => args.reply = value("--reply")?,
+            "--script" => args.script = script_file(&value("--script")?)?,
             "--pace-ms" => {
                 let v = value("--pace-ms")?;
                 let ms = v.parse().map_err(|_| format!("invalid --pace-ms {v:?}"))?;
@@ -74,6 +82,8 @@ async fn main() -> ExitCode {
     };
     let reply = ReplyScript::new().text(&args.reply).pace(args.pace);
     llm.set_default(Some(Script::Reply(reply)));
+    let scripted = args.script.len();
+    llm.push_all(args.script);
     println!("fake LLM listening on {}", llm.base_url());
     println!(
         "  ANTHROPIC_BASE_URL={} ANTHROPIC_API_KEY=fake agentd",
@@ -83,6 +93,9 @@ async fn main() -> ExitCode {
         "  OPENAI_BASE_URL={}/v1 OPENAI_API_KEY=fake (OpenAI-compatible)",
         llm.base_url()
     );
+    if scripted > 0 {
+        println!("  {scripted} scripted repl(ies) first, then the fixed text");
+    }
     if let Err(e) = tokio::signal::ctrl_c().await {
         eprintln!("fake-llm: cannot wait for Ctrl-C: {e}");
         return ExitCode::FAILURE;
