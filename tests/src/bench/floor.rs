@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::stats::{Report, Target};
 use super::{BenchResult, Context as _, Settings, ms, procfs};
-use crate::fake_llm::{FakeLlm, ReplyScript, Script};
+use crate::fake_llm::{FakeLlm, ReplyScript, Script, parse_sse};
 
 /// The two task sizes.
 const SMALL: usize = 1;
@@ -272,13 +272,9 @@ pub fn floor_loop(addr: &str, prompt: &str) -> BenchResult<usize> {
             "messages": messages,
         }))
         .ctx("encoding a request")?;
-        write!(
-            writer,
-            "POST /v1/messages HTTP/1.1\r\nhost: {addr}\r\ncontent-type: application/json\r\n\
-             x-api-key: test-key\r\nanthropic-version: 2023-06-01\r\ncontent-length: {}\r\n\r\n",
-            body.len()
-        )
-        .ctx("writing to the fake")?;
+        writer
+            .write_all(super::messages_request_head(addr, body.len()).as_bytes())
+            .ctx("writing to the fake")?;
         writer.write_all(&body).ctx("writing to the fake")?;
         let blocks = read_reply(&mut reader)?;
         let calls: Vec<(String, String)> = blocks
@@ -366,8 +362,8 @@ fn read_reply(reader: &mut BufReader<TcpStream>) -> BenchResult<Vec<Value>> {
     let text = String::from_utf8(body).map_err(|_| "a body that is not UTF-8".to_string())?;
     let mut blocks: Vec<Value> = Vec::new();
     let mut json_parts: Vec<String> = Vec::new();
-    for data in text.lines().filter_map(|l| l.strip_prefix("data:")) {
-        let event: Value = serde_json::from_str(data.trim()).ctx("decoding an SSE event")?;
+    for sse in parse_sse(&text) {
+        let event: Value = serde_json::from_str(&sse.data).ctx("decoding an SSE event")?;
         let index = event["index"].as_u64().unwrap_or(0) as usize;
         match event["type"].as_str() {
             Some("content_block_start") => {

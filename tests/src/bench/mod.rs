@@ -362,12 +362,7 @@ impl FakeTimer {
     /// Posts `body` to `/v1/messages` and reads the whole streamed reply;
     /// returns the time taken. The caller queues the script it answers with.
     pub async fn time(&mut self, body: &[u8]) -> BenchResult<Duration> {
-        let head = format!(
-            "POST /v1/messages HTTP/1.1\r\nhost: {}\r\ncontent-type: application/json\r\n\
-             x-api-key: test-key\r\nanthropic-version: 2023-06-01\r\ncontent-length: {}\r\n\r\n",
-            self.host,
-            body.len()
-        );
+        let head = messages_request_head(&self.host, body.len());
         let started = Instant::now();
         self.stream
             .write_all(head.as_bytes())
@@ -393,6 +388,15 @@ impl FakeTimer {
         }
         Ok(started.elapsed())
     }
+}
+
+/// The head of an HTTP/1.1 `POST /v1/messages` to the fake at `host` with
+/// a body of `len` bytes (keep-alive), as the bench's own clients send it.
+pub fn messages_request_head(host: &str, len: usize) -> String {
+    format!(
+        "POST /v1/messages HTTP/1.1\r\nhost: {host}\r\ncontent-type: application/json\r\n\
+         x-api-key: test-key\r\nanthropic-version: 2023-06-01\r\ncontent-length: {len}\r\n\r\n"
+    )
 }
 
 /// Milliseconds in a duration, as a float.
