@@ -929,3 +929,37 @@ async fn wait_for_disconnects_panics_on_timeout() {
     let llm = FakeLlm::start().await;
     llm.wait_for_disconnects(1, Duration::from_millis(50)).await;
 }
+
+#[test]
+fn a_script_file_gives_its_replies_in_order_and_names_what_is_wrong() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let good = write(
+        "good.json",
+        r#"[{"text": "looking"}, {"text": "and", "tool": "read", "input": {"path": "a"}}]"#,
+    );
+    let scripts = script_file(&good).unwrap();
+    assert_eq!(scripts.len(), 2);
+    assert!(matches!(&scripts[1], Script::Reply(r) if r.blocks.len() == 2));
+    for (text, says) in [
+        (r#"{"text": "x"}"#, "not a JSON array"),
+        (r#"[{"text": 1}]"#, r#"reply 0: "text" is not a string"#),
+        (
+            r#"[{"text": "a"}, {"tool": 3}]"#,
+            r#"reply 1: "tool" is not a string"#,
+        ),
+        (
+            r#"[{"input": {}}]"#,
+            r#"reply 0 has neither "text" nor "tool""#,
+        ),
+    ] {
+        let err = script_file(&write("bad.json", text)).unwrap_err();
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    let err = script_file(&dir.path().join("none.json").display().to_string()).unwrap_err();
+    assert!(err.contains("cannot read"), "{err}");
+}
