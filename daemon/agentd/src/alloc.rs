@@ -7,13 +7,14 @@
 //! cache for good, and the pages under it stay resident: ~5 MiB over the
 //! daemon's 16 threads, most of them sled's (BENCHMARKS.md, "2026-11-24,
 //! later"). So no thread has a cache by default (`tcache:false`, compiled
-//! in by `.cargo/config.toml`) except the runtime's workers, where every
-//! tool round allocates: they turn theirs on as they start
-//! ([`enable_thread_cache`]). When something large ends (a conversation
-//! unloads), the workers are asked to hand their caches back
-//! ([`release_when_idle`]), and each does so the next time it parks; the
-//! store's flush thread checks after each flush. jemalloc's background
-//! thread then returns the emptied pages within its decay time.
+//! in by `.cargo/config.toml`) except the tokio runtime's threads, where
+//! every tool round allocates: they turn theirs on as they start
+//! ([`enable_thread_cache`]). Its blocking-pool threads give theirs back
+//! when they end, after 10 s without work. When something large ends (a
+//! conversation unloads), the workers are asked to hand their caches back
+//! ([`release_when_idle`]), and each does so the next time it parks.
+//! jemalloc's background thread then returns the emptied pages within its
+//! decay time.
 //!
 //! A thread checks one atomic counter when it goes idle; it flushes only
 //! when the counter moved, so a busy daemon pays nothing per tool round.
@@ -33,8 +34,8 @@ thread_local! {
     static HONOURED: Cell<u64> = const { Cell::new(0) };
 }
 
-/// Asks every thread to give its cache of freed memory back the next time
-/// it is idle.
+/// Asks every runtime worker to give its cache of freed memory back the
+/// next time it parks.
 pub fn release_when_idle() {
     ASKED.fetch_add(1, Ordering::Relaxed);
 }

@@ -859,7 +859,6 @@ fn group_commit(rx: &mpsc::Receiver<FlushRequest>, log: Option<&std::fs::File>) 
         for w in waiters {
             let _ = w.send(result.clone());
         }
-        crate::alloc::on_idle();
     }
 }
 
