@@ -18,7 +18,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
         The daemon owns every conversation and background shell; `agent` only talks to it.\n\
         Closing a terminal loses nothing: `agent attach ID` joins again later.\n\
         Conversation ids may be abbreviated to any unique prefix.",
-    after_help = "Exit status: 0 ok, 1 error, 2 usage, 3 context window exhausted, 130 interrupted."
+    after_help = "Without a subcommand, `agent` opens an interactive session in the current \
+        directory: `agent` (new conversation), `agent \"PROMPT\"` (starting with PROMPT), \
+        `agent -c` (the newest conversation here), `agent -r` (pick one). Type /help in it.\n\n\
+        Exit status: 0 ok, 1 error, 2 usage, 3 context window exhausted, 130 interrupted."
 )]
 pub struct Cli {
     /// The daemon's Unix socket [default: $XDG_RUNTIME_DIR/agentd/agentd.sock,
@@ -41,9 +44,73 @@ pub struct Cli {
     #[arg(long, global = true, help_heading = "Global options")]
     pub no_autostart: bool,
 
-    /// What to do.
+    /// Continue the newest conversation of this directory (interactive)
+    #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
+    pub continue_last: bool,
+
+    /// Pick a conversation to continue from a list (interactive)
+    #[arg(short = 'r', long)]
+    pub resume: bool,
+
+    /// Model of a new interactive conversation [default: the daemon's]
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+
+    /// Permission mode of a new interactive conversation [default: the daemon's]
+    #[arg(long, value_name = "MODE")]
+    pub mode: Option<Mode>,
+
+    /// Extra permission rule of a new interactive conversation (repeatable)
+    #[arg(long = "allow", value_name = "RULE")]
+    pub allow: Vec<String>,
+
+    /// The first message of a new interactive conversation
+    #[arg(value_name = "PROMPT")]
+    pub prompt: Option<String>,
+
+    /// What to do; without a subcommand, an interactive session opens in
+    /// the current directory.
     #[command(subcommand)]
-    pub command: Command,
+    pub command: Option<Command>,
+}
+
+impl Cli {
+    /// A one-word prompt that looks like a misspelt subcommand (`agent lss`):
+    /// the message that says so, instead of starting a session with it.
+    pub fn misspelt_command(&self) -> Option<String> {
+        use clap::CommandFactory;
+        let word = self.prompt.as_deref()?.trim();
+        if self.command.is_some() || word.contains(char::is_whitespace) || word.len() < 2 {
+            return None;
+        }
+        let command = Cli::command();
+        let near = command
+            .get_subcommands()
+            .map(clap::Command::get_name)
+            .find(|name| edit_distance(name, word) <= 2)?;
+        Some(format!(
+            "`{word}` is not a command; did you mean `agent {near}`? (a prompt of one \
+             word starts a session only when it is not this close to a command: add a word)"
+        ))
+    }
+}
+
+/// Levenshtein distance, for telling a misspelt command from a prompt.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 /// The subcommands.
@@ -426,6 +493,8 @@ pub struct TypedAnswer {
     pub decision: Decision,
     /// Feedback typed on the same line after `s` (deny and stop).
     pub feedback: Option<String>,
+    /// `p`: allow always, for every conversation of this project.
+    pub project: bool,
 }
 
 /// Parses a line typed at the permission prompt: a key (`y`, `a`, `n`, `s`,
@@ -440,7 +509,9 @@ pub fn parse_typed_answer(line: &str, offered: &[Decision]) -> Result<TypedAnswe
         None => (line, ""),
     };
     let word = word.to_lowercase().replace('-', "_");
+    let project = matches!(word.as_str(), "p" | "always_project");
     let decision = match word.as_str() {
+        "p" | "always_project" => Decision::AllowAlways,
         "y" | "yes" | "allow" | "allow_once" | "once" => Decision::AllowOnce,
         "a" | "always" | "allow_always" => Decision::AllowAlways,
         "n" | "no" | "deny" => Decision::Deny,
@@ -491,7 +562,11 @@ pub fn parse_typed_answer(line: &str, offered: &[Decision]) -> Result<TypedAnswe
         | Decision::Never
         | Decision::Background => None,
     };
-    Ok(TypedAnswer { decision, feedback })
+    Ok(TypedAnswer {
+        decision,
+        feedback,
+        project,
+    })
 }
 
 /// The options shown when a request lists none.
@@ -553,7 +628,7 @@ mod tests {
             "test",
         ])
         .unwrap();
-        let Command::Run(run) = cli.command else {
+        let Command::Run(run) = cli.command.unwrap() else {
             panic!("not run")
         };
         assert_eq!(run.cwd, Some(PathBuf::from("/tmp")));
@@ -575,7 +650,7 @@ mod tests {
             clap::error::ErrorKind::InvalidValue
         );
         let cli = parse(&["run", "--mode", "read-only", "x"]).unwrap();
-        let Command::Run(run) = cli.command else {
+        let Command::Run(run) = cli.command.unwrap() else {
             panic!("not run")
         };
         assert_eq!(run.mode, Some(Mode::ReadOnly));
@@ -587,17 +662,20 @@ mod tests {
         assert!(cli.json && cli.no_autostart);
         assert_eq!(cli.socket, Some(PathBuf::from("/s.sock")));
         assert!(matches!(
-            cli.command,
+            cli.command.unwrap(),
             Command::Ls {
                 all: false,
                 limit: 50
             }
         ));
         let cli = parse(&["ls", "--all"]).unwrap();
-        assert!(matches!(cli.command, Command::Ls { all: true, .. }));
+        assert!(matches!(
+            cli.command.unwrap(),
+            Command::Ls { all: true, .. }
+        ));
         let cli = parse(&["ls", "-n", "3"]).unwrap();
         assert!(matches!(
-            cli.command,
+            cli.command.unwrap(),
             Command::Ls {
                 all: false,
                 limit: 3
@@ -607,7 +685,9 @@ mod tests {
         assert!(parse(&["ls", "--all", "-n", "3"]).is_err());
         let cli = parse(&["--json", "show", "01AB"]).unwrap();
         assert!(cli.json);
-        assert!(matches!(cli.command, Command::Show { id, context: false } if id == "01AB"));
+        assert!(
+            matches!(cli.command.unwrap(), Command::Show { id, context: false } if id == "01AB")
+        );
     }
 
     #[test]
@@ -620,7 +700,7 @@ mod tests {
             "use git mv",
         ])
         .unwrap();
-        let Command::Answer(a) = cli.command else {
+        let Command::Answer(a) = cli.command.unwrap() else {
             panic!("not answer")
         };
         assert_eq!(a.decision, Decision::DenyAndStop);
@@ -628,7 +708,7 @@ mod tests {
         assert!(!a.always_project);
         for d in Decision::ALL {
             let cli = parse(&["answer", "x", d.name(), "--always-project"]).unwrap();
-            let Command::Answer(a) = cli.command else {
+            let Command::Answer(a) = cli.command.unwrap() else {
                 panic!("not answer")
             };
             assert_eq!(a.decision, d);
@@ -647,7 +727,7 @@ mod tests {
                 d.key().to_ascii_uppercase().to_string(),
             ] {
                 let cli = parse(&["answer", "x", &key]).unwrap();
-                let Command::Answer(a) = cli.command else {
+                let Command::Answer(a) = cli.command.unwrap() else {
                     panic!("not answer")
                 };
                 assert_eq!(a.decision, d, "key {key}");
@@ -659,26 +739,26 @@ mod tests {
     #[test]
     fn shells_lists_reads_and_kills() {
         let cli = parse(&["shells"]).unwrap();
-        let Command::Shells(s) = cli.command else {
+        let Command::Shells(s) = cli.command.unwrap() else {
             panic!("not shells")
         };
         assert!(s.command.is_none() && !s.all && s.conversation.is_none());
 
         let cli = parse(&["shells", "--all"]).unwrap();
-        let Command::Shells(s) = cli.command else {
+        let Command::Shells(s) = cli.command.unwrap() else {
             panic!("not shells")
         };
         assert!(s.all);
 
         let cli = parse(&["shells", "01AB"]).unwrap();
-        let Command::Shells(s) = cli.command else {
+        let Command::Shells(s) = cli.command.unwrap() else {
             panic!("not shells")
         };
         assert_eq!(s.conversation.as_deref(), Some("01AB"));
         assert!(parse(&["shells", "--all", "01AB"]).is_err());
 
         let cli = parse(&["shells", "output", "sh1", "--follow", "--from", "42"]).unwrap();
-        let Command::Shells(s) = cli.command else {
+        let Command::Shells(s) = cli.command.unwrap() else {
             panic!("not shells")
         };
         assert!(matches!(
@@ -687,7 +767,7 @@ mod tests {
         ));
 
         let cli = parse(&["shells", "kill", "sh1"]).unwrap();
-        let Command::Shells(s) = cli.command else {
+        let Command::Shells(s) = cli.command.unwrap() else {
             panic!("not shells")
         };
         assert!(matches!(s.command, Some(ShellsCommand::Kill { shell_id }) if shell_id == "sh1"));
@@ -696,26 +776,49 @@ mod tests {
     #[test]
     fn export_import_send_cancel_attach() {
         let cli = parse(&["export"]).unwrap();
-        assert!(matches!(cli.command, Command::Export { ids } if ids.is_empty()));
+        assert!(matches!(cli.command.unwrap(), Command::Export { ids } if ids.is_empty()));
         let cli = parse(&["export", "01A", "01B"]).unwrap();
-        assert!(matches!(cli.command, Command::Export { ids } if ids.len() == 2));
+        assert!(matches!(cli.command.unwrap(), Command::Export { ids } if ids.len() == 2));
         let cli = parse(&["import"]).unwrap();
-        assert!(matches!(cli.command, Command::Import { file: None }));
+        assert!(matches!(
+            cli.command.unwrap(),
+            Command::Import { file: None }
+        ));
         let cli = parse(&["import", "-"]).unwrap();
-        assert!(matches!(cli.command, Command::Import { file: Some(f) } if f == Path::new("-")));
+        assert!(
+            matches!(cli.command.unwrap(), Command::Import { file: Some(f) } if f == Path::new("-"))
+        );
         let cli = parse(&["send", "01A", "hello", "there"]).unwrap();
         assert!(
-            matches!(cli.command, Command::Send { id, text, no_queue: false } if id == "01A" && text.len() == 2)
+            matches!(cli.command.unwrap(), Command::Send { id, text, no_queue: false } if id == "01A" && text.len() == 2)
         );
         assert!(parse(&["send", "01A"]).is_err());
         let cli = parse(&["cancel", "01A"]).unwrap();
-        assert!(matches!(cli.command, Command::Cancel { id } if id == "01A"));
+        assert!(matches!(cli.command.unwrap(), Command::Cancel { id } if id == "01A"));
         let cli = parse(&["attach", "--yes", "01A"]).unwrap();
-        assert!(matches!(cli.command, Command::Attach(a) if a.yes && a.id == "01A"));
-        assert_eq!(
-            parse(&["frobnicate"]).unwrap_err().kind(),
-            clap::error::ErrorKind::InvalidSubcommand
+        assert!(matches!(cli.command.unwrap(), Command::Attach(a) if a.yes && a.id == "01A"));
+        // A word that is no command is the prompt of an interactive session,
+        // unless it looks like a command misspelt.
+        let cli = parse(&["frobnicate"]).unwrap();
+        assert!(cli.command.is_none() && cli.prompt.as_deref() == Some("frobnicate"));
+        assert_eq!(cli.misspelt_command(), None);
+        let cli = parse(&["atach"]).unwrap();
+        assert!(
+            cli.misspelt_command()
+                .unwrap()
+                .contains("did you mean `agent attach`")
         );
+        assert_eq!(parse(&["lss the files"]).unwrap().misspelt_command(), None);
+        // The prompt is one argument: unquoted words are a usage error.
+        assert!(parse(&["fix", "the", "bug"]).is_err());
+        // Flags before a subcommand still select it.
+        let cli = parse(&["--json", "ls"]).unwrap();
+        assert!(matches!(cli.command, Some(Command::Ls { .. })));
+        let cli = parse(&["-c"]).unwrap();
+        assert!(cli.continue_last && cli.command.is_none());
+        let cli = parse(&["--mode", "plan", "fix the bug"]).unwrap();
+        assert_eq!(cli.prompt.as_deref(), Some("fix the bug"));
+        assert_eq!(cli.mode, Some(Mode::Plan));
     }
 
     #[test]
@@ -734,9 +837,13 @@ mod tests {
             ok("s  use git mv instead "),
             TypedAnswer {
                 decision: Decision::DenyAndStop,
-                feedback: Some("use git mv instead".to_string())
+                feedback: Some("use git mv instead".to_string()),
+                project: false,
             }
         );
+        // `p`: allow always, for the whole project.
+        assert!(ok("p").project && ok("p").decision == Decision::AllowAlways);
+        assert!(!ok("a").project);
         // Only deny-and-stop takes words after the key.
         assert_eq!(
             parse_typed_answer("yes please do it", &all).unwrap_err(),

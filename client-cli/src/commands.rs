@@ -23,7 +23,21 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         autostart: !cli.no_autostart,
         json: cli.json,
     };
-    match cli.command {
+    if let Some(message) = cli.misspelt_command() {
+        return Err(CliError::Input(message));
+    }
+    let Some(command) = cli.command else {
+        let start = crate::repl::Start {
+            continue_last: cli.continue_last,
+            resume: cli.resume,
+            prompt: cli.prompt,
+            model: cli.model,
+            mode: cli.mode,
+            allow: cli.allow,
+        };
+        return crate::repl::interactive(&ctx, start, io).await;
+    };
+    match command {
         Command::Run(args) => run(&ctx, args, io).await,
         Command::Attach(args) => attach(&ctx, args, io).await,
         Command::Send { id, text, no_queue } => send(&ctx, id, text.join(" "), !no_queue, io).await,
@@ -43,15 +57,15 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
 }
 
 /// What every command needs to reach the daemon.
-struct Ctx {
-    socket: PathBuf,
+pub(crate) struct Ctx {
+    pub(crate) socket: PathBuf,
     pass_socket: bool,
     autostart: bool,
     json: bool,
 }
 
 impl Ctx {
-    async fn client(&self) -> Result<Client, CliError> {
+    pub(crate) async fn client(&self) -> Result<Client, CliError> {
         connect_or_start(&self.socket, self.pass_socket, self.autostart).await
     }
 }
@@ -123,7 +137,7 @@ pub fn client_name() -> String {
     }
 }
 
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
@@ -153,16 +167,8 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
         additional_dirs,
         client_request_id: request_id(),
     };
-    let created = retrying(ctx, |mut client| {
-        let request = request.clone();
-        async move { client.create_conversation(request).await }
-    })
-    .await?
-    .map_err(CliError::status)?;
+    let conversation = create_conversation(ctx, request).await?;
     let client = ctx.client().await?;
-    let conversation = created
-        .conversation
-        .ok_or_else(|| CliError::Server("the daemon returned no conversation".to_string()))?;
     writeln!(io.err, "conversation {}", conversation.id)
         .and_then(|()| io.err.flush())
         .map_err(out_err)?;
@@ -184,9 +190,26 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
     run_session(client, config, io).await
 }
 
+/// Creates a conversation (with its first message), retried once if the
+/// connection broke before the answer.
+pub(crate) async fn create_conversation(
+    ctx: &Ctx,
+    request: pb::CreateConversationRequest,
+) -> Result<pb::ConversationSummary, CliError> {
+    let created = retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.create_conversation(request).await }
+    })
+    .await?
+    .map_err(CliError::status)?;
+    created
+        .conversation
+        .ok_or_else(|| CliError::Server("the daemon returned no conversation".to_string()))
+}
+
 /// `dir` made absolute (symlinks resolved), checked to be a directory,
 /// as the daemon wants it; `what` names it in errors.
-fn absolute_dir(dir: &Path, what: &str) -> Result<String, CliError> {
+pub(crate) fn absolute_dir(dir: &Path, what: &str) -> Result<String, CliError> {
     let canonical = dir
         .canonicalize()
         .map_err(|e| CliError::io(format!("{what} {}", dir.display()), e))?;

@@ -130,6 +130,15 @@ impl Input {
         }
     }
 
+    /// Lines that come from `lines` (the interactive terminal's);
+    /// `terminal`: typed by a person.
+    pub fn channel(lines: mpsc::Receiver<String>, terminal: bool) -> Input {
+        Input {
+            source: InputSource::Channel(lines),
+            terminal,
+        }
+    }
+
     /// Whether a person is typing (stdin is a terminal).
     pub fn is_terminal(&self) -> bool {
         self.terminal
@@ -227,6 +236,13 @@ impl Interrupts {
     pub fn ctrl_c() -> Interrupts {
         Interrupts {
             source: InterruptSource::CtrlC(None),
+        }
+    }
+
+    /// Presses that come from `presses` (the interactive terminal's).
+    pub fn channel(presses: mpsc::Receiver<()>) -> Interrupts {
+        Interrupts {
+            source: InterruptSource::Channel(presses),
         }
     }
 

@@ -144,6 +144,7 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "allow_rules": c.allow_rules,
         "turn": c.turn,
         "cost_usd": c.cost_usd,
+        "context_window": c.context_window,
         "queued": c.queued.iter().map(queued_message).collect::<Vec<_>>(),
     })
 }
@@ -322,6 +323,7 @@ fn event_body(event: &Event) -> Value {
         Event::UsageUpdated(u) => json!({
             "last": opt(u.last.as_ref(), usage),
             "total": opt(u.total.as_ref(), usage),
+            "cost_usd": u.cost_usd,
         }),
         Event::Error(e) => json!({"message": e.message, "kind": error_kind_json(e.kind)}),
         Event::ClientAttached(c) => json!({"client": opt(c.client.as_ref(), client_info)}),
@@ -626,6 +628,7 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         },
         // What waits for a turn is not part of an export.
         queued: Vec::new(),
+        context_window: o.int("context_window")?,
     })
 }
 

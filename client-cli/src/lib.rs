@@ -7,6 +7,8 @@
 //! Layout:
 //! - [`cli`]: the clap command line (parsing only), decisions and modes.
 //! - [`commands`]: one function per subcommand; [`execute`] dispatches.
+//! - [`repl`]: `agent` alone, the interactive session: the terminal thread
+//!   (line editor, one-key answers, status line) feeding [`session`].
 //! - [`session`]: the live Attach stream behind `run` and `attach`: rendering,
 //!   permission prompts, stdin, Ctrl-C, reconnection without duplicates.
 //! - [`connect`]: the Unix-socket channel and daemon autostart.
@@ -27,6 +29,7 @@ pub mod json;
 #[cfg(test)]
 mod mock;
 pub mod render;
+pub mod repl;
 pub mod session;
 
 use std::io::Write;

@@ -62,6 +62,9 @@ pub struct Renderer<W: Write> {
     last_error: Option<String>,
     /// The permission request whose block was shown last.
     shown_request: Option<String>,
+    /// Whether a permission request's block ends with its keys (the
+    /// interactive terminal shows its own).
+    show_keys: bool,
     /// This client's id, from the snapshot (its own join is not announced).
     own_client_id: String,
     /// This client's name. A client that resumes after a reconnect gets no
@@ -90,6 +93,7 @@ impl<W: Write> Renderer<W> {
             last_message_seq: 0,
             last_error: None,
             shown_request: None,
+            show_keys: true,
             own_client_id: String::new(),
             own_name: String::new(),
             sent_texts: VecDeque::new(),
@@ -102,6 +106,12 @@ impl<W: Write> Renderer<W> {
     /// has already printed the id).
     pub fn with_header(mut self, show: bool) -> Self {
         self.show_header = show;
+        self
+    }
+
+    /// Whether permission requests end with their keys.
+    pub fn with_keys(mut self, show: bool) -> Self {
+        self.show_keys = show;
         self
     }
 
@@ -756,6 +766,9 @@ impl<W: Write> Renderer<W> {
             );
             self.line(&rule)?;
         }
+        if !self.show_keys {
+            return Ok(());
+        }
         let keys = self.keys(&offered);
         self.line(&format!("  {keys}"))
     }
@@ -793,6 +806,8 @@ fn split_reason(reason: &str) -> (String, Vec<&str>) {
                     outside.push(path);
                 }
             }
+            // "bash `ls` needs permission" says nothing the title does not.
+            _ if clause.ends_with(" needs permission") || clause.ends_with(" need permission") => {}
             _ => why.push(clause),
         }
     }

@@ -27,6 +27,8 @@ use crate::error::{CliError, Exit};
 use crate::io::{Input, Interrupts, Io};
 use crate::json;
 use crate::render::{Renderer, error_kind_text};
+use crate::repl::status::Status;
+use crate::repl::term::{Question, UiLink};
 
 /// First delay before reconnecting; doubles up to [`RECONNECT_MAX_DELAY`].
 const RECONNECT_FIRST_DELAY: Duration = Duration::from_millis(100);
@@ -46,6 +48,9 @@ pub enum SessionKind {
     Run,
     /// `agent attach`: ends when stdin ends (or Ctrl-C).
     Attach,
+    /// `agent` alone: like attach, with a line editor, one-key answers, a
+    /// status line and slash commands; Ctrl-C only cancels.
+    Interactive,
 }
 
 /// What a session needs to know.
@@ -71,7 +76,7 @@ type Output = dyn Write + Send + 'static;
 
 /// How a session ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-enum Outcome {
+pub(crate) enum Outcome {
     /// `run`: the agent is idle again.
     Idle,
     /// `run`: the turn failed.
@@ -82,6 +87,8 @@ enum Outcome {
     Interrupted,
     /// `attach`: stdin ended.
     Detached,
+    /// Interactive: go on with another conversation (None: a new one).
+    Switch(Option<String>),
 }
 
 /// How one Attach stream ended.
@@ -110,6 +117,37 @@ pub async fn run_session(
     config: SessionConfig,
     io: &mut Io,
 ) -> Result<Exit, CliError> {
+    let (outcome, detached) = session_outcome(client, config, io, None).await?;
+    match outcome {
+        Outcome::Idle => Ok(Exit::Ok),
+        Outcome::Detached | Outcome::Switch(_) => detached,
+        Outcome::Interrupted => Ok(Exit::Interrupted),
+        Outcome::Failed { kind, message } => Err(CliError::TurnFailed {
+            kind: match error_kind_text(kind) {
+                "" => "unknown".to_string(),
+                k => k.to_string(),
+            },
+            message,
+        }),
+        Outcome::ContextExhausted(message) => {
+            Err(CliError::ContextExhausted(if message.is_empty() {
+                "the conversation is read-only".to_string()
+            } else {
+                message
+            }))
+        }
+    }
+}
+
+/// Streams a conversation until the session ends: how it ended, and what
+/// leaving means for the exit status (an error when messages typed were
+/// refused or not confirmed). `ui`: the interactive terminal.
+pub(crate) async fn session_outcome(
+    client: Client,
+    config: SessionConfig,
+    io: &mut Io,
+    ui: Option<UiLink>,
+) -> Result<(Outcome, Result<Exit, CliError>), CliError> {
     let Io {
         out,
         err,
@@ -123,13 +161,19 @@ pub async fn run_session(
         (&mut **out, None, *color)
     };
     let mut render = Renderer::new(human, color)
-        .with_header(config.kind == SessionKind::Attach)
-        .with_own_name(&config.client_name);
+        .with_header(match config.kind {
+            SessionKind::Run => false,
+            SessionKind::Attach => true,
+            // A conversation the session just started has shown its prompt.
+            SessionKind::Interactive => config.sent_prompt.is_none(),
+        })
+        .with_own_name(&config.client_name)
+        .with_keys(ui.is_none());
     if let Some(prompt) = &config.sent_prompt {
         render.note_sent(prompt);
     }
     let mut session = Session {
-        reading_input: config.kind == SessionKind::Attach,
+        reading_input: config.kind != SessionKind::Run,
         config,
         client,
         render,
@@ -153,29 +197,14 @@ pub async fn run_session(
         sent: 0,
         not_sent: 0,
         detach_deadline: None,
+        ui,
     };
     let outcome = session.run().await;
     let _ = session.render.end_line();
     let _ = session.render.flush();
-    match outcome? {
-        Outcome::Idle => Ok(Exit::Ok),
-        Outcome::Detached => session.detached(),
-        Outcome::Interrupted => Ok(Exit::Interrupted),
-        Outcome::Failed { kind, message } => Err(CliError::TurnFailed {
-            kind: match error_kind_text(kind) {
-                "" => "unknown".to_string(),
-                k => k.to_string(),
-            },
-            message,
-        }),
-        Outcome::ContextExhausted(message) => {
-            Err(CliError::ContextExhausted(if message.is_empty() {
-                "the conversation is read-only".to_string()
-            } else {
-                message
-            }))
-        }
-    }
+    let outcome = outcome?;
+    let detached = session.detached();
+    Ok((outcome, detached))
 }
 
 struct Session<'a> {
@@ -217,6 +246,8 @@ struct Session<'a> {
     not_sent: usize,
     /// `attach`: stdin ended; leave when `unacked` is empty or at this time.
     detach_deadline: Option<Instant>,
+    /// Interactive: the terminal's status line and one-key questions.
+    ui: Option<UiLink>,
 }
 
 impl Session<'_> {
@@ -422,6 +453,7 @@ impl Session<'_> {
             return Ok(self.finished(false));
         }
         self.output(&ev)?;
+        self.update_ui(event);
 
         let mut state_event = false;
         match event {
@@ -471,6 +503,99 @@ impl Session<'_> {
             _ => {}
         }
         Ok(self.finished(state_event))
+    }
+
+    /// Interactive: what the status line shows follows the events.
+    fn update_ui(&mut self, event: &Event) {
+        let Some(ui) = &self.ui else {
+            return;
+        };
+        let now = ui.now_ms();
+        let own = self.own_client_id.clone();
+        ui.status(|s| {
+            let set_state = |s: &mut Status, state: &pb::ConversationState| {
+                let kind = StateKind::try_from(state.kind).unwrap_or(StateKind::Unspecified);
+                if kind != s.state {
+                    let asking = matches!(kind, StateKind::AwaitingLlm | StateKind::LlmRequesting);
+                    let was_asking =
+                        matches!(s.state, StateKind::AwaitingLlm | StateKind::LlmRequesting);
+                    if asking && !was_asking {
+                        s.streamed_chars = 0;
+                    }
+                    if kind != StateKind::ToolExecuting {
+                        s.tool = None;
+                    }
+                    s.state = kind;
+                    s.state_since_ms = now;
+                }
+            };
+            match event {
+                Event::Snapshot(snap) => {
+                    if let Some(c) = &snap.conversation {
+                        s.model.clone_from(&c.model);
+                        s.mode = mode_name(c.mode);
+                        s.total = c.usage.unwrap_or_default();
+                        s.queued = c.queued.len();
+                        s.cost_usd = c.cost_usd;
+                        s.context_window = c.context_window;
+                        if let Some(state) = &c.state {
+                            set_state(s, state);
+                        }
+                    }
+                    s.others = snap
+                        .clients
+                        .iter()
+                        .filter(|c| c.client_id != snap.your_client_id)
+                        .count();
+                    if let Some(u) = snap.messages.iter().rev().find_map(|m| m.usage.as_ref()) {
+                        s.context_used = context_tokens(u);
+                    }
+                }
+                Event::StateChanged(c) => {
+                    if let Some(state) = &c.state {
+                        set_state(s, state);
+                    }
+                }
+                Event::ReplyBegin(_) => {
+                    s.streamed_chars = 0;
+                    s.retry = None;
+                }
+                Event::TextDelta(d) => s.streamed_chars += d.text.chars().count() as u64,
+                Event::ThinkingDelta(d) => s.streamed_chars += d.text.chars().count() as u64,
+                Event::ToolCallBegin(t) => {
+                    s.tool = Some(if t.summary.is_empty() {
+                        t.tool_name.clone()
+                    } else {
+                        t.summary.clone()
+                    });
+                }
+                Event::ToolCallEnd(_) => s.tool = None,
+                Event::Retrying(r) => {
+                    s.retry = Some((r.attempt, r.max_attempts, now + r.delay_ms));
+                }
+                Event::UsageUpdated(u) => {
+                    s.total = u.total.unwrap_or_default();
+                    s.cost_usd = u.cost_usd;
+                    if let Some(last) = &u.last {
+                        s.context_used = context_tokens(last);
+                    }
+                }
+                Event::ClientAttached(pb::ClientAttached { client: Some(c) })
+                    if c.client_id != own && c.name != self.config.client_name =>
+                {
+                    s.others += 1;
+                }
+                Event::ClientDetached(pb::ClientDetached { client: Some(c) })
+                    if c.client_id != own =>
+                {
+                    s.others = s.others.saturating_sub(1);
+                }
+                Event::ShellStarted(_) => s.shells_running += 1,
+                Event::ShellExited(_) => s.shells_running = s.shells_running.saturating_sub(1),
+                Event::QueueChanged(q) => s.queued = q.queued.len(),
+                _ => {}
+            }
+        });
     }
 
     fn output(&mut self, ev: &pb::AttachResponse) -> Result<(), CliError> {
@@ -534,8 +659,9 @@ impl Session<'_> {
                 | StateKind::StopHooks => None,
             },
             SessionKind::Run => None,
-            SessionKind::Attach => (self.detach_deadline.is_some() && self.unacked.is_empty())
-                .then_some(Outcome::Detached),
+            SessionKind::Attach | SessionKind::Interactive => (self.detach_deadline.is_some()
+                && self.unacked.is_empty())
+            .then_some(Outcome::Detached),
         }
     }
 
@@ -563,9 +689,21 @@ impl Session<'_> {
         }
         let offered = offered_decisions(&request.options);
         if self.config.yes {
-            self.send_answer(id.clone(), Decision::AllowOnce, None)
+            self.send_answer(id.clone(), Decision::AllowOnce, None, false)
                 .await;
             return self.note("allowed once (--yes)");
+        }
+        if let Some(ui) = &self.ui {
+            ui.ask(Question {
+                request_id: id.clone(),
+                offered: offered.clone(),
+            });
+            self.prompt = Some(Prompt {
+                request: request.clone(),
+                offered,
+                wants_feedback: false,
+            });
+            return Ok(());
         }
         if self.input.is_terminal() && !self.input_closed {
             self.prompt = Some(Prompt {
@@ -604,6 +742,9 @@ impl Session<'_> {
     }
 
     fn permission_resolved(&mut self, p: &pb::PermissionResolved) -> Result<(), CliError> {
+        if let Some(ui) = &self.ui {
+            ui.withdraw(&p.request_id);
+        }
         if self
             .prompt
             .as_ref()
@@ -635,6 +776,7 @@ impl Session<'_> {
         request_id: String,
         decision: Decision,
         feedback: Option<String>,
+        project: bool,
     ) {
         let feedback = feedback.unwrap_or_default();
         if decision == Decision::DenyAndStop && !feedback.trim().is_empty() {
@@ -648,7 +790,11 @@ impl Session<'_> {
             request_id,
             decision: decision.to_proto() as i32,
             feedback,
-            scope: pb::RuleScope::Unspecified as i32,
+            scope: if project {
+                pb::RuleScope::Project as i32
+            } else {
+                pb::RuleScope::Unspecified as i32
+            },
             client_request_id: crate::commands::request_id(),
         }))
         .await;
@@ -667,7 +813,7 @@ impl Session<'_> {
     async fn on_line(&mut self, line: Option<String>) -> Result<Option<Outcome>, CliError> {
         let Some(line) = line else {
             self.input_closed = true;
-            if self.config.kind == SessionKind::Attach {
+            if self.config.kind != SessionKind::Run {
                 if self.unacked.is_empty() {
                     return Ok(Some(Outcome::Detached));
                 }
@@ -682,7 +828,8 @@ impl Session<'_> {
             let id = prompt.request.request_id.clone();
             if prompt.wants_feedback {
                 let feedback = Some(line.trim().to_string()).filter(|f| !f.is_empty());
-                self.send_answer(id, Decision::DenyAndStop, feedback).await;
+                self.send_answer(id, Decision::DenyAndStop, feedback, false)
+                    .await;
                 return Ok(None);
             }
             match parse_typed_answer(&line, &prompt.offered) {
@@ -690,16 +837,29 @@ impl Session<'_> {
                 Ok(TypedAnswer {
                     decision: Decision::DenyAndStop,
                     feedback: None,
+                    ..
                 }) => {
                     prompt.wants_feedback = true;
+                    if let Some(ui) = &self.ui {
+                        // The next line typed is the feedback.
+                        ui.withdraw(&id);
+                    }
                     self.note("what should the agent do instead? (Enter for nothing)")?;
                 }
-                Ok(answer) => self.send_answer(id, answer.decision, answer.feedback).await,
+                Ok(answer) => {
+                    self.send_answer(id, answer.decision, answer.feedback, answer.project)
+                        .await;
+                }
             }
             return Ok(None);
         }
+        if self.config.kind == SessionKind::Interactive
+            && let Some(command) = line.trim().strip_prefix('/')
+        {
+            return self.slash(command).await;
+        }
         match self.config.kind {
-            SessionKind::Attach => {
+            SessionKind::Attach | SessionKind::Interactive => {
                 let text = line.trim();
                 if !text.is_empty() {
                     self.sent += 1;
@@ -724,6 +884,73 @@ impl Session<'_> {
         Ok(None)
     }
 
+    /// Interactive: a line starting with `/`.
+    async fn slash(&mut self, command: &str) -> Result<Option<Outcome>, CliError> {
+        let (name, arg) = match command.split_once(char::is_whitespace) {
+            Some((name, arg)) => (name, arg.trim()),
+            None => (command, ""),
+        };
+        match name {
+            "help" | "?" => {
+                for line in SLASH_HELP {
+                    self.note(line)?;
+                }
+            }
+            "exit" | "quit" => return Ok(Some(Outcome::Detached)),
+            "clear" | "new" => return Ok(Some(Outcome::Switch(None))),
+            "attach" if !arg.is_empty() => return Ok(Some(Outcome::Switch(Some(arg.to_string())))),
+            "attach" => self.show_error("which conversation? /attach ID (agent ls lists them)")?,
+            "cost" | "usage" => {
+                let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
+                let u = status.total;
+                let cost = status
+                    .cost_usd
+                    .map_or("unknown (no price for this model)".to_string(), |c| {
+                        format!("${c:.4}")
+                    });
+                self.note(&format!(
+                    "this conversation: {} input ({} written to and {} read from the cache), {} output tokens; cost {cost}",
+                    u.input_tokens,
+                    u.cache_creation_input_tokens,
+                    u.cache_read_input_tokens,
+                    u.output_tokens
+                ))?;
+            }
+            "shells" => {
+                let request = pb::ListShellsRequest {
+                    conversation_id: self.config.conversation_id.clone(),
+                };
+                match self.client.list_shells(request).await {
+                    Ok(response) => {
+                        let shells = response.into_inner().shells;
+                        if shells.is_empty() {
+                            self.note("no background shells")?;
+                        } else {
+                            let mut table = Vec::new();
+                            crate::render::shell_table(
+                                &mut table,
+                                &shells,
+                                crate::commands::now_ms(),
+                            )
+                            .map_err(|e| CliError::io("writing output", e))?;
+                            let text = String::from_utf8_lossy(&table).into_owned();
+                            for line in text.lines() {
+                                self.note(line)?;
+                            }
+                        }
+                    }
+                    Err(status) => {
+                        self.show_error(&format!("cannot list shells: {}", status.message()))?
+                    }
+                }
+            }
+            other => self.show_error(&format!(
+                "unknown command /{other}; /help lists the commands"
+            ))?,
+        }
+        Ok(None)
+    }
+
     async fn on_interrupt(&mut self) -> Result<Option<Outcome>, CliError> {
         let busy = !matches!(
             self.state,
@@ -741,6 +968,19 @@ impl Session<'_> {
                 }))
                 .await;
                 self.note("cancelling… (Ctrl-C again to quit now)")?;
+            }
+            SessionKind::Interactive => {
+                // Leaving is the terminal's business (Ctrl-C twice, Ctrl-D).
+                if self.cancel_sent || !busy {
+                    return Ok(None);
+                }
+                self.cancel_sent = true;
+                self.prompt = None;
+                self.send_frame(Frame::Cancel(pb::CancelFrame {
+                    client_request_id: crate::commands::request_id(),
+                }))
+                .await;
+                self.note("cancelling the turn…")?;
             }
             SessionKind::Attach => {
                 if self.cancel_sent || !busy {
@@ -796,6 +1036,37 @@ impl Session<'_> {
             .and_then(|()| self.render.flush())
             .map_err(|e| CliError::io("writing output", e))
     }
+}
+
+/// What `/help` prints.
+const SLASH_HELP: [&str; 9] = [
+    "Type a message and press Enter; Alt-Enter or a trailing \\ starts a new line.",
+    "While the agent works, what you send waits for its next step (it is queued).",
+    "Ctrl-C cancels the turn; Ctrl-C twice or Ctrl-D leaves (the conversation stays).",
+    "/help            this list",
+    "/cost            tokens and cost of this conversation",
+    "/shells          the background shells of this conversation",
+    "/attach ID       go to another conversation (agent ls lists them)",
+    "/clear           start a new conversation in this directory",
+    "/exit            leave (the conversation stays in the daemon: agent -c)",
+];
+
+/// A permission mode's name as people type it (`accept_edits`).
+fn mode_name(mode: i32) -> String {
+    pb::PermissionMode::try_from(mode)
+        .ok()
+        .filter(|m| *m != pb::PermissionMode::Unspecified)
+        .map(|m| {
+            m.as_str_name()
+                .trim_start_matches("PERMISSION_MODE_")
+                .to_lowercase()
+        })
+        .unwrap_or_default()
+}
+
+/// The tokens a request put in the context: its input, cached or not.
+fn context_tokens(u: &pb::Usage) -> u64 {
+    u.input_tokens + u.cache_creation_input_tokens + u.cache_read_input_tokens
 }
 
 /// "1 message", "2 messages".

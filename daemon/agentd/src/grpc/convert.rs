@@ -212,6 +212,7 @@ pub fn summary(
     max_attempts: u32,
     last_seq: u64,
     cost_usd: Option<f64>,
+    context_window: u64,
 ) -> pb::ConversationSummary {
     pb::ConversationSummary {
         id: r.id.clone(),
@@ -234,6 +235,7 @@ pub fn summary(
         turn: r.turns,
         cost_usd,
         queued: queued(&r.queued),
+        context_window,
     }
 }
 
@@ -469,7 +471,13 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
         ..Default::default()
     });
     pb::Snapshot {
-        conversation: Some(summary(&s.record, s.max_attempts, seq, None)),
+        conversation: Some(summary(
+            &s.record,
+            s.max_attempts,
+            seq,
+            s.cost_usd,
+            s.context_window,
+        )),
         messages: s
             .messages
             .iter()
@@ -573,9 +581,14 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             client_id: c.as_ref().map(|c| c.id.clone()).unwrap_or_default(),
             client_name: c.as_ref().map(|c| c.name.clone()).unwrap_or_default(),
         }),
-        EventKind::UsageUpdated { last, total } => E::UsageUpdated(pb::UsageUpdated {
+        EventKind::UsageUpdated {
+            last,
+            total,
+            cost_usd,
+        } => E::UsageUpdated(pb::UsageUpdated {
             last: Some(usage(last)),
             total: Some(usage(total)),
+            cost_usd: *cost_usd,
         }),
         EventKind::Error { message, kind } => E::Error(pb::ErrorEvent {
             message: message.clone(),

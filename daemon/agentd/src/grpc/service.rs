@@ -42,8 +42,10 @@ impl Service {
     }
 
     fn summary(&self, r: &crate::store::ConversationRecord) -> pb::ConversationSummary {
-        let cost = self.manager.shared().config.models.cost(&r.model, &r.usage);
-        convert::summary(r, self.max_attempts(), 0, cost)
+        let models = &self.manager.shared().config.models;
+        let cost = models.cost(&r.model, &r.usage);
+        let window = models.lookup(&r.model).context_window;
+        convert::summary(r, self.max_attempts(), 0, cost, window)
     }
 
     /// The trusted directories, as a response.
@@ -631,6 +633,12 @@ impl AgentService for Service {
                             max_attempts,
                             0,
                             manager.shared().config.models.cost(&r.model, &r.usage),
+                            manager
+                                .shared()
+                                .config
+                                .models
+                                .lookup(&r.model)
+                                .context_window,
                         )),
                         messages: messages
                             .iter()

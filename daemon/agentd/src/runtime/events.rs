@@ -36,6 +36,10 @@ pub struct SnapshotData {
     pub your_client_id: String,
     /// Attempts allowed per request (for rendering the state).
     pub max_attempts: u32,
+    /// The model's context window (tokens).
+    pub context_window: u64,
+    /// What the conversation's usage cost (None: the price is unknown).
+    pub cost_usd: Option<f64>,
 }
 
 /// One event of a conversation.
@@ -165,6 +169,8 @@ pub enum EventKind {
         last: Usage,
         /// Conversation total.
         total: Usage,
+        /// What the total cost (None: the model's price is unknown).
+        cost_usd: Option<f64>,
     },
     Error {
         /// For people.

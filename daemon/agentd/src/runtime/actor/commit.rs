@@ -292,6 +292,11 @@ impl Actor {
                 self.emit(EventKind::UsageUpdated {
                     last,
                     total: self.record.usage,
+                    cost_usd: self
+                        .shared
+                        .config
+                        .models
+                        .cost(&self.record.model, &self.record.usage),
                 });
             }
         }

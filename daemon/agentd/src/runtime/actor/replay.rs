@@ -277,6 +277,7 @@ impl Actor {
 
     pub(super) fn snapshot(&self, client: &ClientInfo) -> Arc<ConvEvent> {
         let messages = self.transcript.clone();
+        let models = &self.shared.config.models;
         let mut clients = self.fanout.clients.clone();
         if !clients.iter().any(|c| c.id == client.id) {
             clients.push(client.clone());
@@ -292,6 +293,8 @@ impl Actor {
                 clients,
                 your_client_id: client.id.clone(),
                 max_attempts: self.shared.config.retry.max_attempts,
+                context_window: models.lookup(&self.record.model).context_window,
+                cost_usd: models.cost(&self.record.model, &self.record.usage),
             })),
         ))
     }

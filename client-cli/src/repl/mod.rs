@@ -1,0 +1,326 @@
+//! `agent` with no subcommand: the interactive session.
+//!
+//! A new conversation in the current directory (created when the first
+//! message is typed, so an idle session leaves nothing behind), the
+//! newest one of this directory (`-c`), or one picked from a list (`-r`).
+//! The live part is the same [`crate::session`] as `agent attach`, fed by
+//! the terminal thread of [`term`] instead of stdin: a line editor with
+//! history per directory, one-key permission answers, and the status
+//! line of [`status`] above the input.
+
+pub mod status;
+pub mod term;
+
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+use agent_proto::v1 as pb;
+
+use crate::cli::Mode;
+use crate::commands::{Ctx, absolute_dir, client_name, create_conversation};
+use crate::error::{CliError, Exit};
+use crate::io::{Input, Interrupts, Io};
+use crate::render::{format_age, one_line, shorten_home};
+use crate::session::{Outcome, SessionConfig, SessionKind, session_outcome};
+use term::Terminal;
+
+/// How the session starts.
+#[derive(Debug, Default)]
+pub struct Start {
+    /// `-c`: the newest conversation of this directory.
+    pub continue_last: bool,
+    /// `-r`: pick one from a list.
+    pub resume: bool,
+    /// `agent "PROMPT"`: the first message of a new conversation.
+    pub prompt: Option<String>,
+    pub model: Option<String>,
+    pub mode: Option<Mode>,
+    pub allow: Vec<String>,
+}
+
+/// Conversations `-r` offers.
+const PICK_LIMIT: usize = 20;
+
+/// Runs the interactive session until the person leaves.
+pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<Exit, CliError> {
+    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+        return Err(CliError::Input(
+            "the interactive session needs a terminal; in scripts use `agent run PROMPT`, \
+             `agent send ID TEXT` or `agent attach ID`"
+                .to_string(),
+        ));
+    }
+    let dir = std::env::current_dir().map_err(|e| CliError::io("current directory", e))?;
+    let cwd = absolute_dir(&dir, "working directory")?;
+    let mut client = ctx.client().await?;
+    let mut first_prompt = start.prompt.clone().filter(|p| !p.trim().is_empty());
+
+    let (terminal, channels) = Terminal::start(history_file(&cwd), io.color);
+    let link = terminal.link();
+    spawn_sigint_forwarder(channels.interrupt_sender.clone());
+    let mut ui_io = Io {
+        out: Box::new(terminal.writer()),
+        err: Box::new(terminal.writer()),
+        color: io.color,
+        input: Input::channel(channels.lines, true),
+        interrupts: Interrupts::channel(channels.interrupts),
+    };
+    let mut last_id = None;
+    let result = async {
+        let mut target = if start.continue_last {
+            Some(newest_here(&mut client, &cwd).await?.ok_or_else(|| {
+                CliError::Input(format!(
+                    "no conversation in {} yet; `agent` starts one",
+                    shorten_home(&cwd)
+                ))
+            })?)
+        } else if start.resume {
+            match pick(&mut client, &cwd, &mut ui_io).await? {
+                Some(id) => Some(id),
+                None => return Ok(Exit::Ok),
+            }
+        } else {
+            None
+        };
+        say(
+            &mut ui_io,
+            &format!(
+                "agent · {} · /help for commands, Ctrl-D to leave",
+                shorten_home(&cwd)
+            ),
+        )?;
+        loop {
+            let (id, sent_prompt) = match target.take() {
+                Some(id) => (id, None),
+                None => {
+                    let prompt = match first_prompt.take() {
+                        Some(prompt) => {
+                            say(&mut ui_io, &format!("› {prompt}"))?;
+                            prompt
+                        }
+                        None => match first_message(&mut ui_io).await? {
+                            Some(prompt) => prompt,
+                            None => return Ok(Exit::Ok),
+                        },
+                    };
+                    let request = pb::CreateConversationRequest {
+                        cwd: cwd.clone(),
+                        model: start.model.clone().unwrap_or_default(),
+                        prompt,
+                        mode: start.mode.map_or(0, |m| m.to_proto() as i32),
+                        allow_rules: start.allow.clone(),
+                        additional_dirs: Vec::new(),
+                        client_request_id: crate::commands::request_id(),
+                    };
+                    let prompt = request.prompt.clone();
+                    let created = create_conversation(ctx, request).await?;
+                    say(&mut ui_io, &format!("conversation {}", created.id))?;
+                    (created.id, Some(prompt))
+                }
+            };
+            last_id = Some(id.clone());
+            link.status(|s| *s = status::Status::default());
+            let config = SessionConfig {
+                kind: SessionKind::Interactive,
+                conversation_id: id,
+                socket: ctx.socket.clone(),
+                yes: false,
+                json: false,
+                client_name: client_name(),
+                sent_prompt,
+            };
+            let client = ctx.client().await?;
+            let (outcome, left) =
+                session_outcome(client, config, &mut ui_io, Some(link.clone())).await?;
+            match outcome {
+                Outcome::Switch(next) => target = next,
+                _ => return left,
+            }
+        }
+    }
+    .await;
+    drop(ui_io);
+    terminal.stop();
+    if let Some(id) = last_id {
+        let short: String = id.chars().take(10).collect();
+        let _ = writeln!(
+            io.err,
+            "The conversation stays in the daemon: `agent -c` here, or `agent attach {short}`."
+        );
+    }
+    result
+}
+
+/// Prints one line through the session's output.
+fn say(io: &mut Io, text: &str) -> Result<(), CliError> {
+    writeln!(io.out, "{text}").map_err(|e| CliError::io("writing output", e))
+}
+
+/// Waits for the first message of a new conversation; None: the person left.
+async fn first_message(io: &mut Io) -> Result<Option<String>, CliError> {
+    loop {
+        let Some(line) = io.input.next_line().await else {
+            return Ok(None);
+        };
+        let text = line.trim();
+        match text.strip_prefix('/').map(str::trim) {
+            None if text.is_empty() => {}
+            None => return Ok(Some(text.to_string())),
+            Some("exit" | "quit") => return Ok(None),
+            Some("help" | "?") => say(
+                io,
+                "Type what the agent should do and press Enter (Alt-Enter or a trailing \\ \
+                 for a new line). The conversation starts with your first message. \
+                 Ctrl-D leaves.",
+            )?,
+            Some(other) => say(
+                io,
+                &format!("/{other}: there is no conversation yet; type your first message"),
+            )?,
+        }
+    }
+}
+
+/// The newest conversation whose working directory is `cwd`.
+async fn newest_here(client: &mut crate::Client, cwd: &str) -> Result<Option<String>, CliError> {
+    Ok(conversations(client)
+        .await?
+        .into_iter()
+        .find(|c| c.cwd == cwd)
+        .map(|c| c.id))
+}
+
+/// Every conversation, newest first (the daemon lists them in that order).
+async fn conversations(
+    client: &mut crate::Client,
+) -> Result<Vec<pb::ConversationSummary>, CliError> {
+    let response = client
+        .list_conversations(pb::ListConversationsRequest {
+            limit: 0,
+            before_id: String::new(),
+        })
+        .await
+        .map_err(CliError::status)?;
+    Ok(response.into_inner().conversations)
+}
+
+/// `-r`: lists this directory's conversations (then the others) and reads
+/// the number of one. None: nothing to pick, or the person typed nothing.
+async fn pick(
+    client: &mut crate::Client,
+    cwd: &str,
+    io: &mut Io,
+) -> Result<Option<String>, CliError> {
+    let all = conversations(client).await?;
+    let (mut here, others): (Vec<_>, Vec<_>) = all.into_iter().partition(|c| c.cwd == cwd);
+    here.extend(others);
+    here.truncate(PICK_LIMIT);
+    if here.is_empty() {
+        say(io, "no conversations yet; `agent` starts one")?;
+        return Ok(None);
+    }
+    let now = crate::commands::now_ms();
+    let mut listing = String::new();
+    for (i, c) in here.iter().enumerate() {
+        let short: String = c.id.chars().take(10).collect();
+        let place = if c.cwd == cwd {
+            String::new()
+        } else {
+            format!("  ({})", shorten_home(&c.cwd))
+        };
+        listing.push_str(&format!(
+            "{:>3}. {short}  {:>4} ago  {}{place}\n",
+            i + 1,
+            format_age(now - c.updated_at_ms),
+            one_line(&c.title, 60)
+        ));
+    }
+    writeln!(
+        io.out,
+        "{listing}Which one? Type its number (Enter for 1, Ctrl-D for none)."
+    )
+    .map_err(|e| CliError::io("writing output", e))?;
+    let Some(answer) = io.input.next_line().await else {
+        return Ok(None);
+    };
+    let answer = answer.trim();
+    let index = if answer.is_empty() {
+        1
+    } else {
+        answer
+            .parse::<usize>()
+            .map_err(|_| CliError::Input(format!("`{answer}` is not a number from the list")))?
+    };
+    here.get(index.wrapping_sub(1))
+        .map(|c| Some(c.id.clone()))
+        .ok_or_else(|| CliError::Input(format!("there is no number {index} in the list")))
+}
+
+/// Lets a SIGINT that arrives while the terminal is not in raw mode count
+/// as a Ctrl-C key (without this it would end the process).
+fn spawn_sigint_forwarder(sender: tokio::sync::mpsc::Sender<()>) {
+    tokio::spawn(async move {
+        while tokio::signal::ctrl_c().await.is_ok() {
+            if sender.send(()).await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// Where the lines typed in `cwd` are remembered:
+/// `$XDG_STATE_HOME/agentd/history/` (else `~/.local/state/agentd/history/`),
+/// one file per directory. None when there is no such place (no history).
+fn history_file(cwd: &str) -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_STATE_HOME")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })?;
+    let dir = base.join("agentd").join("history");
+    std::fs::create_dir_all(&dir).ok()?;
+    Some(dir.join(history_name(cwd)))
+}
+
+/// A file name for a directory's history: its last component (readable)
+/// and a hash of the whole path (unique), e.g. `agentd-9f3c…`.
+fn history_name(cwd: &str) -> String {
+    let base: String = Path::new(cwd)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("root")
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        .take(40)
+        .collect();
+    // FNV-1a: stable across Rust versions, unlike the std hasher.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in cwd.bytes() {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{base}-{hash:016x}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_directory_has_its_own_history_file() {
+        let a = history_name("/home/me/proj");
+        assert!(a.starts_with("proj-"), "{a}");
+        assert_eq!(a, history_name("/home/me/proj"));
+        assert_ne!(a, history_name("/home/you/proj"));
+        assert!(history_name("/").starts_with("root-"));
+        let odd = history_name("/tmp/a b/../ü*?");
+        assert!(
+            odd.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c)),
+            "{odd}"
+        );
+    }
+}

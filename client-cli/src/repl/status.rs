@@ -1,0 +1,283 @@
+//! What the interactive session shows above its input line: while the
+//! agent works, a spinner with the state in words, the time it has been in
+//! it and the tokens streamed; while it is idle, the status line (model,
+//! mode, context used, tokens and cost, shells, other clients, queue).
+//!
+//! Pure: the time comes in as an argument, so every line is tested.
+
+use agent_proto::v1::{self as pb, StateKind};
+
+use crate::render::{format_duration_ms, one_line};
+
+/// Spinner frames, one per [`FRAME_MS`].
+const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+/// How long one spinner frame shows.
+pub const FRAME_MS: u64 = 100;
+
+/// Roughly how many characters of text one token is (for the count shown
+/// while a reply streams; the real count comes with the reply's usage).
+const CHARS_PER_TOKEN: u64 = 4;
+
+/// Everything the status line is made of. Times are milliseconds on the
+/// session's own clock (any monotonic origin).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Status {
+    pub model: String,
+    pub mode: String,
+    pub state: StateKind,
+    /// When `state` began.
+    pub state_since_ms: u64,
+    /// The tool call running (its summary, e.g. "bash: cargo test").
+    pub tool: Option<String>,
+    /// A retry is scheduled: (attempt, max attempts, when it runs).
+    pub retry: Option<(u32, u32, u64)>,
+    /// Characters of reply and reasoning text streamed since the model
+    /// was last asked.
+    pub streamed_chars: u64,
+    /// The conversation's usage so far.
+    pub total: pb::Usage,
+    /// Input tokens of the last request (what the context holds).
+    pub context_used: u64,
+    /// The model's context window; 0 when not known.
+    pub context_window: u64,
+    pub cost_usd: Option<f64>,
+    pub shells_running: usize,
+    /// Other clients attached to the conversation.
+    pub others: usize,
+    /// User messages queued for the next model request.
+    pub queued: usize,
+}
+
+impl Status {
+    /// Whether a turn is in flight (the spinner shows).
+    pub fn busy(&self) -> bool {
+        !matches!(
+            self.state,
+            StateKind::Idle
+                | StateKind::Error
+                | StateKind::ContextExhausted
+                | StateKind::Unspecified
+        )
+    }
+
+    /// The state in words, for the spinner.
+    pub fn doing(&self, now_ms: u64) -> String {
+        match self.state {
+            StateKind::AwaitingLlm | StateKind::LlmRequesting => match self.retry {
+                Some((attempt, max, at)) if at > now_ms => format!(
+                    "retrying ({attempt}/{max}) in {}",
+                    seconds(at.saturating_sub(now_ms))
+                ),
+                Some((attempt, max, _)) => format!("retrying ({attempt}/{max})"),
+                None if self.streamed_chars > 0 => "writing".to_string(),
+                None => "thinking".to_string(),
+            },
+            StateKind::ToolExecuting => match &self.tool {
+                Some(tool) => format!("running {tool}"),
+                None => "running tools".to_string(),
+            },
+            StateKind::AwaitingPermission => "waiting for your answer".to_string(),
+            StateKind::Cancelling => "cancelling".to_string(),
+            StateKind::AwaitingSubAgents => "waiting for sub-agents".to_string(),
+            StateKind::AwaitingContinuation => "summarising the conversation".to_string(),
+            StateKind::StopHooks => "running stop hooks".to_string(),
+            StateKind::Idle
+            | StateKind::Error
+            | StateKind::ContextExhausted
+            | StateKind::Unspecified => String::new(),
+        }
+    }
+
+    /// What goes before the input on its line: the spinner while the
+    /// agent works (at most `width` columns, so typing has room), else
+    /// nothing.
+    pub fn left(&self, now_ms: u64, width: usize) -> String {
+        if !self.busy() {
+            return String::new();
+        }
+        let frame = FRAMES[usize::try_from(now_ms / FRAME_MS).unwrap_or(0) % FRAMES.len()];
+        let mut text = format!(
+            "{frame} {} {}",
+            self.doing(now_ms),
+            seconds(now_ms.saturating_sub(self.state_since_ms))
+        );
+        let streamed = self.streamed_chars.div_ceil(CHARS_PER_TOKEN);
+        if streamed > 0 {
+            text.push_str(&format!(" ↓{}", count(streamed)));
+        }
+        one_line(&text, width.max(10)) + " "
+    }
+
+    /// What goes at the right end of the input line (hidden by the editor
+    /// when the input reaches it): the status while idle, the keys while
+    /// busy.
+    pub fn right(&self, width: usize) -> String {
+        let text = if self.busy() {
+            let mut parts = Vec::new();
+            if self.queued > 0 {
+                parts.push(format!("{} queued", self.queued));
+            }
+            parts.push("Ctrl-C cancels".to_string());
+            parts.join(" · ")
+        } else {
+            self.idle_line()
+        };
+        one_line(&text, width.max(10))
+    }
+
+    fn idle_line(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.model.is_empty() {
+            parts.push(self.model.clone());
+        }
+        if !self.mode.is_empty() {
+            parts.push(self.mode.clone());
+        }
+        match self.state {
+            StateKind::Error => parts.push("last turn failed".to_string()),
+            StateKind::ContextExhausted => parts.push("context exhausted".to_string()),
+            _ => {}
+        }
+        if self.context_window > 0 && self.context_used > 0 {
+            let percent = self.context_used.saturating_mul(100) / self.context_window;
+            parts.push(format!("context {percent}%"));
+        }
+        let tokens = self.total.input_tokens
+            + self.total.cache_creation_input_tokens
+            + self.total.cache_read_input_tokens
+            + self.total.output_tokens;
+        if tokens > 0 {
+            parts.push(format!("{} tokens", count(tokens)));
+        }
+        if let Some(cost) = self.cost_usd {
+            parts.push(format!("${cost:.2}"));
+        }
+        if self.shells_running > 0 {
+            parts.push(plural(self.shells_running, "shell", "shells"));
+        }
+        if self.others > 0 {
+            parts.push(format!(
+                "{} attached",
+                plural(self.others, "other client", "other clients")
+            ));
+        }
+        if self.queued > 0 {
+            parts.push(format!("{} queued", self.queued));
+        }
+        parts.push("/help".to_string());
+        parts.join(" · ")
+    }
+}
+
+/// "0.4s", "12s", "2m05s".
+fn seconds(ms: u64) -> String {
+    if ms < 10_000 {
+        format!("{}.{}s", ms / 1000, (ms % 1000) / 100)
+    } else {
+        format_duration_ms(ms)
+    }
+}
+
+/// "950", "1.2k", "35k", "1.5M".
+pub fn count(n: u64) -> String {
+    match n {
+        0..1_000 => n.to_string(),
+        1_000..10_000 => format!("{}.{}k", n / 1000, (n % 1000) / 100),
+        10_000..1_000_000 => format!("{}k", n / 1000),
+        _ => format!("{}.{}M", n / 1_000_000, (n % 1_000_000) / 100_000),
+    }
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(state: StateKind) -> Status {
+        Status {
+            state,
+            state_since_ms: 1_000,
+            ..Status::default()
+        }
+    }
+
+    #[test]
+    fn the_spinner_says_what_the_agent_does_and_for_how_long() {
+        let s = busy(StateKind::LlmRequesting);
+        assert_eq!(s.left(4_200, 80), "⠹ thinking 3.2s ");
+        assert_eq!(s.right(80), "Ctrl-C cancels");
+        let mut s = busy(StateKind::LlmRequesting);
+        s.streamed_chars = 481;
+        s.queued = 1;
+        assert_eq!(s.left(1_000, 80), "⠋ writing 0.0s ↓121 ");
+        assert_eq!(s.right(80), "1 queued · Ctrl-C cancels");
+        let mut s = busy(StateKind::ToolExecuting);
+        s.tool = Some("bash: cargo test".into());
+        assert_eq!(s.left(31_000, 80), "⠋ running bash: cargo test 30s ");
+        assert!(
+            busy(StateKind::AwaitingPermission)
+                .left(1_000, 80)
+                .contains("waiting for your answer")
+        );
+    }
+
+    #[test]
+    fn a_retry_counts_down() {
+        let mut s = busy(StateKind::AwaitingLlm);
+        s.retry = Some((2, 3, 9_000));
+        assert!(s.left(5_000, 80).contains("retrying (2/3) in 4.0s"));
+        assert!(s.left(9_500, 80).contains("retrying (2/3) 8.5s"));
+    }
+
+    #[test]
+    fn the_idle_status_shows_model_mode_context_tokens_cost_shells_and_clients() {
+        let s = Status {
+            model: "claude-sonnet-4-5".into(),
+            mode: "default".into(),
+            state: StateKind::Idle,
+            total: pb::Usage {
+                input_tokens: 1_000,
+                output_tokens: 234,
+                cache_creation_input_tokens: 0,
+                cache_read_input_tokens: 10_000,
+            },
+            context_used: 50_000,
+            context_window: 200_000,
+            cost_usd: Some(0.0312),
+            shells_running: 1,
+            others: 2,
+            ..Status::default()
+        };
+        assert_eq!(s.left(0, 80), "");
+        assert_eq!(
+            s.right(200),
+            "claude-sonnet-4-5 · default · context 25% · 11k tokens · $0.03 · 1 shell · \
+             2 other clients attached · /help"
+        );
+    }
+
+    #[test]
+    fn nothing_is_wider_than_asked() {
+        let mut s = busy(StateKind::ToolExecuting);
+        s.tool = Some("bash: ".to_string() + &"x".repeat(300));
+        for width in [10, 40, 80, 160] {
+            assert!(s.left(0, width).chars().count() <= width + 1, "{width}");
+            assert!(s.right(width).chars().count() <= width, "{width}");
+        }
+    }
+
+    #[test]
+    fn counts_are_short() {
+        assert_eq!(count(999), "999");
+        assert_eq!(count(1_234), "1.2k");
+        assert_eq!(count(35_000), "35k");
+        assert_eq!(count(1_500_000), "1.5M");
+    }
+}

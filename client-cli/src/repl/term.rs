@@ -1,0 +1,669 @@
+//! The terminal of the interactive session. One thread owns it: it runs
+//! the line editor (reedline) with the status line above the input, prints
+//! what the session renders above both (reedline's external printer), and
+//! reads single keys while a permission request waits. The async session
+//! talks to it through channels and a [`UiLink`].
+//!
+//! The editor is re-entered every spinner frame while the agent works (a
+//! break signal returns from `read_line` with the buffer kept), so the
+//! status line ticks without a second writer on the terminal.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossterm::event::{KeyCode, KeyModifiers};
+use crossterm::terminal;
+use reedline::{
+    DefaultValidator, Emacs, ExternalPrinter, FileBackedHistory, Keybindings, Prompt,
+    PromptEditMode, PromptHistorySearch, Reedline, ReedlineEvent, Signal, ValidationResult,
+    Validator,
+};
+use tokio::sync::mpsc;
+
+use super::status::{FRAME_MS, Status};
+use crate::cli::Decision;
+
+/// Lines kept in the per-directory history.
+const HISTORY_LINES: usize = 1_000;
+/// How long a first Ctrl-C at an empty prompt waits for the second.
+const LEAVE_WINDOW: Duration = Duration::from_secs(2);
+/// How often the editor looks at the printer and the status.
+const POLL: Duration = Duration::from_millis(50);
+/// Output lines the printer holds before a writer waits.
+const PRINTER_LINES: usize = 10_000;
+
+/// A permission request this terminal answers with one key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Question {
+    pub request_id: String,
+    /// The decisions offered, in the order shown.
+    pub offered: Vec<Decision>,
+}
+
+/// What the session and the terminal thread share.
+struct Shared {
+    status: Status,
+    question: Option<Question>,
+    leaving: bool,
+    /// The request answered here last (not asked again).
+    asked: Option<String>,
+    /// The prompt as last painted.
+    painted: (String, String),
+}
+
+/// The session's handle on the terminal thread.
+#[derive(Clone)]
+pub struct UiLink {
+    shared: Arc<Mutex<Shared>>,
+    /// Makes the editor return (keeping its buffer) so the thread repaints
+    /// or answers a question.
+    wake: Arc<AtomicBool>,
+    origin: Instant,
+}
+
+impl UiLink {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        // A panic while holding the lock cannot leave the status invalid.
+        self.shared
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Milliseconds on the status line's clock.
+    pub fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// Changes the status; the line is repainted at the next frame.
+    pub fn status(&self, change: impl FnOnce(&mut Status)) {
+        change(&mut self.lock().status);
+    }
+
+    /// A copy of the status.
+    pub fn snapshot(&self) -> Status {
+        self.lock().status.clone()
+    }
+
+    /// Asks the person `question` with single keys (replacing any other).
+    pub fn ask(&self, question: Question) {
+        self.lock().question = Some(question);
+        self.wake.store(true, Ordering::Relaxed);
+    }
+
+    /// The question is answered or gone: stop asking it.
+    pub fn withdraw(&self, request_id: &str) {
+        let mut shared = self.lock();
+        if shared
+            .question
+            .as_ref()
+            .is_some_and(|q| q.request_id == request_id)
+        {
+            shared.question = None;
+        }
+    }
+
+    /// Ends the terminal thread (the session is over or switches).
+    pub fn leave(&self) {
+        self.lock().leaving = true;
+        self.wake.store(true, Ordering::Relaxed);
+    }
+
+    fn leaving(&self) -> bool {
+        self.lock().leaving
+    }
+
+    /// The question waiting for this terminal's key, if any.
+    fn question(&self) -> Option<Question> {
+        let shared = self.lock();
+        shared
+            .question
+            .clone()
+            .filter(|q| shared.asked.as_deref() != Some(q.request_id.as_str()))
+    }
+
+    /// The prompt as it should look now: (before the input, at the
+    /// right end of its line).
+    fn prompt_text(&self, width: usize) -> (String, String) {
+        let now = self.now_ms();
+        if let Some(question) = self.question() {
+            return (question_left(&question.offered), question_right());
+        }
+        let shared = self.lock();
+        (
+            shared.status.left(now, width / 2),
+            shared.status.right(width / 2),
+        )
+    }
+}
+
+/// Output for the terminal: complete lines go to the printer, which prints
+/// them above the status and input lines. A line still being written waits
+/// for its end.
+pub struct UiWriter {
+    lines: std::sync::mpsc::Sender<String>,
+    pending: Vec<u8>,
+}
+
+impl UiWriter {
+    fn send(&self, line: String) {
+        // The receiver lives as long as the terminal; after it, nothing
+        // is shown anyway.
+        let _ = self.lines.send(line);
+    }
+}
+
+impl Write for UiWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.pending.extend_from_slice(buf);
+        while let Some(end) = self.pending.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = self.pending.drain(..=end).collect();
+            let text = String::from_utf8_lossy(&line[..end]);
+            self.send(text.trim_end_matches('\r').to_string());
+        }
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Output lines on their way to the editor's printer.
+type Outbox = Arc<Mutex<std::sync::mpsc::Receiver<String>>>;
+
+/// The terminal thread, running.
+pub struct Terminal {
+    thread: Option<JoinHandle<()>>,
+    link: UiLink,
+    lines: std::sync::mpsc::Sender<String>,
+    outbox: Outbox,
+}
+
+/// What the session reads from the terminal.
+pub struct Channels {
+    /// Lines typed (a permission key arrives as its key, e.g. `y`).
+    pub lines: mpsc::Receiver<String>,
+    /// Ctrl-C while the agent works (or while a question waits).
+    pub interrupts: mpsc::Receiver<()>,
+    /// Another way in for Ctrl-C (SIGINT).
+    pub interrupt_sender: mpsc::Sender<()>,
+}
+
+impl Terminal {
+    /// Starts the thread. `history`: the file of lines typed in this
+    /// directory (created when missing); `color`: whether to paint.
+    pub fn start(history: Option<PathBuf>, color: bool) -> (Terminal, Channels) {
+        let (out_tx, out_rx) = std::sync::mpsc::channel();
+        let outbox: Outbox = Arc::new(Mutex::new(out_rx));
+        let link = UiLink {
+            shared: Arc::new(Mutex::new(Shared {
+                status: Status::default(),
+                question: None,
+                leaving: false,
+                asked: None,
+                painted: (String::new(), String::new()),
+            })),
+            wake: Arc::new(AtomicBool::new(false)),
+            origin: Instant::now(),
+        };
+        let (line_tx, lines) = mpsc::channel(64);
+        let (interrupt_tx, interrupts) = mpsc::channel(8);
+        let interrupt_sender = interrupt_tx.clone();
+        let thread = {
+            let link = link.clone();
+            let outbox = outbox.clone();
+            std::thread::Builder::new()
+                .name("agent-terminal".to_string())
+                .spawn(move || {
+                    let printer = ExternalPrinter::new(PRINTER_LINES);
+                    let mut ui = Ui {
+                        printer: printer.sender(),
+                        editor: editor(&link, printer, &outbox, history),
+                        link,
+                        lines: line_tx,
+                        interrupts: interrupt_tx,
+                        color,
+                        first_ctrl_c: None,
+                        bound: None,
+                    };
+                    ui.run();
+                })
+                .ok()
+        };
+        (
+            Terminal {
+                thread,
+                link,
+                lines: out_tx,
+                outbox,
+            },
+            Channels {
+                lines,
+                interrupts,
+                interrupt_sender,
+            },
+        )
+    }
+
+    pub fn link(&self) -> UiLink {
+        self.link.clone()
+    }
+
+    /// A writer whose lines appear above the input.
+    pub fn writer(&self) -> UiWriter {
+        UiWriter {
+            lines: self.lines.clone(),
+            pending: Vec::new(),
+        }
+    }
+
+    /// Stops the thread and waits for it; what it had not printed yet is
+    /// printed on stdout.
+    pub fn stop(mut self) {
+        self.link.leave();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        let mut out = io::stdout().lock();
+        let outbox = self
+            .outbox
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while let Ok(line) = outbox.try_recv() {
+            let _ = writeln!(out, "{line}");
+        }
+        let _ = out.flush();
+    }
+}
+
+fn editor(
+    link: &UiLink,
+    printer: ExternalPrinter<String>,
+    outbox: &Outbox,
+    history: Option<PathBuf>,
+) -> Reedline {
+    let forward = printer.sender();
+    let outbox = outbox.clone();
+    let mut editor = Reedline::create()
+        .with_external_printer(printer)
+        .with_break_signal(link.wake.clone())
+        .with_poll_interval(POLL)
+        .with_validator(Box::new(ContinuationValidator))
+        .with_transient_prompt(Box::new(UiPrompt {
+            left: String::new(),
+            right: String::new(),
+        }))
+        .use_bracketed_paste(true);
+    if let Some(path) = history
+        && let Ok(history) = FileBackedHistory::with_file(HISTORY_LINES, path)
+    {
+        editor = editor.with_history(Box::new(history));
+    }
+    let ticker = link.clone();
+    let mut last_tick = Instant::now();
+    editor.with_idle_callback(Box::new(move || {
+        // Output for the printer, which shows it above the prompt.
+        if let Ok(lines) = outbox.lock() {
+            while let Ok(line) = lines.try_recv() {
+                if forward.try_send(line).is_err() {
+                    break;
+                }
+            }
+        }
+        // Repaint when the status line would change: every spinner frame
+        // while the agent works, once when the idle status changes.
+        if last_tick.elapsed() < Duration::from_millis(FRAME_MS) {
+            return;
+        }
+        last_tick = Instant::now();
+        let text = ticker.prompt_text(terminal_width());
+        if ticker.lock().painted != text {
+            ticker.wake.store(true, Ordering::Relaxed);
+        }
+    }))
+}
+
+/// A line ending in `\` continues on the next one (Alt-Enter does too).
+struct ContinuationValidator;
+
+impl Validator for ContinuationValidator {
+    fn validate(&self, line: &str) -> ValidationResult {
+        if line.ends_with('\\') {
+            ValidationResult::Incomplete
+        } else {
+            DefaultValidator.validate(line)
+        }
+    }
+}
+
+/// The text of an accepted input: a `\` that continued a line is dropped.
+pub fn accepted_text(buffer: &str) -> String {
+    buffer.replace("\\\n", "\n")
+}
+
+fn terminal_width() -> usize {
+    terminal::size().map_or(80, |(cols, _)| usize::from(cols.max(20)))
+}
+
+/// The prompt: one line (reedline prints output above a one-line prompt
+/// cleanly), the spinner or question before the input, the status at the
+/// right end.
+struct UiPrompt {
+    left: String,
+    right: String,
+}
+
+impl Prompt for UiPrompt {
+    fn render_prompt_left(&self) -> std::borrow::Cow<'_, str> {
+        self.left.as_str().into()
+    }
+
+    fn render_prompt_right(&self) -> std::borrow::Cow<'_, str> {
+        self.right.as_str().into()
+    }
+
+    fn render_prompt_indicator(&self, _mode: PromptEditMode) -> std::borrow::Cow<'_, str> {
+        "› ".into()
+    }
+
+    fn render_prompt_multiline_indicator(&self) -> std::borrow::Cow<'_, str> {
+        "  ".into()
+    }
+
+    fn render_prompt_history_search_indicator(
+        &self,
+        search: PromptHistorySearch,
+    ) -> std::borrow::Cow<'_, str> {
+        format!("(history: {}) ", search.term).into()
+    }
+
+    fn get_prompt_color(&self) -> reedline::Color {
+        reedline::Color::Yellow
+    }
+
+    fn get_prompt_right_color(&self) -> reedline::Color {
+        reedline::Color::DarkGray
+    }
+
+    fn get_indicator_color(&self) -> reedline::Color {
+        reedline::Color::Cyan
+    }
+}
+
+struct Ui {
+    editor: Reedline,
+    link: UiLink,
+    printer: std::sync::mpsc::SyncSender<String>,
+    lines: mpsc::Sender<String>,
+    interrupts: mpsc::Sender<()>,
+    color: bool,
+    first_ctrl_c: Option<Instant>,
+    /// The request whose keys are bound now (None: normal editing).
+    bound: Option<String>,
+}
+
+impl Ui {
+    fn run(&mut self) {
+        loop {
+            if self.link.leaving() {
+                break;
+            }
+            let question = self.link.question();
+            self.bind_keys(question.as_ref());
+            let (left, right) = self.link.prompt_text(terminal_width());
+            self.link.lock().painted = (left.clone(), right.clone());
+            let prompt = UiPrompt { left, right };
+            match self.editor.read_line(&prompt) {
+                Ok(Signal::Success(text)) => {
+                    self.first_ctrl_c = None;
+                    if self.lines.blocking_send(accepted_text(&text)).is_err() {
+                        break;
+                    }
+                }
+                Ok(Signal::HostCommand(key)) => {
+                    if let Some(question) = question {
+                        self.link.lock().asked = Some(question.request_id);
+                        if self.lines.blocking_send(key).is_err() {
+                            break;
+                        }
+                    }
+                }
+                Ok(Signal::CtrlC) => {
+                    if question.is_some() || self.link.snapshot().busy() {
+                        let _ = self.interrupts.blocking_send(());
+                    } else if self
+                        .first_ctrl_c
+                        .is_some_and(|at| at.elapsed() < LEAVE_WINDOW)
+                    {
+                        break;
+                    } else {
+                        self.first_ctrl_c = Some(Instant::now());
+                        self.print_line(
+                            "(Ctrl-C again or Ctrl-D to leave; the conversation stays in the daemon)",
+                        );
+                    }
+                }
+                Ok(Signal::CtrlD) => break,
+                Ok(_) => {}
+                Err(e) => {
+                    self.print_line(&format!("agent: the terminal failed: {e}"));
+                    break;
+                }
+            }
+        }
+        // The session sees its input end and leaves.
+        let (closed, _) = mpsc::channel(1);
+        self.lines = closed;
+    }
+
+    /// Prints a line above the prompt (through the printer, in order).
+    fn print_line(&self, text: &str) {
+        let _ = self.printer.try_send(text.to_string());
+    }
+
+    /// While a question waits, its keys answer it at once; otherwise the
+    /// editor edits. Prints the keys once per question.
+    fn bind_keys(&mut self, question: Option<&Question>) {
+        let wanted = question.map(|q| q.request_id.clone());
+        if wanted == self.bound {
+            return;
+        }
+        let mode: Box<dyn reedline::EditMode> = match question {
+            Some(q) => {
+                for line in key_lines(&q.offered, terminal_width(), self.color) {
+                    self.print_line(&line);
+                }
+                Box::new(Emacs::new(answer_keybindings(&q.offered)))
+            }
+            None => Box::new(Emacs::default()),
+        };
+        let editor = std::mem::replace(&mut self.editor, Reedline::create());
+        self.editor = editor.with_edit_mode(mode);
+        self.bound = wanted;
+    }
+}
+
+/// The keys that answer a permission request, each returning the answer
+/// as the word the session understands (`y`, `a`, `p`, `n`, ...).
+fn answer_keybindings(offered: &[Decision]) -> Keybindings {
+    let mut keys = Keybindings::new();
+    let mut bind = |code: KeyCode, answer: &str| {
+        let event = ReedlineEvent::ExecuteHostCommand(answer.to_string());
+        keys.add_binding(KeyModifiers::NONE, code, event.clone());
+        if let KeyCode::Char(c) = code {
+            keys.add_binding(
+                KeyModifiers::SHIFT,
+                KeyCode::Char(c.to_ascii_uppercase()),
+                event,
+            );
+        }
+    };
+    for decision in offered {
+        bind(KeyCode::Char(decision.key()), &decision.key().to_string());
+        if *decision == Decision::AllowAlways {
+            bind(KeyCode::Char('p'), "p");
+        }
+    }
+    if offered.contains(&Decision::AllowOnce) {
+        bind(KeyCode::Enter, "y");
+    }
+    if offered.contains(&Decision::Deny) {
+        bind(KeyCode::Esc, "n");
+    }
+    keys.add_binding(
+        KeyModifiers::CONTROL,
+        KeyCode::Char('c'),
+        ReedlineEvent::CtrlC,
+    );
+    keys
+}
+
+/// Before the input while a question waits: its keys.
+fn question_left(offered: &[Decision]) -> String {
+    let keys: String = offered
+        .iter()
+        .map(|d| {
+            d.key().to_string()
+                + if *d == Decision::AllowAlways {
+                    "/p"
+                } else {
+                    ""
+                }
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    format!("⚠ allow? {keys} ")
+}
+
+/// At the right end while a question waits.
+fn question_right() -> String {
+    "one key · Enter = [y] · Esc = deny".to_string()
+}
+
+/// The keys of a permission prompt, wrapped between options (never inside
+/// one) to `width` columns.
+pub fn key_lines(offered: &[Decision], width: usize, color: bool) -> Vec<String> {
+    let mut options: Vec<(String, usize)> = Vec::new();
+    let mut push = |key: &str, label: &str, default: bool| {
+        let plain = format!("[{key}] {label}");
+        let shown = match (color, default) {
+            (true, true) => format!("\x1b[1;7m[{key}]\x1b[0m \x1b[1m{label}\x1b[0m"),
+            (true, false) => format!("\x1b[1m[{key}]\x1b[0m {label}"),
+            (false, true) => format!("[{key}]* {label}"),
+            (false, false) => plain.clone(),
+        };
+        let columns = plain.chars().count() + usize::from(default && !color);
+        options.push((shown, columns));
+    };
+    for decision in offered {
+        match decision {
+            Decision::AllowOnce => push("y", "allow once", true),
+            Decision::AllowAlways => {
+                push("a", "always, this conversation", false);
+                push("p", "always, this project", false);
+            }
+            Decision::DenyAndStop => push("s", "deny and stop, then say what to do", false),
+            d => push(&d.key().to_string(), d.label(), false),
+        }
+    }
+    push("Esc", "deny", false);
+    let mut lines = Vec::new();
+    let mut line = String::from("  ");
+    let mut used = 2;
+    for (shown, columns) in options {
+        let sep = if used > 2 { 2 } else { 0 };
+        if used > 2 && used + sep + columns > width {
+            lines.push(std::mem::replace(&mut line, String::from("  ")));
+            used = 2;
+        } else if sep > 0 {
+            line.push_str("  ");
+            used += sep;
+        }
+        line.push_str(&shown);
+        used += columns;
+    }
+    lines.push(line);
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ALL: [Decision; 6] = [
+        Decision::AllowOnce,
+        Decision::AllowAlways,
+        Decision::Deny,
+        Decision::DenyAndStop,
+        Decision::Never,
+        Decision::Background,
+    ];
+
+    #[test]
+    fn keys_wrap_between_options_at_any_width() {
+        for width in [20, 40, 80, 160] {
+            let lines = key_lines(&ALL, width, false);
+            let text = lines.join(" ");
+            for label in [
+                "[y]* allow once",
+                "[a] always, this conversation",
+                "[p] always, this project",
+                "[n] deny",
+                "[s] deny and stop, then say what to do",
+                "[v] never",
+                "[b] background",
+                "[Esc] deny",
+            ] {
+                assert!(text.contains(label), "{label} whole at {width}: {lines:?}");
+            }
+            for line in &lines {
+                let options = line.matches('[').count();
+                assert!(
+                    line.chars().count() <= width || options == 1,
+                    "{width}: {line:?}"
+                );
+            }
+        }
+        assert_eq!(key_lines(&ALL, 400, false).len(), 1);
+        assert!(key_lines(&ALL, 80, false).len() >= 2);
+    }
+
+    #[test]
+    fn the_question_prompt_names_the_keys() {
+        let offered = [Decision::AllowOnce, Decision::AllowAlways, Decision::Deny];
+        assert_eq!(question_left(&offered), "⚠ allow? y/a/p/n ");
+        assert_eq!(question_left(&[Decision::AllowOnce]), "⚠ allow? y ");
+    }
+
+    #[test]
+    fn a_backslash_continues_the_line() {
+        assert!(matches!(
+            ContinuationValidator.validate("first \\"),
+            ValidationResult::Incomplete
+        ));
+        assert!(matches!(
+            ContinuationValidator.validate("done"),
+            ValidationResult::Complete
+        ));
+        assert_eq!(accepted_text("one \\\ntwo"), "one \ntwo");
+    }
+
+    #[test]
+    fn the_writer_sends_whole_lines() {
+        let (lines, receiver) = std::sync::mpsc::channel();
+        let mut writer = UiWriter {
+            lines,
+            pending: Vec::new(),
+        };
+        write!(writer, "⏺ bash: ls").unwrap();
+        assert!(receiver.try_recv().is_err());
+        write!(writer, "\n  ⎿ ok\r\nhalf").unwrap();
+        assert_eq!(receiver.try_recv().as_deref(), Ok("⏺ bash: ls"));
+        assert_eq!(receiver.try_recv().as_deref(), Ok("  ⎿ ok"));
+        assert!(receiver.try_recv().is_err());
+    }
+}
