@@ -9,6 +9,9 @@
 //! - [`harness`]: starts a real `agentd` (the `test-agentd` binary) on a
 //!   temporary socket and data directory, pointed at a fake LLM, and connects
 //!   to it as clients do.
+//! - [`pty`]: runs a program (the `agent` client, say) in a pseudo-terminal
+//!   of a given size and reads its screen through a terminal emulator, for
+//!   tests that assert on what a person sees.
 //!
 //! The binaries `test-agentd` and `test-agent` are the daemon and the client
 //! exactly as users run them; `fake-llm` runs the fake server on its own so
@@ -21,3 +24,4 @@ pub mod crash;
 pub mod fake_llm;
 pub mod fuzz;
 pub mod harness;
+pub mod pty;

@@ -19,6 +19,7 @@ mod queue;
 mod shells;
 mod stock_clients;
 mod streams;
+mod terminal;
 mod usage;
 mod util;
 mod workspace;
