@@ -12,6 +12,8 @@
 //! - [`connect`]: the Unix-socket channel and daemon autostart.
 //! - [`render`]: human output into any `impl Write` (events, transcripts,
 //!   permission prompts, tables).
+//! - [`markdown`]: the assistant's markdown for the terminal, block by block
+//!   as it streams (plain text without colour).
 //! - [`json`]: the hand-written JSON mapping of the wire types (`--json`,
 //!   `export`/`import`).
 //! - [`io`]: stdin/stdout/stderr/Ctrl-C behind one struct, so tests can drive
@@ -24,6 +26,7 @@ pub mod connect;
 pub mod error;
 pub mod io;
 pub mod json;
+pub mod markdown;
 #[cfg(test)]
 mod mock;
 pub mod render;
