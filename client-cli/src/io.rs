@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::cli::ColorWhen;
+
 /// Everything a command reads from or writes to.
 pub struct Io {
     /// Normal output (stdout).
@@ -23,12 +25,16 @@ pub struct Io {
 }
 
 impl Io {
-    /// The process's stdin/stdout/stderr and SIGINT. Colour when stdout is a
-    /// terminal, `NO_COLOR` is unset and `TERM` is not `dumb`.
-    pub fn stdio() -> Io {
-        let color = io::stdout().is_terminal()
-            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-            && std::env::var("TERM").ok().is_none_or(|t| t != "dumb");
+    /// The process's stdin/stdout/stderr and SIGINT, with colour as
+    /// [`use_color`] decides from `when` and the environment.
+    pub fn stdio(when: ColorWhen) -> Io {
+        let terminal = io::stdout().is_terminal();
+        let color = use_color(
+            when,
+            terminal,
+            std::env::var_os("NO_COLOR").as_deref(),
+            std::env::var_os("TERM").as_deref(),
+        );
         Io {
             out: Box::new(io::stdout()),
             err: Box::new(io::stderr()),
@@ -60,6 +66,24 @@ impl Io {
             },
         };
         (io, captured)
+    }
+}
+
+/// Whether human output on stdout is coloured: `--color always` or `never`
+/// as told; `auto` when stdout is a `terminal`, `NO_COLOR` is unset or
+/// empty (<https://no-color.org>) and `TERM` is not `dumb`.
+pub fn use_color(
+    when: ColorWhen,
+    terminal: bool,
+    no_color: Option<&std::ffi::OsStr>,
+    term: Option<&std::ffi::OsStr>,
+) -> bool {
+    match when {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => {
+            terminal && no_color.is_none_or(|v| v.is_empty()) && term.is_none_or(|t| t != "dumb")
+        }
     }
 }
 
@@ -255,5 +279,25 @@ impl Interrupts {
         if rx.recv().await.is_none() {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::*;
+
+    #[test]
+    fn colour_follows_the_flag_then_no_color_term_and_the_terminal() {
+        let os = |s: &'static str| Some(OsStr::new(s));
+        let auto = |terminal, no_color, term| use_color(ColorWhen::Auto, terminal, no_color, term);
+        assert!(auto(true, None, os("xterm-256color")));
+        assert!(auto(true, os(""), None), "an empty NO_COLOR does not count");
+        assert!(!auto(true, os("1"), os("xterm")));
+        assert!(!auto(true, None, os("dumb")));
+        assert!(!auto(false, None, os("xterm")), "a pipe gets plain text");
+        assert!(use_color(ColorWhen::Always, false, os("1"), os("dumb")));
+        assert!(!use_color(ColorWhen::Never, true, None, os("xterm")));
     }
 }

@@ -71,7 +71,7 @@ pub fn main() -> ExitCode {
             return Exit::Error.into();
         }
     };
-    let mut io = Io::stdio();
+    let mut io = Io::stdio(cli.color);
     let result = runtime.block_on(execute(cli, &mut io));
     // A thread blocked reading the terminal must not hold the exit up.
     runtime.shutdown_timeout(Duration::from_millis(100));
