@@ -18,6 +18,10 @@ pub struct Io {
     pub err: Box<dyn Write + Send>,
     /// Whether `out` gets ANSI colour.
     pub color: bool,
+    /// Columns of the terminal (or `COLUMNS`, or 80), to wrap replies at.
+    pub width: usize,
+    /// The terminal shows 24-bit colour (`COLORTERM=truecolor`).
+    pub truecolor: bool,
     /// Lines typed by the person.
     pub input: Input,
     /// Ctrl-C presses.
@@ -35,10 +39,19 @@ impl Io {
             std::env::var_os("NO_COLOR").as_deref(),
             std::env::var_os("TERM").as_deref(),
         );
+        let width = terminal_size::terminal_size()
+            .map(|(w, _)| usize::from(w.0))
+            .or_else(|| std::env::var("COLUMNS").ok()?.trim().parse().ok())
+            .filter(|&w| w > 0)
+            .unwrap_or(DEFAULT_WIDTH);
+        let truecolor = std::env::var("COLORTERM")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("truecolor") || v.eq_ignore_ascii_case("24bit"));
         Io {
             out: Box::new(io::stdout()),
             err: Box::new(io::stderr()),
             color,
+            width,
+            truecolor,
             input: Input::stdin(),
             interrupts: Interrupts::ctrl_c(),
         }
@@ -57,6 +70,8 @@ impl Io {
             out: Box::new(captured.out.clone()),
             err: Box::new(captured.err.clone()),
             color: false,
+            width: DEFAULT_WIDTH,
+            truecolor: false,
             input: Input {
                 source: InputSource::Channel(lines),
                 terminal,
@@ -68,6 +83,9 @@ impl Io {
         (io, captured)
     }
 }
+
+/// Columns assumed when the terminal's width is unknown.
+pub const DEFAULT_WIDTH: usize = 80;
 
 /// Whether human output on stdout is coloured: `--color always` or `never`
 /// as told; `auto` when stdout is a `terminal`, `NO_COLOR` is unset or

@@ -114,6 +114,8 @@ pub async fn run_session(
         out,
         err,
         color,
+        width,
+        truecolor,
         input,
         interrupts,
     } = io;
@@ -123,6 +125,7 @@ pub async fn run_session(
         (&mut **out, None, *color)
     };
     let mut render = Renderer::new(human, color)
+        .with_screen(*width, *truecolor)
         .with_header(config.kind == SessionKind::Attach)
         .with_own_name(&config.client_name);
     if let Some(prompt) = &config.sent_prompt {
