@@ -44,6 +44,18 @@ pub struct Cli {
     #[arg(long, global = true, help_heading = "Global options")]
     pub no_autostart: bool,
 
+    /// Colour and styles in human output: `auto` uses them when stdout is a
+    /// terminal, `NO_COLOR` is unset or empty and `TERM` is not `dumb`
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "WHEN",
+        default_value_t = ColorWhen::Auto,
+        help_heading = "Global options"
+    )]
+    pub color: ColorWhen,
+
     /// Continue the newest conversation of this directory (interactive)
     #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
     pub continue_last: bool,
@@ -357,6 +369,18 @@ pub enum ShellsCommand {
     },
 }
 
+/// When human output is coloured (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ColorWhen {
+    /// Never: plain text with no escape sequence
+    Never,
+    /// When stdout is a terminal and neither `NO_COLOR` nor `TERM=dumb` says no
+    #[default]
+    Auto,
+    /// Always, even into a pipe or a file
+    Always,
+}
+
 /// A permission mode, as typed on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Mode {
@@ -606,6 +630,20 @@ mod tests {
     #[test]
     fn the_command_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn color_is_a_global_flag_that_defaults_to_auto() {
+        assert_eq!(parse(&["ls"]).unwrap().color, ColorWhen::Auto);
+        assert_eq!(
+            parse(&["--color", "never", "ls"]).unwrap().color,
+            ColorWhen::Never
+        );
+        assert_eq!(
+            parse(&["ls", "--color", "always"]).unwrap().color,
+            ColorWhen::Always
+        );
+        assert!(parse(&["--color", "sometimes", "ls"]).is_err());
     }
 
     #[test]

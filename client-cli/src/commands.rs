@@ -416,7 +416,7 @@ async fn show(ctx: &Ctx, id: String, context: bool, io: &mut Io) -> Result<Exit,
         .await
         .map_err(|s| CliError::conversation_status(s, &id))?
         .into_inner();
-    let color = io.color;
+    let (color, width, truecolor) = (io.color, io.width, io.truecolor);
     match (ctx.json, context) {
         (true, false) => print_json(io, &js::get_conversation_response(&response))?,
         (true, true) => print_json(
@@ -424,6 +424,7 @@ async fn show(ctx: &Ctx, id: String, context: bool, io: &mut Io) -> Result<Exit,
             &js::instructions(&response.instructions.unwrap_or_default()),
         )?,
         (false, false) => Renderer::new(&mut io.out, color)
+            .with_screen(width, truecolor)
             .transcript(&response)
             .map_err(out_err)?,
         (false, true) => Renderer::new(&mut io.out, color)

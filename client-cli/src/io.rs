@@ -8,6 +8,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
+use crate::cli::ColorWhen;
+
 /// Everything a command reads from or writes to.
 pub struct Io {
     /// Normal output (stdout).
@@ -16,6 +18,10 @@ pub struct Io {
     pub err: Box<dyn Write + Send>,
     /// Whether `out` gets ANSI colour.
     pub color: bool,
+    /// Columns of the terminal (or `COLUMNS`, or 80), to wrap replies at.
+    pub width: usize,
+    /// The terminal shows 24-bit colour (`COLORTERM=truecolor`).
+    pub truecolor: bool,
     /// Lines typed by the person.
     pub input: Input,
     /// Ctrl-C presses.
@@ -23,16 +29,29 @@ pub struct Io {
 }
 
 impl Io {
-    /// The process's stdin/stdout/stderr and SIGINT. Colour when stdout is a
-    /// terminal, `NO_COLOR` is unset and `TERM` is not `dumb`.
-    pub fn stdio() -> Io {
-        let color = io::stdout().is_terminal()
-            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-            && std::env::var("TERM").ok().is_none_or(|t| t != "dumb");
+    /// The process's stdin/stdout/stderr and SIGINT, with colour as
+    /// [`use_color`] decides from `when` and the environment.
+    pub fn stdio(when: ColorWhen) -> Io {
+        let terminal = io::stdout().is_terminal();
+        let color = use_color(
+            when,
+            terminal,
+            std::env::var_os("NO_COLOR").as_deref(),
+            std::env::var_os("TERM").as_deref(),
+        );
+        let width = terminal_size::terminal_size()
+            .map(|(w, _)| usize::from(w.0))
+            .or_else(|| std::env::var("COLUMNS").ok()?.trim().parse().ok())
+            .filter(|&w| w > 0)
+            .unwrap_or(DEFAULT_WIDTH);
+        let truecolor = std::env::var("COLORTERM")
+            .is_ok_and(|v| v.eq_ignore_ascii_case("truecolor") || v.eq_ignore_ascii_case("24bit"));
         Io {
             out: Box::new(io::stdout()),
             err: Box::new(io::stderr()),
             color,
+            width,
+            truecolor,
             input: Input::stdin(),
             interrupts: Interrupts::ctrl_c(),
         }
@@ -51,6 +70,8 @@ impl Io {
             out: Box::new(captured.out.clone()),
             err: Box::new(captured.err.clone()),
             color: false,
+            width: DEFAULT_WIDTH,
+            truecolor: false,
             input: Input {
                 source: InputSource::Channel(lines),
                 terminal,
@@ -60,6 +81,27 @@ impl Io {
             },
         };
         (io, captured)
+    }
+}
+
+/// Columns assumed when the terminal's width is unknown.
+pub const DEFAULT_WIDTH: usize = 80;
+
+/// Whether human output on stdout is coloured: `--color always` or `never`
+/// as told; `auto` when stdout is a `terminal`, `NO_COLOR` is unset or
+/// empty (<https://no-color.org>) and `TERM` is not `dumb`.
+pub fn use_color(
+    when: ColorWhen,
+    terminal: bool,
+    no_color: Option<&std::ffi::OsStr>,
+    term: Option<&std::ffi::OsStr>,
+) -> bool {
+    match when {
+        ColorWhen::Always => true,
+        ColorWhen::Never => false,
+        ColorWhen::Auto => {
+            terminal && no_color.is_none_or(|v| v.is_empty()) && term.is_none_or(|t| t != "dumb")
+        }
     }
 }
 
@@ -271,5 +313,25 @@ impl Interrupts {
         if rx.recv().await.is_none() {
             std::future::pending::<()>().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::OsStr;
+
+    use super::*;
+
+    #[test]
+    fn colour_follows_the_flag_then_no_color_term_and_the_terminal() {
+        let os = |s: &'static str| Some(OsStr::new(s));
+        let auto = |terminal, no_color, term| use_color(ColorWhen::Auto, terminal, no_color, term);
+        assert!(auto(true, None, os("xterm-256color")));
+        assert!(auto(true, os(""), None), "an empty NO_COLOR does not count");
+        assert!(!auto(true, os("1"), os("xterm")));
+        assert!(!auto(true, None, os("dumb")));
+        assert!(!auto(false, None, os("xterm")), "a pipe gets plain text");
+        assert!(use_color(ColorWhen::Always, false, os("1"), os("dumb")));
+        assert!(!use_color(ColorWhen::Never, true, None, os("xterm")));
     }
 }

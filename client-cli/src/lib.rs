@@ -14,6 +14,8 @@
 //! - [`connect`]: the Unix-socket channel and daemon autostart.
 //! - [`render`]: human output into any `impl Write` (events, transcripts,
 //!   permission prompts, tables).
+//! - [`markdown`]: the assistant's markdown for the terminal, block by block
+//!   as it streams (plain text without colour).
 //! - [`json`]: the hand-written JSON mapping of the wire types (`--json`,
 //!   `export`/`import`).
 //! - [`io`]: stdin/stdout/stderr/Ctrl-C behind one struct, so tests can drive
@@ -26,6 +28,7 @@ pub mod connect;
 pub mod error;
 pub mod io;
 pub mod json;
+pub mod markdown;
 #[cfg(test)]
 mod mock;
 pub mod render;
@@ -71,7 +74,7 @@ pub fn main() -> ExitCode {
             return Exit::Error.into();
         }
     };
-    let mut io = Io::stdio();
+    let mut io = Io::stdio(cli.color);
     let result = runtime.block_on(execute(cli, &mut io));
     // A thread blocked reading the terminal must not hold the exit up.
     runtime.shutdown_timeout(Duration::from_millis(100));

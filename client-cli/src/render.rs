@@ -14,6 +14,8 @@ use agent_proto::v1::{
 };
 
 use crate::cli::{Decision, offered_decisions};
+use crate::io::DEFAULT_WIDTH;
+use crate::markdown::{self, MarkdownStream};
 
 const RESET: &str = "\x1b[0m";
 const BOLD: &str = "\x1b[1m";
@@ -76,6 +78,11 @@ pub struct Renderer<W: Write> {
     /// Show the conversation header with the first snapshot.
     show_header: bool,
     header_shown: bool,
+    /// How the assistant's markdown is shown (colour follows `color`).
+    markdown: markdown::Style,
+    /// The reply text being streamed: its blocks are shown as they complete,
+    /// the rest when the text ends (at [`Renderer::end_line`]).
+    reply: Option<MarkdownStream>,
 }
 
 impl<W: Write> Renderer<W> {
@@ -99,7 +106,21 @@ impl<W: Write> Renderer<W> {
             sent_texts: VecDeque::new(),
             show_header: true,
             header_shown: false,
+            markdown: markdown::Style {
+                color,
+                truecolor: false,
+                width: DEFAULT_WIDTH,
+            },
+            reply: None,
         }
+    }
+
+    /// The terminal's width (replies are wrapped to it; 0 for no wrapping)
+    /// and whether it shows 24-bit colour (for highlighted code).
+    pub fn with_screen(mut self, width: usize, truecolor: bool) -> Self {
+        self.markdown.width = width;
+        self.markdown.truecolor = truecolor;
+        self
     }
 
     /// Whether the first snapshot prints the conversation header (`agent run`
@@ -175,11 +196,16 @@ impl<W: Write> Renderer<W> {
         }
     }
 
-    /// Ends the current line if the cursor is in the middle of one.
+    /// Ends the current line if the cursor is in the middle of one, and
+    /// shows what is left of the reply text being streamed: whatever comes
+    /// next (a tool call, a notice, the end of the turn) ends that text.
     pub fn end_line(&mut self) -> io::Result<()> {
         if self.line_open {
             writeln!(self.out)?;
             self.line_open = false;
+        }
+        if let Some(mut reply) = self.reply.take() {
+            write!(self.out, "{}", reply.finish())?;
         }
         self.stream = Stream::None;
         Ok(())
@@ -358,8 +384,13 @@ impl<W: Write> Renderer<W> {
             self.end_line()?;
             self.stream = Stream::Text(block);
         }
-        write!(self.out, "{text}")?;
-        self.line_open = !text.ends_with('\n');
+        // Markdown is shown a whole block at a time, always whole lines.
+        let style = self.markdown;
+        let shown = self
+            .reply
+            .get_or_insert_with(|| MarkdownStream::new(style))
+            .push(text);
+        write!(self.out, "{shown}")?;
         self.streamed_reply = true;
         Ok(())
     }
@@ -595,10 +626,8 @@ impl<W: Write> Renderer<W> {
             for block in &m.content {
                 match &block.block {
                     Some(Block::Text(t)) if !already_streamed => {
-                        let text = t.text.trim_end();
-                        if !text.is_empty() {
-                            self.line(text)?;
-                        }
+                        let text = markdown::render(&t.text, self.markdown);
+                        write!(self.out, "{text}")?;
                     }
                     Some(Block::Thinking(t)) if !already_streamed => {
                         let text =

@@ -152,6 +152,8 @@ pub(crate) async fn session_outcome(
         out,
         err,
         color,
+        width,
+        truecolor,
         input,
         interrupts,
     } = io;
@@ -161,6 +163,7 @@ pub(crate) async fn session_outcome(
         (&mut **out, None, *color)
     };
     let mut render = Renderer::new(human, color)
+        .with_screen(*width, *truecolor)
         .with_header(match config.kind {
             SessionKind::Run => false,
             SessionKind::Attach => true,

@@ -517,7 +517,8 @@ fn snapshot_shows_header_transcript_partial_and_pending() {
     };
     let mut r = Renderer::new(Vec::new(), false);
     r.snapshot(&snapshot).unwrap();
-    // The reply goes on streaming where the partial text stopped.
+    // The reply goes on streaming where the partial text stopped (a new
+    // markdown paragraph after the permission block: no leading blank).
     r.event(&ev(E::TextDelta(pb::TextDelta {
         block_index: 0,
         text: " edit".into(),
@@ -544,7 +545,7 @@ fn snapshot_shows_header_transcript_partial_and_pending() {
          \x20 why: edits ask in default mode\n\
          \x20 --- a\n  +++ b\n  @@ -1 +1 @@\n  -old\n  +new\n\
          \x20 [y] allow once  [n] deny\n\
-         \x20edit\n\
+         edit\n\
          > hurry\n"
     );
 }

@@ -62,6 +62,8 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
         out: Box::new(terminal.writer()),
         err: Box::new(terminal.writer()),
         color: io.color,
+        width: io.width,
+        truecolor: io.truecolor,
         input: Input::channel(channels.lines, true),
         interrupts: Interrupts::channel(channels.interrupts),
     };

@@ -384,7 +384,8 @@ async fn ctrl_c_cancels_then_exits_130() {
     let agent = daemon.agent(&["run", "hi"], false);
     let mut call = open(&mut daemon).await;
     call.send(4, changed(S::LlmRequesting)).await;
-    call.send(5, delta("Work")).await;
+    // A whole paragraph: reply text is shown a markdown block at a time.
+    call.send(5, delta("Work\n\n")).await;
     agent.wait_for_output("Work").await;
     agent.interrupt().await;
     assert!(matches!(call.frame().await, Frame::Cancel(_)));
@@ -429,7 +430,7 @@ async fn a_broken_stream_resumes_after_the_last_seq_without_duplicates() {
     assert_eq!(result.unwrap(), Exit::Ok);
     assert_eq!(
         out,
-        "one \nreconnecting… (daemon restarting)\nreconnected\ntwo\n"
+        "one\nreconnecting… (daemon restarting)\nreconnected\ntwo\n"
     );
 
     // Deltas missed during the break are not replayed: the durable
@@ -473,7 +474,7 @@ async fn merged_deltas_with_gaps_in_the_sequence_resume_after_the_highest_seen()
     assert_eq!(result.unwrap(), Exit::Ok);
     assert_eq!(
         out,
-        "one two three \nreconnecting… (daemon restarting)\nreconnected\nfour\n"
+        "one two three\nreconnecting… (daemon restarting)\nreconnected\nfour\n"
     );
 }
 
@@ -596,7 +597,8 @@ async fn a_daemon_restart_is_survived() {
         snapshot(S::LlmRequesting, vec![user_text(1, "hi")], None),
     )
     .await;
-    call.send(4, delta("Hel")).await;
+    // A whole paragraph: reply text is shown a markdown block at a time.
+    call.send(4, delta("Hel\n\n")).await;
     agent.wait_for_output("Hel").await;
     // The daemon dies mid-reply; the client keeps trying; it comes back.
     daemon.stop().await;
