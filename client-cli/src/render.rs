@@ -67,6 +67,8 @@ pub struct Renderer<W: Write> {
     /// Whether a permission request's block ends with its keys (the
     /// interactive terminal shows its own).
     show_keys: bool,
+    /// The conversation's working directory (from the snapshot).
+    cwd: String,
     /// This client's id, from the snapshot (its own join is not announced).
     own_client_id: String,
     /// This client's name. A client that resumes after a reconnect gets no
@@ -101,6 +103,7 @@ impl<W: Write> Renderer<W> {
             last_error: None,
             shown_request: None,
             show_keys: true,
+            cwd: String::new(),
             own_client_id: String::new(),
             own_name: String::new(),
             sent_texts: VecDeque::new(),
@@ -526,6 +529,9 @@ impl<W: Write> Renderer<W> {
     /// reply, the pending permission request, and an error state.
     pub fn snapshot(&mut self, s: &pb::Snapshot) -> io::Result<()> {
         self.own_client_id.clone_from(&s.your_client_id);
+        if let Some(c) = &s.conversation {
+            self.cwd.clone_from(&c.cwd);
+        }
         let first = !self.header_shown;
         if first && self.show_header {
             if let Some(c) = &s.conversation {
@@ -777,6 +783,21 @@ impl<W: Write> Renderer<W> {
             }
         } else if !r.input_json.is_empty() {
             self.line(&format!("  {}", one_line(&r.input_json, 200)))?;
+        }
+        // What the model says the call is for, and where a command runs.
+        let input: Option<serde_json::Value> = serde_json::from_str(&r.input_json).ok();
+        if let Some(description) = input
+            .as_ref()
+            .and_then(|i| i.get("description"))
+            .and_then(|d| d.as_str())
+            .filter(|d| !d.trim().is_empty())
+        {
+            let line = self.paint(DIM, &format!("  {}", one_line(description, 200)));
+            self.line(&line)?;
+        }
+        if r.tool_name == "bash" && !self.cwd.is_empty() {
+            let line = self.paint(DIM, &format!("  in {}", shorten_home(&self.cwd)));
+            self.line(&line)?;
         }
         let (why, outside) = split_reason(&r.reason);
         for path in outside {

@@ -736,3 +736,33 @@ fn instruction_files_are_one_dim_line_as_an_event_and_a_list_for_show() {
          no project instructions (AGENTS.md)\n"
     );
 }
+
+#[test]
+fn a_command_shows_what_it_is_for_and_where_it_runs() {
+    let mut req = request(&[D::AllowOnce, D::Deny]);
+    req.tool_name = "bash".into();
+    req.summary = "bash: cargo test".into();
+    req.input_json = r#"{"command":"cargo test","description":"run the tests"}"#.into();
+    req.diff.clear();
+    let mut r = Renderer::new(Vec::new(), false).with_header(false);
+    r.snapshot(&pb::Snapshot {
+        conversation: Some(pb::ConversationSummary {
+            cwd: "/work/proj".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+    .unwrap();
+    r.permission_request(&req).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(
+        out.contains("  bash: cargo test\n  run the tests\n  in /work/proj\n"),
+        "{out}"
+    );
+    // The interactive terminal shows its own keys.
+    let mut r = Renderer::new(Vec::new(), false).with_keys(false);
+    req.request_id = "req2".into();
+    r.permission_request(&req).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(!out.contains("[y]"), "{out}");
+}

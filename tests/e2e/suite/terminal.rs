@@ -36,3 +36,143 @@ async fn agent_run_shows_the_reply_on_an_80x24_terminal() {
     assert!(term.screen().contains(REPLY), "{}", term.dump());
     assert_eq!(s.fake.requests().len(), 1);
 }
+
+/// The content blocks of the last message of a recorded request.
+fn last_blocks(req: &agent_tests::fake_llm::Recorded) -> Vec<serde_json::Value> {
+    req.body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_array())
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// `agent` alone, as a person uses it all day, at one terminal size: type
+/// a prompt, watch the spinner while the model thinks, read the reply as
+/// rendered markdown, answer a bash permission with one key and see the
+/// command's output, type a second message while the command runs and see
+/// it reach the model after the tool result, cancel a turn with Ctrl-C,
+/// leave with Ctrl-D, and come back with `agent -c`.
+async fn interactive_session_at(cols: u16, rows: u16) {
+    use agent_tests::fake_llm::{Gate, ReplyScript};
+    let thinking = Gate::new();
+    let stuck = Gate::new();
+    let s = Scenario::new()
+        .scripts([
+            // Turn 1: held before its first event, so the spinner shows.
+            Script::Reply(
+                ReplyScript::new()
+                    .text("# Findings\n\nThe **answer** is below:\n\n- first item\n- second item\n")
+                    .hold_after(0, thinking.clone()),
+            ),
+            // Turn 2: a bash call that asks, runs for a while, and prints.
+            Script::Reply(ReplyScript::new().tool_use(
+                "b1",
+                "bash",
+                serde_json::json!({
+                    "command": "printf 'out-%s\\n' 1; sleep 3; printf 'out-%s\\n' 2",
+                    "description": "print two lines, slowly"
+                }),
+            )),
+            Script::text("Both lines are there."),
+            // Turn 3: never answers until cancelled.
+            Script::Reply(ReplyScript::new().text("never").hold_after(0, stuck.clone())),
+        ])
+        .start()
+        .await;
+    let mut cmd = s.daemon.agent();
+    cmd.args(["--color", "always"]);
+    let term = PtySession::spawn(cmd, cols, rows).unwrap();
+    let fake = s.fake.clone();
+    let term = tokio::task::spawn_blocking(move || {
+        term.wait_for("/help for commands", WAIT).unwrap();
+        term.send("what is there?").unwrap();
+        term.enter().unwrap();
+        term.wait_for("thinking", WAIT).unwrap();
+        thinking.open();
+        term.wait_for("second item", WAIT).unwrap();
+        // Markdown is rendered: no `#` heading marker, no `**`, bullets.
+        let text = term.contents_with_scrollback();
+        assert!(text.contains("Findings") && !text.contains("# Findings"), "{}", term.dump());
+        assert!(!text.contains("**answer**"), "{}", term.dump());
+        assert!(text.contains("• first item"), "{}", term.dump());
+
+        // Turn 2: one key answers the permission request.
+        term.send("run it").unwrap();
+        term.enter().unwrap();
+        term.wait_for("allow?", WAIT).unwrap();
+        assert!(
+            term.contents_with_scrollback().contains("print two lines, slowly"),
+            "the model's description is shown\n{}",
+            term.dump()
+        );
+        term.send("y").unwrap();
+        term.wait_for("allow once (you)", WAIT).unwrap();
+        term.wait_for("running bash", WAIT).unwrap();
+        // While the command runs, a message is typed: it is queued.
+        term.send("also check the tests").unwrap();
+        term.enter().unwrap();
+        term.wait_for("queued", WAIT).unwrap();
+        // The command's output is shown, not just its exit code.
+        term.wait_for("out-1", WAIT).unwrap();
+        term.wait_for("out-2", WAIT).unwrap();
+        term.wait_for("Both lines are there.", WAIT).unwrap();
+        term
+    })
+    .await
+    .unwrap();
+    // The queued message reached the model once, right after the tool result.
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 3, "{}", term.dump());
+    let blocks = last_blocks(&requests[2]);
+    assert_eq!(blocks[0]["type"], "tool_result", "{blocks:?}");
+    assert!(
+        blocks[1..]
+            .iter()
+            .any(|b| b["text"].as_str().is_some_and(|t| t.contains("also check the tests"))),
+        "{blocks:?}"
+    );
+
+    let term = tokio::task::spawn_blocking(move || {
+        // Turn 3: Ctrl-C cancels it.
+        term.send("one more thing").unwrap();
+        term.enter().unwrap();
+        term.wait_for("Ctrl-C cancels", WAIT).unwrap();
+        term.ctrl_c().unwrap();
+        term.wait_for("cancelling the turn", WAIT).unwrap();
+        term.wait_for("/help", WAIT).unwrap();
+        // Ctrl-D leaves; the conversation stays.
+        term.ctrl_d().unwrap();
+        let status = term.wait_exit(WAIT).unwrap();
+        assert!(status.success(), "{status}\n{}", term.dump());
+        assert!(term.contents_with_scrollback().contains("agent -c"), "{}", term.dump());
+        term
+    })
+    .await
+    .unwrap();
+    stuck.open();
+    drop(term);
+
+    // `agent -c` continues the newest conversation of this directory.
+    let mut cmd = s.daemon.agent();
+    cmd.arg("-c");
+    let again = PtySession::spawn(cmd, cols, rows).unwrap();
+    tokio::task::spawn_blocking(move || {
+        again.wait_for("Both lines are there.", WAIT).unwrap();
+        again.wait_for("conversation ", WAIT).unwrap();
+        again.ctrl_d().unwrap();
+        assert!(again.wait_exit(WAIT).unwrap().success(), "{}", again.dump());
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_session_at_80x24() {
+    interactive_session_at(80, 24).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interactive_session_at_160x45() {
+    interactive_session_at(160, 45).await;
+}
