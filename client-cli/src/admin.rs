@@ -552,7 +552,7 @@ async fn log_path(target: &Target) -> Option<PathBuf> {
 async fn logs(target: &Target, follow: bool, lines: usize, io: &mut Io) -> Result<Exit, CliError> {
     let Some(path) = log_path(target).await else {
         return Err(CliError::Input(format!(
-            "no daemon log: agentd is not running on {} with its output in a file, and there is no agentd.log beside the socket (a daemon started by hand logs to its stderr)",
+            "no daemon log: agentd is not running on {} with its output in a file, and there is no agentd.log beside the socket (a daemon started by hand logs to its stderr; under systemd: `journalctl --user -u agentd`)",
             target.socket.display()
         )));
     };

@@ -42,6 +42,20 @@ fn autostarting(d: &TestDaemon, fake_url: &str) -> tokio::process::Command {
     cmd
 }
 
+/// SIGKILLs the process it holds when dropped (a failing test's daemon).
+struct StopOnDrop(Option<i32>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0 {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
 async fn run(mut cmd: tokio::process::Command, args: &[&str]) -> (bool, String, String) {
     let out = cmd.args(args).output().await.unwrap();
     (
@@ -140,6 +154,8 @@ async fn login_doctor_and_restart_and_the_key_is_never_shown() {
     assert!(ok, "{status}");
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     let new_pid = status["pid"].as_u64().unwrap();
+    // The restarted daemon is nobody's child here: end it if the test fails.
+    let mut restarted = StopOnDrop(Some(i32::try_from(new_pid).unwrap()));
     assert_ne!(new_pid, u64::from(old_pid));
     assert_eq!(status["credentials"], "credentials file");
     let new_log = d.dir.path().join("agentd.log");
@@ -178,6 +194,7 @@ async fn login_doctor_and_restart_and_the_key_is_never_shown() {
     assert!(ok, "{out}{err}");
     assert!(out.contains(&format!("pid {new_pid}")), "{out}");
     wait_for("the socket to go", WAIT, || !d.socket.exists()).await;
+    restarted.0 = None;
     let (_, out, _) = agent_out(&d, &["daemon", "status"]).await;
     assert!(out.contains("not running"), "{out}");
 
