@@ -267,10 +267,8 @@ pub async fn doctor(target: &Target, io: &mut Io) -> Result<Exit, CliError> {
         Err(e) => Err(e),
     };
     match daemon {
-        Err(e) => checks.push(Check::fail(
-            "agentd",
-            format!("{e} (socket {})", target.socket.display()),
-        )),
+        // Every connection error names the socket already.
+        Err(e) => checks.push(Check::fail("agentd", e.to_string())),
         Ok(info) => daemon_checks(&info, &mut checks),
     }
     let failed = checks.iter().any(|c| !c.ok);
