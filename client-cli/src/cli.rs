@@ -255,6 +255,71 @@ pub enum Command {
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
     },
+
+    /// Store an API key for the daemon (asked without echo, or read from stdin)
+    ///
+    /// The key goes to `credentials.toml` in the daemon's config directory
+    /// (mode 0600), which the daemon reads at every model request: no
+    /// restart is needed. `echo "$KEY" | agent login` works too.
+    Login {
+        /// Whose key [default: the daemon's provider]
+        #[arg(long, value_enum)]
+        provider: Option<crate::credentials::Provider>,
+    },
+
+    /// Remove the API key `agent login` stored
+    Logout {
+        /// Whose key [default: the daemon's provider]
+        #[arg(long, value_enum)]
+        provider: Option<crate::credentials::Provider>,
+    },
+
+    /// Check the set-up: versions, socket, data dir, config, where the API
+    /// key comes from (never the key), and whether the model answers
+    ///
+    /// Sends the model one tiny request. Each line says ok or FAIL with the
+    /// reason; exits 1 when anything failed.
+    Doctor,
+
+    /// Stop, restart or inspect the daemon, or read its log
+    Daemon {
+        #[command(subcommand)]
+        command: DaemonCommand,
+    },
+
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
+    Completions {
+        /// The shell
+        #[arg(value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
+
+    /// Print the man page, or write one per subcommand into DIR
+    Man {
+        /// Write agent.1, agent-run.1, … into this directory
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+}
+
+/// `agent daemon …`.
+#[derive(Debug, Subcommand)]
+pub enum DaemonCommand {
+    /// Stop the daemon cleanly (SIGTERM) and wait until it has exited
+    Stop,
+    /// Stop the daemon and start it again with the same executable and arguments
+    Restart,
+    /// Pid, version, uptime, socket, data dir, log and loaded conversations
+    Status,
+    /// Print the daemon's log (the last N lines), and follow it with -f
+    Logs {
+        /// Keep printing what the daemon writes (Ctrl-C ends)
+        #[arg(long, short = 'f')]
+        follow: bool,
+        /// How many of the last lines to print first
+        #[arg(long, short = 'n', value_name = "N", default_value_t = 100)]
+        lines: usize,
+    },
 }
 
 /// `agent run`.

@@ -53,6 +53,12 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Untrust { dir } => trust(&ctx, Some(dir), false, io).await,
         Command::Export { ids } => export(&ctx, ids, io).await,
         Command::Import { file } => import(&ctx, file, io).await,
+        Command::Login { provider } => crate::admin::login(&ctx.target(), provider, io).await,
+        Command::Logout { provider } => crate::admin::logout(&ctx.target(), provider, io).await,
+        Command::Doctor => crate::admin::doctor(&ctx.target(), io).await,
+        Command::Daemon { command } => crate::admin::daemon(&ctx.target(), command, io).await,
+        Command::Completions { shell } => crate::admin::completions(shell, io),
+        Command::Man { out } => crate::admin::man(out, io),
     }
 }
 
@@ -65,6 +71,15 @@ pub(crate) struct Ctx {
 }
 
 impl Ctx {
+    fn target(&self) -> crate::admin::Target {
+        crate::admin::Target {
+            socket: self.socket.clone(),
+            pass_socket: self.pass_socket,
+            autostart: self.autostart,
+            json: self.json,
+        }
+    }
+
     pub(crate) async fn client(&self) -> Result<Client, CliError> {
         connect_or_start(&self.socket, self.pass_socket, self.autostart).await
     }

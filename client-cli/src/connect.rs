@@ -94,7 +94,25 @@ async fn connect_or_start_with(
         why,
     };
     let bin = find_binary().map_err(failed)?;
-    let (mut child, log) = spawn_daemon(&bin, socket, pass_socket).map_err(failed)?;
+    let args = if pass_socket {
+        vec![
+            "--socket".to_string(),
+            absolute(socket).display().to_string(),
+        ]
+    } else {
+        Vec::new()
+    };
+    start_daemon(&bin, &args, socket).await.map_err(failed)
+}
+
+/// Starts `bin args` detached (see [`spawn_daemon`]) and waits up to 5 s
+/// for it to answer on `socket`. The error says why it did not.
+pub(crate) async fn start_daemon(
+    bin: &Path,
+    args: &[String],
+    socket: &Path,
+) -> Result<Client, String> {
+    let (mut child, log) = spawn_daemon(bin, args, socket)?;
     let log_hint = |log: &Option<DaemonLog>| log.as_ref().map_or(String::new(), DaemonLog::hint);
     let deadline = Instant::now() + AUTOSTART_WAIT;
     let mut delay = Duration::from_millis(25);
@@ -111,21 +129,22 @@ async fn connect_or_start_with(
             if let Ok(client) = try_connect(socket).await {
                 return Ok(client);
             }
-            return Err(failed(format!(
-                "agentd exited ({status}){}",
-                log_hint(&log)
-            )));
+            return Err(format!("agentd exited ({status}){}", log_hint(&log)));
         }
         if Instant::now() >= deadline {
-            return Err(failed(format!(
+            return Err(format!(
                 "agentd did not answer within {} s: {}{}",
                 AUTOSTART_WAIT.as_secs(),
                 error_chain(&last),
                 log_hint(&log)
-            )));
+            ));
         }
         delay = (delay * 2).min(Duration::from_millis(400));
     }
+}
+
+fn absolute(path: &Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// Whether a connect error means "no daemon here" (rather than, say, a
@@ -184,15 +203,22 @@ fn is_executable(path: &Path) -> bool {
 /// terminal does not reach it), stdin from /dev/null, output appended to
 /// `agentd.log` in the socket's directory when that can be opened. Returns
 /// the child and the log's path.
+///
+/// The daemon inherits this environment minus the terminal's API keys,
+/// unless it has no key of its own for that provider: then it keeps the
+/// terminal's, and one line on stderr says so
+/// ([`crate::credentials::daemon_environment`]).
 fn spawn_daemon(
     bin: &Path,
+    args: &[String],
     socket: &Path,
-    pass_socket: bool,
 ) -> Result<(Child, Option<DaemonLog>), String> {
-    let socket = std::path::absolute(socket).unwrap_or_else(|_| socket.to_path_buf());
+    let socket = absolute(socket);
     let mut command = Command::new(bin);
-    if pass_socket {
-        command.arg("--socket").arg(&socket);
+    command.args(args);
+    let (remove, notices) = crate::credentials::daemon_environment(&|k| std::env::var(k).ok());
+    for var in remove {
+        command.env_remove(var);
     }
     let log_path = socket.parent().map(|dir| dir.join("agentd.log"));
     let log = log_path.as_ref().and_then(|path| {
@@ -227,6 +253,9 @@ fn spawn_daemon(
     let child = command
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+    for notice in notices {
+        eprintln!("agent: {notice}");
+    }
     Ok((child, log))
 }
 

@@ -6,6 +6,10 @@
 //!
 //! Layout:
 //! - [`cli`]: the clap command line (parsing only), decisions and modes.
+//! - [`admin`]: looking after the daemon: `login`, `logout`, `doctor`,
+//!   `daemon stop|restart|status|logs`, `--version`, `completions`, `man`.
+//! - [`credentials`]: the daemon's credentials file (written atomically,
+//!   mode 0600) and which terminal keys an autostarted daemon inherits.
 //! - [`commands`]: one function per subcommand; [`execute`] dispatches.
 //! - [`repl`]: `agent` alone, the interactive session: the terminal thread
 //!   (line editor, one-key answers, status line) feeding [`session`].
@@ -22,9 +26,11 @@
 //!   the client in-process.
 //! - [`error`]: [`CliError`] (one line per failure) and [`Exit`] statuses.
 
+pub mod admin;
 pub mod cli;
 pub mod commands;
 pub mod connect;
+pub mod credentials;
 pub mod error;
 pub mod io;
 pub mod json;
@@ -54,6 +60,24 @@ pub use io::Io;
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
+        // `--version` also asks the daemon for its own (see admin::version).
+        Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => {
+            let args: Vec<String> = std::env::args().collect();
+            let socket = admin::socket_from_args(&args);
+            let mut io = Io::stdio(cli::ColorWhen::Auto);
+            let result = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| CliError::io("cannot start the async runtime", e))
+                .and_then(|rt| rt.block_on(admin::version(socket.as_deref(), &mut io)));
+            return match result {
+                Ok(exit) => exit.into(),
+                Err(e) => {
+                    eprintln!("agent: {e}");
+                    e.exit().into()
+                }
+            };
+        }
         Err(e) => {
             // Help and version go to stdout with status 0; mistakes to stderr with 2.
             let _ = e.print();

@@ -93,6 +93,7 @@ pub mod rpc {
         GetUsage: pb::GetUsageRequest => pb::GetUsageResponse;
         SetDirectoryTrust: pb::SetDirectoryTrustRequest => pb::TrustedDirectories;
         ListTrustedDirectories: pb::ListTrustedDirectoriesRequest => pb::TrustedDirectories;
+        GetDaemonInfo: pb::GetDaemonInfoRequest => pb::GetDaemonInfoResponse;
     }
 }
 
@@ -291,6 +292,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::ListTrustedDirectoriesRequest>,
     ) -> Result<Response<pb::TrustedDirectories>, Status> {
         self.unary::<rpc::ListTrustedDirectories>(request)
+    }
+
+    async fn get_daemon_info(
+        &self,
+        request: Request<pb::GetDaemonInfoRequest>,
+    ) -> Result<Response<pb::GetDaemonInfoResponse>, Status> {
+        self.unary::<rpc::GetDaemonInfo>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

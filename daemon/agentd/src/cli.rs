@@ -5,8 +5,9 @@
 
 use crate::config::{Config, ProviderKind};
 use crate::grpc::listener::{self, ListenError};
-use crate::llm::ProviderConfig;
-use crate::runtime::{Manager, Shared};
+use crate::llm::KeyedProvider;
+use crate::llm::credentials::{CREDENTIALS_FILE, Sources, missing_key_message};
+use crate::runtime::{DaemonInfo, Manager, Shared};
 use crate::shells::{ShellLimits, ShellManager};
 use crate::store::Store;
 use clap::Parser;
@@ -65,9 +66,6 @@ pub enum StartError {
         dir: PathBuf,
         source: crate::store::StoreError,
     },
-    /// The provider could not be set up.
-    #[error("cannot set up the model provider: {0}")]
-    Provider(String),
     #[error("recovery failed: {0}")]
     Recovery(#[from] crate::runtime::RuntimeError),
     #[error(transparent)]
@@ -167,28 +165,28 @@ pub async fn run(
     let db_dir = data_dir.join("db");
     let (store, notices) = open_or_quarantine(&data_dir, &db_dir, &config.store)?;
 
-    let provider = match (config.provider, config.api_key.clone()) {
-        (ProviderKind::Anthropic, None) => {
-            let message =
-                "no API key configured: set ANTHROPIC_API_KEY in agentd's environment (or \
-                           api_key under [anthropic] in its config file) and restart agentd"
-                    .to_string();
-            tracing::warn!("{message}");
-            Arc::new(crate::llm::Unconfigured { message }) as Arc<dyn crate::llm::Provider>
+    // The key is resolved again for every request (`agent login` needs no
+    // restart); a daemon without one starts anyway and its model requests
+    // say what to do.
+    let credentials = Arc::new(Sources::new(
+        config.provider,
+        args.config
+            .clone()
+            .or_else(|| crate::config::default_config_path(&env)),
+        config.user_dir.as_ref().map(|d| d.join(CREDENTIALS_FILE)),
+        &env,
+    ));
+    match credentials.resolve() {
+        Ok(r) if r.key.is_none() && config.provider == ProviderKind::Anthropic => {
+            tracing::warn!("{}", missing_key_message(config.provider));
         }
-        (ProviderKind::Anthropic, Some(api_key)) => ProviderConfig::Anthropic {
-            api_key,
-            base_url: config.base_url.clone(),
-        }
-        .build()
-        .map_err(|e| StartError::Provider(e.to_string()))?,
-        (ProviderKind::Openai, api_key) => ProviderConfig::OpenAi {
-            api_key,
-            base_url: config.base_url.clone(),
-        }
-        .build()
-        .map_err(|e| StartError::Provider(e.to_string()))?,
-    };
+        Ok(r) => tracing::info!("API key from the {}", r.source.name()),
+        Err(e) => tracing::warn!("{e}"),
+    }
+    let provider: Arc<dyn crate::llm::Provider> = Arc::new(KeyedProvider::new(
+        credentials.clone(),
+        config.base_url.clone(),
+    ));
     tracing::info!(model = %config.model, provider = ?config.provider, base_url = %config.base_url, "configured");
     let (shell_events, mut shell_rx) = tokio::sync::broadcast::channel(256);
     let shell_store = store.clone();
@@ -237,6 +235,16 @@ pub async fn run(
         shells: shells.clone(),
         notices,
         clock: crate::runtime::Clock::System,
+        daemon: DaemonInfo {
+            started_at_ms: crate::runtime::Clock::System.now_ms(),
+            started: Some(std::time::Instant::now()),
+            socket: std::path::absolute(&socket).unwrap_or_else(|_| socket.clone()),
+            data_dir: std::path::absolute(&data_dir).unwrap_or_else(|_| data_dir.clone()),
+            log_file: log_file(),
+            executable: std::env::current_exe().ok(),
+            args: std::env::args().skip(1).collect(),
+            credentials: Some(credentials),
+        },
     });
     let forward_to = manager.clone();
     tokio::spawn(async move {
@@ -263,6 +271,17 @@ pub async fn run(
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)
+}
+
+/// The file standard error goes to, when it is a regular file (an
+/// autostarted daemon's `agentd.log`, or a redirection): `agent daemon
+/// logs` reads it.
+fn log_file() -> Option<PathBuf> {
+    let target = std::fs::read_link("/proc/self/fd/2").ok()?;
+    std::fs::metadata(&target)
+        .ok()
+        .filter(std::fs::Metadata::is_file)
+        .map(|_| target)
 }
 
 /// Opens the store. A store that cannot be read (sled 0.34 has known

@@ -297,8 +297,8 @@ pub struct Config {
     /// Default model.
     pub model: String,
     pub provider: ProviderKind,
-    /// API key for the provider (never logged, stored or sent to clients).
-    pub api_key: Option<String>,
+    /// The provider's endpoint. (Its API key is not here: it is resolved
+    /// for every request, see `llm::credentials`.)
     pub base_url: String,
     /// Replaces the built-in system prompt.
     pub system_prompt: Option<String>,
@@ -356,19 +356,13 @@ impl Config {
         model_flag: Option<String>,
     ) -> Result<Config, ConfigError> {
         let nonempty = |k: &str| env(k).filter(|v| !v.is_empty());
-        let (api_key, base_url) = match file.provider {
-            ProviderKind::Anthropic => (
-                nonempty("ANTHROPIC_API_KEY").or(file.anthropic.api_key),
-                nonempty("ANTHROPIC_BASE_URL")
-                    .or(file.anthropic.base_url)
-                    .unwrap_or_else(|| crate::llm::ANTHROPIC_DEFAULT_BASE_URL.to_string()),
-            ),
-            ProviderKind::Openai => (
-                nonempty("OPENAI_API_KEY").or(file.openai.api_key),
-                nonempty("OPENAI_BASE_URL")
-                    .or(file.openai.base_url)
-                    .unwrap_or_else(|| crate::llm::OPENAI_DEFAULT_BASE_URL.to_string()),
-            ),
+        let base_url = match file.provider {
+            ProviderKind::Anthropic => nonempty("ANTHROPIC_BASE_URL")
+                .or(file.anthropic.base_url)
+                .unwrap_or_else(|| crate::llm::ANTHROPIC_DEFAULT_BASE_URL.to_string()),
+            ProviderKind::Openai => nonempty("OPENAI_BASE_URL")
+                .or(file.openai.base_url)
+                .unwrap_or_else(|| crate::llm::OPENAI_DEFAULT_BASE_URL.to_string()),
         };
         let model = model_flag
             .or_else(|| nonempty("AGENTD_MODEL"))
@@ -437,7 +431,6 @@ impl Config {
             hook_timeout_ms: file.hooks.timeout_ms,
             model,
             provider: file.provider,
-            api_key,
             base_url,
             system_prompt: file.system_prompt,
             retry: file.retry,
@@ -522,7 +515,6 @@ mod tests {
         let c = Config::from_parts(file.clone(), &env, None).unwrap();
         assert_eq!(c.base_url, "http://env");
         assert_eq!(c.model, "from-file");
-        assert_eq!(c.api_key.as_deref(), Some("k"));
         assert_eq!(c.retry.base_delay_ms, 5);
         assert_eq!(c.retry.max_attempts, 3);
         let c = Config::from_parts(file, &env, Some("flag".into())).unwrap();
@@ -612,7 +604,6 @@ mod tests {
         assert!(matches!(err, ConfigError::InsecureKeyFile { .. }));
         assert!(!err.to_string().contains("secret"));
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        let c = Config::load(Some(&p), &env_of(&[]), None).unwrap();
-        assert_eq!(c.api_key.as_deref(), Some("secret"));
+        assert!(Config::load(Some(&p), &env_of(&[]), None).is_ok());
     }
 }

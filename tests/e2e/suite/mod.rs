@@ -14,6 +14,7 @@ mod harness;
 mod hooks;
 mod idempotency;
 mod limits;
+mod ops;
 mod permissions;
 mod queue;
 mod shells;

@@ -76,7 +76,11 @@ async fn interactive_session_at(cols: u16, rows: u16) {
             )),
             Script::text("Both lines are there."),
             // Turn 3: never answers until cancelled.
-            Script::Reply(ReplyScript::new().text("never").hold_after(0, stuck.clone())),
+            Script::Reply(
+                ReplyScript::new()
+                    .text("never")
+                    .hold_after(0, stuck.clone()),
+            ),
         ])
         .start()
         .await;
@@ -93,7 +97,11 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         term.wait_for("second item", WAIT).unwrap();
         // Markdown is rendered: no `#` heading marker, no `**`, bullets.
         let text = term.contents_with_scrollback();
-        assert!(text.contains("Findings") && !text.contains("# Findings"), "{}", term.dump());
+        assert!(
+            text.contains("Findings") && !text.contains("# Findings"),
+            "{}",
+            term.dump()
+        );
         assert!(!text.contains("**answer**"), "{}", term.dump());
         assert!(text.contains("• first item"), "{}", term.dump());
 
@@ -102,7 +110,8 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         term.enter().unwrap();
         term.wait_for("allow?", WAIT).unwrap();
         assert!(
-            term.contents_with_scrollback().contains("print two lines, slowly"),
+            term.contents_with_scrollback()
+                .contains("print two lines, slowly"),
             "the model's description is shown\n{}",
             term.dump()
         );
@@ -127,9 +136,9 @@ async fn interactive_session_at(cols: u16, rows: u16) {
     let blocks = last_blocks(&requests[2]);
     assert_eq!(blocks[0]["type"], "tool_result", "{blocks:?}");
     assert!(
-        blocks[1..]
-            .iter()
-            .any(|b| b["text"].as_str().is_some_and(|t| t.contains("also check the tests"))),
+        blocks[1..].iter().any(|b| b["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("also check the tests"))),
         "{blocks:?}"
     );
 
@@ -145,7 +154,11 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         term.ctrl_d().unwrap();
         let status = term.wait_exit(WAIT).unwrap();
         assert!(status.success(), "{status}\n{}", term.dump());
-        assert!(term.contents_with_scrollback().contains("agent -c"), "{}", term.dump());
+        assert!(
+            term.contents_with_scrollback().contains("agent -c"),
+            "{}",
+            term.dump()
+        );
         term
     })
     .await

@@ -10,6 +10,7 @@
 mod authority;
 pub mod convert;
 mod hpack;
+mod info;
 pub mod listener;
 mod outbox;
 pub mod service;

@@ -500,6 +500,16 @@ impl AgentService for Service {
         self.trusted(false)
     }
 
+    async fn get_daemon_info(
+        &self,
+        request: Request<pb::GetDaemonInfoRequest>,
+    ) -> Result<Response<pb::GetDaemonInfoResponse>, Status> {
+        let check_model = request.into_inner().check_model;
+        Ok(Response::new(
+            super::info::daemon_info(&self.manager, check_model).await,
+        ))
+    }
+
     type AttachStream = super::wire::Frames;
 
     async fn attach(

@@ -6,6 +6,9 @@
 //!   conversation tail.
 //! - [`OpenAiProvider`]: OpenAI-compatible chat completions (OpenAI, Ollama,
 //!   vLLM, llama.cpp, OpenRouter).
+//! - [`KeyedProvider`]: what the daemon runs with: resolves the API key for
+//!   every request (`credentials`: config file, credentials file,
+//!   environment) and builds one of the two for it.
 //!
 //! A provider call is exactly one attempt. Retrying belongs to the state
 //! machine, which must show "retrying (2/3)" and must be able to cancel a
@@ -18,6 +21,7 @@
 //! `fuzzing` lets the fuzzer read bodies the way providers do.
 
 mod anthropic;
+pub mod credentials;
 mod error;
 pub mod fuzzing;
 mod openai;
@@ -31,6 +35,7 @@ mod transport;
 mod testkit;
 
 pub use anthropic::AnthropicProvider;
+pub use credentials::KeyedProvider;
 pub use error::LlmError;
 pub use openai::OpenAiProvider;
 pub use partial::PartialReply;
@@ -185,26 +190,6 @@ impl ProviderConfig {
                 Arc::new(OpenAiProvider::new(api_key.clone(), base_url.clone())?)
             }
         })
-    }
-}
-
-/// The provider of a daemon started without credentials: every request
-/// fails at once with an authentication error that says what to set, so
-/// the daemon (and `agent ls`, `agent show`, …) works without a key.
-#[derive(Debug)]
-pub struct Unconfigured {
-    /// What to tell the user.
-    pub message: String,
-}
-
-impl Provider for Unconfigured {
-    fn stream<'a>(
-        &'a self,
-        _req: &'a LlmRequest,
-        _on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
-        _cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
-        Box::pin(async move { Err(LlmError::Config(self.message.clone())) })
     }
 }
 

@@ -44,6 +44,26 @@ pub struct Shared {
     pub notices: Vec<String>,
     /// Where time comes from (the system's clock, or tokio's in tests).
     pub clock: Clock,
+    /// What the daemon tells about itself (`GetDaemonInfo`).
+    pub daemon: DaemonInfo,
+}
+
+/// What the daemon is and where its files are, as `GetDaemonInfo` reports
+/// it. Holds no key: `credentials` resolves one when asked.
+#[derive(Debug, Default)]
+pub struct DaemonInfo {
+    /// When the daemon started: Unix ms, and the monotonic instant.
+    pub started_at_ms: i64,
+    pub started: Option<std::time::Instant>,
+    pub socket: PathBuf,
+    pub data_dir: PathBuf,
+    /// Where the daemon's stderr goes, when it is a regular file.
+    pub log_file: Option<PathBuf>,
+    /// The daemon's executable and arguments (to restart it the same way).
+    pub executable: Option<PathBuf>,
+    pub args: Vec<String>,
+    /// Where the API key comes from.
+    pub credentials: Option<Arc<crate::llm::credentials::Sources>>,
 }
 
 /// Parameters of a new conversation.
@@ -189,6 +209,12 @@ impl Manager {
     /// The shared parts (store, config).
     pub fn shared(&self) -> &Arc<Shared> {
         &self.shared
+    }
+
+    /// How many conversations are in memory now.
+    pub async fn loaded(&self) -> usize {
+        let actors = self.actors.lock().await;
+        actors.live.values().filter(|tx| !tx.is_closed()).count()
     }
 
     /// Resumes every conversation the store holds mid-turn. Returns how many.

@@ -171,6 +171,7 @@ fn rig_with(configure: impl FnOnce(&mut Config)) -> Rig {
         shells,
         notices: Vec::new(),
         clock: Clock::virtual_at(T0),
+        daemon: Default::default(),
     });
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
     Rig {
