@@ -679,6 +679,12 @@ impl<W: Write> Renderer<W> {
 
     fn user_text(&mut self, text: &str) -> io::Result<()> {
         self.end_line()?;
+        // The daemon's markers in the transcript are not something the
+        // person typed: shown dim, in the daemon's words.
+        if matches!(text, INTERRUPT_USER | INTERRUPT_TOOL) {
+            let marker = self.paint(DIM, &format!("  {text}"));
+            return writeln!(self.out, "{marker}");
+        }
         for (i, line) in text.lines().enumerate() {
             let prefix = if i == 0 { "> " } else { "  " };
             let line = self.paint(BOLD, &format!("{prefix}{line}"));
@@ -837,6 +843,11 @@ impl<W: Write> Renderer<W> {
             .join("  ")
     }
 }
+
+/// The markers the daemon appends as user text when a turn is interrupted
+/// (the core's `texts::INTERRUPT_USER` and `INTERRUPT_TOOL`).
+const INTERRUPT_USER: &str = "[Request interrupted by user]";
+const INTERRUPT_TOOL: &str = "[Request interrupted by user for tool use]";
 
 /// How the daemon says, in a permission request's reason, that a file
 /// written is outside the working directory (the path follows, up to the

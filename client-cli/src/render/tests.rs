@@ -766,3 +766,26 @@ fn a_command_shows_what_it_is_for_and_where_it_runs() {
     let out = String::from_utf8(r.into_inner()).unwrap();
     assert!(!out.contains("[y]"), "{out}");
 }
+
+#[test]
+fn an_interrupt_marker_is_not_shown_as_typed_text() {
+    let mut r = Renderer::new(Vec::new(), false);
+    for (seq, text) in [(1, "fix it"), (2, "[Request interrupted by user]")] {
+        r.message(
+            &pb::Message {
+                seq,
+                role: pb::Role::User as i32,
+                content: vec![pb::ContentBlock {
+                    block: Some(pb::content_block::Block::Text(pb::TextBlock {
+                        text: text.into(),
+                    })),
+                }],
+                ..Default::default()
+            },
+            false,
+        )
+        .unwrap();
+    }
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert_eq!(out, "> fix it\n  [Request interrupted by user]\n");
+}
