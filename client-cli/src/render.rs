@@ -69,6 +69,8 @@ pub struct Renderer<W: Write> {
     show_keys: bool,
     /// The conversation's working directory (from the snapshot).
     cwd: String,
+    /// This client asked for the cancel and said so already.
+    cancel_said: bool,
     /// This client's id, from the snapshot (its own join is not announced).
     own_client_id: String,
     /// This client's name. A client that resumes after a reconnect gets no
@@ -104,6 +106,7 @@ impl<W: Write> Renderer<W> {
             shown_request: None,
             show_keys: true,
             cwd: String::new(),
+            cancel_said: false,
             own_client_id: String::new(),
             own_name: String::new(),
             sent_texts: VecDeque::new(),
@@ -131,6 +134,12 @@ impl<W: Write> Renderer<W> {
     pub fn with_header(mut self, show: bool) -> Self {
         self.show_header = show;
         self
+    }
+
+    /// This client cancelled the turn and told the person: the state's
+    /// own "cancelling…" is not printed again.
+    pub fn cancel_said(&mut self) {
+        self.cancel_said = true;
     }
 
     /// Whether permission requests end with their keys.
@@ -480,6 +489,7 @@ impl<W: Write> Renderer<W> {
             StateKind::ContextExhausted => {
                 self.error_line("context window exhausted: the conversation is read-only")?;
             }
+            StateKind::Cancelling if self.cancel_said => {}
             StateKind::Cancelling => self.info("cancelling…")?,
             StateKind::StopHooks => {}
             StateKind::AwaitingContinuation => {
@@ -488,6 +498,7 @@ impl<W: Write> Renderer<W> {
             StateKind::Idle => {
                 self.end_line()?;
                 self.last_error = None;
+                self.cancel_said = false;
             }
             StateKind::Unspecified
             | StateKind::AwaitingLlm

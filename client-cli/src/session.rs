@@ -970,6 +970,7 @@ impl Session<'_> {
                     client_request_id: crate::commands::request_id(),
                 }))
                 .await;
+                self.render.cancel_said();
                 self.note("cancelling… (Ctrl-C again to quit now)")?;
             }
             SessionKind::Interactive => {
@@ -983,6 +984,7 @@ impl Session<'_> {
                     client_request_id: crate::commands::request_id(),
                 }))
                 .await;
+                self.render.cancel_said();
                 self.note("cancelling the turn…")?;
             }
             SessionKind::Attach => {
@@ -995,6 +997,7 @@ impl Session<'_> {
                     client_request_id: crate::commands::request_id(),
                 }))
                 .await;
+                self.render.cancel_said();
                 self.note("cancelling the turn… (Ctrl-C again to detach)")?;
             }
         }

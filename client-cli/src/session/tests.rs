@@ -397,6 +397,8 @@ async fn ctrl_c_cancels_then_exits_130() {
         out.contains("cancelling… (Ctrl-C again to quit now)"),
         "{out}"
     );
+    // Said once: the state's own "cancelling…" is not repeated.
+    assert_eq!(out.matches("cancelling").count(), 1, "{out}");
 
     // A second Ctrl-C does not wait.
     let agent = daemon.agent(&["run", "hi"], false);
