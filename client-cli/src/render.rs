@@ -71,6 +71,8 @@ pub struct Renderer<W: Write> {
     cwd: String,
     /// This client asked for the cancel and said so already.
     cancel_said: bool,
+    /// `--yes`: requests are answered by the client itself, one line each.
+    auto_allow: bool,
     /// This client's id, from the snapshot (its own join is not announced).
     own_client_id: String,
     /// This client's name. A client that resumes after a reconnect gets no
@@ -107,6 +109,7 @@ impl<W: Write> Renderer<W> {
             show_keys: true,
             cwd: String::new(),
             cancel_said: false,
+            auto_allow: false,
             own_client_id: String::new(),
             own_name: String::new(),
             sent_texts: VecDeque::new(),
@@ -140,6 +143,12 @@ impl<W: Write> Renderer<W> {
     /// own "cancelling…" is not printed again.
     pub fn cancel_said(&mut self) {
         self.cancel_said = true;
+    }
+
+    /// `--yes`: each permission request is one line saying it was allowed.
+    pub fn with_auto_allow(mut self, auto: bool) -> Self {
+        self.auto_allow = auto;
+        self
     }
 
     /// Whether permission requests end with their keys.
@@ -791,6 +800,15 @@ impl<W: Write> Renderer<W> {
         }
         self.shown_request = Some(r.request_id.clone());
         self.end_line()?;
+        if self.auto_allow {
+            let what = if r.summary.is_empty() {
+                r.tool_name.clone()
+            } else {
+                one_line(&r.summary, 200)
+            };
+            let line = self.paint(YELLOW, &format!("✓ allowed once (--yes): {what}"));
+            return self.line(&line);
+        }
         let title = self.paint(YELLOW, &format!("⚠ permission needed: {}", r.tool_name));
         self.line(&title)?;
         if !r.summary.is_empty() {

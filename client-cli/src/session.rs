@@ -171,7 +171,8 @@ pub(crate) async fn session_outcome(
             SessionKind::Interactive => config.sent_prompt.is_none(),
         })
         .with_own_name(&config.client_name)
-        .with_keys(ui.is_none());
+        .with_keys(ui.is_none())
+        .with_auto_allow(config.yes);
     if let Some(prompt) = &config.sent_prompt {
         render.note_sent(prompt);
     }
@@ -694,7 +695,10 @@ impl Session<'_> {
         if self.config.yes {
             self.send_answer(id.clone(), Decision::AllowOnce, None, false)
                 .await;
-            return self.note("allowed once (--yes)");
+            if self.json_out.is_some() {
+                return self.note("allowed once (--yes)");
+            }
+            return Ok(());
         }
         if let Some(ui) = &self.ui {
             ui.ask(Question {

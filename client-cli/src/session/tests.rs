@@ -291,7 +291,12 @@ async fn yes_answers_allow_once_by_itself() {
     call.send(5, changed(S::Idle)).await;
     let (result, out, _) = agent.finish().await;
     assert_eq!(result.unwrap(), Exit::Ok);
-    assert!(out.contains("allowed once (--yes)"), "{out}");
+    // One line per request, not the menu.
+    assert!(out.contains("✓ allowed once (--yes): rm x\n"), "{out}");
+    assert!(
+        !out.contains("[y]") && !out.contains("permission needed"),
+        "{out}"
+    );
 }
 
 #[tokio::test]
