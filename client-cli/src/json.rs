@@ -280,6 +280,7 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::InstructionsLoaded(_) => "instructions_loaded",
         Event::HookRan(_) => "hook_ran",
         Event::QueueChanged(_) => "queue_changed",
+        Event::ToolOutputDelta(_) => "tool_output_delta",
     }
 }
 
@@ -310,6 +311,9 @@ fn event_body(event: &Event) -> Value {
             "summary": t.summary,
             "diff": t.diff,
             "duration_ms": t.duration_ms,
+            "output_head": t.output_head,
+            "output_tail": t.output_tail,
+            "output_lines": t.output_lines,
         }),
         Event::PermissionRequested(p) => {
             json!({"request": opt(p.request.as_ref(), permission_request)})
@@ -350,6 +354,11 @@ fn event_body(event: &Event) -> Value {
         Event::QueueChanged(q) => {
             json!({"queued": q.queued.iter().map(queued_message).collect::<Vec<_>>()})
         }
+        Event::ToolOutputDelta(d) => json!({
+            "tool_use_id": d.tool_use_id,
+            "text": d.text,
+            "skipped_bytes": d.skipped_bytes,
+        }),
     }
 }
 

@@ -27,6 +27,22 @@ const CYAN: &str = "\x1b[36m";
 
 /// How many messages a snapshot shows before "… N earlier messages".
 pub const SNAPSHOT_TAIL: usize = 20;
+/// How many lines of a command's output are shown at its start (as they
+/// arrive) and at its end (when it ends); the lines between are counted.
+pub const OUTPUT_LINES: usize = 5;
+
+/// What a client has shown of a running call's output.
+#[derive(Debug, Default)]
+struct LiveOutput {
+    /// The line being written (no newline yet).
+    partial: String,
+    /// Lines shown (at most [`OUTPUT_LINES`]).
+    shown: usize,
+    /// Complete lines that arrived after those, not shown.
+    hidden: u64,
+    /// The daemon left bytes out (a flood): `hidden` is not exact.
+    skipped: bool,
+}
 
 /// What the cursor is in the middle of.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +74,8 @@ pub struct Renderer<W: Write> {
     begun: HashSet<String>,
     /// Tool calls whose outcome was shown with `⎿`.
     ended: HashSet<String>,
+    /// Output of running tool calls shown so far, by id.
+    live: HashMap<String, LiveOutput>,
     /// Highest transcript message seq shown.
     last_message_seq: u64,
     /// The last error line shown (a state change repeating it is not shown twice).
@@ -103,6 +121,7 @@ impl<W: Write> Renderer<W> {
             tool_uses: HashMap::new(),
             begun: HashSet::new(),
             ended: HashSet::new(),
+            live: HashMap::new(),
             last_message_seq: 0,
             last_error: None,
             shown_request: None,
@@ -304,6 +323,7 @@ impl<W: Write> Renderer<W> {
                 self.tool_begin(&t.tool_use_id, &summary)?;
             }
             Event::ToolCallEnd(t) => self.tool_end(t)?,
+            Event::ToolOutputDelta(d) => self.tool_output(d)?,
             Event::PermissionRequested(p) => {
                 if let Some(request) = &p.request {
                     self.permission_request(request)?;
@@ -454,6 +474,7 @@ impl<W: Write> Renderer<W> {
         } else {
             self.paint(GREEN, "ok")
         };
+        let lines = self.output_end(t)?;
         let mut text = format!("  ⎿ {outcome}");
         if !t.summary.is_empty() {
             text.push(' ');
@@ -463,10 +484,133 @@ impl<W: Write> Renderer<W> {
             let took = self.paint(DIM, &format!(" ({})", format_duration_ms(t.duration_ms)));
             text.push_str(&took);
         }
+        if lines > 2 * OUTPUT_LINES as u64 {
+            let count = self.paint(DIM, &format!(" · {lines} lines"));
+            text.push_str(&count);
+        }
         self.line(&text)?;
         self.diff(&t.diff, "    ")?;
         self.ended.insert(t.tool_use_id.clone());
         Ok(())
+    }
+
+    /// Output a running call printed: its first [`OUTPUT_LINES`] lines are
+    /// shown as they arrive, under the call; the rest are only counted
+    /// (the end shows the last ones). The terminal is append-only, so a
+    /// long build's output costs a few lines, not thousands.
+    fn tool_output(&mut self, d: &pb::ToolOutputDelta) -> io::Result<()> {
+        if self.ended.contains(&d.tool_use_id) {
+            return Ok(());
+        }
+        if !self.begun.contains(&d.tool_use_id) {
+            let summary = self
+                .tool_uses
+                .get(&d.tool_use_id)
+                .cloned()
+                .unwrap_or_else(|| format!("tool call {}", d.tool_use_id));
+            self.tool_begin(&d.tool_use_id, &summary)?;
+        }
+        let mut view = self.live.remove(&d.tool_use_id).unwrap_or_default();
+        if d.skipped_bytes > 0 {
+            // Lines were left out mid-stream: what is open is not a line
+            // start any more, and the live count is no longer exact; the
+            // end shows the last lines.
+            view.partial.clear();
+            view.skipped = true;
+        }
+        view.partial.push_str(&d.text);
+        while let Some(nl) = view.partial.find('\n') {
+            let line: String = view.partial.drain(..=nl).collect();
+            let line = line.trim_end_matches(['\n', '\r']);
+            if view.shown < OUTPUT_LINES && !view.skipped {
+                self.output_line(line)?;
+                view.shown += 1;
+            } else {
+                view.hidden += 1;
+            }
+        }
+        self.live.insert(d.tool_use_id.clone(), view);
+        Ok(())
+    }
+
+    /// One line of a command's output, under its call.
+    fn output_line(&mut self, line: &str) -> io::Result<()> {
+        let bar = self.paint(DIM, "  │");
+        let line = truncate_chars(line.trim_end(), 200);
+        if line.is_empty() {
+            self.line(&bar)
+        } else {
+            self.line(&format!("{bar} {line}"))
+        }
+    }
+
+    /// Shows what a call printed that was not shown yet: without live
+    /// output its first and last lines from the end's preview; after live
+    /// output how many lines were not shown and the last ones. Returns how
+    /// many lines it printed in all.
+    fn output_end(&mut self, t: &pb::ToolCallEnd) -> io::Result<u64> {
+        let view = self.live.remove(&t.tool_use_id);
+        let has_preview = t.output_lines > 0;
+        let Some(mut view) = view else {
+            if !has_preview {
+                return Ok(0);
+            }
+            for line in &t.output_head {
+                self.output_line(line)?;
+            }
+            let omitted = t
+                .output_lines
+                .saturating_sub((t.output_head.len() + t.output_tail.len()) as u64);
+            if omitted > 0 {
+                self.more_lines(omitted)?;
+            }
+            for line in &t.output_tail {
+                self.output_line(line)?;
+            }
+            return Ok(t.output_lines);
+        };
+        if !view.partial.is_empty() {
+            let line = std::mem::take(&mut view.partial);
+            if view.shown < OUTPUT_LINES && !view.skipped {
+                self.output_line(&line)?;
+                view.shown += 1;
+            } else {
+                view.hidden += 1;
+            }
+        }
+        if !has_preview {
+            // Interrupted, or from a daemon without previews: what came live.
+            if view.hidden > 0 {
+                self.more_lines(view.hidden)?;
+            }
+            return Ok(view.shown as u64 + view.hidden);
+        }
+        let unshown = t.output_lines.saturating_sub(view.shown as u64);
+        let omitted = (t.output_head.len() + t.output_tail.len()) as u64 != t.output_lines;
+        // The lines the preview has of the output's end.
+        let end: Vec<&String> = if omitted {
+            t.output_tail.iter().collect()
+        } else {
+            t.output_head.iter().chain(&t.output_tail).collect()
+        };
+        let last = end
+            .len()
+            .min(OUTPUT_LINES)
+            .min(usize::try_from(unshown).unwrap_or(usize::MAX));
+        let between = unshown - last as u64;
+        if between > 0 {
+            self.more_lines(between)?;
+        }
+        for line in &end[end.len() - last..] {
+            self.output_line(line)?;
+        }
+        Ok(t.output_lines)
+    }
+
+    fn more_lines(&mut self, n: u64) -> io::Result<()> {
+        let what = if n == 1 { "line" } else { "lines" };
+        let text = self.paint(DIM, &format!("  │ … {n} more {what}"));
+        self.line(&text)
     }
 
     fn diff(&mut self, diff: &str, indent: &str) -> io::Result<()> {

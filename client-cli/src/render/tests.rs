@@ -150,6 +150,7 @@ fn tool_calls_begin_and_end() {
             summary: "exit 0, 12 lines".into(),
             diff: String::new(),
             duration_ms: 1500,
+            ..Default::default()
         }),
         E::ToolCallBegin(pb::ToolCallBegin {
             tool_use_id: "t2".into(),
@@ -164,6 +165,7 @@ fn tool_calls_begin_and_end() {
             summary: "old_string not found".into(),
             diff: "@@ -1 +1 @@\n-a\n+b".into(),
             duration_ms: 3,
+            ..Default::default()
         }),
         // The durable result message does not repeat what was shown.
         appended(msg(
@@ -788,4 +790,166 @@ fn an_interrupt_marker_is_not_shown_as_typed_text() {
     }
     let out = String::from_utf8(r.into_inner()).unwrap();
     assert_eq!(out, "> fix it\n  [Request interrupted by user]\n");
+
+fn bash_begin(id: &str, command: &str) -> E {
+    E::ToolCallBegin(pb::ToolCallBegin {
+        tool_use_id: id.into(),
+        tool_name: "bash".into(),
+        summary: format!("bash: {command}"),
+        input_json: String::new(),
+    })
+}
+
+fn output(id: &str, text: &str) -> E {
+    E::ToolOutputDelta(pb::ToolOutputDelta {
+        tool_use_id: id.into(),
+        text: text.into(),
+        skipped_bytes: 0,
+    })
+}
+
+/// The end of a bash call that printed `lines` (numbered from 1) lines,
+/// with the preview the daemon makes of them.
+fn bash_end(id: &str, lines: usize, summary: &str) -> E {
+    let all: Vec<String> = (1..=lines).map(|i| format!("line-{i}")).collect();
+    let head = all.len().min(OUTPUT_LINES);
+    let tail = (all.len() - head).min(OUTPUT_LINES);
+    E::ToolCallEnd(pb::ToolCallEnd {
+        tool_use_id: id.into(),
+        tool_name: "bash".into(),
+        summary: summary.into(),
+        output_head: all[..head].to_vec(),
+        output_tail: all[all.len() - tail..].to_vec(),
+        output_lines: lines as u64,
+        ..Default::default()
+    })
+}
+
+#[test]
+fn a_fast_commands_output_is_shown_from_its_end() {
+    let out = render(vec![
+        bash_begin("t1", "echo hi"),
+        E::ToolCallEnd(pb::ToolCallEnd {
+            tool_use_id: "t1".into(),
+            tool_name: "bash".into(),
+            summary: "exit code 0 in 0.0 s".into(),
+            output_head: vec!["hi".into()],
+            output_lines: 1,
+            ..Default::default()
+        }),
+    ]);
+    assert_eq!(
+        out,
+        "⏺ bash: echo hi\n  │ hi\n  ⎿ ok exit code 0 in 0.0 s\n"
+    );
+}
+
+#[test]
+fn a_fast_commands_long_output_is_folded_to_its_first_and_last_lines() {
+    let out = render(vec![
+        bash_begin("t1", "seq 100"),
+        bash_end("t1", 100, "exit code 0 in 0.1 s"),
+    ]);
+    let want = "⏺ bash: seq 100\n\
+                \x20 │ line-1\n  │ line-2\n  │ line-3\n  │ line-4\n  │ line-5\n\
+                \x20 │ … 90 more lines\n\
+                \x20 │ line-96\n  │ line-97\n  │ line-98\n  │ line-99\n  │ line-100\n\
+                \x20 ⎿ ok exit code 0 in 0.1 s · 100 lines\n";
+    assert_eq!(out, want);
+}
+
+#[test]
+fn live_output_shows_the_first_lines_as_they_come_then_the_count_and_the_last() {
+    let mut events = vec![bash_begin("t1", "make")];
+    // Lines arrive in pieces, split anywhere.
+    let text: String = (1..=40).map(|i| format!("line-{i}\n")).collect();
+    for piece in text.as_bytes().chunks(7) {
+        events.push(output("t1", std::str::from_utf8(piece).unwrap()));
+    }
+    events.push(bash_end("t1", 40, "exit code 0 in 2.0 s"));
+    let out = render(events);
+    let want = "⏺ bash: make\n\
+                \x20 │ line-1\n  │ line-2\n  │ line-3\n  │ line-4\n  │ line-5\n\
+                \x20 │ … 30 more lines\n\
+                \x20 │ line-36\n  │ line-37\n  │ line-38\n  │ line-39\n  │ line-40\n\
+                \x20 ⎿ ok exit code 0 in 2.0 s · 40 lines\n";
+    assert_eq!(out, want);
+}
+
+#[test]
+fn live_output_of_a_few_lines_is_shown_whole_once() {
+    let out = render(vec![
+        bash_begin("t1", "for i in 1 2 3"),
+        output("t1", "line-1\n"),
+        output("t1", "line-2\nline-"),
+        output("t1", "3"),
+        bash_end("t1", 3, "exit code 0 in 0.6 s"),
+        // The durable result does not repeat it.
+        appended(msg(
+            3,
+            Role::User,
+            vec![tool_result("t1", "line-1\n…", false)],
+        )),
+    ]);
+    assert_eq!(
+        out,
+        "⏺ bash: for i in 1 2 3\n  │ line-1\n  │ line-2\n  │ line-3\n  ⎿ ok exit code 0 in 0.6 s\n"
+    );
+    // Seven lines: five live, the last two from the end, nothing counted.
+    let mut events = vec![bash_begin("t1", "seven")];
+    events.extend((1..=7).map(|i| output("t1", &format!("line-{i}\n"))));
+    events.push(bash_end("t1", 7, "done"));
+    let out = render(events);
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("  │ line-")).count(),
+        7,
+        "{out}"
+    );
+    assert!(
+        out.contains("  │ line-6\n  │ line-7\n  ⎿ ok done\n"),
+        "{out}"
+    );
+    assert!(!out.contains("more"), "{out}");
+}
+
+#[test]
+fn an_interrupted_call_counts_what_it_printed_live() {
+    let mut events = vec![bash_begin("t1", "yes")];
+    events.extend((1..=12).map(|i| output("t1", &format!("y{i}\n"))));
+    events.push(E::ToolCallEnd(pb::ToolCallEnd {
+        tool_use_id: "t1".into(),
+        is_error: true,
+        summary: "interrupted".into(),
+        ..Default::default()
+    }));
+    // Output that comes after the end is not shown.
+    events.push(output("t1", "late\n"));
+    let out = render(events);
+    assert!(
+        out.ends_with("  │ y5\n  │ … 7 more lines\n  ⎿ error interrupted · 12 lines\n"),
+        "{out}"
+    );
+    assert!(!out.contains("late"));
+}
+
+#[test]
+fn skipped_output_is_counted_from_the_end() {
+    let out = render(vec![
+        bash_begin("t1", "flood"),
+        output("t1", "line-1\nline-2\n"),
+        E::ToolOutputDelta(pb::ToolOutputDelta {
+            tool_use_id: "t1".into(),
+            text: "line-999\nline-1000\n".into(),
+            skipped_bytes: 10_000,
+        }),
+        bash_end("t1", 1000, "exit code 0"),
+    ]);
+    assert!(
+        out.contains("  │ line-1\n  │ line-2\n  │ … 993 more lines\n  │ line-996\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("  │ line-1000\n  ⎿ ok exit code 0 · 1000 lines\n"),
+        "{out}"
+    );
 }

@@ -14,6 +14,7 @@ mod harness;
 mod hooks;
 mod idempotency;
 mod limits;
+mod live_output;
 mod ops;
 mod permissions;
 mod queue;

@@ -560,13 +560,29 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             summary,
             diff,
             duration_ms,
-        } => E::ToolCallEnd(pb::ToolCallEnd {
+            preview,
+        } => {
+            let preview = preview.clone().unwrap_or_default();
+            E::ToolCallEnd(pb::ToolCallEnd {
+                tool_use_id: tool_use_id.clone(),
+                tool_name: name.clone(),
+                is_error: *is_error,
+                summary: summary.clone(),
+                diff: diff.clone().unwrap_or_default(),
+                duration_ms: *duration_ms,
+                output_head: preview.head,
+                output_tail: preview.tail,
+                output_lines: preview.lines,
+            })
+        }
+        EventKind::ToolOutputDelta {
+            tool_use_id,
+            text,
+            skipped_bytes,
+        } => E::ToolOutputDelta(pb::ToolOutputDelta {
             tool_use_id: tool_use_id.clone(),
-            tool_name: name.clone(),
-            is_error: *is_error,
-            summary: summary.clone(),
-            diff: diff.clone().unwrap_or_default(),
-            duration_ms: *duration_ms,
+            text: text.clone(),
+            skipped_bytes: *skipped_bytes,
         }),
         EventKind::PermissionRequested(v) => E::PermissionRequested(pb::PermissionRequested {
             request: Some(permission(v)),

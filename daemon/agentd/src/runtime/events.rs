@@ -147,6 +147,16 @@ pub enum EventKind {
         diff: Option<String>,
         /// Wall time.
         duration_ms: u64,
+        /// The start and end of what a command printed.
+        preview: Option<crate::tools::OutputPreview>,
+    },
+    /// What a running tool printed since its last such event: live only,
+    /// never stored (`tools/live.rs` says how it is coalesced).
+    ToolOutputDelta {
+        tool_use_id: String,
+        text: String,
+        /// Bytes left out just before `text`.
+        skipped_bytes: u64,
     },
     /// A permission request was raised.
     PermissionRequested(PermissionView),

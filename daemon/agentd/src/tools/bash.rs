@@ -14,12 +14,14 @@
 //! stdout and stderr share one pipe, so their lines arrive interleaved in
 //! the order the command wrote them, as in a terminal. The pipe is drained
 //! into a head-and-tail buffer, so memory stays bounded whatever the command
-//! prints.
+//! prints. The same reader hands the output, coalesced, to the people
+//! watching while the command runs ([`super::live`]), and the result
+//! carries a preview of its first and last lines.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agentd_core::ToolSpec;
 use agentd_core::tools::Tool;
@@ -29,7 +31,9 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
 
+use super::live::{Coalescer, LineCount, OutputPreview};
 use super::{ToolContext, ToolError, ToolOutput, input};
 use crate::process::{self, DRAIN, Group, KILL_WAIT, OnDrop};
 use crate::truncate::HeadTail;
@@ -158,15 +162,19 @@ async fn execute(
         output: receiver,
     } = process::spawn_bash(command, &ctx.cwd, OnDrop::Kill)
         .map_err(|e| ToolError::new(format!("bash: {e}")))?;
-    let output = Arc::new(Mutex::new(HeadTail::new(limits.content_budget())));
-    let reader = tokio::spawn(pump(receiver, Arc::clone(&output)));
+    let output = Arc::new(Mutex::new(Captured {
+        text: HeadTail::new(limits.content_budget()),
+        lines: LineCount::default(),
+    }));
+    let started = Instant::now();
+    let live = ctx.live.clone().map(|sink| Coalescer::new(sink, started));
+    let reader = tokio::spawn(pump(receiver, Arc::clone(&output), live));
     let mut guard = GroupGuard {
         group,
         armed: true,
         reader: reader.abort_handle(),
     };
 
-    let started = Instant::now();
     let end = tokio::select! {
         status = child.wait() => End::Exited(status),
         () = tokio::time::sleep(Duration::from_millis(timeout_ms)) => End::TimedOut,
@@ -197,18 +205,31 @@ async fn execute(
     let _ = tokio::time::timeout(DRAIN, reader).await;
     drop(guard);
 
-    let text = output
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .render(limits.content_budget());
-    Ok(report(
+    let (text, lines) = {
+        let captured = output.lock().unwrap_or_else(|p| p.into_inner());
+        (
+            captured.text.render(limits.content_budget()),
+            captured.lines.lines(),
+        )
+    };
+    let preview = OutputPreview::of(&text, lines);
+    let mut out = report(
         end,
         text,
         elapsed,
         timeout_ms,
         stopped_leftovers,
         limits.bash_max_timeout_ms,
-    ))
+    );
+    out.preview = Some(preview);
+    Ok(out)
+}
+
+/// What the command printed: the bounded text the result keeps, and how
+/// many lines there were in all.
+struct Captured {
+    text: HeadTail,
+    lines: LineCount,
 }
 
 /// Builds the result the model sees.
@@ -274,6 +295,7 @@ fn report(
         is_error,
         summary,
         diff: None,
+        preview: None,
     }
 }
 
@@ -283,17 +305,50 @@ fn signal_name(sig: i32) -> String {
         .unwrap_or_default()
 }
 
-/// Copies the command's output into the bounded buffer until end-of-file.
-async fn pump(mut receiver: pipe::Receiver, output: Arc<Mutex<HeadTail>>) {
+/// Copies the command's output into the bounded buffer until end-of-file,
+/// and hands it to `live` (if anyone watches) when a chunk is due. Sending
+/// never waits, so the command is never held up by its viewers.
+async fn pump(
+    mut receiver: pipe::Receiver,
+    output: Arc<Mutex<Captured>>,
+    mut live: Option<Coalescer>,
+) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
-        match receiver.read(&mut buf).await {
+        let due = live.as_ref().and_then(Coalescer::due);
+        let read = match due {
+            None => receiver.read(&mut buf).await,
+            Some(due) => {
+                // Reading is cancel-safe: a read that loses the race
+                // has taken nothing from the pipe.
+                tokio::select! {
+                    read = receiver.read(&mut buf) => read,
+                    () = tokio::time::sleep_until(due) => {
+                        if let Some(live) = &mut live {
+                            live.flush(Instant::now());
+                        }
+                        continue;
+                    }
+                }
+            }
+        };
+        match read {
             Ok(0) | Err(_) => break,
-            Ok(n) => output
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .push(&buf[..n]),
+            Ok(n) => {
+                let bytes = &buf[..n];
+                {
+                    let mut captured = output.lock().unwrap_or_else(|p| p.into_inner());
+                    captured.text.push(bytes);
+                    captured.lines.push(bytes);
+                }
+                if let Some(live) = &mut live {
+                    live.push(bytes);
+                }
+            }
         }
+    }
+    if let Some(live) = live {
+        live.finish();
     }
 }
 

@@ -27,6 +27,8 @@ mod grep;
 mod input;
 mod keyword_search;
 mod kill_shell;
+mod live;
+pub use live::{LiveOutput, OutputChunk, OutputPreview};
 mod patch;
 mod paths;
 pub use paths::resolve_real;
@@ -110,6 +112,9 @@ pub struct ToolContext {
     /// The conversation the call belongs to: the model sees only the
     /// background shells this conversation started.
     pub conversation_id: String,
+    /// Where a command's output goes while it runs, for people watching
+    /// (`bash` in the foreground); None: nobody is told.
+    pub live: Option<LiveOutput>,
 }
 
 impl ToolContext {
@@ -123,6 +128,7 @@ impl ToolContext {
             limits: ToolLimits::default(),
             shells: None,
             conversation_id: String::new(),
+            live: None,
         }
     }
 
@@ -154,6 +160,9 @@ pub struct ToolOutput {
     pub summary: String,
     /// The unified diff of a file change, for clients to render.
     pub diff: Option<String>,
+    /// The start and end of what a command printed, for clients to show
+    /// when the call ends (`bash` in the foreground).
+    pub preview: Option<OutputPreview>,
 }
 
 impl ToolOutput {
@@ -164,6 +173,7 @@ impl ToolOutput {
             is_error: false,
             summary: summary.into(),
             diff: None,
+            preview: None,
         }
     }
 
@@ -176,6 +186,7 @@ impl ToolOutput {
             is_error: true,
             summary,
             diff: None,
+            preview: None,
         }
     }
 }
@@ -409,6 +420,7 @@ pub(crate) fn cancelled_output() -> ToolOutput {
         is_error: true,
         summary: "cancelled".to_string(),
         diff: None,
+        preview: None,
     }
 }
 

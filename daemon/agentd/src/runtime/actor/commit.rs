@@ -430,6 +430,7 @@ impl Actor {
             summary: output.summary,
             diff: output.diff,
             duration_ms: 0,
+            preview: output.preview,
         });
         Event::ToolCompleted {
             result: ToolResult::new(call.id, output.content, output.is_error),

@@ -116,12 +116,16 @@ impl Work {
         true
     }
 
+    /// Whether `call` runs the tool `tool_use_id` and it is not over.
+    pub(super) fn is_current_tool(&self, call: u64, tool_use_id: &str) -> bool {
+        self.tools
+            .get(tool_use_id)
+            .is_some_and(|(f, _)| f.call == call)
+    }
+
     /// Whether `call` runs the tool `tool_use_id`; if so it is over.
     pub(super) fn finish_tool(&mut self, call: u64, tool_use_id: &str) -> bool {
-        let current = self
-            .tools
-            .get(tool_use_id)
-            .is_some_and(|(f, _)| f.call == call);
+        let current = self.is_current_tool(call, tool_use_id);
         if current {
             self.tools.remove(tool_use_id);
         }
@@ -215,6 +219,7 @@ impl Actor {
                             summary: "interrupted".to_string(),
                             diff: None,
                             duration_ms: started.elapsed().as_millis() as u64,
+                            preview: None,
                         });
                     }
                 }
@@ -352,6 +357,7 @@ impl Actor {
             },
             shells: Some(self.shared.shells.clone()),
             conversation_id: self.record.id.clone(),
+            live: None,
         }
     }
 
@@ -637,7 +643,20 @@ impl Actor {
             Vec::new()
         };
         let env = self.hook_env(cancel.clone());
-        let ctx = self.tool_context(cancel);
+        let mut ctx = self.tool_context(cancel);
+        if !background {
+            // The sink only posts to the mailbox, which never blocks; the
+            // actor drops what arrives for a call that is over.
+            let mailbox = self.tx.clone();
+            let tool_use_id = call.id.clone();
+            ctx.live = Some(crate::tools::LiveOutput::new(move |chunk| {
+                let _ = mailbox.send(Input::ToolOutput {
+                    call: id,
+                    tool_use_id: tool_use_id.clone(),
+                    chunk,
+                });
+            }));
+        }
         let registry = self.shared.tools.clone();
         let tx = self.tx.clone();
         tokio::spawn(async move {

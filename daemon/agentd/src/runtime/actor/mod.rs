@@ -51,6 +51,12 @@ pub(crate) enum Input {
         call: u64,
         result: Result<Reply, LlmError>,
     },
+    /// A running tool printed something (coalesced, for people watching).
+    ToolOutput {
+        call: u64,
+        tool_use_id: String,
+        chunk: crate::tools::OutputChunk,
+    },
     /// A tool ended (its post_tool_use hooks included).
     ToolDone {
         call: u64,
@@ -346,6 +352,19 @@ impl Actor {
                 };
                 self.apply_internal(event).await;
             }
+            Input::ToolOutput {
+                call,
+                tool_use_id,
+                chunk,
+            } => {
+                if self.work.is_current_tool(call, &tool_use_id) {
+                    self.emit(EventKind::ToolOutputDelta {
+                        tool_use_id,
+                        text: chunk.text,
+                        skipped_bytes: chunk.skipped_bytes,
+                    });
+                }
+            }
             Input::ToolDone {
                 call,
                 tool_use_id,
@@ -365,6 +384,7 @@ impl Actor {
                     summary: output.summary.clone(),
                     diff: output.diff.clone(),
                     duration_ms,
+                    preview: output.preview.clone(),
                 });
                 self.apply_internal(Event::ToolCompleted {
                     result: ToolResult::new(tool_use_id, output.content, output.is_error),

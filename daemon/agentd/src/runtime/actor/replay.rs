@@ -15,6 +15,9 @@ pub const HUB_CAPACITY: usize = 8192;
 /// Recent events kept for clients that reconnect with `after_seq` (beyond
 /// it they get a snapshot).
 const REPLAY_CAPACITY: usize = 1024;
+/// A running call's output events kept for clients that reconnect during
+/// it (the newest; older ones go, so a reconnect may show only the tail).
+const OUTPUT_REPLAY: usize = 16;
 /// Durable events replayed from the store to a reconnecting client; beyond
 /// this it gets a snapshot.
 const MAX_STORED_REPLAY: usize = 2048;
@@ -34,6 +37,9 @@ pub(super) struct Fanout {
     /// a live conversation holds).
     hub: Option<broadcast::Sender<Arc<ConvEvent>>>,
     replay: VecDeque<Buffered>,
+    /// How many `ToolOutputDelta`s `replay` holds (most of the time none,
+    /// and then nothing is searched for them).
+    outputs: usize,
     /// The attached clients.
     pub(super) clients: Vec<ClientInfo>,
     next_seq: u64,
@@ -46,6 +52,7 @@ impl Fanout {
         Fanout {
             hub: None,
             replay: VecDeque::new(),
+            outputs: 0,
             clients: Vec::new(),
             next_seq: first_seq,
             held: None,
@@ -120,14 +127,42 @@ impl Fanout {
             // conversation stayed loaded (BENCHMARKS.md, fan-out memory).
             self.replay.retain(|e| !e.is_delta());
         }
-        if self.replay.len() == REPLAY_CAPACITY {
-            self.replay.pop_front();
+        match &event.kind {
+            // The call's output is in its result now (and the end carries a
+            // preview): a client replayed from before the end gets that.
+            EventKind::ToolCallEnd { tool_use_id, .. } if self.outputs > 0 => {
+                self.replay.retain(|e| e.output_of() != Some(tool_use_id));
+                self.outputs = self.count_outputs();
+            }
+            EventKind::ToolOutputDelta { .. } if self.outputs >= OUTPUT_REPLAY => {
+                if let Some(oldest) = self.replay.iter().position(|e| e.output_of().is_some()) {
+                    self.replay.remove(oldest);
+                    self.outputs -= 1;
+                }
+            }
+            _ => {}
+        }
+        if self.replay.len() == REPLAY_CAPACITY
+            && let Some(gone) = self.replay.pop_front()
+            && gone.output_of().is_some()
+        {
+            self.outputs -= 1;
+        }
+        if matches!(event.kind, EventKind::ToolOutputDelta { .. }) {
+            self.outputs += 1;
         }
         self.replay.push_back(Buffered::of(&event));
         if let Some(hub) = &self.hub {
             // No receivers left is fine: the clients went away.
             let _ = hub.send(event);
         }
+    }
+
+    fn count_outputs(&self) -> usize {
+        self.replay
+            .iter()
+            .filter(|e| e.output_of().is_some())
+            .count()
     }
 
     /// The buffered events after `after_seq`, when the buffer reaches back
@@ -179,6 +214,17 @@ impl Buffered {
 
     fn is_delta(&self) -> bool {
         matches!(self, Buffered::Event(e) if e.delta_text().is_some())
+    }
+
+    /// The call whose output this is, for a `ToolOutputDelta`.
+    fn output_of(&self) -> Option<&String> {
+        match self {
+            Buffered::Event(e) => match &e.kind {
+                EventKind::ToolOutputDelta { tool_use_id, .. } => Some(tool_use_id),
+                _ => None,
+            },
+            Buffered::Appended { .. } => None,
+        }
     }
 
     fn seq(&self) -> u64 {
@@ -499,6 +545,46 @@ mod tests {
             .buffered_after(0, std::slice::from_ref(&reply))
             .unwrap();
         assert_eq!(seqs(&replayed), [1, 5]);
+    }
+
+    #[test]
+    fn the_buffer_keeps_only_a_running_calls_newest_output_and_drops_it_at_the_end() {
+        let mut fanout = Fanout::new(1);
+        let output = |i: usize| EventKind::ToolOutputDelta {
+            tool_use_id: "t1".into(),
+            text: format!("line {i}\n"),
+            skipped_bytes: 0,
+        };
+        fanout.emit(0, EventKind::Notice("begin".into()));
+        for i in 0..OUTPUT_REPLAY + 4 {
+            fanout.emit(0, output(i));
+        }
+        let texts: Vec<String> = fanout
+            .buffered_after(0, &[])
+            .unwrap()
+            .iter()
+            .filter_map(|e| match &e.kind {
+                EventKind::ToolOutputDelta { text, .. } => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts.len(), OUTPUT_REPLAY);
+        assert_eq!(texts[0], "line 4\n", "the oldest went first");
+        assert_eq!(fanout.outputs, OUTPUT_REPLAY);
+        fanout.emit(
+            0,
+            EventKind::ToolCallEnd {
+                tool_use_id: "t1".into(),
+                name: "bash".into(),
+                is_error: false,
+                summary: String::new(),
+                diff: None,
+                duration_ms: 1,
+                preview: None,
+            },
+        );
+        assert_eq!(fanout.outputs, 0);
+        assert_eq!(fanout.replay.len(), 2, "the notice and the end");
     }
 
     #[test]

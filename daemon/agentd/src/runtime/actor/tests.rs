@@ -871,3 +871,61 @@ async fn timestamps_come_from_the_injected_clock() {
     until_idle(&mut sub).await;
     assert_eq!(rig.record(&id).updated_at_ms, T0 + 5_000);
 }
+
+/// What a client saw of tool call `id`: its output deltas' texts, until
+/// its end.
+async fn output_until_end(sub: &mut Subscription, id: &str) -> Vec<String> {
+    let mut texts = Vec::new();
+    loop {
+        let (_, (text, end)) = next(sub, |e| match &e.kind {
+            EventKind::ToolOutputDelta {
+                tool_use_id, text, ..
+            } if tool_use_id == id => Some((text.clone(), false)),
+            EventKind::ToolCallEnd { tool_use_id, .. } if tool_use_id == id => {
+                Some((String::new(), true))
+            }
+            _ => None,
+        })
+        .await;
+        if end {
+            return texts;
+        }
+        texts.push(text);
+    }
+}
+
+// Real time: the commands run as real processes.
+#[tokio::test]
+async fn a_running_commands_output_reaches_clients_live_and_a_silent_one_sends_none() {
+    let rig = rig_with(|c| {
+        c.rules
+            .push(agentd_core::Rule::parse("bash", agentd_core::Action::Allow).unwrap())
+    });
+    let id = rig.conversation(Mode::Default).await;
+    let mut sub = rig.attach(&id).await;
+    let slow = "for i in 1 2 3 4 5 6; do echo line-$i; sleep 0.06; done";
+    rig.model
+        .push(calls(&[("t1", "bash", json!({"command": slow}))]));
+    rig.model
+        .push(calls(&[("t2", "bash", json!({"command": "sleep 0.3"}))]));
+    rig.model.push(says("done"));
+    rig.manager.send(&id, "go".into()).await.unwrap();
+
+    let deltas = output_until_end(&mut sub, "t1").await;
+    assert!(deltas.len() >= 2, "{deltas:?}");
+    let all: String = (1..=6).map(|i| format!("line-{i}\n")).collect();
+    assert_eq!(deltas.concat(), all, "in order, each once");
+    assert!(output_until_end(&mut sub, "t2").await.is_empty());
+    until_idle(&mut sub).await;
+
+    // Nothing of it was stored, and the buffer let go of it.
+    let again = rig.manager.subscribe(&id, 1, "again".into()).await.unwrap();
+    assert!(
+        !again
+            .initial
+            .iter()
+            .any(|e| matches!(e.kind, EventKind::ToolOutputDelta { .. }))
+    );
+    let result = tool_results(&rig.transcript(&id)[2]).remove(0);
+    assert_eq!(result, format!("{all}[exit code 0]"));
+}
