@@ -790,6 +790,7 @@ fn an_interrupt_marker_is_not_shown_as_typed_text() {
     }
     let out = String::from_utf8(r.into_inner()).unwrap();
     assert_eq!(out, "> fix it\n  [Request interrupted by user]\n");
+}
 
 fn bash_begin(id: &str, command: &str) -> E {
     E::ToolCallBegin(pb::ToolCallBegin {
