@@ -480,7 +480,7 @@ impl<W: Write> Renderer<W> {
             text.push(' ');
             text.push_str(&one_line(&t.summary, 120));
         }
-        if t.duration_ms >= 1000 {
+        if t.duration_ms >= 1000 && !states_a_duration(&t.summary) {
             let took = self.paint(DIM, &format!(" ({})", format_duration_ms(t.duration_ms)));
             text.push_str(&took);
         }
@@ -1015,6 +1015,16 @@ impl<W: Write> Renderer<W> {
             .collect::<Vec<_>>()
             .join("  ")
     }
+}
+
+/// Whether a tool's summary already ends with how long it took
+/// ("exit code 0 in 2.8 s"), so the time is not printed twice.
+fn states_a_duration(summary: &str) -> bool {
+    let mut words = summary.split_whitespace().rev();
+    matches!(
+        (words.next(), words.next(), words.next()),
+        (Some("s" | "ms"), Some(number), Some("in")) if number.parse::<f64>().is_ok()
+    )
 }
 
 /// The markers the daemon appends as user text when a turn is interrupted

@@ -954,3 +954,19 @@ fn skipped_output_is_counted_from_the_end() {
         "{out}"
     );
 }
+
+#[test]
+fn a_duration_the_summary_states_is_not_repeated() {
+    assert!(states_a_duration("exit code 0 in 2.8 s"));
+    assert!(states_a_duration("exit code 1 in 350 ms"));
+    assert!(!states_a_duration("read README.md"));
+    assert!(!states_a_duration("3 matches in 2 files"));
+    let out = render(vec![E::ToolCallEnd(pb::ToolCallEnd {
+        tool_use_id: "t9".into(),
+        tool_name: "bash".into(),
+        summary: "exit code 0 in 2.8 s".into(),
+        duration_ms: 2_800,
+        ..Default::default()
+    })]);
+    assert!(out.contains("⎿ ok exit code 0 in 2.8 s\n"), "{out}");
+}
