@@ -998,22 +998,40 @@ impl<W: Write> Renderer<W> {
         if !self.show_keys {
             return Ok(());
         }
-        let keys = self.keys(&offered);
-        self.line(&format!("  {keys}"))
+        for line in self.keys(&offered) {
+            self.line(&line)?;
+        }
+        Ok(())
     }
 
-    fn keys(&self, offered: &[Decision]) -> String {
-        offered
-            .iter()
-            .map(|d| {
-                let key = self.paint(BOLD, &format!("[{}]", d.key()));
-                match d {
-                    Decision::DenyAndStop => format!("{key} {} (then type feedback)", d.label()),
-                    _ => format!("{key} {}", d.label()),
-                }
-            })
-            .collect::<Vec<_>>()
-            .join("  ")
+    /// The keys line(s), indented, wrapped between options (never inside
+    /// one) at the screen's width.
+    fn keys(&self, offered: &[Decision]) -> Vec<String> {
+        let width = match self.markdown.width {
+            0 => usize::MAX,
+            w => w,
+        };
+        let mut lines = Vec::new();
+        let (mut line, mut used) = (String::from("  "), 2);
+        for d in offered {
+            let label = match d {
+                Decision::DenyAndStop => format!("{} (then type feedback)", d.label()),
+                _ => d.label().to_string(),
+            };
+            let columns = 4 + label.chars().count();
+            if used > 2 && used + 2 + columns > width {
+                lines.push(std::mem::replace(&mut line, String::from("  ")));
+                used = 2;
+            } else if used > 2 {
+                line.push_str("  ");
+                used += 2;
+            }
+            let key = self.paint(BOLD, &format!("[{}]", d.key()));
+            line.push_str(&format!("{key} {label}"));
+            used += columns;
+        }
+        lines.push(line);
+        lines
     }
 }
 

@@ -421,7 +421,8 @@ fn permission_request_block_and_resolution() {
          \x20 why: edits ask in default mode\n\
          \x20 --- a\n  +++ b\n  @@ -1 +1 @@\n  -old\n  +new\n\
          \x20 \"allow always\" adds the rule edit(src/**)\n\
-         \x20 [y] allow once  [a] allow always  [n] deny  [s] deny and stop (then type feedback)  [v] never\n\
+         \x20 [y] allow once  [a] allow always  [n] deny\n\
+         \x20 [s] deny and stop (then type feedback)  [v] never\n\
          \x20 ⎿ allow once (answered by bob)\n\
          \x20 ⎿ permission request cancelled\n"
     );
@@ -969,4 +970,29 @@ fn a_duration_the_summary_states_is_not_repeated() {
         ..Default::default()
     })]);
     assert!(out.contains("⎿ ok exit code 0 in 2.8 s\n"), "{out}");
+}
+
+#[test]
+fn the_keys_wrap_between_options_at_the_screen_width() {
+    let all = [
+        D::AllowOnce,
+        D::AllowAlways,
+        D::Deny,
+        D::DenyAndStop,
+        D::Never,
+        D::Background,
+    ];
+    let mut r = Renderer::new(Vec::new(), false).with_screen(80, false);
+    r.permission_request(&request(&all)).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    let keys: Vec<&str> = out.lines().filter(|l| l.contains("] ")).collect();
+    assert!(keys.len() >= 2, "{out}");
+    for line in &keys {
+        assert!(line.chars().count() <= 80, "{line:?}");
+        assert!(line.starts_with("  ["), "an option is never cut: {line:?}");
+    }
+    assert!(
+        out.contains("[s] deny and stop (then type feedback)"),
+        "{out}"
+    );
 }
