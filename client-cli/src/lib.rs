@@ -41,7 +41,7 @@ pub mod render;
 pub mod repl;
 pub mod session;
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -99,6 +99,7 @@ pub fn main() -> ExitCode {
         }
     };
     let mut io = Io::stdio(cli.color);
+    let json = cli.json;
     let result = runtime.block_on(execute(cli, &mut io));
     // A thread blocked reading the terminal must not hold the exit up.
     runtime.shutdown_timeout(Duration::from_millis(100));
@@ -106,8 +107,44 @@ pub fn main() -> ExitCode {
         Ok(exit) => exit.into(),
         Err(e) => {
             let _ = io.out.flush();
-            eprintln!("agent: {e}");
+            if !already_on_screen(&e, json, std::io::stdout().is_terminal()) {
+                eprintln!("agent: {e}");
+            }
             e.exit().into()
         }
+    }
+}
+
+/// Whether the person has just read this error in the session's output (a
+/// failed turn, an exhausted context: rendered on a terminal stdout), so it
+/// is not printed a second time. Scripts (`--json`, stdout not a terminal)
+/// always get the `agent: …` line on stderr.
+fn already_on_screen(e: &CliError, json: bool, stdout_is_terminal: bool) -> bool {
+    !json
+        && stdout_is_terminal
+        && matches!(
+            e,
+            CliError::TurnFailed { .. } | CliError::ContextExhausted(_)
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_turn_is_said_once_on_a_terminal() {
+        let failed = CliError::TurnFailed {
+            kind: "auth".into(),
+            message: "bad key".into(),
+        };
+        assert!(already_on_screen(&failed, false, true));
+        assert!(!already_on_screen(&failed, true, true));
+        assert!(!already_on_screen(&failed, false, false));
+        assert!(!already_on_screen(
+            &CliError::Input("x".into()),
+            false,
+            true
+        ));
     }
 }
