@@ -64,17 +64,9 @@ pub struct Cli {
     #[arg(short = 'r', long)]
     pub resume: bool,
 
-    /// Model of a new interactive conversation [default: the daemon's]
-    #[arg(long, value_name = "M")]
-    pub model: Option<String>,
-
-    /// Permission mode of a new interactive conversation [default: the daemon's]
-    #[arg(long, value_name = "MODE")]
-    pub mode: Option<Mode>,
-
-    /// Extra permission rule of a new interactive conversation (repeatable)
-    #[arg(long = "allow", value_name = "RULE")]
-    pub allow: Vec<String>,
+    /// How a new interactive conversation is set up.
+    #[command(flatten)]
+    pub new: NewArgs,
 
     /// The first message of a new interactive conversation
     #[arg(value_name = "PROMPT")]
@@ -322,13 +314,9 @@ pub enum DaemonCommand {
     },
 }
 
-/// `agent run`.
-#[derive(Debug, Args)]
-pub struct RunArgs {
-    /// Working directory of the conversation [default: the current directory]
-    #[arg(long, value_name = "DIR")]
-    pub cwd: Option<PathBuf>,
-
+/// How a new conversation is set up (`agent run`, and `agent` alone).
+#[derive(Debug, Default, Args)]
+pub struct NewArgs {
     /// Model to use [default: the daemon's]
     #[arg(long, value_name = "M")]
     pub model: Option<String>,
@@ -341,6 +329,17 @@ pub struct RunArgs {
     /// or 'write(src/**)' (repeatable)
     #[arg(long = "allow", value_name = "RULE")]
     pub allow: Vec<String>,
+}
+
+/// `agent run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Working directory of the conversation [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub cwd: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub new: NewArgs,
 
     /// Another directory the agent's tools may read and change, besides the
     /// working directory (repeatable)
@@ -735,9 +734,9 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(run.cwd, Some(PathBuf::from("/tmp")));
-        assert_eq!(run.model.as_deref(), Some("m1"));
-        assert_eq!(run.mode, Some(Mode::AcceptEdits));
-        assert_eq!(run.allow, vec!["bash(git status)", "write(src/**)"]);
+        assert_eq!(run.new.model.as_deref(), Some("m1"));
+        assert_eq!(run.new.mode, Some(Mode::AcceptEdits));
+        assert_eq!(run.new.allow, vec!["bash(git status)", "write(src/**)"]);
         assert!(run.yes);
         assert_eq!(run.prompt.join(" "), "fix the test");
     }
@@ -756,7 +755,7 @@ mod tests {
         let Command::Run(run) = cli.command.unwrap() else {
             panic!("not run")
         };
-        assert_eq!(run.mode, Some(Mode::ReadOnly));
+        assert_eq!(run.new.mode, Some(Mode::ReadOnly));
     }
 
     #[test]
@@ -921,7 +920,7 @@ mod tests {
         assert!(cli.continue_last && cli.command.is_none());
         let cli = parse(&["--mode", "plan", "fix the bug"]).unwrap();
         assert_eq!(cli.prompt.as_deref(), Some("fix the bug"));
-        assert_eq!(cli.mode, Some(Mode::Plan));
+        assert_eq!(cli.new.mode, Some(Mode::Plan));
     }
 
     #[test]

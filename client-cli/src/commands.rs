@@ -31,9 +31,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
             continue_last: cli.continue_last,
             resume: cli.resume,
             prompt: cli.prompt,
-            model: cli.model,
-            mode: cli.mode,
-            allow: cli.allow,
+            new: cli.new,
         };
         return crate::repl::interactive(&ctx, start, io).await;
     };
@@ -175,10 +173,10 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
     }
     let request = pb::CreateConversationRequest {
         cwd,
-        model: args.model.unwrap_or_default(),
+        model: args.new.model.unwrap_or_default(),
         prompt: prompt.clone(),
-        mode: args.mode.map_or(0, |m| m.to_proto() as i32),
-        allow_rules: args.allow,
+        mode: args.new.mode.map_or(0, |m| m.to_proto() as i32),
+        allow_rules: args.new.allow,
         additional_dirs,
         client_request_id: request_id(),
     };

@@ -963,19 +963,13 @@ impl Session<'_> {
             self.state,
             StateKind::Idle | StateKind::Error | StateKind::ContextExhausted
         );
-        match self.config.kind {
+        let note = match self.config.kind {
             SessionKind::Run => {
                 if self.interrupted || !busy {
                     return Ok(Some(Outcome::Interrupted));
                 }
                 self.interrupted = true;
-                self.prompt = None;
-                self.send_frame(Frame::Cancel(pb::CancelFrame {
-                    client_request_id: crate::commands::request_id(),
-                }))
-                .await;
-                self.render.cancel_said();
-                self.note("cancelling… (Ctrl-C again to quit now)")?;
+                "cancelling… (Ctrl-C again to quit now)"
             }
             SessionKind::Interactive => {
                 // Leaving is the terminal's business (Ctrl-C twice, Ctrl-D).
@@ -983,28 +977,23 @@ impl Session<'_> {
                     return Ok(None);
                 }
                 self.cancel_sent = true;
-                self.prompt = None;
-                self.send_frame(Frame::Cancel(pb::CancelFrame {
-                    client_request_id: crate::commands::request_id(),
-                }))
-                .await;
-                self.render.cancel_said();
-                self.note("cancelling the turn…")?;
+                "cancelling the turn…"
             }
             SessionKind::Attach => {
                 if self.cancel_sent || !busy {
                     return Ok(Some(Outcome::Interrupted));
                 }
                 self.cancel_sent = true;
-                self.prompt = None;
-                self.send_frame(Frame::Cancel(pb::CancelFrame {
-                    client_request_id: crate::commands::request_id(),
-                }))
-                .await;
-                self.render.cancel_said();
-                self.note("cancelling the turn… (Ctrl-C again to detach)")?;
+                "cancelling the turn… (Ctrl-C again to detach)"
             }
-        }
+        };
+        self.prompt = None;
+        self.send_frame(Frame::Cancel(pb::CancelFrame {
+            client_request_id: crate::commands::request_id(),
+        }))
+        .await;
+        self.render.cancel_said();
+        self.note(note)?;
         Ok(None)
     }
 

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use agent_proto::v1 as pb;
 
-use crate::cli::Mode;
+use crate::cli::NewArgs;
 use crate::commands::{Ctx, absolute_dir, client_name, create_conversation};
 use crate::error::{CliError, Exit};
 use crate::io::{Input, Interrupts, Io};
@@ -33,9 +33,8 @@ pub struct Start {
     pub resume: bool,
     /// `agent "PROMPT"`: the first message of a new conversation.
     pub prompt: Option<String>,
-    pub model: Option<String>,
-    pub mode: Option<Mode>,
-    pub allow: Vec<String>,
+    /// Model, mode and rules of a new conversation.
+    pub new: NewArgs,
 }
 
 /// Conversations `-r` offers.
@@ -107,10 +106,10 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                     };
                     let request = pb::CreateConversationRequest {
                         cwd: cwd.clone(),
-                        model: start.model.clone().unwrap_or_default(),
+                        model: start.new.model.clone().unwrap_or_default(),
                         prompt,
-                        mode: start.mode.map_or(0, |m| m.to_proto() as i32),
-                        allow_rules: start.allow.clone(),
+                        mode: start.new.mode.map_or(0, |m| m.to_proto() as i32),
+                        allow_rules: start.new.allow.clone(),
                         additional_dirs: Vec::new(),
                         client_request_id: crate::commands::request_id(),
                     };
