@@ -905,7 +905,24 @@ impl Session<'_> {
             }
             "exit" | "quit" => return Ok(Some(Outcome::Detached)),
             "clear" | "new" => return Ok(Some(Outcome::Switch(None))),
-            "attach" if !arg.is_empty() => return Ok(Some(Outcome::Switch(Some(arg.to_string())))),
+            "attach" if !arg.is_empty() => {
+                // A wrong id is said here; the session stays where it is.
+                let request = pb::GetConversationRequest {
+                    conversation_id: arg.to_string(),
+                };
+                match self.client.get_conversation(request).await {
+                    Ok(found) => {
+                        if let Some(c) = found.into_inner().conversation {
+                            return Ok(Some(Outcome::Switch(Some(c.id))));
+                        }
+                        self.show_error("the daemon returned no conversation")?;
+                    }
+                    Err(status) => {
+                        let error = CliError::conversation_status(status, arg);
+                        self.show_error(&error.to_string())?;
+                    }
+                }
+            }
             "attach" => self.show_error("which conversation? /attach ID (agent ls lists them)")?,
             "cost" | "usage" => {
                 let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();

@@ -6,6 +6,7 @@ use tonic::Status;
 
 use crate::error::Exit;
 use crate::mock::{AttachCall, CONV_ID, Daemon, state};
+use crate::session::{Outcome, SessionConfig, SessionKind, session_outcome};
 use agent_proto::testing::rpc;
 
 fn snapshot(kind: S, messages: Vec<pb::Message>, pending: Option<pb::PermissionRequest>) -> E {
@@ -732,4 +733,55 @@ async fn a_message_not_yet_appended_is_sent_again_with_its_id_after_a_reconnect(
     agent.close_stdin();
     let (result, _, _) = agent.finish().await;
     assert_eq!(result.unwrap(), Exit::Ok);
+}
+
+#[tokio::test]
+async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
+    let mut daemon = Daemon::start().await;
+    daemon.state().exports = vec![pb::ExportedConversation {
+        conversation: Some(pb::ConversationSummary {
+            id: "01OTHER".into(),
+            ..Default::default()
+        }),
+        messages: Vec::new(),
+    }];
+    let (lines, lines_rx) = tokio::sync::mpsc::channel(4);
+    let (_presses, presses_rx) = tokio::sync::mpsc::channel(1);
+    let (mut io, captured) = crate::io::Io::captured(lines_rx, true, presses_rx);
+    let client = crate::connect(&daemon.socket).await.unwrap();
+    let config = SessionConfig {
+        kind: SessionKind::Interactive,
+        conversation_id: CONV_ID.into(),
+        socket: daemon.socket.clone(),
+        yes: false,
+        json: false,
+        client_name: "me".into(),
+        sent_prompt: None,
+    };
+    let session = tokio::spawn(async move {
+        session_outcome(client, config, &mut io, None)
+            .await
+            .map(|(outcome, _)| outcome)
+    });
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(3, snapshot(S::Idle, Vec::new(), None)).await;
+    lines.send("/attach nope".into()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !captured.out.text().contains("nope") {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{}",
+            captured.out.text()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(
+        !session.is_finished(),
+        "a wrong id does not end the session"
+    );
+    // A right prefix switches to that conversation.
+    lines.send("/attach 01OTH".into()).await.unwrap();
+    let outcome = session.await.unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Switch(Some("01OTHER".into())));
 }
