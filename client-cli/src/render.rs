@@ -91,6 +91,10 @@ pub struct Renderer<W: Write> {
     cancel_said: bool,
     /// `--yes`: requests are answered by the client itself, one line each.
     auto_allow: bool,
+    /// Reads, greps and globs begun and not printed yet: each becomes one
+    /// line with its result when it ends (printed alone if anything else
+    /// is printed first).
+    held: Vec<(String, String)>,
     /// This client's id, from the snapshot (its own join is not announced).
     own_client_id: String,
     /// This client's name. A client that resumes after a reconnect gets no
@@ -129,6 +133,7 @@ impl<W: Write> Renderer<W> {
             cwd: String::new(),
             cancel_said: false,
             auto_allow: false,
+            held: Vec::new(),
             own_client_id: String::new(),
             own_name: String::new(),
             sent_texts: VecDeque::new(),
@@ -240,6 +245,17 @@ impl<W: Write> Renderer<W> {
     /// shows what is left of the reply text being streamed: whatever comes
     /// next (a tool call, a notice, the end of the turn) ends that text.
     pub fn end_line(&mut self) -> io::Result<()> {
+        self.end_text()?;
+        for (_, summary) in std::mem::take(&mut self.held) {
+            let dot = self.paint(GREEN, "⏺");
+            writeln!(self.out, "{dot} {summary}")?;
+        }
+        Ok(())
+    }
+
+    /// Ends an open line and the reply's held-back text (not the held
+    /// tool calls).
+    fn end_text(&mut self) -> io::Result<()> {
         if self.line_open {
             writeln!(self.out)?;
             self.line_open = false;
@@ -320,7 +336,13 @@ impl<W: Write> Renderer<W> {
                 };
                 self.tool_uses
                     .insert(t.tool_use_id.clone(), summary.clone());
-                self.tool_begin(&t.tool_use_id, &summary)?;
+                if matches!(t.tool_name.as_str(), "read" | "grep" | "glob") {
+                    // One line with its result, when it ends.
+                    self.begun.insert(t.tool_use_id.clone());
+                    self.held.push((t.tool_use_id.clone(), summary));
+                } else {
+                    self.tool_begin(&t.tool_use_id, &summary)?;
+                }
             }
             Event::ToolCallEnd(t) => self.tool_end(t)?,
             Event::ToolOutputDelta(d) => self.tool_output(d)?,
@@ -474,8 +496,20 @@ impl<W: Write> Renderer<W> {
         } else {
             self.paint(GREEN, "ok")
         };
-        let lines = self.output_end(t)?;
-        let mut text = format!("  ⎿ {outcome}");
+        let held = self
+            .held
+            .iter()
+            .position(|(id, _)| *id == t.tool_use_id)
+            .map(|i| self.held.remove(i).1);
+        let lines = if held.is_some() {
+            0
+        } else {
+            self.output_end(t)?
+        };
+        let mut text = match &held {
+            Some(summary) => format!("{} {summary} ⎿ {outcome}", self.paint(GREEN, "⏺")),
+            None => format!("  ⎿ {outcome}"),
+        };
         if !t.summary.is_empty() {
             text.push(' ');
             text.push_str(&one_line(&t.summary, 120));
@@ -488,7 +522,14 @@ impl<W: Write> Renderer<W> {
             let count = self.paint(DIM, &format!(" · {lines} lines"));
             text.push_str(&count);
         }
-        self.line(&text)?;
+        if held.is_some() {
+            // Other reads still running stay held: their lines come with
+            // their results, in the order they end.
+            self.end_text()?;
+            writeln!(self.out, "{text}")?;
+        } else {
+            self.line(&text)?;
+        }
         self.diff(&t.diff, "    ")?;
         self.ended.insert(t.tool_use_id.clone());
         Ok(())

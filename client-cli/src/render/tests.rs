@@ -996,3 +996,49 @@ fn the_keys_wrap_between_options_at_the_screen_width() {
         "{out}"
     );
 }
+
+#[test]
+fn reads_greps_and_globs_are_one_line_each() {
+    let begin = |id: &str, name: &str, summary: &str| {
+        E::ToolCallBegin(pb::ToolCallBegin {
+            tool_use_id: id.into(),
+            tool_name: name.into(),
+            summary: summary.into(),
+            input_json: String::new(),
+        })
+    };
+    let end = |id: &str, name: &str, summary: &str| {
+        E::ToolCallEnd(pb::ToolCallEnd {
+            tool_use_id: id.into(),
+            tool_name: name.into(),
+            summary: summary.into(),
+            ..Default::default()
+        })
+    };
+    let out = render(vec![
+        begin("r1", "read", "read a.rs"),
+        begin("g1", "glob", "glob: *.md"),
+        end("g1", "glob", "3 files"),
+        end("r1", "read", "lines 1-9 of 9"),
+        begin("b1", "bash", "bash: ls"),
+        end("b1", "bash", "exit code 0"),
+    ]);
+    assert_eq!(
+        out,
+        "⏺ glob: *.md ⎿ ok 3 files\n\
+         ⏺ read a.rs ⎿ ok lines 1-9 of 9\n\
+         ⏺ bash: ls\n\
+         \x20 ⎿ ok exit code 0\n"
+    );
+    // Something else printed first: the read's call is shown alone, then
+    // its result under it.
+    let out = render(vec![
+        begin("r1", "read", "read a.rs"),
+        E::Notice(pb::Notice {
+            message: "hello".into(),
+        }),
+        end("r1", "read", "lines 1-9 of 9"),
+    ]);
+    assert!(out.starts_with("⏺ read a.rs\n"), "{out}");
+    assert!(out.contains("hello"), "{out}");
+}
