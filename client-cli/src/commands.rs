@@ -200,6 +200,9 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
         client_name: client_name(),
         sent_prompt: Some(prompt),
     };
+    if io.tty && !ctx.json && !config.yes {
+        return crate::repl::on_terminal(client, config, io).await;
+    }
     run_session(client, config, io).await
 }
 
@@ -249,6 +252,9 @@ async fn attach(ctx: &Ctx, args: AttachArgs, io: &mut Io) -> Result<Exit, CliErr
         client_name: client_name(),
         sent_prompt: None,
     };
+    if io.tty && !ctx.json && !config.yes {
+        return crate::repl::on_terminal(client, config, io).await;
+    }
     run_session(client, config, io).await
 }
 

@@ -26,6 +26,9 @@ pub struct Io {
     pub input: Input,
     /// Ctrl-C presses.
     pub interrupts: Interrupts,
+    /// stdin and stdout are the process's own terminal: the interactive
+    /// terminal (line editor, one-key answers) may take it over.
+    pub tty: bool,
 }
 
 impl Io {
@@ -54,6 +57,7 @@ impl Io {
             truecolor,
             input: Input::stdin(),
             interrupts: Interrupts::ctrl_c(),
+            tty: terminal && io::stdin().is_terminal(),
         }
     }
 
@@ -79,6 +83,7 @@ impl Io {
             interrupts: Interrupts {
                 source: InterruptSource::Channel(interrupts),
             },
+            tty: false,
         };
         (io, captured)
     }

@@ -833,7 +833,8 @@ impl<W: Write> Renderer<W> {
         if role == Role::Assistant {
             let already_streamed = live && self.streamed_reply;
             self.streamed_reply = false;
-            self.end_line()?;
+            // Calls begun and held are not this message's business.
+            self.end_text()?;
             for block in &m.content {
                 match &block.block {
                     Some(Block::Text(t)) if !already_streamed => {

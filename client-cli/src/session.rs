@@ -118,6 +118,15 @@ pub async fn run_session(
     io: &mut Io,
 ) -> Result<Exit, CliError> {
     let (outcome, detached) = session_outcome(client, config, io, None).await?;
+    exit_status(outcome, detached)
+}
+
+/// The exit status of a session that ended with `outcome` (`detached`:
+/// what leaving means, see [`session_outcome`]).
+pub(crate) fn exit_status(
+    outcome: Outcome,
+    detached: Result<Exit, CliError>,
+) -> Result<Exit, CliError> {
     match outcome {
         Outcome::Idle => Ok(Exit::Ok),
         Outcome::Detached | Outcome::Switch(_) => detached,
@@ -156,6 +165,7 @@ pub(crate) async fn session_outcome(
         truecolor,
         input,
         interrupts,
+        ..
     } = io;
     let (human, json_out, color): (&mut Output, Option<&mut Output>, bool) = if config.json {
         (&mut **err, Some(&mut **out), false)
@@ -177,7 +187,7 @@ pub(crate) async fn session_outcome(
         render.note_sent(prompt);
     }
     let mut session = Session {
-        reading_input: config.kind != SessionKind::Run,
+        reading_input: config.kind != SessionKind::Run || ui.is_some(),
         config,
         client,
         render,
@@ -866,7 +876,12 @@ impl Session<'_> {
             return self.slash(command).await;
         }
         match self.config.kind {
-            SessionKind::Attach | SessionKind::Interactive => {
+            SessionKind::Run if self.ui.is_none() => {
+                self.note(
+                    "(typed lines only answer permission requests here; `agent attach` to chat)",
+                )?;
+            }
+            SessionKind::Attach | SessionKind::Interactive | SessionKind::Run => {
                 let text = line.trim();
                 if !text.is_empty() {
                     self.sent += 1;
@@ -881,11 +896,6 @@ impl Session<'_> {
                     }))
                     .await;
                 }
-            }
-            SessionKind::Run => {
-                self.note(
-                    "(typed lines only answer permission requests here; `agent attach` to chat)",
-                )?;
             }
         }
         Ok(None)

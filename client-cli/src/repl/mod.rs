@@ -11,7 +11,7 @@
 pub mod status;
 pub mod term;
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use agent_proto::v1 as pb;
@@ -42,7 +42,7 @@ const PICK_LIMIT: usize = 20;
 
 /// Runs the interactive session until the person leaves.
 pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<Exit, CliError> {
-    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+    if !io.tty {
         return Err(CliError::Input(
             "the interactive session needs a terminal; in scripts use `agent run PROMPT`, \
              `agent send ID TEXT` or `agent attach ID`"
@@ -54,18 +54,8 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
     let mut client = ctx.client().await?;
     let mut first_prompt = start.prompt.clone().filter(|p| !p.trim().is_empty());
 
-    let (terminal, channels) = Terminal::start(history_file(&cwd), io.color);
+    let (terminal, mut ui_io) = take_terminal(history_file(&cwd), io);
     let link = terminal.link();
-    spawn_sigint_forwarder(channels.interrupt_sender.clone());
-    let mut ui_io = Io {
-        out: Box::new(terminal.writer()),
-        err: Box::new(terminal.writer()),
-        color: io.color,
-        width: io.width,
-        truecolor: io.truecolor,
-        input: Input::channel(channels.lines, true),
-        interrupts: Interrupts::channel(channels.interrupts),
-    };
     let mut last_id = None;
     let result = async {
         let mut target = if start.continue_last {
@@ -150,6 +140,45 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
         );
     }
     result
+}
+
+/// Starts the terminal thread and the `Io` that reads and writes through
+/// it.
+fn take_terminal(history: Option<PathBuf>, io: &Io) -> (Terminal, Io) {
+    let (terminal, channels) = Terminal::start(history, io.color);
+    spawn_sigint_forwarder(channels.interrupt_sender.clone());
+    let ui_io = Io {
+        out: Box::new(terminal.writer()),
+        err: Box::new(terminal.writer()),
+        color: io.color,
+        width: io.width,
+        truecolor: io.truecolor,
+        input: Input::channel(channels.lines, true),
+        interrupts: Interrupts::channel(channels.interrupts),
+        tty: false,
+    };
+    (terminal, ui_io)
+}
+
+/// `agent run` and `agent attach` on a terminal: the same session, with the
+/// interactive terminal's one-key answers, spinner and line editor (what
+/// is typed is queued for the agent). `attach` behaves as the interactive
+/// session on that conversation.
+pub(crate) async fn on_terminal(
+    client: crate::Client,
+    mut config: SessionConfig,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
+    if config.kind == SessionKind::Attach {
+        config.kind = SessionKind::Interactive;
+    }
+    let (terminal, mut ui_io) = take_terminal(None, io);
+    let link = terminal.link();
+    let ended = session_outcome(client, config, &mut ui_io, Some(link)).await;
+    drop(ui_io);
+    terminal.stop();
+    let (outcome, detached) = ended?;
+    crate::session::exit_status(outcome, detached)
 }
 
 /// Prints one line through the session's output.

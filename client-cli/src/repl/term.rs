@@ -10,7 +10,7 @@
 
 use std::io::{self, Write};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -145,6 +145,8 @@ impl UiLink {
 /// for its end.
 pub struct UiWriter {
     lines: std::sync::mpsc::Sender<String>,
+    /// Lines sent and not yet handed to the editor.
+    queued: Arc<AtomicUsize>,
     pending: Vec<u8>,
 }
 
@@ -152,7 +154,9 @@ impl UiWriter {
     fn send(&self, line: String) {
         // The receiver lives as long as the terminal; after it, nothing
         // is shown anyway.
-        let _ = self.lines.send(line);
+        if self.lines.send(line).is_ok() {
+            self.queued.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -181,6 +185,8 @@ pub struct Terminal {
     link: UiLink,
     lines: std::sync::mpsc::Sender<String>,
     outbox: Outbox,
+    /// Lines in the outbox.
+    queued: Arc<AtomicUsize>,
 }
 
 /// What the session reads from the terminal.
@@ -199,6 +205,7 @@ impl Terminal {
     pub fn start(history: Option<PathBuf>, color: bool) -> (Terminal, Channels) {
         let (out_tx, out_rx) = std::sync::mpsc::channel();
         let outbox: Outbox = Arc::new(Mutex::new(out_rx));
+        let queued = Arc::new(AtomicUsize::new(0));
         let link = UiLink {
             shared: Arc::new(Mutex::new(Shared {
                 status: Status::default(),
@@ -216,13 +223,19 @@ impl Terminal {
         let thread = {
             let link = link.clone();
             let outbox = outbox.clone();
+            let queued = queued.clone();
+            let own_tx = out_tx.clone();
             std::thread::Builder::new()
                 .name("agent-terminal".to_string())
                 .spawn(move || {
                     let printer = ExternalPrinter::new(PRINTER_LINES);
                     let mut ui = Ui {
-                        printer: printer.sender(),
-                        editor: editor(&link, printer, &outbox, history),
+                        printer: UiWriter {
+                            lines: own_tx,
+                            queued: queued.clone(),
+                            pending: Vec::new(),
+                        },
+                        editor: editor(&link, printer, &outbox, &queued, history),
                         link,
                         lines: line_tx,
                         interrupts: interrupt_tx,
@@ -240,6 +253,7 @@ impl Terminal {
                 link,
                 lines: out_tx,
                 outbox,
+                queued,
             },
             Channels {
                 lines,
@@ -257,6 +271,7 @@ impl Terminal {
     pub fn writer(&self) -> UiWriter {
         UiWriter {
             lines: self.lines.clone(),
+            queued: self.queued.clone(),
             pending: Vec::new(),
         }
     }
@@ -264,11 +279,21 @@ impl Terminal {
     /// Stops the thread and waits for it; what it had not printed yet is
     /// printed on stdout.
     pub fn stop(mut self) {
+        // Let the editor print what the session wrote last (it takes it at
+        // its next poll), then end it.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while Instant::now() < deadline && self.queued.load(Ordering::Relaxed) > 0 {
+            std::thread::sleep(POLL / 5);
+        }
+        std::thread::sleep(POLL * 2);
         self.link.leave();
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
         let mut out = io::stdout().lock();
+        // The prompt line the editor left: cleared, so what follows (the
+        // shell's prompt, a last message) starts on a clean line.
+        let _ = write!(out, "\r\x1b[2K");
         let outbox = self
             .outbox
             .lock()
@@ -284,10 +309,12 @@ fn editor(
     link: &UiLink,
     printer: ExternalPrinter<String>,
     outbox: &Outbox,
+    queued: &Arc<AtomicUsize>,
     history: Option<PathBuf>,
 ) -> Reedline {
     let forward = printer.sender();
     let outbox = outbox.clone();
+    let queued = queued.clone();
     let mut editor = Reedline::create()
         .with_external_printer(printer)
         .with_break_signal(link.wake.clone())
@@ -306,13 +333,24 @@ fn editor(
     let ticker = link.clone();
     let mut last_tick = Instant::now();
     editor.with_idle_callback(Box::new(move || {
-        // Output for the printer, which shows it above the prompt.
-        if let Ok(lines) = outbox.lock() {
+        // Output for the printer, which shows it above the prompt later in
+        // this same turn of the editor's loop — unless the editor is about
+        // to return (a wake is set): a line handed over then would wait in
+        // the editor, and be lost if the session ends.
+        let mut forwarded = false;
+        if !ticker.wake.load(Ordering::Relaxed)
+            && let Ok(lines) = outbox.lock()
+        {
             while let Ok(line) = lines.try_recv() {
+                forwarded = true;
+                queued.fetch_sub(1, Ordering::Relaxed);
                 if forward.try_send(line).is_err() {
                     break;
                 }
             }
+        }
+        if forwarded {
+            return;
         }
         // Repaint when the status line would change: every spinner frame
         // while the agent works, once when the idle status changes.
@@ -397,7 +435,8 @@ impl Prompt for UiPrompt {
 struct Ui {
     editor: Reedline,
     link: UiLink,
-    printer: std::sync::mpsc::SyncSender<String>,
+    /// Lines of its own, in order with the session's.
+    printer: UiWriter,
     lines: mpsc::Sender<String>,
     interrupts: mpsc::Sender<()>,
     color: bool,
@@ -462,7 +501,7 @@ impl Ui {
 
     /// Prints a line above the prompt (through the printer, in order).
     fn print_line(&self, text: &str) {
-        let _ = self.printer.try_send(text.to_string());
+        self.printer.send(text.to_string());
     }
 
     /// While a question waits, its keys answer it at once; otherwise the
@@ -657,6 +696,7 @@ mod tests {
         let (lines, receiver) = std::sync::mpsc::channel();
         let mut writer = UiWriter {
             lines,
+            queued: Arc::new(AtomicUsize::new(0)),
             pending: Vec::new(),
         };
         write!(writer, "⏺ bash: ls").unwrap();

@@ -109,12 +109,8 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         term.send("run it").unwrap();
         term.enter().unwrap();
         term.wait_for("allow?", WAIT).unwrap();
-        assert!(
-            term.contents_with_scrollback()
-                .contains("print two lines, slowly"),
-            "the model's description is shown\n{}",
-            term.dump()
-        );
+        // The request shows the model's description of the command.
+        term.wait_for("print two lines, slowly", WAIT).unwrap();
         term.send("y").unwrap();
         term.wait_for("allow once (you)", WAIT).unwrap();
         term.wait_for("running bash", WAIT).unwrap();
@@ -146,7 +142,14 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         // Turn 3: Ctrl-C cancels it.
         term.send("one more thing").unwrap();
         term.enter().unwrap();
-        term.wait_for("Ctrl-C cancels", WAIT).unwrap();
+        // The spinner of this turn, on the input line now (not an old one).
+        term.wait_until("the spinner", WAIT, |screen| {
+            screen
+                .contents()
+                .lines()
+                .any(|l| l.contains("thinking") && l.contains("Ctrl-C cancels"))
+        })
+        .unwrap();
         term.ctrl_c().unwrap();
         term.wait_for("cancelling the turn", WAIT).unwrap();
         term.wait_for("/help", WAIT).unwrap();
