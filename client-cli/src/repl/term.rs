@@ -633,14 +633,7 @@ pub fn key_lines(offered: &[Decision], width: usize, color: bool) -> Vec<String>
 mod tests {
     use super::*;
 
-    const ALL: [Decision; 6] = [
-        Decision::AllowOnce,
-        Decision::AllowAlways,
-        Decision::Deny,
-        Decision::DenyAndStop,
-        Decision::Never,
-        Decision::Background,
-    ];
+    const ALL: [Decision; 6] = Decision::ALL;
 
     #[test]
     fn keys_wrap_between_options_at_any_width() {
