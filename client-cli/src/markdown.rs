@@ -355,9 +355,10 @@ enum Piece {
     Break,
 }
 
-/// Model text made safe for a terminal: control characters (an escape could
-/// move the cursor or change the title) become `�`, tabs spaces.
-fn clean(text: &str, tab: &str) -> String {
+/// Text made safe for a terminal (model replies, command output): control
+/// characters (an escape could move the cursor or change the title) become
+/// `�`, tabs `tab`.
+pub(crate) fn clean(text: &str, tab: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

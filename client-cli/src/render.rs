@@ -577,7 +577,9 @@ impl<W: Write> Renderer<W> {
     /// One line of a command's output, under its call.
     fn output_line(&mut self, line: &str) -> io::Result<()> {
         let bar = self.paint(DIM, "  │");
-        let line = truncate_chars(line.trim_end(), 200);
+        // A command's escape sequences must not move the cursor under the
+        // editor or clear the screen.
+        let line = truncate_chars(&crate::markdown::clean(line.trim_end(), "    "), 200);
         if line.is_empty() {
             self.line(&bar)
         } else {

@@ -1042,3 +1042,17 @@ fn reads_greps_and_globs_are_one_line_each() {
     assert!(out.starts_with("⏺ read a.rs\n"), "{out}");
     assert!(out.contains("hello"), "{out}");
 }
+
+#[test]
+fn command_output_cannot_drive_the_terminal() {
+    let out = render(vec![
+        bash_begin("b9", "printf"),
+        E::ToolOutputDelta(pb::ToolOutputDelta {
+            tool_use_id: "b9".into(),
+            text: "\x1b[2Jcleared\tx\n".into(),
+            skipped_bytes: 0,
+        }),
+    ]);
+    assert!(!out.contains('\x1b'), "{out:?}");
+    assert!(out.contains("  │ \u{fffd}[2Jcleared    x\n"), "{out:?}");
+}
