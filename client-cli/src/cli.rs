@@ -170,6 +170,23 @@ pub enum Command {
         drop_all: bool,
     },
 
+    /// Change a conversation's permission mode or model
+    ///
+    /// Takes effect at once, even mid-turn: the next permission decision
+    /// uses the new mode, the next model request the new model. Every
+    /// attached client is told. Without --mode or --model, prints both.
+    Set {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The new permission mode
+        #[arg(long, value_name = "MODE")]
+        mode: Option<Mode>,
+        /// The new model
+        #[arg(long, value_name = "NAME")]
+        model: Option<String>,
+    },
+
     /// Cancel the turn in flight, if any
     Cancel {
         /// Conversation id or unique prefix
@@ -315,7 +332,7 @@ pub enum DaemonCommand {
 }
 
 /// How a new conversation is set up (`agent run`, and `agent` alone).
-#[derive(Debug, Default, Args)]
+#[derive(Debug, Default, Clone, Args)]
 pub struct NewArgs {
     /// Model to use [default: the daemon's]
     #[arg(long, value_name = "M")]
@@ -466,6 +483,31 @@ pub enum Mode {
 }
 
 impl Mode {
+    /// The names people type, in the order they are offered.
+    pub const NAMES: [&str; 5] = ["read_only", "default", "accept_edits", "plan", "bypass"];
+
+    /// Its name as people type it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::ReadOnly => "read_only",
+            Mode::Default => "default",
+            Mode::AcceptEdits => "accept_edits",
+            Mode::Plan => "plan",
+            Mode::Bypass => "bypass",
+        }
+    }
+
+    /// A mode from its name (`accept-edits` and any case too).
+    pub fn parse(text: &str) -> Result<Mode, String> {
+        <Mode as ValueEnum>::from_str(text.trim(), true).map_err(|_| {
+            format!(
+                "unknown mode {:?}; the modes are {}",
+                text.trim(),
+                Mode::NAMES.join(", ")
+            )
+        })
+    }
+
     /// The wire value.
     pub fn to_proto(self) -> PermissionMode {
         match self {

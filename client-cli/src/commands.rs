@@ -40,6 +40,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Attach(args) => attach(&ctx, args, io).await,
         Command::Send { id, text, no_queue } => send(&ctx, id, text.join(" "), !no_queue, io).await,
         Command::Queue { id, drop, drop_all } => queue(&ctx, id, drop, drop_all, io).await,
+        Command::Set { id, mode, model } => set(&ctx, id, mode, model, io).await,
         Command::Cancel { id } => cancel(&ctx, id, io).await,
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
         Command::Show { id, context } => show(&ctx, id, context, io).await,
@@ -362,6 +363,58 @@ async fn queue(
                 .unwrap_or_default();
             print_line(io, &format!("{}{from}: {}", q.id, q.text))?;
         }
+    }
+    Ok(Exit::Ok)
+}
+
+/// `agent set`: changes the mode and/or the model (prints both when
+/// neither is given).
+async fn set(
+    ctx: &Ctx,
+    id: String,
+    mode: Option<crate::cli::Mode>,
+    model: Option<String>,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
+    let conversation = if mode.is_none() && model.is_none() {
+        let request = pb::GetConversationRequest {
+            conversation_id: id.clone(),
+        };
+        retrying(ctx, |mut client| {
+            let request = request.clone();
+            async move { client.get_conversation(request).await }
+        })
+        .await?
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .conversation
+    } else {
+        let request = pb::UpdateConversationRequest {
+            conversation_id: id.clone(),
+            mode: mode.map_or(0, |m| m.to_proto() as i32),
+            model: model.unwrap_or_default(),
+            client_name: client_name(),
+        };
+        retrying(ctx, |mut client| {
+            let request = request.clone();
+            async move { client.update_conversation(request).await }
+        })
+        .await?
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .conversation
+    };
+    let c = conversation.unwrap_or_default();
+    if ctx.json {
+        print_json(io, &crate::json::conversation_summary(&c))?;
+    } else {
+        print_line(
+            io,
+            &format!(
+                "mode {} · model {} ({} tokens of context)",
+                crate::render::mode_name(c.mode),
+                c.model,
+                c.context_window
+            ),
+        )?;
     }
     Ok(Exit::Ok)
 }

@@ -281,6 +281,7 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::HookRan(_) => "hook_ran",
         Event::QueueChanged(_) => "queue_changed",
         Event::ToolOutputDelta(_) => "tool_output_delta",
+        Event::SettingsChanged(_) => "settings_changed",
     }
 }
 
@@ -358,6 +359,12 @@ fn event_body(event: &Event) -> Value {
             "tool_use_id": d.tool_use_id,
             "text": d.text,
             "skipped_bytes": d.skipped_bytes,
+        }),
+        Event::SettingsChanged(s) => json!({
+            "mode": mode_json(s.mode),
+            "model": s.model,
+            "context_window": s.context_window,
+            "by": s.by,
         }),
     }
 }

@@ -425,6 +425,11 @@ impl<W: Write> Renderer<W> {
                 let text = self.paint(DIM, &queue_line(&q.queued));
                 self.line(&text)?;
             }
+            Event::SettingsChanged(s) => {
+                self.end_line()?;
+                let text = self.paint(DIM, &settings_line(s));
+                self.line(&text)?;
+            }
             Event::HookRan(h) => {
                 self.end_line()?;
                 let text = hook_line(h);
@@ -1483,6 +1488,34 @@ pub fn queue_line(queued: &[pb::QueuedMessage]) -> String {
         queued.len(),
         items.join(" · ")
     )
+}
+
+/// A permission mode's name as people type it (`accept_edits`).
+pub fn mode_name(mode: i32) -> String {
+    pb::PermissionMode::try_from(mode)
+        .ok()
+        .filter(|m| *m != pb::PermissionMode::Unspecified)
+        .map(|m| {
+            m.as_str_name()
+                .trim_start_matches("PERMISSION_MODE_")
+                .to_lowercase()
+        })
+        .unwrap_or_default()
+}
+
+/// A change of mode or model: what they are now, and who changed them.
+pub fn settings_line(s: &pb::SettingsChanged) -> String {
+    let mut text = format!(
+        "· mode {} · model {} ({} tokens of context)",
+        mode_name(s.mode),
+        one_line(&s.model, 60),
+        s.context_window
+    );
+    if !s.by.is_empty() {
+        text.push_str(" — set by ");
+        text.push_str(&one_line(&s.by, 40));
+    }
+    text
 }
 
 pub fn hook_line(h: &pb::HookRan) -> String {

@@ -26,7 +26,7 @@ use crate::connect::{Client, connect};
 use crate::error::{CliError, Exit};
 use crate::io::{Input, Interrupts, Io};
 use crate::json;
-use crate::render::{Renderer, error_kind_text};
+use crate::render::{Renderer, error_kind_text, mode_name};
 use crate::repl::status::Status;
 use crate::repl::term::{Question, UiLink};
 
@@ -607,6 +607,11 @@ impl Session<'_> {
                 Event::ShellStarted(_) => s.shells_running += 1,
                 Event::ShellExited(_) => s.shells_running = s.shells_running.saturating_sub(1),
                 Event::QueueChanged(q) => s.queued = q.queued.len(),
+                Event::SettingsChanged(c) => {
+                    s.mode = mode_name(c.mode);
+                    s.model.clone_from(&c.model);
+                    s.context_window = c.context_window;
+                }
                 _ => {}
             }
         });
@@ -934,6 +939,26 @@ impl Session<'_> {
                 }
             }
             "attach" => self.show_error("which conversation? /attach ID (agent ls lists them)")?,
+            "mode" if arg.is_empty() => {
+                let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
+                self.note(&format!(
+                    "mode: {}; /mode {} changes it",
+                    status.mode,
+                    crate::cli::Mode::NAMES.join("|")
+                ))?;
+            }
+            "mode" => match crate::cli::Mode::parse(arg) {
+                Ok(mode) => self.update_settings(Some(mode), None).await?,
+                Err(e) => self.show_error(&e)?,
+            },
+            "model" if arg.is_empty() => {
+                let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
+                self.note(&format!(
+                    "model: {} ({} tokens of context); /model NAME changes it",
+                    status.model, status.context_window
+                ))?;
+            }
+            "model" => self.update_settings(None, Some(arg)).await?,
             "cost" | "usage" => {
                 let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
                 let u = status.total;
@@ -983,6 +1008,40 @@ impl Session<'_> {
             ))?,
         }
         Ok(None)
+    }
+
+    /// `/mode` and `/model`: the daemon changes the conversation and tells
+    /// every client (the line saying so comes with that event).
+    async fn update_settings(
+        &mut self,
+        mode: Option<crate::cli::Mode>,
+        model: Option<&str>,
+    ) -> Result<(), CliError> {
+        let request = pb::UpdateConversationRequest {
+            conversation_id: self.config.conversation_id.clone(),
+            mode: mode.map_or(0, |m| m.to_proto() as i32),
+            model: model.unwrap_or_default().to_string(),
+            client_name: self.config.client_name.clone(),
+        };
+        let before = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
+        match self.client.update_conversation(request).await {
+            Ok(response) => {
+                // An unchanged value makes no event: say so here.
+                let now = response.into_inner().conversation.unwrap_or_default();
+                if let Some(mode) = mode
+                    && before.mode == mode.name()
+                {
+                    self.note(&format!("the mode is already {}", mode_name(now.mode)))?;
+                }
+                if let Some(model) = model
+                    && before.model == model.trim()
+                {
+                    self.note(&format!("the model is already {}", now.model))?;
+                }
+            }
+            Err(status) => self.show_error(status.message())?,
+        }
+        Ok(())
     }
 
     async fn on_interrupt(&mut self) -> Result<Option<Outcome>, CliError> {
@@ -1065,30 +1124,19 @@ impl Session<'_> {
 }
 
 /// What `/help` prints.
-const SLASH_HELP: [&str; 9] = [
+const SLASH_HELP: [&str; 11] = [
     "Type a message and press Enter; Alt-Enter or a trailing \\ starts a new line.",
     "While the agent works, what you send waits for its next step (it is queued).",
     "Ctrl-C cancels the turn; Ctrl-C twice or Ctrl-D leaves (the conversation stays).",
     "/help            this list",
     "/cost            tokens and cost of this conversation",
     "/shells          the background shells of this conversation",
+    "/mode [MODE]     show or change the permission mode (read_only default accept_edits plan bypass)",
+    "/model [NAME]    show or change the model of the next requests",
     "/attach ID       go to another conversation (agent ls lists them)",
     "/clear           start a new conversation in this directory",
     "/exit            leave (the conversation stays in the daemon: agent -c)",
 ];
-
-/// A permission mode's name as people type it (`accept_edits`).
-fn mode_name(mode: i32) -> String {
-    pb::PermissionMode::try_from(mode)
-        .ok()
-        .filter(|m| *m != pb::PermissionMode::Unspecified)
-        .map(|m| {
-            m.as_str_name()
-                .trim_start_matches("PERMISSION_MODE_")
-                .to_lowercase()
-        })
-        .unwrap_or_default()
-}
 
 /// The tokens a request put in the context: its input, cached or not.
 fn context_tokens(u: &pb::Usage) -> u64 {

@@ -94,6 +94,7 @@ pub mod rpc {
         SetDirectoryTrust: pb::SetDirectoryTrustRequest => pb::TrustedDirectories;
         ListTrustedDirectories: pb::ListTrustedDirectoriesRequest => pb::TrustedDirectories;
         GetDaemonInfo: pb::GetDaemonInfoRequest => pb::GetDaemonInfoResponse;
+        UpdateConversation: pb::UpdateConversationRequest => pb::UpdateConversationResponse;
     }
 }
 
@@ -234,6 +235,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::CancelConversationRequest>,
     ) -> Result<Response<pb::CancelConversationResponse>, Status> {
         self.unary::<rpc::CancelConversation>(request)
+    }
+
+    async fn update_conversation(
+        &self,
+        request: Request<pb::UpdateConversationRequest>,
+    ) -> Result<Response<pb::UpdateConversationResponse>, Status> {
+        self.unary::<rpc::UpdateConversation>(request)
     }
 
     async fn drop_queued_message(

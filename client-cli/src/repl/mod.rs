@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use agent_proto::v1 as pb;
 
-use crate::cli::NewArgs;
+use crate::cli::{Mode, NewArgs};
 use crate::commands::{Ctx, absolute_dir, client_name, create_conversation};
 use crate::error::{CliError, Exit};
 use crate::io::{Input, Interrupts, Io};
@@ -53,6 +53,8 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
     let cwd = absolute_dir(&dir, "working directory")?;
     let mut client = ctx.client().await?;
     let mut first_prompt = start.prompt.clone().filter(|p| !p.trim().is_empty());
+    // What `/mode` and `/model` set before the first message.
+    let mut new = start.new.clone();
 
     let (terminal, mut ui_io) = take_terminal(history_file(&cwd), io);
     let link = terminal.link();
@@ -89,17 +91,17 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                             say(&mut ui_io, &format!("› {prompt}"))?;
                             prompt
                         }
-                        None => match first_message(&mut ui_io).await? {
+                        None => match first_message(&mut ui_io, &mut new).await? {
                             Some(prompt) => prompt,
                             None => return Ok(Exit::Ok),
                         },
                     };
                     let request = pb::CreateConversationRequest {
                         cwd: cwd.clone(),
-                        model: start.new.model.clone().unwrap_or_default(),
+                        model: new.model.clone().unwrap_or_default(),
                         prompt,
-                        mode: start.new.mode.map_or(0, |m| m.to_proto() as i32),
-                        allow_rules: start.new.allow.clone(),
+                        mode: new.mode.map_or(0, |m| m.to_proto() as i32),
+                        allow_rules: new.allow.clone(),
                         additional_dirs: Vec::new(),
                         client_request_id: crate::commands::request_id(),
                     };
@@ -187,23 +189,58 @@ fn say(io: &mut Io, text: &str) -> Result<(), CliError> {
 }
 
 /// Waits for the first message of a new conversation; None: the person left.
-async fn first_message(io: &mut Io) -> Result<Option<String>, CliError> {
+/// `/mode` and `/model` before it choose those of the conversation it
+/// starts.
+async fn first_message(io: &mut Io, new: &mut NewArgs) -> Result<Option<String>, CliError> {
     loop {
         let Some(line) = io.input.next_line().await else {
             return Ok(None);
         };
         let text = line.trim();
-        match text.strip_prefix('/').map(str::trim) {
+        let command = text.strip_prefix('/').map(|c| {
+            let (name, arg) = c.split_once(char::is_whitespace).unwrap_or((c, ""));
+            (name, arg.trim())
+        });
+        match command {
             None if text.is_empty() => {}
             None => return Ok(Some(text.to_string())),
-            Some("exit" | "quit") => return Ok(None),
-            Some("help" | "?") => say(
+            Some(("exit" | "quit", _)) => return Ok(None),
+            Some(("mode", "")) => say(
+                io,
+                &format!(
+                    "mode: {}; /mode {} sets the mode the conversation starts in",
+                    new.mode.map_or("the daemon's default", Mode::name),
+                    Mode::NAMES.join("|")
+                ),
+            )?,
+            Some(("mode", arg)) => match Mode::parse(arg) {
+                Ok(mode) => {
+                    new.mode = Some(mode);
+                    say(
+                        io,
+                        &format!("the conversation will start in mode {}", mode.name()),
+                    )?;
+                }
+                Err(e) => say(io, &e)?,
+            },
+            Some(("model", "")) => say(
+                io,
+                &format!(
+                    "model: {}; /model NAME sets the model the conversation starts with",
+                    new.model.as_deref().unwrap_or("the daemon's default")
+                ),
+            )?,
+            Some(("model", arg)) => {
+                new.model = Some(arg.to_string());
+                say(io, &format!("the conversation will start with model {arg}"))?;
+            }
+            Some(("help" | "?", _)) => say(
                 io,
                 "Type what the agent should do and press Enter (Alt-Enter or a trailing \\ \
                  for a new line). The conversation starts with your first message. \
                  Ctrl-D leaves.",
             )?,
-            Some(other) => say(
+            Some((other, _)) => say(
                 io,
                 &format!("/{other}: there is no conversation yet; type your first message"),
             )?,

@@ -18,6 +18,7 @@ mod live_output;
 mod ops;
 mod permissions;
 mod queue;
+mod settings;
 mod shells;
 mod stock_clients;
 mod streams;

@@ -176,6 +176,22 @@ async fn interactive_session_at(cols: u16, rows: u16) {
     tokio::task::spawn_blocking(move || {
         again.wait_for("Both lines are there.", WAIT).unwrap();
         again.wait_for("conversation ", WAIT).unwrap();
+        // `/mode` and `/model` change the conversation; the line saying so
+        // comes from the daemon's event, and the status line follows.
+        again.send("/mode accept-edits").unwrap();
+        again.enter().unwrap();
+        again.wait_for("· mode accept_edits · model", WAIT).unwrap();
+        again.send("/model claude-other-2").unwrap();
+        again.enter().unwrap();
+        again
+            .wait_for("· mode accept_edits · model claude-other-2", WAIT)
+            .unwrap();
+        again.send("/mode").unwrap();
+        again.enter().unwrap();
+        again.wait_for("mode: accept_edits;", WAIT).unwrap();
+        again.send("/mode yolo").unwrap();
+        again.enter().unwrap();
+        again.wait_for("unknown mode \"yolo\"", WAIT).unwrap();
         again.ctrl_d().unwrap();
         assert!(again.wait_exit(WAIT).unwrap().success(), "{}", again.dump());
     })

@@ -639,6 +639,17 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             error: r.error.clone().unwrap_or_default(),
         }),
         EventKind::QueueChanged(q) => E::QueueChanged(pb::QueueChanged { queued: queued(q) }),
+        EventKind::SettingsChanged {
+            mode: m,
+            model,
+            context_window,
+            by,
+        } => E::SettingsChanged(pb::SettingsChanged {
+            mode: mode(*m) as i32,
+            model: model.clone(),
+            context_window: *context_window,
+            by: by.clone(),
+        }),
         EventKind::ShellStarted(r) => E::ShellStarted(pb::ShellStarted {
             shell: Some(shell(r)),
         }),

@@ -130,6 +130,16 @@ fn check_text(limits: &GrpcSection, what: &str, text: &str) -> Result<(), Status
     Ok(())
 }
 
+/// A client's name as others are shown it: one line of at most 64
+/// characters.
+fn display_name(name: &str) -> String {
+    name.trim()
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(64)
+        .collect()
+}
+
 /// The status a client gets when a frame of its stream (`what`: "Attach
 /// frame", "conversation 3 of the import") cannot be read. When it was over
 /// the size limit, it says which setting raises it.
@@ -300,6 +310,32 @@ impl AgentService for Service {
                 crate::runtime::Sent::Queued(q) => q,
                 crate::runtime::Sent::Appended(_) => String::new(),
             },
+        }))
+    }
+
+    async fn update_conversation(
+        &self,
+        request: Request<pb::UpdateConversationRequest>,
+    ) -> Result<Response<pb::UpdateConversationResponse>, Status> {
+        let req = request.into_inner();
+        let id = self
+            .manager
+            .resolve(&req.conversation_id)
+            .map_err(to_status)?;
+        let settings = crate::runtime::Settings {
+            mode: (req.mode != pb::PermissionMode::Unspecified as i32)
+                .then(|| convert::mode_from(req.mode))
+                .transpose()?,
+            model: (!req.model.is_empty()).then_some(req.model),
+            by: display_name(&req.client_name),
+        };
+        let record = self
+            .manager
+            .update(&id, settings)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::UpdateConversationResponse {
+            conversation: Some(self.summary(&record)),
         }))
     }
 

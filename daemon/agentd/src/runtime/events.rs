@@ -204,6 +204,15 @@ pub enum EventKind {
     /// The queue of user messages waiting for the turn changed: what is
     /// queued now.
     QueueChanged(Vec<crate::store::QueuedMessage>),
+    /// The permission mode or the model changed.
+    SettingsChanged {
+        mode: agentd_core::Mode,
+        model: String,
+        /// The model's context window (tokens).
+        context_window: u64,
+        /// The client that changed them ("" for an approved mode upgrade).
+        by: String,
+    },
     /// A background shell started.
     ShellStarted(crate::shells::ShellRecord),
     /// A background shell ended.

@@ -102,6 +102,39 @@ pub struct NewMessage {
     pub from: Option<agentd_core::ClientInfo>,
 }
 
+/// A change of a conversation's settings; `None` keeps a value.
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    pub mode: Option<Mode>,
+    pub model: Option<String>,
+    /// The client that asks, for the event ("" for scripts).
+    pub by: String,
+}
+
+/// The longest model name accepted.
+const MAX_MODEL_NAME: usize = 200;
+
+/// A model name as a client gave it, trimmed; refused when it cannot be
+/// one (empty, too long, or with spaces or control characters).
+pub fn model_name(name: &str) -> Result<String, RuntimeError> {
+    let name = name.trim();
+    if name.is_empty() {
+        return Err(RuntimeError::InvalidArgument("model name is empty".into()));
+    }
+    if name.len() > MAX_MODEL_NAME {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "model name is {} bytes; at most {MAX_MODEL_NAME}",
+            name.len()
+        )));
+    }
+    if name.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "model name {name:?} contains spaces or control characters"
+        )));
+    }
+    Ok(name.to_string())
+}
+
 /// Messages a conversation's queue holds at most (it lives in the record,
 /// which every commit writes).
 pub const MAX_QUEUED: usize = 32;
@@ -498,6 +531,26 @@ impl Manager {
             ));
         }
         self.ask(id, |reply| Command::Send { message, reply })
+            .await?
+    }
+
+    /// Changes a conversation's mode and/or model; returns the record as it
+    /// is now.
+    pub async fn update(
+        &self,
+        id: &str,
+        settings: Settings,
+    ) -> Result<ConversationRecord, RuntimeError> {
+        if settings.mode == Some(Mode::Bypass) && !self.shared.config.allow_bypass {
+            return Err(RuntimeError::NotAllowed(
+                "bypass mode is not allowed: start agentd with --allow-bypass".into(),
+            ));
+        }
+        let settings = Settings {
+            model: settings.model.as_deref().map(model_name).transpose()?,
+            ..settings
+        };
+        self.ask(id, |reply| Command::Update { settings, reply })
             .await?
     }
 

@@ -204,6 +204,7 @@ impl Actor {
             self.record.queued.drain(..delivered);
             let old_state = std::mem::replace(&mut self.record.state, t.state);
             let state_changed = self.record.state != old_state;
+            let mode_changed = t.mode.is_some_and(|mode| mode != self.record.mode);
             if let Some(mode) = t.mode {
                 self.record.mode = mode;
             }
@@ -233,6 +234,9 @@ impl Actor {
                 self.fanout.hold();
             }
             self.announce(base, appended, state_changed);
+            if mode_changed {
+                self.announce_settings(String::new());
+            }
             if delivered > 0 {
                 self.emit(EventKind::QueueChanged(self.record.queued.clone()));
             }

@@ -130,6 +130,11 @@ pub(crate) enum Command {
         client_id: String,
         reply: oneshot::Sender<Arc<ConvEvent>>,
     },
+    /// Changes the permission mode and/or the model.
+    Update {
+        settings: super::Settings,
+        reply: oneshot::Sender<Result<ConversationRecord, RuntimeError>>,
+    },
 }
 
 /// A client's view onto a conversation.
@@ -624,7 +629,61 @@ impl Actor {
                     });
                 let _ = reply.send(self.snapshot(&client));
             }
+            Command::Update { settings, reply } => {
+                let _ = reply.send(self.update_settings(settings).await);
+            }
         }
+    }
+
+    /// Sets the mode and/or the model: written before the client hears of
+    /// it, then every client is told. The next permission decision and the
+    /// next model request read them from the record.
+    async fn update_settings(
+        &mut self,
+        settings: super::Settings,
+    ) -> Result<ConversationRecord, RuntimeError> {
+        let mode = settings.mode.filter(|m| *m != self.record.mode);
+        let model = settings.model.filter(|m| *m != self.record.model);
+        if mode.is_none() && model.is_none() {
+            return Ok(self.record.clone());
+        }
+        let saved = self.record.clone();
+        if let Some(mode) = mode {
+            self.record.mode = mode;
+        }
+        if let Some(model) = model {
+            self.record.model = model;
+        }
+        self.record.updated_at_ms = self.now_ms();
+        if let Err(e) = self.write_record().await {
+            tracing::error!(conversation = %self.record.id, "persisting settings failed: {e}");
+            self.record = saved;
+            return Err(RuntimeError::Store(e));
+        }
+        tracing::info!(
+            conversation = %self.record.id,
+            mode = self.record.mode.as_str(),
+            model = %self.record.model,
+            "settings changed"
+        );
+        self.announce_settings(settings.by);
+        Ok(self.record.clone())
+    }
+
+    /// Tells every client the mode and model now.
+    fn announce_settings(&mut self, by: String) {
+        let context_window = self
+            .shared
+            .config
+            .models
+            .lookup(&self.record.model)
+            .context_window;
+        self.emit(EventKind::SettingsChanged {
+            mode: self.record.mode,
+            model: self.record.model.clone(),
+            context_window,
+            by,
+        });
     }
 
     /// What the request `id` did, if this conversation remembers it.
