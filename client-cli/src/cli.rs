@@ -214,6 +214,10 @@ pub enum Command {
         /// reads instead of the transcript
         #[arg(long)]
         context: bool,
+        /// Print every tool result whole (what the model got), not its
+        /// first line
+        #[arg(long, conflicts_with = "context")]
+        full: bool,
     },
 
     /// Token usage and cost: the daily ledger, or one conversation's replies
@@ -494,6 +498,17 @@ impl Mode {
             Mode::AcceptEdits => "accept_edits",
             Mode::Plan => "plan",
             Mode::Bypass => "bypass",
+        }
+    }
+
+    /// What Shift-Tab switches to from the mode named `current`: default →
+    /// accept_edits → plan → default (read_only and bypass go to default;
+    /// bypass is never reached this way).
+    pub fn after(current: &str) -> Mode {
+        match current {
+            "default" => Mode::AcceptEdits,
+            "accept_edits" => Mode::Plan,
+            _ => Mode::Default,
         }
     }
 
@@ -830,7 +845,7 @@ mod tests {
         let cli = parse(&["--json", "show", "01AB"]).unwrap();
         assert!(cli.json);
         assert!(
-            matches!(cli.command.unwrap(), Command::Show { id, context: false } if id == "01AB")
+            matches!(cli.command.unwrap(), Command::Show { id, context: false, full: false } if id == "01AB")
         );
     }
 

@@ -43,7 +43,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Set { id, mode, model } => set(&ctx, id, mode, model, io).await,
         Command::Cancel { id } => cancel(&ctx, id, io).await,
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
-        Command::Show { id, context } => show(&ctx, id, context, io).await,
+        Command::Show { id, context, full } => show(&ctx, id, context, full, io).await,
         Command::Usage { days, conversation } => usage(&ctx, days, conversation, io).await,
         Command::Answer(args) => answer(&ctx, args, io).await,
         Command::Shells(args) => shells(&ctx, args, io).await,
@@ -478,7 +478,13 @@ async fn ls(ctx: &Ctx, limit: u32, io: &mut Io) -> Result<Exit, CliError> {
     Ok(Exit::Ok)
 }
 
-async fn show(ctx: &Ctx, id: String, context: bool, io: &mut Io) -> Result<Exit, CliError> {
+async fn show(
+    ctx: &Ctx,
+    id: String,
+    context: bool,
+    full: bool,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
     let response = ctx
         .client()
         .await?
@@ -497,6 +503,7 @@ async fn show(ctx: &Ctx, id: String, context: bool, io: &mut Io) -> Result<Exit,
         )?,
         (false, false) => Renderer::new(&mut io.out, color)
             .with_screen(width, truecolor)
+            .with_full_output(full)
             .transcript(&response)
             .map_err(out_err)?,
         (false, true) => Renderer::new(&mut io.out, color)

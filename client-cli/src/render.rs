@@ -111,6 +111,13 @@ pub struct Renderer<W: Write> {
     /// The reply text being streamed: its blocks are shown as they complete,
     /// the rest when the text ends (at [`Renderer::end_line`]).
     reply: Option<MarkdownStream>,
+    /// The key that shows a folded output whole (interactive only), named
+    /// where lines are left out.
+    expand_key: Option<&'static str>,
+    /// `agent show --full`: tool results whole, not abbreviated.
+    full_output: bool,
+    /// The last tool result seen: its call's summary and the result.
+    last_result: Option<(String, pb::ToolResultBlock)>,
 }
 
 impl<W: Write> Renderer<W> {
@@ -145,7 +152,54 @@ impl<W: Write> Renderer<W> {
                 width: DEFAULT_WIDTH,
             },
             reply: None,
+            expand_key: None,
+            full_output: false,
+            last_result: None,
         }
+    }
+
+    /// The interactive session: where output is folded, say which key shows
+    /// it whole ([`Renderer::expand_last`]).
+    pub fn with_expand_key(mut self, key: &'static str) -> Self {
+        self.expand_key = Some(key);
+        self
+    }
+
+    /// Tool results are printed whole (`agent show --full`).
+    pub fn with_full_output(mut self, full: bool) -> Self {
+        self.full_output = full;
+        self
+    }
+
+    /// Prints the whole result of the last tool call (what the model got),
+    /// for the output that was folded as it ran.
+    pub fn expand_last(&mut self) -> io::Result<()> {
+        let Some((summary, result)) = self.last_result.clone() else {
+            self.info("no tool has run in this session yet")?;
+            return self.out.flush();
+        };
+        self.end_text()?;
+        let lines = result.content.lines().count();
+        let what = if lines == 1 { "line" } else { "lines" };
+        let head = format!(
+            "{} {summary} — the whole result ({lines} {what}):",
+            self.paint(GREEN, "⏺")
+        );
+        self.line(&head)?;
+        self.whole_output(&result)?;
+        self.out.flush()
+    }
+
+    /// A tool result's every line, under its call.
+    fn whole_output(&mut self, result: &pb::ToolResultBlock) -> io::Result<()> {
+        if result.is_error {
+            let text = self.paint(RED, "  ⎿ error:");
+            self.line(&text)?;
+        }
+        for line in result.content.lines() {
+            self.output_line_within(line, usize::MAX)?;
+        }
+        Ok(())
     }
 
     /// The terminal's width (replies are wrapped to it; 0 for no wrapping)
@@ -581,10 +635,15 @@ impl<W: Write> Renderer<W> {
 
     /// One line of a command's output, under its call.
     fn output_line(&mut self, line: &str) -> io::Result<()> {
+        self.output_line_within(line, 200)
+    }
+
+    /// One line of output, cut at `max` characters.
+    fn output_line_within(&mut self, line: &str, max: usize) -> io::Result<()> {
         let bar = self.paint(DIM, "  │");
         // A command's escape sequences must not move the cursor under the
         // editor or clear the screen.
-        let line = truncate_chars(&crate::markdown::clean(line.trim_end(), "    "), 200);
+        let line = truncate_chars(&crate::markdown::clean(line.trim_end(), "    "), max);
         if line.is_empty() {
             self.line(&bar)
         } else {
@@ -657,7 +716,11 @@ impl<W: Write> Renderer<W> {
 
     fn more_lines(&mut self, n: u64) -> io::Result<()> {
         let what = if n == 1 { "line" } else { "lines" };
-        let text = self.paint(DIM, &format!("  │ … {n} more {what}"));
+        let hint = self
+            .expand_key
+            .map(|key| format!(" ({key} shows the whole result)"))
+            .unwrap_or_default();
+        let text = self.paint(DIM, &format!("  │ … {n} more {what}{hint}"));
         self.line(&text)
     }
 
@@ -907,16 +970,26 @@ impl<W: Write> Renderer<W> {
     }
 
     fn tool_result(&mut self, r: &pb::ToolResultBlock) -> io::Result<()> {
+        let summary = self
+            .tool_uses
+            .get(&r.tool_use_id)
+            .cloned()
+            .unwrap_or_else(|| format!("tool call {}", r.tool_use_id));
+        self.last_result = Some((summary.clone(), r.clone()));
         if self.ended.contains(&r.tool_use_id) {
             return Ok(());
         }
         if !self.begun.contains(&r.tool_use_id) {
-            let summary = self
-                .tool_uses
-                .get(&r.tool_use_id)
-                .cloned()
-                .unwrap_or_else(|| format!("tool call {}", r.tool_use_id));
             self.tool_begin(&r.tool_use_id, &summary)?;
+        }
+        if self.full_output {
+            if !r.is_error {
+                let text = self.paint(GREEN, "  ⎿ ok");
+                self.line(&text)?;
+            }
+            self.whole_output(r)?;
+            self.ended.insert(r.tool_use_id.clone());
+            return Ok(());
         }
         let text = if r.is_error {
             format!(

@@ -28,7 +28,7 @@ use crate::io::{Input, Interrupts, Io};
 use crate::json;
 use crate::render::{Renderer, error_kind_text, mode_name};
 use crate::repl::status::Status;
-use crate::repl::term::{Question, UiLink};
+use crate::repl::term::{EXPAND_OUTPUT, NEXT_MODE, Question, UiLink};
 
 /// First delay before reconnecting; doubles up to [`RECONNECT_MAX_DELAY`].
 const RECONNECT_FIRST_DELAY: Duration = Duration::from_millis(100);
@@ -183,6 +183,9 @@ pub(crate) async fn session_outcome(
         .with_own_name(&config.client_name)
         .with_keys(ui.is_none())
         .with_auto_allow(config.yes);
+    if ui.is_some() {
+        render = render.with_expand_key("Ctrl-O");
+    }
     if let Some(prompt) = &config.sent_prompt {
         render.note_sent(prompt);
     }
@@ -846,6 +849,22 @@ impl Session<'_> {
             return Ok(None);
         };
         self.render.input_consumed();
+        // Keys of the terminal's own (never typed text).
+        match line.as_str() {
+            EXPAND_OUTPUT => {
+                self.render
+                    .expand_last()
+                    .map_err(|e| CliError::io("writing output", e))?;
+                return Ok(None);
+            }
+            NEXT_MODE => {
+                let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
+                let next = crate::cli::Mode::after(&status.mode);
+                self.update_settings(Some(next), None).await?;
+                return Ok(None);
+            }
+            _ => {}
+        }
         if let Some(prompt) = &mut self.prompt {
             let id = prompt.request.request_id.clone();
             if prompt.wants_feedback {
@@ -919,6 +938,10 @@ impl Session<'_> {
                 }
             }
             "exit" | "quit" => return Ok(Some(Outcome::Detached)),
+            "expand" | "output" => self
+                .render
+                .expand_last()
+                .map_err(|e| CliError::io("writing output", e))?,
             "clear" | "new" => return Ok(Some(Outcome::Switch(None))),
             "attach" if !arg.is_empty() => {
                 // A wrong id is said here; the session stays where it is.
@@ -1124,14 +1147,15 @@ impl Session<'_> {
 }
 
 /// What `/help` prints.
-const SLASH_HELP: [&str; 11] = [
+const SLASH_HELP: [&str; 12] = [
     "Type a message and press Enter; Alt-Enter or a trailing \\ starts a new line.",
     "While the agent works, what you send waits for its next step (it is queued).",
     "Ctrl-C cancels the turn; Ctrl-C twice or Ctrl-D leaves (the conversation stays).",
     "/help            this list",
     "/cost            tokens and cost of this conversation",
     "/shells          the background shells of this conversation",
-    "/mode [MODE]     show or change the permission mode (read_only default accept_edits plan bypass)",
+    "/expand          the last tool result whole (also Ctrl-O)",
+    "/mode [MODE]     show or change the permission mode (read_only default accept_edits plan bypass); Shift-Tab: the next one",
     "/model [NAME]    show or change the model of the next requests",
     "/attach ID       go to another conversation (agent ls lists them)",
     "/clear           start a new conversation in this directory",

@@ -1056,3 +1056,87 @@ fn command_output_cannot_drive_the_terminal() {
     assert!(!out.contains('\x1b'), "{out:?}");
     assert!(out.contains("  │ \u{fffd}[2Jcleared    x\n"), "{out:?}");
 }
+
+#[test]
+fn a_folded_output_names_the_key_and_the_key_shows_the_whole_result() {
+    let whole: String = (1..=40).map(|i| format!("line-{i}\n")).collect();
+    let mut r = Renderer::new(Vec::new(), false).with_expand_key("Ctrl-O");
+    for e in [
+        appended(msg(
+            2,
+            Role::Assistant,
+            vec![tool_use("t1", "bash", r#"{"command":"make"}"#)],
+        )),
+        bash_begin("t1", "make"),
+        bash_end("t1", 40, "exit code 0 in 2.0 s"),
+        appended(msg(3, Role::User, vec![tool_result("t1", &whole, false)])),
+    ] {
+        r.event(&ev(e)).unwrap();
+    }
+    r.expand_last().unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    let (live, expanded) = out.split_once("— the whole result").unwrap();
+    assert!(
+        live.contains("  │ … 30 more lines (Ctrl-O shows the whole result)\n"),
+        "{out}"
+    );
+    assert!(!live.contains("line-20\n"), "{out}");
+    assert!(expanded.starts_with(" (40 lines):\n"), "{out}");
+    for i in 1..=40 {
+        assert!(expanded.contains(&format!("  │ line-{i}\n")), "{out}");
+    }
+}
+
+#[test]
+fn expanding_before_any_tool_ran_says_so() {
+    let mut r = Renderer::new(Vec::new(), false).with_expand_key("Ctrl-O");
+    r.expand_last().unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(out.contains("no tool has run"), "{out}");
+}
+
+#[test]
+fn show_full_prints_every_line_of_a_result_and_its_error() {
+    let whole: String = (1..=30).map(|i| format!("row {i}\n")).collect();
+    let transcript = pb::GetConversationResponse {
+        messages: vec![
+            msg(
+                1,
+                Role::Assistant,
+                vec![
+                    tool_use("t1", "bash", r#"{"command":"seq 30"}"#),
+                    tool_use("t2", "read", r#"{"path":"gone.txt"}"#),
+                ],
+            ),
+            msg(
+                2,
+                Role::User,
+                vec![
+                    tool_result("t1", &whole, false),
+                    tool_result("t2", "no such file: gone.txt\n\x1b[2Jcleared?", true),
+                ],
+            ),
+        ],
+        ..Default::default()
+    };
+    let mut r = Renderer::new(Vec::new(), false).with_full_output(true);
+    r.transcript(&transcript).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    for i in 1..=30 {
+        assert!(out.contains(&format!("  │ row {i}\n")), "{out}");
+    }
+    assert!(
+        out.contains("  ⎿ error:\n  │ no such file: gone.txt\n"),
+        "{out}"
+    );
+    assert!(
+        !out.contains('\x1b'),
+        "escape sequences are cleaned: {out:?}"
+    );
+
+    // Without --full the result is one abbreviated line.
+    let mut r = Renderer::new(Vec::new(), false);
+    r.transcript(&transcript).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(!out.contains("row 30"), "{out}");
+}

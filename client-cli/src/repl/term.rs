@@ -36,6 +36,12 @@ const POLL: Duration = Duration::from_millis(50);
 /// Output lines the printer holds before a writer waits.
 const PRINTER_LINES: usize = 10_000;
 
+/// What the terminal sends the session, as a line, for Ctrl-O: show the
+/// last tool result whole. (A control character: nobody types it.)
+pub const EXPAND_OUTPUT: &str = "\u{f}";
+/// What it sends for Shift-Tab: the next permission mode.
+pub const NEXT_MODE: &str = "\u{1b}[Z";
+
 /// A permission request this terminal answers with one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Question {
@@ -320,6 +326,7 @@ fn editor(
         .with_break_signal(link.wake.clone())
         .with_poll_interval(POLL)
         .with_validator(Box::new(ContinuationValidator))
+        .with_edit_mode(Box::new(Emacs::new(editing_keybindings())))
         .with_transient_prompt(Box::new(UiPrompt {
             left: String::new(),
             right: String::new(),
@@ -466,9 +473,11 @@ impl Ui {
                 Ok(Signal::HostCommand(key)) => {
                     if let Some(question) = question {
                         self.link.lock().asked = Some(question.request_id);
-                        if self.lines.blocking_send(key).is_err() {
-                            break;
-                        }
+                    } else if key != EXPAND_OUTPUT && key != NEXT_MODE {
+                        continue;
+                    }
+                    if self.lines.blocking_send(key).is_err() {
+                        break;
                     }
                 }
                 Ok(Signal::CtrlC) => {
@@ -518,12 +527,32 @@ impl Ui {
                 }
                 Box::new(Emacs::new(answer_keybindings(&q.offered)))
             }
-            None => Box::new(Emacs::default()),
+            None => Box::new(Emacs::new(editing_keybindings())),
         };
         let editor = std::mem::replace(&mut self.editor, Reedline::create());
         self.editor = editor.with_edit_mode(mode);
         self.bound = wanted;
     }
+}
+
+/// Editing keys: reedline's Emacs set, with Ctrl-O showing the last tool
+/// result whole and Shift-Tab switching to the next permission mode (as
+/// people know them from other agents).
+fn editing_keybindings() -> Keybindings {
+    let mut keys = reedline::default_emacs_keybindings();
+    keys.add_binding(
+        KeyModifiers::CONTROL,
+        KeyCode::Char('o'),
+        ReedlineEvent::ExecuteHostCommand(EXPAND_OUTPUT.to_string()),
+    );
+    for modifiers in [KeyModifiers::SHIFT, KeyModifiers::NONE] {
+        keys.add_binding(
+            modifiers,
+            KeyCode::BackTab,
+            ReedlineEvent::ExecuteHostCommand(NEXT_MODE.to_string()),
+        );
+    }
+    keys
 }
 
 /// The keys that answer a permission request, each returning the answer

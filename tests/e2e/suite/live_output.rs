@@ -131,3 +131,33 @@ async fn a_fast_commands_output_is_shown_by_agent_run() {
         "{out}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_show_full_prints_a_long_output_whole() {
+    let s = Scenario::new()
+        .scripts([
+            tool("b1", "bash", json!({"command": "seq 1 60"})),
+            Script::Reply(ReplyScript::new().text("counted")),
+        ])
+        .start()
+        .await;
+    let (d, work) = (s.daemon, s.work);
+    let cwd = work.path().display().to_string();
+    let (ok, run, err) = agent_out(&d, &["run", "--allow", "bash", "--cwd", &cwd, "count"]).await;
+    assert!(ok, "{err}");
+    // Folded as it ran.
+    assert!(run.contains("more lines"), "{run}");
+    assert!(!run.contains("│ 30\n"), "{run}");
+    let id = err
+        .split_whitespace()
+        .find(|w| w.len() == 26)
+        .unwrap_or_else(|| panic!("no conversation id in {err}"));
+    let (ok, full, err) = agent_out(&d, &["show", "--full", id]).await;
+    assert!(ok, "{err}");
+    for n in 1..=60 {
+        assert!(full.contains(&format!("  │ {n}\n")), "{n} missing:\n{full}");
+    }
+    let (ok, short, err) = agent_out(&d, &["show", id]).await;
+    assert!(ok, "{err}");
+    assert!(!short.contains("│ 30\n"), "{short}");
+}

@@ -176,11 +176,29 @@ async fn interactive_session_at(cols: u16, rows: u16) {
     tokio::task::spawn_blocking(move || {
         again.wait_for("Both lines are there.", WAIT).unwrap();
         again.wait_for("conversation ", WAIT).unwrap();
-        // `/mode` and `/model` change the conversation; the line saying so
-        // comes from the daemon's event, and the status line follows.
+        // Ctrl-O shows the last tool result whole.
+        again.send_bytes(b"\x0f").unwrap();
+        again.wait_for("— the whole result (", WAIT).unwrap();
+        // Shift-Tab switches to the next mode, `/mode` and `/model` change
+        // the conversation; the line saying so comes from the daemon's
+        // event, and the status line follows.
+        again.send_bytes(b"\x1b[Z").unwrap();
+        again.wait_for("· mode accept_edits · model", WAIT).unwrap();
+        again.send("/mode plan").unwrap();
+        again.enter().unwrap();
+        again.wait_for("· mode plan · model", WAIT).unwrap();
         again.send("/mode accept-edits").unwrap();
         again.enter().unwrap();
-        again.wait_for("· mode accept_edits · model", WAIT).unwrap();
+        again
+            .wait_until("accept_edits set again", WAIT, |screen| {
+                let contents = screen.contents();
+                let last = contents
+                    .lines()
+                    .filter(|l| l.contains("· mode "))
+                    .next_back();
+                last.is_some_and(|l| l.contains("· mode accept_edits · model"))
+            })
+            .unwrap();
         again.send("/model claude-other-2").unwrap();
         again.enter().unwrap();
         again
