@@ -192,10 +192,7 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         again
             .wait_until("accept_edits set again", WAIT, |screen| {
                 let contents = screen.contents();
-                let last = contents
-                    .lines()
-                    .filter(|l| l.contains("· mode "))
-                    .next_back();
+                let last = contents.lines().rfind(|l| l.contains("· mode "));
                 last.is_some_and(|l| l.contains("· mode accept_edits · model"))
             })
             .unwrap();
