@@ -1133,28 +1133,41 @@ impl<W: Write> Renderer<W> {
             0 => usize::MAX,
             w => w,
         };
-        let mut lines = Vec::new();
-        let (mut line, mut used) = (String::from("  "), 2);
-        for d in offered {
+        let options = offered.iter().map(|d| {
             let label = match d {
                 Decision::DenyAndStop => format!("{} (then type feedback)", d.label()),
                 _ => d.label().to_string(),
             };
             let columns = 4 + label.chars().count();
-            if used > 2 && used + 2 + columns > width {
-                lines.push(std::mem::replace(&mut line, String::from("  ")));
-                used = 2;
-            } else if used > 2 {
-                line.push_str("  ");
-                used += 2;
-            }
             let key = self.paint(BOLD, &format!("[{}]", d.key()));
-            line.push_str(&format!("{key} {label}"));
-            used += columns;
-        }
-        lines.push(line);
-        lines
+            (format!("{key} {label}"), columns)
+        });
+        wrap_options(options, width)
     }
+}
+
+/// Lays out answer options (each as shown, and the columns it takes) on
+/// lines indented by two, two spaces apart, a new line before an option
+/// that would pass `width`: options are never split.
+pub fn wrap_options(
+    options: impl IntoIterator<Item = (String, usize)>,
+    width: usize,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    let (mut line, mut used) = (String::from("  "), 2);
+    for (shown, columns) in options {
+        if used > 2 && used + 2 + columns > width {
+            lines.push(std::mem::replace(&mut line, String::from("  ")));
+            used = 2;
+        } else if used > 2 {
+            line.push_str("  ");
+            used += 2;
+        }
+        line.push_str(&shown);
+        used += columns;
+    }
+    lines.push(line);
+    lines
 }
 
 /// Whether a tool's summary already ends with how long it took

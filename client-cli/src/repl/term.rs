@@ -639,23 +639,7 @@ pub fn key_lines(offered: &[Decision], width: usize, color: bool) -> Vec<String>
         }
     }
     push("Esc", "deny", false);
-    let mut lines = Vec::new();
-    let mut line = String::from("  ");
-    let mut used = 2;
-    for (shown, columns) in options {
-        let sep = if used > 2 { 2 } else { 0 };
-        if used > 2 && used + sep + columns > width {
-            lines.push(std::mem::replace(&mut line, String::from("  ")));
-            used = 2;
-        } else if sep > 0 {
-            line.push_str("  ");
-            used += sep;
-        }
-        line.push_str(&shown);
-        used += columns;
-    }
-    lines.push(line);
-    lines
+    crate::render::wrap_options(options, width)
 }
 
 #[cfg(test)]
