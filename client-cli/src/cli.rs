@@ -170,11 +170,11 @@ pub enum Command {
         drop_all: bool,
     },
 
-    /// Change a conversation's permission mode or model
+    /// Change a conversation's permission mode or model, or add a directory
     ///
     /// Takes effect at once, even mid-turn: the next permission decision
-    /// uses the new mode, the next model request the new model. Every
-    /// attached client is told. Without --mode or --model, prints both.
+    /// uses the new mode and directories, the next model request the new
+    /// model. Every attached client is told. Without options, prints them.
     Set {
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
@@ -185,6 +185,9 @@ pub enum Command {
         /// The new model
         #[arg(long, value_name = "NAME")]
         model: Option<String>,
+        /// Another directory its tools may reach (repeatable)
+        #[arg(long = "add-dir", value_name = "DIR")]
+        add_dirs: Vec<PathBuf>,
     },
 
     /// Cancel the turn in flight, if any
@@ -350,6 +353,11 @@ pub struct NewArgs {
     /// or 'write(src/**)' (repeatable)
     #[arg(long = "allow", value_name = "RULE")]
     pub allow: Vec<String>,
+
+    /// Another directory the agent's tools may read and change, besides the
+    /// working directory (repeatable)
+    #[arg(long = "add-dir", value_name = "DIR")]
+    pub add_dirs: Vec<PathBuf>,
 }
 
 /// `agent run`.
@@ -361,11 +369,6 @@ pub struct RunArgs {
 
     #[command(flatten)]
     pub new: NewArgs,
-
-    /// Another directory the agent's tools may read and change, besides the
-    /// working directory (repeatable)
-    #[arg(long = "add-dir", value_name = "DIR")]
-    pub add_dirs: Vec<PathBuf>,
 
     /// DANGEROUS: answer "allow once" to every permission request, so the
     /// agent may run any command and change any file without asking

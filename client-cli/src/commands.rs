@@ -40,7 +40,24 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Attach(args) => attach(&ctx, args, io).await,
         Command::Send { id, text, no_queue } => send(&ctx, id, text.join(" "), !no_queue, io).await,
         Command::Queue { id, drop, drop_all } => queue(&ctx, id, drop, drop_all, io).await,
-        Command::Set { id, mode, model } => set(&ctx, id, mode, model, io).await,
+        Command::Set {
+            id,
+            mode,
+            model,
+            add_dirs,
+        } => {
+            set(
+                &ctx,
+                id,
+                Change {
+                    mode,
+                    model,
+                    add_dirs,
+                },
+                io,
+            )
+            .await
+        }
         Command::Cancel { id } => cancel(&ctx, id, io).await,
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
         Command::Show { id, context, full } => show(&ctx, id, context, full, io).await,
@@ -164,6 +181,7 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
     };
     let cwd = absolute_dir(&cwd, "working directory")?;
     let additional_dirs = args
+        .new
         .add_dirs
         .iter()
         .map(|d| absolute_dir(d, "directory"))
@@ -240,6 +258,20 @@ pub(crate) fn absolute_dir(dir: &Path, what: &str) -> Result<String, CliError> {
         .to_str()
         .map(str::to_string)
         .ok_or_else(|| CliError::Input(format!("{what} {} is not UTF-8", canonical.display())))
+}
+
+/// A directory as a person typed it in the session (`~/src`, `../lib`):
+/// absolute and canonical, from the current directory.
+pub(crate) fn typed_dir(typed: &str) -> Result<String, CliError> {
+    let typed = typed.trim();
+    let path = match typed.strip_prefix("~/") {
+        Some(rest) => match std::env::var_os("HOME") {
+            Some(home) => PathBuf::from(home).join(rest),
+            None => PathBuf::from(typed),
+        },
+        None => PathBuf::from(typed),
+    };
+    absolute_dir(&path, "directory")
 }
 
 async fn attach(ctx: &Ctx, args: AttachArgs, io: &mut Io) -> Result<Exit, CliError> {
@@ -367,16 +399,26 @@ async fn queue(
     Ok(Exit::Ok)
 }
 
-/// `agent set`: changes the mode and/or the model (prints both when
-/// neither is given).
-async fn set(
-    ctx: &Ctx,
-    id: String,
+/// What `agent set` changes.
+struct Change {
     mode: Option<crate::cli::Mode>,
     model: Option<String>,
-    io: &mut Io,
-) -> Result<Exit, CliError> {
-    let conversation = if mode.is_none() && model.is_none() {
+    add_dirs: Vec<PathBuf>,
+}
+
+/// `agent set`: changes the mode, the model or the directories (prints
+/// them when nothing is given).
+async fn set(ctx: &Ctx, id: String, change: Change, io: &mut Io) -> Result<Exit, CliError> {
+    let Change {
+        mode,
+        model,
+        add_dirs,
+    } = change;
+    let add_dirs = add_dirs
+        .iter()
+        .map(|d| absolute_dir(d, "directory"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let conversation = if mode.is_none() && model.is_none() && add_dirs.is_empty() {
         let request = pb::GetConversationRequest {
             conversation_id: id.clone(),
         };
@@ -393,6 +435,7 @@ async fn set(
             mode: mode.map_or(0, |m| m.to_proto() as i32),
             model: model.unwrap_or_default(),
             client_name: client_name(),
+            add_dirs,
         };
         retrying(ctx, |mut client| {
             let request = request.clone();
@@ -415,6 +458,9 @@ async fn set(
                 c.context_window
             ),
         )?;
+        if !c.additional_dirs.is_empty() {
+            print_line(io, &format!("also in {}", c.additional_dirs.join(", ")))?;
+        }
     }
     Ok(Exit::Ok)
 }

@@ -364,6 +364,7 @@ fn event_body(event: &Event) -> Value {
             "mode": mode_json(s.mode),
             "model": s.model,
             "context_window": s.context_window,
+            "additional_dirs": s.additional_dirs,
             "by": s.by,
         }),
     }

@@ -1597,6 +1597,11 @@ pub fn settings_line(s: &pb::SettingsChanged) -> String {
         one_line(&s.model, 60),
         s.context_window
     );
+    if !s.additional_dirs.is_empty() {
+        let dirs: Vec<String> = s.additional_dirs.iter().map(|d| shorten_home(d)).collect();
+        text.push_str(" · also in ");
+        text.push_str(&one_line(&dirs.join(", "), 200));
+    }
     if !s.by.is_empty() {
         text.push_str(" — set by ");
         text.push_str(&one_line(&s.by, 40));

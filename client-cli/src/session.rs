@@ -555,6 +555,7 @@ impl Session<'_> {
                         s.queued = c.queued.len();
                         s.cost_usd = c.cost_usd;
                         s.context_window = c.context_window;
+                        s.additional_dirs.clone_from(&c.additional_dirs);
                         if let Some(state) = &c.state {
                             set_state(s, state);
                         }
@@ -614,6 +615,7 @@ impl Session<'_> {
                     s.mode = mode_name(c.mode);
                     s.model.clone_from(&c.model);
                     s.context_window = c.context_window;
+                    s.additional_dirs.clone_from(&c.additional_dirs);
                 }
                 _ => {}
             }
@@ -860,7 +862,7 @@ impl Session<'_> {
             NEXT_MODE => {
                 let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
                 let next = crate::cli::Mode::after(&status.mode);
-                self.update_settings(Some(next), None).await?;
+                self.update_settings(Some(next), None, Vec::new()).await?;
                 return Ok(None);
             }
             _ => {}
@@ -971,7 +973,7 @@ impl Session<'_> {
                 ))?;
             }
             "mode" => match crate::cli::Mode::parse(arg) {
-                Ok(mode) => self.update_settings(Some(mode), None).await?,
+                Ok(mode) => self.update_settings(Some(mode), None, Vec::new()).await?,
                 Err(e) => self.show_error(&e)?,
             },
             "model" if arg.is_empty() => {
@@ -981,7 +983,14 @@ impl Session<'_> {
                     status.model, status.context_window
                 ))?;
             }
-            "model" => self.update_settings(None, Some(arg)).await?,
+            "model" => self.update_settings(None, Some(arg), Vec::new()).await?,
+            "add-dir" if arg.is_empty() => {
+                self.show_error("which directory? /add-dir DIR")?;
+            }
+            "add-dir" => match crate::commands::typed_dir(arg) {
+                Ok(dir) => self.update_settings(None, None, vec![dir]).await?,
+                Err(e) => self.show_error(&e.to_string())?,
+            },
             "cost" | "usage" => {
                 let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
                 let u = status.total;
@@ -1039,12 +1048,15 @@ impl Session<'_> {
         &mut self,
         mode: Option<crate::cli::Mode>,
         model: Option<&str>,
+        add_dirs: Vec<String>,
     ) -> Result<(), CliError> {
+        let adding = add_dirs.clone();
         let request = pb::UpdateConversationRequest {
             conversation_id: self.config.conversation_id.clone(),
             mode: mode.map_or(0, |m| m.to_proto() as i32),
             model: model.unwrap_or_default().to_string(),
             client_name: self.config.client_name.clone(),
+            add_dirs,
         };
         let before = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
         match self.client.update_conversation(request).await {
@@ -1060,6 +1072,11 @@ impl Session<'_> {
                     && before.model == model.trim()
                 {
                     self.note(&format!("the model is already {}", now.model))?;
+                }
+                if let [dir] = adding.as_slice()
+                    && (before.additional_dirs.contains(dir) || *dir == now.cwd)
+                {
+                    self.note(&format!("the tools already reach {dir}"))?;
                 }
             }
             Err(status) => self.show_error(status.message())?,
@@ -1147,7 +1164,7 @@ impl Session<'_> {
 }
 
 /// What `/help` prints.
-const SLASH_HELP: [&str; 12] = [
+const SLASH_HELP: [&str; 13] = [
     "Type a message and press Enter; Alt-Enter or a trailing \\ starts a new line.",
     "While the agent works, what you send waits for its next step (it is queued).",
     "Ctrl-C cancels the turn; Ctrl-C twice or Ctrl-D leaves (the conversation stays).",
@@ -1157,6 +1174,7 @@ const SLASH_HELP: [&str; 12] = [
     "/expand          the last tool result whole (also Ctrl-O)",
     "/mode [MODE]     show or change the permission mode (read_only default accept_edits plan bypass); Shift-Tab: the next one",
     "/model [NAME]    show or change the model of the next requests",
+    "/add-dir DIR     let the tools reach DIR too (as the working directory)",
     "/attach ID       go to another conversation (agent ls lists them)",
     "/clear           start a new conversation in this directory",
     "/exit            leave (the conversation stays in the daemon: agent -c)",

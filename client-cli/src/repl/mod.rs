@@ -102,7 +102,11 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                         prompt,
                         mode: new.mode.map_or(0, |m| m.to_proto() as i32),
                         allow_rules: new.allow.clone(),
-                        additional_dirs: Vec::new(),
+                        additional_dirs: new
+                            .add_dirs
+                            .iter()
+                            .map(|d| absolute_dir(d, "directory"))
+                            .collect::<Result<Vec<_>, _>>()?,
                         client_request_id: crate::commands::request_id(),
                     };
                     let prompt = request.prompt.clone();
@@ -234,6 +238,17 @@ async fn first_message(io: &mut Io, new: &mut NewArgs) -> Result<Option<String>,
                 new.model = Some(arg.to_string());
                 say(io, &format!("the conversation will start with model {arg}"))?;
             }
+            Some(("add-dir", "")) => say(io, "which directory? /add-dir DIR")?,
+            Some(("add-dir", arg)) => match crate::commands::typed_dir(arg) {
+                Ok(dir) => {
+                    say(
+                        io,
+                        &format!("the conversation's tools will also reach {dir}"),
+                    )?;
+                    new.add_dirs.push(PathBuf::from(dir));
+                }
+                Err(e) => say(io, &e.to_string())?,
+            },
             Some(("help" | "?", _)) => say(
                 io,
                 "Type what the agent should do and press Enter (Alt-Enter or a trailing \\ \

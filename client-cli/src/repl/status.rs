@@ -46,6 +46,9 @@ pub struct Status {
     pub others: usize,
     /// User messages queued for the next model request.
     pub queued: usize,
+    /// Directories the tools reach besides the working directory (for
+    /// `/add-dir`; not shown on the line).
+    pub additional_dirs: Vec<String>,
 }
 
 impl Status {

@@ -24,6 +24,7 @@ fn update(id: &str, mode: pb::PermissionMode, model: &str) -> pb::UpdateConversa
         mode: mode as i32,
         model: model.to_string(),
         client_name: "laptop".to_string(),
+        add_dirs: Vec::new(),
     }
 }
 
@@ -202,4 +203,75 @@ async fn an_approved_mode_upgrade_is_announced_as_a_settings_change() {
     assert_eq!(changed.len(), 1, "{changed:?}");
     assert_eq!(changed[0].mode, pb::PermissionMode::Default as i32);
     assert_eq!(changed[0].by, "", "the PermissionResolved event says who");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_directory_added_later_is_reachable_from_the_next_call() {
+    let extra = tempfile::tempdir().unwrap();
+    std::fs::write(extra.path().join("notes.txt"), "extra notes\n").unwrap();
+    let extra_dir = extra.path().canonicalize().unwrap();
+    let inside = extra_dir.join("notes.txt").display().to_string();
+    let s = Scenario::new()
+        .scripts([
+            tool("r1", "read", json!({"path": inside})),
+            Script::text("could not"),
+            tool("r2", "read", json!({"path": inside})),
+            Script::text("read it"),
+        ])
+        .conversation("")
+        .start()
+        .await;
+    let (fake, daemon, mut client, id) = (s.fake, s.daemon, s.client, s.id);
+    let mut watcher = Attached::open(&mut client, &id, 0, "watcher").await;
+    send(&mut client, &id, "read the notes").await;
+    watcher.until(WAIT, is_idle).await;
+    let refused = super::util::result_of(&fake.requests()[1], "r1");
+    assert_eq!(refused["is_error"], true, "{refused:#}");
+
+    let (ok, out, err) = agent_out(
+        &daemon,
+        &["set", &id, "--add-dir", &extra.path().display().to_string()],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("also in {}", extra_dir.display())),
+        "{out}"
+    );
+    let seen = watcher.until(WAIT, |m| settings(m).is_some()).await;
+    let changed = settings(seen.last().unwrap()).unwrap();
+    assert_eq!(changed.additional_dirs, [extra_dir.display().to_string()]);
+
+    send(&mut client, &id, "again").await;
+    watcher.until(WAIT, is_idle).await;
+    let read = super::util::result_of(&fake.requests()[3], "r2");
+    assert_ne!(read["is_error"], true, "{read:#}");
+    assert!(
+        read["content"].to_string().contains("extra notes"),
+        "{read:#}"
+    );
+
+    // Added twice, it is there once; a missing directory is refused.
+    let again = client
+        .update_conversation(pb::UpdateConversationRequest {
+            conversation_id: id.clone(),
+            add_dirs: vec![extra.path().display().to_string()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .conversation
+        .unwrap();
+    assert_eq!(again.additional_dirs.len(), 1, "{again:?}");
+    let missing = client
+        .update_conversation(pb::UpdateConversationRequest {
+            conversation_id: id.clone(),
+            add_dirs: vec!["/no/such/dir".into()],
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::InvalidArgument, "{missing:?}");
+    assert!(missing.message().contains("/no/such/dir"), "{missing:?}");
 }

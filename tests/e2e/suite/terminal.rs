@@ -201,6 +201,9 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         again
             .wait_for("· mode accept_edits · model claude-other-2", WAIT)
             .unwrap();
+        again.send("/add-dir /tmp").unwrap();
+        again.enter().unwrap();
+        again.wait_for("· also in /tmp", WAIT).unwrap();
         again.send("/mode").unwrap();
         again.enter().unwrap();
         again.wait_for("mode: accept_edits;", WAIT).unwrap();

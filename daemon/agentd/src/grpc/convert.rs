@@ -643,12 +643,17 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             mode: m,
             model,
             context_window,
+            additional_dirs,
             by,
         } => E::SettingsChanged(pb::SettingsChanged {
             mode: mode(*m) as i32,
             model: model.clone(),
             context_window: *context_window,
             by: by.clone(),
+            additional_dirs: additional_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect(),
         }),
         EventKind::ShellStarted(r) => E::ShellStarted(pb::ShellStarted {
             shell: Some(shell(r)),

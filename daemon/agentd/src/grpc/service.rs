@@ -327,6 +327,11 @@ impl AgentService for Service {
                 .then(|| convert::mode_from(req.mode))
                 .transpose()?,
             model: (!req.model.is_empty()).then_some(req.model),
+            add_dirs: req
+                .add_dirs
+                .iter()
+                .map(|d| validate_dir(d, "additional directory"))
+                .collect::<Result<Vec<_>, _>>()?,
             by: display_name(&req.client_name),
         };
         let record = self

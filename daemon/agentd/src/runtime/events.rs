@@ -210,6 +210,7 @@ pub enum EventKind {
         model: String,
         /// The model's context window (tokens).
         context_window: u64,
+        additional_dirs: Vec<std::path::PathBuf>,
         /// The client that changed them ("" for an approved mode upgrade).
         by: String,
     },

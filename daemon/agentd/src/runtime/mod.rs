@@ -107,9 +107,15 @@ pub struct NewMessage {
 pub struct Settings {
     pub mode: Option<Mode>,
     pub model: Option<String>,
+    /// Directories to add to the additional ones (canonical).
+    pub add_dirs: Vec<PathBuf>,
     /// The client that asks, for the event ("" for scripts).
     pub by: String,
 }
+
+/// Additional directories a conversation may have (the record carrying
+/// them is written at every commit).
+pub const MAX_ADDITIONAL_DIRS: usize = 32;
 
 /// The longest model name accepted.
 const MAX_MODEL_NAME: usize = 200;
@@ -133,6 +139,16 @@ pub fn model_name(name: &str) -> Result<String, RuntimeError> {
         )));
     }
     Ok(name.to_string())
+}
+
+/// Refuses more than [`MAX_ADDITIONAL_DIRS`] additional directories.
+fn too_many_dirs(count: usize) -> Result<(), RuntimeError> {
+    if count > MAX_ADDITIONAL_DIRS {
+        return Err(RuntimeError::InvalidArgument(format!(
+            "{count} additional directories; a conversation may have at most {MAX_ADDITIONAL_DIRS}"
+        )));
+    }
+    Ok(())
 }
 
 /// Messages a conversation's queue holds at most (it lives in the record,
@@ -301,6 +317,7 @@ impl Manager {
                 "bypass mode is not allowed: start agentd with --allow-bypass".into(),
             ));
         }
+        too_many_dirs(new.additional_dirs.len())?;
         for text in &new.allow_rules {
             agentd_core::Rule::parse(text, agentd_core::Action::Allow).map_err(|e| {
                 RuntimeError::InvalidArgument(format!("invalid rule {text:?}: {e}"))

@@ -644,7 +644,17 @@ impl Actor {
     ) -> Result<ConversationRecord, RuntimeError> {
         let mode = settings.mode.filter(|m| *m != self.record.mode);
         let model = settings.model.filter(|m| *m != self.record.model);
-        if mode.is_none() && model.is_none() {
+        let mut dirs = Vec::new();
+        for dir in settings.add_dirs {
+            if dir != self.record.cwd
+                && !self.record.additional_dirs.contains(&dir)
+                && !dirs.contains(&dir)
+            {
+                dirs.push(dir);
+            }
+        }
+        super::too_many_dirs(self.record.additional_dirs.len() + dirs.len())?;
+        if mode.is_none() && model.is_none() && dirs.is_empty() {
             return Ok(self.record.clone());
         }
         let saved = self.record.clone();
@@ -654,6 +664,7 @@ impl Actor {
         if let Some(model) = model {
             self.record.model = model;
         }
+        self.record.additional_dirs.extend(dirs);
         self.record.updated_at_ms = self.now_ms();
         if let Err(e) = self.write_record().await {
             tracing::error!(conversation = %self.record.id, "persisting settings failed: {e}");
@@ -682,6 +693,7 @@ impl Actor {
             mode: self.record.mode,
             model: self.record.model.clone(),
             context_window,
+            additional_dirs: self.record.additional_dirs.clone(),
             by,
         });
     }
