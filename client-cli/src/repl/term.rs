@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossterm::event::{KeyCode, KeyModifiers};
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use crossterm::terminal;
 use reedline::{
     DefaultValidator, Emacs, ExternalPrinter, FileBackedHistory, Keybindings, Prompt,
@@ -248,6 +248,7 @@ impl Terminal {
                         color,
                         first_ctrl_c: None,
                         bound: None,
+                        after_answer: Arc::default(),
                     };
                     ui.run();
                 })
@@ -450,6 +451,10 @@ struct Ui {
     first_ctrl_c: Option<Instant>,
     /// The request whose keys are bound now (None: normal editing).
     bound: Option<String>,
+    /// Keys typed right after a one-key answer, in the same read as the
+    /// answer: the editor would drop them, so they are kept here and typed
+    /// into the next line.
+    after_answer: Arc<Mutex<Vec<KeyEvent>>>,
 }
 
 impl Ui {
@@ -460,6 +465,9 @@ impl Ui {
             }
             let question = self.link.question();
             self.bind_keys(question.as_ref());
+            if question.is_none() && !self.replay_keys() {
+                break;
+            }
             let (left, right) = self.link.prompt_text(terminal_width());
             self.link.lock().painted = (left.clone(), right.clone());
             let prompt = UiPrompt { left, right };
@@ -508,6 +516,36 @@ impl Ui {
         self.lines = closed;
     }
 
+    /// Types the keys that came right after an answer into the editor: a
+    /// line ended by Enter is sent, the rest stays in the buffer. False
+    /// when the session has gone.
+    fn replay_keys(&mut self) -> bool {
+        let keys = std::mem::take(&mut *lock_keys(&self.after_answer));
+        let mut text = String::new();
+        for key in keys {
+            match key.code {
+                KeyCode::Char(c) if (key.modifiers - KeyModifiers::SHIFT).is_empty() => {
+                    text.push(c);
+                }
+                KeyCode::Enter => {
+                    let line = std::mem::take(&mut text);
+                    if !line.trim().is_empty() && self.lines.blocking_send(line).is_err() {
+                        return false;
+                    }
+                }
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                _ => {}
+            }
+        }
+        if !text.is_empty() {
+            self.editor
+                .run_edit_commands(&[reedline::EditCommand::InsertString(text)]);
+        }
+        true
+    }
+
     /// Prints a line above the prompt (through the printer, in order).
     fn print_line(&self, text: &str) {
         self.printer.send(text.to_string());
@@ -525,7 +563,11 @@ impl Ui {
                 for line in key_lines(&q.offered, terminal_width(), self.color) {
                     self.print_line(&line);
                 }
-                Box::new(Emacs::new(answer_keybindings(&q.offered)))
+                Box::new(AnswerMode {
+                    keys: Emacs::new(answer_keybindings(&q.offered)),
+                    answered: false,
+                    after: self.after_answer.clone(),
+                })
             }
             None => Box::new(Emacs::new(editing_keybindings())),
         };
@@ -533,6 +575,47 @@ impl Ui {
         self.editor = editor.with_edit_mode(mode);
         self.bound = wanted;
     }
+}
+
+/// The edit mode while a question waits: its keys answer it, and the keys
+/// read after the answer in the same batch (which the editor drops once a
+/// key has ended the read) are kept for the next line.
+struct AnswerMode {
+    keys: Emacs,
+    answered: bool,
+    after: Arc<Mutex<Vec<KeyEvent>>>,
+}
+
+impl reedline::EditMode for AnswerMode {
+    fn parse_event(&mut self, event: reedline::ReedlineRawEvent) -> ReedlineEvent {
+        let raw = crossterm::event::Event::from(event);
+        if self.answered {
+            if let crossterm::event::Event::Key(key) = raw
+                && key.kind != crossterm::event::KeyEventKind::Release
+            {
+                lock_keys(&self.after).push(key);
+            }
+            return ReedlineEvent::None;
+        }
+        let Ok(event) = reedline::ReedlineRawEvent::try_from(raw) else {
+            return ReedlineEvent::None;
+        };
+        let parsed = self.keys.parse_event(event);
+        if matches!(parsed, ReedlineEvent::ExecuteHostCommand(_)) {
+            self.answered = true;
+        }
+        parsed
+    }
+
+    fn edit_mode(&self) -> PromptEditMode {
+        self.keys.edit_mode()
+    }
+}
+
+/// The kept keys; a poisoned lock still holds them.
+fn lock_keys(keys: &Mutex<Vec<KeyEvent>>) -> MutexGuard<'_, Vec<KeyEvent>> {
+    keys.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Editing keys: reedline's Emacs set, with Ctrl-O showing the last tool

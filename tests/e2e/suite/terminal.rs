@@ -111,12 +111,12 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         term.wait_for("allow?", WAIT).unwrap();
         // The request shows the model's description of the command.
         term.wait_for("print two lines, slowly", WAIT).unwrap();
-        term.send("y").unwrap();
-        term.wait_for("allow once (you)", WAIT).unwrap();
-        term.wait_for("running bash", WAIT).unwrap();
-        // While the command runs, a message is typed: it is queued.
-        term.send("also check the tests").unwrap();
+        // The answer and the next message typed at once (one read): the
+        // keys after the answer are not lost, and the message is queued
+        // while the command runs.
+        term.send("yalso check the tests").unwrap();
         term.enter().unwrap();
+        term.wait_for("allow once (you)", WAIT).unwrap();
         term.wait_for("queued", WAIT).unwrap();
         // The command's output is shown, not just its exit code.
         term.wait_for("out-1", WAIT).unwrap();
