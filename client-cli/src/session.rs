@@ -27,6 +27,7 @@ use crate::error::{CliError, Exit};
 use crate::io::{Input, Interrupts, Io};
 use crate::json;
 use crate::render::{Renderer, error_kind_text, mode_name};
+use crate::repl::complete::SlashCommand;
 use crate::repl::status::Status;
 use crate::repl::term::{EXPAND_OUTPUT, NEXT_MODE, Question, UiLink};
 
@@ -938,6 +939,10 @@ impl Session<'_> {
                 for line in SLASH_HELP {
                     self.note(line)?;
                 }
+                for c in SLASH_COMMANDS {
+                    let usage = format!("/{} {}", c.name, c.args);
+                    self.note(&format!("  {usage:<16} {}", c.help))?;
+                }
             }
             "exit" | "quit" => return Ok(Some(Outcome::Detached)),
             "expand" | "output" => self
@@ -1164,20 +1169,65 @@ impl Session<'_> {
 }
 
 /// What `/help` prints.
-const SLASH_HELP: [&str; 13] = [
+const SLASH_HELP: [&str; 4] = [
     "Type a message and press Enter; Alt-Enter or a trailing \\ starts a new line.",
     "While the agent works, what you send waits for its next step (it is queued).",
     "Ctrl-C cancels the turn; Ctrl-C twice or Ctrl-D leaves (the conversation stays).",
-    "/help            this list",
-    "/cost            tokens and cost of this conversation",
-    "/shells          the background shells of this conversation",
-    "/expand          the last tool result whole (also Ctrl-O)",
-    "/mode [MODE]     show or change the permission mode (read_only default accept_edits plan bypass); Shift-Tab: the next one",
-    "/model [NAME]    show or change the model of the next requests",
-    "/add-dir DIR     let the tools reach DIR too (as the working directory)",
-    "/attach ID       go to another conversation (agent ls lists them)",
-    "/clear           start a new conversation in this directory",
-    "/exit            leave (the conversation stays in the daemon: agent -c)",
+    "Tab completes commands and paths. The commands:",
+];
+
+/// The session's slash commands, for `/help` and Tab.
+pub const SLASH_COMMANDS: &[SlashCommand] = &[
+    SlashCommand {
+        name: "help",
+        args: "",
+        help: "this list",
+    },
+    SlashCommand {
+        name: "cost",
+        args: "",
+        help: "tokens and cost of this conversation",
+    },
+    SlashCommand {
+        name: "shells",
+        args: "",
+        help: "the background shells of this conversation",
+    },
+    SlashCommand {
+        name: "expand",
+        args: "",
+        help: "the last tool result whole (also Ctrl-O)",
+    },
+    SlashCommand {
+        name: "mode",
+        args: "[MODE]",
+        help: "show or change the permission mode (read_only default accept_edits plan bypass); Shift-Tab: the next one",
+    },
+    SlashCommand {
+        name: "model",
+        args: "[NAME]",
+        help: "show or change the model of the next requests",
+    },
+    SlashCommand {
+        name: "add-dir",
+        args: "DIR",
+        help: "let the tools reach DIR too (as the working directory)",
+    },
+    SlashCommand {
+        name: "attach",
+        args: "ID",
+        help: "go to another conversation (agent ls lists them)",
+    },
+    SlashCommand {
+        name: "clear",
+        args: "",
+        help: "start a new conversation in this directory",
+    },
+    SlashCommand {
+        name: "exit",
+        args: "",
+        help: "leave (the conversation stays in the daemon: agent -c)",
+    },
 ];
 
 /// The tokens a request put in the context: its input, cached or not.

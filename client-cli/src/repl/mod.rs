@@ -8,6 +8,7 @@
 //! history per directory, one-key permission answers, and the status
 //! line of [`status`] above the input.
 
+pub mod complete;
 pub mod status;
 pub mod term;
 

@@ -18,12 +18,13 @@ use std::time::{Duration, Instant};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use crossterm::terminal;
 use reedline::{
-    DefaultValidator, Emacs, ExternalPrinter, FileBackedHistory, Keybindings, Prompt,
-    PromptEditMode, PromptHistorySearch, Reedline, ReedlineEvent, Signal, ValidationResult,
-    Validator,
+    ColumnarMenu, DefaultValidator, Emacs, ExternalPrinter, FileBackedHistory, Keybindings,
+    MenuBuilder, Prompt, PromptEditMode, PromptHistorySearch, Reedline, ReedlineEvent,
+    ReedlineMenu, Signal, ValidationResult, Validator,
 };
 use tokio::sync::mpsc;
 
+use super::complete::Complete;
 use super::status::{FRAME_MS, Status};
 use crate::cli::Decision;
 
@@ -35,6 +36,9 @@ const LEAVE_WINDOW: Duration = Duration::from_secs(2);
 const POLL: Duration = Duration::from_millis(50);
 /// Output lines the printer holds before a writer waits.
 const PRINTER_LINES: usize = 10_000;
+
+/// The name of the Tab completion menu.
+const COMPLETION_MENU: &str = "completion_menu";
 
 /// What the terminal sends the session, as a line, for Ctrl-O: show the
 /// last tool result whole. (A control character: nobody types it.)
@@ -328,6 +332,15 @@ fn editor(
         .with_poll_interval(POLL)
         .with_validator(Box::new(ContinuationValidator))
         .with_edit_mode(Box::new(Emacs::new(editing_keybindings())))
+        .with_completer(Box::new(Complete::new(
+            std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
+            crate::session::SLASH_COMMANDS,
+        )))
+        .with_menu(ReedlineMenu::EngineCompleter(Box::new(
+            ColumnarMenu::default().with_name(COMPLETION_MENU),
+        )))
+        .with_quick_completions(true)
+        .with_partial_completions(true)
         .with_transient_prompt(Box::new(UiPrompt {
             left: String::new(),
             right: String::new(),
@@ -623,6 +636,14 @@ fn lock_keys(keys: &Mutex<Vec<KeyEvent>>) -> MutexGuard<'_, Vec<KeyEvent>> {
 /// people know them from other agents).
 fn editing_keybindings() -> Keybindings {
     let mut keys = reedline::default_emacs_keybindings();
+    keys.add_binding(
+        KeyModifiers::NONE,
+        KeyCode::Tab,
+        ReedlineEvent::UntilFound(vec![
+            ReedlineEvent::Menu(COMPLETION_MENU.to_string()),
+            ReedlineEvent::MenuNext,
+        ]),
+    );
     keys.add_binding(
         KeyModifiers::CONTROL,
         KeyCode::Char('o'),

@@ -210,6 +210,11 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         again.send("/mode yolo").unwrap();
         again.enter().unwrap();
         again.wait_for("unknown mode \"yolo\"", WAIT).unwrap();
+        // Tab completes a command.
+        again.send("/exp").unwrap();
+        again.send_bytes(b"\t").unwrap();
+        again.wait_for("› /expand", WAIT).unwrap();
+        again.send_bytes(b"\x15").unwrap();
         again.ctrl_d().unwrap();
         assert!(again.wait_exit(WAIT).unwrap().success(), "{}", again.dump());
     })

@@ -1,0 +1,239 @@
+//! Tab completion in the session's editor: slash commands at the start of
+//! a line, and paths (from the session's directory, `~/` from home) for the
+//! word under the cursor — directories only after `/add-dir`.
+
+use std::path::{Path, PathBuf};
+
+use reedline::{Completer, CompletionResult, Span, Suggestion};
+
+/// Entries of one directory looked at, at most (a huge directory must not
+/// stall the terminal).
+const MAX_ENTRIES: usize = 2_000;
+/// Suggestions offered at most.
+const MAX_SUGGESTIONS: usize = 200;
+
+/// A slash command as completion offers it.
+#[derive(Debug, Clone, Copy)]
+pub struct SlashCommand {
+    pub name: &'static str,
+    /// What follows the name ("" when nothing).
+    pub args: &'static str,
+    pub help: &'static str,
+}
+
+/// The editor's completer.
+pub struct Complete {
+    cwd: PathBuf,
+    home: Option<PathBuf>,
+    commands: &'static [SlashCommand],
+}
+
+impl Complete {
+    pub fn new(cwd: PathBuf, commands: &'static [SlashCommand]) -> Complete {
+        Complete {
+            cwd,
+            home: std::env::var_os("HOME").map(PathBuf::from),
+            commands,
+        }
+    }
+}
+
+impl Completer for Complete {
+    fn complete(&mut self, line: &str, pos: usize) -> CompletionResult {
+        CompletionResult::fresh(suggestions(
+            line,
+            pos,
+            &self.cwd,
+            self.home.as_deref(),
+            self.commands,
+        ))
+    }
+}
+
+/// What Tab offers for `line` with the cursor at byte `pos`.
+pub fn suggestions(
+    line: &str,
+    pos: usize,
+    cwd: &Path,
+    home: Option<&Path>,
+    commands: &[SlashCommand],
+) -> Vec<Suggestion> {
+    let Some(before) = line.get(..pos) else {
+        return Vec::new();
+    };
+    if let Some(typed) = before.strip_prefix('/')
+        && !typed.contains(char::is_whitespace)
+    {
+        return commands
+            .iter()
+            .filter(|c| c.name.starts_with(typed))
+            .map(|c| Suggestion {
+                value: format!("/{}", c.name),
+                display_override: Some(format!("/{} {}", c.name, c.args).trim_end().to_string()),
+                description: Some(c.help.to_string()),
+                span: Span::new(0, pos),
+                append_whitespace: !c.args.is_empty(),
+                ..Suggestion::default()
+            })
+            .collect();
+    }
+    let start = before.rfind(char::is_whitespace).map_or(0, |i| {
+        i + before[i..].chars().next().map_or(1, char::len_utf8)
+    });
+    let word = &before[start..];
+    if word.is_empty() {
+        return Vec::new();
+    }
+    let dirs_only = before.starts_with("/add-dir ");
+    paths(word, cwd, home, dirs_only)
+        .into_iter()
+        .map(|(value, is_dir)| Suggestion {
+            value,
+            span: Span::new(start, pos),
+            append_whitespace: !is_dir,
+            ..Suggestion::default()
+        })
+        .collect()
+}
+
+/// Completions of the path `word` (its last component completed, the rest
+/// kept as typed): each with whether it is a directory (which ends in `/`).
+fn paths(word: &str, cwd: &Path, home: Option<&Path>, dirs_only: bool) -> Vec<(String, bool)> {
+    // `@src/ma` mentions a file: the `@` stays.
+    let (mention, path) = match word.strip_prefix('@') {
+        Some(rest) => ("@", rest),
+        None => ("", word),
+    };
+    let (dir_part, prefix) = match path.rfind('/') {
+        Some(i) => (&path[..=i], &path[i + 1..]),
+        None => ("", path),
+    };
+    let dir = if let Some(rest) = dir_part.strip_prefix("~/") {
+        match home {
+            Some(home) => home.join(rest),
+            None => return Vec::new(),
+        }
+    } else if dir_part.starts_with('/') {
+        PathBuf::from(dir_part)
+    } else {
+        cwd.join(dir_part)
+    };
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut found: Vec<(String, bool)> = entries
+        .take(MAX_ENTRIES)
+        .filter_map(Result::ok)
+        .filter_map(|entry| {
+            let name = entry.file_name().into_string().ok()?;
+            if !name.starts_with(prefix) || (name.starts_with('.') && !prefix.starts_with('.')) {
+                return None;
+            }
+            // Followed through symbolic links, as the tools follow them.
+            let is_dir = entry.path().is_dir();
+            if dirs_only && !is_dir {
+                return None;
+            }
+            let slash = if is_dir { "/" } else { "" };
+            Some((format!("{mention}{dir_part}{name}{slash}"), is_dir))
+        })
+        .collect();
+    found.sort();
+    found.truncate(MAX_SUGGESTIONS);
+    found
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    const COMMANDS: [SlashCommand; 3] = [
+        SlashCommand {
+            name: "mode",
+            args: "[MODE]",
+            help: "the permission mode",
+        },
+        SlashCommand {
+            name: "model",
+            args: "[NAME]",
+            help: "the model",
+        },
+        SlashCommand {
+            name: "exit",
+            args: "",
+            help: "leave",
+        },
+    ];
+
+    fn values(s: &[Suggestion]) -> Vec<&str> {
+        s.iter().map(|s| s.value.as_str()).collect()
+    }
+
+    fn tree() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("src/bin")).unwrap();
+        std::fs::write(dir.path().join("src/main.rs"), "").unwrap();
+        std::fs::write(dir.path().join("src/mod.rs"), "").unwrap();
+        std::fs::write(dir.path().join("README.md"), "").unwrap();
+        std::fs::write(dir.path().join(".hidden"), "").unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_slash_at_the_start_offers_the_commands_that_match() {
+        let s = suggestions("/mo", 3, Path::new("/"), None, &COMMANDS);
+        assert_eq!(values(&s), ["/mode", "/model"]);
+        assert_eq!(s[0].span, Span::new(0, 3));
+        assert!(s[0].append_whitespace, "a command with arguments");
+        assert_eq!(s[0].description.as_deref(), Some("the permission mode"));
+        let s = suggestions("/", 1, Path::new("/"), None, &COMMANDS);
+        assert_eq!(s.len(), 3);
+        let s = suggestions("/ex", 3, Path::new("/"), None, &COMMANDS);
+        assert!(!s[0].append_whitespace, "nothing follows /exit");
+    }
+
+    #[test]
+    fn the_word_under_the_cursor_completes_as_a_path() {
+        let dir = tree();
+        let s = suggestions("look at src/m", 13, dir.path(), None, &COMMANDS);
+        assert_eq!(values(&s), ["src/main.rs", "src/mod.rs"]);
+        assert_eq!(s[0].span, Span::new(8, 13));
+        let s = suggestions("read @s", 7, dir.path(), None, &COMMANDS);
+        assert_eq!(values(&s), ["@src/"]);
+        assert!(!s[0].append_whitespace, "a directory goes on");
+        // Hidden files only when asked for.
+        let s = suggestions("x ", 2, dir.path(), None, &COMMANDS);
+        assert!(s.is_empty(), "nothing typed, nothing offered");
+        let s = suggestions(".h", 2, dir.path(), None, &COMMANDS);
+        assert_eq!(values(&s), [".hidden"]);
+        let s = suggestions("R", 1, dir.path(), None, &COMMANDS);
+        assert_eq!(values(&s), ["README.md"]);
+    }
+
+    #[test]
+    fn add_dir_offers_directories_and_home_is_tilde() {
+        let dir = tree();
+        let s = suggestions("/add-dir src/", 13, dir.path(), None, &COMMANDS);
+        assert_eq!(values(&s), ["src/bin/"]);
+        let s = suggestions("~/s", 3, Path::new("/"), Some(dir.path()), &COMMANDS);
+        assert_eq!(values(&s), ["~/src/"]);
+        let s = suggestions("~/s", 3, Path::new("/"), None, &COMMANDS);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_cursor_off_a_character_boundary_or_a_missing_directory_offers_nothing() {
+        let dir = tree();
+        assert!(suggestions("é", 1, dir.path(), None, &COMMANDS).is_empty());
+        assert!(suggestions("nope/x", 6, dir.path(), None, &COMMANDS).is_empty());
+        let s = suggestions(
+            "voilà src/ma",
+            "voilà src/ma".len(),
+            dir.path(),
+            None,
+            &COMMANDS,
+        );
+        assert_eq!(values(&s), ["src/main.rs"]);
+    }
+}
