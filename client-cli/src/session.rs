@@ -530,7 +530,9 @@ impl Session<'_> {
         };
         let now = ui.now_ms();
         let own = self.own_client_id.clone();
+        let mut ring = matches!(event, Event::PermissionRequested(_));
         ui.status(|s| {
+            let was_busy = s.busy();
             let set_state = |s: &mut Status, state: &pb::ConversationState| {
                 let kind = StateKind::try_from(state.kind).unwrap_or(StateKind::Unspecified);
                 if kind != s.state {
@@ -620,7 +622,18 @@ impl Session<'_> {
                 }
                 _ => {}
             }
+            // A snapshot starts no turn: joining a busy conversation rings
+            // nothing when it ends unless it was watched for long enough.
+            if !was_busy && s.busy() {
+                s.busy_since_ms = now;
+            }
+            if was_busy && !s.busy() && now.saturating_sub(s.busy_since_ms) >= BELL_AFTER_MS {
+                ring = true;
+            }
         });
+        if ring {
+            ui.bell();
+        }
     }
 
     fn output(&mut self, ev: &pb::AttachResponse) -> Result<(), CliError> {
@@ -897,10 +910,20 @@ impl Session<'_> {
             }
             return Ok(None);
         }
-        if self.config.kind == SessionKind::Interactive
-            && let Some(command) = line.trim().strip_prefix('/')
-        {
-            return self.slash(command).await;
+        if self.config.kind == SessionKind::Interactive {
+            if let Some(command) = line.trim().strip_prefix('/') {
+                return self.slash(command).await;
+            }
+            if let Some(memory) = crate::repl::memory_line(&line) {
+                match crate::repl::remember(memory) {
+                    Ok(file) => self.note(&format!(
+                        "noted in {} (the agent reads it from its next turn)",
+                        crate::render::shorten_home(&file.display().to_string())
+                    ))?,
+                    Err(e) => self.show_error(&e)?,
+                }
+                return Ok(None);
+            }
         }
         match self.config.kind {
             SessionKind::Run if self.ui.is_none() => {
@@ -909,23 +932,28 @@ impl Session<'_> {
                 )?;
             }
             SessionKind::Attach | SessionKind::Interactive | SessionKind::Run => {
-                let text = line.trim();
-                if !text.is_empty() {
-                    self.sent += 1;
-                    let id = crate::commands::request_id();
-                    self.unacked.push_back((text.to_string(), id.clone()));
-                    self.render.note_sent(text);
-                    self.send_frame(Frame::Send(pb::SendMessageFrame {
-                        text: text.to_string(),
-                        client_request_id: id,
-                        expected_turn: None,
-                        queue_if_busy: true,
-                    }))
-                    .await;
-                }
+                self.send_text(line.trim()).await;
             }
         }
         Ok(None)
+    }
+
+    /// Sends a message (queued while the agent works), unless it is empty.
+    async fn send_text(&mut self, text: &str) {
+        if text.is_empty() {
+            return;
+        }
+        self.sent += 1;
+        let id = crate::commands::request_id();
+        self.unacked.push_back((text.to_string(), id.clone()));
+        self.render.note_sent(text);
+        self.send_frame(Frame::Send(pb::SendMessageFrame {
+            text: text.to_string(),
+            client_request_id: id,
+            expected_turn: None,
+            queue_if_busy: true,
+        }))
+        .await;
     }
 
     /// Interactive: a line starting with `/`.
@@ -942,6 +970,14 @@ impl Session<'_> {
                 for c in SLASH_COMMANDS {
                     let usage = format!("/{} {}", c.name, c.args);
                     self.note(&format!("  {usage:<16} {}", c.help))?;
+                }
+                let custom = crate::repl::prompt_commands();
+                if !custom.is_empty() {
+                    self.note("Your prompt files (.agentd/commands/*.md; see the README):")?;
+                }
+                for c in custom {
+                    let usage = format!("/{} …", c.name);
+                    self.note(&format!("  {usage:<16} {}", c.description))?;
                 }
             }
             "exit" | "quit" => return Ok(Some(Outcome::Detached)),
@@ -1040,9 +1076,16 @@ impl Session<'_> {
                     }
                 }
             }
-            other => self.show_error(&format!(
-                "unknown command /{other}; /help lists the commands"
-            ))?,
+            "init" => self.send_text(crate::repl::INIT_PROMPT).await,
+            other => match crate::repl::prompt_commands()
+                .into_iter()
+                .find(|c| c.name == other)
+            {
+                Some(command) => self.send_text(command.expand(arg).trim()).await,
+                None => self.show_error(&format!(
+                    "unknown command /{other}; /help lists the commands"
+                ))?,
+            },
         }
         Ok(None)
     }
@@ -1168,11 +1211,15 @@ impl Session<'_> {
     }
 }
 
+/// A turn at least this long rings the bell when it ends.
+const BELL_AFTER_MS: u64 = 10_000;
+
 /// What `/help` prints.
-const SLASH_HELP: [&str; 4] = [
+const SLASH_HELP: [&str; 5] = [
     "Type a message and press Enter; Alt-Enter or a trailing \\ starts a new line.",
     "While the agent works, what you send waits for its next step (it is queued).",
     "Ctrl-C cancels the turn; Ctrl-C twice or Ctrl-D leaves (the conversation stays).",
+    "A line starting with `# ` is noted in the project's AGENTS.md.",
     "Tab completes commands and paths. The commands:",
 ];
 
@@ -1201,7 +1248,7 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
     SlashCommand {
         name: "mode",
         args: "[MODE]",
-        help: "show or change the permission mode (read_only default accept_edits plan bypass); Shift-Tab: the next one",
+        help: "show or change the permission mode; Shift-Tab: the next one",
     },
     SlashCommand {
         name: "model",
@@ -1212,6 +1259,11 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
         name: "add-dir",
         args: "DIR",
         help: "let the tools reach DIR too (as the working directory)",
+    },
+    SlashCommand {
+        name: "init",
+        args: "",
+        help: "ask the agent to write an AGENTS.md for this project",
     },
     SlashCommand {
         name: "attach",

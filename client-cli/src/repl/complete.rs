@@ -40,14 +40,37 @@ impl Complete {
 
 impl Completer for Complete {
     fn complete(&mut self, line: &str, pos: usize) -> CompletionResult {
-        CompletionResult::fresh(suggestions(
-            line,
-            pos,
-            &self.cwd,
-            self.home.as_deref(),
-            self.commands,
-        ))
+        let mut found = suggestions(line, pos, &self.cwd, self.home.as_deref(), self.commands);
+        if line.starts_with('/') {
+            found.extend(prompt_suggestions(line, pos, &super::prompt_commands()));
+        }
+        CompletionResult::fresh(found)
     }
+}
+
+/// Prompt files whose name starts with what follows the `/` being typed.
+fn prompt_suggestions(
+    line: &str,
+    pos: usize,
+    prompts: &[super::prompts::PromptCommand],
+) -> Vec<Suggestion> {
+    let Some(typed) = line.get(..pos).and_then(|b| b.strip_prefix('/')) else {
+        return Vec::new();
+    };
+    if typed.contains(char::is_whitespace) {
+        return Vec::new();
+    }
+    prompts
+        .iter()
+        .filter(|p| p.name.starts_with(typed))
+        .map(|p| Suggestion {
+            value: format!("/{}", p.name),
+            description: Some(p.description.clone()),
+            span: Span::new(0, pos),
+            append_whitespace: true,
+            ..Suggestion::default()
+        })
+        .collect()
 }
 
 /// What Tab offers for `line` with the cursor at byte `pos`.
@@ -220,6 +243,21 @@ mod tests {
         assert_eq!(values(&s), ["~/src/"]);
         let s = suggestions("~/s", 3, Path::new("/"), None, &COMMANDS);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn prompt_files_complete_after_a_slash() {
+        let prompts = [super::super::prompts::PromptCommand {
+            name: "review".into(),
+            description: "review the diff".into(),
+            body: "Review.".into(),
+            path: PathBuf::from("/x/review.md"),
+        }];
+        let s = prompt_suggestions("/re", 3, &prompts);
+        assert_eq!(values(&s), ["/review"]);
+        assert_eq!(s[0].description.as_deref(), Some("review the diff"));
+        assert!(prompt_suggestions("/review x", 9, &prompts).is_empty());
+        assert!(prompt_suggestions("re", 2, &prompts).is_empty());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //! line of [`status`] above the input.
 
 pub mod complete;
+pub mod prompts;
 pub mod status;
 pub mod term;
 
@@ -36,6 +37,67 @@ pub struct Start {
     pub prompt: Option<String>,
     /// Model, mode and rules of a new conversation.
     pub new: NewArgs,
+}
+
+/// What `/init` sends.
+pub const INIT_PROMPT: &str = "Look through this repository and write (or improve) an AGENTS.md at its \
+root for agents that work on it: what the project is, how it is laid out, the commands that \
+build, test, lint and run it, and the conventions its code follows. Keep it short and concrete; \
+read the existing README, build files and CI configuration rather than guessing.";
+
+/// The prompt files this session offers as slash commands (read afresh,
+/// so an edit shows at once).
+pub fn prompt_commands() -> Vec<prompts::PromptCommand> {
+    let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
+    let user = crate::credentials::config_dir(&|k| std::env::var(k).ok());
+    let reserved: Vec<&str> = crate::session::SLASH_COMMANDS
+        .iter()
+        .map(|c| c.name)
+        .chain(["?", "quit", "new", "usage", "output"])
+        .collect();
+    prompts::load(&prompts::directories(user.as_deref(), &cwd), &reserved)
+}
+
+/// The note of a line like `# always run cargo fmt`: one line starting
+/// with `# ` (a heading of more `#`, or several lines, is a message).
+pub fn memory_line(line: &str) -> Option<&str> {
+    let line = line.trim();
+    if line.contains('\n') {
+        return None;
+    }
+    line.strip_prefix("# ")
+        .map(str::trim)
+        .filter(|note| !note.is_empty())
+}
+
+/// Appends `note` as a list item to the AGENTS.md of the project (the
+/// nearest `.git` above the current directory, else the directory itself),
+/// creating it; returns the file.
+pub fn remember(note: &str) -> Result<PathBuf, String> {
+    let cwd = std::env::current_dir().map_err(|e| format!("current directory: {e}"))?;
+    let root = cwd
+        .ancestors()
+        .find(|dir| dir.join(".git").exists())
+        .unwrap_or(&cwd);
+    let file = root.join("AGENTS.md");
+    let existing = match std::fs::read_to_string(&file) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("cannot read {}: {e}", file.display())),
+    };
+    let mut add = String::new();
+    if !existing.is_empty() && !existing.ends_with('\n') {
+        add.push('\n');
+    }
+    add.push_str(&format!("- {note}\n"));
+    let mut out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&file)
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    out.write_all(add.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    Ok(file)
 }
 
 /// Conversations `-r` offers.
@@ -206,6 +268,18 @@ async fn first_message(io: &mut Io, new: &mut NewArgs) -> Result<Option<String>,
             let (name, arg) = c.split_once(char::is_whitespace).unwrap_or((c, ""));
             (name, arg.trim())
         });
+        if command.is_none()
+            && let Some(note) = memory_line(text)
+        {
+            match remember(note) {
+                Ok(file) => say(
+                    io,
+                    &format!("noted in {}", shorten_home(&file.display().to_string())),
+                )?,
+                Err(e) => say(io, &e)?,
+            }
+            continue;
+        }
         match command {
             None if text.is_empty() => {}
             None => return Ok(Some(text.to_string())),
@@ -239,6 +313,7 @@ async fn first_message(io: &mut Io, new: &mut NewArgs) -> Result<Option<String>,
                 new.model = Some(arg.to_string());
                 say(io, &format!("the conversation will start with model {arg}"))?;
             }
+            Some(("init", _)) => return Ok(Some(INIT_PROMPT.to_string())),
             Some(("add-dir", "")) => say(io, "which directory? /add-dir DIR")?,
             Some(("add-dir", arg)) => match crate::commands::typed_dir(arg) {
                 Ok(dir) => {
@@ -256,10 +331,13 @@ async fn first_message(io: &mut Io, new: &mut NewArgs) -> Result<Option<String>,
                  for a new line). The conversation starts with your first message. \
                  Ctrl-D leaves.",
             )?,
-            Some((other, _)) => say(
-                io,
-                &format!("/{other}: there is no conversation yet; type your first message"),
-            )?,
+            Some((other, arg)) => match prompt_commands().into_iter().find(|c| c.name == other) {
+                Some(command) => return Ok(Some(command.expand(arg).trim().to_string())),
+                None => say(
+                    io,
+                    &format!("/{other}: there is no conversation yet; type your first message"),
+                )?,
+            },
         }
     }
 }

@@ -49,6 +49,8 @@ pub struct Status {
     /// Directories the tools reach besides the working directory (for
     /// `/add-dir`; not shown on the line).
     pub additional_dirs: Vec<String>,
+    /// When the agent last started working (ms on the link's clock).
+    pub busy_since_ms: u64,
 }
 
 impl Status {

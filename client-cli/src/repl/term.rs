@@ -63,6 +63,8 @@ struct Shared {
     asked: Option<String>,
     /// The prompt as last painted.
     painted: (String, String),
+    /// The terminal's bell is to ring.
+    bell: bool,
 }
 
 /// The session's handle on the terminal thread.
@@ -91,6 +93,15 @@ impl UiLink {
     /// Changes the status; the line is repainted at the next frame.
     pub fn status(&self, change: impl FnOnce(&mut Status)) {
         change(&mut self.lock().status);
+    }
+
+    /// Rings the terminal's bell (a request waits, a long turn ended), so a
+    /// person in another window hears of it; `AGENT_BELL=off` silences it.
+    pub fn bell(&self) {
+        if std::env::var("AGENT_BELL").is_ok_and(|v| v == "off" || v == "0") {
+            return;
+        }
+        self.lock().bell = true;
     }
 
     /// A copy of the status.
@@ -223,6 +234,7 @@ impl Terminal {
                 leaving: false,
                 asked: None,
                 painted: (String::new(), String::new()),
+                bell: false,
             })),
             wake: Arc::new(AtomicBool::new(false)),
             origin: Instant::now(),
@@ -372,6 +384,11 @@ fn editor(
         }
         if forwarded {
             return;
+        }
+        if std::mem::take(&mut ticker.lock().bell) {
+            // BEL moves no cursor: safe beside the editor's painting.
+            let mut out = io::stdout();
+            let _ = out.write_all(b"\x07").and_then(|()| out.flush());
         }
         // Repaint when the status line would change: every spinner frame
         // while the agent works, once when the idle status changes.

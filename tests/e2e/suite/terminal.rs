@@ -81,6 +81,8 @@ async fn interactive_session_at(cols: u16, rows: u16) {
                     .text("never")
                     .hold_after(0, stuck.clone()),
             ),
+            // After `agent -c`: a prompt file's message.
+            Script::text("Hello, team."),
         ])
         .start()
         .await;
@@ -170,6 +172,9 @@ async fn interactive_session_at(cols: u16, rows: u16) {
     drop(term);
 
     // `agent -c` continues the newest conversation of this directory.
+    let commands = s.daemon.work_dir.join(".agentd/commands");
+    std::fs::create_dir_all(&commands).unwrap();
+    std::fs::write(commands.join("greet.md"), "Say hello to $ARGUMENTS.\n").unwrap();
     let mut cmd = s.daemon.agent();
     cmd.arg("-c");
     let again = PtySession::spawn(cmd, cols, rows).unwrap();
@@ -215,11 +220,28 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         again.send_bytes(b"\t").unwrap();
         again.wait_for("› /expand", WAIT).unwrap();
         again.send_bytes(b"\x15").unwrap();
+        // `# …` is noted in AGENTS.md; a prompt file is a command.
+        again.send("# keep replies short").unwrap();
+        again.enter().unwrap();
+        again.wait_for("noted in", WAIT).unwrap();
+        again.send("/greet the team").unwrap();
+        again.enter().unwrap();
+        again.wait_for("Hello, team.", WAIT).unwrap();
         again.ctrl_d().unwrap();
         assert!(again.wait_exit(WAIT).unwrap().success(), "{}", again.dump());
     })
     .await
     .unwrap();
+    let agents_md = std::fs::read_to_string(s.daemon.work_dir.join("AGENTS.md")).unwrap();
+    assert_eq!(agents_md, "- keep replies short\n");
+    let last = fake.requests().pop().unwrap();
+    assert!(
+        last_blocks(&last)
+            .iter()
+            .any(|b| b["text"] == "Say hello to the team."),
+        "{:#}",
+        last.body
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
