@@ -491,17 +491,15 @@ pub enum Mode {
 
 impl Mode {
     /// The names people type, in the order they are offered.
-    pub const NAMES: [&str; 5] = ["read_only", "default", "accept_edits", "plan", "bypass"];
+    pub fn names() -> Vec<String> {
+        Mode::value_variants().iter().map(|m| m.name()).collect()
+    }
 
-    /// Its name as people type it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::ReadOnly => "read_only",
-            Mode::Default => "default",
-            Mode::AcceptEdits => "accept_edits",
-            Mode::Plan => "plan",
-            Mode::Bypass => "bypass",
-        }
+    /// Its name as people type it (the one `--mode` takes).
+    pub fn name(self) -> String {
+        self.to_possible_value()
+            .map(|v| v.get_name().to_string())
+            .unwrap_or_default()
     }
 
     /// What Shift-Tab switches to from the mode named `current`: default →
@@ -521,7 +519,7 @@ impl Mode {
             format!(
                 "unknown mode {:?}; the modes are {}",
                 text.trim(),
-                Mode::NAMES.join(", ")
+                Mode::names().join(", ")
             )
         })
     }
@@ -799,6 +797,26 @@ mod tests {
         assert_eq!(run.new.allow, vec!["bash(git status)", "write(src/**)"]);
         assert!(run.yes);
         assert_eq!(run.prompt.join(" "), "fix the test");
+    }
+
+    #[test]
+    fn modes_are_named_as_typed_and_shift_tab_walks_three() {
+        assert_eq!(Mode::parse(" Accept-Edits "), Ok(Mode::AcceptEdits));
+        assert_eq!(Mode::parse("read_only"), Ok(Mode::ReadOnly));
+        let refused = Mode::parse("yolo").unwrap_err();
+        assert!(
+            refused.contains("read_only, default, accept_edits, plan, bypass"),
+            "{refused}"
+        );
+        assert_eq!(Mode::AcceptEdits.name(), "accept_edits");
+        let mut mode = "default".to_string();
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            mode = Mode::after(&mode).name();
+            seen.push(mode.clone());
+        }
+        assert_eq!(seen, ["accept_edits", "plan", "default", "accept_edits"]);
+        assert_eq!(Mode::after("bypass"), Mode::Default);
     }
 
     #[test]

@@ -368,18 +368,11 @@ async fn queue(
         .map_err(|s| CliError::conversation_status(s, &id))?
         .queued
     } else {
-        let request = pb::GetConversationRequest {
-            conversation_id: id.clone(),
-        };
-        retrying(ctx, |mut client| {
-            let request = request.clone();
-            async move { client.get_conversation(request).await }
-        })
-        .await?
-        .map_err(|s| CliError::conversation_status(s, &id))?
-        .conversation
-        .map(|c| c.queued)
-        .unwrap_or_default()
+        conversation(ctx, &id)
+            .await?
+            .conversation
+            .map(|c| c.queued)
+            .unwrap_or_default()
     };
     if ctx.json {
         let items: Vec<_> = queued.iter().map(crate::json::queued_message).collect();
@@ -397,6 +390,19 @@ async fn queue(
         }
     }
     Ok(Exit::Ok)
+}
+
+/// The conversation `id` names (a retry after a broken connection).
+async fn conversation(ctx: &Ctx, id: &str) -> Result<pb::GetConversationResponse, CliError> {
+    let request = pb::GetConversationRequest {
+        conversation_id: id.to_string(),
+    };
+    retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.get_conversation(request).await }
+    })
+    .await?
+    .map_err(|s| CliError::conversation_status(s, id))
 }
 
 /// What `agent set` changes.
@@ -419,16 +425,7 @@ async fn set(ctx: &Ctx, id: String, change: Change, io: &mut Io) -> Result<Exit,
         .map(|d| absolute_dir(d, "directory"))
         .collect::<Result<Vec<_>, _>>()?;
     let conversation = if mode.is_none() && model.is_none() && add_dirs.is_empty() {
-        let request = pb::GetConversationRequest {
-            conversation_id: id.clone(),
-        };
-        retrying(ctx, |mut client| {
-            let request = request.clone();
-            async move { client.get_conversation(request).await }
-        })
-        .await?
-        .map_err(|s| CliError::conversation_status(s, &id))?
-        .conversation
+        conversation(ctx, &id).await?.conversation
     } else {
         let request = pb::UpdateConversationRequest {
             conversation_id: id.clone(),

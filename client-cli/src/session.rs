@@ -1010,7 +1010,7 @@ impl Session<'_> {
                 self.note(&format!(
                     "mode: {}; /mode {} changes it",
                     status.mode,
-                    crate::cli::Mode::NAMES.join("|")
+                    crate::cli::Mode::names().join("|")
                 ))?;
             }
             "mode" => match crate::cli::Mode::parse(arg) {

@@ -288,8 +288,9 @@ async fn first_message(io: &mut Io, new: &mut NewArgs) -> Result<Option<String>,
                 io,
                 &format!(
                     "mode: {}; /mode {} sets the mode the conversation starts in",
-                    new.mode.map_or("the daemon's default", Mode::name),
-                    Mode::NAMES.join("|")
+                    new.mode
+                        .map_or_else(|| "the daemon's default".to_string(), Mode::name),
+                    Mode::names().join("|")
                 ),
             )?,
             Some(("mode", arg)) => match Mode::parse(arg) {
