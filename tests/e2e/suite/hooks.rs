@@ -99,15 +99,37 @@ echo '{"decision": "deny", "reason": "no pushes on Fridays"}'"#,
         .mode(pb::PermissionMode::Default)
         .start()
         .await;
-    let (fake, mut client, work, id) = (s.fake, s.client, s.work, s.id);
+    let (fake, mut daemon, mut client, work, id) = (s.fake, s.daemon, s.client, s.work, s.id);
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
     send(&mut client, &id, "push it").await;
     let frames = a.until(WAIT, is_idle).await;
+    // A durable event before the hook ran: the user's message.
+    let first = frames
+        .iter()
+        .find(|m| matches!(m.event, Some(Ev::MessageAppended(_))))
+        .unwrap()
+        .seq;
 
     let runs = hook_runs(&frames);
     assert_eq!(runs.len(), 1, "{runs:?}");
     assert_eq!(runs[0].stage, "pre_tool_use");
     assert_eq!(runs[0].decision, "deny");
+
+    // The record of what the hook decided survives a restart: a client
+    // resuming from before it is told again.
+    drop(a);
+    daemon.terminate().await;
+    daemon.restart().await;
+    let mut client = daemon.client().await;
+    let mut again = Attached::open(&mut client, &id, first, "B").await;
+    let replayed = again
+        .until(WAIT, |m| matches!(m.event, Some(Ev::HookRan(_))))
+        .await;
+    assert!(
+        matches!(replayed[0].event, Some(Ev::Resumed(_))),
+        "resumed from the store, not a snapshot: {replayed:?}"
+    );
+    assert_eq!(hook_runs(&replayed), runs);
     assert!(runs[0].command.contains("deny.sh"), "{:?}", runs[0].command);
     assert!(runs[0].error.is_empty());
     let reqs = fake.requests();

@@ -29,7 +29,8 @@ use tokio_util::sync::CancellationToken;
 pub const PROJECT_FILE: &str = ".agentd/config.toml";
 
 /// The points of a turn hooks run at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Stage {
     PreToolUse,
     PostToolUse,

@@ -181,6 +181,17 @@ pub enum StoredEvent {
         /// Who answered: (client id, name).
         client: Option<(String, String)>,
     },
+    /// A hook ran (or failed, or timed out): kept so the record of what
+    /// hooks decided survives a restart.
+    HookRan {
+        /// Unix ms.
+        at_ms: i64,
+        stage: crate::hooks::Stage,
+        command: String,
+        decision: String,
+        duration_ms: u64,
+        error: Option<String>,
+    },
 }
 
 /// Where a rule added by an "always"/"never" answer applies.

@@ -826,11 +826,25 @@ impl Actor {
         Ok(super::Sent::Appended(self.last_user_message_seq()))
     }
 
-    /// Tells clients about hooks that ran.
+    /// Tells clients about hooks that ran, and records them in the event
+    /// log (durable with the next flush: a hook's report is not worth a
+    /// flush of its own).
     fn report_hooks(&mut self, reports: Vec<HookReport>) {
         for report in reports {
             if let Some(error) = &report.error {
                 tracing::warn!(conversation = %self.record.id, "{} hook `{}` failed: {error}", report.stage.as_str(), report.command);
+            }
+            let stored = crate::store::StoredEvent::HookRan {
+                at_ms: self.now_ms(),
+                stage: report.stage,
+                command: report.command.clone(),
+                decision: report.decision.clone(),
+                duration_ms: report.duration_ms,
+                error: report.error.clone(),
+            };
+            let seq = self.fanout.next_seq();
+            if let Err(e) = self.shared.store.put_event(&self.record.id, seq, &stored) {
+                tracing::error!(conversation = %self.record.id, "cannot record a hook's report: {e}");
             }
             self.emit(EventKind::HookRan(report));
         }

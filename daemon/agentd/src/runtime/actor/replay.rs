@@ -420,6 +420,23 @@ fn stored_events_after(
                     client: client.map(|(id, name)| ClientInfo { id, name }),
                 },
             ),
+            StoredEvent::HookRan {
+                at_ms,
+                stage,
+                command,
+                decision,
+                duration_ms,
+                error,
+            } => (
+                at_ms,
+                EventKind::HookRan(crate::hooks::HookReport {
+                    stage,
+                    command,
+                    decision,
+                    duration_ms,
+                    error,
+                }),
+            ),
         };
         out.push(Arc::new(ConvEvent::new(seq, at_ms, kind)));
     }
