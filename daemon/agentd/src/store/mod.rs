@@ -106,6 +106,19 @@ pub struct ConversationRecord {
     /// The number the next queued message gets (its id is `q<number>`).
     #[serde(default)]
     pub queued_next: u64,
+    /// Usage of the latest reply: how full the context is now.
+    #[serde(default)]
+    pub last_usage: Usage,
+    /// The conversation this one continues (its context was exhausted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// The conversation that continues this one, once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_as: Option<String>,
+    /// How many continuations lead from the first conversation of the
+    /// chain to this one (0: not a continuation).
+    #[serde(default)]
+    pub hop: u32,
 }
 
 /// A user message waiting for the turn in flight to reach a point where it
@@ -887,6 +900,10 @@ mod tests {
             requests: Vec::new(),
             queued: Vec::new(),
             queued_next: 0,
+            last_usage: Usage::default(),
+            parent_id: None,
+            continued_as: None,
+            hop: 0,
         }
     }
 

@@ -115,6 +115,7 @@ impl Actor {
                 .hooks
                 .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
             queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
+            last_usage: self.record.last_usage,
         }
     }
 
@@ -238,6 +239,9 @@ impl Actor {
             }
             if state_changed && !old_state.is_at_rest() && self.record.state.is_at_rest() {
                 self.notify_turn_end();
+            }
+            if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
+                self.maybe_auto_continue();
             }
             match needs {
                 Needs::Nothing => {}
@@ -383,6 +387,7 @@ impl Actor {
         for m in appended {
             if let Some(u) = &m.usage {
                 self.record.usage.add(u);
+                self.record.last_usage = *u;
             }
             if self.record.title.is_empty() && m.role == Role::User {
                 self.record.title = title_of(&m.text());
