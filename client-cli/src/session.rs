@@ -687,9 +687,11 @@ impl Session<'_> {
                     kind: self.error_kind,
                     message: self.error_message.clone(),
                 }),
-                StateKind::ContextExhausted => {
-                    Some(Outcome::ContextExhausted(self.error_message.clone()))
-                }
+                StateKind::ContextExhausted => Some(Outcome::ContextExhausted(format!(
+                    "the conversation is read-only; `agent continue {}` goes on in a new one \
+                     seeded with its summary",
+                    self.config.conversation_id
+                ))),
                 StateKind::Unspecified
                 | StateKind::AwaitingLlm
                 | StateKind::LlmRequesting

@@ -537,3 +537,96 @@ async fn kill9_during_the_continuation_request_reissues_it_once_and_stores_one_s
     assert_eq!(fake.requests().len(), 3);
     assert_eq!(get(&mut client, &id).await.messages.len(), r.messages.len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_run_ends_with_status_3_at_exhaustion_and_says_how_to_go_on() {
+    let s = Scenario::new()
+        .config(WINDOW)
+        .scripts([
+            Script::Reply(
+                ReplyScript::new()
+                    .text("Reading.")
+                    .tool_use("r1", "read", json!({"path": "x"}))
+                    .usage(9_200, 100),
+            ),
+            reply("Summary for later.", 100, 10),
+        ])
+        .start()
+        .await;
+    let (d, work) = (s.daemon, s.work);
+    let cwd = work.path().display().to_string();
+    let out = tokio::process::Command::from(d.agent())
+        .args(["run", "--cwd", &cwd, "do the long thing"])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(stdout.contains("not executed: read"), "{stdout}");
+    assert!(stdout.contains("Summary for later."), "{stdout}");
+    assert!(stderr.contains("agent continue "), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill9_during_an_automatic_hop_makes_the_continuation_once() {
+    let gate = Gate::new();
+    let s = Scenario::new()
+        .config(&format!("{WINDOW}\n\n[context]\nauto_continue = true"))
+        .scripts([
+            reply("window one is full", 9_500, 10),
+            reply("Summary one.", 100, 10),
+            // The continuation's first request: held, and the daemon dies.
+            Script::Reply(
+                ReplyScript::new()
+                    .text("never seen")
+                    .hold_after(0, gate.clone()),
+            ),
+            reply("Going on after the restart.", 100, 10),
+        ])
+        .conversation("a long task")
+        .start()
+        .await;
+    let (fake, mut d, id) = (s.fake, s.daemon, s.id);
+    fake.wait_for_requests(3, WAIT).await;
+    d.kill9();
+    gate.open();
+    d.restart().await;
+    let mut client = d.client().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let next = loop {
+        let r = get(&mut client, &id).await;
+        let next = summary_of(&r).continued_as.clone();
+        if !next.is_empty() {
+            break next;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "never marked continued"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let r = wait_state(&mut client, &next, pb::StateKind::Idle).await;
+    assert_eq!(summary_of(&r).parent_conversation_id, id);
+    let listed = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    assert_eq!(listed.len(), 2, "one continuation, not two: {listed:#?}");
+    let reqs = fake.requests();
+    assert_eq!(
+        reqs.len(),
+        4,
+        "the continuation's first request is re-issued once"
+    );
+    assert_eq!(reqs[2].body["messages"], reqs[3].body["messages"]);
+    assert_eq!(
+        r.messages
+            .iter()
+            .filter(|m| m.kind == pb::MessageKind::Continued as i32)
+            .count(),
+        1
+    );
+}

@@ -793,6 +793,7 @@ pub fn exported_from(
         parent_id: non_empty(&c.parent_conversation_id),
         continued_as: non_empty(&c.continued_as),
         hop: 0,
+        continue_pending: false,
     };
     Ok((record, messages))
 }

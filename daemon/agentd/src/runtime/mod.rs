@@ -398,6 +398,7 @@ impl Manager {
             parent_id: parent.as_ref().map(|p| p.id.clone()),
             continued_as: None,
             hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
+            continue_pending: false,
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).

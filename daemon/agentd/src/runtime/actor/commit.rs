@@ -205,6 +205,10 @@ impl Actor {
             self.record.queued.drain(..delivered);
             let old_state = std::mem::replace(&mut self.record.state, t.state);
             let state_changed = self.record.state != old_state;
+            if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
+                // Written with the state that makes it due.
+                self.record.continue_pending = self.auto_continue_due();
+            }
             if let Some(mode) = t.mode {
                 self.record.mode = mode;
             }
@@ -241,7 +245,7 @@ impl Actor {
                 self.notify_turn_end();
             }
             if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
-                self.maybe_auto_continue();
+                self.after_exhaustion();
             }
             match needs {
                 Needs::Nothing => {}

@@ -480,7 +480,11 @@ impl Actor {
                     self.apply_internal(Event::RetryDue).await;
                 }
             }
-            Input::Recover => self.apply_internal(Event::DaemonRestarted).await,
+            Input::Recover => {
+                self.apply_internal(Event::DaemonRestarted).await;
+                // A continuation owed from before the restart.
+                self.maybe_auto_continue();
+            }
             Input::Shell(event) => {
                 let kind = match event {
                     crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
@@ -655,7 +659,16 @@ impl Actor {
             }
             Command::Compact { reply } => {
                 self.recovery_notices.clear();
-                let _ = reply.send(self.apply(Event::UserTriggerContinuation).await);
+                let result = match self.apply(Event::UserTriggerContinuation).await {
+                    Err(RuntimeError::Rejected(Rejected::NotApplicable { state, .. })) => {
+                        Err(RuntimeError::NotAllowed(format!(
+                            "conversation {} can be compacted only when it is idle (it is in state {state}); send a message first",
+                            self.record.id
+                        )))
+                    }
+                    other => other,
+                };
+                let _ = reply.send(result);
             }
             Command::Seed {
                 parent_id,
@@ -716,6 +729,7 @@ impl Actor {
         }
         let saved = self.record.clone();
         self.record.continued_as = Some(next.clone());
+        self.record.continue_pending = false;
         self.record.queued.retain(|q| !taken.contains(&q.id));
         let queue_changed = self.record.queued.len() != saved.queued.len();
         self.record.updated_at_ms = self.now_ms();
@@ -735,22 +749,42 @@ impl Actor {
         Ok(())
     }
 
-    /// Once the context is exhausted, asks the manager to continue the
-    /// conversation by itself when the config says so and the chain is not
-    /// too long yet.
-    fn maybe_auto_continue(&mut self) {
+    /// Whether the daemon is to continue this (just exhausted)
+    /// conversation by itself: the config says so and the chain is not too
+    /// long yet.
+    fn auto_continue_due(&self) -> bool {
         let context = &self.shared.config.context;
-        if !context.auto_continue || self.record.continued_as.is_some() {
-            return;
-        }
-        if self.record.hop >= context.max_hops {
-            self.emit(EventKind::Notice(format!(
-                "not continued automatically: {} continuations in a row is the limit ([context] max_hops)",
+        context.auto_continue
+            && self.record.continued_as.is_none()
+            && self.record.hop < context.max_hops
+    }
+
+    /// Once exhausted: asks the manager for the continuation the daemon
+    /// owes, or says why it makes none when it would have.
+    fn after_exhaustion(&mut self) {
+        let context = &self.shared.config.context;
+        if self.record.continue_pending {
+            self.maybe_auto_continue();
+        } else if context.auto_continue && self.record.continued_as.is_none() {
+            let notice = format!(
+                "not continued automatically: {} continuations in a row is the limit ([context] max_hops); `agent continue` goes on",
                 context.max_hops
-            )));
-            return;
+            );
+            self.emit(EventKind::Notice(notice));
         }
-        let _ = self.auto_continue.send(self.record.id.clone());
+    }
+
+    /// Asks the manager to continue this conversation, when the record
+    /// says the daemon owes it a continuation (see `continue_pending`).
+    fn maybe_auto_continue(&mut self) {
+        if self.record.continue_pending
+            && matches!(
+                self.record.state,
+                agentd_core::ConvState::ContextExhausted { .. }
+            )
+        {
+            let _ = self.auto_continue.send(self.record.id.clone());
+        }
     }
 
     /// What the request `id` did, if this conversation remembers it.
