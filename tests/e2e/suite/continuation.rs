@@ -303,6 +303,21 @@ async fn warning_at_80_then_90_mid_tool_round_then_continue_in_a_linked_conversa
             (next_id.as_str(), 1, false)
         );
     }
+    // A client that attaches later is told where it goes on.
+    let mut late = Attached::open(&mut client, &id, 0, "late").await;
+    let seen = late
+        .until(WAIT, |m| {
+            matches!(m.event, Some(Ev::ConversationContinued(_)))
+        })
+        .await;
+    assert!(matches!(seen[0].event, Some(Ev::Snapshot(_))));
+    let Some(Ev::ConversationContinued(c)) = &seen.last().unwrap().event else {
+        unreachable!()
+    };
+    assert_eq!(
+        (c.conversation_id.as_str(), seen.last().unwrap().seq),
+        (next_id.as_str(), 0)
+    );
     // `agent ls` and `agent show` show the link.
     let (_, table, _) = agent_out(&d, &["ls"]).await;
     assert!(table.contains(&format!("→ {}", &next_id[..10])), "{table}");
@@ -390,6 +405,19 @@ async fn auto_continue_chains_three_windows_with_nobody_attached() {
     assert_eq!(continuation_messages(&third), ["Summary three."]);
     let second = get(&mut client, &chain[1]).await;
     assert_eq!(summary_of(&second).parent_conversation_id, chain[0]);
+    let mut late = Attached::open(&mut client, &chain[0], 0, "late").await;
+    let seen = late
+        .until(WAIT, |m| {
+            matches!(m.event, Some(Ev::ConversationContinued(_)))
+        })
+        .await;
+    let Some(Ev::ConversationContinued(c)) = &seen.last().unwrap().event else {
+        unreachable!()
+    };
+    assert_eq!(
+        (c.conversation_id.as_str(), c.hop, c.automatic),
+        (chain[1].as_str(), 1, true)
+    );
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 6, "nothing more was asked");
     // Each window begins with the summary of the one before.

@@ -792,6 +792,7 @@ pub fn exported_from(
         last_usage: Usage::default(),
         parent_id: non_empty(&c.parent_conversation_id),
         continued_as: non_empty(&c.continued_as),
+        continued_automatically: false,
         hop: 0,
         continue_pending: false,
     };

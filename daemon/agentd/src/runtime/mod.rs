@@ -397,6 +397,7 @@ impl Manager {
             last_usage: Usage::default(),
             parent_id: parent.as_ref().map(|p| p.id.clone()),
             continued_as: None,
+            continued_automatically: false,
             hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
             continue_pending: false,
         };

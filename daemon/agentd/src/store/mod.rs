@@ -115,6 +115,9 @@ pub struct ConversationRecord {
     /// The conversation that continues this one, once there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub continued_as: Option<String>,
+    /// The daemon made that continuation by itself (`auto_continue`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continued_automatically: bool,
     /// How many continuations lead from the first conversation of the
     /// chain to this one (0: not a continuation).
     #[serde(default)]
@@ -916,6 +919,7 @@ mod tests {
             last_usage: Usage::default(),
             parent_id: None,
             continued_as: None,
+            continued_automatically: false,
             hop: 0,
             continue_pending: false,
         }

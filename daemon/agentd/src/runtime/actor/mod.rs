@@ -729,6 +729,7 @@ impl Actor {
         }
         let saved = self.record.clone();
         self.record.continued_as = Some(next.clone());
+        self.record.continued_automatically = automatic;
         self.record.continue_pending = false;
         self.record.queued.retain(|q| !taken.contains(&q.id));
         let queue_changed = self.record.queued.len() != saved.queued.len();
