@@ -197,6 +197,29 @@ pub enum Command {
         id: String,
     },
 
+    /// Summarise an idle conversation now and end it, as when its context
+    /// fills up
+    ///
+    /// The model is asked for a continuation summary (no tools); the
+    /// conversation then becomes read-only ("context exhausted") and `agent
+    /// continue ID` goes on in a new one seeded with the summary.
+    Compact {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+
+    /// Go on with a conversation whose context is exhausted, in a new one
+    ///
+    /// The new conversation has the same directory, model, mode and rules,
+    /// starts with the old one's summary and the messages queued there, and
+    /// runs its first turn at once. Prints its id (`agent attach` follows it).
+    Continue {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+
     /// List conversations, newest first (the newest 50 unless told)
     Ls {
         /// List every conversation

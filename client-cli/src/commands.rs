@@ -59,6 +59,8 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
             .await
         }
         Command::Cancel { id } => cancel(&ctx, id, io).await,
+        Command::Compact { id } => compact(&ctx, id, io).await,
+        Command::Continue { id } => continue_conversation(&ctx, id, io).await,
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
         Command::Show { id, context, full } => show(&ctx, id, context, full, io).await,
         Command::Usage { days, conversation } => usage(&ctx, days, conversation, io).await,
@@ -479,6 +481,57 @@ async fn cancel(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
         print_line(io, "cancelled")?;
     } else {
         print_line(io, "nothing to cancel: the agent is idle")?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// `agent compact`: asks for the continuation summary now.
+async fn compact(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
+    let response = ctx
+        .client()
+        .await?
+        .compact_conversation(pb::CompactConversationRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner();
+    let c = response.conversation.unwrap_or_default();
+    if ctx.json {
+        print_json(io, &js::conversation_summary(&c))?;
+    } else {
+        print_line(
+            io,
+            &format!(
+                "compacting {}: the model writes a continuation summary; then `agent continue {}`",
+                c.id, c.id
+            ),
+        )?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// `agent continue`: the exhausted conversation goes on in a new one.
+async fn continue_conversation(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
+    // Asked again, the daemon answers with the same new conversation, so a
+    // retry after a broken connection is safe.
+    let request = pb::ContinueConversationRequest {
+        conversation_id: id.clone(),
+    };
+    let response = retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.continue_conversation(request).await }
+    })
+    .await?
+    .map_err(|s| CliError::conversation_status(s, &id))?;
+    let c = response.conversation.unwrap_or_default();
+    if ctx.json {
+        print_json(io, &js::conversation_summary(&c))?;
+    } else {
+        print_line(
+            io,
+            &format!("continued {} as {}", c.parent_conversation_id, c.id),
+        )?;
     }
     Ok(Exit::Ok)
 }

@@ -146,6 +146,10 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "cost_usd": c.cost_usd,
         "context_window": c.context_window,
         "queued": c.queued.iter().map(queued_message).collect::<Vec<_>>(),
+        "parent_conversation_id": c.parent_conversation_id,
+        "continued_as": c.continued_as,
+        "context_warning": c.context_warning,
+        "context_tokens": c.context_tokens,
     })
 }
 
@@ -189,7 +193,17 @@ pub fn message(m: &pb::Message) -> Value {
         "usage": opt(m.usage.as_ref(), usage),
         "stop_reason": m.stop_reason,
         "interrupted": m.interrupted,
+        "kind": message_kind_json(m.kind),
     })
+}
+
+/// A message's kind: "ordinary", "continuation" or "continued".
+fn message_kind_json(kind: i32) -> &'static str {
+    match pb::MessageKind::try_from(kind) {
+        Ok(pb::MessageKind::Continuation) => "continuation",
+        Ok(pb::MessageKind::Continued) => "continued",
+        Ok(pb::MessageKind::Ordinary) | Err(_) => "ordinary",
+    }
 }
 
 /// A pending permission request.
@@ -282,6 +296,10 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::QueueChanged(_) => "queue_changed",
         Event::ToolOutputDelta(_) => "tool_output_delta",
         Event::SettingsChanged(_) => "settings_changed",
+        Event::ContextWarning(_) => "context_warning",
+        Event::ContinuationStarted(_) => "continuation_started",
+        Event::ContextExhausted(_) => "context_exhausted",
+        Event::ConversationContinued(_) => "conversation_continued",
     }
 }
 
@@ -343,6 +361,20 @@ fn event_body(event: &Event) -> Value {
         Event::ShellStarted(s) => json!({"shell": opt(s.shell.as_ref(), shell_info)}),
         Event::ShellExited(s) => json!({"shell": opt(s.shell.as_ref(), shell_info)}),
         Event::Notice(n) => json!({"message": n.message}),
+        Event::ContextWarning(w) => json!({
+            "used_tokens": w.used_tokens,
+            "context_window": w.context_window,
+        }),
+        Event::ContinuationStarted(c) => json!({
+            "rejected_tools": c.rejected_tools,
+            "manual": c.manual,
+        }),
+        Event::ContextExhausted(e) => json!({"summary": e.summary}),
+        Event::ConversationContinued(c) => json!({
+            "conversation_id": c.conversation_id,
+            "hop": c.hop,
+            "automatic": c.automatic,
+        }),
         Event::ReplyBegin(r) => json!({"attempt": r.attempt}),
         Event::InstructionsLoaded(i) => instructions(i),
         Event::HookRan(h) => json!({
@@ -646,6 +678,10 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         // What waits for a turn is not part of an export.
         queued: Vec::new(),
         context_window: o.int("context_window")?,
+        parent_conversation_id: o.string("parent_conversation_id")?,
+        continued_as: o.string("continued_as")?,
+        context_warning: o.boolean("context_warning")?,
+        context_tokens: o.int("context_tokens")?,
     })
 }
 
@@ -693,6 +729,9 @@ fn read_message(o: &Obj<'_>) -> Result<pb::Message, JsonError> {
         usage: o.object("usage")?.map(|u| read_usage(&u)).transpose()?,
         stop_reason: o.string("stop_reason")?,
         interrupted: o.boolean("interrupted")?,
+        kind: o.enumeration("kind", "MESSAGE_KIND_", |s| {
+            pb::MessageKind::from_str_name(s).map(|k| k as i32)
+        })?,
     })
 }
 
@@ -756,6 +795,7 @@ mod tests {
                 last_seq: 99,
                 additional_dirs: vec!["/home/u/shared".into()],
                 allow_rules: vec!["bash(cargo test:*)".into()],
+                parent_conversation_id: "01JD0000000000000000000000".into(),
                 ..Default::default()
             }),
             messages: vec![
@@ -769,6 +809,7 @@ mod tests {
                     usage: None,
                     stop_reason: String::new(),
                     interrupted: false,
+                    kind: pb::MessageKind::Continued as i32,
                 },
                 pb::Message {
                     seq: 2,
@@ -790,6 +831,7 @@ mod tests {
                     usage: Some(usage_n(5)),
                     stop_reason: "tool_use".into(),
                     interrupted: true,
+                    kind: pb::MessageKind::Continuation as i32,
                 },
                 pb::Message {
                     seq: 3,
@@ -803,6 +845,7 @@ mod tests {
                     usage: None,
                     stop_reason: String::new(),
                     interrupted: false,
+                    kind: 0,
                 },
             ],
         }

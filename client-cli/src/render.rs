@@ -465,6 +465,32 @@ impl<W: Write> Renderer<W> {
                 }
             }
             Event::Notice(n) => self.notice(&n.message)?,
+            Event::ContextWarning(w) => self.notice(&context_warning_text(w))?,
+            Event::ContinuationStarted(c) => {
+                let mut text = if c.manual {
+                    "compacting: asking the model for a continuation summary".to_string()
+                } else {
+                    "the context is 90 % full: asking the model for a continuation summary"
+                        .to_string()
+                };
+                if !c.rejected_tools.is_empty() {
+                    text.push_str(&format!("; not executed: {}", c.rejected_tools.join(", ")));
+                }
+                self.notice(&text)?;
+            }
+            Event::ContextExhausted(e) => {
+                self.end_line()?;
+                self.notice("context exhausted; continuation summary:")?;
+                self.line(&e.summary)?;
+            }
+            Event::ConversationContinued(c) => {
+                let how = if c.automatic {
+                    "continued automatically"
+                } else {
+                    "continued"
+                };
+                self.notice(&format!("{how} as {} (hop {})", c.conversation_id, c.hop))?;
+            }
             Event::ReplyBegin(_) => {
                 self.end_line()?;
                 self.streamed_reply = false;
@@ -875,6 +901,18 @@ impl<W: Write> Renderer<W> {
             let title = self.paint(DIM, &one_line(&c.title, 100));
             self.line(&title)?;
         }
+        if !c.parent_conversation_id.is_empty() {
+            let from = self.paint(DIM, &format!("continues {}", c.parent_conversation_id));
+            self.line(&from)?;
+        }
+        if !c.continued_as.is_empty() {
+            let next = self.paint(DIM, &format!("continued as {}", c.continued_as));
+            self.line(&next)?;
+        }
+        if c.context_warning {
+            let warn = self.paint(YELLOW, &context_full_text(c));
+            self.line(&warn)?;
+        }
         Ok(())
     }
 
@@ -1233,7 +1271,7 @@ pub fn conversation_table(
                 } else {
                     c.id.chars().take(10).collect()
                 },
-                c.state.as_ref().map_or("unknown".to_string(), state_text),
+                ls_state(c),
                 format_age(now_ms.saturating_sub(c.created_at_ms)),
                 tokens_text(c.usage.as_ref()),
                 cost_text(c.cost_usd),
@@ -1247,6 +1285,44 @@ pub fn conversation_table(
         ["ID", "STATE", "AGE", "TOKENS", "COST", "CWD", "TITLE"],
         &rows,
     )
+}
+
+/// The 80 % warning, for people.
+fn context_warning_text(w: &pb::ContextWarning) -> String {
+    let percent = (w.used_tokens as f64 * 100.0 / w.context_window.max(1) as f64).floor();
+    format!(
+        "the context is {percent} % full ({} of {} tokens); at 90 % the agent summarises \
+         and stops (`agent compact` does it now)",
+        w.used_tokens, w.context_window
+    )
+}
+
+/// How full a conversation's context is, for its header.
+fn context_full_text(c: &pb::ConversationSummary) -> String {
+    let percent = (c.context_tokens as f64 * 100.0 / c.context_window.max(1) as f64).floor();
+    format!(
+        "context {percent} % full ({} of {} tokens)",
+        c.context_tokens, c.context_window
+    )
+}
+
+/// The STATE column of `agent ls`: the state, marked when the context is
+/// nearly full (`ctx 85%`) and with the chain of continuations.
+fn ls_state(c: &pb::ConversationSummary) -> String {
+    let mut text = c.state.as_ref().map_or("unknown".to_string(), state_text);
+    if c.context_warning {
+        let percent = c.context_tokens.saturating_mul(100) / c.context_window.max(1);
+        text.push_str(&format!(" !ctx {percent}%"));
+    }
+    if !c.continued_as.is_empty() {
+        let next: String = c.continued_as.chars().take(10).collect();
+        text.push_str(&format!(" → {next}"));
+    }
+    if !c.parent_conversation_id.is_empty() {
+        let parent: String = c.parent_conversation_id.chars().take(10).collect();
+        text.push_str(&format!(" ← {parent}"));
+    }
+    text
 }
 
 /// Every token of some usage, short: "812", "12.3k", "4.5M".

@@ -216,6 +216,7 @@ pub(crate) async fn session_outcome(
         not_sent: 0,
         detach_deadline: None,
         ui,
+        follow: false,
     };
     let outcome = session.run().await;
     let _ = session.render.end_line();
@@ -266,6 +267,9 @@ struct Session<'a> {
     detach_deadline: Option<Instant>,
     /// Interactive: the terminal's status line and one-key questions.
     ui: Option<UiLink>,
+    /// `attach`: the conversation was continued in a new one, which this
+    /// session now follows (subscribe to it from the start).
+    follow: bool,
 }
 
 impl Session<'_> {
@@ -342,6 +346,9 @@ impl Session<'_> {
                         delivered = true;
                         if let Some(outcome) = self.handle(event).await? {
                             return Ok(StreamEnd::Done(outcome));
+                        }
+                        if std::mem::take(&mut self.follow) {
+                            return Ok(StreamEnd::Resubscribe);
                         }
                     }
                     Some(Err(status)) => return self.stream_error(status, delivered),
@@ -510,6 +517,9 @@ impl Session<'_> {
                 }
             }
             Event::PermissionResolved(p) => self.permission_resolved(p)?,
+            Event::ConversationContinued(c) if !c.conversation_id.is_empty() => {
+                return Ok(self.follow_continuation(&c.conversation_id));
+            }
             // A resumed stream has no snapshot: this client's new id comes
             // with its own join, known by its name. Without it, its answers
             // after a reconnect would look like another client's.
@@ -521,6 +531,24 @@ impl Session<'_> {
             _ => {}
         }
         Ok(self.finished(state_event))
+    }
+
+    /// The conversation goes on in `next`: an interactive session switches
+    /// to it, `attach` subscribes to it from its start; `run` ends with the
+    /// exhausted turn before this (its exit status says so).
+    fn follow_continuation(&mut self, next: &str) -> Option<Outcome> {
+        match self.config.kind {
+            SessionKind::Interactive => Some(Outcome::Switch(Some(next.to_string()))),
+            SessionKind::Attach => {
+                self.config.conversation_id = next.to_string();
+                self.last_seq = 0;
+                self.prompt = None;
+                self.answered = None;
+                self.follow = true;
+                None
+            }
+            SessionKind::Run => None,
+        }
     }
 
     /// Interactive: what the status line shows follows the events.
@@ -683,9 +711,11 @@ impl Session<'_> {
                     kind: self.error_kind,
                     message: self.error_message.clone(),
                 }),
-                StateKind::ContextExhausted => {
-                    Some(Outcome::ContextExhausted(self.error_message.clone()))
-                }
+                StateKind::ContextExhausted => Some(Outcome::ContextExhausted(format!(
+                    "the conversation is read-only; `agent continue {}` goes on in a new one \
+                     seeded with its summary",
+                    self.config.conversation_id
+                ))),
                 StateKind::Unspecified
                 | StateKind::AwaitingLlm
                 | StateKind::LlmRequesting
@@ -1048,6 +1078,29 @@ impl Session<'_> {
                     u.output_tokens
                 ))?;
             }
+            "compact" => {
+                let request = pb::CompactConversationRequest {
+                    conversation_id: self.config.conversation_id.clone(),
+                };
+                if let Err(status) = self.client.compact_conversation(request).await {
+                    self.show_error(&format!("cannot compact: {}", status.message()))?;
+                }
+            }
+            "continue" => {
+                let request = pb::ContinueConversationRequest {
+                    conversation_id: self.config.conversation_id.clone(),
+                };
+                match self.client.continue_conversation(request).await {
+                    Ok(r) => {
+                        if let Some(c) = r.into_inner().conversation {
+                            return Ok(Some(Outcome::Switch(Some(c.id))));
+                        }
+                    }
+                    Err(status) => {
+                        self.show_error(&format!("cannot continue: {}", status.message()))?
+                    }
+                }
+            }
             "shells" => {
                 let request = pb::ListShellsRequest {
                     conversation_id: self.config.conversation_id.clone(),
@@ -1264,6 +1317,16 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
         name: "init",
         args: "",
         help: "ask the agent to write an AGENTS.md for this project",
+    },
+    SlashCommand {
+        name: "compact",
+        args: "",
+        help: "summarise the conversation now and end it (then /continue)",
+    },
+    SlashCommand {
+        name: "continue",
+        args: "",
+        help: "go on in a new conversation seeded with the summary",
     },
     SlashCommand {
         name: "attach",

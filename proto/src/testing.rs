@@ -95,6 +95,8 @@ pub mod rpc {
         ListTrustedDirectories: pb::ListTrustedDirectoriesRequest => pb::TrustedDirectories;
         GetDaemonInfo: pb::GetDaemonInfoRequest => pb::GetDaemonInfoResponse;
         UpdateConversation: pb::UpdateConversationRequest => pb::UpdateConversationResponse;
+        CompactConversation: pb::CompactConversationRequest => pb::CompactConversationResponse;
+        ContinueConversation: pb::ContinueConversationRequest => pb::ContinueConversationResponse;
     }
 }
 
@@ -307,6 +309,20 @@ impl AgentService for FakeAgent {
         request: Request<pb::GetDaemonInfoRequest>,
     ) -> Result<Response<pb::GetDaemonInfoResponse>, Status> {
         self.unary::<rpc::GetDaemonInfo>(request)
+    }
+
+    async fn compact_conversation(
+        &self,
+        request: Request<pb::CompactConversationRequest>,
+    ) -> Result<Response<pb::CompactConversationResponse>, Status> {
+        self.unary::<rpc::CompactConversation>(request)
+    }
+
+    async fn continue_conversation(
+        &self,
+        request: Request<pb::ContinueConversationRequest>,
+    ) -> Result<Response<pb::ContinueConversationResponse>, Status> {
+        self.unary::<rpc::ContinueConversation>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

@@ -190,6 +190,28 @@ impl Default for InstructionsSection {
     }
 }
 
+/// What happens when a conversation's context fills up (README
+/// "Long work: context continuation").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ContextSection {
+    /// Continue an exhausted conversation in a new one without a person
+    /// (as `agent continue` does), so unattended work goes on.
+    pub auto_continue: bool,
+    /// Continuations in a row the daemon makes by itself, counted from the
+    /// first conversation of the chain; past it, a person continues.
+    pub max_hops: u32,
+}
+
+impl Default for ContextSection {
+    fn default() -> Self {
+        ContextSection {
+            auto_continue: false,
+            max_hops: 10,
+        }
+    }
+}
+
 /// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
 const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
 
@@ -289,6 +311,8 @@ pub struct FileConfig {
     pub store: StoreSection,
     /// Commands run at points of a turn (README "Hooks").
     pub hooks: crate::hooks::HooksSection,
+    /// Context continuation.
+    pub context: ContextSection,
 }
 
 /// The effective configuration.
@@ -328,6 +352,8 @@ pub struct Config {
     pub hooks: crate::hooks::Hooks,
     /// The default time limit of a hook, ms (project hooks use it too).
     pub hook_timeout_ms: u64,
+    /// Context continuation.
+    pub context: ContextSection,
 }
 
 impl Config {
@@ -429,6 +455,7 @@ impl Config {
             store: file.store,
             hooks,
             hook_timeout_ms: file.hooks.timeout_ms,
+            context: file.context,
             model,
             provider: file.provider,
             base_url,

@@ -43,6 +43,24 @@ pub enum Notice {
     },
     /// Plain information (stop reasons worth saying, a mode change).
     Info { message: String },
+    /// A reply filled the warning share of the context window (80 %) for
+    /// the first time since it was below it: clients show it.
+    ContextWarning {
+        /// Tokens of context the reply occupied.
+        used_tokens: u64,
+        context_window: u64,
+    },
+    /// A continuation summary is requested: at the threshold (the reply's
+    /// tool calls are rejected, named here) or by hand.
+    ContinuationStarted {
+        /// Names of the tool calls that were not executed, in order.
+        rejected_tools: Vec<String>,
+        /// Asked for by a user rather than reached.
+        manual: bool,
+    },
+    /// The context is exhausted: the conversation is read-only and may be
+    /// continued in a new one seeded with `summary`.
+    ContextExhausted { summary: String },
     /// What the recovery after a restart did. Clients that attach later
     /// are told too: their snapshot shows the state, not how it came about.
     Recovered { message: String },

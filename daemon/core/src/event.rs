@@ -94,6 +94,15 @@ pub enum Event {
     ContinuationFailed { error: String },
     /// A user asked for a continuation summary by hand.
     UserTriggerContinuation,
+    /// This (new) conversation continues `parent_id`, whose context was
+    /// exhausted: its first user message carries the parent's summary and
+    /// the messages that were queued there (`texts`), and the turn starts.
+    ContinuedFrom {
+        parent_id: String,
+        summary: String,
+        /// Queued user messages of the parent, oldest first.
+        texts: Vec<String>,
+    },
     /// The daemon started and found this conversation in the stored state.
     DaemonRestarted,
     /// The daemon is stopping cleanly (SIGTERM): running tools are being
@@ -119,6 +128,7 @@ impl Event {
             Event::ContinuationCompleted { .. } => "ContinuationCompleted",
             Event::ContinuationFailed { .. } => "ContinuationFailed",
             Event::UserTriggerContinuation => "UserTriggerContinuation",
+            Event::ContinuedFrom { .. } => "ContinuedFrom",
             Event::DaemonRestarted => "DaemonRestarted",
             Event::DaemonStopping => "DaemonStopping",
         }

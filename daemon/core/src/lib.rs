@@ -31,7 +31,9 @@ pub use client::ClientInfo;
 pub use effect::{Effect, LlmPurpose, Notice};
 pub use event::{Event, LlmFailure, RuleScope};
 pub use hooks::{HookMatchers, HookVerdict};
-pub use message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage};
+pub use message::{
+    ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
+};
 pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
 pub use state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun};
 pub use tools::ToolSpec;

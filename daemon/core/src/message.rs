@@ -172,6 +172,31 @@ pub struct Message {
     /// The reply was cut short by a cancel.
     #[serde(default)]
     pub interrupted: bool,
+    /// What the message is in the conversation's life (most are ordinary).
+    #[serde(default, skip_serializing_if = "MessageKind::is_ordinary")]
+    pub kind: MessageKind,
+}
+
+/// What a message is besides its role (seed: message type `continuation`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageKind {
+    /// A user message, a reply or tool results.
+    #[default]
+    Ordinary,
+    /// The continuation summary of a conversation whose context filled up
+    /// (or the fallback text when it could not be made).
+    Continuation,
+    /// The first message of a conversation continued from another one: it
+    /// carries the other's summary to the model.
+    Continued,
+}
+
+impl MessageKind {
+    /// Whether this is an ordinary message (the serialised default).
+    pub fn is_ordinary(&self) -> bool {
+        *self == MessageKind::Ordinary
+    }
 }
 
 impl Message {
@@ -184,6 +209,7 @@ impl Message {
             usage: None,
             stop_reason: None,
             interrupted: false,
+            kind: MessageKind::Ordinary,
         }
     }
 

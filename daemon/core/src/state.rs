@@ -258,6 +258,10 @@ pub struct ConvContext {
     /// delivered at the next model request boundary, or as the next turn
     /// when this one ends (see `transition`).
     pub queued: Vec<String>,
+    /// Usage of the conversation's latest reply (zero before the first):
+    /// the warning fires when a reply crosses the warning threshold from
+    /// below it, and a manual continuation starts from it (REQ-BED-023).
+    pub last_usage: Usage,
 }
 
 impl Default for ConvContext {
@@ -276,15 +280,27 @@ impl Default for ConvContext {
             recent_calls: Vec::new(),
             hooks: HookMatchers::default(),
             queued: Vec::new(),
+            last_usage: Usage::default(),
         }
     }
 }
 
 /// Whether `usage` reaches the continuation threshold of `window`.
 pub fn should_trigger_continuation(usage: &Usage, window: u64) -> bool {
+    reaches(usage, window, CONTINUATION_THRESHOLD)
+}
+
+/// Whether `usage` reaches the warning threshold of `window` (REQ-BED-023).
+pub fn should_warn(usage: &Usage, window: u64) -> bool {
+    reaches(usage, window, WARNING_THRESHOLD)
+}
+
+/// Whether `usage` fills at least `fraction` of `window` (an unknown
+/// window, 0, never fills).
+fn reaches(usage: &Usage, window: u64, fraction: f64) -> bool {
     if window == 0 {
         return false;
     }
-    let threshold = (window as f64 * CONTINUATION_THRESHOLD) as u64;
+    let threshold = (window as f64 * fraction) as u64;
     usage.context_tokens() >= threshold
 }

@@ -74,6 +74,20 @@ pub fn continuation_prompt(rejected_tools: &[String]) -> String {
     prompt
 }
 
+/// The first user message of a conversation continued from `parent_id`:
+/// what the model is told, then the parent's summary.
+pub fn continued_from(parent_id: &str, summary: &str) -> String {
+    format!(
+        "This conversation continues conversation {parent_id}, whose context window was full. \
+Its continuation summary:\n\n{summary}"
+    )
+}
+
+/// What a continued conversation asks when nothing was queued in the
+/// parent: go on with the work.
+pub const CONTINUE_THE_TASK: &str =
+    "Continue the task from where the previous conversation left off.";
+
 /// Result of `request_mode_upgrade` outside a restricted mode (REQ-BED-015).
 pub const ALREADY_UNRESTRICTED: &str = "Already in Unrestricted mode";
 /// Result of an approved `request_mode_upgrade`.

@@ -8,11 +8,13 @@ use crate::client::ClientInfo;
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::{Event, LlmFailure, RuleScope};
 use crate::hooks::HookVerdict;
-use crate::message::{ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult};
+use crate::message::{
+    ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall, ToolResult,
+};
 use crate::permission::{Action, Decision, Mode, PermissionAsk, Verdict, suggest_rule};
 use crate::state::{
     ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
-    should_trigger_continuation,
+    should_trigger_continuation, should_warn,
 };
 use crate::texts;
 use crate::tools::{Tool, is_read_only};
@@ -412,16 +414,52 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
             _ => Err(not_applicable(&Event::ContinuationFailed { error })),
         },
         Event::UserTriggerContinuation => match state {
+            // REQ-BED-023: from Idle, starting from the last reply's usage.
             ConvState::Idle => Ok(Transition::new(ConvState::AwaitingContinuation {
                 rejected_tool_calls: Vec::new(),
-                trigger_usage: Default::default(),
+                trigger_usage: ctx.last_usage,
                 attempt: 1,
             })
+            .with(continuation_started(&[], true))
             .with(Effect::RequestLlm {
                 attempt: 1,
                 purpose: continuation_purpose(&[]),
             })),
-            _ => Err(not_applicable(&Event::UserTriggerContinuation)),
+            ConvState::Cancelling { .. } => Err(Rejected::CancellationInProgress),
+            ConvState::ContextExhausted { .. } => Err(Rejected::ContextExhausted),
+            ConvState::AwaitingLlm { .. }
+            | ConvState::LlmRequesting { .. }
+            | ConvState::StopHooks { .. }
+            | ConvState::ToolExecuting(_)
+            | ConvState::AwaitingSubAgents { .. }
+            | ConvState::AwaitingContinuation { .. } => Err(Rejected::Busy),
+            ConvState::Error { .. } => Err(not_applicable(&Event::UserTriggerContinuation)),
+        },
+        Event::ContinuedFrom {
+            parent_id,
+            summary,
+            texts,
+        } => match state {
+            ConvState::Idle => {
+                let mut content = vec![ContentBlock::text(texts::continued_from(
+                    &parent_id, &summary,
+                ))];
+                if texts.is_empty() {
+                    content.push(ContentBlock::text(texts::CONTINUE_THE_TASK));
+                } else {
+                    content.extend(texts.into_iter().map(ContentBlock::text));
+                }
+                let message = Message {
+                    kind: MessageKind::Continued,
+                    ..Message::user(content, ctx.now_ms)
+                };
+                Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage { message }))
+            }
+            _ => Err(not_applicable(&Event::ContinuedFrom {
+                parent_id,
+                summary,
+                texts,
+            })),
         },
         Event::DaemonRestarted => Ok(on_restart(state, ctx)),
         Event::DaemonStopping => Ok(on_stop(state, ctx)),
@@ -601,6 +639,7 @@ fn finish_cancel(ctx: &ConvContext, partial: Vec<ContentBlock>) -> Transition {
                 usage: None,
                 stop_reason: None,
                 interrupted: true,
+                kind: MessageKind::Ordinary,
             },
         });
     }
@@ -627,6 +666,28 @@ fn on_reply(ctx: &ConvContext, iteration: u32, mut reply: Reply) -> Transition {
         })
         .collect();
 
+    // REQ-BED-023: once per crossing of the warning threshold.
+    let warning = (should_warn(&reply.usage, ctx.context_window)
+        && !should_warn(&ctx.last_usage, ctx.context_window))
+    .then(|| Effect::Notify {
+        notice: Notice::ContextWarning {
+            used_tokens: reply.usage.context_tokens(),
+            context_window: ctx.context_window,
+        },
+    });
+    let t = on_reply_usage_checked(ctx, iteration, reply, calls);
+    match warning {
+        Some(effect) => t.with(effect),
+        None => t,
+    }
+}
+
+fn on_reply_usage_checked(
+    ctx: &ConvContext,
+    iteration: u32,
+    reply: Reply,
+    calls: Vec<ToolCall>,
+) -> Transition {
     if should_trigger_continuation(&reply.usage, ctx.context_window) {
         // The tool calls are not executed, so they must not enter the
         // transcript unanswered: keep only the rest of the reply.
@@ -638,11 +699,13 @@ fn on_reply(ctx: &ConvContext, iteration: u32, mut reply: Reply) -> Transition {
         let mut t = match ctx.exhaustion {
             ContextExhaustionBehavior::ThresholdBasedContinuation => {
                 let purpose = continuation_purpose(&calls);
+                let started = continuation_started(&calls, false);
                 Transition::new(ConvState::AwaitingContinuation {
                     rejected_tool_calls: calls,
                     trigger_usage: reply.usage,
                     attempt: 1,
                 })
+                .with(started)
                 .with(Effect::RequestLlm {
                     attempt: 1,
                     purpose,
@@ -728,6 +791,7 @@ fn assistant(
         usage: Some(usage),
         stop_reason: Some(stop.clone()),
         interrupted: false,
+        kind: MessageKind::Ordinary,
     }
 }
 
@@ -748,6 +812,20 @@ fn continuation_purpose(rejected: &[ToolCall]) -> LlmPurpose {
     }
 }
 
+/// Tells clients a continuation summary is requested, naming the tool
+/// calls that were rejected.
+fn continuation_started(rejected: &[ToolCall], manual: bool) -> Effect {
+    Effect::Notify {
+        notice: Notice::ContinuationStarted {
+            rejected_tools: rejected.iter().map(|c| c.name.clone()).collect(),
+            manual,
+        },
+    }
+}
+
+/// The conversation becomes read-only: the summary (or the fallback text)
+/// is stored as a message of kind `continuation` (seed: message type
+/// `continuation`), which is what a continued conversation is seeded with.
 fn exhausted(ctx: &ConvContext, summary: String, final_usage: crate::message::Usage) -> Transition {
     Transition::new(ConvState::ContextExhausted {
         summary: summary.clone(),
@@ -761,12 +839,11 @@ fn exhausted(ctx: &ConvContext, summary: String, final_usage: crate::message::Us
             usage: None,
             stop_reason: None,
             interrupted: false,
+            kind: MessageKind::Continuation,
         },
     })
     .with(Effect::Notify {
-        notice: Notice::Info {
-            message: format!("Context exhausted. Continuation summary:\n{summary}"),
-        },
+        notice: Notice::ContextExhausted { summary },
     })
 }
 

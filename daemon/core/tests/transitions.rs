@@ -252,6 +252,9 @@ fn render_message(m: &Message) -> String {
     if m.interrupted {
         head.push_str(" interrupted");
     }
+    if !m.kind.is_ordinary() {
+        write!(head, " kind={}", wire(&m.kind)).unwrap();
+    }
     let blocks: Vec<String> = m.content.iter().map(render_block).collect();
     format!("{head}: {}", blocks.join(" | "))
 }
@@ -320,6 +323,21 @@ fn render_effect(effect: &Effect) -> String {
             }
             Notice::Info { message } => format!("notify info {}", render_text(message)),
             Notice::Recovered { message } => format!("notify recovered {}", render_text(message)),
+            Notice::ContextWarning {
+                used_tokens,
+                context_window,
+            } => format!("notify context_warning {used_tokens}/{context_window}"),
+            Notice::ContinuationStarted {
+                rejected_tools,
+                manual,
+            } => format!(
+                "notify continuation_started rejected=[{}]{}",
+                rejected_tools.join(" "),
+                if *manual { " manual" } else { "" }
+            ),
+            Notice::ContextExhausted { summary } => {
+                format!("notify context_exhausted {}", render_text(summary))
+            }
         },
         Effect::SpawnSubAgent { agent_id, prompt } => format!("spawn {agent_id} {prompt:?}"),
         Effect::RunPreToolHooks { call } => {
@@ -934,7 +952,9 @@ fn matrix_threshold_reply_asks_for_a_continuation() {
         r#"
         AwaitingContinuation attempt=1 rejected=[bash read] usage=100000/30000/49000/1000
         + append assistant stop=tool_use: text "Next I will run the tests."
+        + notify continuation_started rejected=[bash read]
         + request attempt=1 continuation <CONTINUATION_PROMPT>"\n\nNote: The following tool calls were requested but not executed due to context limits:\n- bash\n- read\n"
+        + notify context_warning 180000/200000
         "#,
     );
     // Only tool calls: nothing of the reply is kept.
@@ -948,7 +968,9 @@ fn matrix_threshold_reply_asks_for_a_continuation() {
         ),
         r#"
         AwaitingContinuation attempt=1 rejected=[bash] usage=179000/0/0/1000
+        + notify continuation_started rejected=[bash]
         + request attempt=1 continuation <CONTINUATION_PROMPT>"\n\nNote: The following tool calls were requested but not executed due to context limits:\n- bash\n"
+        + notify context_warning 180000/200000
         "#,
     );
     // Just below the threshold: the loop goes on.
@@ -963,6 +985,7 @@ fn matrix_threshold_reply_asks_for_a_continuation() {
         r#"
         Idle
         + append assistant stop=end_turn: text "Done."
+        + notify context_warning 179999/200000
         "#,
     );
     // An unknown window (0) never triggers.
@@ -1003,6 +1026,7 @@ fn matrix_threshold_reply_of_a_sub_agent_fails() {
         Error kind=context_exhausted message="Context window exhausted"
         + append assistant stop=tool_use: text "Reading more."
         + notify error kind=context_exhausted "Context window exhausted"
+        + notify context_warning 190010/200000
         "#,
     );
 }
@@ -1018,8 +1042,8 @@ fn matrix_continuation_response_exhausts_the_context() {
         },
         r#"
         ContextExhausted usage=181000/0/0/1300 summary="Task: fix test. Next: run cargo test."
-        + append assistant: text "Task: fix test. Next: run cargo test."
-        + notify info "Context exhausted. Continuation summary:\nTask: fix test. Next: run cargo test."
+        + append assistant kind=continuation: text "Task: fix test. Next: run cargo test."
+        + notify context_exhausted "Task: fix test. Next: run cargo test."
         "#,
     );
     // The same, reported as an ordinary model reply.
@@ -1033,8 +1057,8 @@ fn matrix_continuation_response_exhausts_the_context() {
         ),
         r#"
         ContextExhausted usage=181000/0/0/1300 summary="Summary."
-        + append assistant: text "Summary."
-        + notify info "Context exhausted. Continuation summary:\nSummary."
+        + append assistant kind=continuation: text "Summary."
+        + notify context_exhausted "Summary."
         "#,
     );
 }
@@ -1049,8 +1073,8 @@ fn matrix_continuation_failure_uses_the_fallback() {
         },
         r#"
         ContextExhausted usage=180000/0/0/1000 summary="Context limit reached. The continuation summary could not be generated. Please start a new conversation."
-        + append assistant: text "Context limit reached. The continuation summary could not be generated. Please start a new conversation."
-        + notify info "Context exhausted. Continuation summary:\nContext limit reached. The continuation summary could not be generated. Please start a new conversation."
+        + append assistant kind=continuation: text "Context limit reached. The continuation summary could not be generated. Please start a new conversation."
+        + notify context_exhausted "Context limit reached. The continuation summary could not be generated. Please start a new conversation."
         "#,
     );
 }
@@ -1064,8 +1088,8 @@ fn matrix_continuation_cancel() {
         r#"
         ContextExhausted usage=180000/0/0/1000 summary="Continuation cancelled by user."
         + abort_llm
-        + append assistant: text "Continuation cancelled by user."
-        + notify info "Context exhausted. Continuation summary:\nContinuation cancelled by user."
+        + append assistant kind=continuation: text "Continuation cancelled by user."
+        + notify context_exhausted "Continuation cancelled by user."
         "#,
     );
     check(
@@ -1099,9 +1123,13 @@ fn matrix_context_exhausted_ignores_everything_else() {
         },
         Event::RetryDue,
         done("t1", "late"),
-        Event::UserTriggerContinuation,
         Event::ContinuationFailed {
             error: "x".to_string(),
+        },
+        Event::ContinuedFrom {
+            parent_id: "01OLD".to_string(),
+            summary: "s".to_string(),
+            texts: Vec::new(),
         },
     ];
     for event in not_applicable {
@@ -1119,6 +1147,12 @@ fn matrix_context_exhausted_ignores_everything_else() {
         answer("perm-t1", Decision::AllowOnce, None),
         "REJECT no permission request is pending (it was already answered)",
     );
+    check(
+        exhausted_state(),
+        &ctx(),
+        Event::UserTriggerContinuation,
+        "REJECT context exhausted",
+    );
 }
 
 #[test]
@@ -1129,14 +1163,164 @@ fn matrix_idle_user_trigger_continuation() {
         Event::UserTriggerContinuation,
         r#"
         AwaitingContinuation attempt=1 rejected=[] usage=0/0/0/0
+        + notify continuation_started rejected=[] manual
         + request attempt=1 continuation <CONTINUATION_PROMPT>""
+        "#,
+    );
+    // REQ-BED-023: the trigger starts from the last reply's usage.
+    let used = ConvContext {
+        last_usage: usage(165_000, 2_000),
+        ..ctx()
+    };
+    check(
+        ConvState::Idle,
+        &used,
+        Event::UserTriggerContinuation,
+        r#"
+        AwaitingContinuation attempt=1 rejected=[] usage=165000/0/0/2000
+        + notify continuation_started rejected=[] manual
+        + request attempt=1 continuation <CONTINUATION_PROMPT>""
+        "#,
+    );
+    // Only from Idle: busy states say so, as for a message.
+    check(
+        requesting(1, 1),
+        &ctx(),
+        Event::UserTriggerContinuation,
+        "REJECT agent is busy",
+    );
+    check(
+        continuation(1),
+        &ctx(),
+        Event::UserTriggerContinuation,
+        "REJECT agent is busy",
+    );
+    check(
+        ConvState::Cancelling { iteration: 1 },
+        &ctx(),
+        Event::UserTriggerContinuation,
+        "REJECT cancellation in progress",
+    );
+    check(
+        error_state(),
+        &ctx(),
+        Event::UserTriggerContinuation,
+        "REJECT UserTriggerContinuation does not apply in state Error",
+    );
+}
+
+#[test]
+fn warning_once_per_crossing_of_eighty_percent() {
+    // 80 % of 200,000 is 160,000 tokens, counted as the threshold is.
+    let below = ConvContext {
+        last_usage: usage(150_000, 1_000),
+        ..ctx()
+    };
+    check(
+        requesting(1, 2),
+        &below,
+        reply_with_usage(
+            vec![
+                text("Reading."),
+                tool_use("t1", "read", json!({"path": "a"})),
+            ],
+            StopReason::ToolUse,
+            usage(159_000, 1_000),
+        ),
+        r#"
+        ToolExecuting iter=2 calls=[t1:read] running=[t1] results=[]
+        + append assistant stop=tool_use: text "Reading." | tool_use t1 read {"path":"a"}
+        + execute t1 read {"path":"a"}
+        + notify context_warning 160000/200000
+        "#,
+    );
+    // Already above: no second warning.
+    let above = ConvContext {
+        last_usage: usage(160_000, 0),
+        ..ctx()
+    };
+    check(
+        requesting(1, 3),
+        &above,
+        reply_with_usage(vec![text("Done.")], StopReason::EndTurn, usage(170_000, 10)),
+        r#"
+        Idle
+        + append assistant stop=end_turn: text "Done."
+        "#,
+    );
+    // Straight past 90 %: the warning, and the continuation.
+    check(
+        requesting(1, 3),
+        &below,
+        reply_with_usage(vec![text("Done.")], StopReason::EndTurn, usage(185_000, 10)),
+        r#"
+        AwaitingContinuation attempt=1 rejected=[] usage=185000/0/0/10
+        + append assistant stop=end_turn: text "Done."
+        + notify continuation_started rejected=[]
+        + request attempt=1 continuation <CONTINUATION_PROMPT>""
+        + notify context_warning 185010/200000
+        "#,
+    );
+    // An unknown window never warns.
+    let unknown = ConvContext {
+        context_window: 0,
+        ..ctx()
+    };
+    check(
+        requesting(1, 1),
+        &unknown,
+        reply_with_usage(
+            vec![text("Done.")],
+            StopReason::EndTurn,
+            usage(10_000_000, 0),
+        ),
+        r#"
+        Idle
+        + append assistant stop=end_turn: text "Done."
+        "#,
+    );
+}
+
+#[test]
+fn a_continued_conversation_starts_with_the_summary() {
+    check(
+        ConvState::Idle,
+        &ctx(),
+        Event::ContinuedFrom {
+            parent_id: "01OLD".to_string(),
+            summary: "Task: fix test.".to_string(),
+            texts: Vec::new(),
+        },
+        r#"
+        LlmRequesting attempt=1 iter=1
+        + append user kind=continued: text "This conversation continues conversation 01OLD, whose context window was full. Its continuation summary:\n\nTask: fix test." | text "Continue the task from where the previous conversation left off."
+        + request attempt=1 turn
+        "#,
+    );
+    // The messages queued in the old one go with it, in order.
+    check(
+        ConvState::Idle,
+        &ctx(),
+        Event::ContinuedFrom {
+            parent_id: "01OLD".to_string(),
+            summary: "S.".to_string(),
+            texts: vec!["also run clippy".to_string(), "and fmt".to_string()],
+        },
+        r#"
+        LlmRequesting attempt=1 iter=1
+        + append user kind=continued: text "This conversation continues conversation 01OLD, whose context window was full. Its continuation summary:\n\nS." | text "also run clippy" | text "and fmt"
+        + request attempt=1 turn
         "#,
     );
     check(
         requesting(1, 1),
         &ctx(),
-        Event::UserTriggerContinuation,
-        "REJECT UserTriggerContinuation does not apply in state LlmRequesting",
+        Event::ContinuedFrom {
+            parent_id: "01OLD".to_string(),
+            summary: "S.".to_string(),
+            texts: Vec::new(),
+        },
+        "REJECT ContinuedFrom does not apply in state LlmRequesting",
     );
 }
 
@@ -1326,8 +1510,8 @@ fn retry_of_the_continuation_request() {
     );
     let fallback = r#"
         ContextExhausted usage=180000/0/0/1000 summary="Context limit reached. The continuation summary could not be generated. Please start a new conversation."
-        + append assistant: text "Context limit reached. The continuation summary could not be generated. Please start a new conversation."
-        + notify info "Context exhausted. Continuation summary:\nContext limit reached. The continuation summary could not be generated. Please start a new conversation."
+        + append assistant kind=continuation: text "Context limit reached. The continuation summary could not be generated. Please start a new conversation."
+        + notify context_exhausted "Context limit reached. The continuation summary could not be generated. Please start a new conversation."
         "#;
     // Exhausted, not retryable, or a retry-after longer than we wait.
     check(
@@ -2789,6 +2973,7 @@ fn stop_continuations_are_counted_since_the_last_message_a_person_wrote() {
         usage: None,
         stop_reason: None,
         interrupted: false,
+        kind: Default::default(),
     };
     let results = Message::user(vec![ContentBlock::tool_result("t1", "ok", false)], NOW);
     let stop = user(&texts::stop_hook_message("again"));

@@ -3,6 +3,7 @@
 mod caching;
 mod cli;
 mod cli_fixes;
+mod continuation;
 mod core_loop;
 mod crash;
 mod durability;

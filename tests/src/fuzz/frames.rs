@@ -763,6 +763,7 @@ fn imported(rng: &mut StdRng, ids: &[String]) -> pb::ExportedConversation {
             usage: None,
             stop_reason: text(rng),
             interrupted: rng.random(),
+            kind: enum_value(rng),
         })
         .collect();
     let state = pb::ConversationState {

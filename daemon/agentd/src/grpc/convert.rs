@@ -6,7 +6,8 @@ use crate::runtime::{
 use crate::store::ConversationRecord;
 use agent_proto::v1 as pb;
 use agentd_core::{
-    ContentBlock, ConvState, Decision, ErrorKind, Message, Mode, Rejected, Role, RuleScope, Usage,
+    ContentBlock, ConvState, Decision, ErrorKind, Message, MessageKind, Mode, Rejected, Role,
+    RuleScope, Usage,
 };
 use tonic::Status;
 
@@ -236,6 +237,34 @@ pub fn summary(
         cost_usd,
         queued: queued(&r.queued),
         context_window,
+        parent_conversation_id: r.parent_id.clone().unwrap_or_default(),
+        continued_as: r.continued_as.clone().unwrap_or_default(),
+        context_warning: agentd_core::state::should_warn(&r.last_usage, context_window),
+        context_tokens: r.last_usage.context_tokens(),
+    }
+}
+
+/// `s`, or None when it is empty.
+fn non_empty(s: &str) -> Option<String> {
+    (!s.is_empty()).then(|| s.to_string())
+}
+
+pub fn message_kind(k: MessageKind) -> pb::MessageKind {
+    match k {
+        MessageKind::Ordinary => pb::MessageKind::Ordinary,
+        MessageKind::Continuation => pb::MessageKind::Continuation,
+        MessageKind::Continued => pb::MessageKind::Continued,
+    }
+}
+
+fn message_kind_from(k: i32) -> Result<MessageKind, Status> {
+    match pb::MessageKind::try_from(k) {
+        Ok(pb::MessageKind::Ordinary) => Ok(MessageKind::Ordinary),
+        Ok(pb::MessageKind::Continuation) => Ok(MessageKind::Continuation),
+        Ok(pb::MessageKind::Continued) => Ok(MessageKind::Continued),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "{k} is not a message kind"
+        ))),
     }
 }
 
@@ -344,6 +373,7 @@ pub fn message(seq: u64, m: &Message) -> pb::Message {
             .map(|s| s.as_wire().to_string())
             .unwrap_or_default(),
         interrupted: m.interrupted,
+        kind: message_kind(m.kind) as i32,
     }
 }
 
@@ -366,6 +396,7 @@ pub fn message_from(m: &pb::Message) -> Result<Message, Status> {
         stop_reason: (!m.stop_reason.is_empty())
             .then(|| agentd_core::StopReason::from_wire(&m.stop_reason)),
         interrupted: m.interrupted,
+        kind: message_kind_from(m.kind)?,
     })
 }
 
@@ -631,6 +662,32 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             E::InstructionsLoaded(instructions(files, *truncated))
         }
         EventKind::Notice(m) => E::Notice(pb::Notice { message: m.clone() }),
+        EventKind::ContextWarning {
+            used_tokens,
+            context_window,
+        } => E::ContextWarning(pb::ContextWarning {
+            used_tokens: *used_tokens,
+            context_window: *context_window,
+        }),
+        EventKind::ContinuationStarted {
+            rejected_tools,
+            manual,
+        } => E::ContinuationStarted(pb::ContinuationStarted {
+            rejected_tools: rejected_tools.clone(),
+            manual: *manual,
+        }),
+        EventKind::ContextExhausted { summary } => E::ContextExhausted(pb::ContextExhausted {
+            summary: summary.clone(),
+        }),
+        EventKind::ConversationContinued {
+            conversation_id,
+            hop,
+            automatic,
+        } => E::ConversationContinued(pb::ConversationContinued {
+            conversation_id: conversation_id.clone(),
+            hop: *hop,
+            automatic: *automatic,
+        }),
         EventKind::HookRan(r) => E::HookRan(pb::HookRan {
             stage: r.stage.as_str().to_string(),
             command: r.command.clone(),
@@ -748,6 +805,12 @@ pub fn exported_from(
         requests: Vec::new(),
         queued: Vec::new(),
         queued_next: 0,
+        last_usage: Usage::default(),
+        parent_id: non_empty(&c.parent_conversation_id),
+        continued_as: non_empty(&c.continued_as),
+        continued_automatically: false,
+        hop: 0,
+        continue_pending: false,
     };
     Ok((record, messages))
 }

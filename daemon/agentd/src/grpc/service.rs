@@ -217,6 +217,7 @@ impl AgentService for Service {
                     allow_rules: req.allow_rules,
                     additional_dirs,
                     client_request_id: convert::client_request_id_from(req.client_request_id)?,
+                    parent: None,
                 },
                 (!prompt.is_empty()).then_some(prompt),
             )
@@ -549,6 +550,38 @@ impl AgentService for Service {
         Ok(Response::new(
             super::info::daemon_info(&self.manager, check_model).await,
         ))
+    }
+
+    async fn compact_conversation(
+        &self,
+        request: Request<pb::CompactConversationRequest>,
+    ) -> Result<Response<pb::CompactConversationResponse>, Status> {
+        let id = self
+            .manager
+            .resolve(&request.into_inner().conversation_id)
+            .map_err(to_status)?;
+        let record = self.manager.compact(&id).await.map_err(to_status)?;
+        Ok(Response::new(pb::CompactConversationResponse {
+            conversation: Some(self.summary(&record)),
+        }))
+    }
+
+    async fn continue_conversation(
+        &self,
+        request: Request<pb::ContinueConversationRequest>,
+    ) -> Result<Response<pb::ContinueConversationResponse>, Status> {
+        let id = self
+            .manager
+            .resolve(&request.into_inner().conversation_id)
+            .map_err(to_status)?;
+        let record = self
+            .manager
+            .continue_conversation(&id, false)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::ContinueConversationResponse {
+            conversation: Some(self.summary(&record)),
+        }))
     }
 
     type AttachStream = super::wire::Frames;

@@ -21,6 +21,7 @@ pub(crate) fn message(role: Role, content: Vec<ContentBlock>) -> Message {
         usage: None,
         stop_reason: None,
         interrupted: false,
+        kind: Default::default(),
     }
 }
 

@@ -199,6 +199,26 @@ pub enum EventKind {
     },
     /// Information for people.
     Notice(String),
+    /// A reply crossed the warning share of the context window.
+    ContextWarning {
+        used_tokens: u64,
+        context_window: u64,
+    },
+    /// A continuation summary is requested; these tool calls were rejected.
+    ContinuationStarted {
+        rejected_tools: Vec<String>,
+        manual: bool,
+    },
+    /// The context is exhausted; the summary seeds a continuation.
+    ContextExhausted {
+        summary: String,
+    },
+    /// The conversation continues in `conversation_id`.
+    ConversationContinued {
+        conversation_id: String,
+        hop: u32,
+        automatic: bool,
+    },
     /// A hook ran (failures and timeouts included).
     HookRan(crate::hooks::HookReport),
     /// The queue of user messages waiting for the turn changed: what is

@@ -80,6 +80,39 @@ pub struct NewConversation {
     /// The client's id for this request: a retry with the same id returns
     /// the conversation the first one created and creates nothing.
     pub client_request_id: Option<String>,
+    /// The exhausted conversation this one continues.
+    pub parent: Option<Parent>,
+}
+
+/// What a continued conversation takes from the one it continues.
+#[derive(Debug, Clone, Default)]
+pub struct Parent {
+    pub id: String,
+    /// The parent's place in its chain (the new one's is one more).
+    pub hop: u32,
+    pub title: String,
+    /// The parent's continuation summary.
+    pub summary: String,
+    /// Its queued user messages (moved to the new conversation).
+    pub queued: Vec<String>,
+}
+
+/// The first message of a conversation created with one.
+enum First {
+    /// The user's prompt.
+    Prompt(String),
+    /// A continuation's seed: the parent's summary and queued messages.
+    Seed(Parent),
+}
+
+/// What an exhausted conversation hands to its continuation, or the
+/// continuation it already has.
+#[derive(Debug)]
+pub(crate) enum Seed {
+    /// Not continued yet: the new conversation is made like this one.
+    Exhausted(Box<ConversationRecord>),
+    /// Already continued as this conversation.
+    Continued(String),
 }
 
 /// How long a request's client request id is remembered.
@@ -235,6 +268,9 @@ pub struct Manager {
     /// Held through a create that carries a client request id, so a retry
     /// racing its first attempt waits for it instead of creating again.
     creating: Mutex<()>,
+    /// Where actors ask for their conversation to be continued by the
+    /// daemon (`[context] auto_continue`); a task of the manager's does it.
+    auto_continue: mpsc::UnboundedSender<String>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -246,13 +282,35 @@ impl std::fmt::Debug for Manager {
 impl Manager {
     /// A manager over `shared`; call [`Manager::recover`] next.
     pub fn new(shared: Shared) -> Arc<Manager> {
-        Arc::new(Manager {
+        let (auto_continue, mut requests) = mpsc::unbounded_channel::<String>();
+        let manager = Arc::new(Manager {
             shared: Arc::new(shared),
             actors: Arc::new(Mutex::new(LiveActors::default())),
             next_client: AtomicU64::new(1),
             next_id: std::sync::Mutex::new(ulid::Generator::new()),
             creating: Mutex::new(()),
-        })
+            auto_continue,
+        });
+        // Continuations the daemon makes by itself. The task holds the
+        // manager weakly: it ends when the manager is dropped (its sender
+        // with it).
+        let weak = Arc::downgrade(&manager);
+        tokio::spawn(async move {
+            while let Some(id) = requests.recv().await {
+                let Some(manager) = weak.upgrade() else {
+                    return;
+                };
+                match manager.continue_conversation(&id, true).await {
+                    Ok(next) => {
+                        tracing::info!(conversation = %id, continued_as = %next.id, hop = next.hop, "continued automatically")
+                    }
+                    Err(e) => {
+                        tracing::warn!(conversation = %id, "automatic continuation failed: {e}")
+                    }
+                }
+            }
+        });
+        manager
     }
 
     /// The shared parts (store, config).
@@ -367,9 +425,10 @@ impl Manager {
         } else {
             new.model.trim().to_string()
         };
+        let parent = new.parent;
         let record = ConversationRecord {
             id: id.clone(),
-            title: String::new(),
+            title: parent.as_ref().map(|p| p.title.clone()).unwrap_or_default(),
             cwd: new.cwd,
             model,
             created_at_ms: now,
@@ -385,19 +444,41 @@ impl Manager {
             requests: Vec::new(),
             queued: Vec::new(),
             queued_next: 0,
+            last_usage: Usage::default(),
+            parent_id: parent.as_ref().map(|p| p.id.clone()),
+            continued_as: None,
+            continued_automatically: false,
+            hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
+            continue_pending: false,
         };
-        let Some(text) = prompt else {
-            self.shared.store.commit(&record, &[])?;
-            self.shared.store.flush().await?;
-            return Ok(record);
+        // A continuation starts its first turn with the parent's summary,
+        // written with the conversation in one commit (as a prompt is).
+        let first = match (parent, prompt) {
+            (Some(p), _) => First::Seed(p),
+            (None, Some(text)) => {
+                if text.trim().is_empty() {
+                    return Err(RuntimeError::InvalidArgument("prompt is empty".into()));
+                }
+                First::Prompt(text)
+            }
+            (None, None) => {
+                self.shared.store.commit(&record, &[])?;
+                self.shared.store.flush().await?;
+                return Ok(record);
+            }
         };
-        if text.trim().is_empty() {
-            return Err(RuntimeError::InvalidArgument("prompt is empty".into()));
-        }
-        // With a prompt, the conversation and its first message become
-        // durable in one commit: the actor starts from a record that is not
-        // stored yet, and its first transition writes both. A crash can
-        // leave neither or both, never an empty conversation.
+        self.start_with(record, first).await
+    }
+
+    /// Starts the actor of a conversation not stored yet with its first
+    /// command (a prompt or a continuation's seed), whose transition stores
+    /// both: a crash leaves neither or both, never an empty conversation.
+    async fn start_with(
+        &self,
+        record: ConversationRecord,
+        first: First,
+    ) -> Result<ConversationRecord, RuntimeError> {
+        let id = record.id.clone();
         let (tx, rx) = mpsc::unbounded_channel();
         let actor = Actor::new(
             self.shared.clone(),
@@ -406,17 +487,29 @@ impl Manager {
             Vec::new(),
             (tx.clone(), rx),
             false,
+            self.auto_continue.clone(),
         );
         let (reply, done) = oneshot::channel();
+        let first = match first {
+            First::Prompt(text) => Command::Send {
+                message: NewMessage {
+                    text,
+                    ..NewMessage::default()
+                },
+                reply,
+            },
+            First::Seed(p) => Command::Seed {
+                parent_id: p.id,
+                summary: p.summary,
+                texts: p.queued,
+                reply,
+            },
+        };
         {
             let mut actors = self.actors.lock().await;
             actors.live.insert(id.clone(), tx.clone());
             tokio::spawn(actor.run());
-            let message = NewMessage {
-                text,
-                ..NewMessage::default()
-            };
-            tx.send(Input::Command(Command::Send { message, reply }))
+            tx.send(Input::Command(first))
                 .map_err(|_| RuntimeError::ShuttingDown)?;
         }
         match done.await.map_err(|_| RuntimeError::ShuttingDown)? {
@@ -426,6 +519,60 @@ impl Manager {
                 Err(e)
             }
         }
+    }
+
+    /// Asks for a continuation summary now (REQ-BED-023): the conversation
+    /// must be idle. Returns the record once the request is under way.
+    pub async fn compact(&self, id: &str) -> Result<ConversationRecord, RuntimeError> {
+        self.ask(id, |reply| Command::Compact { reply }).await??;
+        self.record(id)
+    }
+
+    /// Continues the exhausted conversation `id` in a new one (see
+    /// [`Parent`]); `automatic` when the daemon does it by itself. Asked
+    /// again, it returns the continuation made the first time: the new
+    /// conversation is created under a request id derived from the old
+    /// one, so even a crash between creating it and marking the old one
+    /// creates nothing twice.
+    pub async fn continue_conversation(
+        &self,
+        id: &str,
+        automatic: bool,
+    ) -> Result<ConversationRecord, RuntimeError> {
+        let old = match self.ask(id, |reply| Command::TakeSeed { reply }).await?? {
+            Seed::Continued(next) => return self.record(&next),
+            Seed::Exhausted(record) => *record,
+        };
+        let summary = match &old.state {
+            ConvState::ContextExhausted { summary, .. } => summary.clone(),
+            _ => String::new(),
+        };
+        let new = NewConversation {
+            cwd: old.cwd.clone(),
+            model: old.model.clone(),
+            mode: Some(old.mode),
+            allow_rules: old.allow_rules.clone(),
+            additional_dirs: old.additional_dirs.clone(),
+            client_request_id: Some(format!("continue:{}", old.id)),
+            parent: Some(Parent {
+                id: old.id.clone(),
+                hop: old.hop,
+                title: old.title.clone(),
+                summary,
+                queued: old.queued.iter().map(|q| q.text.clone()).collect(),
+            }),
+        };
+        let next = self.create(new, None).await?;
+        let taken: Vec<String> = old.queued.iter().map(|q| q.id.clone()).collect();
+        self.ask(id, |reply| Command::MarkContinued {
+            next: next.id.clone(),
+            hop: next.hop,
+            automatic,
+            taken,
+            reply,
+        })
+        .await??;
+        Ok(next)
     }
 
     /// The daily usage ledger of the last `days` days (UTC, today
@@ -509,6 +656,7 @@ impl Manager {
                 transcript,
                 (tx.clone(), rx),
                 true,
+                self.auto_continue.clone(),
             );
             tokio::spawn(actor.run());
             actors.live.insert(id.to_string(), tx.clone());

@@ -106,6 +106,35 @@ pub struct ConversationRecord {
     /// The number the next queued message gets (its id is `q<number>`).
     #[serde(default)]
     pub queued_next: u64,
+    /// Usage of the latest reply: how full the context is now.
+    #[serde(default)]
+    pub last_usage: Usage,
+    /// The conversation this one continues (its context was exhausted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// The conversation that continues this one, once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_as: Option<String>,
+    /// The daemon made that continuation by itself (`auto_continue`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continued_automatically: bool,
+    /// How many continuations lead from the first conversation of the
+    /// chain to this one (0: not a continuation).
+    #[serde(default)]
+    pub hop: u32,
+    /// Exhausted, and the daemon is to continue it by itself (`[context]
+    /// auto_continue`) but has not yet: written with the state, so a
+    /// restart finds it (the mid-turn index holds it) and does it then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continue_pending: bool,
+}
+
+impl ConversationRecord {
+    /// Whether start-up has something to do for it: a turn was in flight,
+    /// or a continuation the daemon owes.
+    pub fn needs_recovery(&self) -> bool {
+        !self.state.is_at_rest() || self.continue_pending
+    }
 }
 
 /// A user message waiting for the turn in flight to reach a point where it
@@ -349,7 +378,7 @@ impl Store {
             for item in convs.iter() {
                 let (k, v) = item?;
                 let record: ConversationRecord = decode(&k, &v)?;
-                if !record.state.is_at_rest() {
+                if record.needs_recovery() {
                     mid_turn.insert(k, &[])?;
                 }
             }
@@ -462,7 +491,7 @@ impl Store {
         // The mid-turn index is written before a record that enters a turn
         // and after one that leaves it, so a crash can leave an extra entry
         // (skipped and dropped at recovery) but never miss one.
-        let mid_turn = !record.state.is_at_rest();
+        let mid_turn = record.needs_recovery();
         let mut ids = self.mid_turn_ids.lock().unwrap_or_else(|p| p.into_inner());
         if mid_turn && !ids.contains(&record.id) {
             self.mid_turn.insert(record.id.as_bytes(), &[])?;
@@ -521,7 +550,7 @@ impl Store {
         let mut out = Vec::new();
         for id in ids {
             match self.conversation(&id)? {
-                Some(record) if !record.state.is_at_rest() => out.push(record),
+                Some(record) if record.needs_recovery() => out.push(record),
                 // Left by a crash between a record and its index entry.
                 _ => {
                     self.mid_turn.remove(id.as_bytes())?;
@@ -898,6 +927,12 @@ mod tests {
             requests: Vec::new(),
             queued: Vec::new(),
             queued_next: 0,
+            last_usage: Usage::default(),
+            parent_id: None,
+            continued_as: None,
+            continued_automatically: false,
+            hop: 0,
+            continue_pending: false,
         }
     }
 
@@ -1010,6 +1045,40 @@ mod tests {
         }
         let store = Store::open(dir.path()).unwrap();
         assert_eq!(ids(&store), ["A"]);
+    }
+
+    #[tokio::test]
+    async fn an_owed_continuation_is_in_the_mid_turn_index_until_it_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let exhausted = |pending: bool| {
+            let mut r = record("X");
+            r.state = ConvState::ContextExhausted {
+                summary: "s".into(),
+                final_usage: Usage::default(),
+            };
+            r.continue_pending = pending;
+            r
+        };
+        let ids = |store: &Store| -> Vec<String> {
+            store
+                .conversations_mid_turn()
+                .unwrap()
+                .into_iter()
+                .map(|r| r.id)
+                .collect()
+        };
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.commit(&exhausted(false), &[]).unwrap();
+            assert!(ids(&store).is_empty(), "exhausted is at rest");
+            store.commit(&exhausted(true), &[]).unwrap();
+            assert_eq!(ids(&store), ["X"]);
+            store.flush().await.unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(ids(&store), ["X"], "a restart finds it");
+        store.commit(&exhausted(false), &[]).unwrap();
+        assert!(ids(&store).is_empty());
     }
 
     #[tokio::test]

@@ -115,6 +115,7 @@ impl Actor {
                 .hooks
                 .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
             queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
+            last_usage: self.record.last_usage,
         }
     }
 
@@ -205,6 +206,10 @@ impl Actor {
             let old_state = std::mem::replace(&mut self.record.state, t.state);
             let state_changed = self.record.state != old_state;
             let mode_changed = t.mode.is_some_and(|mode| mode != self.record.mode);
+            if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
+                // Written with the state that makes it due.
+                self.record.continue_pending = self.auto_continue_due();
+            }
             if let Some(mode) = t.mode {
                 self.record.mode = mode;
             }
@@ -242,6 +247,9 @@ impl Actor {
             }
             if state_changed && !old_state.is_at_rest() && self.record.state.is_at_rest() {
                 self.notify_turn_end();
+            }
+            if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
+                self.after_exhaustion();
             }
             match needs {
                 Needs::Nothing => {}
@@ -387,6 +395,7 @@ impl Actor {
         for m in appended {
             if let Some(u) = &m.usage {
                 self.record.usage.add(u);
+                self.record.last_usage = *u;
             }
             if self.record.title.is_empty() && m.role == Role::User {
                 self.record.title = title_of(&m.text());

@@ -302,6 +302,21 @@ impl Actor {
                     },
                     Notice::Error { message, kind } => EventKind::Error { message, kind },
                     Notice::Info { message } => EventKind::Notice(message),
+                    Notice::ContextWarning {
+                        used_tokens,
+                        context_window,
+                    } => EventKind::ContextWarning {
+                        used_tokens,
+                        context_window,
+                    },
+                    Notice::ContinuationStarted {
+                        rejected_tools,
+                        manual,
+                    } => EventKind::ContinuationStarted {
+                        rejected_tools,
+                        manual,
+                    },
+                    Notice::ContextExhausted { summary } => EventKind::ContextExhausted { summary },
                     Notice::Recovered { message } => {
                         self.recovery_notices.push(message.clone());
                         EventKind::Notice(message)

@@ -135,6 +135,30 @@ pub(crate) enum Command {
         settings: super::Settings,
         reply: oneshot::Sender<Result<ConversationRecord, RuntimeError>>,
     },
+    /// Ask for a continuation summary now (from Idle).
+    Compact {
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    /// Start a new conversation as the continuation of `parent_id`.
+    Seed {
+        parent_id: String,
+        summary: String,
+        texts: Vec<String>,
+        reply: oneshot::Sender<Result<super::Sent, RuntimeError>>,
+    },
+    /// What a continuation of this (exhausted) conversation is made from.
+    TakeSeed {
+        reply: oneshot::Sender<Result<super::Seed, RuntimeError>>,
+    },
+    /// This conversation continues as `next`; the queued messages `taken`
+    /// went with it.
+    MarkContinued {
+        next: String,
+        hop: u32,
+        automatic: bool,
+        taken: Vec<String>,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
 }
 
 /// A client's view onto a conversation.
@@ -175,6 +199,9 @@ pub(crate) struct Actor {
     /// The hooks of this conversation: the user's, and its project's if
     /// the project is trusted. Read again at every user message.
     hooks: Arc<Hooks>,
+    /// Where to ask the manager to continue this conversation by itself
+    /// once its context is exhausted (`[context] auto_continue`).
+    auto_continue: mpsc::UnboundedSender<String>,
 }
 
 impl Actor {
@@ -185,6 +212,7 @@ impl Actor {
         transcript: Vec<Message>,
         channel: (mpsc::UnboundedSender<Input>, mpsc::UnboundedReceiver<Input>),
         stored: bool,
+        auto_continue: mpsc::UnboundedSender<String>,
     ) -> Actor {
         let (tx, rx) = channel;
         let fanout = Fanout::new(record.seq_reserved + 1);
@@ -202,6 +230,7 @@ impl Actor {
             fanout,
             work: Work::default(),
             hooks: Arc::new(Hooks::default()),
+            auto_continue,
         }
     }
 
@@ -456,7 +485,11 @@ impl Actor {
                     self.apply_internal(Event::RetryDue).await;
                 }
             }
-            Input::Recover => self.apply_internal(Event::DaemonRestarted).await,
+            Input::Recover => {
+                self.apply_internal(Event::DaemonRestarted).await;
+                // A continuation owed from before the restart.
+                self.maybe_auto_continue();
+            }
             Input::Shell(event) => {
                 let kind = match event {
                     crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
@@ -632,6 +665,134 @@ impl Actor {
             Command::Update { settings, reply } => {
                 let _ = reply.send(self.update_settings(settings).await);
             }
+            Command::Compact { reply } => {
+                self.recovery_notices.clear();
+                let result = match self.apply(Event::UserTriggerContinuation).await {
+                    Err(RuntimeError::Rejected(Rejected::NotApplicable { state, .. })) => {
+                        Err(RuntimeError::NotAllowed(format!(
+                            "conversation {} can be compacted only when it is idle (it is in state {state}); send a message first",
+                            self.record.id
+                        )))
+                    }
+                    other => other,
+                };
+                let _ = reply.send(result);
+            }
+            Command::Seed {
+                parent_id,
+                summary,
+                texts,
+                reply,
+            } => {
+                let event = Event::ContinuedFrom {
+                    parent_id,
+                    summary,
+                    texts,
+                };
+                let result = self
+                    .apply_request(None, RequestOutcome::Sent { message_seq: 1 }, true, event)
+                    .await
+                    .map(|()| super::Sent::Appended(self.last_user_message_seq()));
+                let _ = reply.send(result);
+            }
+            Command::TakeSeed { reply } => {
+                let result = match (&self.record.continued_as, &self.record.state) {
+                    (Some(next), _) => Ok(super::Seed::Continued(next.clone())),
+                    (None, agentd_core::ConvState::ContextExhausted { .. }) => {
+                        Ok(super::Seed::Exhausted(Box::new(self.record.clone())))
+                    }
+                    (None, state) => Err(RuntimeError::NotAllowed(format!(
+                        "conversation {} cannot be continued: its context is not exhausted \
+                         (state {}); `agent compact` asks for a summary first",
+                        self.record.id,
+                        state.name()
+                    ))),
+                };
+                let _ = reply.send(result);
+            }
+            Command::MarkContinued {
+                next,
+                hop,
+                automatic,
+                taken,
+                reply,
+            } => {
+                let _ = reply.send(self.mark_continued(next, hop, automatic, taken).await);
+            }
+        }
+    }
+
+    /// Records that this conversation continues as `next` (its queued
+    /// messages `taken` went there), durably, and tells every attached
+    /// client, so they can follow.
+    async fn mark_continued(
+        &mut self,
+        next: String,
+        hop: u32,
+        automatic: bool,
+        taken: Vec<String>,
+    ) -> Result<(), RuntimeError> {
+        if self.record.continued_as.as_deref() == Some(next.as_str()) {
+            return Ok(());
+        }
+        let saved = self.record.clone();
+        self.record.continued_as = Some(next.clone());
+        self.record.continued_automatically = automatic;
+        self.record.continue_pending = false;
+        self.record.queued.retain(|q| !taken.contains(&q.id));
+        let queue_changed = self.record.queued.len() != saved.queued.len();
+        self.record.updated_at_ms = self.now_ms();
+        if let Err(e) = self.write_record().await {
+            tracing::error!(conversation = %self.record.id, "persisting the continuation failed: {e}");
+            self.record = saved;
+            return Err(RuntimeError::Store(e));
+        }
+        if queue_changed {
+            self.emit(EventKind::QueueChanged(self.record.queued.clone()));
+        }
+        self.emit(EventKind::ConversationContinued {
+            conversation_id: next,
+            hop,
+            automatic,
+        });
+        Ok(())
+    }
+
+    /// Whether the daemon is to continue this (just exhausted)
+    /// conversation by itself: the config says so and the chain is not too
+    /// long yet.
+    fn auto_continue_due(&self) -> bool {
+        let context = &self.shared.config.context;
+        context.auto_continue
+            && self.record.continued_as.is_none()
+            && self.record.hop < context.max_hops
+    }
+
+    /// Once exhausted: asks the manager for the continuation the daemon
+    /// owes, or says why it makes none when it would have.
+    fn after_exhaustion(&mut self) {
+        let context = &self.shared.config.context;
+        if self.record.continue_pending {
+            self.maybe_auto_continue();
+        } else if context.auto_continue && self.record.continued_as.is_none() {
+            let notice = format!(
+                "not continued automatically: {} continuations in a row is the limit ([context] max_hops); `agent continue` goes on",
+                context.max_hops
+            );
+            self.emit(EventKind::Notice(notice));
+        }
+    }
+
+    /// Asks the manager to continue this conversation, when the record
+    /// says the daemon owes it a continuation (see `continue_pending`).
+    fn maybe_auto_continue(&mut self) {
+        if self.record.continue_pending
+            && matches!(
+                self.record.state,
+                agentd_core::ConvState::ContextExhausted { .. }
+            )
+        {
+            let _ = self.auto_continue.send(self.record.id.clone());
         }
     }
 

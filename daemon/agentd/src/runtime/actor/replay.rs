@@ -309,6 +309,7 @@ impl Actor {
                     EventKind::Resumed { after_seq },
                 ))];
                 frames.extend(missed);
+                frames.extend(self.continued_frame(now));
                 return frames;
             }
         }
@@ -318,7 +319,24 @@ impl Actor {
                 .iter()
                 .map(|n| Arc::new(ConvEvent::new(0, now, EventKind::Notice(n.clone())))),
         );
+        frames.extend(self.continued_frame(now));
         frames
+    }
+
+    /// For a client that attaches (or comes back) after the conversation
+    /// was continued: where it goes on, addressed to that client alone
+    /// (the live event may be long gone from the buffer), so it can follow.
+    fn continued_frame(&self, now: i64) -> Option<Arc<ConvEvent>> {
+        let next = self.record.continued_as.clone()?;
+        Some(Arc::new(ConvEvent::new(
+            0,
+            now,
+            EventKind::ConversationContinued {
+                conversation_id: next,
+                hop: self.record.hop + 1,
+                automatic: self.record.continued_automatically,
+            },
+        )))
     }
 
     pub(super) fn snapshot(&self, client: &ClientInfo) -> Arc<ConvEvent> {
