@@ -94,6 +94,7 @@ pub mod rpc {
         SetDirectoryTrust: pb::SetDirectoryTrustRequest => pb::TrustedDirectories;
         ListTrustedDirectories: pb::ListTrustedDirectoriesRequest => pb::TrustedDirectories;
         GetDaemonInfo: pb::GetDaemonInfoRequest => pb::GetDaemonInfoResponse;
+        ListMcpServers: pb::ListMcpServersRequest => pb::ListMcpServersResponse;
     }
 }
 
@@ -299,6 +300,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::GetDaemonInfoRequest>,
     ) -> Result<Response<pb::GetDaemonInfoResponse>, Status> {
         self.unary::<rpc::GetDaemonInfo>(request)
+    }
+
+    async fn list_mcp_servers(
+        &self,
+        request: Request<pb::ListMcpServersRequest>,
+    ) -> Result<Response<pb::ListMcpServersResponse>, Status> {
+        self.unary::<rpc::ListMcpServers>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

@@ -101,6 +101,7 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                         mode: start.new.mode.map_or(0, |m| m.to_proto() as i32),
                         allow_rules: start.new.allow.clone(),
                         additional_dirs: Vec::new(),
+                        mcp_servers: Vec::new(),
                         client_request_id: crate::commands::request_id(),
                     };
                     let prompt = request.prompt.clone();

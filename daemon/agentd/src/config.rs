@@ -289,6 +289,8 @@ pub struct FileConfig {
     pub store: StoreSection,
     /// Commands run at points of a turn (README "Hooks").
     pub hooks: crate::hooks::HooksSection,
+    /// MCP servers (README "MCP servers").
+    pub mcp: crate::mcp::McpSection,
 }
 
 /// The effective configuration.
@@ -328,6 +330,8 @@ pub struct Config {
     pub hooks: crate::hooks::Hooks,
     /// The default time limit of a hook, ms (project hooks use it too).
     pub hook_timeout_ms: u64,
+    /// The MCP servers of the config file, checked.
+    pub mcp_servers: Vec<crate::mcp::ServerSpec>,
 }
 
 impl Config {
@@ -403,6 +407,7 @@ impl Config {
                 .map_err(ConfigError::Invalid)?,
             max_stop_continuations: file.hooks.max_stop_continuations,
         };
+        let mcp_servers = file.mcp.specs().map_err(ConfigError::Invalid)?;
         let default_mode = file.permissions.mode.unwrap_or_default();
         if default_mode == agentd_core::Mode::Bypass {
             return Err(ConfigError::Invalid(
@@ -429,6 +434,7 @@ impl Config {
             store: file.store,
             hooks,
             hook_timeout_ms: file.hooks.timeout_ms,
+            mcp_servers,
             model,
             provider: file.provider,
             base_url,
