@@ -299,8 +299,8 @@ impl Hub {
                 )),
                 Err(e) => {
                     // The connection is gone: the next use starts it again.
-                    slot.down(format!("connection lost during `{tool}`: {e}"));
-                    Err(format!("connection lost during `{tool}`: {e}"))
+                    let why = slot.lost(format!("connection lost: {e}")).await;
+                    Err(format!("`{tool}` failed: {why}"))
                 }
             }
         };
@@ -400,6 +400,24 @@ impl Slot {
                 s.last_error = Some(why);
             }
         });
+    }
+
+    /// Records a lost connection and says why it was lost. A stdio
+    /// server's exit is what explains it best (status, stderr), and its
+    /// watcher may report it a moment after the connection noticed:
+    /// that is waited for briefly.
+    async fn lost(&self, fallback: String) -> String {
+        if matches!(self.spec.transport, Transport::Stdio { .. }) {
+            for _ in 0..50 {
+                let s = self.status();
+                if s.state != ServerState::Running {
+                    return s.last_error.unwrap_or(fallback);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        self.down(fallback.clone());
+        fallback
     }
 
     /// A peer of a running connection: the current one, or a new one
