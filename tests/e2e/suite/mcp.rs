@@ -4,7 +4,10 @@
 //! `mcp__…` names, shutdown with the daemon) and over streamable HTTP (a
 //! trusted read-only hint), and `agent mcp ls`.
 
-use super::util::{Attached, agent_out, is_idle, is_request, request_of, result_of, send, tool};
+use super::util::{
+    Attached, agent_out, create_with, is_idle, is_request, request_of, result_of, send, tool,
+    wait_state,
+};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
 use agent_tests::harness::{Scenario, WAIT, wait_for};
@@ -106,7 +109,7 @@ async fn a_stdio_server_gives_results_errors_list_changes_and_restarts_after_a_c
         .mode(pb::PermissionMode::Default)
         .start()
         .await;
-    let (fake, mut client, daemon, id) = (s.fake, s.client, s.daemon, s.id);
+    let (fake, mut client, daemon, work, id) = (s.fake, s.client, s.daemon, s.work, s.id);
 
     // Configured, not started until a conversation needs it.
     let (ok, out, err) = agent_out(&daemon, &["mcp", "ls"]).await;
@@ -192,6 +195,27 @@ async fn a_stdio_server_gives_results_errors_list_changes_and_restarts_after_a_c
     assert_ne!(first_pid, second_pid, "the server was not restarted");
     assert!(gone(first_pid));
 
+    // A second conversation in the same directory shares the process.
+    fake.push_all([
+        tool("e3", "mcp__t__echo", json!({"text": "shared"})),
+        Script::text("done"),
+    ]);
+    let other = create_with(
+        &mut client,
+        work.path(),
+        "and you",
+        &["mcp__t__echo"],
+        pb::PermissionMode::Default,
+    )
+    .await;
+    wait_for("the second conversation's requests", WAIT, || {
+        fake.requests().len() == 8
+    })
+    .await;
+    wait_state(&mut client, &other, pb::StateKind::Idle).await;
+    let e3 = content_of(&result_of(&fake.requests()[7], "e3"));
+    assert_eq!(echo_pid(&e3), second_pid, "not shared: {e3}");
+
     let (ok, out, err) = agent_out(&daemon, &["mcp", "ls"]).await;
     assert!(ok, "{err}");
     let head = out.lines().next().unwrap();
@@ -209,7 +233,9 @@ async fn a_stdio_server_gives_results_errors_list_changes_and_restarts_after_a_c
         .collect();
     assert_eq!(
         tools,
-        ["echo", "picture", "fail", "grow", "peek", "crash", "echo"]
+        [
+            "echo", "picture", "fail", "grow", "peek", "crash", "echo", "echo"
+        ]
     );
 
     // The daemon's shutdown takes the server with it.
@@ -230,14 +256,18 @@ async fn an_http_server_and_a_server_given_with_agent_run() {
         .unwrap();
     wait_for("the HTTP MCP server", WAIT, || url_file.exists()).await;
     let url = std::fs::read_to_string(&url_file).unwrap();
-    let config = format!("[mcp.servers.h]\nurl = {}\ntrust = true\n", toml_str(&url));
+    let config = format!(
+        "[mcp.servers.h]\nurl = {}\ntrust = true\ntimeout_ms = 500\n",
+        toml_str(&url)
+    );
     let s = Scenario::new()
         .config(&config)
         .scripts([
-            // A trusted server's read-only tool runs without any rule; the
-            // --mcp server's tool runs by the --allow rule.
+            // A trusted server's read-only tools run without any rule (and
+            // together); the --mcp server's tool runs by the --allow rule.
             calls(&[
                 ("k1", "mcp__h__peek", json!({})),
+                ("w1", "mcp__h__slow", json!({"ms": 5000})),
                 ("s1", "mcp__s__echo", json!({"text": "from run"})),
             ]),
             Script::text("done"),
@@ -269,6 +299,13 @@ async fn an_http_server_and_a_server_given_with_agent_run() {
     // The HTTP server has no `crash`.
     assert!(!names.contains(&"mcp__h__crash".to_string()), "{names:?}");
     assert_eq!(content_of(&result_of(&reqs[1], "k1")), "peeked");
+    // A call past the server's time limit is an error naming the server.
+    let w1 = result_of(&reqs[1], "w1");
+    assert_eq!(w1["is_error"], true);
+    assert_eq!(
+        content_of(&w1),
+        "MCP server `h`: `slow` timed out after 500 ms"
+    );
     let s1 = content_of(&result_of(&reqs[1], "s1"));
     assert!(s1.starts_with("echo: from run (pid "), "{s1}");
 

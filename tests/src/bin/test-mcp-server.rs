@@ -9,7 +9,7 @@
 //!
 //! Tools: `echo {text}` (text, with the server's pid so tests can tell
 //! processes apart), `picture` (a text and a PNG image), `fail` (an error
-//! result), `peek` (marked read-only), `crash` (the process exits at once,
+//! result), `peek` and `slow {ms}` (marked read-only), `crash` (the process exits at once,
 //! stdio only), `grow` (adds the tool `extra` and announces
 //! `notifications/tools/list_changed`), and `extra` once grown. Every call
 //! is appended to `$TEST_MCP_LOG` when set, one line `pid tool`.
@@ -67,6 +67,12 @@ impl Server {
                 "Adds the tool `extra`",
                 schema(serde_json::json!({})),
             ),
+            Tool::new(
+                "slow",
+                "Waits `ms` milliseconds",
+                schema(serde_json::json!({"ms": {"type": "integer"}})),
+            )
+            .annotate(ToolAnnotations::new().read_only(true)),
         ];
         if !self.http {
             tools.push(Tool::new(
@@ -145,6 +151,16 @@ impl ServerHandler for Server {
                 "the disk is on fire",
             )])),
             "peek" => Ok(CallToolResult::success(vec![Content::text("peeked")])),
+            "slow" => {
+                let ms = request
+                    .arguments
+                    .as_ref()
+                    .and_then(|a| a.get("ms"))
+                    .and_then(|m| m.as_u64())
+                    .unwrap_or(0);
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                Ok(CallToolResult::success(vec![Content::text("slept")]))
+            }
             "grow" => {
                 self.grown.store(true, Ordering::SeqCst);
                 let _ = context.peer.notify_tool_list_changed().await;

@@ -197,10 +197,28 @@ impl Hub {
         slot
     }
 
+    /// The slot of `spec` in `cwd` if some conversation made one.
+    fn find_slot(&self, spec: &ServerSpec, cwd: &Path) -> Option<Arc<Slot>> {
+        let slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
+        slots
+            .iter()
+            .find(|s| {
+                s.spec == *spec
+                    && match spec.transport {
+                        Transport::Stdio { .. } => s.cwd == cwd,
+                        Transport::Http { .. } => true,
+                    }
+            })
+            .cloned()
+    }
+
     /// The tools of `servers` for a conversation in `cwd`, starting servers
     /// that are not running and listing again those whose tools changed;
-    /// only read-only ones when `restricted`. A server that cannot be
-    /// reached is left out (and shows as crashed in `agent mcp ls`).
+    /// only read-only ones when `restricted`. A model request does not wait
+    /// for a server that is waiting out its backoff after a failure: that
+    /// one's last known tools are offered (so the request's tool list, and
+    /// its cached prefix, stay as they were), and a call of one of them
+    /// starts it again.
     pub async fn offer(
         &self,
         servers: &[ServerSpec],
@@ -211,9 +229,10 @@ impl Hub {
         for spec in servers {
             let slot = self.slot(spec, cwd);
             let startup = Duration::from_millis(spec.startup_timeout_ms);
-            if let Err(e) = slot.ready(&self.stopping, startup).await {
+            if let Err(e) = slot.ready(&self.stopping, startup, false).await {
+                // Its last known tools stay offered (a call starts it
+                // again, after the backoff); one never started has none.
                 tracing::warn!(server = %spec.name, "MCP server unavailable: {e}");
-                continue;
             }
             let status = slot.status();
             out.extend(
@@ -236,7 +255,9 @@ impl Hub {
     pub fn read_only_tools(&self, servers: &[ServerSpec], cwd: &Path) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
         for spec in servers.iter().filter(|s| s.trust) {
-            let slot = self.slot(spec, cwd);
+            let Some(slot) = self.find_slot(spec, cwd) else {
+                continue;
+            };
             out.extend(
                 slot.status()
                     .tools
@@ -283,6 +304,7 @@ impl Hub {
                 .ready(
                     &self.stopping,
                     Duration::from_millis(spec.startup_timeout_ms),
+                    true,
                 )
                 .await?;
             let params = CallToolRequestParams {
@@ -421,12 +443,14 @@ impl Slot {
     }
 
     /// A peer of a running connection: the current one, or a new one
-    /// (after the backoff, when the last one failed). Lists the tools again
-    /// when the server said they changed.
+    /// (after the backoff, when the last one failed: waited out when
+    /// `wait_backoff`, else an error). Lists the tools again when the server said
+    /// they changed.
     async fn ready(
         self: &Arc<Slot>,
         stopping: &CancellationToken,
         startup: Duration,
+        wait_backoff: bool,
     ) -> Result<Peer<RoleClient>, String> {
         let mut conn = self.conn.lock().await;
         if stopping.is_cancelled() {
@@ -461,6 +485,13 @@ impl Slot {
             let wait = backoff(status.failures);
             let since = status.down_since.unwrap_or_else(Instant::now);
             let left = wait.saturating_sub(since.elapsed());
+            if !left.is_zero() && !wait_backoff {
+                return Err(format!(
+                    "failed ({}); next start in {} ms",
+                    status.last_error.as_deref().unwrap_or("unknown error"),
+                    left.as_millis()
+                ));
+            }
             if !left.is_zero() {
                 tokio::select! {
                     _ = tokio::time::sleep(left) => {}

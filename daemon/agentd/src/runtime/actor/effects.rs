@@ -693,15 +693,22 @@ impl Actor {
             let mut output = if background {
                 crate::tools::run_as_background_shell(&call.input, &ctx).await
             } else if let Called::Mcp { server, tool } = Called::of(&call.name) {
-                mcp.call(
-                    &servers,
-                    &ctx.cwd,
-                    server,
-                    tool,
-                    call.input.clone(),
-                    &ctx.cancel,
-                )
-                .await
+                let mut out = mcp
+                    .call(
+                        &servers,
+                        &ctx.cwd,
+                        server,
+                        tool,
+                        call.input.clone(),
+                        &ctx.cancel,
+                    )
+                    .await;
+                // The registry's backstop, for what a server sent.
+                if out.content.len() > ctx.limits.max_output_bytes {
+                    out.content =
+                        crate::truncate::truncate(&out.content, ctx.limits.max_output_bytes);
+                }
+                out
             } else {
                 registry.run(&call.name, call.input.clone(), &ctx).await
             };
