@@ -698,69 +698,6 @@ fn report_import(
     Ok(Exit::Ok)
 }
 
-#[cfg(test)]
-mod tests;
-
-/// `agent trust [DIR]`, `agent trust --list`, `agent untrust [DIR]`: `dir`
-/// `None` lists; `Some(None)` is the current directory.
-async fn trust(
-    ctx: &Ctx,
-    dir: Option<Option<PathBuf>>,
-    trusted: bool,
-    io: &mut Io,
-) -> Result<Exit, CliError> {
-    let mut client = ctx.client().await?;
-    let (response, path) = match dir {
-        None => (
-            client
-                .list_trusted_directories(pb::ListTrustedDirectoriesRequest {})
-                .await
-                .map_err(CliError::status)?
-                .into_inner(),
-            None,
-        ),
-        Some(dir) => {
-            let dir = dir.unwrap_or_else(|| PathBuf::from("."));
-            // The daemon runs elsewhere: the path goes absolute.
-            let path = std::path::absolute(&dir)
-                .map_err(|e| CliError::io("reading the current directory", e))?;
-            let path = std::fs::canonicalize(&path).unwrap_or(path);
-            let response = client
-                .set_directory_trust(pb::SetDirectoryTrustRequest {
-                    path: path.display().to_string(),
-                    trusted,
-                })
-                .await
-                .map_err(CliError::status)?
-                .into_inner();
-            (response, Some(path))
-        }
-    };
-    if ctx.json {
-        let value = serde_json::json!({"paths": response.paths, "changed": response.changed});
-        print_json(io, &value)?;
-        return Ok(Exit::Ok);
-    }
-    match path {
-        None if response.paths.is_empty() => print_line(io, "no trusted directories")?,
-        None => {
-            for p in &response.paths {
-                print_line(io, p)?;
-            }
-        }
-        Some(path) => {
-            let what = match (trusted, response.changed) {
-                (true, true) => "trusted: its projects' hooks run",
-                (true, false) => "already trusted",
-                (false, true) => "no longer trusted: its projects' hooks do not run",
-                (false, false) => "was not trusted",
-            };
-            print_line(io, &format!("{}: {what}", path.display()))?;
-        }
-    }
-    Ok(Exit::Ok)
-}
-
 /// `--mcp NAME=COMMAND [ARGS…]` (split as a shell would) or `--mcp NAME=URL`.
 pub(crate) fn mcp_server_arg(arg: &str) -> Result<pb::McpServer, CliError> {
     let bad = |why: &str| CliError::Input(format!("--mcp {arg:?}: {why}"));
@@ -864,19 +801,64 @@ async fn mcp_ls(ctx: &Ctx, io: &mut Io) -> Result<Exit, CliError> {
 }
 
 #[cfg(test)]
-mod mcp_arg_tests {
-    use super::*;
+mod tests;
 
-    #[test]
-    fn mcp_args_are_commands_or_urls() {
-        let s = mcp_server_arg("fs=npx -y 'my server' .").unwrap();
-        assert_eq!((s.name.as_str(), s.command.as_str()), ("fs", "npx"));
-        assert_eq!(s.args, ["-y", "my server", "."]);
-        let s = mcp_server_arg("gh=https://example.test/mcp").unwrap();
-        assert_eq!(s.url, "https://example.test/mcp");
-        assert!(s.command.is_empty());
-        for bad in ["fs", "=x", "fs=", "fs=echo 'open"] {
-            assert!(mcp_server_arg(bad).is_err(), "{bad}");
+/// `agent trust [DIR]`, `agent trust --list`, `agent untrust [DIR]`: `dir`
+/// `None` lists; `Some(None)` is the current directory.
+async fn trust(
+    ctx: &Ctx,
+    dir: Option<Option<PathBuf>>,
+    trusted: bool,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
+    let mut client = ctx.client().await?;
+    let (response, path) = match dir {
+        None => (
+            client
+                .list_trusted_directories(pb::ListTrustedDirectoriesRequest {})
+                .await
+                .map_err(CliError::status)?
+                .into_inner(),
+            None,
+        ),
+        Some(dir) => {
+            let dir = dir.unwrap_or_else(|| PathBuf::from("."));
+            // The daemon runs elsewhere: the path goes absolute.
+            let path = std::path::absolute(&dir)
+                .map_err(|e| CliError::io("reading the current directory", e))?;
+            let path = std::fs::canonicalize(&path).unwrap_or(path);
+            let response = client
+                .set_directory_trust(pb::SetDirectoryTrustRequest {
+                    path: path.display().to_string(),
+                    trusted,
+                })
+                .await
+                .map_err(CliError::status)?
+                .into_inner();
+            (response, Some(path))
+        }
+    };
+    if ctx.json {
+        let value = serde_json::json!({"paths": response.paths, "changed": response.changed});
+        print_json(io, &value)?;
+        return Ok(Exit::Ok);
+    }
+    match path {
+        None if response.paths.is_empty() => print_line(io, "no trusted directories")?,
+        None => {
+            for p in &response.paths {
+                print_line(io, p)?;
+            }
+        }
+        Some(path) => {
+            let what = match (trusted, response.changed) {
+                (true, true) => "trusted: its projects' hooks run",
+                (true, false) => "already trusted",
+                (false, true) => "no longer trusted: its projects' hooks do not run",
+                (false, false) => "was not trusted",
+            };
+            print_line(io, &format!("{}: {what}", path.display()))?;
         }
     }
+    Ok(Exit::Ok)
 }

@@ -774,36 +774,6 @@ pub fn shell_status(e: crate::shells::ShellError) -> Status {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn long_input_is_quoted_by_its_start_and_size() {
-        assert_eq!(brief("01J2ABC"), "01J2ABC");
-        let long = "é".repeat(100);
-        let quoted = brief(&long);
-        assert_eq!(quoted, format!("{}… (200 bytes)", "é".repeat(32)));
-        let status = to_status(RuntimeError::NotFound("A".repeat(300_000)));
-        assert_eq!(
-            status.message(),
-            format!("unknown conversation {}… (300000 bytes)", "A".repeat(64))
-        );
-        let long_message = bounded(tonic::Code::InvalidArgument, "x".repeat(5000));
-        assert!(
-            long_message.message().len() <= 1024,
-            "{}",
-            long_message.message().len()
-        );
-        assert!(long_message.message().ends_with("… (5000 bytes in all)"));
-        let short = bounded(tonic::Code::Internal, "short".into());
-        assert_eq!(
-            (short.code(), short.message()),
-            (tonic::Code::Internal, "short")
-        );
-    }
-}
-
 /// An MCP server a client gives a new conversation, checked.
 pub fn mcp_server_from(s: &pb::McpServer) -> Result<crate::mcp::ServerSpec, Status> {
     use crate::mcp::{ServerSpec, Transport};
@@ -890,5 +860,35 @@ pub fn mcp_servers(
                     .collect(),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_input_is_quoted_by_its_start_and_size() {
+        assert_eq!(brief("01J2ABC"), "01J2ABC");
+        let long = "é".repeat(100);
+        let quoted = brief(&long);
+        assert_eq!(quoted, format!("{}… (200 bytes)", "é".repeat(32)));
+        let status = to_status(RuntimeError::NotFound("A".repeat(300_000)));
+        assert_eq!(
+            status.message(),
+            format!("unknown conversation {}… (300000 bytes)", "A".repeat(64))
+        );
+        let long_message = bounded(tonic::Code::InvalidArgument, "x".repeat(5000));
+        assert!(
+            long_message.message().len() <= 1024,
+            "{}",
+            long_message.message().len()
+        );
+        assert!(long_message.message().ends_with("… (5000 bytes in all)"));
+        let short = bounded(tonic::Code::Internal, "short".into());
+        assert_eq!(
+            (short.code(), short.message()),
+            (tonic::Code::Internal, "short")
+        );
     }
 }
