@@ -263,6 +263,13 @@ pub enum Command {
     /// List background shells, read their output, kill them
     Shells(ShellsArgs),
 
+    /// MCP servers: the daemon's configured ones and those conversations
+    /// started, with their state and tools
+    Mcp {
+        #[command(subcommand)]
+        command: McpCommand,
+    },
+
     /// Trust a directory: hooks in the `.agentd/config.toml` of projects at
     /// or under it run (those of other projects never do)
     Trust {
@@ -393,6 +400,15 @@ pub struct RunArgs {
     #[command(flatten)]
     pub new: NewArgs,
 
+    /// An MCP server for this conversation, besides the daemon's configured
+    /// ones (repeatable): NAME=COMMAND [ARGS…] for a stdio server (split as
+    /// a shell would, e.g. 'fs=npx -y @modelcontextprotocol/server-filesystem
+    /// .'), or NAME=URL (http:// or https://) for streamable HTTP. Its tools
+    /// are offered as mcp__NAME__TOOL and ask before they run unless a rule
+    /// allows them (--allow 'mcp__NAME__*')
+    #[arg(long = "mcp", value_name = "NAME=COMMAND")]
+    pub mcp: Vec<String>,
+
     /// DANGEROUS: answer "allow once" to every permission request, so the
     /// agent may run any command and change any file without asking
     #[arg(long, short = 'y')]
@@ -458,6 +474,14 @@ pub struct ShellsArgs {
 }
 
 /// `agent shells output|kill`.
+/// `agent mcp …`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// List MCP servers: state (not started / running / crashed), restarts,
+    /// last error and tools
+    Ls,
+}
+
 #[derive(Debug, Subcommand)]
 pub enum ShellsCommand {
     /// Write a shell's output (raw bytes) to stdout

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use agent_proto::v1 as pb;
 use serde_json::{Value, json};
 
-use crate::cli::{AnswerArgs, AttachArgs, Cli, Command, RunArgs, ShellsArgs, ShellsCommand};
+use crate::cli::{
+    AnswerArgs, AttachArgs, Cli, Command, McpCommand, RunArgs, ShellsArgs, ShellsCommand,
+};
 use crate::connect::{Client, connect_or_start, socket_path};
 use crate::error::{CliError, Exit};
 use crate::io::Io;
@@ -66,6 +68,9 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Usage { days, conversation } => usage(&ctx, days, conversation, io).await,
         Command::Answer(args) => answer(&ctx, args, io).await,
         Command::Shells(args) => shells(&ctx, args, io).await,
+        Command::Mcp {
+            command: McpCommand::Ls,
+        } => mcp_ls(&ctx, io).await,
         Command::Trust { dir, list: true } if dir.is_none() => trust(&ctx, None, true, io).await,
         Command::Trust { dir, .. } => trust(&ctx, Some(dir), true, io).await,
         Command::Untrust { dir } => trust(&ctx, Some(dir), false, io).await,
@@ -188,11 +193,17 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
         .iter()
         .map(|d| absolute_dir(d, "directory"))
         .collect::<Result<Vec<_>, _>>()?;
+    let mcp_servers = args
+        .mcp
+        .iter()
+        .map(|a| mcp_server_arg(a))
+        .collect::<Result<Vec<_>, _>>()?;
     let prompt = args.prompt.join(" ");
     if prompt.trim().is_empty() {
         return Err(CliError::Input("the prompt is empty".to_string()));
     }
     let request = pb::CreateConversationRequest {
+        mcp_servers,
         cwd,
         model: args.new.model.unwrap_or_default(),
         prompt: prompt.clone(),
@@ -838,6 +849,108 @@ fn report_import(
                 io,
                 &format!("skipped (already present): {}", skipped.join(", ")),
             )?;
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// `--mcp NAME=COMMAND [ARGS…]` (split as a shell would) or `--mcp NAME=URL`.
+pub(crate) fn mcp_server_arg(arg: &str) -> Result<pb::McpServer, CliError> {
+    let bad = |why: &str| CliError::Input(format!("--mcp {arg:?}: {why}"));
+    let Some((name, rest)) = arg.split_once('=') else {
+        return Err(bad("expected NAME=COMMAND or NAME=URL"));
+    };
+    let name = name.trim();
+    let rest = rest.trim();
+    if name.is_empty() || rest.is_empty() {
+        return Err(bad("expected NAME=COMMAND or NAME=URL"));
+    }
+    if rest.starts_with("http://") || rest.starts_with("https://") {
+        return Ok(pb::McpServer {
+            name: name.to_string(),
+            url: rest.to_string(),
+            ..Default::default()
+        });
+    }
+    let words = shlex::split(rest).ok_or_else(|| bad("unbalanced quotes in the command"))?;
+    let Some((command, args)) = words.split_first() else {
+        return Err(bad("empty command"));
+    };
+    Ok(pb::McpServer {
+        name: name.to_string(),
+        command: command.clone(),
+        args: args.to_vec(),
+        ..Default::default()
+    })
+}
+
+/// `agent mcp ls`.
+async fn mcp_ls(ctx: &Ctx, io: &mut Io) -> Result<Exit, CliError> {
+    let mut client = ctx.client().await?;
+    let response = client
+        .list_mcp_servers(pb::ListMcpServersRequest {})
+        .await
+        .map_err(CliError::status)?
+        .into_inner();
+    if ctx.json {
+        let servers: Vec<serde_json::Value> = response
+            .servers
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": s.name,
+                    "transport": s.transport,
+                    "target": s.target,
+                    "cwd": s.cwd,
+                    "state": s.state,
+                    "restarts": s.restarts,
+                    "last_error": s.last_error,
+                    "pid": s.pid,
+                    "trusted": s.trusted,
+                    "source": s.source,
+                    "tools": s.tools.iter().map(|t| json!({
+                        "name": t.name,
+                        "description": t.description,
+                        "read_only": t.read_only,
+                    })).collect::<Vec<_>>(),
+                })
+            })
+            .collect();
+        print_json(io, &json!({ "servers": servers }))?;
+        return Ok(Exit::Ok);
+    }
+    if response.servers.is_empty() {
+        print_line(
+            io,
+            "no MCP servers (configure [mcp.servers.NAME], or agent run --mcp NAME=COMMAND)",
+        )?;
+        return Ok(Exit::Ok);
+    }
+    for s in &response.servers {
+        let mut head = format!("{}  {}  {}  {}", s.name, s.state, s.transport, s.target);
+        if s.restarts > 0 {
+            head.push_str(&format!("  restarts: {}", s.restarts));
+        }
+        if s.pid != 0 {
+            head.push_str(&format!("  pid {}", s.pid));
+        }
+        if s.trusted {
+            head.push_str("  trusted");
+        }
+        if s.source != "config" {
+            head.push_str(&format!("  ({})", s.source));
+        }
+        print_line(io, &head)?;
+        if !s.cwd.is_empty() {
+            print_line(io, &format!("  cwd: {}", s.cwd))?;
+        }
+        if !s.last_error.is_empty() {
+            print_line(io, &format!("  last error: {}", s.last_error))?;
+        }
+        for t in &s.tools {
+            let ro = if t.read_only { " (read-only)" } else { "" };
+            let desc = t.description.lines().next().unwrap_or("");
+            print_line(io, &format!("  {}{ro}  {desc}", t.name))?;
         }
     }
     Ok(Exit::Ok)

@@ -142,6 +142,7 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "last_seq": c.last_seq,
         "additional_dirs": c.additional_dirs,
         "allow_rules": c.allow_rules,
+        "mcp_servers": c.mcp_servers,
         "turn": c.turn,
         "cost_usd": c.cost_usd,
         "context_window": c.context_window,
@@ -670,6 +671,7 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         last_seq: o.int("last_seq")?,
         additional_dirs: o.strings("additional_dirs")?,
         allow_rules: o.strings("allow_rules")?,
+        mcp_servers: o.strings("mcp_servers")?,
         turn: o.int("turn")?,
         cost_usd: match o.get("cost_usd") {
             Some(Value::Number(n)) => n.as_f64(),

@@ -97,6 +97,7 @@ pub mod rpc {
         UpdateConversation: pb::UpdateConversationRequest => pb::UpdateConversationResponse;
         CompactConversation: pb::CompactConversationRequest => pb::CompactConversationResponse;
         ContinueConversation: pb::ContinueConversationRequest => pb::ContinueConversationResponse;
+        ListMcpServers: pb::ListMcpServersRequest => pb::ListMcpServersResponse;
     }
 }
 
@@ -323,6 +324,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::ContinueConversationRequest>,
     ) -> Result<Response<pb::ContinueConversationResponse>, Status> {
         self.unary::<rpc::ContinueConversation>(request)
+    }
+
+    async fn list_mcp_servers(
+        &self,
+        request: Request<pb::ListMcpServersRequest>,
+    ) -> Result<Response<pb::ListMcpServersResponse>, Status> {
+        self.unary::<rpc::ListMcpServers>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

@@ -294,3 +294,16 @@ fn client_names_say_who_and_where() {
         "{name}"
     );
 }
+
+#[test]
+fn mcp_args_are_commands_or_urls() {
+    let s = mcp_server_arg("fs=npx -y 'my server' .").unwrap();
+    assert_eq!((s.name.as_str(), s.command.as_str()), ("fs", "npx"));
+    assert_eq!(s.args, ["-y", "my server", "."]);
+    let s = mcp_server_arg("gh=https://example.test/mcp").unwrap();
+    assert_eq!(s.url, "https://example.test/mcp");
+    assert!(s.command.is_empty());
+    for bad in ["fs", "=x", "fs=", "fs=echo 'open"] {
+        assert!(mcp_server_arg(bad).is_err(), "{bad}");
+    }
+}

@@ -170,6 +170,7 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                             .iter()
                             .map(|d| absolute_dir(d, "directory"))
                             .collect::<Result<Vec<_>, _>>()?,
+                        mcp_servers: Vec::new(),
                         client_request_id: crate::commands::request_id(),
                     };
                     let prompt = request.prompt.clone();

@@ -151,6 +151,7 @@ async fn run_streams_the_reply_and_exits_when_idle() {
             mode: pb::PermissionMode::Plan as i32,
             allow_rules: vec!["bash(ls)".into()],
             additional_dirs: vec![],
+            mcp_servers: vec![],
             client_request_id: String::new(),
         }]
     );

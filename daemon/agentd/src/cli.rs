@@ -227,11 +227,13 @@ pub async fn run(
     if lost > 0 {
         tracing::warn!("{lost} background shell(s) from before a crash are marked lost");
     }
+    let mcp = Arc::new(crate::mcp::Hub::new(config.mcp_servers.clone()));
     let manager = Manager::new(Shared {
         store,
         config,
         provider,
         tools: Arc::new(crate::tools::Registry::new()),
+        mcp: mcp.clone(),
         shells: shells.clone(),
         notices,
         clock: crate::runtime::Clock::System,
@@ -268,6 +270,8 @@ pub async fn run(
     let result = crate::grpc::serve(listener::incoming(listener), manager, shutdown).await;
     // A clean shutdown ends the background shells and records that.
     shells.kill_all().await;
+    // And the MCP servers' process groups.
+    mcp.shutdown().await;
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)

@@ -313,6 +313,8 @@ pub struct FileConfig {
     pub hooks: crate::hooks::HooksSection,
     /// Context continuation.
     pub context: ContextSection,
+    /// MCP servers (README "MCP servers").
+    pub mcp: crate::mcp::McpSection,
 }
 
 /// The effective configuration.
@@ -354,6 +356,8 @@ pub struct Config {
     pub hook_timeout_ms: u64,
     /// Context continuation.
     pub context: ContextSection,
+    /// The MCP servers of the config file, checked.
+    pub mcp_servers: Vec<crate::mcp::ServerSpec>,
 }
 
 impl Config {
@@ -429,6 +433,7 @@ impl Config {
                 .map_err(ConfigError::Invalid)?,
             max_stop_continuations: file.hooks.max_stop_continuations,
         };
+        let mcp_servers = file.mcp.specs().map_err(ConfigError::Invalid)?;
         let default_mode = file.permissions.mode.unwrap_or_default();
         if default_mode == agentd_core::Mode::Bypass {
             return Err(ConfigError::Invalid(
@@ -456,6 +461,7 @@ impl Config {
             hooks,
             hook_timeout_ms: file.hooks.timeout_ms,
             context: file.context,
+            mcp_servers,
             model,
             provider: file.provider,
             base_url,

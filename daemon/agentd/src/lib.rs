@@ -12,6 +12,8 @@
 //! - [`runtime`]: one actor per live conversation, the manager, the hub.
 //! - [`llm`]: providers (Anthropic, OpenAI-compatible), SSE, retry classes.
 //! - [`tools`]: one file per tool, the registry, the tool context.
+//! - [`mcp`]: MCP servers' tools (rmcp clients): start, share, restart,
+//!   stop; results mapped to tool results.
 //! - [`shells`]: background shells: spawn, spool output, kill, limits, and
 //!   recovery after a crash.
 //! - [`process`]: the processes both start: `bash -c` in a process group of
@@ -27,6 +29,7 @@ pub mod config;
 pub mod grpc;
 pub mod hooks;
 pub mod llm;
+pub mod mcp;
 pub mod models;
 pub mod process;
 pub mod runtime;

@@ -48,7 +48,7 @@ use paths::PathGlob;
 use rule::{BashPattern, PatternKind};
 use serde::{Deserialize, Serialize};
 use shell::{FileWrite, Script, Word};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 /// How a permission request says that a file written is outside the
@@ -169,6 +169,12 @@ pub struct Policy {
     /// with `~` cannot be, and is treated as unknown.
     #[serde(default)]
     pub resolved_paths: BTreeMap<String, String>,
+    /// The MCP tools (`mcp__SERVER__TOOL`) that count as read-only: those
+    /// a server marks read-only, of servers the config trusts. The runtime
+    /// fills it from what the servers said; every other MCP tool is
+    /// treated as one that changes things (asks by default).
+    #[serde(default)]
+    pub mcp_read_only: BTreeSet<String>,
 }
 
 impl Default for Policy {
@@ -258,6 +264,17 @@ impl Policy {
             cwd: cwd.into(),
             additional_dirs: Vec::new(),
             resolved_paths: BTreeMap::new(),
+            mcp_read_only: BTreeSet::new(),
+        }
+    }
+
+    /// Whether the tool called `name` is read-only: a built-in tool by its
+    /// facts, an MCP tool when it is in [`Policy::mcp_read_only`].
+    pub fn is_read_only(&self, name: &str) -> bool {
+        match crate::tools::Called::of(name) {
+            crate::tools::Called::Builtin(tool) => tool.is_read_only(),
+            crate::tools::Called::Mcp { .. } => self.mcp_read_only.contains(name),
+            crate::tools::Called::Unknown => false,
         }
     }
 
@@ -284,7 +301,7 @@ impl Policy {
             }
             return Verdict::Ask(ask);
         }
-        let read_only = known.is_some_and(Tool::is_read_only);
+        let read_only = self.is_read_only(tool);
         if matches!(self.mode, Mode::ReadOnly | Mode::Plan) && !read_only {
             return Verdict::Deny(format!(
                 "{tool} is not available in {} mode; use {} to ask for write access",
@@ -318,7 +335,7 @@ impl Policy {
             .iter()
             .filter_map(|(rule, c)| {
                 let hit = match c {
-                    Compiled::Bare => rule.tool == tool,
+                    Compiled::Bare => rule.names(tool),
                     Compiled::Bash(BashPattern::Exact(pattern)) => script
                         .as_ref()
                         .is_some_and(|s| s.normalized == pattern.normalized),
@@ -390,7 +407,7 @@ impl Policy {
             None => None,
         };
         let whole = match &compiled {
-            Compiled::Bare => probe.tool == tool,
+            Compiled::Bare => probe.names(tool),
             Compiled::Bash(BashPattern::Exact(pattern)) => script
                 .as_ref()
                 .is_some_and(|s| s.normalized == pattern.normalized),
@@ -438,7 +455,7 @@ impl Policy {
     fn bare_rule(&self, tool: &str, action: Action) -> Option<&Rule> {
         self.rules
             .iter()
-            .find(|r| r.tool == tool && r.pattern.is_none() && r.action == action)
+            .find(|r| r.names(tool) && r.pattern.is_none() && r.action == action)
     }
 
     fn compile(&self, rule: &Rule) -> Compiled {
@@ -695,7 +712,7 @@ impl Policy {
     fn default_outcome(&self, call: &ToolCall, part: Option<&Part>) -> Outcome {
         let tool = call.name.as_str();
         let known = Tool::from_name(tool);
-        if known.is_some_and(Tool::is_read_only) {
+        if self.is_read_only(tool) {
             return Outcome::Allow;
         }
         match part {
@@ -844,7 +861,7 @@ fn bash_script(call: &ToolCall, subject: Option<Subject>) -> Option<Result<Scrip
 /// Whether `rule` can say anything about a call of the tool called `tool`
 /// (which has `subject`).
 fn rule_concerns(rule: &Rule, tool: &str, subject: Option<Subject>) -> bool {
-    if rule.tool == tool {
+    if rule.names(tool) {
         return true;
     }
     // Path rules on one file-writing tool apply to all file writes, bash

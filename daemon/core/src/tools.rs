@@ -12,8 +12,11 @@
 //! A call's name is the model's text, so callers hold an `Option<Tool>`:
 //! `None` is a name the daemon does not have. The tool layer answers such a
 //! call with an error, and it needs no permission. Tools whose names are
-//! only known at run time (MCP servers' tools) would be handled beside
-//! `Tool`, as the `None` case is today.
+//! only known at run time, MCP servers' tools, are the other class of names
+//! the core knows ([`Called::Mcp`], named `mcp__SERVER__TOOL`): they are
+//! judged by the permission policy like any mutating tool (default ask)
+//! unless the runtime says they are read-only
+//! (`Policy::mcp_read_only`, filled from trusted servers' hints).
 
 /// Declares [`Tool`] and [`Tool::ALL`] from one list, so that no variant can
 /// be missing from `ALL` (and so from [`Tool::from_name`]).
@@ -244,6 +247,53 @@ pub fn is_read_only(name: &str) -> bool {
     Tool::from_name(name).is_some_and(Tool::is_read_only)
 }
 
+/// How the names of MCP servers' tools begin: `mcp__SERVER__TOOL`.
+pub const MCP_PREFIX: &str = "mcp__";
+
+/// The server and tool of an MCP tool's name (`mcp__github__create_issue`
+/// → `("github", "create_issue")`), or `None` for any other name. A server
+/// name never contains `__`, so the first `__` after the prefix ends it.
+pub fn mcp_parts(name: &str) -> Option<(&str, &str)> {
+    let rest = name.strip_prefix(MCP_PREFIX)?;
+    let (server, tool) = rest.split_once("__")?;
+    (!server.is_empty() && !tool.is_empty()).then_some((server, tool))
+}
+
+/// The name an MCP server's tool is offered under.
+pub fn mcp_name(server: &str, tool: &str) -> String {
+    format!("{MCP_PREFIX}{server}__{tool}")
+}
+
+/// What a call's name names: one of the daemon's own tools, a tool of an
+/// MCP server, or nothing the daemon has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Called<'a> {
+    /// A built-in tool.
+    Builtin(Tool),
+    /// A tool of the MCP server `server`; the runtime runs it.
+    Mcp {
+        /// The server's name as configured.
+        server: &'a str,
+        /// The tool's name as the server gives it.
+        tool: &'a str,
+    },
+    /// A name the daemon does not have.
+    Unknown,
+}
+
+impl<'a> Called<'a> {
+    /// The class of `name`.
+    pub fn of(name: &'a str) -> Called<'a> {
+        if let Some(tool) = Tool::from_name(name) {
+            return Called::Builtin(tool);
+        }
+        match mcp_parts(name) {
+            Some((server, tool)) => Called::Mcp { server, tool },
+            None => Called::Unknown,
+        }
+    }
+}
+
 /// A tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolSpec {
@@ -288,6 +338,32 @@ mod tests {
         assert_eq!(Tool::from_name("mcp__github__create_issue"), None);
         assert_eq!(Tool::from_name("Bash"), None);
         assert!(!is_read_only("mcp__github__create_issue"));
+    }
+
+    #[test]
+    fn mcp_names_split_at_the_first_separator() {
+        assert_eq!(
+            mcp_parts("mcp__github__create_issue"),
+            Some(("github", "create_issue"))
+        );
+        assert_eq!(mcp_parts("mcp__fs__read__all"), Some(("fs", "read__all")));
+        assert_eq!(mcp_parts("mcp__github"), None);
+        assert_eq!(mcp_parts("mcp____x"), None);
+        assert_eq!(mcp_parts("mcp__x__"), None);
+        assert_eq!(mcp_parts("read"), None);
+        assert_eq!(
+            mcp_name("github", "create_issue"),
+            "mcp__github__create_issue"
+        );
+        assert_eq!(Called::of("read"), Called::Builtin(Tool::Read));
+        assert_eq!(
+            Called::of("mcp__a__b"),
+            Called::Mcp {
+                server: "a",
+                tool: "b"
+            }
+        );
+        assert_eq!(Called::of("nope"), Called::Unknown);
     }
 
     /// The restricted modes deny every tool that is not read-only, except

@@ -17,7 +17,7 @@ use crate::state::{
     should_trigger_continuation, should_warn,
 };
 use crate::texts;
-use crate::tools::{Tool, is_read_only};
+use crate::tools::{Called, Tool};
 use std::fmt;
 
 /// The outcome of an accepted event.
@@ -920,7 +920,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
             let Some(call) = run.calls.iter().find(|c| c.id == id).cloned() else {
                 continue;
             };
-            let read_only = is_read_only(&call.name);
+            let read_only = ctx.policy.is_read_only(&call.name);
             if !run.running.is_empty() && !read_only {
                 break;
             }
@@ -1015,10 +1015,11 @@ fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Option<Verdict>
     {
         return Some(Verdict::Deny(texts::ALREADY_UNRESTRICTED.to_string()));
     }
-    if !call.input.is_object() || tool.is_none() {
+    if !call.input.is_object() || Called::of(&call.name) == Called::Unknown {
         // Malformed input (the model's JSON did not parse) or an unknown
         // tool cannot run: the tool layer answers with an error saying what
         // was wrong, which is more use to everyone than a prompt about it.
+        // An MCP tool's name is known: the policy judges it.
         return Some(Verdict::Allow);
     }
     let base = ctx.policy.evaluate(call);

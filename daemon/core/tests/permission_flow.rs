@@ -254,3 +254,55 @@ fn doom_loop_setting_ask_allow_deny() {
     let t = reply(&c, &[("bash", input)]);
     assert!(results(&t)[0].1.contains("deny bash(ls)"));
 }
+
+/// MCP tools (`mcp__SERVER__TOOL`) are a class of their own: unlike an
+/// unknown name they ask by default, rules on the server's tools
+/// (`mcp__github__*`) or on one tool hold them, and only the tools the
+/// runtime lists as read-only (a trusted server's hint) run unasked, run
+/// together, and stay allowed in read-only mode.
+#[test]
+fn mcp_tools_ask_by_default_and_follow_rules_and_trusted_hints() {
+    let c = ctx(policy(Mode::Default, &[]));
+    let t = reply(&c, &[("mcp__github__create_issue", json!({"title": "x"}))]);
+    let a = ask(&t);
+    assert_eq!(a.tool_name, "mcp__github__create_issue");
+    assert_eq!(a.suggested_rule, "mcp__github__create_issue");
+    assert!(executed(&t).is_empty());
+    // An unknown name is not asked about: the tool layer refuses it.
+    let t = reply(&c, &[("nonesuch", json!({}))]);
+    assert_eq!(executed(&t), ["nonesuch"]);
+
+    let c = ctx(policy(
+        Mode::Default,
+        &["allow mcp__github__*", "deny mcp__github__delete_repo"],
+    ));
+    let t = reply(&c, &[("mcp__github__create_issue", json!({}))]);
+    assert_eq!(executed(&t), ["mcp__github__create_issue"]);
+    let t = reply(&c, &[("mcp__github__delete_repo", json!({}))]);
+    assert!(executed(&t).is_empty());
+    assert!(results(&t)[0].1.contains("mcp__github__delete_repo"));
+    // The wildcard stops at the server: another server's tool still asks.
+    let t = reply(&c, &[("mcp__githubx__create_issue", json!({}))]);
+    assert!(executed(&t).is_empty());
+    ask(&t);
+
+    let mut p = policy(Mode::ReadOnly, &[]);
+    p.mcp_read_only = ["mcp__fs__list".to_string()].into_iter().collect();
+    let c = ctx(p);
+    let t = reply(
+        &c,
+        &[
+            ("mcp__fs__list", json!({})),
+            ("mcp__fs__list", json!({"dir": "b"})),
+            ("mcp__fs__write", json!({})),
+        ],
+    );
+    // The two read-only calls run together without asking; the write is
+    // refused by the mode.
+    assert_eq!(executed(&t), ["mcp__fs__list", "mcp__fs__list"]);
+    assert!(
+        t.effects
+            .iter()
+            .all(|e| !matches!(e, Effect::AskPermission { .. }))
+    );
+}

@@ -1157,3 +1157,16 @@ fn generated_commands_statistics() {
     }
     println!("readable {ok}, unreadable {err}, allowed {allowed}");
 }
+
+#[test]
+fn mcp_wildcards_are_only_for_mcp_names() {
+    let r: Rule = "allow mcp__github__*".parse().unwrap();
+    assert!(r.names("mcp__github__create_issue"));
+    assert!(!r.names("mcp__github"));
+    assert!(!r.names("mcp__gitlab__create_issue"));
+    let all: Rule = "deny mcp__*".parse().unwrap();
+    assert!(all.names("mcp__a__b"));
+    assert!(!all.names("read"));
+    assert!("allow bash*".parse::<Rule>().is_err());
+    assert!("allow mcp__a*b".parse::<Rule>().is_err());
+}

@@ -16,6 +16,7 @@ mod hooks;
 mod idempotency;
 mod limits;
 mod live_output;
+mod mcp;
 mod ops;
 mod permissions;
 mod queue;

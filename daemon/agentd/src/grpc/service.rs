@@ -200,6 +200,20 @@ impl AgentService for Service {
             .iter()
             .map(|d| validate_dir(d, "additional directory"))
             .collect::<Result<Vec<_>, _>>()?;
+        let mut mcp_servers = Vec::with_capacity(req.mcp_servers.len());
+        for s in &req.mcp_servers {
+            let spec = convert::mcp_server_from(s)?;
+            if mcp_servers
+                .iter()
+                .any(|m: &crate::mcp::ServerSpec| m.name == spec.name)
+            {
+                return Err(Status::invalid_argument(format!(
+                    "MCP server {:?} is given twice",
+                    spec.name
+                )));
+            }
+            mcp_servers.push(spec);
+        }
         let prompt = req.prompt;
         if !prompt.is_empty() && prompt.trim().is_empty() {
             return Err(Status::invalid_argument("prompt is empty"));
@@ -216,6 +230,7 @@ impl AgentService for Service {
                         .transpose()?,
                     allow_rules: req.allow_rules,
                     additional_dirs,
+                    mcp_servers,
                     client_request_id: convert::client_request_id_from(req.client_request_id)?,
                     parent: None,
                 },
@@ -582,6 +597,17 @@ impl AgentService for Service {
         Ok(Response::new(pb::ContinueConversationResponse {
             conversation: Some(self.summary(&record)),
         }))
+    }
+
+    async fn list_mcp_servers(
+        &self,
+        _request: Request<pb::ListMcpServersRequest>,
+    ) -> Result<Response<pb::ListMcpServersResponse>, Status> {
+        let hub = &self.manager.shared().mcp;
+        Ok(Response::new(convert::mcp_servers(
+            hub.list(),
+            hub.config_servers(),
+        )))
     }
 
     type AttachStream = super::wire::Frames;

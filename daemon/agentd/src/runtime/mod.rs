@@ -46,6 +46,8 @@ pub struct Shared {
     pub clock: Clock,
     /// What the daemon tells about itself (`GetDaemonInfo`).
     pub daemon: DaemonInfo,
+    /// MCP servers' connections, shared by the conversations.
+    pub mcp: Arc<crate::mcp::Hub>,
 }
 
 /// What the daemon is and where its files are, as `GetDaemonInfo` reports
@@ -77,6 +79,9 @@ pub struct NewConversation {
     pub mode: Option<Mode>,
     pub allow_rules: Vec<String>,
     pub additional_dirs: Vec<PathBuf>,
+    /// MCP servers of this conversation besides the configured ones
+    /// (checked).
+    pub mcp_servers: Vec<crate::mcp::ServerSpec>,
     /// The client's id for this request: a retry with the same id returns
     /// the conversation the first one created and creates nothing.
     pub client_request_id: Option<String>,
@@ -437,6 +442,7 @@ impl Manager {
             mode: new.mode.unwrap_or(self.shared.config.default_mode),
             additional_dirs: new.additional_dirs,
             allow_rules: new.allow_rules,
+            mcp_servers: new.mcp_servers,
             message_count: 0,
             usage: Usage::default(),
             seq_reserved: 0,
@@ -553,6 +559,8 @@ impl Manager {
             mode: Some(old.mode),
             allow_rules: old.allow_rules.clone(),
             additional_dirs: old.additional_dirs.clone(),
+            // The servers a client gave go on with the work.
+            mcp_servers: old.mcp_servers.clone(),
             client_request_id: Some(format!("continue:{}", old.id)),
             parent: Some(Parent {
                 id: old.id.clone(),

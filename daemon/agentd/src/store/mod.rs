@@ -81,6 +81,10 @@ pub struct ConversationRecord {
     /// Rules given at creation.
     #[serde(default)]
     pub allow_rules: Vec<String>,
+    /// MCP servers given at creation (the configured ones are not copied
+    /// here: they follow the config file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::mcp::ServerSpec>,
     /// Messages in the transcript (= the last message seq).
     pub message_count: u64,
     /// Sum of usage over replies.
@@ -920,6 +924,7 @@ mod tests {
             mode: Mode::Default,
             additional_dirs: vec![],
             allow_rules: vec![],
+            mcp_servers: vec![],
             message_count: 0,
             usage: Usage::default(),
             seq_reserved: 0,

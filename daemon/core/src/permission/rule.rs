@@ -240,7 +240,13 @@ impl Rule {
         if tool.is_empty() {
             return Err(RuleError::EmptyToolName { rule: own() });
         }
-        if !tool
+        // `mcp__github__*`: every tool of a server (or, `mcp__*`, of all
+        // servers). The `*` may only end a name of MCP tools.
+        let plain = match tool.strip_suffix('*') {
+            Some(prefix) if prefix.starts_with(crate::tools::MCP_PREFIX) => prefix,
+            _ => tool,
+        };
+        if !plain
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
         {
@@ -261,6 +267,18 @@ impl Rule {
         };
         rule.validate()?;
         Ok(rule)
+    }
+
+    /// Whether the rule is about the tool called `tool`: the same name, or
+    /// for a rule on `mcp__SERVER__*` (`mcp__*`), any MCP tool whose name
+    /// starts with what comes before the `*`.
+    pub fn names(&self, tool: &str) -> bool {
+        match self.tool.strip_suffix('*') {
+            Some(prefix) if prefix.starts_with(crate::tools::MCP_PREFIX) => {
+                crate::tools::mcp_parts(tool).is_some() && tool.starts_with(prefix)
+            }
+            _ => self.tool == tool,
+        }
     }
 
     /// Checks that the pattern suits the tool (rules built field by field,

@@ -99,6 +99,12 @@ impl Actor {
                 }
             }
         }
+        // Which MCP tools count as read-only is what the servers last said
+        // (trusted servers only); the hub reads no server here.
+        let servers = self.mcp_servers();
+        if !servers.is_empty() {
+            policy.mcp_read_only = self.shared.mcp.read_only_tools(&servers, &self.record.cwd);
+        }
         ConvContext {
             now_ms: self.now_ms(),
             max_attempts: cfg.retry.max_attempts,

@@ -9,6 +9,7 @@ use crate::runtime::events::{EventKind, PermissionView};
 use crate::runtime::{instructions, prompt};
 use crate::store::StoredEvent;
 use crate::tools::ToolContext;
+use agentd_core::tools::Called;
 use agentd_core::{
     ContentBlock, Effect, Event, LlmPurpose, Message, Mode, Notice, Role, RuleScope, ToolCall,
     transition,
@@ -376,6 +377,11 @@ impl Actor {
         }
     }
 
+    /// The MCP servers this conversation uses: the config's and its own.
+    pub(super) fn mcp_servers(&self) -> Vec<crate::mcp::ServerSpec> {
+        crate::mcp::servers_of(self.shared.mcp.config_servers(), &self.record.mcp_servers)
+    }
+
     fn start_llm(&mut self, attempt: u32, purpose: LlmPurpose) {
         if let Some(old) = self.work.llm.take() {
             old.cancel.cancel();
@@ -416,7 +422,28 @@ impl Actor {
         };
         let provider = self.shared.provider.clone();
         let tx = self.tx.clone();
+        // MCP servers' tools join a turn's requests: the hub starts the
+        // servers the first time and lists tools again that changed.
+        let mcp = match purpose {
+            LlmPurpose::Turn => {
+                let servers = self.mcp_servers();
+                (!servers.is_empty()).then(|| (self.shared.mcp.clone(), servers))
+            }
+            LlmPurpose::Continuation { .. } => None,
+        };
+        let cwd = self.record.cwd.clone();
         tokio::spawn(async move {
+            let mut request = request;
+            if let Some((hub, servers)) = mcp {
+                let extra = tokio::select! {
+                    extra = hub.offer(&servers, &cwd, restricted) => extra,
+                    // The stream below sees the cancel too.
+                    _ = cancel.cancelled() => Vec::new(),
+                };
+                if !extra.is_empty() {
+                    request.tools = request.tools.iter().cloned().chain(extra).collect();
+                }
+            }
             let stream_tx = tx.clone();
             let mut on_event = move |event: StreamEvent| {
                 let _ = stream_tx.send(Input::LlmStream { call, event });
@@ -673,11 +700,30 @@ impl Actor {
             }));
         }
         let registry = self.shared.tools.clone();
+        let mcp = self.shared.mcp.clone();
+        let servers = self.mcp_servers();
         let tx = self.tx.clone();
         tokio::spawn(async move {
             let started = Instant::now();
             let mut output = if background {
                 crate::tools::run_as_background_shell(&call.input, &ctx).await
+            } else if let Called::Mcp { server, tool } = Called::of(&call.name) {
+                let mut out = mcp
+                    .call(
+                        &servers,
+                        &ctx.cwd,
+                        server,
+                        tool,
+                        call.input.clone(),
+                        &ctx.cancel,
+                    )
+                    .await;
+                // The registry's backstop, for what a server sent.
+                if out.content.len() > ctx.limits.max_output_bytes {
+                    out.content =
+                        crate::truncate::truncate(&out.content, ctx.limits.max_output_bytes);
+                }
+                out
             } else {
                 registry.run(&call.name, call.input.clone(), &ctx).await
             };

@@ -172,6 +172,7 @@ fn rig_with(configure: impl FnOnce(&mut Config)) -> Rig {
         notices: Vec::new(),
         clock: Clock::virtual_at(T0),
         daemon: Default::default(),
+        mcp: Arc::new(crate::mcp::Hub::new(Vec::new())),
     });
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
     Rig {
