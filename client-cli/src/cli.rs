@@ -340,6 +340,14 @@ pub enum Command {
         shell: clap_complete::Shell,
     },
 
+    /// Serve the Agent Client Protocol on stdin/stdout, for editors
+    ///
+    /// Zed, JetBrains IDEs and Neovim plugins start `agent acp` as their
+    /// agent server. Each editor session is a daemon conversation: a
+    /// conversation a terminal is attached to can be loaded in the editor
+    /// (session/load takes its id) and both stay live. Logs go to stderr.
+    Acp,
+
     /// Print the man page, or write one per subcommand into DIR
     Man {
         /// Write agent.1, agent-run.1, … into this directory

@@ -82,6 +82,14 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Daemon { command } => crate::admin::daemon(&ctx.target(), command, io).await,
         Command::Completions { shell } => crate::admin::completions(shell, io),
         Command::Man { out } => crate::admin::man(out, io),
+        Command::Acp => {
+            crate::acp::serve(crate::acp::Target {
+                socket: ctx.socket.clone(),
+                pass_socket: ctx.pass_socket,
+                autostart: ctx.autostart,
+            })
+            .await
+        }
     }
 }
 

@@ -6,6 +6,8 @@
 //!
 //! Layout:
 //! - [`cli`]: the clap command line (parsing only), decisions and modes.
+//! - [`acp`]: `agent acp`, the Agent Client Protocol bridge for editors:
+//!   each ACP session is a daemon conversation joined with `Attach`.
 //! - [`admin`]: looking after the daemon: `login`, `logout`, `doctor`,
 //!   `daemon stop|restart|status|logs`, `--version`, `completions`, `man`.
 //! - [`credentials`]: the daemon's credentials file (written atomically,
@@ -26,6 +28,7 @@
 //!   the client in-process.
 //! - [`error`]: [`CliError`] (one line per failure) and [`Exit`] statuses.
 
+pub mod acp;
 pub mod admin;
 pub mod cli;
 pub mod commands;

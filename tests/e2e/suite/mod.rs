@@ -1,5 +1,6 @@
 //! One module per area, and `util`, the one module of helpers they share.
 
+mod acp;
 mod caching;
 mod cli;
 mod cli_fixes;

@@ -1,0 +1,591 @@
+//! What the daemon's wire types mean in ACP, and back: modes, permission
+//! options, tool calls, stop reasons, a transcript replayed as updates.
+//! Pure functions, so every mapping is tested without a daemon or an editor.
+
+use std::path::{Path, PathBuf};
+
+use agent_client_protocol::v1::schema::{
+    ContentBlock, ContentChunk, Diff, PermissionOption, PermissionOptionKind, SessionMode,
+    SessionModeState, SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallLocation,
+    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+};
+use agent_proto::v1::{self as pb, PermissionDecision, PermissionMode, Role, content_block::Block};
+use serde_json::Value;
+
+/// The daemon's permission modes as ACP session modes: (id, name, description).
+const MODES: [(PermissionMode, &str, &str, &str); 5] = [
+    (
+        PermissionMode::ReadOnly,
+        "read_only",
+        "Read only",
+        "Tools that change things are not offered; the agent may ask to leave this mode",
+    ),
+    (
+        PermissionMode::Default,
+        "default",
+        "Default",
+        "Read-only tools run; anything else asks unless a rule allows it",
+    ),
+    (
+        PermissionMode::AcceptEdits,
+        "accept_edits",
+        "Accept edits",
+        "Like default, but file edits inside the working directory run without asking",
+    ),
+    (
+        PermissionMode::Plan,
+        "plan",
+        "Plan",
+        "Read only, and the agent is told to plan",
+    ),
+    (
+        PermissionMode::Bypass,
+        "bypass",
+        "Bypass",
+        "Nothing asks (only when agentd runs with --allow-bypass)",
+    ),
+];
+
+/// The ACP mode id of a daemon mode (UNSPECIFIED is the daemon's default).
+pub fn mode_id(mode: i32) -> &'static str {
+    let mode = PermissionMode::try_from(mode).unwrap_or(PermissionMode::Default);
+    MODES
+        .iter()
+        .find(|(m, ..)| *m == mode)
+        .map_or("default", |(_, id, ..)| id)
+}
+
+/// The daemon mode an ACP mode id names.
+pub fn mode_of(id: &str) -> Option<PermissionMode> {
+    MODES.iter().find(|(_, i, ..)| *i == id).map(|(m, ..)| *m)
+}
+
+/// The modes a session offers, `current` selected; `bypass` only when the
+/// daemon allows it.
+pub fn mode_state(current: i32, bypass_allowed: bool) -> SessionModeState {
+    let available = MODES
+        .iter()
+        .filter(|(m, ..)| bypass_allowed || *m != PermissionMode::Bypass)
+        .map(|(_, id, name, description)| SessionMode::new(*id, *name).description(*description))
+        .collect();
+    SessionModeState::new(mode_id(current), available)
+}
+
+/// The option id offered for a decision, and back.
+const DECISIONS: [(PermissionDecision, &str); 6] = [
+    (PermissionDecision::AllowOnce, "allow_once"),
+    (PermissionDecision::AllowAlways, "allow_always"),
+    (PermissionDecision::Background, "background"),
+    (PermissionDecision::Deny, "deny"),
+    (PermissionDecision::DenyAndStop, "deny_and_stop"),
+    (PermissionDecision::Never, "never"),
+];
+
+/// The decision an option id the editor selected stands for, if it is one
+/// of those this request offered.
+pub fn decision_of(option_id: &str, offered: &[i32]) -> Option<PermissionDecision> {
+    DECISIONS
+        .iter()
+        .find(|(_, id)| *id == option_id)
+        .map(|(d, _)| *d)
+        .filter(|d| offered.contains(&(*d as i32)))
+}
+
+/// The daemon's offered decisions as ACP permission options, in the
+/// daemon's order. Allow once → allow_once, allow always → allow_always,
+/// deny → reject_once, never → reject_always; deny-and-stop is a second
+/// reject_once option (ACP has no feedback text, so the turn just stops),
+/// background a second allow_once.
+pub fn permission_options(request: &pb::PermissionRequest) -> Vec<PermissionOption> {
+    request
+        .options
+        .iter()
+        .filter_map(|o| PermissionDecision::try_from(*o).ok())
+        .filter_map(|decision| {
+            let id = DECISIONS.iter().find(|(d, _)| *d == decision)?.1;
+            let (name, kind) = match decision {
+                PermissionDecision::AllowOnce => {
+                    ("Allow once".to_string(), PermissionOptionKind::AllowOnce)
+                }
+                PermissionDecision::AllowAlways if !request.suggested_rule.is_empty() => (
+                    format!("Always allow {}", request.suggested_rule),
+                    PermissionOptionKind::AllowAlways,
+                ),
+                PermissionDecision::AllowAlways => (
+                    "Always allow".to_string(),
+                    PermissionOptionKind::AllowAlways,
+                ),
+                PermissionDecision::Background => (
+                    "Run it in the background".to_string(),
+                    PermissionOptionKind::AllowOnce,
+                ),
+                PermissionDecision::Deny => ("Deny".to_string(), PermissionOptionKind::RejectOnce),
+                PermissionDecision::DenyAndStop => (
+                    "Deny and stop the turn".to_string(),
+                    PermissionOptionKind::RejectOnce,
+                ),
+                PermissionDecision::Never => (
+                    "Never (add a deny rule)".to_string(),
+                    PermissionOptionKind::RejectAlways,
+                ),
+                PermissionDecision::Unspecified | PermissionDecision::Cancelled => return None,
+            };
+            Some(PermissionOption::new(id, name, kind))
+        })
+        .collect()
+}
+
+/// What kind of tool a daemon tool is, for the editor's icon.
+pub fn tool_kind(name: &str) -> ToolKind {
+    match name {
+        "read" => ToolKind::Read,
+        "write" | "edit" | "patch" => ToolKind::Edit,
+        "glob" | "grep" | "keyword_search" => ToolKind::Search,
+        "bash" | "bash_output" | "kill_shell" => ToolKind::Execute,
+        "think" => ToolKind::Think,
+        "request_mode_upgrade" => ToolKind::SwitchMode,
+        _ => ToolKind::Other,
+    }
+}
+
+/// A tool's input as JSON (`Null` when the model sent something unreadable).
+fn input_value(input_json: &str) -> Value {
+    serde_json::from_str(input_json).unwrap_or(Value::Null)
+}
+
+/// The file a call's input names, resolved against the working directory.
+fn input_path(input: &Value, cwd: &Path) -> Option<PathBuf> {
+    let path = input
+        .get("path")
+        .or_else(|| input.get("file_path"))?
+        .as_str()?;
+    Some(cwd.join(path))
+}
+
+/// The files a call touches, for the editor to follow.
+pub fn locations(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallLocation> {
+    if !matches!(tool, "read" | "write" | "edit") {
+        return Vec::new();
+    }
+    input_path(&input_value(input_json), cwd)
+        .map(ToolCallLocation::new)
+        .into_iter()
+        .collect()
+}
+
+/// The change a call makes as ACP diffs, from its input: `write` replaces
+/// the file with `content`, `edit` replaces `old_string` by `new_string`
+/// (the changed part, as other ACP agents show an edit). Other tools: none.
+pub fn input_diffs(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallContent> {
+    let input = input_value(input_json);
+    let Some(path) = input_path(&input, cwd) else {
+        return Vec::new();
+    };
+    let text = |key: &str| input.get(key).and_then(Value::as_str).map(str::to_string);
+    let diff = match tool {
+        "write" => text("content").map(|new| Diff::new(path, new)),
+        "edit" => text("new_string").map(|new| Diff::new(path, new).old_text(text("old_string"))),
+        _ => None,
+    };
+    diff.map(ToolCallContent::Diff).into_iter().collect()
+}
+
+/// Text as tool call content.
+pub fn text_content(text: impl Into<String>) -> ToolCallContent {
+    ToolCallContent::from(ContentBlock::from(text.into()))
+}
+
+/// A unified diff the daemon made (a patch, a permission preview), shown
+/// as a fenced block when no structured diff exists.
+pub fn unified_diff_content(diff: &str) -> ToolCallContent {
+    text_content(format!("```diff\n{}\n```", diff.trim_end()))
+}
+
+/// The call as the editor first sees it (`ToolCallBegin`, or a tool_use of
+/// a reply before it starts).
+pub fn tool_call(id: &str, name: &str, title: &str, input_json: &str, cwd: &Path) -> ToolCall {
+    let title = if title.is_empty() { name } else { title };
+    ToolCall::new(id.to_string(), title.to_string())
+        .kind(tool_kind(name))
+        .raw_input(Some(input_value(input_json)))
+        .locations(locations(name, input_json, cwd))
+        .content(input_diffs(name, input_json, cwd))
+}
+
+/// A finished call: status, and what it did (the input's diff, else the
+/// daemon's unified diff; the command's output preview).
+pub fn tool_call_end(
+    end: &pb::ToolCallEnd,
+    input_json: Option<&str>,
+    cwd: &Path,
+) -> ToolCallUpdate {
+    let mut content = input_json
+        .map(|input| input_diffs(&end.tool_name, input, cwd))
+        .unwrap_or_default();
+    if content.is_empty() && !end.diff.is_empty() {
+        content.push(unified_diff_content(&end.diff));
+    }
+    let output = output_preview(end);
+    if !output.is_empty() {
+        content.push(text_content(format!("```\n{output}\n```")));
+    } else if !end.summary.is_empty() {
+        content.push(text_content(end.summary.clone()));
+    }
+    let status = if end.is_error {
+        ToolCallStatus::Failed
+    } else {
+        ToolCallStatus::Completed
+    };
+    ToolCallUpdate::new(
+        end.tool_use_id.clone(),
+        ToolCallUpdateFields::new()
+            .status(status)
+            .content(content)
+            .raw_output(Some(serde_json::json!({ "summary": end.summary }))),
+    )
+}
+
+/// The command's output as `ToolCallEnd` previews it: head, a line saying
+/// how many were left out, tail.
+fn output_preview(end: &pb::ToolCallEnd) -> String {
+    let shown = end.output_head.len() + end.output_tail.len();
+    let mut lines: Vec<String> = end.output_head.clone();
+    let left_out = usize::try_from(end.output_lines)
+        .unwrap_or(usize::MAX)
+        .saturating_sub(shown);
+    if left_out > 0 {
+        lines.push(format!("… {left_out} more lines …"));
+    }
+    lines.extend(end.output_tail.iter().cloned());
+    lines.join("\n")
+}
+
+/// Why a turn ended, from the last reply of the transcript and whether
+/// anyone cancelled it.
+pub fn stop_reason(stop: &str, interrupted: bool, cancelled: bool) -> StopReason {
+    if cancelled || interrupted {
+        return StopReason::Cancelled;
+    }
+    match stop {
+        "max_tokens" | "model_context_window_exceeded" => StopReason::MaxTokens,
+        "refusal" => StopReason::Refusal,
+        _ => StopReason::EndTurn,
+    }
+}
+
+/// The text of a prompt: text blocks as they are, resource links as their
+/// names and URIs (the agent reads files itself). Images, audio and
+/// embedded resources are refused: the capabilities say so.
+pub fn prompt_text(prompt: &[ContentBlock]) -> Result<String, String> {
+    let mut parts = Vec::new();
+    for block in prompt {
+        match block {
+            ContentBlock::Text(t) => parts.push(t.text.clone()),
+            ContentBlock::ResourceLink(link) => {
+                parts.push(format!("@{} ({})", link.name, link.uri))
+            }
+            ContentBlock::Image(_) => return Err("images are not supported by this agent".into()),
+            ContentBlock::Audio(_) => return Err("audio is not supported by this agent".into()),
+            _ => {
+                return Err(
+                    "only text and resource links are supported in prompts (no embedded context)"
+                        .into(),
+                );
+            }
+        }
+    }
+    let text = parts.join("\n");
+    if text.trim().is_empty() {
+        return Err("the prompt is empty".into());
+    }
+    Ok(text)
+}
+
+/// A transcript as the updates that show it (`session/load`): user text,
+/// the agent's text and thinking, each tool call with its result.
+pub fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate> {
+    let mut updates = Vec::new();
+    for message in messages {
+        let user = message.role == Role::User as i32;
+        for block in &message.content {
+            match &block.block {
+                Some(Block::Text(t)) if !t.text.is_empty() => {
+                    let chunk = ContentChunk::new(ContentBlock::from(t.text.clone()));
+                    updates.push(if user {
+                        SessionUpdate::UserMessageChunk(chunk)
+                    } else {
+                        SessionUpdate::AgentMessageChunk(chunk)
+                    });
+                }
+                Some(Block::Thinking(t)) if !t.thinking.is_empty() => {
+                    updates.push(SessionUpdate::AgentThoughtChunk(ContentChunk::new(
+                        ContentBlock::from(t.thinking.clone()),
+                    )));
+                }
+                Some(Block::ToolUse(u)) => {
+                    updates.push(SessionUpdate::ToolCall(tool_call(
+                        &u.id,
+                        &u.name,
+                        &u.name,
+                        &u.input_json,
+                        cwd,
+                    )));
+                }
+                Some(Block::ToolResult(r)) => {
+                    let status = if r.is_error {
+                        ToolCallStatus::Failed
+                    } else {
+                        ToolCallStatus::Completed
+                    };
+                    updates.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                        r.tool_use_id.clone(),
+                        ToolCallUpdateFields::new()
+                            .status(status)
+                            .content(vec![text_content(bounded(&r.content, 4096))]),
+                    )));
+                }
+                Some(Block::Text(_) | Block::Thinking(_)) | None => {}
+            }
+        }
+    }
+    updates
+}
+
+/// At most `max` bytes of `text` (cut at a character boundary), marked.
+pub fn bounded(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}\n… ({} bytes left out)", &text[..end], text.len() - end)
+}
+
+/// Unix milliseconds as ISO 8601 UTC (`2026-11-26T06:20:32Z`).
+pub fn iso8601(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_round_trip_and_bypass_is_offered_only_when_allowed() {
+        for (mode, id, ..) in MODES {
+            assert_eq!(mode_id(mode as i32), id);
+            assert_eq!(mode_of(id), Some(mode));
+        }
+        assert_eq!(mode_id(PermissionMode::Unspecified as i32), "default");
+        assert_eq!(mode_of("yolo"), None);
+        let ids = |state: SessionModeState| -> Vec<String> {
+            state
+                .available_modes
+                .iter()
+                .map(|m| m.id.0.to_string())
+                .collect()
+        };
+        let without = mode_state(PermissionMode::Plan as i32, false);
+        assert_eq!(without.current_mode_id.0.as_ref(), "plan");
+        assert_eq!(
+            ids(without),
+            ["read_only", "default", "accept_edits", "plan"]
+        );
+        assert!(ids(mode_state(0, true)).contains(&"bypass".to_string()));
+    }
+
+    #[test]
+    fn permission_options_follow_the_daemons_offer() {
+        let request = pb::PermissionRequest {
+            options: vec![
+                PermissionDecision::AllowOnce as i32,
+                PermissionDecision::AllowAlways as i32,
+                PermissionDecision::Deny as i32,
+                PermissionDecision::DenyAndStop as i32,
+                PermissionDecision::Never as i32,
+            ],
+            suggested_rule: "bash(ls:*)".into(),
+            ..Default::default()
+        };
+        let options = permission_options(&request);
+        let got: Vec<(String, PermissionOptionKind)> = options
+            .iter()
+            .map(|o| (o.option_id.0.to_string(), o.kind))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("allow_once".to_string(), PermissionOptionKind::AllowOnce),
+                (
+                    "allow_always".to_string(),
+                    PermissionOptionKind::AllowAlways
+                ),
+                ("deny".to_string(), PermissionOptionKind::RejectOnce),
+                (
+                    "deny_and_stop".to_string(),
+                    PermissionOptionKind::RejectOnce
+                ),
+                ("never".to_string(), PermissionOptionKind::RejectAlways),
+            ]
+        );
+        assert_eq!(options[1].name, "Always allow bash(ls:*)");
+        assert_eq!(
+            decision_of("never", &request.options),
+            Some(PermissionDecision::Never)
+        );
+        // Not offered, or not an option at all: no decision.
+        assert_eq!(decision_of("background", &request.options), None);
+        assert_eq!(decision_of("whatever", &request.options), None);
+    }
+
+    #[test]
+    fn edits_become_diffs_with_locations() {
+        let cwd = Path::new("/w");
+        let call = tool_call(
+            "t1",
+            "edit",
+            "edit src/a.rs",
+            r#"{"path":"src/a.rs","old_string":"a","new_string":"b"}"#,
+            cwd,
+        );
+        assert_eq!(call.kind, ToolKind::Edit);
+        assert_eq!(call.locations[0].path, Path::new("/w/src/a.rs"));
+        let ToolCallContent::Diff(diff) = &call.content[0] else {
+            panic!("{:?}", call.content)
+        };
+        assert_eq!(diff.old_text.as_deref(), Some("a"));
+        assert_eq!(diff.new_text, "b");
+        // A tool without a path, and input that is not JSON: no diff, no panic.
+        assert!(
+            tool_call("t2", "bash", "", "{not json", cwd)
+                .content
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_finished_command_shows_its_output_and_fails_when_it_failed() {
+        let end = pb::ToolCallEnd {
+            tool_use_id: "t".into(),
+            tool_name: "bash".into(),
+            is_error: true,
+            output_head: vec!["a".into()],
+            output_tail: vec!["z".into()],
+            output_lines: 10,
+            ..Default::default()
+        };
+        let update = tool_call_end(&end, None, Path::new("/"));
+        assert_eq!(update.fields.status, Some(ToolCallStatus::Failed));
+        let content = update.fields.content.unwrap_or_default();
+        let text = serde_json::to_string(&content).unwrap_or_default();
+        assert!(text.contains("a\\n… 8 more lines …\\nz"), "{text}");
+    }
+
+    #[test]
+    fn stop_reasons() {
+        assert_eq!(stop_reason("end_turn", false, false), StopReason::EndTurn);
+        assert_eq!(
+            stop_reason("max_tokens", false, false),
+            StopReason::MaxTokens
+        );
+        assert_eq!(stop_reason("refusal", false, false), StopReason::Refusal);
+        assert_eq!(stop_reason("end_turn", true, false), StopReason::Cancelled);
+        assert_eq!(stop_reason("", false, true), StopReason::Cancelled);
+    }
+
+    #[test]
+    fn prompts_take_text_and_links_and_refuse_the_rest() {
+        let link = agent_client_protocol::v1::schema::ResourceLink::new("a.rs", "file:///w/a.rs");
+        let text = prompt_text(&[ContentBlock::from("fix"), ContentBlock::ResourceLink(link)]);
+        assert_eq!(text.as_deref(), Ok("fix\n@a.rs (file:///w/a.rs)"));
+        assert!(prompt_text(&[ContentBlock::from("  ")]).is_err());
+        let image = agent_client_protocol::v1::schema::ImageContent::new("AAAA", "image/png");
+        assert_eq!(
+            prompt_text(&[ContentBlock::Image(image)]),
+            Err("images are not supported by this agent".to_string())
+        );
+    }
+
+    #[test]
+    fn a_transcript_replays_in_order() {
+        let text = |t: &str| pb::ContentBlock {
+            block: Some(Block::Text(pb::TextBlock { text: t.into() })),
+        };
+        let messages = vec![
+            pb::Message {
+                seq: 1,
+                role: Role::User as i32,
+                content: vec![text("hi")],
+                ..Default::default()
+            },
+            pb::Message {
+                seq: 2,
+                role: Role::Assistant as i32,
+                content: vec![
+                    text("let me look"),
+                    pb::ContentBlock {
+                        block: Some(Block::ToolUse(pb::ToolUseBlock {
+                            id: "t1".into(),
+                            name: "read".into(),
+                            input_json: r#"{"path":"a"}"#.into(),
+                        })),
+                    },
+                ],
+                ..Default::default()
+            },
+            pb::Message {
+                seq: 3,
+                role: Role::User as i32,
+                content: vec![pb::ContentBlock {
+                    block: Some(Block::ToolResult(pb::ToolResultBlock {
+                        tool_use_id: "t1".into(),
+                        content: "x".repeat(5000),
+                        is_error: false,
+                    })),
+                }],
+                ..Default::default()
+            },
+        ];
+        let updates = replay(&messages, Path::new("/w"));
+        assert!(matches!(updates[0], SessionUpdate::UserMessageChunk(_)));
+        assert!(matches!(updates[1], SessionUpdate::AgentMessageChunk(_)));
+        assert!(matches!(&updates[2], SessionUpdate::ToolCall(c) if c.kind == ToolKind::Read));
+        let SessionUpdate::ToolCallUpdate(result) = &updates[3] else {
+            panic!("{updates:?}")
+        };
+        assert_eq!(result.fields.status, Some(ToolCallStatus::Completed));
+        assert_eq!(updates.len(), 4);
+    }
+
+    #[test]
+    fn times_are_iso8601() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso8601(1_795_674_032_000), "2026-11-26T06:20:32Z");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00Z");
+    }
+
+    #[test]
+    fn bounded_text_is_cut_at_a_character() {
+        assert_eq!(bounded("abc", 5), "abc");
+        assert_eq!(bounded("ééé", 3), "é\n… (4 bytes left out)");
+    }
+}
