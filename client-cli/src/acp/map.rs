@@ -5,9 +5,9 @@
 use std::path::{Path, PathBuf};
 
 use agent_client_protocol::v1::schema::{
-    ContentBlock, ContentChunk, Diff, PermissionOption, PermissionOptionKind, SessionMode,
-    SessionModeState, SessionUpdate, StopReason, ToolCall, ToolCallContent, ToolCallLocation,
-    ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
+    ContentBlock, ContentChunk, Diff, McpServer, PermissionOption, PermissionOptionKind,
+    SessionMode, SessionModeState, SessionUpdate, StopReason, ToolCall, ToolCallContent,
+    ToolCallLocation, ToolCallStatus, ToolCallUpdate, ToolCallUpdateFields, ToolKind,
 };
 use agent_proto::v1::{self as pb, PermissionDecision, PermissionMode, Role, content_block::Block};
 use serde_json::Value;
@@ -385,6 +385,39 @@ pub fn iso8601(ms: i64) -> String {
     )
 }
 
+/// An MCP server the editor gives a session, as the daemon takes it: stdio
+/// and streamable HTTP; SSE (deprecated in MCP) is refused with a reason.
+pub fn mcp_server(server: &McpServer) -> Result<pb::McpServer, String> {
+    match server {
+        McpServer::Stdio(s) => Ok(pb::McpServer {
+            name: s.name.clone(),
+            command: s.command.display().to_string(),
+            args: s.args.clone(),
+            env: s
+                .env
+                .iter()
+                .map(|v| (v.name.clone(), v.value.clone()))
+                .collect(),
+            ..Default::default()
+        }),
+        McpServer::Http(h) => Ok(pb::McpServer {
+            name: h.name.clone(),
+            url: h.url.clone(),
+            headers: h
+                .headers
+                .iter()
+                .map(|v| (v.name.clone(), v.value.clone()))
+                .collect(),
+            ..Default::default()
+        }),
+        McpServer::Sse(s) => Err(format!(
+            "MCP server {:?}: SSE transport is not supported; use streamable HTTP",
+            s.name
+        )),
+        _ => Err("an MCP server of a transport agentd does not know".to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -587,5 +620,38 @@ mod tests {
     fn bounded_text_is_cut_at_a_character() {
         assert_eq!(bounded("abc", 5), "abc");
         assert_eq!(bounded("ééé", 3), "é\n… (4 bytes left out)");
+    }
+
+    #[test]
+    fn editor_mcp_servers_become_the_daemons_and_sse_is_refused() {
+        use agent_client_protocol::v1::schema::{
+            EnvVariable, HttpHeader, McpServerHttp, McpServerSse, McpServerStdio,
+        };
+        let stdio = McpServer::Stdio(
+            McpServerStdio::new("fs", "/usr/bin/fs-server")
+                .args(vec!["--root".into(), ".".into()])
+                .env(vec![EnvVariable::new("TOKEN", "t")]),
+        );
+        let s = mcp_server(&stdio).unwrap();
+        assert_eq!(
+            (s.name.as_str(), s.command.as_str()),
+            ("fs", "/usr/bin/fs-server")
+        );
+        assert_eq!(s.args, ["--root", "."]);
+        assert_eq!(s.env.get("TOKEN").map(String::as_str), Some("t"));
+        assert!(s.url.is_empty());
+        let http = McpServer::Http(
+            McpServerHttp::new("gh", "https://mcp.example/mcp")
+                .headers(vec![HttpHeader::new("Authorization", "Bearer x")]),
+        );
+        let h = mcp_server(&http).unwrap();
+        assert_eq!(h.url, "https://mcp.example/mcp");
+        assert_eq!(
+            h.headers.get("Authorization").map(String::as_str),
+            Some("Bearer x")
+        );
+        assert!(h.command.is_empty());
+        let sse = McpServer::Sse(McpServerSse::new("old", "https://x/sse"));
+        assert!(mcp_server(&sse).unwrap_err().contains("SSE"));
     }
 }

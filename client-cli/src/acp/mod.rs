@@ -24,8 +24,8 @@ use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, CloseSessionRequest, CloseSessionResponse, ContentBlock,
     ContentChunk, CurrentModeUpdate, Implementation, InitializeRequest, InitializeResponse,
     ListSessionsRequest, ListSessionsResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
-    RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
+    McpCapabilities, NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest,
+    PromptResponse, RequestPermissionOutcome, RequestPermissionRequest, ResumeSessionRequest,
     ResumeSessionResponse, SessionCapabilities, SessionCloseCapabilities, SessionId, SessionInfo,
     SessionListCapabilities, SessionModeState, SessionNotification, SessionResumeCapabilities,
     SessionUpdate, SetSessionModeRequest, SetSessionModeResponse, StopReason, ToolCallStatus,
@@ -290,6 +290,7 @@ impl Bridge {
         let capabilities = AgentCapabilities::new()
             .load_session(true)
             .prompt_capabilities(PromptCapabilities::new())
+            .mcp_capabilities(McpCapabilities::new().http(true))
             .session_capabilities(
                 SessionCapabilities::new()
                     .list(SessionListCapabilities::new())
@@ -312,13 +313,14 @@ impl Bridge {
                 req.cwd.display()
             )));
         }
-        if !req.mcp_servers.is_empty() {
-            eprintln!(
-                "agent acp: {} MCP server(s) from the editor ignored: agentd does not run MCP \
-                 servers yet",
-                req.mcp_servers.len()
-            );
-        }
+        // The editor's MCP servers become the conversation's (the daemon
+        // checks them and says what is wrong).
+        let mcp_servers = req
+            .mcp_servers
+            .iter()
+            .map(map::mcp_server)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(invalid_params)?;
         let mut client = self.client().await?;
         let created = client
             .create_conversation(pb::CreateConversationRequest {
@@ -329,6 +331,7 @@ impl Bridge {
                     .map(|d| d.display().to_string())
                     .collect(),
                 client_request_id: request_id(),
+                mcp_servers,
                 ..Default::default()
             })
             .await

@@ -548,3 +548,33 @@ async fn an_editor_loads_a_terminals_conversation_and_answers_for_both() {
         .unwrap_err();
     assert!(err.message.contains("01NOSUCH"), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editors_mcp_servers_become_the_conversations() {
+    use agent_client_protocol::v1::schema::{McpServer, McpServerSse, McpServerStdio};
+    let s = Scenario::new().start().await;
+    let editor = Editor::start(&s.daemon).await;
+    let cwd = s.work.path().to_path_buf();
+    let server = McpServer::Stdio(
+        McpServerStdio::new("ed", env!("CARGO_BIN_EXE_test-mcp-server")).args(vec!["stdio".into()]),
+    );
+    let created = editor
+        .cx
+        .send_request(NewSessionRequest::new(cwd.clone()).mcp_servers(vec![server]))
+        .block_task()
+        .await
+        .expect("session/new with an MCP server");
+    let mut client = s.client.clone();
+    let conv = summary(&mut client, &created.session_id.0).await;
+    assert_eq!(conv.mcp_servers, ["ed"]);
+
+    // A transport the daemon does not run is refused with the reason.
+    let sse = McpServer::Sse(McpServerSse::new("old", "http://127.0.0.1:1/sse"));
+    let refused = editor
+        .cx
+        .send_request(NewSessionRequest::new(cwd).mcp_servers(vec![sse]))
+        .block_task()
+        .await
+        .expect_err("SSE is refused");
+    assert!(refused.message.contains("SSE"), "{refused:?}");
+}
