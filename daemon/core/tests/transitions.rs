@@ -2578,7 +2578,9 @@ fn answered_by(decision: Decision, scope: RuleScope, name: &str) -> Event {
 #[test]
 fn permission_allow_always_adds_the_rule_where_the_answer_asked() {
     let state = asking_with(
-        one_call("write", json!({"path": "/w/p/src/x/a.rs", "content": ""})),
+        // Keys in sorted order, as the expected text prints them with or
+        // without serde_json's preserve_order.
+        one_call("write", json!({"content": "", "path": "/w/p/src/x/a.rs"})),
         "t1",
         &[Decision::AllowOnce, Decision::AllowAlways, Decision::Deny],
     );

@@ -571,7 +571,9 @@ mod tests {
         assert_eq!(conn.to_failure().retry_after_ms, None);
 
         assert!(!LlmError::decode("x").is_retryable());
-        let empty = LlmError::stream(&serde_json::json!({ "type": "", "message": "" }));
+        // Keys in sorted order: the same text with and without serde_json's
+        // preserve_order (which agent-client-protocol turns on in workspace builds).
+        let empty = LlmError::stream(&serde_json::json!({ "message": "", "type": "" }));
         assert_eq!(
             empty.to_string(),
             r#"stream error (error): {"message":"","type":""}"#
