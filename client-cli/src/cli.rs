@@ -257,6 +257,13 @@ pub enum Command {
         conversation: Option<String>,
     },
 
+    /// Answer a budget that holds a conversation's turn: raise it (the
+    /// held model request goes out) or stop the turn
+    Budget {
+        #[command(subcommand)]
+        command: BudgetCommand,
+    },
+
     /// Answer a conversation's pending permission request (for scripts)
     Answer(AnswerArgs),
 
@@ -482,6 +489,43 @@ pub struct ShellsArgs {
 }
 
 /// `agent shells output|kill`.
+/// `agent budget …`.
+#[derive(Debug, Subcommand)]
+pub enum BudgetCommand {
+    /// Raise the budget that was reached and let the turn go on
+    Raise {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+        /// How much to add, in the budget's unit: dollars (`5`, `$2.50`)
+        /// for the dollar budgets, tokens for the token ones. Default: the
+        /// configured budget again
+        #[arg(long, value_name = "AMOUNT", value_parser = parse_amount)]
+        by: Option<f64>,
+    },
+    /// Stop the turn at the budget
+    Stop {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+}
+
+/// A positive amount, dollars or tokens; a leading `$` and `_`/`,`
+/// separators are allowed.
+pub fn parse_amount(text: &str) -> Result<f64, String> {
+    let clean: String = text
+        .trim()
+        .trim_start_matches('$')
+        .chars()
+        .filter(|c| *c != '_' && *c != ',')
+        .collect();
+    match clean.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+        _ => Err(format!("{text:?} is not a positive amount")),
+    }
+}
+
 /// `agent mcp …`.
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {

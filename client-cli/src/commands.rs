@@ -8,7 +8,8 @@ use agent_proto::v1 as pb;
 use serde_json::{Value, json};
 
 use crate::cli::{
-    AnswerArgs, AttachArgs, Cli, Command, McpCommand, RunArgs, ShellsArgs, ShellsCommand,
+    AnswerArgs, AttachArgs, BudgetCommand, Cli, Command, McpCommand, RunArgs, ShellsArgs,
+    ShellsCommand,
 };
 use crate::connect::{Client, connect_or_start, socket_path};
 use crate::error::{CliError, Exit};
@@ -66,6 +67,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
         Command::Show { id, context, full } => show(&ctx, id, context, full, io).await,
         Command::Usage { days, conversation } => usage(&ctx, days, conversation, io).await,
+        Command::Budget { command } => budget(&ctx, command, io).await,
         Command::Answer(args) => answer(&ctx, args, io).await,
         Command::Shells(args) => shells(&ctx, args, io).await,
         Command::Mcp {
@@ -649,6 +651,41 @@ async fn usage(
         print_json(io, &js::usage_report(&report))?;
     } else {
         usage_table(&mut io.out, &report).map_err(out_err)?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// `agent budget raise|stop`.
+async fn budget(ctx: &Ctx, command: BudgetCommand, io: &mut Io) -> Result<Exit, CliError> {
+    let (id, raise, raise_by) = match command {
+        BudgetCommand::Raise { id, by } => (id, true, by),
+        BudgetCommand::Stop { id } => (id, false, None),
+    };
+    let c = ctx
+        .client()
+        .await?
+        .answer_budget(pb::AnswerBudgetRequest {
+            conversation_id: id.clone(),
+            raise,
+            raise_by,
+            client_name: client_name(),
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner()
+        .conversation
+        .unwrap_or_default();
+    if ctx.json {
+        print_json(io, &js::conversation_summary(&c))?;
+    } else if let Some(stop) = &c.budget_stop {
+        print_line(
+            io,
+            &format!("raised, but the budget is still reached: {}", stop.text),
+        )?;
+    } else if raise {
+        print_line(io, &format!("raised; {} goes on", c.id))?;
+    } else {
+        print_line(io, &format!("{} stopped at the budget", c.id))?;
     }
     Ok(Exit::Ok)
 }

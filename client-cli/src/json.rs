@@ -151,6 +151,30 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "continued_as": c.continued_as,
         "context_warning": c.context_warning,
         "context_tokens": c.context_tokens,
+        "budget_stop": opt(c.budget_stop.as_ref(), budget_stop),
+    })
+}
+
+/// A reached budget (amounts in micro-dollars or tokens, see `usd`).
+pub fn budget_stop(b: &pb::BudgetStop) -> Value {
+    json!({
+        "budget": b.budget,
+        "usd": b.usd,
+        "limit": b.limit,
+        "spent": b.spent,
+        "raise_by": b.raise_by,
+        "text": b.text,
+    })
+}
+
+/// A budget and where spending stands (amounts as in `budget_stop`).
+pub fn budget_status(b: &pb::BudgetStatus) -> Value {
+    json!({
+        "budget": b.budget,
+        "usd": b.usd,
+        "limit": b.limit,
+        "spent": b.spent,
+        "raised": b.raised,
     })
 }
 
@@ -301,6 +325,8 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::ContinuationStarted(_) => "continuation_started",
         Event::ContextExhausted(_) => "context_exhausted",
         Event::ConversationContinued(_) => "conversation_continued",
+        Event::BudgetStopped(_) => "budget_stopped",
+        Event::BudgetResolved(_) => "budget_resolved",
     }
 }
 
@@ -376,6 +402,13 @@ fn event_body(event: &Event) -> Value {
             "hop": c.hop,
             "automatic": c.automatic,
         }),
+        Event::BudgetStopped(b) => json!({"stop": opt(b.stop.as_ref(), budget_stop)}),
+        Event::BudgetResolved(b) => json!({
+            "stop": opt(b.stop.as_ref(), budget_stop),
+            "raised": b.raised,
+            "raised_by": b.raised_by,
+            "by": opt(b.by.as_ref(), client_info),
+        }),
         Event::ReplyBegin(r) => json!({"attempt": r.attempt}),
         Event::InstructionsLoaded(i) => instructions(i),
         Event::HookRan(h) => json!({
@@ -416,6 +449,7 @@ pub fn usage_report(r: &pb::GetUsageResponse) -> Value {
     json!({
         "lines": r.lines.iter().map(line).collect::<Vec<_>>(),
         "total": opt(r.total.as_ref(), line),
+        "budgets": r.budgets.iter().map(budget_status).collect::<Vec<_>>(),
     })
 }
 
@@ -684,6 +718,9 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         continued_as: o.string("continued_as")?,
         context_warning: o.boolean("context_warning")?,
         context_tokens: o.int("context_tokens")?,
+        // A budget's hold is not part of an export: the imported state is
+        // the error it shows.
+        budget_stop: None,
     })
 }
 

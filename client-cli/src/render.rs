@@ -483,6 +483,32 @@ impl<W: Write> Renderer<W> {
                 self.notice("context exhausted; continuation summary:")?;
                 self.line(&e.summary)?;
             }
+            Event::BudgetStopped(b) => {
+                if let Some(stop) = &b.stop {
+                    self.end_line()?;
+                    self.notice(&stop.text)?;
+                    self.notice(&format!(
+                        "raise it by {} with /budget raise (or `agent budget raise`), or stop the turn with /budget stop",
+                        budget_amount(stop.usd, stop.raise_by)
+                    ))?;
+                }
+            }
+            Event::BudgetResolved(b) => {
+                let who =
+                    b.by.as_ref()
+                        .map(|c| format!(" by {}", c.name))
+                        .unwrap_or_default();
+                let what = match &b.stop {
+                    Some(stop) if b.raised => format!(
+                        "budget {} raised by {}{who}",
+                        stop.budget,
+                        budget_amount(stop.usd, b.raised_by)
+                    ),
+                    Some(stop) => format!("turn stopped at budget {}{who}", stop.budget),
+                    None => format!("budget answered{who}"),
+                };
+                self.notice(&what)?;
+            }
             Event::ConversationContinued(c) => {
                 let how = if c.automatic {
                     "continued automatically"
@@ -1348,6 +1374,20 @@ pub fn cost_text(usd: Option<f64>) -> String {
 
 /// The `agent usage` table.
 pub fn usage_table(out: &mut impl Write, r: &pb::GetUsageResponse) -> io::Result<()> {
+    for b in &r.budgets {
+        let raised = if b.raised > 0 {
+            format!(" (raised by {})", budget_amount(b.usd, b.raised))
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "budget {}: {} of {} spent{raised}",
+            b.budget,
+            budget_amount(b.usd, b.spent),
+            budget_amount(b.usd, b.limit)
+        )?;
+    }
     if r.lines.is_empty() {
         return writeln!(out, "no usage recorded");
     }
@@ -1477,6 +1517,20 @@ pub fn error_kind_text(kind: i32) -> &'static str {
         ErrorKind::InvalidRequest => "invalid request",
         ErrorKind::Unknown => "unknown",
         ErrorKind::ContextExhausted => "context exhausted",
+        ErrorKind::Budget => "budget",
+    }
+}
+
+/// An amount of a budget: micro-dollars as dollars, or tokens.
+pub fn budget_amount(usd: bool, amount: u64) -> String {
+    if !usd {
+        return format!("{amount} tokens");
+    }
+    let dollars = amount as f64 / 1e6;
+    if amount >= 1_000_000 || amount == 0 {
+        format!("${dollars:.2}")
+    } else {
+        format!("${dollars:.4}")
     }
 }
 

@@ -1078,6 +1078,29 @@ impl Session<'_> {
                     u.output_tokens
                 ))?;
             }
+            "budget" => {
+                let (raise, raise_by) = match arg.split_whitespace().collect::<Vec<_>>()[..] {
+                    ["raise"] => (true, None),
+                    ["raise", amount] => match crate::cli::parse_amount(amount) {
+                        Ok(v) => (true, Some(v)),
+                        Err(e) => return self.show_error(&e).map(|()| None),
+                    },
+                    ["stop"] => (false, None),
+                    _ => {
+                        self.show_error("/budget raise [AMOUNT] or /budget stop")?;
+                        return Ok(None);
+                    }
+                };
+                let request = pb::AnswerBudgetRequest {
+                    conversation_id: self.config.conversation_id.clone(),
+                    raise,
+                    raise_by,
+                    client_name: self.config.client_name.clone(),
+                };
+                if let Err(status) = self.client.answer_budget(request).await {
+                    self.show_error(&format!("cannot answer the budget: {}", status.message()))?;
+                }
+            }
             "compact" => {
                 let request = pb::CompactConversationRequest {
                     conversation_id: self.config.conversation_id.clone(),
@@ -1317,6 +1340,11 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
         name: "init",
         args: "",
         help: "ask the agent to write an AGENTS.md for this project",
+    },
+    SlashCommand {
+        name: "budget",
+        args: "raise [AMOUNT] | stop",
+        help: "answer a reached budget: raise it (default: by the budget again) or stop the turn",
     },
     SlashCommand {
         name: "compact",

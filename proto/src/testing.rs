@@ -96,6 +96,7 @@ pub mod rpc {
         GetDaemonInfo: pb::GetDaemonInfoRequest => pb::GetDaemonInfoResponse;
         UpdateConversation: pb::UpdateConversationRequest => pb::UpdateConversationResponse;
         CompactConversation: pb::CompactConversationRequest => pb::CompactConversationResponse;
+        AnswerBudget: pb::AnswerBudgetRequest => pb::AnswerBudgetResponse;
         ContinueConversation: pb::ContinueConversationRequest => pb::ContinueConversationResponse;
         ListMcpServers: pb::ListMcpServersRequest => pb::ListMcpServersResponse;
     }
@@ -310,6 +311,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::GetDaemonInfoRequest>,
     ) -> Result<Response<pb::GetDaemonInfoResponse>, Status> {
         self.unary::<rpc::GetDaemonInfo>(request)
+    }
+
+    async fn answer_budget(
+        &self,
+        request: Request<pb::AnswerBudgetRequest>,
+    ) -> Result<Response<pb::AnswerBudgetResponse>, Status> {
+        self.unary::<rpc::AnswerBudget>(request)
     }
 
     async fn compact_conversation(

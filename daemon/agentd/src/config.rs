@@ -212,6 +212,48 @@ impl Default for ContextSection {
     }
 }
 
+/// What conversations may spend (README "Budgets"): dollars at the model
+/// table's prices, and tokens (which count for every model, priced or
+/// not). Unset: no such budget.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BudgetSection {
+    pub per_conversation_usd: Option<f64>,
+    pub per_day_usd: Option<f64>,
+    pub per_conversation_tokens: Option<u64>,
+    pub per_day_tokens: Option<u64>,
+}
+
+impl BudgetSection {
+    /// The budgets as the core checks them (micro-dollars and tokens).
+    pub fn amounts(&self) -> Result<agentd_core::Amounts, ConfigError> {
+        let usd = |name: &str, value: Option<f64>| match value {
+            None => Ok(None),
+            Some(v) if v.is_finite() && v > 0.0 && v < 1e9 => {
+                Ok(Some(agentd_core::budget::micro_usd(v).max(1)))
+            }
+            Some(v) => Err(ConfigError::Invalid(format!(
+                "budget.{name} must be a positive number of dollars, got {v}"
+            ))),
+        };
+        let tokens = |name: &str, value: Option<u64>| match value {
+            Some(0) => Err(ConfigError::Invalid(format!(
+                "budget.{name} must be at least 1 token"
+            ))),
+            other => Ok(other),
+        };
+        Ok(agentd_core::Amounts {
+            per_conversation_usd: usd("per_conversation_usd", self.per_conversation_usd)?,
+            per_day_usd: usd("per_day_usd", self.per_day_usd)?,
+            per_conversation_tokens: tokens(
+                "per_conversation_tokens",
+                self.per_conversation_tokens,
+            )?,
+            per_day_tokens: tokens("per_day_tokens", self.per_day_tokens)?,
+        })
+    }
+}
+
 /// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
 const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
 
@@ -315,6 +357,8 @@ pub struct FileConfig {
     pub context: ContextSection,
     /// MCP servers (README "MCP servers").
     pub mcp: crate::mcp::McpSection,
+    /// Spending limits (README "Budgets").
+    pub budget: BudgetSection,
 }
 
 /// The effective configuration.
@@ -358,6 +402,8 @@ pub struct Config {
     pub context: ContextSection,
     /// The MCP servers of the config file, checked.
     pub mcp_servers: Vec<crate::mcp::ServerSpec>,
+    /// Spending limits, checked (micro-dollars and tokens).
+    pub budget: agentd_core::Amounts,
 }
 
 impl Config {
@@ -434,6 +480,7 @@ impl Config {
             max_stop_continuations: file.hooks.max_stop_continuations,
         };
         let mcp_servers = file.mcp.specs().map_err(ConfigError::Invalid)?;
+        let budget = file.budget.amounts()?;
         let default_mode = file.permissions.mode.unwrap_or_default();
         if default_mode == agentd_core::Mode::Bypass {
             return Err(ConfigError::Invalid(
@@ -462,6 +509,7 @@ impl Config {
             hook_timeout_ms: file.hooks.timeout_ms,
             context: file.context,
             mcp_servers,
+            budget,
             model,
             provider: file.provider,
             base_url,

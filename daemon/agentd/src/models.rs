@@ -7,28 +7,7 @@ use agentd_core::Usage;
 use serde::Deserialize;
 use std::collections::HashMap;
 
-/// USD per million tokens.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Price {
-    pub input: f64,
-    pub output: f64,
-    /// Input written to the prompt cache.
-    pub cache_write: f64,
-    /// Input read from the prompt cache.
-    pub cache_read: f64,
-}
-
-impl Price {
-    /// What `usage` costs, USD.
-    pub fn cost(&self, usage: &Usage) -> f64 {
-        let per_token = |tokens: u64, usd_per_mtok: f64| tokens as f64 * usd_per_mtok / 1e6;
-        per_token(usage.input_tokens, self.input)
-            + per_token(usage.output_tokens, self.output)
-            + per_token(usage.cache_creation_input_tokens, self.cache_write)
-            + per_token(usage.cache_read_input_tokens, self.cache_read)
-    }
-}
+pub use agentd_core::Price;
 
 /// What is known of one model.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -61,6 +61,9 @@ pub enum Notice {
     /// The context is exhausted: the conversation is read-only and may be
     /// continued in a new one seeded with `summary`.
     ContextExhausted { summary: String },
+    /// A budget was reached: the turn waits before its next model request
+    /// until someone raises the budget or stops the turn.
+    BudgetStopped { stop: crate::budget::BudgetStop },
     /// What the recovery after a restart did. Clients that attach later
     /// are told too: their snapshot shows the state, not how it came about.
     Recovered { message: String },

@@ -103,6 +103,10 @@ pub enum Event {
         /// Queued user messages of the parent, oldest first.
         texts: Vec<String>,
     },
+    /// Someone answered a reached budget: `raise` (the runtime has raised
+    /// it already; the held request goes out if there is room now) or stop
+    /// the turn.
+    BudgetAnswered { raise: bool },
     /// The daemon started and found this conversation in the stored state.
     DaemonRestarted,
     /// The daemon is stopping cleanly (SIGTERM): running tools are being
@@ -129,6 +133,7 @@ impl Event {
             Event::ContinuationFailed { .. } => "ContinuationFailed",
             Event::UserTriggerContinuation => "UserTriggerContinuation",
             Event::ContinuedFrom { .. } => "ContinuedFrom",
+            Event::BudgetAnswered { .. } => "BudgetAnswered",
             Event::DaemonRestarted => "DaemonRestarted",
             Event::DaemonStopping => "DaemonStopping",
         }

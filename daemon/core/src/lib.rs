@@ -16,6 +16,7 @@
 //! - the same (state, context, event) gives the same result;
 //! - busy states refuse user messages with the seed's texts.
 
+pub mod budget;
 pub mod client;
 pub mod effect;
 pub mod event;
@@ -27,6 +28,7 @@ pub mod texts;
 pub mod tools;
 pub mod transition;
 
+pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::ClientInfo;
 pub use effect::{Effect, LlmPurpose, Notice};
 pub use event::{Event, LlmFailure, RuleScope};

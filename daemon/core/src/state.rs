@@ -1,5 +1,6 @@
 //! Conversation states and the context the transition function reads.
 
+use crate::budget::{BudgetContext, BudgetStop};
 use crate::hooks::{HookMatchers, HookVerdict};
 use crate::message::{ToolCall, ToolResult, Usage};
 use crate::permission::{PermissionAsk, Policy};
@@ -21,6 +22,8 @@ pub enum ErrorKind {
     Unknown,
     /// The context window is exhausted.
     ContextExhausted,
+    /// A budget was reached and not raised.
+    Budget,
 }
 
 /// What a conversation is doing. Persisted (as JSON) before the effects of
@@ -87,6 +90,14 @@ pub enum ConvState {
         /// Usage when exhausted.
         final_usage: Usage,
     },
+    /// A budget was reached at a model request boundary: the turn waits
+    /// for someone to raise it (then the round's request goes out) or to
+    /// stop it. At rest: nothing runs, and a restart keeps it.
+    BudgetStopped {
+        /// The model round whose request is held back.
+        iteration: u32,
+        stop: BudgetStop,
+    },
     /// The last turn failed; a new user message leaves this state.
     Error {
         /// For people.
@@ -109,6 +120,7 @@ impl ConvState {
             ConvState::AwaitingSubAgents { .. } => "AwaitingSubAgents",
             ConvState::AwaitingContinuation { .. } => "AwaitingContinuation",
             ConvState::ContextExhausted { .. } => "ContextExhausted",
+            ConvState::BudgetStopped { .. } => "BudgetStopped",
             ConvState::Error { .. } => "Error",
         }
     }
@@ -117,7 +129,10 @@ impl ConvState {
     pub fn is_at_rest(&self) -> bool {
         matches!(
             self,
-            ConvState::Idle | ConvState::Error { .. } | ConvState::ContextExhausted { .. }
+            ConvState::Idle
+                | ConvState::Error { .. }
+                | ConvState::ContextExhausted { .. }
+                | ConvState::BudgetStopped { .. }
         )
     }
 
@@ -262,6 +277,8 @@ pub struct ConvContext {
     /// the warning fires when a reply crosses the warning threshold from
     /// below it, and a manual continuation starts from it (REQ-BED-023).
     pub last_usage: Usage,
+    /// The budgets, raises and spending the request boundary checks.
+    pub budget: BudgetContext,
 }
 
 impl Default for ConvContext {
@@ -281,6 +298,7 @@ impl Default for ConvContext {
             hooks: HookMatchers::default(),
             queued: Vec::new(),
             last_usage: Usage::default(),
+            budget: BudgetContext::default(),
         }
     }
 }

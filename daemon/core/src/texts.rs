@@ -112,3 +112,29 @@ pub const STOP_HOOK_PREFIX: &str = "[stop hook] ";
 pub fn stop_hook_message(reason: &str) -> String {
     format!("{STOP_HOOK_PREFIX}{}", reason.trim())
 }
+
+/// What a reached budget says: which budget, its limit and what was spent
+/// (the error message of a turn stopped at it).
+pub fn budget_reached(stop: &crate::budget::BudgetStop) -> String {
+    let whose = if stop.kind.is_daily() {
+        "today, by every conversation"
+    } else {
+        "by this conversation"
+    };
+    format!(
+        "Budget reached: {} is {} and {} was spent {whose}. The turn stopped before its next model request; raise the budget to go on.",
+        stop.kind.name(),
+        stop.kind.show(stop.limit),
+        stop.kind.show(stop.spent),
+    )
+}
+
+/// The error of a turn whose reached budget was not raised.
+pub fn budget_not_raised(stop: &crate::budget::BudgetStop) -> String {
+    format!(
+        "The turn was stopped at the budget: {} is {} and {} was spent.",
+        stop.kind.name(),
+        stop.kind.show(stop.limit),
+        stop.kind.show(stop.spent),
+    )
+}

@@ -433,7 +433,9 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
             | ConvState::ToolExecuting(_)
             | ConvState::AwaitingSubAgents { .. }
             | ConvState::AwaitingContinuation { .. } => Err(Rejected::Busy),
-            ConvState::Error { .. } => Err(not_applicable(&Event::UserTriggerContinuation)),
+            ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
+                Err(not_applicable(&Event::UserTriggerContinuation))
+            }
         },
         Event::ContinuedFrom {
             parent_id,
@@ -461,6 +463,13 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
                 texts,
             })),
         },
+        Event::BudgetAnswered { raise } => match state {
+            ConvState::BudgetStopped { iteration, .. } if raise => {
+                Ok(begin_request(ctx, *iteration))
+            }
+            ConvState::BudgetStopped { stop, .. } => Ok(budget_not_raised(stop)),
+            _ => Err(not_applicable(&Event::BudgetAnswered { raise })),
+        },
         Event::DaemonRestarted => Ok(on_restart(state, ctx)),
         Event::DaemonStopping => Ok(on_stop(state, ctx)),
     }
@@ -482,7 +491,7 @@ fn on_user_message(
         return Err(Rejected::EmptyMessage);
     }
     match state {
-        ConvState::Idle | ConvState::Error { .. } => {
+        ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
             Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
                 message: Message::user(vec![ContentBlock::text(text)], ctx.now_ms),
             }))
@@ -498,8 +507,17 @@ fn on_user_message(
     }
 }
 
-/// The first attempt of model round `iteration`.
-fn begin_request(_ctx: &ConvContext, iteration: u32) -> Transition {
+/// The first attempt of model round `iteration`: a request boundary, where
+/// the budgets are checked. A reached budget holds the request back until
+/// someone raises it (REQ: issue 15 point 5).
+fn begin_request(ctx: &ConvContext, iteration: u32) -> Transition {
+    if let Some(stop) = crate::budget::check(&ctx.budget) {
+        return Transition::new(ConvState::BudgetStopped { iteration, stop }).with(
+            Effect::Notify {
+                notice: Notice::BudgetStopped { stop },
+            },
+        );
+    }
     Transition::new(ConvState::LlmRequesting {
         attempt: 1,
         iteration,
@@ -517,6 +535,11 @@ fn next_round(ctx: &ConvContext, iteration: u32) -> Transition {
         return fail(texts::ERR_MAX_ITERATIONS.to_string(), ErrorKind::Unknown);
     }
     begin_request(ctx, iteration + 1)
+}
+
+/// A turn held at `stop` ends there, in error.
+fn budget_not_raised(stop: &crate::budget::BudgetStop) -> Transition {
+    fail(texts::budget_not_raised(stop), ErrorKind::Budget)
 }
 
 fn fail(message: String, kind: ErrorKind) -> Transition {
@@ -537,6 +560,8 @@ fn interrupt_marker(ctx: &ConvContext) -> Effect {
 
 fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
     match state {
+        // Cancelling a turn held at a budget stops it there.
+        ConvState::BudgetStopped { stop, .. } => budget_not_raised(stop),
         ConvState::Idle
         | ConvState::Error { .. }
         | ConvState::ContextExhausted { .. }
@@ -1300,9 +1325,10 @@ fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
         },
     };
     match state {
-        ConvState::Idle | ConvState::Error { .. } | ConvState::ContextExhausted { .. } => {
-            Transition::unchanged(state)
-        }
+        ConvState::Idle
+        | ConvState::Error { .. }
+        | ConvState::ContextExhausted { .. }
+        | ConvState::BudgetStopped { .. } => Transition::unchanged(state),
         ConvState::AwaitingLlm { iteration } | ConvState::LlmRequesting { iteration, .. } => {
             begin_request(ctx, (*iteration).max(1))
                 .prepend(recovered("re-issuing the model request"))

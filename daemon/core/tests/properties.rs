@@ -98,6 +98,10 @@ enum Action {
     /// The hooks that run answer (pre_tool_use: 0 no decision, 1 allow,
     /// 2 deny, 3 ask; stop: all but 3 continue), or a stale answer comes.
     Hook { decision: u8, rewrite: bool },
+    /// Budgets: 0–1 spending reaches the conversation's budget; 2–5
+    /// someone raises it enough and answers; 6 someone answers "stop"; 7
+    /// someone raises it too little and answers.
+    Budget(u8),
 }
 
 #[derive(Debug, Clone)]
@@ -228,6 +232,7 @@ fn action_strategy() -> impl Strategy<Value = Action> {
                 8 => Just(Action::Restart),
         4 => Just(Action::Stop),
         1 => Just(Action::TriggerContinuation),
+        20 => (0u8..8).prop_map(Action::Budget),
         6 => Just(Action::Queue),
         20 => (0u8..4, prop::bool::weighted(0.3))
             .prop_map(|(decision, rewrite)| Action::Hook { decision, rewrite }),
@@ -663,9 +668,10 @@ impl Sim {
         // (f): a busy state always has something outstanding that will
         // move it on.
         let waiting = match &self.state {
-            ConvState::Idle | ConvState::Error { .. } | ConvState::ContextExhausted { .. } => {
-                Ok(())
-            }
+            ConvState::Idle
+            | ConvState::Error { .. }
+            | ConvState::ContextExhausted { .. }
+            | ConvState::BudgetStopped { .. } => Ok(()),
             ConvState::LlmRequesting { retry: None, .. } => expect(
                 self.llm
                     == Llm::InFlight {
@@ -766,13 +772,18 @@ impl Sim {
         );
         match (expected_refusal(&self.state), result) {
             (None, Ok(t)) => {
+                // A new turn asks the model, or is held at a reached budget.
+                let held = budget_reached(&self.ctx);
                 if !matches!(
-                    t.state,
-                    ConvState::LlmRequesting {
-                        attempt: 1,
-                        iteration: 1,
-                        ..
-                    }
+                    (&t.state, held),
+                    (
+                        ConvState::LlmRequesting {
+                            attempt: 1,
+                            iteration: 1,
+                            ..
+                        },
+                        false
+                    ) | (ConvState::BudgetStopped { iteration: 1, .. }, true)
                 ) {
                     self.violate(
                         Prop::BusyRejects,
@@ -937,6 +948,31 @@ impl Sim {
                 self.feed_expecting(Event::UserTriggerContinuation, ok);
             }
             Action::Hook { decision, rewrite } => self.hook_answer(*decision, *rewrite),
+            Action::Budget(what) => self.budget(*what),
+        }
+    }
+
+    /// Budgets: spending reaches the conversation's $1 budget, or someone
+    /// answers a held turn (raising the budget first, enough or not).
+    fn budget(&mut self, what: u8) {
+        let budget = &mut self.ctx.budget;
+        budget.configured.per_conversation_usd = Some(1_000_000);
+        let spent = budget.spent.per_conversation_usd.unwrap_or(0);
+        let limit = 1_000_000 + budget.raised.per_conversation_usd.unwrap_or(0);
+        let held = matches!(self.state, ConvState::BudgetStopped { .. });
+        match what {
+            0 | 1 => budget.spent.per_conversation_usd = Some(limit.max(spent) + 250_000),
+            2..=5 | 7 => {
+                if what != 7 && limit <= spent {
+                    // Room for the held request: the limit just over what
+                    // was spent.
+                    budget.raised.per_conversation_usd = Some(spent + 1 - 1_000_000);
+                }
+                self.feed_expecting(Event::BudgetAnswered { raise: true }, held);
+            }
+            _ => {
+                self.feed_expecting(Event::BudgetAnswered { raise: false }, held);
+            }
         }
     }
 
@@ -1368,6 +1404,11 @@ fn small_usage() -> Usage {
     }
 }
 
+/// Whether a request boundary now would be held at a budget.
+fn budget_reached(ctx: &ConvContext) -> bool {
+    agentd_core::budget::check(&ctx.budget).is_some()
+}
+
 fn expect(ok: bool, what: &str) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what.to_string()) }
 }
@@ -1376,7 +1417,7 @@ fn expect(ok: bool, what: &str) -> Result<(), String> {
 /// user message is taken.
 fn expected_refusal(state: &ConvState) -> Option<&'static str> {
     match state {
-        ConvState::Idle | ConvState::Error { .. } => None,
+        ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => None,
         ConvState::Cancelling { .. } => Some("cancellation in progress"),
         ConvState::ContextExhausted { .. } => Some("context exhausted"),
         ConvState::AwaitingLlm { .. }
@@ -1647,6 +1688,8 @@ fn the_generated_cases_reach_the_interesting_places() {
         stop_hook_continued: u32,
         queue_delivered: u32,
         queue_kept: u32,
+        budget_held: u32,
+        budget_raised: u32,
     }
     let mut seen = Seen::default();
     let mut runner = TestRunner::deterministic();
@@ -1654,7 +1697,7 @@ fn the_generated_cases_reach_the_interesting_places() {
         let (setup, actions) = case_strategy().new_tree(&mut runner).unwrap().current();
         let mut sim = Sim::new(Prop::World, &setup);
         sim.user_message("fix the failing test");
-        let mut flags = [false; 15];
+        let mut flags = [false; 17];
         for action in &actions {
             let busy = !sim.state.is_at_rest();
             let before = sim.state.clone();
@@ -1681,6 +1724,12 @@ fn the_generated_cases_reach_the_interesting_places() {
             flags[10] |= matches!(after, ConvState::Error { .. });
             flags[11] |= matches!(action, Action::Hook { .. })
                 && matches!(&before, ConvState::ToolExecuting(run) if run.hooking.is_some());
+            // A turn held at a budget mid-turn (after tool results), and
+            // one sent on by a raise.
+            flags[15] |=
+                matches!(after, ConvState::BudgetStopped { iteration, .. } if *iteration > 1);
+            flags[16] |= matches!(before, ConvState::BudgetStopped { .. })
+                && matches!(after, ConvState::LlmRequesting { .. });
         }
         // The drain's stop hooks always want more: the cap ends the turn.
         sim.drain("coverage");
@@ -1707,6 +1756,8 @@ fn the_generated_cases_reach_the_interesting_places() {
             &mut seen.stop_hook_continued,
             &mut seen.queue_delivered,
             &mut seen.queue_kept,
+            &mut seen.budget_held,
+            &mut seen.budget_raised,
         ];
         for (counter, flag) in counters.into_iter().zip(flags) {
             *counter += u32::from(flag);
@@ -1730,6 +1781,8 @@ fn the_generated_cases_reach_the_interesting_places() {
         stop_hook_continued,
         queue_delivered,
         queue_kept,
+        budget_held,
+        budget_raised,
     } = seen;
     for (what, n) in [
         ("tools ran", tools_ran),
@@ -1747,6 +1800,8 @@ fn the_generated_cases_reach_the_interesting_places() {
         ("a stop hook continued a turn", stop_hook_continued),
         ("queued messages were delivered", queue_delivered),
         ("queued messages waited out a cancel or failure", queue_kept),
+        ("a budget held a turn after a tool round", budget_held),
+        ("a raise sent a held request", budget_raised),
     ] {
         assert!(n >= 5, "only {n} of {SAMPLE} cases: {what}");
     }

@@ -11,6 +11,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use agentd_core::budget::{Amounts, BudgetContext, BudgetKind, BudgetStop};
 use agentd_core::effect::{Effect, LlmPurpose, Notice};
 use agentd_core::event::{Event, LlmFailure, RuleScope};
 use agentd_core::message::{
@@ -185,8 +186,21 @@ fn render_state(state: &ConvState) -> String {
         ConvState::Error { message, kind } => {
             write!(out, " kind={} message={}", wire(kind), render_text(message)).unwrap();
         }
+        ConvState::BudgetStopped { iteration, stop } => {
+            write!(out, " iter={iteration} {}", render_stop(stop)).unwrap();
+        }
     }
     out
+}
+
+fn render_stop(stop: &BudgetStop) -> String {
+    format!(
+        "budget={} limit={} spent={} raise_by={}",
+        stop.kind.name(),
+        stop.limit,
+        stop.spent,
+        stop.raise_by
+    )
 }
 
 fn render_usage(u: &Usage) -> String {
@@ -337,6 +351,9 @@ fn render_effect(effect: &Effect) -> String {
             ),
             Notice::ContextExhausted { summary } => {
                 format!("notify context_exhausted {}", render_text(summary))
+            }
+            Notice::BudgetStopped { stop } => {
+                format!("notify budget_stopped {}", render_stop(stop))
             }
         },
         Effect::SpawnSubAgent { agent_id, prompt } => format!("spawn {agent_id} {prompt:?}"),
@@ -3114,5 +3131,167 @@ fn a_deny_and_stop_keeps_queued_messages_like_a_cancel() {
         + resolved perm-t1 deny_and_stop
         + append user: result t1 ERR <INTERRUPT_TOOL+EXPLANATION>
         "#,
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Budgets (issue 15 point 5): checked at each model request boundary.
+// ---------------------------------------------------------------------------
+
+/// A context whose daily dollar budget ($5) is spent down to `spent`
+/// micro-dollars, raised by `raised`.
+fn budget_ctx(spent: u64, raised: u64) -> ConvContext {
+    ConvContext {
+        budget: BudgetContext {
+            configured: Amounts {
+                per_day_usd: Some(5_000_000),
+                ..Amounts::default()
+            },
+            raised: Amounts {
+                per_day_usd: (raised > 0).then_some(raised),
+                ..Amounts::default()
+            },
+            spent: Amounts {
+                per_day_usd: Some(spent),
+                ..Amounts::default()
+            },
+        },
+        ..ctx()
+    }
+}
+
+fn budget_stopped(iteration: u32) -> ConvState {
+    ConvState::BudgetStopped {
+        iteration,
+        stop: BudgetStop {
+            kind: BudgetKind::PerDayUsd,
+            limit: 5_000_000,
+            spent: 5_100_000,
+            raise_by: 5_000_000,
+        },
+    }
+}
+
+#[test]
+fn budget_with_room_lets_the_request_go() {
+    check(
+        ConvState::Idle,
+        &budget_ctx(4_999_999, 0),
+        user_msg("go on"),
+        r#"
+        LlmRequesting attempt=1 iter=1
+        + append user: text "go on"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn budget_reached_holds_the_next_round_after_the_tool_results() {
+    check(
+        tools(2, &[("t1", "bash")], &["t1"], &[]),
+        &budget_ctx(5_100_000, 0),
+        done("t1", "ok"),
+        r#"
+        BudgetStopped iter=3 budget=per_day_usd limit=5000000 spent=5100000 raise_by=5000000
+        + append user: result t1 "ok"
+        + notify budget_stopped budget=per_day_usd limit=5000000 spent=5100000 raise_by=5000000
+        "#,
+    );
+}
+
+#[test]
+fn budget_reached_holds_a_new_turn_with_its_message_stored() {
+    check(
+        ConvState::Idle,
+        &budget_ctx(5_000_000, 0),
+        user_msg("one more thing"),
+        r#"
+        BudgetStopped iter=1 budget=per_day_usd limit=5000000 spent=5000000 raise_by=5000000
+        + append user: text "one more thing"
+        + notify budget_stopped budget=per_day_usd limit=5000000 spent=5000000 raise_by=5000000
+        "#,
+    );
+}
+
+#[test]
+fn budget_raised_sends_the_held_request() {
+    check(
+        budget_stopped(3),
+        &budget_ctx(5_100_000, 5_000_000),
+        Event::BudgetAnswered { raise: true },
+        r#"
+        LlmRequesting attempt=1 iter=3
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn budget_raised_too_little_stops_again_with_the_new_limit() {
+    check(
+        budget_stopped(3),
+        &budget_ctx(5_100_000, 50_000),
+        Event::BudgetAnswered { raise: true },
+        r#"
+        BudgetStopped iter=3 budget=per_day_usd limit=5050000 spent=5100000 raise_by=5000000
+        + notify budget_stopped budget=per_day_usd limit=5050000 spent=5100000 raise_by=5000000
+        "#,
+    );
+}
+
+#[test]
+fn budget_not_raised_ends_the_turn_in_error() {
+    let expect = format!(
+        "Error kind=budget message={:?}\n+ notify error kind=budget {:?}",
+        "The turn was stopped at the budget: per_day_usd is $5.00 and $5.10 was spent.",
+        "The turn was stopped at the budget: per_day_usd is $5.00 and $5.10 was spent.",
+    );
+    check(
+        budget_stopped(3),
+        &budget_ctx(5_100_000, 0),
+        Event::BudgetAnswered { raise: false },
+        &expect,
+    );
+    // A cancel of a held turn is the same answer.
+    check(
+        budget_stopped(3),
+        &budget_ctx(5_100_000, 0),
+        Event::UserCancel,
+        &expect,
+    );
+}
+
+#[test]
+fn budget_stopped_rests_through_a_restart_and_refuses_other_answers() {
+    check(
+        budget_stopped(2),
+        &budget_ctx(5_100_000, 0),
+        Event::DaemonRestarted,
+        "BudgetStopped iter=2 budget=per_day_usd limit=5000000 spent=5100000 raise_by=5000000",
+    );
+    check(
+        ConvState::Idle,
+        &budget_ctx(5_100_000, 0),
+        Event::BudgetAnswered { raise: true },
+        "REJECT BudgetAnswered does not apply in state Idle",
+    );
+    check(
+        budget_stopped(2),
+        &budget_ctx(5_100_000, 0),
+        Event::UserTriggerContinuation,
+        "REJECT UserTriggerContinuation does not apply in state BudgetStopped",
+    );
+}
+
+#[test]
+fn budget_reached_text_names_the_budget_and_the_amounts() {
+    let ConvState::BudgetStopped { stop, .. } = budget_stopped(1) else {
+        unreachable!()
+    };
+    assert_eq!(
+        texts::budget_reached(&stop),
+        "Budget reached: per_day_usd is $5.00 and $5.10 was spent today, by every conversation. \
+The turn stopped before its next model request; raise the budget to go on."
     );
 }

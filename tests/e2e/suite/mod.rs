@@ -1,6 +1,7 @@
 //! One module per area, and `util`, the one module of helpers they share.
 
 mod acp;
+mod budget;
 mod caching;
 mod cli;
 mod cli_fixes;

@@ -120,6 +120,19 @@ pub fn error_kind(k: ErrorKind) -> pb::ErrorKind {
         ErrorKind::InvalidRequest => pb::ErrorKind::InvalidRequest,
         ErrorKind::Unknown => pb::ErrorKind::Unknown,
         ErrorKind::ContextExhausted => pb::ErrorKind::ContextExhausted,
+        ErrorKind::Budget => pb::ErrorKind::Budget,
+    }
+}
+
+/// A reached budget, for clients.
+pub fn budget_stop(stop: &agentd_core::BudgetStop) -> pb::BudgetStop {
+    pb::BudgetStop {
+        budget: stop.kind.name().to_string(),
+        usd: stop.kind.is_usd(),
+        limit: stop.limit,
+        spent: stop.spent,
+        raise_by: stop.raise_by,
+        text: agentd_core::texts::budget_reached(stop),
     }
 }
 
@@ -158,6 +171,14 @@ pub fn state(s: &ConvState, max_attempts: u32) -> pb::ConversationState {
         ConvState::Error { message, kind } => {
             out.error_message = message.clone();
             out.error_kind = error_kind(*kind) as i32;
+            pb::StateKind::Error
+        }
+        // A turn held at a budget is an error state that names the budget
+        // and the amounts; ConversationSummary.budget_stop says it waits
+        // for an answer.
+        ConvState::BudgetStopped { stop, .. } => {
+            out.error_message = agentd_core::texts::budget_reached(stop);
+            out.error_kind = pb::ErrorKind::Budget as i32;
             pb::StateKind::Error
         }
     };
@@ -242,6 +263,10 @@ pub fn summary(
         continued_as: r.continued_as.clone().unwrap_or_default(),
         context_warning: agentd_core::state::should_warn(&r.last_usage, context_window),
         context_tokens: r.last_usage.context_tokens(),
+        budget_stop: match &r.state {
+            ConvState::BudgetStopped { stop, .. } => Some(budget_stop(stop)),
+            _ => None,
+        },
     }
 }
 
@@ -689,6 +714,19 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             hop: *hop,
             automatic: *automatic,
         }),
+        EventKind::BudgetStopped { stop } => E::BudgetStopped(pb::BudgetStopped {
+            stop: Some(budget_stop(stop)),
+        }),
+        EventKind::BudgetResolved {
+            stop,
+            raised_by,
+            client: by,
+        } => E::BudgetResolved(pb::BudgetResolved {
+            stop: Some(budget_stop(stop)),
+            raised: raised_by.is_some(),
+            raised_by: raised_by.unwrap_or(0),
+            by: by.as_ref().map(client),
+        }),
         EventKind::HookRan(r) => E::HookRan(pb::HookRan {
             stage: r.stage.as_str().to_string(),
             command: r.command.clone(),
@@ -783,6 +821,7 @@ pub fn exported_from(
                 Ok(pb::ErrorKind::Network) => ErrorKind::Network,
                 Ok(pb::ErrorKind::InvalidRequest) => ErrorKind::InvalidRequest,
                 Ok(pb::ErrorKind::ContextExhausted) => ErrorKind::ContextExhausted,
+                Ok(pb::ErrorKind::Budget) => ErrorKind::Budget,
                 _ => ErrorKind::Unknown,
             },
         },
@@ -816,6 +855,7 @@ pub fn exported_from(
         continued_automatically: false,
         hop: 0,
         continue_pending: false,
+        budget_raised: Default::default(),
     };
     Ok((record, messages))
 }

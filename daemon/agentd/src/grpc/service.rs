@@ -567,6 +567,39 @@ impl AgentService for Service {
         ))
     }
 
+    async fn answer_budget(
+        &self,
+        request: Request<pb::AnswerBudgetRequest>,
+    ) -> Result<Response<pb::AnswerBudgetResponse>, Status> {
+        let req = request.into_inner();
+        check_text(self.limits(), "client name", &req.client_name)?;
+        let id = self
+            .manager
+            .resolve(&req.conversation_id)
+            .map_err(to_status)?;
+        let name = if req.client_name.is_empty() {
+            "agent budget".to_string()
+        } else {
+            req.client_name
+        };
+        let answer = crate::runtime::BudgetAnswer {
+            raise: req.raise,
+            raise_by: req.raise_by,
+            by: Some(crate::runtime::ClientInfo {
+                id: String::new(),
+                name,
+            }),
+        };
+        let record = self
+            .manager
+            .answer_budget(&id, answer)
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::AnswerBudgetResponse {
+            conversation: Some(self.summary(&record)),
+        }))
+    }
+
     async fn compact_conversation(
         &self,
         request: Request<pb::CompactConversationRequest>,
@@ -692,6 +725,33 @@ impl AgentService for Service {
                 })
                 .collect()
         };
+        let shared = self.manager.shared();
+        let budgets = if req.conversation_id.is_empty() {
+            let now = shared.clock.now_ms();
+            let day = crate::runtime::prompt::civil_date(now);
+            let ctx = agentd_core::BudgetContext {
+                configured: shared.config.budget,
+                raised: shared
+                    .store
+                    .day_raises(&day)
+                    .map_err(|e| to_status(e.into()))?,
+                spent: crate::runtime::budget::day_spent(shared, &day)
+                    .map_err(|e| to_status(e.into()))?,
+            };
+            crate::runtime::budget::statuses(&ctx, true)
+        } else {
+            let id = self
+                .manager
+                .resolve(&req.conversation_id)
+                .map_err(to_status)?;
+            let record = self.manager.record(&id).map_err(to_status)?;
+            let ctx = agentd_core::BudgetContext {
+                configured: shared.config.budget,
+                raised: record.budget_raised,
+                spent: crate::runtime::budget::conversation_spent(shared, &record),
+            };
+            crate::runtime::budget::statuses(&ctx, false)
+        };
         let mut total = agentd_core::Usage::default();
         let mut total_cost = Some(0.0);
         let lines = lines
@@ -711,6 +771,16 @@ impl AgentService for Service {
                 &total,
                 total_cost,
             )),
+            budgets: budgets
+                .into_iter()
+                .map(|b| pb::BudgetStatus {
+                    budget: b.kind.name().to_string(),
+                    usd: b.kind.is_usd(),
+                    limit: b.limit,
+                    spent: b.spent,
+                    raised: b.raised,
+                })
+                .collect(),
         }))
     }
 
@@ -1063,6 +1133,18 @@ async fn read_frames(
                     .map_err(to_status),
                 Err(refused) => Err(refused),
             },
+            Some(Frame::Budget(b)) => {
+                let answer = crate::runtime::BudgetAnswer {
+                    raise: b.raise,
+                    raise_by: b.raise_by,
+                    by: Some(client.clone()),
+                };
+                manager
+                    .answer_budget(&id, answer)
+                    .await
+                    .map(|_| ())
+                    .map_err(to_status)
+            }
             None => Err(Status::invalid_argument("empty Attach frame")),
         };
         if let Err(status) = outcome

@@ -219,6 +219,18 @@ pub enum EventKind {
         hop: u32,
         automatic: bool,
     },
+    /// A budget was reached: the turn waits before its next model request.
+    BudgetStopped {
+        stop: agentd_core::BudgetStop,
+    },
+    /// A reached budget was answered: raised by `raised_by` (in the stop's
+    /// unit), or (None) the turn was stopped.
+    BudgetResolved {
+        stop: agentd_core::BudgetStop,
+        raised_by: Option<u64>,
+        /// Who answered.
+        client: Option<ClientInfo>,
+    },
     /// A hook ran (failures and timeouts included).
     HookRan(crate::hooks::HookReport),
     /// The queue of user messages waiting for the turn changed: what is
@@ -293,6 +305,58 @@ impl ConvEvent {
                 EventKind::ThinkingDelta { index: b, .. },
             ) => a == b,
             _ => false,
+        }
+    }
+}
+
+/// Whether a core notice is stored in the event log (replayed to a client
+/// that resumes, across restarts) rather than sent live only: the context
+/// and budget milestones a person must not miss.
+pub fn is_durable(notice: &agentd_core::Notice) -> bool {
+    use agentd_core::Notice;
+    matches!(
+        notice,
+        Notice::ContextWarning { .. }
+            | Notice::ContinuationStarted { .. }
+            | Notice::ContextExhausted { .. }
+            | Notice::BudgetStopped { .. }
+    )
+}
+
+impl EventKind {
+    /// The event that tells clients a core notice.
+    pub fn from_notice(notice: agentd_core::Notice) -> EventKind {
+        use agentd_core::Notice;
+        match notice {
+            Notice::Retrying {
+                attempt,
+                max_attempts,
+                delay_ms,
+                reason,
+            } => EventKind::Retrying {
+                attempt,
+                max_attempts,
+                delay_ms,
+                reason,
+            },
+            Notice::Error { message, kind } => EventKind::Error { message, kind },
+            Notice::Info { message } | Notice::Recovered { message } => EventKind::Notice(message),
+            Notice::ContextWarning {
+                used_tokens,
+                context_window,
+            } => EventKind::ContextWarning {
+                used_tokens,
+                context_window,
+            },
+            Notice::ContinuationStarted {
+                rejected_tools,
+                manual,
+            } => EventKind::ContinuationStarted {
+                rejected_tools,
+                manual,
+            },
+            Notice::ContextExhausted { summary } => EventKind::ContextExhausted { summary },
+            Notice::BudgetStopped { stop } => EventKind::BudgetStopped { stop },
         }
     }
 }

@@ -7,6 +7,7 @@
 //! never behind what clients were told.
 
 mod actor;
+pub mod budget;
 pub mod clock;
 pub mod error;
 pub mod events;
@@ -230,6 +231,18 @@ pub struct Answer {
     pub by: Option<ClientInfo>,
     /// The client's id for this request (see [`NewMessage`]).
     pub client_request_id: Option<String>,
+}
+
+/// An answer to a reached budget.
+#[derive(Debug, Clone)]
+pub struct BudgetAnswer {
+    /// Raise the budget (and send the held request); false stops the turn.
+    pub raise: bool,
+    /// How much, in the budget's unit as people write it (dollars or
+    /// tokens); None: the stop's `raise_by`.
+    pub raise_by: Option<f64>,
+    /// Who answered.
+    pub by: Option<ClientInfo>,
 }
 
 /// The live actors by conversation id.
@@ -456,6 +469,7 @@ impl Manager {
             continued_automatically: false,
             hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
             continue_pending: false,
+            budget_raised: Default::default(),
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).
@@ -705,6 +719,25 @@ impl Manager {
         }
         self.ask(id, |reply| Command::Send { message, reply })
             .await?
+    }
+
+    /// Answers the budget that holds conversation `id`; returns the
+    /// record as it is now.
+    pub async fn answer_budget(
+        &self,
+        id: &str,
+        answer: BudgetAnswer,
+    ) -> Result<ConversationRecord, RuntimeError> {
+        if let Some(by) = answer.raise_by
+            && !(by.is_finite() && by > 0.0 && by < 1e12)
+        {
+            return Err(RuntimeError::InvalidArgument(format!(
+                "raise_by must be a positive amount, got {by}"
+            )));
+        }
+        self.ask(id, |reply| Command::AnswerBudget { answer, reply })
+            .await??;
+        self.record(id)
     }
 
     /// Changes a conversation's mode and/or model; returns the record as it

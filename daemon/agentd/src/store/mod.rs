@@ -131,6 +131,10 @@ pub struct ConversationRecord {
     /// restart finds it (the mid-turn index holds it) and does it then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_pending: bool,
+    /// What people raised this conversation's own budgets by (the daily
+    /// budgets' raises are the day's, see `Store::day_raises`).
+    #[serde(default, skip_serializing_if = "agentd_core::Amounts::is_empty")]
+    pub budget_raised: agentd_core::Amounts,
 }
 
 impl ConversationRecord {
@@ -214,6 +218,22 @@ pub enum StoredEvent {
         /// Who answered: (client id, name).
         client: Option<(String, String)>,
     },
+    /// A notice of the core clients must not miss (context warning,
+    /// continuation, exhaustion, a reached budget).
+    Notified {
+        /// Unix ms.
+        at_ms: i64,
+        notice: agentd_core::Notice,
+    },
+    /// A reached budget was answered: raised by `raised_by`, or stopped.
+    BudgetResolved {
+        /// Unix ms.
+        at_ms: i64,
+        stop: agentd_core::BudgetStop,
+        raised_by: Option<u64>,
+        /// Who answered: (client id, name).
+        client: Option<(String, String)>,
+    },
     /// A hook ran (or failed, or timed out): kept so the record of what
     /// hooks decided survives a restart.
     HookRan {
@@ -275,6 +295,8 @@ pub struct Store {
     mid_turn: sled::Tree,
     /// Token usage per day and model: `YYYY-MM-DD` NUL model → usage.
     usage_days: sled::Tree,
+    /// Raises of the daily budgets, by day (`YYYY-MM-DD`).
+    budget_raises: sled::Tree,
     /// Conversations created by requests that carried a client request id:
     /// request id → (conversation id, Unix ms).
     creates: sled::Tree,
@@ -376,6 +398,7 @@ impl Store {
         let mid_turn = db.open_tree("mid_turn")?;
         let creates = db.open_tree("creates")?;
         let usage_days = db.open_tree("usage_days")?;
+        let budget_raises = db.open_tree("budget_raises")?;
         let trusted = db.open_tree("trusted_dirs")?;
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
@@ -412,6 +435,7 @@ impl Store {
             mid_turn,
             creates,
             usage_days,
+            budget_raises,
             trusted,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
@@ -681,6 +705,30 @@ impl Store {
         failed.map_or(Ok(()), Err)
     }
 
+    /// What people raised the daily budgets by on `day` (`YYYY-MM-DD`).
+    pub fn day_raises(&self, day: &str) -> Result<agentd_core::Amounts, StoreError> {
+        match self.budget_raises.get(day.as_bytes())? {
+            Some(v) => decode(day.as_bytes(), &v),
+            None => Ok(agentd_core::Amounts::default()),
+        }
+    }
+
+    /// Raises the daily budget `kind` of `day` by `amount` (not yet
+    /// durable: the commit of the answer flushes it).
+    pub fn raise_day_budget(
+        &self,
+        day: &str,
+        kind: agentd_core::BudgetKind,
+        amount: u64,
+    ) -> Result<agentd_core::Amounts, StoreError> {
+        let mut raises = self.day_raises(day)?;
+        let before = raises.get(kind).unwrap_or(0);
+        raises.set(kind, Some(before.saturating_add(amount)));
+        self.budget_raises
+            .insert(day.as_bytes(), encode(day, &raises)?)?;
+        Ok(raises)
+    }
+
     /// The ledger from `first_day` to `last_day` (`YYYY-MM-DD`, inclusive):
     /// (day, model, usage), by day then model.
     pub fn daily_usage(
@@ -938,6 +986,7 @@ mod tests {
             continued_automatically: false,
             hop: 0,
             continue_pending: false,
+            budget_raised: Default::default(),
         }
     }
 

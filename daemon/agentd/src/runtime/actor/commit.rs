@@ -122,7 +122,20 @@ impl Actor {
                 .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
             queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
             last_usage: self.record.last_usage,
+            budget: self.budget_context(),
         }
+    }
+
+    /// The budgets, raises and spending the next request boundary checks.
+    /// A ledger that cannot be read checks nothing (and says so) rather
+    /// than stopping every conversation.
+    pub(super) fn budget_context(&self) -> agentd_core::BudgetContext {
+        crate::runtime::budget::context(&self.shared, &self.record, self.now_ms()).unwrap_or_else(
+            |e| {
+                tracing::error!(conversation = %self.record.id, "budgets not checked: cannot read the ledger: {e}");
+                agentd_core::BudgetContext::default()
+            },
+        )
     }
 
     /// The last tool calls of the transcript, oldest first, excluding the

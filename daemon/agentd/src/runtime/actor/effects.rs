@@ -289,41 +289,19 @@ impl Actor {
                 None
             }
             Effect::Notify { notice } => {
-                let kind = match notice {
-                    Notice::Retrying {
-                        attempt,
-                        max_attempts,
-                        delay_ms,
-                        reason,
-                    } => EventKind::Retrying {
-                        attempt,
-                        max_attempts,
-                        delay_ms,
-                        reason,
-                    },
-                    Notice::Error { message, kind } => EventKind::Error { message, kind },
-                    Notice::Info { message } => EventKind::Notice(message),
-                    Notice::ContextWarning {
-                        used_tokens,
-                        context_window,
-                    } => EventKind::ContextWarning {
-                        used_tokens,
-                        context_window,
-                    },
-                    Notice::ContinuationStarted {
-                        rejected_tools,
-                        manual,
-                    } => EventKind::ContinuationStarted {
-                        rejected_tools,
-                        manual,
-                    },
-                    Notice::ContextExhausted { summary } => EventKind::ContextExhausted { summary },
-                    Notice::Recovered { message } => {
-                        self.recovery_notices.push(message.clone());
-                        EventKind::Notice(message)
-                    }
-                };
-                self.emit(kind);
+                if let Notice::Recovered { message } = &notice {
+                    self.recovery_notices.push(message.clone());
+                }
+                // What a client that comes back must not miss is stored
+                // with its number, so a resume replays it.
+                if crate::runtime::events::is_durable(&notice) {
+                    self.persist_event(StoredEvent::Notified {
+                        at_ms: self.now_ms(),
+                        notice: notice.clone(),
+                    })
+                    .await;
+                }
+                self.emit(EventKind::from_notice(notice));
                 None
             }
             Effect::SpawnSubAgent { agent_id, .. } => {
@@ -334,7 +312,7 @@ impl Actor {
     }
 
     /// Stores the durable event the next `emit` announces, before it does.
-    async fn persist_event(&self, event: StoredEvent) {
+    pub(super) async fn persist_event(&self, event: StoredEvent) {
         let stored =
             match self
                 .shared

@@ -135,6 +135,11 @@ pub(crate) enum Command {
         settings: super::Settings,
         reply: oneshot::Sender<Result<ConversationRecord, RuntimeError>>,
     },
+    /// Answer the budget that holds the turn.
+    AnswerBudget {
+        answer: super::BudgetAnswer,
+        reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
     /// Ask for a continuation summary now (from Idle).
     Compact {
         reply: oneshot::Sender<Result<(), RuntimeError>>,
@@ -665,6 +670,9 @@ impl Actor {
             Command::Update { settings, reply } => {
                 let _ = reply.send(self.update_settings(settings).await);
             }
+            Command::AnswerBudget { answer, reply } => {
+                let _ = reply.send(self.answer_budget(answer).await);
+            }
             Command::Compact { reply } => {
                 self.recovery_notices.clear();
                 let result = match self.apply(Event::UserTriggerContinuation).await {
@@ -840,6 +848,69 @@ impl Actor {
         );
         self.announce_settings(settings.by);
         Ok(self.record.clone())
+    }
+
+    /// Answers the budget that holds the turn: a raise is written (the
+    /// conversation's in its record, a day's in the store) and committed
+    /// with the transition it makes, which sends the held request (or holds
+    /// it again if the raise was too small); "stop" ends the turn.
+    async fn answer_budget(&mut self, answer: super::BudgetAnswer) -> Result<(), RuntimeError> {
+        let agentd_core::ConvState::BudgetStopped { stop, .. } = &self.record.state else {
+            return Err(RuntimeError::NotAllowed(format!(
+                "no budget holds conversation {} (it is in state {})",
+                self.record.id,
+                self.record.state.name()
+            )));
+        };
+        let stop = *stop;
+        let saved = self.record.clone();
+        let raised_by = if answer.raise {
+            let by = match answer.raise_by {
+                Some(v) if stop.kind.is_usd() => agentd_core::budget::micro_usd(v).max(1),
+                Some(v) => v.round().max(1.0) as u64,
+                None => stop.raise_by,
+            };
+            if stop.kind.is_daily() {
+                let day = crate::runtime::prompt::civil_date(self.now_ms());
+                self.shared.store.raise_day_budget(&day, stop.kind, by)?;
+            } else {
+                let before = self.record.budget_raised.get(stop.kind).unwrap_or(0);
+                self.record
+                    .budget_raised
+                    .set(stop.kind, Some(before.saturating_add(by)));
+            }
+            Some(by)
+        } else {
+            None
+        };
+        tracing::info!(
+            conversation = %self.record.id,
+            budget = stop.kind.name(),
+            raised_by = ?raised_by,
+            "budget answered"
+        );
+        let client = answer.by.clone();
+        self.persist_event(crate::store::StoredEvent::BudgetResolved {
+            at_ms: self.now_ms(),
+            stop,
+            raised_by,
+            client: client.as_ref().map(|c| (c.id.clone(), c.name.clone())),
+        })
+        .await;
+        self.emit(EventKind::BudgetResolved {
+            stop,
+            raised_by,
+            client,
+        });
+        let result = self
+            .apply(Event::BudgetAnswered {
+                raise: answer.raise,
+            })
+            .await;
+        if result.is_err() {
+            self.record.budget_raised = saved.budget_raised;
+        }
+        result
     }
 
     /// Tells every client the mode and model now.

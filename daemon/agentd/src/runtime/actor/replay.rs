@@ -438,6 +438,20 @@ fn stored_events_after(
                     client: client.map(|(id, name)| ClientInfo { id, name }),
                 },
             ),
+            StoredEvent::Notified { at_ms, notice } => (at_ms, EventKind::from_notice(notice)),
+            StoredEvent::BudgetResolved {
+                at_ms,
+                stop,
+                raised_by,
+                client,
+            } => (
+                at_ms,
+                EventKind::BudgetResolved {
+                    stop,
+                    raised_by,
+                    client: client.map(|(id, name)| ClientInfo { id, name }),
+                },
+            ),
             StoredEvent::HookRan {
                 at_ms,
                 stage,
