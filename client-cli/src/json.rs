@@ -152,6 +152,7 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "context_warning": c.context_warning,
         "context_tokens": c.context_tokens,
         "budget_stop": opt(c.budget_stop.as_ref(), budget_stop),
+        "continuing": c.continuing,
     })
 }
 
@@ -721,6 +722,7 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         // A budget's hold is not part of an export: the imported state is
         // the error it shows.
         budget_stop: None,
+        continuing: o.boolean("continuing")?,
     })
 }
 

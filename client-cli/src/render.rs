@@ -854,6 +854,12 @@ impl<W: Write> Renderer<W> {
     /// Renders a snapshot: header (first time), the transcript messages not
     /// shown yet (the last [`SNAPSHOT_TAIL`] the first time), the partial
     /// reply, the pending permission request, and an error state.
+    /// The stream now follows another conversation (a continuation): its
+    /// transcript is new to this client, from its first message.
+    pub fn follow_conversation(&mut self) {
+        self.last_message_seq = 0;
+    }
+
     pub fn snapshot(&mut self, s: &pb::Snapshot) -> io::Result<()> {
         self.own_client_id.clone_from(&s.your_client_id);
         if let Some(c) = &s.conversation {

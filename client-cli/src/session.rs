@@ -217,6 +217,7 @@ pub(crate) async fn session_outcome(
         detach_deadline: None,
         ui,
         follow: false,
+        continuing: None,
     };
     let outcome = session.run().await;
     let _ = session.render.end_line();
@@ -270,6 +271,9 @@ struct Session<'a> {
     /// `attach`: the conversation was continued in a new one, which this
     /// session now follows (subscribe to it from the start).
     follow: bool,
+    /// The conversation's context is exhausted: whether the daemon
+    /// continues it by itself (`run` then follows it), once known.
+    continuing: Option<bool>,
 }
 
 impl Session<'_> {
@@ -487,6 +491,11 @@ impl Session<'_> {
                 if let Some(state) = s.conversation.as_ref().and_then(|c| c.state.as_ref()) {
                     self.set_state(state);
                 }
+                if let Some(c) = &s.conversation
+                    && c.state.as_ref().map(|s| s.kind) == Some(StateKind::ContextExhausted as i32)
+                {
+                    self.continuing = Some(c.continuing);
+                }
                 for m in &s.messages {
                     self.note_message(m);
                 }
@@ -520,6 +529,10 @@ impl Session<'_> {
             Event::ConversationContinued(c) if !c.conversation_id.is_empty() => {
                 return Ok(self.follow_continuation(&c.conversation_id));
             }
+            Event::ContextExhausted(e) => {
+                self.continuing = Some(e.continuing);
+                state_event = true;
+            }
             // A resumed stream has no snapshot: this client's new id comes
             // with its own join, known by its name. Without it, its answers
             // after a reconnect would look like another client's.
@@ -533,13 +546,25 @@ impl Session<'_> {
         Ok(self.finished(state_event))
     }
 
+    /// How `run` ends at an exhausted context nobody continues.
+    fn exhausted(&self) -> Outcome {
+        Outcome::ContextExhausted(format!(
+            "the conversation is read-only; `agent continue {}` goes on in a new one \
+             seeded with its summary",
+            self.config.conversation_id
+        ))
+    }
+
     /// The conversation goes on in `next`: an interactive session switches
-    /// to it, `attach` subscribes to it from its start; `run` ends with the
-    /// exhausted turn before this (its exit status says so).
+    /// to it; `attach` subscribes to it from its start, and so does `run`
+    /// when the daemon continued it by itself (the task goes on there; a
+    /// continuation by hand after `run` ended is another command's).
     fn follow_continuation(&mut self, next: &str) -> Option<Outcome> {
         match self.config.kind {
             SessionKind::Interactive => Some(Outcome::Switch(Some(next.to_string()))),
-            SessionKind::Attach => {
+            SessionKind::Attach | SessionKind::Run => {
+                self.continuing = None;
+                self.render.follow_conversation();
                 self.config.conversation_id = next.to_string();
                 self.last_seq = 0;
                 self.prompt = None;
@@ -547,7 +572,6 @@ impl Session<'_> {
                 self.follow = true;
                 None
             }
-            SessionKind::Run => None,
         }
     }
 
@@ -711,11 +735,13 @@ impl Session<'_> {
                     kind: self.error_kind,
                     message: self.error_message.clone(),
                 }),
-                StateKind::ContextExhausted => Some(Outcome::ContextExhausted(format!(
-                    "the conversation is read-only; `agent continue {}` goes on in a new one \
-                     seeded with its summary",
-                    self.config.conversation_id
-                ))),
+                // Exhausted: the end, unless the daemon continues it by
+                // itself (then `run` follows the work into the new one);
+                // the state comes before the notice that says which.
+                StateKind::ContextExhausted => match self.continuing {
+                    Some(false) => Some(self.exhausted()),
+                    Some(true) | None => None,
+                },
                 StateKind::Unspecified
                 | StateKind::AwaitingLlm
                 | StateKind::LlmRequesting

@@ -200,11 +200,58 @@ async fn run_fails_with_the_error_and_exits_3_when_context_is_exhausted() {
     assert_eq!(err.exit(), Exit::Error);
     assert_eq!(out, "✗ error (auth): invalid x-api-key\n");
 
+    // Exhausted, and nobody continues it (the notice after the state says
+    // so): `run` ends with status 3.
     let agent = daemon.agent(&["run", "hi"], false);
     let call = open(&mut daemon).await;
     call.send(4, changed(S::ContextExhausted)).await;
+    call.send(
+        5,
+        E::ContextExhausted(pb::ContextExhausted {
+            summary: "the summary".into(),
+            continuing: false,
+        }),
+    )
+    .await;
     let (result, _, _) = agent.finish().await;
     assert_eq!(result.unwrap_err().exit().code(), 3);
+}
+
+#[tokio::test]
+async fn run_follows_a_conversation_the_daemon_continues_by_itself() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let call = open(&mut daemon).await;
+    call.send(4, changed(S::ContextExhausted)).await;
+    call.send(
+        5,
+        E::ContextExhausted(pb::ContextExhausted {
+            summary: "the summary".into(),
+            continuing: true,
+        }),
+    )
+    .await;
+    call.send(
+        0,
+        E::ConversationContinued(pb::ConversationContinued {
+            conversation_id: "01NEXT".into(),
+            hop: 1,
+            automatic: true,
+        }),
+    )
+    .await;
+    // It subscribes to the new conversation from its start and ends when
+    // that turn does.
+    let mut next = daemon.attach_call().await;
+    let sub = next.subscribe().await;
+    assert_eq!((sub.conversation_id.as_str(), sub.after_seq), ("01NEXT", 0));
+    next.send(2, changed(S::Idle)).await;
+    let (result, out, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok, "{out}");
+    assert!(
+        out.contains("continued automatically as 01NEXT (hop 1)"),
+        "{out}"
+    );
 }
 
 #[tokio::test]

@@ -568,6 +568,10 @@ async fn kill9_during_the_continuation_request_reissues_it_once_and_stores_one_s
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn agent_run_ends_with_status_3_at_exhaustion_and_says_how_to_go_on() {
+    // The reply waits until `agent run` is attached: a notice sent before
+    // a client subscribes is not part of its snapshot (the messages and
+    // the state are), and this test reads the notice.
+    let gate = Gate::new();
     let s = Scenario::new()
         .config(WINDOW)
         .scripts([
@@ -575,25 +579,100 @@ async fn agent_run_ends_with_status_3_at_exhaustion_and_says_how_to_go_on() {
                 ReplyScript::new()
                     .text("Reading.")
                     .tool_use("r1", "read", json!({"path": "x"}))
-                    .usage(9_200, 100),
+                    .usage(9_200, 100)
+                    .hold_after(0, gate.clone()),
             ),
             reply("Summary for later.", 100, 10),
         ])
         .start()
         .await;
-    let (d, work) = (s.daemon, s.work);
+    let (d, work, mut client) = (s.daemon, s.work, s.client);
     let cwd = work.path().display().to_string();
-    let out = tokio::process::Command::from(d.agent())
+    let run = tokio::process::Command::from(d.agent())
         .args(["run", "--cwd", &cwd, "do the long thing"])
-        .output()
-        .await
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
         .unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let id = loop {
+        let listed = client
+            .list_conversations(pb::ListConversationsRequest::default())
+            .await
+            .unwrap()
+            .into_inner();
+        if let Some(c) = listed.conversations.first() {
+            break c.id.clone();
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no conversation");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut watcher = Attached::open(&mut client, &id, 0, "watcher").await;
+    let others = |clients: &[pb::ClientInfo]| clients.iter().any(|c| c.name != "watcher");
+    let first = watcher.next(WAIT).await;
+    let attached = matches!(&first.event, Some(Ev::Snapshot(snap)) if others(&snap.clients));
+    if !attached {
+        watcher
+            .until(WAIT, |m| {
+                matches!(&m.event, Some(Ev::ClientAttached(a))
+                    if a.client.as_ref().is_some_and(|c| c.name != "watcher"))
+            })
+            .await;
+    }
+    gate.open();
+    let out = run.wait_with_output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
     assert!(stdout.contains("not executed: read"), "{stdout}");
     assert!(stdout.contains("Summary for later."), "{stdout}");
     assert!(stderr.contains("agent continue "), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_run_follows_automatic_hops_to_the_end_of_the_task() {
+    // Two windows fill up; the daemon continues twice by itself; the third
+    // conversation ends its turn. `agent run` follows the work from the
+    // first conversation to the last and exits as that turn ended; with
+    // `max_hops = 2` a third exhaustion would end it with status 3.
+    let s = Scenario::new()
+        .config(&format!(
+            "{WINDOW}\n\n[context]\nauto_continue = true\nmax_hops = 2"
+        ))
+        .scripts([
+            reply("window one is full", 9_500, 10),
+            reply("Summary one.", 100, 10),
+            reply("window two is full", 9_600, 10),
+            reply("Summary two.", 100, 10),
+            reply("All done in window three.", 500, 10),
+        ])
+        .start()
+        .await;
+    let (d, work) = (s.daemon, s.work);
+    let cwd = work.path().display().to_string();
+    let out = tokio::process::Command::from(d.agent())
+        .args(["run", "--cwd", &cwd, "a long task"])
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    for seen in [
+        "window one is full",
+        "continued automatically as",
+        "window two is full",
+        "All done in window three.",
+    ] {
+        assert!(
+            stdout.contains(seen),
+            "{seen:?} missing:\n{stdout}\n{stderr}"
+        );
+    }
+    assert!(
+        stdout.find("window two").unwrap() < stdout.find("All done").unwrap(),
+        "{stdout}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -263,6 +263,8 @@ pub fn summary(
         continued_as: r.continued_as.clone().unwrap_or_default(),
         context_warning: agentd_core::state::should_warn(&r.last_usage, context_window),
         context_tokens: r.last_usage.context_tokens(),
+        continuing: matches!(r.state, ConvState::ContextExhausted { .. })
+            && (r.continue_pending || r.continued_automatically),
         budget_stop: match &r.state {
             ConvState::BudgetStopped { stop, .. } => Some(budget_stop(stop)),
             _ => None,
@@ -702,8 +704,12 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             rejected_tools: rejected_tools.clone(),
             manual: *manual,
         }),
-        EventKind::ContextExhausted { summary } => E::ContextExhausted(pb::ContextExhausted {
+        EventKind::ContextExhausted {
+            summary,
+            continuing,
+        } => E::ContextExhausted(pb::ContextExhausted {
             summary: summary.clone(),
+            continuing: *continuing,
         }),
         EventKind::ConversationContinued {
             conversation_id,

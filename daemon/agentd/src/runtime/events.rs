@@ -212,6 +212,8 @@ pub enum EventKind {
     /// The context is exhausted; the summary seeds a continuation.
     ContextExhausted {
         summary: String,
+        /// The daemon continues it by itself (`auto_continue`).
+        continuing: bool,
     },
     /// The conversation continues in `conversation_id`.
     ConversationContinued {
@@ -324,8 +326,9 @@ pub fn is_durable(notice: &agentd_core::Notice) -> bool {
 }
 
 impl EventKind {
-    /// The event that tells clients a core notice.
-    pub fn from_notice(notice: agentd_core::Notice) -> EventKind {
+    /// The event that tells clients a core notice; `continuing`: the
+    /// daemon continues an exhausted conversation by itself.
+    pub fn from_notice(notice: agentd_core::Notice, continuing: bool) -> EventKind {
         use agentd_core::Notice;
         match notice {
             Notice::Retrying {
@@ -355,7 +358,10 @@ impl EventKind {
                 rejected_tools,
                 manual,
             },
-            Notice::ContextExhausted { summary } => EventKind::ContextExhausted { summary },
+            Notice::ContextExhausted { summary } => EventKind::ContextExhausted {
+                summary,
+                continuing,
+            },
             Notice::BudgetStopped { stop } => EventKind::BudgetStopped { stop },
         }
     }

@@ -301,7 +301,8 @@ impl Actor {
                     })
                     .await;
                 }
-                self.emit(EventKind::from_notice(notice));
+                let continuing = self.record.continue_pending;
+                self.emit(EventKind::from_notice(notice, continuing));
                 None
             }
             Effect::SpawnSubAgent { agent_id, .. } => {

@@ -371,6 +371,7 @@ impl Actor {
             &self.record.id,
             &self.transcript,
             self.shared.config.retry.max_attempts,
+            self.record.continue_pending || self.record.continued_automatically,
             after_seq,
         )
     }
@@ -388,6 +389,7 @@ fn stored_events_after(
     conv_id: &str,
     transcript: &[Message],
     max_attempts: u32,
+    continuing: bool,
     after_seq: u64,
 ) -> Option<Vec<Arc<ConvEvent>>> {
     if !store.events_cover(conv_id, after_seq).ok()? {
@@ -438,7 +440,9 @@ fn stored_events_after(
                     client: client.map(|(id, name)| ClientInfo { id, name }),
                 },
             ),
-            StoredEvent::Notified { at_ms, notice } => (at_ms, EventKind::from_notice(notice)),
+            StoredEvent::Notified { at_ms, notice } => {
+                (at_ms, EventKind::from_notice(notice, continuing))
+            }
             StoredEvent::BudgetResolved {
                 at_ms,
                 stop,
