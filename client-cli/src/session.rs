@@ -323,6 +323,7 @@ impl Session<'_> {
                 client_request_id: id,
                 expected_turn: None,
                 queue_if_busy: true,
+                images: Vec::new(),
             }))
             .await;
         }
@@ -982,6 +983,7 @@ impl Session<'_> {
             client_request_id: id,
             expected_turn: None,
             queue_if_busy: true,
+            images: Vec::new(),
         }))
         .await;
     }
