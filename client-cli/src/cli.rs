@@ -151,6 +151,10 @@ pub enum Command {
         /// a turn runs
         #[arg(long)]
         no_queue: bool,
+        /// Attach an image (PNG, JPEG, GIF or WebP, recognised by its
+        /// content) to the message; repeatable
+        #[arg(long = "image", value_name = "FILE")]
+        image: Vec<PathBuf>,
         /// The message; several words are joined with spaces
         #[arg(value_name = "TEXT", required = true, num_args = 1..)]
         text: Vec<String>,
@@ -428,6 +432,11 @@ pub struct RunArgs {
     /// agent may run any command and change any file without asking
     #[arg(long, short = 'y')]
     pub yes: bool,
+
+    /// Attach an image (PNG, JPEG, GIF or WebP, recognised by its content)
+    /// to the first message; repeatable
+    #[arg(long = "image", value_name = "FILE")]
+    pub image: Vec<PathBuf>,
 
     /// The first message; several words are joined with spaces
     #[arg(value_name = "PROMPT", required = true, num_args = 1..)]
@@ -1069,7 +1078,7 @@ mod tests {
         );
         let cli = parse(&["send", "01A", "hello", "there"]).unwrap();
         assert!(
-            matches!(cli.command.unwrap(), Command::Send { id, text, no_queue: false } if id == "01A" && text.len() == 2)
+            matches!(cli.command.unwrap(), Command::Send { id, text, no_queue: false, image } if id == "01A" && text.len() == 2 && image.is_empty())
         );
         assert!(parse(&["send", "01A"]).is_err());
         let cli = parse(&["cancel", "01A"]).unwrap();

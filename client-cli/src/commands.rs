@@ -41,7 +41,15 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
     match command {
         Command::Run(args) => run(&ctx, args, io).await,
         Command::Attach(args) => attach(&ctx, args, io).await,
-        Command::Send { id, text, no_queue } => send(&ctx, id, text.join(" "), !no_queue, io).await,
+        Command::Send {
+            id,
+            text,
+            no_queue,
+            image,
+        } => {
+            let images = read_images(&image)?;
+            send(&ctx, id, text.join(" "), images, !no_queue, io).await
+        }
         Command::Queue { id, drop, drop_all } => queue(&ctx, id, drop, drop_all, io).await,
         Command::Set {
             id,
@@ -212,7 +220,9 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
     if prompt.trim().is_empty() {
         return Err(CliError::Input("the prompt is empty".to_string()));
     }
+    let images = read_images(&args.image)?;
     let request = pb::CreateConversationRequest {
+        images,
         mcp_servers,
         cwd,
         model: args.new.model.unwrap_or_default(),
@@ -314,10 +324,33 @@ async fn attach(ctx: &Ctx, args: AttachArgs, io: &mut Io) -> Result<Exit, CliErr
     run_session(client, config, io).await
 }
 
+/// The images named on the command line, read for sending. Whether each
+/// is an image the daemon takes is the daemon's to say (by content, with
+/// the limits of its config); here only a file that cannot be read is an
+/// error.
+pub fn read_images(paths: &[std::path::PathBuf]) -> Result<Vec<pb::ImageUpload>, CliError> {
+    paths
+        .iter()
+        .map(|path| {
+            let data = std::fs::read(path).map_err(|e| {
+                CliError::Input(format!("cannot read image {}: {e}", path.display()))
+            })?;
+            Ok(pb::ImageUpload {
+                data,
+                name: path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| path.display().to_string()),
+            })
+        })
+        .collect()
+}
+
 async fn send(
     ctx: &Ctx,
     id: String,
     text: String,
+    images: Vec<pb::ImageUpload>,
     queue_if_busy: bool,
     io: &mut Io,
 ) -> Result<Exit, CliError> {
@@ -330,6 +363,7 @@ async fn send(
         client_request_id: request_id(),
         expected_turn: None,
         queue_if_busy,
+        images,
     };
     let response = retrying(ctx, |mut client| {
         let request = request.clone();

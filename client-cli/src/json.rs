@@ -14,6 +14,7 @@ use agent_proto::v1::{
     self as pb, ErrorKind, PermissionDecision, PermissionMode, Role, RuleScope, ShellStatus,
     StateKind, attach_response::Event, content_block::Block,
 };
+use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
 /// A JSON document that does not describe the expected wire type.
@@ -186,7 +187,28 @@ pub fn queued_message(q: &pb::QueuedMessage) -> Value {
         "text": q.text,
         "at_ms": q.at_ms,
         "from": opt(q.from.as_ref(), client_info),
+        "images": q.images.iter().map(image).collect::<Vec<_>>(),
     })
+}
+
+/// An image's description (no bytes), with the line people see.
+pub fn image(i: &pb::ImageBlock) -> Value {
+    json!({
+        "type": "image",
+        "media_type": i.media_type,
+        "size": i.size,
+        "sha256": i.sha256,
+        "width": i.width,
+        "height": i.height,
+        "description": crate::render::image_description(i),
+    })
+}
+
+/// An image of an export: its description and its bytes, base64.
+fn exported_image(i: &pb::ImageBlock) -> Value {
+    let mut v = image(i);
+    v["data_base64"] = Value::String(base64::engine::general_purpose::STANDARD.encode(&i.data));
+    v
 }
 
 /// One content block.
@@ -206,6 +228,7 @@ pub fn content_block(b: &pb::ContentBlock) -> Value {
             "content": t.content,
             "is_error": t.is_error,
         }),
+        Some(Block::Image(i)) => image(i),
     }
 }
 
@@ -292,6 +315,7 @@ pub fn exported_conversation(e: &pb::ExportedConversation) -> Value {
     json!({
         "conversation": opt(e.conversation.as_ref(), conversation_summary),
         "messages": e.messages.iter().map(message).collect::<Vec<_>>(),
+        "images": e.images.iter().map(exported_image).collect::<Vec<_>>(),
     })
 }
 
@@ -746,7 +770,9 @@ fn read_block(o: &Obj<'_>) -> Result<pb::ContentBlock, JsonError> {
                 tool_use_id: o.string("tool_use_id")?,
                 content: o.string("content")?,
                 is_error: o.boolean("is_error")?,
+                images: Vec::new(),
             }),
+            "image" => Block::Image(read_image(o)?),
             other => return Err(o.err("type", format!("unknown content block type {other:?}"))),
         }),
         Some(other) => {
@@ -757,6 +783,20 @@ fn read_block(o: &Obj<'_>) -> Result<pb::ContentBlock, JsonError> {
         }
     };
     Ok(pb::ContentBlock { block })
+}
+
+fn read_image(o: &Obj<'_>) -> Result<pb::ImageBlock, JsonError> {
+    let data = o.string("data_base64")?;
+    Ok(pb::ImageBlock {
+        media_type: o.string("media_type")?,
+        size: o.int("size")?,
+        sha256: o.string("sha256")?,
+        width: o.int("width")?,
+        height: o.int("height")?,
+        data: base64::engine::general_purpose::STANDARD
+            .decode(data.as_bytes())
+            .map_err(|e| o.err("data_base64", format!("not base64: {e}")))?,
+    })
 }
 
 fn read_message(o: &Obj<'_>) -> Result<pb::Message, JsonError> {
@@ -789,6 +829,7 @@ pub fn read_exported_conversation(value: &Value) -> Result<pb::ExportedConversat
     Ok(pb::ExportedConversation {
         conversation,
         messages: o.objects("messages", read_message)?,
+        images: o.objects("images", read_image)?,
     })
 }
 
@@ -812,6 +853,7 @@ mod tests {
     /// An export with every field set to something other than its default.
     pub(crate) fn rich_export() -> pb::ExportedConversation {
         pb::ExportedConversation {
+            images: Vec::new(),
             conversation: Some(pb::ConversationSummary {
                 id: "01JDXYZABCDEFGHJKMNPQRSTVW".into(),
                 title: "fix the \"failing\" test ✓".into(),
@@ -878,6 +920,7 @@ mod tests {
                     seq: 3,
                     role: Role::User as i32,
                     content: vec![block(Block::ToolResult(pb::ToolResultBlock {
+                        images: Vec::new(),
                         tool_use_id: "toolu_1".into(),
                         content: "a\nb".into(),
                         is_error: true,
@@ -901,6 +944,7 @@ mod tests {
         assert_eq!(read_exported_conversation(&value).unwrap(), original);
         // Defaults round-trip too.
         let minimal = pb::ExportedConversation {
+            images: Vec::new(),
             conversation: Some(pb::ConversationSummary {
                 id: "x".into(),
                 ..Default::default()

@@ -958,7 +958,7 @@ impl<W: Write> Renderer<W> {
                     self.tool_uses
                         .insert(t.id.clone(), tool_use_summary(&t.name, &t.input_json));
                 }
-                Some(Block::ToolResult(_)) | None => {}
+                Some(Block::ToolResult(_) | Block::Image(_)) | None => {}
             }
         }
         Ok(())
@@ -993,7 +993,13 @@ impl<W: Write> Renderer<W> {
                             self.tool_begin(&t.id, &summary)?;
                         }
                     }
-                    Some(Block::Text(_) | Block::Thinking(_) | Block::ToolResult(_)) | None => {}
+                    Some(
+                        Block::Text(_)
+                        | Block::Thinking(_)
+                        | Block::ToolResult(_)
+                        | Block::Image(_),
+                    )
+                    | None => {}
                 }
             }
             if m.interrupted {
@@ -1017,6 +1023,11 @@ impl<W: Write> Renderer<W> {
                     self.user_text(text)?;
                 }
                 Some(Block::ToolResult(r)) => self.tool_result(r)?,
+                Some(Block::Image(i)) => {
+                    self.end_line()?;
+                    let line = self.paint(DIM, &format!("  [image: {}]", image_description(i)));
+                    writeln!(self.out, "{line}")?;
+                }
                 Some(Block::Thinking(_) | Block::ToolUse(_)) | None => {}
             }
         }
@@ -1758,4 +1769,29 @@ pub fn hook_line(h: &pb::HookRan) -> String {
         text.push_str(&one_line(&h.error, 200));
     }
     text
+}
+
+/// One line for an image: `png 1024×768, 120 KB` (dimensions when the
+/// daemon knew them).
+pub fn image_description(i: &pb::ImageBlock) -> String {
+    let kind = i.media_type.strip_prefix("image/").unwrap_or(&i.media_type);
+    let size = human_bytes(i.size);
+    if i.width > 0 && i.height > 0 {
+        format!("{kind} {}×{}, {size}", i.width, i.height)
+    } else {
+        format!("{kind}, {size}")
+    }
+}
+
+/// `512 B`, `120 KB`, `3.4 MB` (powers of 1024).
+pub fn human_bytes(bytes: u64) -> String {
+    const KB: u64 = 1024;
+    const MB: u64 = 1024 * 1024;
+    if bytes < KB {
+        format!("{bytes} B")
+    } else if bytes < MB {
+        format!("{} KB", bytes.div_ceil(KB))
+    } else {
+        format!("{:.1} MB", bytes as f64 / MB as f64)
+    }
 }

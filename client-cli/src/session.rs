@@ -327,6 +327,7 @@ impl Session<'_> {
                 client_request_id: id,
                 expected_turn: None,
                 queue_if_busy: true,
+                images: Vec::new(),
             }))
             .await;
         }
@@ -1008,6 +1009,7 @@ impl Session<'_> {
             client_request_id: id,
             expected_turn: None,
             queue_if_busy: true,
+            images: Vec::new(),
         }))
         .await;
     }

@@ -30,6 +30,7 @@
 
 mod anthropic;
 mod cache;
+mod images;
 mod openai;
 mod plan;
 mod script;
@@ -49,6 +50,7 @@ use axum::serve::ListenerExt;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+pub use images::ReceivedImage;
 pub use script::{Gate, ReplyScript, Script, error_body};
 pub use sse::{SseEvent, parse_sse};
 
@@ -76,6 +78,11 @@ pub struct Recorded {
     /// When the last frame of a streamed reply had been handed to the
     /// connection (`None` for other replies, or while it streams).
     pub replied_at: Option<SystemTime>,
+    /// The images the request carried, decoded and checked (see
+    /// `fake_llm::images`), in the order of the body.
+    pub images: Vec<ReceivedImage>,
+    /// What was wrong with an image of the request (it was answered 400).
+    pub image_error: Option<String>,
 }
 
 impl Recorded {

@@ -344,6 +344,15 @@ pub fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate> {
                             .content(vec![text_content(bounded(&r.content, 4096))]),
                     )));
                 }
+                Some(Block::Image(i)) => {
+                    let line = format!("[image: {}]", crate::render::image_description(i));
+                    let chunk = ContentChunk::new(ContentBlock::from(line));
+                    updates.push(if user {
+                        SessionUpdate::UserMessageChunk(chunk)
+                    } else {
+                        SessionUpdate::AgentMessageChunk(chunk)
+                    });
+                }
                 Some(Block::Text(_) | Block::Thinking(_)) | None => {}
             }
         }
@@ -590,6 +599,7 @@ mod tests {
                 role: Role::User as i32,
                 content: vec![pb::ContentBlock {
                     block: Some(Block::ToolResult(pb::ToolResultBlock {
+                        images: Vec::new(),
                         tool_use_id: "t1".into(),
                         content: "x".repeat(5000),
                         is_error: false,

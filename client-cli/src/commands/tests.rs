@@ -8,6 +8,7 @@ use agent_proto::testing::rpc;
 
 fn conversation(id: &str, title: &str) -> pb::ExportedConversation {
     pb::ExportedConversation {
+        images: Vec::new(),
         conversation: Some(pb::ConversationSummary {
             id: id.into(),
             title: title.into(),

@@ -38,6 +38,7 @@ fn tool_use(id: &str, name: &str, input: &str) -> pb::ContentBlock {
 fn tool_result(id: &str, content: &str, is_error: bool) -> pb::ContentBlock {
     pb::ContentBlock {
         block: Some(Block::ToolResult(pb::ToolResultBlock {
+            images: Vec::new(),
             tool_use_id: id.into(),
             content: content.into(),
             is_error,

@@ -172,6 +172,7 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                             .collect::<Result<Vec<_>, _>>()?,
                         mcp_servers: Vec::new(),
                         client_request_id: crate::commands::request_id(),
+                        images: Vec::new(),
                     };
                     let prompt = request.prompt.clone();
                     let created = create_conversation(ctx, request).await?;

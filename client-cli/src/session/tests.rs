@@ -145,6 +145,7 @@ async fn run_streams_the_reply_and_exits_when_idle() {
     assert_eq!(
         created,
         vec![pb::CreateConversationRequest {
+            images: Vec::new(),
             cwd: canonical.to_str().unwrap().into(),
             model: "m".into(),
             prompt: "say hi".into(),
@@ -787,6 +788,7 @@ async fn a_message_not_yet_appended_is_sent_again_with_its_id_after_a_reconnect(
 async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
     let mut daemon = Daemon::start().await;
     daemon.state().exports = vec![pb::ExportedConversation {
+        images: Vec::new(),
         conversation: Some(pb::ConversationSummary {
             id: "01OTHER".into(),
             ..Default::default()

@@ -254,6 +254,51 @@ impl BudgetSection {
     }
 }
 
+/// Images users send with their messages (README "Images").
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ImagesSection {
+    /// Largest image, bytes.
+    pub max_bytes: u64,
+    /// Most images in one message.
+    pub max_per_message: usize,
+    /// Largest width or height, pixels.
+    pub max_dimension: u32,
+}
+
+impl Default for ImagesSection {
+    fn default() -> Self {
+        let limits = agentd_core::ImageLimits::default();
+        ImagesSection {
+            max_bytes: limits.max_bytes,
+            max_per_message: limits.max_per_message,
+            max_dimension: limits.max_dimension,
+        }
+    }
+}
+
+impl ImagesSection {
+    /// The limits the core checks.
+    pub fn limits(&self) -> agentd_core::ImageLimits {
+        agentd_core::ImageLimits {
+            max_bytes: self.max_bytes,
+            max_per_message: self.max_per_message,
+            max_dimension: self.max_dimension,
+        }
+    }
+
+    /// A request with images must also fit `[grpc] max_message_bytes`
+    /// (over it, tonic refuses the whole request with OUT_OF_RANGE).
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_bytes == 0 || self.max_dimension == 0 {
+            return Err(ConfigError::Invalid(
+                "images.max_bytes and images.max_dimension must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
 const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
 
@@ -359,6 +404,8 @@ pub struct FileConfig {
     pub mcp: crate::mcp::McpSection,
     /// Spending limits (README "Budgets").
     pub budget: BudgetSection,
+    /// Images in user messages (README "Images").
+    pub images: ImagesSection,
 }
 
 /// The effective configuration.
@@ -404,6 +451,8 @@ pub struct Config {
     pub mcp_servers: Vec<crate::mcp::ServerSpec>,
     /// Spending limits, checked (micro-dollars and tokens).
     pub budget: agentd_core::Amounts,
+    /// Limits on images in user messages.
+    pub images: ImagesSection,
 }
 
 impl Config {
@@ -456,6 +505,7 @@ impl Config {
         }
         file.grpc.validate()?;
         file.store.validate()?;
+        file.images.validate()?;
         let mut rules = Vec::new();
         for (texts, action) in [
             (&file.permissions.allow, agentd_core::Action::Allow),
@@ -510,6 +560,7 @@ impl Config {
             context: file.context,
             mcp_servers,
             budget,
+            images: file.images,
             model,
             provider: file.provider,
             base_url,

@@ -28,6 +28,7 @@ pub mod cli;
 pub mod config;
 pub mod grpc;
 pub mod hooks;
+pub mod images;
 pub mod llm;
 pub mod mcp;
 pub mod models;

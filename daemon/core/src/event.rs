@@ -37,8 +37,11 @@ pub enum RuleScope {
 pub enum Event {
     /// A user sent a message.
     UserMessage {
-        /// Must not be empty.
+        /// Must not be empty unless there are images.
         text: String,
+        /// Images sent with it (their bytes are stored already), in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<crate::image::ImageRef>,
     },
     /// A user asked to cancel the turn.
     UserCancel,

@@ -21,6 +21,7 @@ pub mod client;
 pub mod effect;
 pub mod event;
 pub mod hooks;
+pub mod image;
 pub mod message;
 pub mod permission;
 pub mod state;
@@ -33,6 +34,7 @@ pub use client::ClientInfo;
 pub use effect::{Effect, LlmPurpose, Notice};
 pub use event::{Event, LlmFailure, RuleScope};
 pub use hooks::{HookMatchers, HookVerdict};
+pub use image::{ImageLimits, ImageMediaType, ImageRef, ImageRejected};
 pub use message::{
     ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::image::ImageRef;
+
 /// Who wrote a message. Tool results travel back to the model as `User`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -32,6 +34,8 @@ pub enum ContentBlock {
         name: String,
         input: Value,
     },
+    /// An image a user sent; the bytes are kept elsewhere, by its SHA-256.
+    Image(ImageRef),
     /// The answer to a tool call.
     ToolResult {
         tool_use_id: String,
@@ -211,6 +215,14 @@ impl Message {
             interrupted: false,
             kind: MessageKind::Ordinary,
         }
+    }
+
+    /// The images of this message, in order.
+    pub fn images(&self) -> impl Iterator<Item = &ImageRef> + '_ {
+        self.content.iter().filter_map(|b| match b {
+            ContentBlock::Image(image) => Some(image),
+            _ => None,
+        })
     }
 
     /// The tool calls of this message, in order.

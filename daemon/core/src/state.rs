@@ -273,6 +273,9 @@ pub struct ConvContext {
     /// delivered at the next model request boundary, or as the next turn
     /// when this one ends (see `transition`).
     pub queued: Vec<String>,
+    /// The images of the queued messages: `queued_images[i]` go with
+    /// `queued[i]` (missing entries: none). Delivered after that text.
+    pub queued_images: Vec<Vec<crate::image::ImageRef>>,
     /// Usage of the conversation's latest reply (zero before the first):
     /// the warning fires when a reply crosses the warning threshold from
     /// below it, and a manual continuation starts from it (REQ-BED-023).
@@ -297,6 +300,7 @@ impl Default for ConvContext {
             recent_calls: Vec::new(),
             hooks: HookMatchers::default(),
             queued: Vec::new(),
+            queued_images: Vec::new(),
             last_usage: Usage::default(),
             budget: BudgetContext::default(),
         }

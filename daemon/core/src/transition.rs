@@ -8,6 +8,7 @@ use crate::client::ClientInfo;
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::{Event, LlmFailure, RuleScope};
 use crate::hooks::HookVerdict;
+use crate::image::ImageRef;
 use crate::message::{
     ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall, ToolResult,
 };
@@ -148,9 +149,12 @@ fn deliver_queued(
         return t;
     }
     let queued = || {
-        ctx.queued
-            .iter()
-            .map(|text| ContentBlock::text(text.clone()))
+        ctx.queued.iter().enumerate().flat_map(|(i, text)| {
+            let images = ctx.queued_images.get(i).map(Vec::as_slice).unwrap_or(&[]);
+            std::iter::once(ContentBlock::text(text.clone()))
+                .filter(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()))
+                .chain(images.iter().cloned().map(ContentBlock::Image))
+        })
     };
     let asks_model = t.effects.iter().position(|e| {
         matches!(
@@ -195,7 +199,7 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
         event: event.name(),
     };
     match event {
-        Event::UserMessage { text } => on_user_message(state, ctx, text),
+        Event::UserMessage { text, images } => on_user_message(state, ctx, text, images),
         Event::UserCancel => Ok(on_cancel(state, ctx)),
         Event::LlmCompleted { reply } => match state {
             ConvState::LlmRequesting {
@@ -486,14 +490,22 @@ fn on_user_message(
     state: &ConvState,
     ctx: &ConvContext,
     text: String,
+    images: Vec<ImageRef>,
 ) -> Result<Transition, Rejected> {
-    if text.trim().is_empty() {
+    if text.trim().is_empty() && images.is_empty() {
         return Err(Rejected::EmptyMessage);
     }
     match state {
         ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
+            // Images first, then the text about them (as Anthropic
+            // advises); an image-only message has no text block.
+            let mut content: Vec<ContentBlock> =
+                images.into_iter().map(ContentBlock::Image).collect();
+            if !text.trim().is_empty() {
+                content.push(ContentBlock::text(text));
+            }
             Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
-                message: Message::user(vec![ContentBlock::text(text)], ctx.now_ms),
+                message: Message::user(content, ctx.now_ms),
             }))
         }
         ConvState::Cancelling { .. } => Err(Rejected::CancellationInProgress),
@@ -651,7 +663,9 @@ fn finish_cancel(ctx: &ConvContext, partial: Vec<ContentBlock>) -> Transition {
             ContentBlock::Text { text } => !text.is_empty(),
             ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
             ContentBlock::RedactedThinking { .. } => true,
-            ContentBlock::ToolUse { .. } | ContentBlock::ToolResult { .. } => false,
+            ContentBlock::ToolUse { .. }
+            | ContentBlock::ToolResult { .. }
+            | ContentBlock::Image(_) => false,
         })
         .collect();
     let mut t = Transition::new(ConvState::Idle);

@@ -156,7 +156,7 @@ proptest! {
             other => prop_assert!(false, "not exhausted: {:?}", other),
         }
         // Read-only from then on, and it says so.
-        let refused = transition(&t.state, &ctx, Event::UserMessage { text: "more".into() });
+        let refused = transition(&t.state, &ctx, Event::UserMessage { text: "more".into(), images: vec![]  });
         prop_assert_eq!(refused.unwrap_err().to_string(), texts::CONTEXT_EXHAUSTED);
     }
 

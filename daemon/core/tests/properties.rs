@@ -768,6 +768,7 @@ impl Sim {
             &self.ctx,
             Event::UserMessage {
                 text: "probe".to_string(),
+                images: vec![],
             },
         );
         match (expected_refusal(&self.state), result) {
@@ -1084,11 +1085,13 @@ impl Sim {
             &self.ctx,
             Event::UserMessage {
                 text: text.to_string(),
+                images: vec![],
             },
         );
         let refused_with = result.as_ref().err().map(ToString::to_string);
         let accepted = self.feed(Event::UserMessage {
             text: text.to_string(),
+            images: vec![],
         });
         match (refusal, accepted) {
             (None, true) => {}
@@ -1532,6 +1535,7 @@ fn dump(transcript: &[Message]) -> String {
                 ContentBlock::Text { text } => format!("text {text:?}"),
                 ContentBlock::Thinking { .. } => "thinking".to_string(),
                 ContentBlock::RedactedThinking { .. } => "redacted".to_string(),
+                ContentBlock::Image(image) => format!("image {}", image.sha256),
                 ContentBlock::ToolUse { id, name, .. } => format!("tool_use {id} {name}"),
                 ContentBlock::ToolResult {
                     tool_use_id,

@@ -243,6 +243,7 @@ fn render_block(block: &ContentBlock) -> String {
             signature,
         } => format!("thinking {thinking:?} sig={signature:?}"),
         ContentBlock::RedactedThinking { data } => format!("redacted {data:?}"),
+        ContentBlock::Image(image) => format!("image {} {}", image.describe(), image.sha256),
         ContentBlock::ToolUse { id, name, input } => format!("tool_use {id} {name} {input}"),
         ContentBlock::ToolResult {
             tool_use_id,
@@ -426,6 +427,7 @@ fn reply_with_usage(content: Vec<ContentBlock>, stop: StopReason, usage: Usage) 
 fn user_msg(s: &str) -> Event {
     Event::UserMessage {
         text: s.to_string(),
+        images: vec![],
     }
 }
 

@@ -16,6 +16,7 @@ mod hardening;
 mod harness;
 mod hooks;
 mod idempotency;
+mod images;
 mod limits;
 mod live_output;
 mod mcp;

@@ -210,6 +210,7 @@ async fn import(
 ) -> BenchResult<()> {
     let cwd = work.display().to_string();
     let template = Arc::new(pb::ExportedConversation {
+        images: Vec::new(),
         conversation: Some(pb::ConversationSummary {
             title: "imported".to_string(),
             cwd,

@@ -265,6 +265,7 @@ fn prost_len(m: &pb::Message) -> usize {
             Some(pb::content_block::Block::ToolUse(t)) => t.input_json.len(),
             Some(pb::content_block::Block::ToolResult(t)) => t.content.len(),
             Some(pb::content_block::Block::Thinking(t)) => t.thinking.len(),
+            Some(pb::content_block::Block::Image(i)) => i.sha256.len(),
             None => 0,
         })
         .sum()

@@ -50,6 +50,8 @@ pub fn blocks_of(m: &pb::Message) -> Vec<Block> {
         .iter()
         .filter_map(|b| match b.block.as_ref()? {
             B::Text(t) => Some(Block::Text(t.text.clone())),
+            // Crash checks are about text, calls and results.
+            B::Image(_) => None,
             B::Thinking(t) => Some(Block::Thinking(t.thinking.clone(), t.signature.clone())),
             B::ToolUse(t) => Some(Block::ToolUse {
                 id: t.id.clone(),
@@ -529,6 +531,7 @@ mod tests {
         };
         let ok = |id: &str| {
             B::ToolResult(pb::ToolResultBlock {
+                images: Vec::new(),
                 tool_use_id: id.into(),
                 content: String::new(),
                 is_error: false,

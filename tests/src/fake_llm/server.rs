@@ -75,6 +75,12 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         (Some(Format::Anthropic), Some(cache)) if replied => Some(cache.request(&body)),
         _ => None,
     };
+    let images = format.map(|f| super::images::received(f, &body));
+    let (images, image_error) = match images {
+        Some(Ok(images)) => (images, None),
+        Some(Err(e)) => (Vec::new(), Some(e)),
+        None => (Vec::new(), None),
+    };
     let record = shared.record(Recorded {
         path: path.clone(),
         headers,
@@ -83,7 +89,18 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         arrived_at,
         received_at: SystemTime::now(),
         replied_at: None,
+        images,
+        image_error: image_error.clone(),
     });
+    if let Some(message) = image_error {
+        // As the real services answer a bad image.
+        return json_response(
+            seq,
+            400,
+            &[],
+            &error_body("invalid_request_error", &message),
+        );
+    }
 
     let Some(format) = format else {
         let message = format!("fake LLM: no route for {} {path}", parts.method);

@@ -752,6 +752,7 @@ fn imported(rng: &mut StdRng, ids: &[String]) -> pb::ExportedConversation {
                                 .to_string(),
                         })),
                         _ => Some(Block::ToolResult(pb::ToolResultBlock {
+                            images: Vec::new(),
                             tool_use_id: text(rng),
                             content: text(rng),
                             is_error: rng.random(),
@@ -774,6 +775,7 @@ fn imported(rng: &mut StdRng, ids: &[String]) -> pb::ExportedConversation {
         ..Default::default()
     };
     pb::ExportedConversation {
+        images: Vec::new(),
         conversation: rng.random_bool(0.9).then(|| pb::ConversationSummary {
             id: if rng.random_bool(0.5) {
                 ulid_like(rng)

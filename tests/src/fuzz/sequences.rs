@@ -1229,6 +1229,7 @@ mod tests {
             seq: 1,
             content: vec![pb::ContentBlock {
                 block: Some(B::ToolResult(pb::ToolResultBlock {
+                    images: Vec::new(),
                     tool_use_id: "a".into(),
                     content: "started background shell sh-1".into(),
                     is_error: false,

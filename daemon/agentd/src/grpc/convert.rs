@@ -307,6 +307,94 @@ pub fn queued(q: &[crate::store::QueuedMessage]) -> Vec<pb::QueuedMessage> {
                 client_id: id.clone(),
                 name: name.clone(),
             }),
+            images: m.images.iter().map(image).collect(),
+        })
+        .collect()
+}
+
+/// An image as clients see it in messages: its description, no bytes.
+pub fn image(i: &agentd_core::ImageRef) -> pb::ImageBlock {
+    pb::ImageBlock {
+        media_type: i.media_type.mime().to_string(),
+        size: i.size,
+        sha256: i.sha256.clone(),
+        width: i.width,
+        height: i.height,
+        data: Vec::new(),
+    }
+}
+
+/// An image reference from a client (an import), checked.
+pub fn image_from(i: &pb::ImageBlock) -> Result<agentd_core::ImageRef, Status> {
+    let media_type = agentd_core::ImageMediaType::from_mime(&i.media_type).ok_or_else(|| {
+        Status::invalid_argument(format!(
+            "image {}: {:?} is not an image type agentd takes (image/png, image/jpeg, image/gif, image/webp)",
+            brief(&i.sha256),
+            brief(&i.media_type)
+        ))
+    })?;
+    if i.sha256.len() != 64
+        || !i
+            .sha256
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return Err(Status::invalid_argument(format!(
+            "image {:?}: sha256 must be 64 lower-case hex digits",
+            brief(&i.sha256)
+        )));
+    }
+    Ok(agentd_core::ImageRef {
+        media_type,
+        size: i.size,
+        sha256: i.sha256.clone(),
+        width: i.width,
+        height: i.height,
+    })
+}
+
+/// The images a client sends with a message, checked against the limits:
+/// INVALID_ARGUMENT naming the image and the reason when one is refused.
+pub fn uploads(
+    limits: &agentd_core::ImageLimits,
+    uploads: Vec<pb::ImageUpload>,
+) -> Result<Vec<crate::images::StagedImage>, Status> {
+    crate::images::stage(
+        limits,
+        uploads
+            .into_iter()
+            .map(|u| (bytes::Bytes::from(u.data), u.name))
+            .collect(),
+    )
+    .map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+/// The images of an export: each one's bytes must be an image and must
+/// have the SHA-256 it is named by (the size limits of the importing
+/// daemon do not apply: they were checked when the image was sent).
+pub fn exported_images(
+    e: &pb::ExportedConversation,
+) -> Result<Vec<crate::images::StagedImage>, Status> {
+    let anything = agentd_core::ImageLimits {
+        max_bytes: u64::MAX,
+        max_per_message: usize::MAX,
+        max_dimension: u32::MAX,
+    };
+    e.images
+        .iter()
+        .map(|i| {
+            let named = image_from(i)?;
+            let staged = crate::images::stage_one(&anything, bytes::Bytes::from(i.data.clone()))
+                .map_err(|reason| {
+                    Status::invalid_argument(format!("image {}: {reason}", named.sha256))
+                })?;
+            if staged.image.sha256 != named.sha256 {
+                return Err(Status::invalid_argument(format!(
+                    "image {}: its bytes have SHA-256 {} (the export is damaged)",
+                    named.sha256, staged.image.sha256
+                )));
+            }
+            Ok(staged)
         })
         .collect()
 }
@@ -339,7 +427,9 @@ pub fn block(b: &ContentBlock) -> pb::ContentBlock {
             tool_use_id: tool_use_id.clone(),
             content: content.clone(),
             is_error: *is_error,
+            images: Vec::new(),
         }),
+        ContentBlock::Image(i) => Block::Image(image(i)),
     };
     pb::ContentBlock { block: Some(block) }
 }
@@ -381,6 +471,7 @@ pub fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
             t.content.clone(),
             t.is_error,
         )),
+        Some(Block::Image(i)) => Ok(ContentBlock::Image(image_from(i)?)),
         None => Err(Status::invalid_argument("content block without a kind")),
     }
 }

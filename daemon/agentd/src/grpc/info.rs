@@ -86,6 +86,7 @@ async fn check(manager: &Manager) -> pb::ModelCheck {
         tools: Arc::new([]),
         max_tokens: 16,
         cache: Default::default(),
+        images: Default::default(),
     };
     let started = Instant::now();
     let cancel = CancellationToken::new();

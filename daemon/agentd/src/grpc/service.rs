@@ -215,10 +215,12 @@ impl AgentService for Service {
             mcp_servers.push(spec);
         }
         let prompt = req.prompt;
-        if !prompt.is_empty() && prompt.trim().is_empty() {
+        if !prompt.is_empty() && prompt.trim().is_empty() && req.images.is_empty() {
             return Err(Status::invalid_argument("prompt is empty"));
         }
         check_text(self.limits(), "prompt", &prompt)?;
+        // Checked before anything is made: a refused image creates nothing.
+        let images = convert::uploads(&self.manager.shared().config.images.limits(), req.images)?;
         let record = self
             .manager
             .create(
@@ -234,7 +236,7 @@ impl AgentService for Service {
                     client_request_id: convert::client_request_id_from(req.client_request_id)?,
                     parent: None,
                 },
-                (!prompt.is_empty()).then_some(prompt),
+                (!prompt.is_empty() || !images.is_empty()).then_some((prompt, images)),
             )
             .await
             .map_err(to_status)?;
@@ -299,7 +301,7 @@ impl AgentService for Service {
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
         let req = request.into_inner();
-        if req.text.trim().is_empty() {
+        if req.text.trim().is_empty() && req.images.is_empty() {
             return Err(Status::invalid_argument("message text is empty"));
         }
         check_text(self.limits(), "message text", &req.text)?;
@@ -307,8 +309,10 @@ impl AgentService for Service {
             .manager
             .resolve(&req.conversation_id)
             .map_err(to_status)?;
+        let images = convert::uploads(&self.manager.shared().config.images.limits(), req.images)?;
         let message = crate::runtime::NewMessage {
             text: req.text,
+            images,
             client_request_id: convert::client_request_id_from(req.client_request_id)?,
             expected_turn: req.expected_turn,
             queue_if_busy: req.queue_if_busy,
@@ -807,7 +811,15 @@ impl AgentService for Service {
             for id in ids {
                 let item = manager.record(&id).and_then(|r| {
                     let messages = manager.messages(&r)?;
+                    let images = manager.images_of(messages.iter().map(|(_, m)| m))?;
                     Ok(pb::ExportedConversation {
+                        images: images
+                            .into_iter()
+                            .map(|(image, data)| pb::ImageBlock {
+                                data,
+                                ..convert::image(&image)
+                            })
+                            .collect(),
                         conversation: Some(convert::summary(
                             &r,
                             max_attempts,
@@ -859,10 +871,11 @@ impl AgentService for Service {
                 }
             };
             let (record, messages) = convert::exported_from(&item)?;
+            let images = convert::exported_images(&item)?;
             let id = record.id.clone();
             if self
                 .manager
-                .import(record, messages)
+                .import(record, messages, images)
                 .await
                 .map_err(to_status)?
             {
@@ -1086,15 +1099,19 @@ async fn read_frames(
         let outcome: Result<(), Status> = match frame.frame {
             Some(Frame::Subscribe(_)) => Err(Status::invalid_argument("already subscribed")),
             Some(Frame::Send(s)) => {
-                if s.text.trim().is_empty() {
+                let images = convert::uploads(&manager.shared().config.images.limits(), s.images);
+                if s.text.trim().is_empty() && images.as_ref().is_ok_and(Vec::is_empty) {
                     Err(Status::invalid_argument("message text is empty"))
                 } else if let Err(refused) = check_text(limits, "message text", &s.text) {
                     Err(refused)
                 } else {
-                    match convert::client_request_id_from(s.client_request_id) {
-                        Ok(client_request_id) => {
+                    match convert::client_request_id_from(s.client_request_id)
+                        .and_then(|id| images.map(|images| (id, images)))
+                    {
+                        Ok((client_request_id, images)) => {
                             let message = crate::runtime::NewMessage {
                                 text: s.text,
+                                images,
                                 client_request_id,
                                 expected_turn: s.expected_turn,
                                 queue_if_busy: s.queue_if_busy,

@@ -19,8 +19,9 @@ use reqwest::Url;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::sse::SseEvent;
@@ -174,7 +175,7 @@ fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Error> {
             if i > 0 {
                 prefix.bytes.push(b',');
             }
-            serde_json::to_writer(&mut prefix.bytes, &group.encode(false))?;
+            serde_json::to_writer(&mut prefix.bytes, &group.encode(false, &req.images))?;
         }
         prefix.covered = groups[settled - 1].end;
         prefix.groups = settled;
@@ -184,7 +185,7 @@ fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Error> {
         if settled > 0 {
             body.push(b',');
         }
-        serde_json::to_writer(&mut body, &last.encode(true))?;
+        serde_json::to_writer(&mut body, &last.encode(true, &req.images))?;
     }
     drop(cache);
     body.extend_from_slice(b"],\"stream\":true}");
@@ -268,7 +269,25 @@ enum BlockOut<'a> {
         content: &'a str,
         is_error: bool,
     },
+    /// `{"type":"image","source":{"type":"base64","media_type":…,"data":…}}`
+    Image {
+        source: ImageSource<'a>,
+    },
 }
+
+/// Where an image block's bytes are: inline, base64.
+#[derive(Serialize)]
+struct ImageSource<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    media_type: &'static str,
+    data: &'a str,
+}
+
+/// Sent in place of an image whose bytes the store no longer has, so the
+/// model is told rather than silently shown less.
+const MISSING_IMAGE: &str =
+    "[an image was attached here, but its bytes are missing from the daemon's store]";
 
 /// A tool call's input; one that is not a JSON object (the raw text of
 /// invalid JSON) is sent as `{}`, which the API accepts.
@@ -284,8 +303,20 @@ impl Serialize for ToolInput<'_> {
 }
 
 impl<'a> BlockOut<'a> {
-    fn of(block: &'a ContentBlock) -> Self {
+    fn of(block: &'a ContentBlock, images: &'a HashMap<String, Arc<str>>) -> Self {
         match block {
+            ContentBlock::Image(image) => match images.get(&image.sha256) {
+                Some(data) => BlockOut::Image {
+                    source: ImageSource {
+                        kind: "base64",
+                        media_type: image.media_type.mime(),
+                        data,
+                    },
+                },
+                None => BlockOut::Text {
+                    text: MISSING_IMAGE,
+                },
+            },
             ContentBlock::Text { text } => BlockOut::Text { text },
             ContentBlock::Thinking {
                 thinking,
@@ -316,7 +347,10 @@ impl<'a> BlockOut<'a> {
     fn cacheable(&self) -> bool {
         matches!(
             self,
-            BlockOut::Text { .. } | BlockOut::ToolUse { .. } | BlockOut::ToolResult { .. }
+            BlockOut::Text { .. }
+                | BlockOut::ToolUse { .. }
+                | BlockOut::ToolResult { .. }
+                | BlockOut::Image { .. }
         )
     }
 }
@@ -333,7 +367,7 @@ struct Group<'a> {
 impl<'a> Group<'a> {
     /// The message as sent; the last one of a request carries the
     /// breakpoint that ends the cached prefix.
-    fn encode(&self, last: bool) -> WireMessageOut<'a> {
+    fn encode(&self, last: bool, images: &'a HashMap<String, Arc<str>>) -> WireMessageOut<'a> {
         let mut blocks = self.blocks.clone();
         if self.role == Role::User {
             // Stable: the results keep their order, and so does the rest.
@@ -342,7 +376,7 @@ impl<'a> Group<'a> {
         let mut content: Vec<WireBlockOut<'a>> = blocks
             .into_iter()
             .map(|b| WireBlockOut {
-                block: BlockOut::of(b),
+                block: BlockOut::of(b, images),
                 cache_control: None,
             })
             .collect();
@@ -391,6 +425,7 @@ fn is_sendable(block: &ContentBlock) -> bool {
         ContentBlock::Text { text } => !text.is_empty(),
         ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
         ContentBlock::RedactedThinking { .. }
+        | ContentBlock::Image(_)
         | ContentBlock::ToolUse { .. }
         | ContentBlock::ToolResult { .. } => true,
     }
@@ -845,6 +880,7 @@ mod tests {
             messages: Arc::new(messages),
             tools: tools.into(),
             cache: Default::default(),
+            images: Default::default(),
             max_tokens: 1024,
         }
     }

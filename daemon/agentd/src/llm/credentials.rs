@@ -490,6 +490,7 @@ mod tests {
             tools: Arc::new([]),
             max_tokens: 1,
             cache: Default::default(),
+            images: Default::default(),
         };
         let err = provider
             .stream(&request, &mut |_| {}, CancellationToken::new())

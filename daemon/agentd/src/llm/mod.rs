@@ -68,6 +68,9 @@ pub struct LlmRequest {
     /// earlier requests, which a provider may reuse (the transcript only
     /// grows; the conversation replaces the cache if it ever shrinks).
     pub cache: RequestCache,
+    /// The base64 of the images the transcript refers to, by SHA-256 (an
+    /// image not found here is sent as a note saying so).
+    pub images: crate::images::ImageData,
 }
 
 /// Encoded transcript prefix shared by the requests of one conversation.

@@ -33,6 +33,7 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::sse::SseEvent;
@@ -139,7 +140,7 @@ fn request_body(req: &LlmRequest) -> Value {
         messages.push(json!({ "role": "system", "content": &*req.system }));
     }
     for message in req.messages.iter() {
-        push_message(&mut messages, message);
+        push_message(&mut messages, message, &req.images);
     }
     let mut body = Map::new();
     body.insert("model".into(), json!(req.model));
@@ -163,8 +164,36 @@ fn request_body(req: &LlmRequest) -> Value {
     Value::Object(body)
 }
 
+/// The `content` of a user message with images: its text and images as
+/// parts, in the transcript's order, each image an `image_url` part with a
+/// `data:` URL (the only way chat completions take inline images).
+fn user_parts(message: &Message, images: &HashMap<String, Arc<str>>) -> Value {
+    let parts: Vec<Value> = message
+        .content
+        .iter()
+        .filter_map(|b| match b {
+            ContentBlock::Text { text } if !text.is_empty() => {
+                Some(json!({ "type": "text", "text": text }))
+            }
+            ContentBlock::Image(image) => Some(match images.get(&image.sha256) {
+                Some(data) => json!({
+                    "type": "image_url",
+                    "image_url": { "url": format!("data:{};base64,{data}", image.media_type.mime()) },
+                }),
+                None => json!({ "type": "text", "text": MISSING_IMAGE }),
+            }),
+            _ => None,
+        })
+        .collect();
+    Value::Array(parts)
+}
+
+/// Sent in place of an image whose bytes the store no longer has.
+const MISSING_IMAGE: &str =
+    "[an image was attached here, but its bytes are missing from the daemon's store]";
+
 /// Appends the chat messages for one transcript message; empty ones vanish.
-fn push_message(out: &mut Vec<Value>, message: &Message) {
+fn push_message(out: &mut Vec<Value>, message: &Message, images: &HashMap<String, Arc<str>>) {
     let text: Vec<&str> = message
         .content
         .iter()
@@ -188,7 +217,9 @@ fn push_message(out: &mut Vec<Value>, message: &Message) {
                     );
                 }
             }
-            if !text.is_empty() {
+            if message.images().next().is_some() {
+                out.push(json!({ "role": "user", "content": user_parts(message, images) }));
+            } else if !text.is_empty() {
                 out.push(json!({ "role": "user", "content": text }));
             }
         }
@@ -575,6 +606,7 @@ mod tests {
             messages: Arc::new(messages),
             tools: tools.into(),
             cache: Default::default(),
+            images: Default::default(),
             max_tokens: 512,
         }
     }

@@ -105,8 +105,8 @@ pub struct Parent {
 
 /// The first message of a conversation created with one.
 enum First {
-    /// The user's prompt.
-    Prompt(String),
+    /// The user's prompt and its images.
+    Prompt(String, Vec<crate::images::StagedImage>),
     /// A continuation's seed: the parent's summary and queued messages.
     Seed(Parent),
 }
@@ -130,6 +130,9 @@ pub const REQUEST_IDS_PER_CONVERSATION: usize = 32;
 #[derive(Debug, Clone, Default)]
 pub struct NewMessage {
     pub text: String,
+    /// Images sent with it, checked (see `crate::images`); stored when the
+    /// message is accepted or queued, not before.
+    pub images: Vec<crate::images::StagedImage>,
     /// The client's id for this request: a retry with the same id is
     /// answered with the first outcome and appends nothing.
     pub client_request_id: Option<String>,
@@ -382,11 +385,12 @@ impl Manager {
         }
     }
 
-    /// Creates a conversation.
+    /// Creates a conversation, with its first user message (text and
+    /// checked images) when one is given.
     pub async fn create(
         &self,
         new: NewConversation,
-        prompt: Option<String>,
+        prompt: Option<(String, Vec<crate::images::StagedImage>)>,
     ) -> Result<ConversationRecord, RuntimeError> {
         if new.mode == Some(Mode::Bypass) && !self.shared.config.allow_bypass {
             return Err(RuntimeError::NotAllowed(
@@ -475,11 +479,11 @@ impl Manager {
         // written with the conversation in one commit (as a prompt is).
         let first = match (parent, prompt) {
             (Some(p), _) => First::Seed(p),
-            (None, Some(text)) => {
-                if text.trim().is_empty() {
+            (None, Some((text, images))) => {
+                if text.trim().is_empty() && images.is_empty() {
                     return Err(RuntimeError::InvalidArgument("prompt is empty".into()));
                 }
-                First::Prompt(text)
+                First::Prompt(text, images)
             }
             (None, None) => {
                 self.shared.store.commit(&record, &[])?;
@@ -511,9 +515,10 @@ impl Manager {
         );
         let (reply, done) = oneshot::channel();
         let first = match first {
-            First::Prompt(text) => Command::Send {
+            First::Prompt(text, images) => Command::Send {
                 message: NewMessage {
                     text,
+                    images,
                     ..NewMessage::default()
                 },
                 reply,
@@ -835,9 +840,27 @@ impl Manager {
         &self,
         record: ConversationRecord,
         messages: Vec<Message>,
+        images: Vec<crate::images::StagedImage>,
     ) -> Result<bool, RuntimeError> {
         if self.shared.store.conversation(&record.id)?.is_some() {
             return Ok(false);
+        }
+        // Every image a message refers to must come with the export (or be
+        // here already): a transcript is never stored without its images.
+        for image in messages.iter().flat_map(Message::images) {
+            let carried = images.iter().any(|s| s.image.sha256 == image.sha256);
+            if !carried && self.shared.store.image(&image.sha256)?.is_none() {
+                return Err(RuntimeError::InvalidArgument(format!(
+                    "conversation {}: image {} is referred to but not in the export",
+                    record.id, image.sha256
+                )));
+            }
+        }
+        // Before the messages that refer to them (sled keeps a prefix).
+        for staged in &images {
+            self.shared
+                .store
+                .put_image(&staged.image.sha256, &staged.bytes)?;
         }
         let numbered: Vec<(u64, &Message)> = messages
             .iter()
@@ -847,6 +870,31 @@ impl Manager {
         self.shared.store.commit(&record, &numbered)?;
         self.shared.store.flush().await?;
         Ok(true)
+    }
+
+    /// The images `messages` refer to, each once, with their bytes (for an
+    /// export). An image the store lacks is an error: an export without it
+    /// could not be imported.
+    pub fn images_of<'a>(
+        &self,
+        messages: impl Iterator<Item = &'a Message>,
+    ) -> Result<Vec<(agentd_core::ImageRef, Vec<u8>)>, RuntimeError> {
+        let mut out: Vec<(agentd_core::ImageRef, Vec<u8>)> = Vec::new();
+        for message in messages {
+            for image in message.images() {
+                if out.iter().any(|(i, _)| i.sha256 == image.sha256) {
+                    continue;
+                }
+                let bytes = self.shared.store.image(&image.sha256)?.ok_or_else(|| {
+                    RuntimeError::InvalidArgument(format!(
+                        "image {} is missing from the store",
+                        image.sha256
+                    ))
+                })?;
+                out.push((image.clone(), bytes.to_vec()));
+            }
+        }
+        Ok(out)
     }
 
     /// Tells the conversation that owns a background shell that it started

@@ -6,7 +6,8 @@
 //! [`StoredEvent`] JSON: what a reconnecting client is replayed),
 //! `mid_turn` (ids of conversations not at rest, so start-up finds the
 //! ones to recover without reading every record), `meta` (schema version,
-//! whether `mid_turn` has been built).
+//! whether `mid_turn` has been built), `images` (SHA-256 hex → the image's
+//! bytes: every image once, whatever number of messages refer to it).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
 //! callers into one sled flush, made by a thread of its own (fewer hand-offs
@@ -157,6 +158,9 @@ pub struct QueuedMessage {
     /// The client that sent it (id, name), if it came from one.
     #[serde(default)]
     pub from: Option<(String, String)>,
+    /// Its images (their bytes are in the images tree).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<agentd_core::ImageRef>,
 }
 
 /// A request a client identified, and what it did.
@@ -303,6 +307,9 @@ pub struct Store {
     /// Directories whose project hooks run (`agent trust DIR`): the
     /// absolute path, as key.
     trusted: sled::Tree,
+    /// Image bytes by their SHA-256 (lower-case hex): content-addressed,
+    /// so an image sent many times, or by many conversations, is kept once.
+    images: sled::Tree,
     /// What `mid_turn` holds, so a commit writes it only on a change.
     mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     flush_tx: mpsc::Sender<FlushRequest>,
@@ -400,6 +407,7 @@ impl Store {
         let usage_days = db.open_tree("usage_days")?;
         let budget_raises = db.open_tree("budget_raises")?;
         let trusted = db.open_tree("trusted_dirs")?;
+        let images = db.open_tree("images")?;
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
@@ -437,6 +445,7 @@ impl Store {
             usage_days,
             budget_raises,
             trusted,
+            images,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
             flushes: Default::default(),
@@ -554,6 +563,27 @@ impl Store {
             self.msgs.insert(k, v)?;
         }
         Ok(())
+    }
+
+    /// Stores an image's bytes under their SHA-256 (not yet durable: the
+    /// commit of the message that refers to it is flushed after it, so the
+    /// message never survives a crash without its image). Idempotent: an
+    /// image already stored is not written again.
+    pub fn put_image(&self, sha256: &str, bytes: &[u8]) -> Result<(), StoreError> {
+        if !self.images.contains_key(sha256.as_bytes())? {
+            self.images.insert(sha256.as_bytes(), bytes)?;
+        }
+        Ok(())
+    }
+
+    /// An image's bytes, by SHA-256.
+    pub fn image(&self, sha256: &str) -> Result<Option<sled::IVec>, StoreError> {
+        Ok(self.images.get(sha256.as_bytes())?)
+    }
+
+    /// How many distinct images are stored.
+    pub fn image_count(&self) -> usize {
+        self.images.len()
     }
 
     /// One conversation record.

@@ -121,6 +121,12 @@ impl Actor {
                 .hooks
                 .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
             queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
+            queued_images: self
+                .record
+                .queued
+                .iter()
+                .map(|q| q.images.clone())
+                .collect(),
             last_usage: self.record.last_usage,
             budget: self.budget_context(),
         }

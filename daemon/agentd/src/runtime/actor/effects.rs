@@ -51,6 +51,9 @@ pub(super) struct Work {
     /// The encoded transcript prefix providers reuse across requests;
     /// replaced whenever the transcript shrinks (a rollback).
     pub(super) request_cache: crate::llm::RequestCache,
+    /// The base64 of the images the transcript refers to, by SHA-256:
+    /// encoded once, shared with every request.
+    pub(super) images: crate::images::ImageData,
 }
 
 impl Work {
@@ -361,6 +364,37 @@ impl Actor {
         crate::mcp::servers_of(self.shared.mcp.config_servers(), &self.record.mcp_servers)
     }
 
+    /// Makes sure the base64 of every image `messages` refer to is at
+    /// hand (after a restart, or for a conversation loaded again, it is
+    /// read from the store once). An image the store lacks is left out:
+    /// the provider sends a note in its place, so the model is told.
+    fn load_images(&mut self, messages: &[Message]) {
+        let missing: Vec<String> = messages
+            .iter()
+            .flat_map(|m| m.content.iter())
+            .filter_map(|b| match b {
+                ContentBlock::Image(image) => Some(image),
+                _ => None,
+            })
+            .filter(|i| !self.work.images.contains_key(&i.sha256))
+            .map(|i| i.sha256.clone())
+            .collect();
+        for sha in missing {
+            match self.shared.store.image(&sha) {
+                Ok(Some(bytes)) => {
+                    Arc::make_mut(&mut self.work.images)
+                        .insert(sha, crate::images::base64(&bytes).into());
+                }
+                Ok(None) => {
+                    tracing::error!(conversation = %self.record.id, "image {sha} is missing from the store");
+                }
+                Err(e) => {
+                    tracing::error!(conversation = %self.record.id, "cannot read image {sha}: {e}");
+                }
+            }
+        }
+    }
+
     fn start_llm(&mut self, attempt: u32, purpose: LlmPurpose) {
         if let Some(old) = self.work.llm.take() {
             old.cancel.cancel();
@@ -391,6 +425,7 @@ impl Actor {
                 (Arc::new(messages), Arc::from(Vec::new()))
             }
         };
+        self.load_images(&messages);
         let request = LlmRequest {
             model: self.record.model.clone(),
             system: self.system_prompt(),
@@ -398,6 +433,7 @@ impl Actor {
             tools,
             max_tokens: self.max_tokens(),
             cache: self.work.request_cache.clone(),
+            images: self.work.images.clone(),
         };
         let provider = self.shared.provider.clone();
         let tx = self.tx.clone();

@@ -536,6 +536,7 @@ impl Actor {
                 // hook runs.
                 let probe = Event::UserMessage {
                     text: message.text.clone(),
+                    images: message.images.iter().map(|i| i.image.clone()).collect(),
                 };
                 let refused =
                     match agentd_core::transition(&self.record.state, &self.context(None), probe) {
@@ -1002,14 +1003,40 @@ impl Actor {
             self.remember(id, RequestOutcome::Queued { number });
         }
         let id = queued_id(number);
+        if let Err(e) = self.store_images(&message.images) {
+            self.record = saved;
+            return Err(e);
+        }
         self.record.queued.push(QueuedMessage {
             id: id.clone(),
             text: message.text,
             at_ms: self.now_ms(),
             from: message.from.map(|c| (c.id, c.name)),
+            images: message.images.into_iter().map(|i| i.image).collect(),
         });
         self.persist_queue(saved).await?;
         Ok(super::Sent::Queued(id))
+    }
+
+    /// Writes the bytes of a message's images (content-addressed, so an
+    /// image already stored costs nothing). Not flushed here: the commit
+    /// that appends (or queues) the message is written after them and
+    /// flushed, and sled recovers its log as a prefix, so the message is
+    /// never durable without its images. Also keeps their base64 for the
+    /// model requests to come.
+    fn store_images(&mut self, images: &[crate::images::StagedImage]) -> Result<(), RuntimeError> {
+        for staged in images {
+            self.shared
+                .store
+                .put_image(&staged.image.sha256, &staged.bytes)?;
+            if !self.work.images.contains_key(&staged.image.sha256) {
+                std::sync::Arc::make_mut(&mut self.work.images).insert(
+                    staged.image.sha256.clone(),
+                    crate::images::base64(&staged.bytes).into(),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Drops a queued message (all of them for an empty id).
@@ -1048,11 +1075,15 @@ impl Actor {
     /// request.
     async fn send_now(&mut self, message: super::NewMessage) -> Result<super::Sent, RuntimeError> {
         let message_seq = self.transcript.len() as u64 + 1;
+        self.store_images(&message.images)?;
         self.apply_request(
             message.client_request_id,
             RequestOutcome::Sent { message_seq },
             true,
-            Event::UserMessage { text: message.text },
+            Event::UserMessage {
+                text: message.text,
+                images: message.images.into_iter().map(|i| i.image).collect(),
+            },
         )
         .await?;
         Ok(super::Sent::Appended(self.last_user_message_seq()))
