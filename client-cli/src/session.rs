@@ -212,6 +212,8 @@ pub(crate) async fn session_outcome(
         cancel_sent: false,
         feedback_pending: false,
         unacked: VecDeque::new(),
+        pending_images: Vec::new(),
+        unacked_images: std::collections::HashMap::new(),
         sent: 0,
         not_sent: 0,
         detach_deadline: None,
@@ -261,6 +263,12 @@ struct Session<'a> {
     /// Messages sent and not yet seen appended, with their client request
     /// ids: sent again on a new stream (the daemon appends each once).
     unacked: VecDeque<(String, String)>,
+    /// Images attached (`/image`, or a typed or pasted path) for the next
+    /// message.
+    pending_images: Vec<pb::ImageUpload>,
+    /// The images of unacknowledged messages, by client request id, so a
+    /// message sent again on a new stream carries them again.
+    unacked_images: std::collections::HashMap<String, Vec<pb::ImageUpload>>,
     /// `attach`: messages sent, and those the daemon refused.
     sent: usize,
     not_sent: usize,
@@ -322,12 +330,13 @@ impl Session<'_> {
         // Messages not yet seen appended may have been lost with the old
         // connection; the daemon appends each id once.
         for (text, id) in self.unacked.clone() {
+            let images = self.unacked_images.get(&id).cloned().unwrap_or_default();
             self.send_frame(Frame::Send(pb::SendMessageFrame {
                 text,
                 client_request_id: id,
                 expected_turn: None,
                 queue_if_busy: true,
-                images: Vec::new(),
+                images,
             }))
             .await;
         }
@@ -989,6 +998,12 @@ impl Session<'_> {
                 )?;
             }
             SessionKind::Attach | SessionKind::Interactive | SessionKind::Run => {
+                // A line that is just the path of an image file (typed, or
+                // pasted from a file manager) attaches it.
+                if let Some(path) = image_path(line.trim()) {
+                    self.attach_image(&path)?;
+                    return Ok(None);
+                }
                 self.send_text(line.trim()).await;
             }
         }
@@ -1004,12 +1019,18 @@ impl Session<'_> {
         let id = crate::commands::request_id();
         self.unacked.push_back((text.to_string(), id.clone()));
         self.render.note_sent(text);
+        let images = std::mem::take(&mut self.pending_images);
+        if !images.is_empty() {
+            self.unacked_images
+                .retain(|k, _| self.unacked.iter().any(|(_, u)| u == k));
+            self.unacked_images.insert(id.clone(), images.clone());
+        }
         self.send_frame(Frame::Send(pb::SendMessageFrame {
             text: text.to_string(),
             client_request_id: id,
             expected_turn: None,
             queue_if_busy: true,
-            images: Vec::new(),
+            images,
         }))
         .await;
     }
@@ -1021,6 +1042,15 @@ impl Session<'_> {
             None => (command, ""),
         };
         match name {
+            "image" => {
+                if arg.is_empty() {
+                    self.note("usage: /image PATH (attaches it to your next message)")?;
+                } else {
+                    let path = unquote(arg);
+                    self.attach_image(std::path::Path::new(&path))?;
+                }
+                return Ok(None);
+            }
             "help" | "?" => {
                 for line in SLASH_HELP {
                     self.note(line)?;
@@ -1300,6 +1330,25 @@ impl Session<'_> {
         Err(CliError::Refused(what.join("; ")))
     }
 
+    /// Reads an image for the next message and says so; a file that cannot
+    /// be read is a note, not an error of the session. Whether it is an
+    /// image the daemon takes is the daemon's to say when it is sent.
+    fn attach_image(&mut self, path: &std::path::Path) -> Result<(), CliError> {
+        match crate::commands::read_images(&[path.to_path_buf()]) {
+            Ok(mut images) => {
+                let size = images.iter().map(|i| i.data.len() as u64).sum();
+                self.pending_images.append(&mut images);
+                let n = self.pending_images.len();
+                self.note(&format!(
+                    "[image attached: {}, {}; {n} for your next message]",
+                    path.display(),
+                    crate::render::human_bytes(size)
+                ))
+            }
+            Err(e) => self.note(&e.to_string()),
+        }
+    }
+
     fn note(&mut self, text: &str) -> Result<(), CliError> {
         self.render
             .info(text)
@@ -1328,6 +1377,50 @@ const SLASH_HELP: [&str; 5] = [
 ];
 
 /// The session's slash commands, for `/help` and Tab.
+/// A typed or pasted line, without quotes or shell escapes (`'a b.png'`,
+/// `a\ b.png`).
+pub(crate) fn unquote(line: &str) -> String {
+    let trimmed = line.trim();
+    for q in ['\'', '"'] {
+        if let Some(inner) = trimmed.strip_prefix(q).and_then(|s| s.strip_suffix(q)) {
+            return inner.to_string();
+        }
+    }
+    trimmed.replace("\\ ", " ")
+}
+
+/// The path a line names when the line is just the path of an existing
+/// file that starts like a PNG, JPEG, GIF or WebP image (a `file://` URL
+/// too, as file managers paste them).
+pub(crate) fn image_path(line: &str) -> Option<std::path::PathBuf> {
+    use std::io::Read;
+    let text = unquote(line);
+    let text = text.strip_prefix("file://").unwrap_or(&text);
+    if text.is_empty()
+        || text.contains('\n')
+        || !(text.starts_with('/') || text.starts_with('.') || text.starts_with('~'))
+    {
+        return None;
+    }
+    let path = match text.strip_prefix("~/") {
+        Some(rest) => std::path::PathBuf::from(std::env::var_os("HOME")?).join(rest),
+        None => std::path::PathBuf::from(text),
+    };
+    let mut head = [0u8; 12];
+    let mut file = std::fs::File::open(&path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let n = file.read(&mut head).ok()?;
+    let head = &head[..n];
+    let image = head.starts_with(b"\x89PNG\r\n\x1a\n")
+        || head.starts_with(&[0xFF, 0xD8, 0xFF])
+        || head.starts_with(b"GIF87a")
+        || head.starts_with(b"GIF89a")
+        || (head.len() >= 12 && head.starts_with(b"RIFF") && &head[8..12] == b"WEBP");
+    image.then_some(path)
+}
+
 pub const SLASH_COMMANDS: &[SlashCommand] = &[
     SlashCommand {
         name: "help",
@@ -1373,6 +1466,11 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
         name: "budget",
         args: "raise [AMOUNT] | stop",
         help: "answer a reached budget: raise it (default: by the budget again) or stop the turn",
+    },
+    SlashCommand {
+        name: "image",
+        args: "PATH",
+        help: "attach an image (PNG, JPEG, GIF, WebP) to your next message",
     },
     SlashCommand {
         name: "compact",

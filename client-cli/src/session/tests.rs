@@ -835,3 +835,27 @@ async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
     let outcome = session.await.unwrap().unwrap();
     assert_eq!(outcome, Outcome::Switch(Some("01OTHER".into())));
 }
+
+#[test]
+fn a_line_that_is_just_an_image_path_attaches_it_whatever_its_name() {
+    use crate::session::{image_path, unquote};
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("shot one.txt");
+    std::fs::write(&png, b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();
+    let text = dir.path().join("fake.png");
+    std::fs::write(&text, b"just text").unwrap();
+    let shown = png.display().to_string();
+    assert_eq!(
+        image_path(&shown),
+        Some(png.clone()),
+        "by content, not name"
+    );
+    assert_eq!(image_path(&format!("'{shown}'")), Some(png.clone()));
+    assert_eq!(image_path(&format!("file://{shown}")), Some(png.clone()));
+    assert_eq!(image_path(&shown.replace(' ', "\\ ")), Some(png));
+    assert_eq!(image_path(&text.display().to_string()), None);
+    assert_eq!(image_path("/no/such/file.png"), None);
+    assert_eq!(image_path("look at this"), None);
+    assert_eq!(image_path(&dir.path().display().to_string()), None);
+    assert_eq!(unquote("\"a b.png\""), "a b.png");
+}
