@@ -955,6 +955,7 @@ mod tests {
                 decision: PermissionDecision::DenyAndStop as i32,
                 client_id: "c1".into(),
                 client_name: "bob".into(),
+                ..Default::default()
             })),
         };
         assert_eq!(

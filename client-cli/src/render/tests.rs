@@ -296,6 +296,7 @@ fn clients_shells_and_notices() {
     let client = |id: &str, name: &str| pb::ClientInfo {
         client_id: id.into(),
         name: name.into(),
+        ..Default::default()
     };
     let shell = pb::ShellInfo {
         id: "sh1".into(),
@@ -338,6 +339,7 @@ fn own_join_is_not_announced() {
         client: Some(pb::ClientInfo {
             client_id: "me".into(),
             name: "x".into(),
+            ..Default::default()
         }),
     })))
     .unwrap();
@@ -354,6 +356,7 @@ fn own_rejoin_after_a_resume_is_not_announced_and_its_answers_are_its_own() {
         Some(pb::ClientInfo {
             client_id: id.into(),
             name: name.into(),
+            ..Default::default()
         })
     };
     for e in [
@@ -375,6 +378,7 @@ fn own_rejoin_after_a_resume_is_not_announced_and_its_answers_are_its_own() {
             decision: D::Deny as i32,
             client_id: "c9".into(),
             client_name: "me@box:7".into(),
+            ..Default::default()
         }),
     ] {
         r.event(&ev(e)).unwrap();
@@ -407,6 +411,7 @@ fn permission_request_block_and_resolution() {
             decision: D::AllowOnce as i32,
             client_id: "c2".into(),
             client_name: "bob".into(),
+            ..Default::default()
         }),
         E::PermissionResolved(pb::PermissionResolved {
             request_id: "req2".into(),
@@ -480,6 +485,7 @@ fn background_is_listed_only_when_offered() {
 #[test]
 fn snapshot_shows_header_transcript_partial_and_pending() {
     let snapshot = pb::Snapshot {
+        your_role: pb::ClientRole::Driver as i32,
         conversation: Some(pb::ConversationSummary {
             id: "01JABC".into(),
             title: "fix it".into(),
@@ -510,10 +516,12 @@ fn snapshot_shows_header_transcript_partial_and_pending() {
             pb::ClientInfo {
                 client_id: "me".into(),
                 name: "me@here".into(),
+                ..Default::default()
             },
             pb::ClientInfo {
                 client_id: "c2".into(),
                 name: "bob@there".into(),
+                ..Default::default()
             },
         ],
         your_client_id: "me".into(),

@@ -285,6 +285,20 @@ impl StoreSection {
     }
 }
 
+/// The TCP listener for remote clients (`[remote]`; README "Remote use").
+/// Off unless `listen` (or `agentd --listen`) names an address.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RemoteSection {
+    /// `ADDR:PORT` to listen on, TLS only, every call with a bearer token.
+    pub listen: Option<String>,
+    /// A PEM certificate (chain) to serve instead of the daemon's own
+    /// self-signed one; `key_file` must be given with it.
+    pub cert_file: Option<PathBuf>,
+    /// The PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+}
+
 /// The config file's schema.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -315,6 +329,8 @@ pub struct FileConfig {
     pub context: ContextSection,
     /// MCP servers (README "MCP servers").
     pub mcp: crate::mcp::McpSection,
+    /// The TCP listener (README "Remote use").
+    pub remote: RemoteSection,
 }
 
 /// The effective configuration.
@@ -358,6 +374,8 @@ pub struct Config {
     pub context: ContextSection,
     /// The MCP servers of the config file, checked.
     pub mcp_servers: Vec<crate::mcp::ServerSpec>,
+    /// The TCP listener (`--listen` overrides `listen`).
+    pub remote: RemoteSection,
 }
 
 impl Config {
@@ -434,6 +452,11 @@ impl Config {
             max_stop_continuations: file.hooks.max_stop_continuations,
         };
         let mcp_servers = file.mcp.specs().map_err(ConfigError::Invalid)?;
+        if file.remote.cert_file.is_some() != file.remote.key_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "remote.cert_file and remote.key_file go together: give both or neither".into(),
+            ));
+        }
         let default_mode = file.permissions.mode.unwrap_or_default();
         if default_mode == agentd_core::Mode::Bypass {
             return Err(ConfigError::Invalid(
@@ -462,6 +485,7 @@ impl Config {
             hook_timeout_ms: file.hooks.timeout_ms,
             context: file.context,
             mcp_servers,
+            remote: file.remote,
             model,
             provider: file.provider,
             base_url,

@@ -27,7 +27,7 @@ pub mod texts;
 pub mod tools;
 pub mod transition;
 
-pub use client::ClientInfo;
+pub use client::{ClientInfo, ClientRole};
 pub use effect::{Effect, LlmPurpose, Notice};
 pub use event::{Event, LlmFailure, RuleScope};
 pub use hooks::{HookMatchers, HookVerdict};

@@ -768,13 +768,15 @@ impl Manager {
         &self,
         id: &str,
         after_seq: u64,
-        name: String,
+        client: ClientInfo,
     ) -> Result<Subscription, RuntimeError> {
-        let client_id = format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed));
+        let client = ClientInfo {
+            id: format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed)),
+            ..client
+        };
         self.ask(id, |reply| Command::Subscribe {
             after_seq,
-            name,
-            client_id,
+            client,
             reply,
         })
         .await

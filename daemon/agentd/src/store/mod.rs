@@ -6,11 +6,14 @@
 //! [`StoredEvent`] JSON: what a reconnecting client is replayed),
 //! `mid_turn` (ids of conversations not at rest, so start-up finds the
 //! ones to recover without reading every record), `meta` (schema version,
-//! whether `mid_turn` has been built).
+//! whether `mid_turn` has been built), `tokens` and `audit` (see
+//! [`access`]).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
 //! callers into one sled flush, made by a thread of its own (fewer hand-offs
 //! than sled's `flush_async`, which goes through sled's thread pool).
+
+pub mod access;
 
 use agentd_core::{ConvState, Message, Mode, Usage};
 use serde::{Deserialize, Serialize};
@@ -213,6 +216,10 @@ pub enum StoredEvent {
         decision: agentd_core::Decision,
         /// Who answered: (client id, name).
         client: Option<(String, String)>,
+        /// Who answered, with role, token and address (events stored
+        /// before roles have `client` only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<agentd_core::ClientInfo>,
     },
     /// A hook ran (or failed, or timed out): kept so the record of what
     /// hooks decided survives a restart.
@@ -281,6 +288,10 @@ pub struct Store {
     /// Directories whose project hooks run (`agent trust DIR`): the
     /// absolute path, as key.
     trusted: sled::Tree,
+    /// Bearer tokens of the TCP listener (see [`access`]).
+    tokens: sled::Tree,
+    /// Who did what, per conversation (see [`access`]).
+    audit: sled::Tree,
     /// What `mid_turn` holds, so a commit writes it only on a change.
     mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     flush_tx: mpsc::Sender<FlushRequest>,
@@ -377,6 +388,8 @@ impl Store {
         let creates = db.open_tree("creates")?;
         let usage_days = db.open_tree("usage_days")?;
         let trusted = db.open_tree("trusted_dirs")?;
+        let tokens = db.open_tree("tokens")?;
+        let audit = db.open_tree("audit")?;
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
@@ -413,6 +426,8 @@ impl Store {
             creates,
             usage_days,
             trusted,
+            tokens,
+            audit,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
             flushes: Default::default(),

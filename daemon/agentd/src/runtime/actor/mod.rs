@@ -119,8 +119,8 @@ pub(crate) enum Command {
     },
     Subscribe {
         after_seq: u64,
-        name: String,
-        client_id: String,
+        /// With the id the manager gave it.
+        client: ClientInfo,
         reply: oneshot::Sender<Subscription>,
     },
     Detach {
@@ -624,14 +624,9 @@ impl Actor {
             }
             Command::Subscribe {
                 after_seq,
-                name,
-                client_id,
+                client,
                 reply,
             } => {
-                let client = ClientInfo {
-                    id: client_id,
-                    name,
-                };
                 let live = self.fanout.subscribe();
                 let initial = self.initial_frames(after_seq, &client);
                 self.fanout.clients.push(client.clone());
@@ -656,10 +651,11 @@ impl Actor {
                     .iter()
                     .find(|c| c.id == client_id)
                     .cloned()
-                    .unwrap_or(ClientInfo {
-                        id: client_id,
-                        name: String::new(),
-                    });
+                    .unwrap_or(ClientInfo::local(
+                        client_id,
+                        "",
+                        agentd_core::ClientRole::Viewer,
+                    ));
                 let _ = reply.send(self.snapshot(&client));
             }
             Command::Update { settings, reply } => {
@@ -931,6 +927,7 @@ impl Actor {
             self.remember(id, RequestOutcome::Queued { number });
         }
         let id = queued_id(number);
+        let audited = message.from.clone().map(|c| (c, message.text.clone()));
         self.record.queued.push(QueuedMessage {
             id: id.clone(),
             text: message.text,
@@ -938,6 +935,9 @@ impl Actor {
             from: message.from.map(|c| (c.id, c.name)),
         });
         self.persist_queue(saved).await?;
+        if let Some((client, text)) = audited {
+            self.audit_message(client, &text, Some(id.clone())).await;
+        }
         Ok(super::Sent::Queued(id))
     }
 
@@ -977,6 +977,7 @@ impl Actor {
     /// request.
     async fn send_now(&mut self, message: super::NewMessage) -> Result<super::Sent, RuntimeError> {
         let message_seq = self.transcript.len() as u64 + 1;
+        let audited = message.from.clone().map(|c| (c, message.text.clone()));
         self.apply_request(
             message.client_request_id,
             RequestOutcome::Sent { message_seq },
@@ -984,7 +985,33 @@ impl Actor {
             Event::UserMessage { text: message.text },
         )
         .await?;
+        if let Some((client, text)) = audited {
+            self.audit_message(client, &text, None).await;
+        }
         Ok(super::Sent::Appended(self.last_user_message_seq()))
+    }
+
+    /// Records who sent a message that was accepted (appended, or queued
+    /// as `queued_id`), durably: the message itself already is.
+    async fn audit_message(
+        &self,
+        client: agentd_core::ClientInfo,
+        text: &str,
+        queued_id: Option<String>,
+    ) {
+        self.audit(
+            client,
+            crate::store::access::AuditAction::MessageSent {
+                text: text
+                    .chars()
+                    .take(crate::store::access::AUDIT_TEXT_CHARS)
+                    .collect(),
+                queued_id,
+            },
+        );
+        if let Err(e) = self.shared.store.flush().await {
+            tracing::error!(conversation = %self.record.id, "cannot flush the audit trail: {e}");
+        }
     }
 
     /// Tells clients about hooks that ran, and records them in the event
