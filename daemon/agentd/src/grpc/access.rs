@@ -144,8 +144,13 @@ pub fn check_role(role: ClientRole, needed: ClientRole, what: &str) -> Result<()
     if role.allows(needed) {
         return Ok(());
     }
+    let article = if role == ClientRole::Approver {
+        "an"
+    } else {
+        "a"
+    };
     Err(Status::permission_denied(format!(
-        "{what} needs the {needed} role; this client is a {role} ({})",
+        "{what} needs the {needed} role; this client is {article} {role} ({})",
         lacks(role)
     )))
 }

@@ -260,10 +260,17 @@ impl Actor {
                 decision,
                 by,
             } => {
-                let asked = self.pending_view.take();
+                self.pending_view = None;
+                let asked = self
+                    .answering
+                    .take()
+                    .filter(|ask| ask.request_id == request_id);
                 if let Some(client) = &by {
                     let (tool, summary) = asked
-                        .map(|v| (v.ask.tool_name, v.summary))
+                        .map(|ask| {
+                            let summary = crate::tools::summarize_call(&ask.tool_name, &ask.input);
+                            (ask.tool_name, summary)
+                        })
                         .unwrap_or_default();
                     self.audit(
                         client.clone(),

@@ -189,6 +189,9 @@ pub(crate) struct Actor {
     rules: Vec<Rule>,
     /// Summary and diff of the pending permission request.
     pending_view: Option<PermissionView>,
+    /// The request a client's answer is being applied to, for the audit
+    /// trail the resolution writes (the state has moved on by then).
+    answering: Option<agentd_core::PermissionAsk>,
     /// What the recovery after a restart said, repeated to clients that
     /// attach later (they get a snapshot, which carries no notices).
     recovery_notices: Vec<String>,
@@ -226,6 +229,7 @@ impl Actor {
             stored,
             rules: Vec::new(),
             pending_view: None,
+            answering: None,
             recovery_notices: Vec::new(),
             fanout,
             work: Work::default(),
@@ -604,6 +608,7 @@ impl Actor {
                     Some(RequestOutcome::Answered) => Ok(()),
                     Some(other) => Err(reused(client_request_id.as_deref(), other)),
                     None => {
+                        self.answering = self.record.state.pending_permission().cloned();
                         let event = Event::PermissionAnswered {
                             request_id,
                             decision,
