@@ -337,7 +337,8 @@ impl AgentService for Service {
             client_request_id: convert::client_request_id_from(req.client_request_id)?,
             expected_turn: req.expected_turn,
             queue_if_busy: req.queue_if_busy,
-            from: Some(from),
+            from: None,
+            by: Some(from),
         };
         let sent = self
             .manager
@@ -1146,6 +1147,7 @@ async fn read_frames(
                                 expected_turn: s.expected_turn,
                                 queue_if_busy: s.queue_if_busy,
                                 from: Some(client.clone()),
+                                by: None,
                             };
                             manager
                                 .send_message(&id, message)

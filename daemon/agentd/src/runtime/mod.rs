@@ -138,6 +138,9 @@ pub struct NewMessage {
     pub queue_if_busy: bool,
     /// The attached client that sent it, if it came over an Attach stream.
     pub from: Option<agentd_core::ClientInfo>,
+    /// Who sent it, for the audit trail, when it came by a unary call
+    /// (`from` names an attached sender).
+    pub by: Option<agentd_core::ClientInfo>,
 }
 
 /// A change of a conversation's settings; `None` keeps a value.

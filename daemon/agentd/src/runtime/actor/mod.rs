@@ -932,7 +932,9 @@ impl Actor {
             self.remember(id, RequestOutcome::Queued { number });
         }
         let id = queued_id(number);
-        let audited = message.from.clone().map(|c| (c, message.text.clone()));
+        let audited = (message.by.clone())
+            .or_else(|| message.from.clone())
+            .map(|c| (c, message.text.clone()));
         self.record.queued.push(QueuedMessage {
             id: id.clone(),
             text: message.text,
@@ -982,7 +984,9 @@ impl Actor {
     /// request.
     async fn send_now(&mut self, message: super::NewMessage) -> Result<super::Sent, RuntimeError> {
         let message_seq = self.transcript.len() as u64 + 1;
-        let audited = message.from.clone().map(|c| (c, message.text.clone()));
+        let audited = (message.by.clone())
+            .or_else(|| message.from.clone())
+            .map(|c| (c, message.text.clone()));
         self.apply_request(
             message.client_request_id,
             RequestOutcome::Sent { message_seq },
