@@ -31,6 +31,24 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
             }
             (None, _, _) => None,
         };
+    if remote.is_some()
+        && matches!(
+            cli.command,
+            Some(
+                Command::Daemon { .. }
+                    | Command::Login { .. }
+                    | Command::Logout { .. }
+                    | Command::Doctor
+            )
+        )
+    {
+        // They act on this machine's daemon process and files (signal its
+        // pid, write its credentials file): with a remote daemon's answers
+        // they would act on the wrong process or file.
+        return Err(CliError::Input(
+            "`agent daemon`, `login`, `logout` and `doctor` manage the daemon on this machine; they do not work with --remote (run them on the daemon's machine)".to_string(),
+        ));
+    }
     crate::remote::set(remote, cli.name.clone());
     let ctx = Ctx {
         socket: socket_path(cli.socket.as_deref())?,

@@ -210,6 +210,11 @@ async fn remote_calls_need_tls_a_valid_token_the_pinned_certificate_and_the_role
         "the error names the certificate's fingerprint: {err}"
     );
 
+    // Commands that act on this machine's daemon process refuse --remote
+    // (a remote pid must never be signalled here).
+    let (ok, _, err) = remote(d, &at, &driver, &["daemon", "stop"]).await;
+    assert!(!ok && err.contains("do not work with --remote"), "{err}");
+
     // A remote client cannot mint tokens, whatever its role.
     let (ok, _, err) = remote(d, &at, &driver, &["token", "create", "--role", "driver"]).await;
     assert!(
