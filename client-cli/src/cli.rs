@@ -44,6 +44,53 @@ pub struct Cli {
     #[arg(long, global = true, help_heading = "Global options")]
     pub no_autostart: bool,
 
+    /// Talk to the daemon on another machine, at HOST:PORT (its `agentd
+    /// --listen`), over TLS with a bearer token; needs --token-file and
+    /// --fingerprint. The local socket is not used
+    #[arg(
+        long,
+        global = true,
+        env = "AGENT_REMOTE",
+        value_name = "HOST:PORT",
+        requires_all = ["token_file", "fingerprint"],
+        help_heading = "Global options"
+    )]
+    pub remote: Option<String>,
+
+    /// With --remote: the file holding the bearer token (`agent token
+    /// create` on the daemon's machine prints one)
+    #[arg(
+        long,
+        global = true,
+        env = "AGENT_TOKEN_FILE",
+        value_name = "FILE",
+        help_heading = "Global options"
+    )]
+    pub token_file: Option<PathBuf>,
+
+    /// With --remote: the SHA-256 fingerprint of the daemon's certificate,
+    /// `SHA256:<64 hex digits>` (agentd prints it at start; `agent token ls`
+    /// shows it); any other certificate is refused
+    #[arg(
+        long,
+        global = true,
+        env = "AGENT_FINGERPRINT",
+        value_name = "SHA256:…",
+        help_heading = "Global options"
+    )]
+    pub fingerprint: Option<String>,
+
+    /// The name the other clients and the audit trail know this client by
+    /// [default: user@host:pid]
+    #[arg(
+        long,
+        global = true,
+        env = "AGENT_CLIENT_NAME",
+        value_name = "NAME",
+        help_heading = "Global options"
+    )]
+    pub name: Option<String>,
+
     /// Colour and styles in human output: `auto` uses them when stdout is a
     /// terminal, `NO_COLOR` is unset or empty and `TERM` is not `dumb`
     #[arg(
@@ -248,6 +295,10 @@ pub enum Command {
         /// first line
         #[arg(long, conflicts_with = "context")]
         full: bool,
+        /// Print the audit trail instead: who sent which message and who
+        /// answered which permission request, when, with which role
+        #[arg(long, conflicts_with_all = ["context", "full"])]
+        audit: bool,
     },
 
     /// Token usage and cost: the daily ledger, or one conversation's replies
@@ -279,6 +330,13 @@ pub enum Command {
     Mcp {
         #[command(subcommand)]
         command: McpCommand,
+    },
+
+    /// Bearer tokens for remote clients (`agentd --listen`); local socket
+    /// only
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
     },
 
     /// Trust a directory: hooks in the `.agentd/config.toml` of projects at
@@ -451,6 +509,11 @@ pub struct AttachArgs {
     #[arg(long, short = 'y')]
     pub yes: bool,
 
+    /// Watch only: the daemon gives this client the viewer role, so it sees
+    /// everything and can send, answer or cancel nothing
+    #[arg(long, conflicts_with = "yes")]
+    pub view_only: bool,
+
     /// Conversation id or unique prefix
     #[arg(value_name = "ID")]
     pub id: String,
@@ -520,6 +583,36 @@ pub enum BudgetCommand {
     },
 }
 
+/// `agent token …`.
+#[derive(Debug, Subcommand)]
+pub enum TokenCommand {
+    /// Make a token; its text is printed once (on stdout), keep it in a
+    /// file for `agent --token-file`
+    Create {
+        /// What its holder may do: viewer (sees everything, changes
+        /// nothing), approver (also answers permission requests), driver
+        /// (also sends messages, cancels, changes settings, ...)
+        #[arg(long, value_enum)]
+        role: TokenRole,
+        /// A name for it, shown to other clients and in the audit trail
+        #[arg(long, value_name = "NAME")]
+        name: Option<String>,
+        /// How long it is valid: e.g. 30m, 12h, 7d (seconds without a
+        /// unit) [default: never expires]
+        #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+        expires: Option<u64>,
+    },
+    /// List the tokens (never their text), and the listener's address and
+    /// certificate fingerprint
+    Ls,
+    /// Revoke a token: every later call with it is refused
+    Revoke {
+        /// Token id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+}
+
 /// A positive amount, dollars or tokens; a leading `$` and `_`/`,`
 /// separators are allowed.
 pub fn parse_amount(text: &str) -> Result<f64, String> {
@@ -532,6 +625,37 @@ pub fn parse_amount(text: &str) -> Result<f64, String> {
     match clean.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
         _ => Err(format!("{text:?} is not a positive amount")),
+    }
+}
+
+/// A token's role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum TokenRole {
+    Viewer,
+    Approver,
+    Driver,
+}
+
+/// A duration in seconds: a number with an optional unit s, m, h or d.
+pub fn parse_duration(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let (digits, unit) = match text.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 90s, 30m, 12h, 7d)"))?;
+    let scale = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?}: the unit must be s, m, h or d")),
+    };
+    match n.checked_mul(scale) {
+        Some(0) | None => Err(format!("{text:?} is not a usable duration")),
+        Some(secs) => Ok(secs),
     }
 }
 
@@ -974,7 +1098,7 @@ mod tests {
         let cli = parse(&["--json", "show", "01AB"]).unwrap();
         assert!(cli.json);
         assert!(
-            matches!(cli.command.unwrap(), Command::Show { id, context: false, full: false } if id == "01AB")
+            matches!(cli.command.unwrap(), Command::Show { id, context: false, full: false, audit: false } if id == "01AB")
         );
     }
 

@@ -20,6 +20,37 @@ use crate::session::{SessionConfig, SessionKind, run_session};
 
 /// Runs a parsed command line against the daemon, printing through `io`.
 pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
+    let remote =
+        match (&cli.remote, &cli.token_file, &cli.fingerprint) {
+            (Some(address), Some(token_file), Some(fingerprint)) => Some(
+                crate::remote::Remote::new(address, token_file, fingerprint)?,
+            ),
+            (Some(_), _, _) => {
+                return Err(CliError::Input(
+                    "--remote needs --token-file and --fingerprint".to_string(),
+                ));
+            }
+            (None, _, _) => None,
+        };
+    if remote.is_some()
+        && matches!(
+            cli.command,
+            Some(
+                Command::Daemon { .. }
+                    | Command::Login { .. }
+                    | Command::Logout { .. }
+                    | Command::Doctor
+            )
+        )
+    {
+        // They act on this machine's daemon process and files (signal its
+        // pid, write its credentials file): with a remote daemon's answers
+        // they would act on the wrong process or file.
+        return Err(CliError::Input(
+            "`agent daemon`, `login`, `logout` and `doctor` manage the daemon on this machine; they do not work with --remote (run them on the daemon's machine)".to_string(),
+        ));
+    }
+    crate::remote::set(remote, cli.name.clone());
     let ctx = Ctx {
         socket: socket_path(cli.socket.as_deref())?,
         pass_socket: cli.socket.is_some(),
@@ -73,7 +104,15 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Compact { id } => compact(&ctx, id, io).await,
         Command::Continue { id } => continue_conversation(&ctx, id, io).await,
         Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
-        Command::Show { id, context, full } => show(&ctx, id, context, full, io).await,
+        Command::Show {
+            id, audit: true, ..
+        } => crate::access::audit(ctx.client().await?, id, ctx.json, io).await,
+        Command::Show {
+            id, context, full, ..
+        } => show(&ctx, id, context, full, io).await,
+        Command::Token { command } => {
+            crate::access::token(ctx.client().await?, command, ctx.json, io).await
+        }
         Command::Usage { days, conversation } => usage(&ctx, days, conversation, io).await,
         Command::Budget { command } => budget(&ctx, command, io).await,
         Command::Answer(args) => answer(&ctx, args, io).await,
@@ -170,8 +209,12 @@ fn print_line(io: &mut Io, text: &str) -> Result<(), CliError> {
         .map_err(out_err)
 }
 
-/// This client's name as the other clients see it: `user@host:pid`.
+/// This client's name as the other clients see it: the one given with
+/// `--name`, else `user@host:pid`.
 pub fn client_name() -> String {
+    if let Some(name) = crate::remote::chosen_name() {
+        return name;
+    }
     let pid = std::process::id();
     let user = std::env::var("USER")
         .ok()
@@ -250,6 +293,7 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
         yes: args.yes,
         json: ctx.json,
         client_name: client_name(),
+        view_only: false,
         sent_prompt: Some(prompt),
     };
     if io.tty && !ctx.json && !config.yes {
@@ -316,6 +360,7 @@ async fn attach(ctx: &Ctx, args: AttachArgs, io: &mut Io) -> Result<Exit, CliErr
         yes: args.yes,
         json: ctx.json,
         client_name: client_name(),
+        view_only: args.view_only,
         sent_prompt: None,
     };
     if io.tty && !ctx.json && !config.yes {

@@ -11,12 +11,68 @@ use std::time::Duration;
 
 use agent_proto::v1::agent_service_client::AgentServiceClient;
 use tokio::time::Instant;
+use tonic::metadata::{AsciiMetadataValue, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::error::CliError;
 
 /// The client type every command uses.
-pub type Client = AgentServiceClient<Channel>;
+pub type Client = AgentServiceClient<InterceptedService<Channel, Credentials>>;
+
+/// What every call carries: this client's name (user@host, or the one the
+/// user chose) and, to a remote daemon, the bearer token.
+#[derive(Clone, Debug)]
+pub struct Credentials {
+    name: Option<AsciiMetadataValue>,
+    authorization: Option<AsciiMetadataValue>,
+}
+
+impl Credentials {
+    fn new(remote: Option<&crate::remote::Remote>) -> Credentials {
+        let name = crate::commands::client_name();
+        Credentials {
+            // A name that is no header value (not ASCII) goes unsent.
+            name: MetadataValue::try_from(name.as_str()).ok(),
+            authorization: remote.and_then(|r| MetadataValue::try_from(r.authorization()).ok()),
+        }
+    }
+}
+
+impl tonic::service::Interceptor for Credentials {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(name) = &self.name {
+            request
+                .metadata_mut()
+                .insert("agent-client-name", name.clone());
+        }
+        if let Some(authorization) = &self.authorization {
+            request
+                .metadata_mut()
+                .insert("authorization", authorization.clone());
+        }
+        Ok(request)
+    }
+}
+
+/// A client over `channel`.
+fn client(channel: Channel, remote: Option<&crate::remote::Remote>) -> Client {
+    AgentServiceClient::with_interceptor(channel, Credentials::new(remote))
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024)
+}
+
+/// Connects to the remote daemon this process was pointed at.
+async fn connect_remote(remote: &crate::remote::Remote) -> Result<Client, CliError> {
+    let channel = remote.connect().await.map_err(|why| CliError::Connect {
+        socket: PathBuf::from(&remote.address),
+        why,
+    })?;
+    Ok(client(channel, Some(remote)))
+}
 
 /// How long autostart waits for a fresh daemon to answer.
 const AUTOSTART_WAIT: Duration = Duration::from_secs(5);
@@ -24,6 +80,9 @@ const AUTOSTART_WAIT: Duration = Duration::from_secs(5);
 /// Connects to the daemon listening on `socket`. Fails at once when nothing
 /// listens there (no retry, no autostart).
 pub async fn connect(socket: &Path) -> Result<Client, CliError> {
+    if let Some(remote) = crate::remote::current() {
+        return connect_remote(&remote).await;
+    }
     try_connect(socket).await.map_err(|e| CliError::Connect {
         socket: socket.to_path_buf(),
         why: error_chain(&e),
@@ -44,9 +103,7 @@ async fn try_connect(socket: &Path) -> Result<Client, tonic::transport::Error> {
             }
         }))
         .await?;
-    Ok(AgentServiceClient::new(channel)
-        .max_decoding_message_size(64 * 1024 * 1024)
-        .max_encoding_message_size(64 * 1024 * 1024))
+    Ok(client(channel, None))
 }
 
 /// The socket to use: the one given (flag or `AGENTD_SOCKET`) or the default.
@@ -75,6 +132,10 @@ async fn connect_or_start_with(
     autostart: bool,
     find_binary: fn() -> Result<PathBuf, String>,
 ) -> Result<Client, CliError> {
+    // A remote daemon is never started from here.
+    if let Some(remote) = crate::remote::current() {
+        return connect_remote(&remote).await;
+    }
     let first = match try_connect(socket).await {
         Ok(client) => return Ok(client),
         Err(e) => e,

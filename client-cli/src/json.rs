@@ -1038,6 +1038,7 @@ mod tests {
                 decision: PermissionDecision::DenyAndStop as i32,
                 client_id: "c1".into(),
                 client_name: "bob".into(),
+                ..Default::default()
             })),
         };
         assert_eq!(

@@ -28,6 +28,7 @@
 //!   the client in-process.
 //! - [`error`]: [`CliError`] (one line per failure) and [`Exit`] statuses.
 
+pub mod access;
 pub mod acp;
 pub mod admin;
 pub mod cli;
@@ -40,6 +41,7 @@ pub mod json;
 pub mod markdown;
 #[cfg(test)]
 mod mock;
+pub mod remote;
 pub mod render;
 pub mod repl;
 pub mod session;

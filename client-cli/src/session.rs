@@ -68,6 +68,9 @@ pub struct SessionConfig {
     pub json: bool,
     /// This client's name, shown to the others.
     pub client_name: String,
+    /// Ask the daemon for the viewer role on this stream (`attach
+    /// --view-only`): it then refuses any message, answer or cancel.
+    pub view_only: bool,
     /// The prompt `run` sent, so it is not echoed back.
     pub sent_prompt: Option<String>,
 }
@@ -312,6 +315,11 @@ impl Session<'_> {
             conversation_id: self.config.conversation_id.clone(),
             after_seq: self.last_seq,
             client_name: self.config.client_name.clone(),
+            role: if self.config.view_only {
+                pb::ClientRole::Viewer as i32
+            } else {
+                pb::ClientRole::Unspecified as i32
+            },
         });
         // The receiver is alive: this cannot fail.
         let _ = tx

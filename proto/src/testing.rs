@@ -99,6 +99,10 @@ pub mod rpc {
         AnswerBudget: pb::AnswerBudgetRequest => pb::AnswerBudgetResponse;
         ContinueConversation: pb::ContinueConversationRequest => pb::ContinueConversationResponse;
         ListMcpServers: pb::ListMcpServersRequest => pb::ListMcpServersResponse;
+        CreateToken: pb::CreateTokenRequest => pb::CreateTokenResponse;
+        ListTokens: pb::ListTokensRequest => pb::ListTokensResponse;
+        RevokeToken: pb::RevokeTokenRequest => pb::RevokeTokenResponse;
+        GetAudit: pb::GetAuditRequest => pb::GetAuditResponse;
     }
 }
 
@@ -339,6 +343,34 @@ impl AgentService for FakeAgent {
         request: Request<pb::ListMcpServersRequest>,
     ) -> Result<Response<pb::ListMcpServersResponse>, Status> {
         self.unary::<rpc::ListMcpServers>(request)
+    }
+
+    async fn create_token(
+        &self,
+        request: Request<pb::CreateTokenRequest>,
+    ) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        self.unary::<rpc::CreateToken>(request)
+    }
+
+    async fn list_tokens(
+        &self,
+        request: Request<pb::ListTokensRequest>,
+    ) -> Result<Response<pb::ListTokensResponse>, Status> {
+        self.unary::<rpc::ListTokens>(request)
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<pb::RevokeTokenRequest>,
+    ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
+        self.unary::<rpc::RevokeToken>(request)
+    }
+
+    async fn get_audit(
+        &self,
+        request: Request<pb::GetAuditRequest>,
+    ) -> Result<Response<pb::GetAuditResponse>, Status> {
+        self.unary::<rpc::GetAudit>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

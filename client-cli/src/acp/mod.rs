@@ -665,6 +665,7 @@ async fn pump(
                 conversation_id: pump.live.id.clone(),
                 after_seq: pump.last_seq,
                 client_name: pump.bridge.name.clone(),
+                ..Default::default()
             })),
         };
         // The receiver is alive: this cannot fail.

@@ -297,6 +297,7 @@ fn clients_shells_and_notices() {
     let client = |id: &str, name: &str| pb::ClientInfo {
         client_id: id.into(),
         name: name.into(),
+        ..Default::default()
     };
     let shell = pb::ShellInfo {
         id: "sh1".into(),
@@ -339,6 +340,7 @@ fn own_join_is_not_announced() {
         client: Some(pb::ClientInfo {
             client_id: "me".into(),
             name: "x".into(),
+            ..Default::default()
         }),
     })))
     .unwrap();
@@ -355,6 +357,7 @@ fn own_rejoin_after_a_resume_is_not_announced_and_its_answers_are_its_own() {
         Some(pb::ClientInfo {
             client_id: id.into(),
             name: name.into(),
+            ..Default::default()
         })
     };
     for e in [
@@ -376,6 +379,7 @@ fn own_rejoin_after_a_resume_is_not_announced_and_its_answers_are_its_own() {
             decision: D::Deny as i32,
             client_id: "c9".into(),
             client_name: "me@box:7".into(),
+            ..Default::default()
         }),
     ] {
         r.event(&ev(e)).unwrap();
@@ -408,6 +412,7 @@ fn permission_request_block_and_resolution() {
             decision: D::AllowOnce as i32,
             client_id: "c2".into(),
             client_name: "bob".into(),
+            ..Default::default()
         }),
         E::PermissionResolved(pb::PermissionResolved {
             request_id: "req2".into(),
@@ -481,6 +486,7 @@ fn background_is_listed_only_when_offered() {
 #[test]
 fn snapshot_shows_header_transcript_partial_and_pending() {
     let snapshot = pb::Snapshot {
+        your_role: pb::ClientRole::Driver as i32,
         conversation: Some(pb::ConversationSummary {
             id: "01JABC".into(),
             title: "fix it".into(),
@@ -511,10 +517,12 @@ fn snapshot_shows_header_transcript_partial_and_pending() {
             pb::ClientInfo {
                 client_id: "me".into(),
                 name: "me@here".into(),
+                ..Default::default()
             },
             pb::ClientInfo {
                 client_id: "c2".into(),
                 name: "bob@there".into(),
+                ..Default::default()
             },
         ],
         your_client_id: "me".into(),

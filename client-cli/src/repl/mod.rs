@@ -189,6 +189,7 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                 yes: false,
                 json: false,
                 client_name: client_name(),
+                view_only: false,
                 sent_prompt,
             };
             let client = ctx.client().await?;

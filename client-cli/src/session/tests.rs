@@ -11,6 +11,7 @@ use agent_proto::testing::rpc;
 
 fn snapshot(kind: S, messages: Vec<pb::Message>, pending: Option<pb::PermissionRequest>) -> E {
     E::Snapshot(pb::Snapshot {
+        your_role: pb::ClientRole::Driver as i32,
         conversation: Some(pb::ConversationSummary {
             id: CONV_ID.into(),
             state: Some(state(kind)),
@@ -23,6 +24,7 @@ fn snapshot(kind: S, messages: Vec<pb::Message>, pending: Option<pb::PermissionR
         clients: vec![pb::ClientInfo {
             client_id: "me".into(),
             name: "me@test".into(),
+            ..Default::default()
         }],
         your_client_id: "me".into(),
     })
@@ -90,6 +92,7 @@ fn resolved(decision: D, client_id: &str, name: &str) -> E {
         decision: decision as i32,
         client_id: client_id.into(),
         client_name: name.into(),
+        ..Default::default()
     })
 }
 
@@ -806,6 +809,7 @@ async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
         yes: false,
         json: false,
         client_name: "me".into(),
+        view_only: false,
         sent_prompt: None,
     };
     let session = tokio::spawn(async move {

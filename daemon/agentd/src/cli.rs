@@ -39,6 +39,12 @@ pub struct Args {
     /// permission. Dangerous: the model can then run any command.
     #[arg(long)]
     pub allow_bypass: bool,
+    /// Also listen on TCP at ADDR:PORT for remote clients (`agent
+    /// --remote`): TLS only, every call with a bearer token (`agent token
+    /// create`). Off by default; `listen` in the config's [remote] section
+    /// sets it too.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub listen: Option<String>,
 }
 
 /// Start-up failures, each a clear one-line message.
@@ -70,6 +76,8 @@ pub enum StartError {
     Recovery(#[from] crate::runtime::RuntimeError),
     #[error(transparent)]
     Serve(#[from] crate::grpc::ServeError),
+    #[error("the TCP listener: {0}")]
+    Remote(#[from] crate::grpc::remote::RemoteError),
     #[error("{what}: {source}")]
     Io {
         what: String,
@@ -228,6 +236,31 @@ pub async fn run(
         tracing::warn!("{lost} background shell(s) from before a crash are marked lost");
     }
     let mcp = Arc::new(crate::mcp::Hub::new(config.mcp_servers.clone()));
+    let listen = args.listen.clone().or_else(|| config.remote.listen.clone());
+    let remote = match &listen {
+        Some(address) => {
+            let configured = config
+                .remote
+                .cert_file
+                .as_deref()
+                .zip(config.remote.key_file.as_deref());
+            let identity = crate::grpc::remote::identity(&data_dir.join("tls"), configured)?;
+            let fingerprint = identity.fingerprint.clone();
+            let bound = crate::grpc::remote::bind(address, identity).await?;
+            Some((bound, fingerprint))
+        }
+        None => None,
+    };
+    let access = Arc::new(crate::grpc::access::Access::new(
+        store.clone(),
+        crate::runtime::Clock::System,
+        remote
+            .as_ref()
+            .map(|(bound, fingerprint)| crate::grpc::access::Listening {
+                address: bound.address.to_string(),
+                fingerprint: fingerprint.clone(),
+            }),
+    ));
     let manager = Manager::new(Shared {
         store,
         config,
@@ -267,7 +300,27 @@ pub async fn run(
         tracing::info!("recovered {recovered} conversation(s) that were mid-turn");
     }
     tracing::info!(socket = %socket.display(), data_dir = %data_dir.display(), "agentd listening");
-    let result = crate::grpc::serve(listener::incoming(listener), manager, shutdown).await;
+    if let Some(listening) = &access.listening {
+        tracing::info!(
+            address = %listening.address,
+            fingerprint = %listening.fingerprint,
+            "agentd listening on TCP (TLS, bearer tokens)"
+        );
+        // On standard error as a plain line too, for the person who
+        // started it to copy (clients pin it with --fingerprint).
+        eprintln!(
+            "agentd: listening on {} (TLS); certificate fingerprint {}",
+            listening.address, listening.fingerprint
+        );
+    }
+    let result = crate::grpc::serve(
+        listener::incoming(listener),
+        remote.map(|(bound, _)| bound),
+        access,
+        manager,
+        shutdown,
+    )
+    .await;
     // A clean shutdown ends the background shells and records that.
     shells.kill_all().await;
     // And the MCP servers' process groups.

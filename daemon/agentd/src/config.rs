@@ -372,6 +372,20 @@ impl StoreSection {
     }
 }
 
+/// The TCP listener for remote clients (`[remote]`; README "Remote use").
+/// Off unless `listen` (or `agentd --listen`) names an address.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RemoteSection {
+    /// `ADDR:PORT` to listen on, TLS only, every call with a bearer token.
+    pub listen: Option<String>,
+    /// A PEM certificate (chain) to serve instead of the daemon's own
+    /// self-signed one; `key_file` must be given with it.
+    pub cert_file: Option<PathBuf>,
+    /// The PEM private key of `cert_file`.
+    pub key_file: Option<PathBuf>,
+}
+
 /// The config file's schema.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -406,6 +420,8 @@ pub struct FileConfig {
     pub budget: BudgetSection,
     /// Images in user messages (README "Images").
     pub images: ImagesSection,
+    /// The TCP listener (README "Remote use").
+    pub remote: RemoteSection,
 }
 
 /// The effective configuration.
@@ -453,6 +469,8 @@ pub struct Config {
     pub budget: agentd_core::Amounts,
     /// Limits on images in user messages.
     pub images: ImagesSection,
+    /// The TCP listener (`--listen` overrides `listen`).
+    pub remote: RemoteSection,
 }
 
 impl Config {
@@ -531,6 +549,11 @@ impl Config {
         };
         let mcp_servers = file.mcp.specs().map_err(ConfigError::Invalid)?;
         let budget = file.budget.amounts()?;
+        if file.remote.cert_file.is_some() != file.remote.key_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "remote.cert_file and remote.key_file go together: give both or neither".into(),
+            ));
+        }
         let default_mode = file.permissions.mode.unwrap_or_default();
         if default_mode == agentd_core::Mode::Bypass {
             return Err(ConfigError::Invalid(
@@ -561,6 +584,7 @@ impl Config {
             mcp_servers,
             budget,
             images: file.images,
+            remote: file.remote,
             model,
             provider: file.provider,
             base_url,

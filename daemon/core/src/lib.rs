@@ -30,7 +30,7 @@ pub mod tools;
 pub mod transition;
 
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
-pub use client::ClientInfo;
+pub use client::{ClientInfo, ClientRole};
 pub use effect::{Effect, LlmPurpose, Notice};
 pub use event::{Event, LlmFailure, RuleScope};
 pub use hooks::{HookMatchers, HookVerdict};

@@ -2587,10 +2587,11 @@ fn answered_by(decision: Decision, scope: RuleScope, name: &str) -> Event {
         decision,
         feedback: None,
         scope,
-        by: Some(agentd_core::ClientInfo {
-            id: "c7".to_string(),
-            name: name.to_string(),
-        }),
+        by: Some(agentd_core::ClientInfo::local(
+            "c7",
+            name,
+            agentd_core::ClientRole::Driver,
+        )),
     }
 }
 

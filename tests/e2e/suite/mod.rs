@@ -23,6 +23,7 @@ mod mcp;
 mod ops;
 mod permissions;
 mod queue;
+mod remote;
 mod settings;
 mod shells;
 mod stock_clients;

@@ -249,6 +249,7 @@ impl Attached {
                 conversation_id: id.to_string(),
                 after_seq: 0,
                 client_name: name.to_string(),
+                ..Default::default()
             })),
         })
         .await

@@ -189,6 +189,7 @@ pub async fn observe(client: AgentServiceClient<Channel>, id: String, ledger: Ar
             conversation_id: id.clone(),
             after_seq,
             client_name: "crash-test observer".to_string(),
+            ..Default::default()
         })),
     };
     if tx.send(subscribe).await.is_err() {

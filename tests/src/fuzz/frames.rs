@@ -849,6 +849,7 @@ fn body(rng: &mut StdRng, path: &str, ids: &[String], intact: bool) -> Vec<u8> {
                     conversation_id: real,
                     after_seq: number(rng),
                     client_name: text(rng),
+                    ..Default::default()
                 });
                 return pb::AttachRequest { frame: Some(frame) }.encode_to_vec();
             }
@@ -924,6 +925,7 @@ fn body(rng: &mut StdRng, path: &str, ids: &[String], intact: bool) -> Vec<u8> {
                     conversation_id: id(rng, ids),
                     after_seq: number(rng),
                     client_name: text(rng),
+                    ..Default::default()
                 })),
                 2 => Some(Frame::Send(pb::SendMessageFrame {
                     text: text(rng),

@@ -909,6 +909,7 @@ async fn attach(shared: &Shared, c: &mut AgentServiceClient<Channel>, rng: &mut 
         conversation_id: id.clone(),
         after_seq,
         client_name: "fuzz attach".into(),
+        ..Default::default()
     });
     if tx
         .send(pb::AttachRequest {

@@ -306,6 +306,7 @@ pub fn queued(q: &[crate::store::QueuedMessage]) -> Vec<pb::QueuedMessage> {
             from: m.from.as_ref().map(|(id, name)| pb::ClientInfo {
                 client_id: id.clone(),
                 name: name.clone(),
+                ..Default::default()
             }),
             images: m.images.iter().map(image).collect(),
         })
@@ -606,10 +607,64 @@ pub fn permission(v: &PermissionView) -> pb::PermissionRequest {
     }
 }
 
-fn client(c: &ClientInfo) -> pb::ClientInfo {
+pub fn client(c: &ClientInfo) -> pb::ClientInfo {
     pb::ClientInfo {
         client_id: c.id.clone(),
         name: c.name.clone(),
+        role: role(c.role) as i32,
+        token_name: c.token_name.clone().unwrap_or_default(),
+        address: c.address.clone().unwrap_or_default(),
+    }
+}
+
+/// An entry of a conversation's audit trail as clients see it.
+pub fn audit_entry(r: &crate::store::access::AuditRecord) -> pb::AuditEntry {
+    use crate::store::access::AuditAction;
+    use pb::audit_entry::Action;
+    pb::AuditEntry {
+        at_ms: r.at_ms,
+        client: Some(client(&r.client)),
+        action: Some(match &r.action {
+            AuditAction::MessageSent { text, queued_id } => {
+                Action::MessageSent(pb::AuditMessageSent {
+                    text: text.clone(),
+                    queued_id: queued_id.clone().unwrap_or_default(),
+                })
+            }
+            AuditAction::PermissionAnswered {
+                request_id,
+                decision: d,
+                tool,
+                summary,
+            } => Action::PermissionAnswered(pb::AuditPermissionAnswered {
+                request_id: request_id.clone(),
+                decision: decision(*d) as i32,
+                tool: tool.clone(),
+                summary: summary.clone(),
+            }),
+        }),
+    }
+}
+
+/// A role as clients see it.
+pub fn role(r: agentd_core::ClientRole) -> pb::ClientRole {
+    match r {
+        agentd_core::ClientRole::Viewer => pb::ClientRole::Viewer,
+        agentd_core::ClientRole::Approver => pb::ClientRole::Approver,
+        agentd_core::ClientRole::Driver => pb::ClientRole::Driver,
+    }
+}
+
+/// A role a client names: `None` for unspecified, refused when unknown.
+pub fn role_from(raw: i32) -> Result<Option<agentd_core::ClientRole>, Status> {
+    match pb::ClientRole::try_from(raw) {
+        Ok(pb::ClientRole::Unspecified) => Ok(None),
+        Ok(pb::ClientRole::Viewer) => Ok(Some(agentd_core::ClientRole::Viewer)),
+        Ok(pb::ClientRole::Approver) => Ok(Some(agentd_core::ClientRole::Approver)),
+        Ok(pb::ClientRole::Driver) => Ok(Some(agentd_core::ClientRole::Driver)),
+        Err(_) => Err(Status::invalid_argument(format!(
+            "unknown client role {raw}"
+        ))),
     }
 }
 
@@ -638,6 +693,11 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
         pending_permission: s.pending.as_ref().map(permission),
         clients: s.clients.iter().map(client).collect(),
         your_client_id: s.your_client_id.clone(),
+        your_role: s
+            .clients
+            .iter()
+            .find(|c| c.id == s.your_client_id)
+            .map_or(pb::ClientRole::Unspecified, |c| role(c.role)) as i32,
     }
 }
 
@@ -746,6 +806,10 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             decision: decision(*d) as i32,
             client_id: c.as_ref().map(|c| c.id.clone()).unwrap_or_default(),
             client_name: c.as_ref().map(|c| c.name.clone()).unwrap_or_default(),
+            client_role: c
+                .as_ref()
+                .map_or(pb::ClientRole::Unspecified, |c| role(c.role))
+                as i32,
         }),
         EventKind::UsageUpdated {
             last,

@@ -1,5 +1,6 @@
 //! The gRPC edge: the service, the Unix socket listener and its security,
-//! and the conversion between wire and daemon types.
+//! the optional TCP listener (TLS, bearer tokens, roles: `remote.rs`,
+//! `access.rs`), and the conversion between wire and daemon types.
 //!
 //! Architecture invariant: prost types stop here. `service.rs` unpacks
 //! requests and builds responses, `outbox.rs` merges wire frames, and
@@ -7,20 +8,25 @@
 //! daemon's own (messages, states, events, answers); nothing outside
 //! `grpc/` names a generated type (the test below checks it).
 
+pub mod access;
 mod authority;
 pub mod convert;
 mod hpack;
 mod info;
 pub mod listener;
 mod outbox;
+pub mod remote;
 pub mod service;
 mod wire;
 
 use crate::runtime::Manager;
 use agent_proto::v1::agent_service_server::AgentServiceServer;
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
 /// How long a graceful shutdown may take before the server is dropped.
@@ -37,11 +43,15 @@ pub enum ServeError {
 }
 
 /// Serves the agent service (plus health and reflection) on `incoming`
+/// (the Unix socket) and `remote` (the TCP listener, when there is one)
 /// until `shutdown` completes; then ends every stream, stops the actors
 /// (their persisted state is kept for recovery) and returns within a
-/// bounded time even if clients hold streams open.
+/// bounded time even if clients hold streams open. Every request passes
+/// `access` first (see `access.rs`).
 pub async fn serve<S>(
     incoming: S,
+    remote: Option<remote::RemoteListener>,
+    access: Arc<access::Access>,
     manager: Arc<Manager>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServeError>
@@ -65,10 +75,17 @@ where
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1alpha()?;
     let limits = manager.shared().config.grpc.clone();
-    let svc = service::Service::new(manager.clone(), stop.clone());
+    let svc = service::Service::new(manager.clone(), stop.clone(), access.clone());
+    let remote: Pin<Box<dyn tokio_stream::Stream<Item = Result<Conn, std::io::Error>> + Send>> =
+        match remote {
+            Some(listener) => Box::pin(listener.incoming()),
+            None => Box::pin(tokio_stream::pending()),
+        };
+    let incoming = tokio_stream::StreamExt::merge(lenient(incoming), remote);
     let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = tonic::transport::Server::builder()
         .max_frame_size(Some(limits.max_frame_bytes))
+        .layer(access::AccessLayer::new(access))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(reflection_v1alpha)
@@ -78,7 +95,7 @@ where
             svc,
             limits.max_message_bytes,
         ))
-        .serve_with_incoming_shutdown(lenient(incoming), async {
+        .serve_with_incoming_shutdown(incoming, async {
             let _ = server_stopped.await;
         });
     tokio::pin!(server);
@@ -101,16 +118,92 @@ where
 
 /// The accepted connections, each read through [`authority::LenientAuthority`]
 /// so that stock clients are served whatever `:authority` they send.
-fn lenient<S>(
-    incoming: S,
-) -> impl tokio_stream::Stream<
-    Item = Result<authority::LenientAuthority<tokio::net::UnixStream>, std::io::Error>,
->
+fn lenient<S>(incoming: S) -> impl tokio_stream::Stream<Item = Result<Conn, std::io::Error>>
 where
     S: tokio_stream::Stream<Item = Result<tokio::net::UnixStream, std::io::Error>>,
 {
     use tokio_stream::StreamExt;
-    incoming.map(|conn| conn.map(authority::LenientAuthority::new))
+    incoming.map(|conn| conn.map(|c| Conn::Local(authority::LenientAuthority::new(c))))
+}
+
+/// A connection the daemon serves: on the Unix socket, or over TCP after
+/// the TLS handshake. Its connect info ([`access::Peer`]) tells the access
+/// layer which.
+pub enum Conn {
+    Local(authority::LenientAuthority<tokio::net::UnixStream>),
+    Remote {
+        tls: Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
+        peer: std::net::SocketAddr,
+    },
+}
+
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = access::Peer;
+
+    fn connect_info(&self) -> access::Peer {
+        match self {
+            Conn::Local(_) => access::Peer::Local,
+            Conn::Remote { peer, .. } => access::Peer::Remote(*peer),
+        }
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Local(c) => Pin::new(c).poll_read(cx, buf),
+            Conn::Remote { tls, .. } => Pin::new(tls.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Local(c) => Pin::new(c).poll_write(cx, buf),
+            Conn::Remote { tls, .. } => Pin::new(tls.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Conn::Local(c) => Pin::new(c).poll_write_vectored(cx, bufs),
+            Conn::Remote { tls, .. } => Pin::new(tls.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Conn::Local(c) => c.is_write_vectored(),
+            Conn::Remote { tls, .. } => tls.is_write_vectored(),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Local(c) => Pin::new(c).poll_flush(cx),
+            Conn::Remote { tls, .. } => Pin::new(tls.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Conn::Local(c) => Pin::new(c).poll_shutdown(cx),
+            Conn::Remote { tls, .. } => Pin::new(tls.as_mut()).poll_shutdown(cx),
+        }
+    }
 }
 
 #[cfg(test)]

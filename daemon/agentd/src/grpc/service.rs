@@ -1,6 +1,7 @@
 //! The `agent.v1.AgentService` implementation: validates requests, resolves
 //! id prefixes, and hands the work to the runtime.
 
+use super::access::{self, Access, Caller, FrameKind};
 use super::convert::{self, to_status};
 use super::outbox::{Due, Outbox};
 use crate::config::GrpcSection;
@@ -29,12 +30,28 @@ const SHELL_CHUNK: usize = 64 * 1024;
 pub struct Service {
     manager: Arc<Manager>,
     shutdown: CancellationToken,
+    /// Tokens and the TCP listener's identity.
+    access: Arc<Access>,
+}
+
+/// Who made `request`, as the access layer found (it admitted the call
+/// already; a request without a caller did not pass it and is refused).
+fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
+    request
+        .extensions()
+        .get::<Caller>()
+        .cloned()
+        .ok_or_else(|| Status::internal("a request that did not pass the access layer"))
 }
 
 impl Service {
     /// A service over `manager`; `shutdown` ends every open stream.
-    pub fn new(manager: Arc<Manager>, shutdown: CancellationToken) -> Self {
-        Service { manager, shutdown }
+    pub fn new(manager: Arc<Manager>, shutdown: CancellationToken, access: Arc<Access>) -> Self {
+        Service {
+            manager,
+            shutdown,
+            access,
+        }
     }
 
     fn max_attempts(&self) -> u32 {
@@ -130,14 +147,21 @@ fn check_text(limits: &GrpcSection, what: &str, text: &str) -> Result<(), Status
     Ok(())
 }
 
-/// A client's name as others are shown it: one line of at most 64
-/// characters.
 fn display_name(name: &str) -> String {
-    name.trim()
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(64)
-        .collect()
+    access::display_name(name)
+}
+
+/// A token as clients see it.
+fn token_info(t: &crate::store::access::TokenRecord) -> pb::TokenInfo {
+    pb::TokenInfo {
+        id: t.id.clone(),
+        name: t.name.clone(),
+        role: convert::role(t.role) as i32,
+        created_at_ms: t.created_at_ms,
+        expires_at_ms: t.expires_at_ms.unwrap_or(0),
+        revoked_at_ms: t.revoked_at_ms.unwrap_or(0),
+        last_used_at_ms: t.last_used_at_ms.unwrap_or(0),
+    }
 }
 
 /// The status a client gets when a frame of its stream (`what`: "Attach
@@ -300,6 +324,7 @@ impl AgentService for Service {
         &self,
         request: Request<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, Status> {
+        let from = caller(&request)?.client(String::new(), "", None);
         let req = request.into_inner();
         if req.text.trim().is_empty() && req.images.is_empty() {
             return Err(Status::invalid_argument("message text is empty"));
@@ -317,6 +342,7 @@ impl AgentService for Service {
             expected_turn: req.expected_turn,
             queue_if_busy: req.queue_if_busy,
             from: None,
+            by: Some(from),
         };
         let sent = self
             .manager
@@ -405,21 +431,19 @@ impl AgentService for Service {
         &self,
         request: Request<pb::AnswerPermissionRequest>,
     ) -> Result<Response<pb::AnswerPermissionResponse>, Status> {
+        let who = caller(&request)?;
         let req = request.into_inner();
         check_text(self.limits(), "feedback", &req.feedback)?;
         let id = self
             .manager
             .resolve(&req.conversation_id)
             .map_err(to_status)?;
-        let name = if req.client_name.is_empty() {
+        let name = if req.client_name.is_empty() && who.name.is_none() && who.remote.is_none() {
             "agent answer".to_string()
         } else {
             req.client_name
         };
-        let client = crate::runtime::ClientInfo {
-            id: String::new(),
-            name,
-        };
+        let client = who.client(String::new(), &name, None);
         let answer = convert::answer_from(
             req.request_id,
             req.decision,
@@ -575,13 +599,14 @@ impl AgentService for Service {
         &self,
         request: Request<pb::AnswerBudgetRequest>,
     ) -> Result<Response<pb::AnswerBudgetResponse>, Status> {
+        let who = caller(&request)?;
         let req = request.into_inner();
         check_text(self.limits(), "client name", &req.client_name)?;
         let id = self
             .manager
             .resolve(&req.conversation_id)
             .map_err(to_status)?;
-        let name = if req.client_name.is_empty() {
+        let name = if req.client_name.is_empty() && who.name.is_none() && who.remote.is_none() {
             "agent budget".to_string()
         } else {
             req.client_name
@@ -589,10 +614,7 @@ impl AgentService for Service {
         let answer = crate::runtime::BudgetAnswer {
             raise: req.raise,
             raise_by: req.raise_by,
-            by: Some(crate::runtime::ClientInfo {
-                id: String::new(),
-                name,
-            }),
+            by: Some(who.client(String::new(), &name, None)),
         };
         let record = self
             .manager
@@ -653,6 +675,7 @@ impl AgentService for Service {
         &self,
         request: Request<Streaming<pb::AttachRequest>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
+        let who = caller(&request)?;
         let mut inbound = request.into_inner();
         let first = match inbound
             .message()
@@ -675,14 +698,17 @@ impl AgentService for Service {
             .manager
             .resolve(&sub.conversation_id)
             .map_err(to_status)?;
-        let name = if sub.client_name.trim().is_empty() {
-            "anonymous".to_string()
-        } else {
-            sub.client_name
-        };
+        let name =
+            if sub.client_name.trim().is_empty() && who.name.is_none() && who.remote.is_none() {
+                "anonymous".to_string()
+            } else {
+                sub.client_name
+            };
+        let asked = convert::role_from(sub.role)?;
+        let client = who.client(String::new(), &name, asked);
         let subscription = self
             .manager
-            .subscribe(&id, sub.after_seq, name)
+            .subscribe(&id, sub.after_seq, client)
             .await
             .map_err(to_status)?;
         let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
@@ -887,6 +913,74 @@ impl AgentService for Service {
         Ok(Response::new(pb::ImportConversationsResponse {
             imported,
             skipped_ids,
+        }))
+    }
+
+    async fn create_token(
+        &self,
+        request: Request<pb::CreateTokenRequest>,
+    ) -> Result<Response<pb::CreateTokenResponse>, Status> {
+        let req = request.into_inner();
+        let Some(role) = convert::role_from(req.role)? else {
+            return Err(Status::invalid_argument(
+                "a token needs a role: viewer, approver or driver",
+            ));
+        };
+        let expires_in =
+            (req.expires_in_secs > 0).then(|| Duration::from_secs(req.expires_in_secs));
+        let (token, secret) = self.access.create(role, &req.name, expires_in)?;
+        self.access.flush().await?;
+        tracing::info!(token = %token.id, name = %token.name, role = %token.role, "token created");
+        Ok(Response::new(pb::CreateTokenResponse {
+            token: Some(token_info(&token)),
+            secret,
+        }))
+    }
+
+    async fn list_tokens(
+        &self,
+        _request: Request<pb::ListTokensRequest>,
+    ) -> Result<Response<pb::ListTokensResponse>, Status> {
+        let tokens = self.access.tokens()?;
+        let listening = self.access.listening.clone();
+        Ok(Response::new(pb::ListTokensResponse {
+            tokens: tokens.iter().map(token_info).collect(),
+            listen_address: listening
+                .as_ref()
+                .map(|l| l.address.clone())
+                .unwrap_or_default(),
+            fingerprint: listening.map(|l| l.fingerprint).unwrap_or_default(),
+        }))
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<pb::RevokeTokenRequest>,
+    ) -> Result<Response<pb::RevokeTokenResponse>, Status> {
+        let token = self.access.revoke(&request.into_inner().id)?;
+        self.access.flush().await?;
+        tracing::info!(token = %token.id, name = %token.name, "token revoked");
+        Ok(Response::new(pb::RevokeTokenResponse {
+            token: Some(token_info(&token)),
+        }))
+    }
+
+    async fn get_audit(
+        &self,
+        request: Request<pb::GetAuditRequest>,
+    ) -> Result<Response<pb::GetAuditResponse>, Status> {
+        let id = self
+            .manager
+            .resolve(&request.into_inner().conversation_id)
+            .map_err(to_status)?;
+        let entries = self
+            .manager
+            .shared()
+            .store
+            .audit(&id)
+            .map_err(|e| to_status(e.into()))?;
+        Ok(Response::new(pb::GetAuditResponse {
+            entries: entries.iter().map(convert::audit_entry).collect(),
         }))
     }
 }
@@ -1096,6 +1190,29 @@ async fn read_frames(
                 }
             },
         };
+        let kind = match &frame.frame {
+            Some(Frame::Subscribe(_)) => Some(FrameKind::Subscribe),
+            Some(Frame::Send(_)) => Some(FrameKind::Send),
+            Some(Frame::Answer(_)) => Some(FrameKind::Answer),
+            Some(Frame::Cancel(_)) => Some(FrameKind::Cancel),
+            Some(Frame::Budget(_)) => Some(FrameKind::Budget),
+            None => None,
+        };
+        if let Some(kind) = kind {
+            let (needed, what) = access::frame_need(kind);
+            if let Err(refused) = access::check_role(client.role, needed, what) {
+                if tx
+                    .send(super::wire::frame(&local_error(
+                        refused.message().to_string(),
+                    )))
+                    .await
+                    .is_err()
+                {
+                    break;
+                }
+                continue;
+            }
+        }
         let outcome: Result<(), Status> = match frame.frame {
             Some(Frame::Subscribe(_)) => Err(Status::invalid_argument("already subscribed")),
             Some(Frame::Send(s)) => {
@@ -1116,6 +1233,7 @@ async fn read_frames(
                                 expected_turn: s.expected_turn,
                                 queue_if_busy: s.queue_if_busy,
                                 from: Some(client.clone()),
+                                by: None,
                             };
                             manager
                                 .send_message(&id, message)

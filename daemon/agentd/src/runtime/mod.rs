@@ -142,6 +142,9 @@ pub struct NewMessage {
     pub queue_if_busy: bool,
     /// The attached client that sent it, if it came over an Attach stream.
     pub from: Option<agentd_core::ClientInfo>,
+    /// Who sent it, for the audit trail, when it came by a unary call
+    /// (`from` names an attached sender).
+    pub by: Option<agentd_core::ClientInfo>,
 }
 
 /// A change of a conversation's settings; `None` keeps a value.
@@ -806,13 +809,15 @@ impl Manager {
         &self,
         id: &str,
         after_seq: u64,
-        name: String,
+        client: ClientInfo,
     ) -> Result<Subscription, RuntimeError> {
-        let client_id = format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed));
+        let client = ClientInfo {
+            id: format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed)),
+            ..client
+        };
         self.ask(id, |reply| Command::Subscribe {
             after_seq,
-            name,
-            client_id,
+            client,
             reply,
         })
         .await

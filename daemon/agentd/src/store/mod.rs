@@ -7,11 +7,14 @@
 //! `mid_turn` (ids of conversations not at rest, so start-up finds the
 //! ones to recover without reading every record), `meta` (schema version,
 //! whether `mid_turn` has been built), `images` (SHA-256 hex → the image's
-//! bytes: every image once, whatever number of messages refer to it).
+//! bytes: every image once, whatever number of messages refer to it),
+//! `tokens` and `audit` (see [`access`]).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
 //! callers into one sled flush, made by a thread of its own (fewer hand-offs
 //! than sled's `flush_async`, which goes through sled's thread pool).
+
+pub mod access;
 
 use agentd_core::{ConvState, Message, Mode, Usage};
 use serde::{Deserialize, Serialize};
@@ -221,6 +224,10 @@ pub enum StoredEvent {
         decision: agentd_core::Decision,
         /// Who answered: (client id, name).
         client: Option<(String, String)>,
+        /// Who answered, with role, token and address (events stored
+        /// before roles have `client` only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<agentd_core::ClientInfo>,
     },
     /// A notice of the core clients must not miss (context warning,
     /// continuation, exhaustion, a reached budget).
@@ -235,8 +242,8 @@ pub enum StoredEvent {
         at_ms: i64,
         stop: agentd_core::BudgetStop,
         raised_by: Option<u64>,
-        /// Who answered: (client id, name).
-        client: Option<(String, String)>,
+        /// Who answered (with the role they had).
+        client: Option<agentd_core::ClientInfo>,
     },
     /// A hook ran (or failed, or timed out): kept so the record of what
     /// hooks decided survives a restart.
@@ -310,6 +317,10 @@ pub struct Store {
     /// Image bytes by their SHA-256 (lower-case hex): content-addressed,
     /// so an image sent many times, or by many conversations, is kept once.
     images: sled::Tree,
+    /// Bearer tokens of the TCP listener (see [`access`]).
+    tokens: sled::Tree,
+    /// Who did what, per conversation (see [`access`]).
+    audit: sled::Tree,
     /// What `mid_turn` holds, so a commit writes it only on a change.
     mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
     flush_tx: mpsc::Sender<FlushRequest>,
@@ -408,6 +419,8 @@ impl Store {
         let budget_raises = db.open_tree("budget_raises")?;
         let trusted = db.open_tree("trusted_dirs")?;
         let images = db.open_tree("images")?;
+        let tokens = db.open_tree("tokens")?;
+        let audit = db.open_tree("audit")?;
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
@@ -446,6 +459,8 @@ impl Store {
             budget_raises,
             trusted,
             images,
+            tokens,
+            audit,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
             flush_tx,
             flushes: Default::default(),

@@ -30,6 +30,7 @@ impl Attached {
             conversation_id: id.to_string(),
             after_seq,
             client_name: name.to_string(),
+            ..Default::default()
         })))
         .await
         .unwrap();

@@ -264,11 +264,33 @@ impl Actor {
                 by,
             } => {
                 self.pending_view = None;
+                let asked = self
+                    .answering
+                    .take()
+                    .filter(|ask| ask.request_id == request_id);
+                if let Some(client) = &by {
+                    let (tool, summary) = asked
+                        .map(|ask| {
+                            let summary = crate::tools::summarize_call(&ask.tool_name, &ask.input);
+                            (ask.tool_name, summary)
+                        })
+                        .unwrap_or_default();
+                    self.audit(
+                        client.clone(),
+                        crate::store::access::AuditAction::PermissionAnswered {
+                            request_id: request_id.clone(),
+                            decision,
+                            tool,
+                            summary,
+                        },
+                    );
+                }
                 self.persist_event(StoredEvent::PermissionResolved {
                     at_ms: self.now_ms(),
                     request_id: request_id.clone(),
                     decision,
                     client: by.as_ref().map(|c| (c.id.clone(), c.name.clone())),
+                    by: by.clone(),
                 })
                 .await;
                 self.emit(EventKind::PermissionResolved {
@@ -312,6 +334,23 @@ impl Actor {
                 tracing::warn!(conversation = %self.record.id, "sub-agent {agent_id} requested but sub-agents are not available");
                 None
             }
+        }
+    }
+
+    /// Adds an entry to the conversation's audit trail, made durable by the
+    /// next flush (the caller's commit or event, which follows at once).
+    pub(super) fn audit(
+        &self,
+        client: agentd_core::ClientInfo,
+        action: crate::store::access::AuditAction,
+    ) {
+        let record = crate::store::access::AuditRecord {
+            at_ms: self.now_ms(),
+            client,
+            action,
+        };
+        if let Err(e) = self.shared.store.put_audit(&self.record.id, &record) {
+            tracing::error!(conversation = %self.record.id, "cannot write the audit trail: {e}");
         }
     }
 

@@ -119,8 +119,8 @@ pub(crate) enum Command {
     },
     Subscribe {
         after_seq: u64,
-        name: String,
-        client_id: String,
+        /// With the id the manager gave it.
+        client: ClientInfo,
         reply: oneshot::Sender<Subscription>,
     },
     Detach {
@@ -194,6 +194,9 @@ pub(crate) struct Actor {
     rules: Vec<Rule>,
     /// Summary and diff of the pending permission request.
     pending_view: Option<PermissionView>,
+    /// The request a client's answer is being applied to, for the audit
+    /// trail the resolution writes (the state has moved on by then).
+    answering: Option<agentd_core::PermissionAsk>,
     /// What the recovery after a restart said, repeated to clients that
     /// attach later (they get a snapshot, which carries no notices).
     recovery_notices: Vec<String>,
@@ -231,6 +234,7 @@ impl Actor {
             stored,
             rules: Vec::new(),
             pending_view: None,
+            answering: None,
             recovery_notices: Vec::new(),
             fanout,
             work: Work::default(),
@@ -610,6 +614,7 @@ impl Actor {
                     Some(RequestOutcome::Answered) => Ok(()),
                     Some(other) => Err(reused(client_request_id.as_deref(), other)),
                     None => {
+                        self.answering = self.record.state.pending_permission().cloned();
                         let event = Event::PermissionAnswered {
                             request_id,
                             decision,
@@ -630,14 +635,9 @@ impl Actor {
             }
             Command::Subscribe {
                 after_seq,
-                name,
-                client_id,
+                client,
                 reply,
             } => {
-                let client = ClientInfo {
-                    id: client_id,
-                    name,
-                };
                 let live = self.fanout.subscribe();
                 let initial = self.initial_frames(after_seq, &client);
                 self.fanout.clients.push(client.clone());
@@ -662,10 +662,11 @@ impl Actor {
                     .iter()
                     .find(|c| c.id == client_id)
                     .cloned()
-                    .unwrap_or(ClientInfo {
-                        id: client_id,
-                        name: String::new(),
-                    });
+                    .unwrap_or(ClientInfo::local(
+                        client_id,
+                        "",
+                        agentd_core::ClientRole::Viewer,
+                    ));
                 let _ = reply.send(self.snapshot(&client));
             }
             Command::Update { settings, reply } => {
@@ -895,7 +896,7 @@ impl Actor {
             at_ms: self.now_ms(),
             stop,
             raised_by,
-            client: client.as_ref().map(|c| (c.id.clone(), c.name.clone())),
+            client: client.clone(),
         })
         .await;
         self.emit(EventKind::BudgetResolved {
@@ -1007,6 +1008,9 @@ impl Actor {
             self.record = saved;
             return Err(e);
         }
+        let audited = (message.by.clone())
+            .or_else(|| message.from.clone())
+            .map(|c| (c, message.text.clone()));
         self.record.queued.push(QueuedMessage {
             id: id.clone(),
             text: message.text,
@@ -1015,6 +1019,9 @@ impl Actor {
             images: message.images.into_iter().map(|i| i.image).collect(),
         });
         self.persist_queue(saved).await?;
+        if let Some((client, text)) = audited {
+            self.audit_message(client, &text, Some(id.clone())).await;
+        }
         Ok(super::Sent::Queued(id))
     }
 
@@ -1076,6 +1083,9 @@ impl Actor {
     async fn send_now(&mut self, message: super::NewMessage) -> Result<super::Sent, RuntimeError> {
         let message_seq = self.transcript.len() as u64 + 1;
         self.store_images(&message.images)?;
+        let audited = (message.by.clone())
+            .or_else(|| message.from.clone())
+            .map(|c| (c, message.text.clone()));
         self.apply_request(
             message.client_request_id,
             RequestOutcome::Sent { message_seq },
@@ -1086,7 +1096,33 @@ impl Actor {
             },
         )
         .await?;
+        if let Some((client, text)) = audited {
+            self.audit_message(client, &text, None).await;
+        }
         Ok(super::Sent::Appended(self.last_user_message_seq()))
+    }
+
+    /// Records who sent a message that was accepted (appended, or queued
+    /// as `queued_id`), durably: the message itself already is.
+    async fn audit_message(
+        &self,
+        client: agentd_core::ClientInfo,
+        text: &str,
+        queued_id: Option<String>,
+    ) {
+        self.audit(
+            client,
+            crate::store::access::AuditAction::MessageSent {
+                text: text
+                    .chars()
+                    .take(crate::store::access::AUDIT_TEXT_CHARS)
+                    .collect(),
+                queued_id,
+            },
+        );
+        if let Err(e) = self.shared.store.flush().await {
+            tracing::error!(conversation = %self.record.id, "cannot flush the audit trail: {e}");
+        }
     }
 
     /// Tells clients about hooks that ran, and records them in the event

@@ -432,12 +432,17 @@ fn stored_events_after(
                 request_id,
                 decision,
                 client,
+                by,
             } => (
                 at_ms,
                 EventKind::PermissionResolved {
                     request_id,
                     decision,
-                    client: client.map(|(id, name)| ClientInfo { id, name }),
+                    client: by.or_else(|| {
+                        client.map(|(id, name)| {
+                            ClientInfo::local(id, name, agentd_core::ClientRole::Driver)
+                        })
+                    }),
                 },
             ),
             StoredEvent::Notified { at_ms, notice } => {
@@ -453,7 +458,7 @@ fn stored_events_after(
                 EventKind::BudgetResolved {
                     stop,
                     raised_by,
-                    client: client.map(|(id, name)| ClientInfo { id, name }),
+                    client,
                 },
             ),
             StoredEvent::HookRan {
@@ -654,10 +659,7 @@ mod tests {
     #[test]
     fn the_ring_is_freed_when_the_last_client_leaves_and_made_again_for_the_next() {
         let mut fanout = Fanout::new(1);
-        let client = |id: &str| ClientInfo {
-            id: id.into(),
-            name: "c".into(),
-        };
+        let client = |id: &str| ClientInfo::local(id, "c", agentd_core::ClientRole::Driver);
         let first = fanout.subscribe();
         fanout.clients.push(client("a"));
         fanout.drop_hub_if_unwatched();

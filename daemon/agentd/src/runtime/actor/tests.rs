@@ -198,7 +198,7 @@ impl Rig {
     }
 
     async fn attach(&self, id: &str) -> Subscription {
-        self.manager.subscribe(id, 0, "test".into()).await.unwrap()
+        self.manager.subscribe(id, 0, client("test")).await.unwrap()
     }
 
     fn record(&self, id: &str) -> ConversationRecord {
@@ -234,10 +234,7 @@ impl Rig {
 }
 
 fn client(name: &str) -> ClientInfo {
-    ClientInfo {
-        id: "c9".to_string(),
-        name: name.to_string(),
-    }
+    ClientInfo::local("c9", name, agentd_core::ClientRole::Driver)
 }
 
 /// The next live event that `pick` accepts (others are skipped).
@@ -372,7 +369,7 @@ async fn a_failed_flush_of_a_mode_upgrade_leaves_the_mode_and_the_request() {
         .await;
     assert!(refused.is_err());
     rig.store.fail_flushes(false);
-    let late = rig.manager.subscribe(&id, 0, "late".into()).await.unwrap();
+    let late = rig.manager.subscribe(&id, 0, client("late")).await.unwrap();
     let EventKind::Snapshot(snapshot) = &late.initial[0].kind else {
         panic!("a snapshot first");
     };
@@ -490,7 +487,7 @@ async fn a_reconnecting_client_gets_what_it_missed_from_the_buffer() {
     assert!(deltas > 0, "the reply streamed");
     let again = rig
         .manager
-        .subscribe(&id, user_message.seq, "again".into())
+        .subscribe(&id, user_message.seq, client("again"))
         .await
         .unwrap();
     assert!(matches!(again.initial[0].kind, EventKind::Resumed { .. }));
@@ -537,7 +534,7 @@ async fn after_a_reload_a_reconnecting_client_gets_the_durable_events() {
     );
     let again = rig
         .manager
-        .subscribe(&id, user_message.seq, "again".into())
+        .subscribe(&id, user_message.seq, client("again"))
         .await
         .unwrap();
     assert!(matches!(again.initial[0].kind, EventKind::Resumed { .. }));
@@ -782,7 +779,7 @@ async fn the_resolution_names_the_client_that_answered() {
     // The stored event names the client too.
     let again = rig
         .manager
-        .subscribe(&id, resolved.seq - 1, "again".into())
+        .subscribe(&id, resolved.seq - 1, client("again"))
         .await
         .unwrap();
     let replayed = again
@@ -920,7 +917,11 @@ async fn a_running_commands_output_reaches_clients_live_and_a_silent_one_sends_n
     until_idle(&mut sub).await;
 
     // Nothing of it was stored, and the buffer let go of it.
-    let again = rig.manager.subscribe(&id, 1, "again".into()).await.unwrap();
+    let again = rig
+        .manager
+        .subscribe(&id, 1, client("again"))
+        .await
+        .unwrap();
     assert!(
         !again
             .initial
