@@ -667,6 +667,7 @@ async fn answer(ctx: &Ctx, args: AnswerArgs, io: &mut Io) -> Result<Exit, CliErr
         client_name: client_name(),
         scope: scope as i32,
         client_request_id: request_id(),
+        plan_answer: None,
     };
     retrying(ctx, |mut client| {
         let request = request.clone();

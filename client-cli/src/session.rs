@@ -867,6 +867,7 @@ impl Session<'_> {
                 pb::RuleScope::Unspecified as i32
             },
             client_request_id: crate::commands::request_id(),
+            plan_answer: None,
         }))
         .await;
     }

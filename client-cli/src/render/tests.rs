@@ -67,6 +67,7 @@ fn appended(m: pb::Message) -> E {
 
 fn request(options: &[D]) -> pb::PermissionRequest {
     pb::PermissionRequest {
+        plan: None,
         request_id: "req1".into(),
         tool_name: "edit".into(),
         tool_use_id: "t1".into(),
@@ -480,6 +481,7 @@ fn background_is_listed_only_when_offered() {
 #[test]
 fn snapshot_shows_header_transcript_partial_and_pending() {
     let snapshot = pb::Snapshot {
+        plan: None,
         conversation: Some(pb::ConversationSummary {
             id: "01JABC".into(),
             title: "fix it".into(),
@@ -579,6 +581,7 @@ fn snapshot_of_a_long_conversation_shows_the_tail() {
 #[test]
 fn transcript_for_show() {
     let response = pb::GetConversationResponse {
+        plan: None,
         conversation: Some(pb::ConversationSummary {
             id: "01JABC".into(),
             state: Some(pb::ConversationState {

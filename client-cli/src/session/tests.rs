@@ -11,6 +11,7 @@ use agent_proto::testing::rpc;
 
 fn snapshot(kind: S, messages: Vec<pb::Message>, pending: Option<pb::PermissionRequest>) -> E {
     E::Snapshot(pb::Snapshot {
+        plan: None,
         conversation: Some(pb::ConversationSummary {
             id: CONV_ID.into(),
             state: Some(state(kind)),

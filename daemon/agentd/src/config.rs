@@ -212,6 +212,15 @@ impl Default for ContextSection {
     }
 }
 
+/// Plans (README "Plans"): what a request that deserves a plan does.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlanSection {
+    /// `off`, `suggest` (the default: clients ask whether to plan first) or
+    /// `require` (the conversation enters plan mode).
+    pub detect: agentd_core::plan::PlanDetect,
+}
+
 /// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
 const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
 
@@ -315,6 +324,8 @@ pub struct FileConfig {
     pub context: ContextSection,
     /// MCP servers (README "MCP servers").
     pub mcp: crate::mcp::McpSection,
+    /// Plans (README "Plans").
+    pub plan: PlanSection,
 }
 
 /// The effective configuration.
@@ -358,6 +369,8 @@ pub struct Config {
     pub context: ContextSection,
     /// The MCP servers of the config file, checked.
     pub mcp_servers: Vec<crate::mcp::ServerSpec>,
+    /// Plans.
+    pub plan: PlanSection,
 }
 
 impl Config {
@@ -461,6 +474,7 @@ impl Config {
             hooks,
             hook_timeout_ms: file.hooks.timeout_ms,
             context: file.context,
+            plan: file.plan,
             mcp_servers,
             model,
             provider: file.provider,

@@ -5,6 +5,7 @@ use crate::client::ClientInfo;
 use crate::hooks::HookVerdict;
 use crate::message::{ContentBlock, Reply, ToolResult, Usage};
 use crate::permission::Decision;
+use crate::plan::PlanAnswer;
 use crate::state::{ErrorKind, SubAgentResult};
 use serde::{Deserialize, Serialize};
 
@@ -108,6 +109,15 @@ pub enum Event {
     /// The daemon is stopping cleanly (SIGTERM): running tools are being
     /// terminated.
     DaemonStopping,
+    /// A user answered a plan approval request (a decision apart from the
+    /// permission answers).
+    PlanAnswered {
+        /// Empty: the pending one.
+        request_id: String,
+        answer: PlanAnswer,
+        /// The client that answered.
+        by: Option<ClientInfo>,
+    },
 }
 
 impl Event {
@@ -131,6 +141,7 @@ impl Event {
             Event::ContinuedFrom { .. } => "ContinuedFrom",
             Event::DaemonRestarted => "DaemonRestarted",
             Event::DaemonStopping => "DaemonStopping",
+            Event::PlanAnswered { .. } => "PlanAnswered",
         }
     }
 }

@@ -262,6 +262,11 @@ pub struct ConvContext {
     /// the warning fires when a reply crosses the warning threshold from
     /// below it, and a manual continuation starts from it (REQ-BED-023).
     pub last_usage: Usage,
+    /// The conversation's plan, if one was proposed (issue 17).
+    pub plan: Option<crate::plan::Plan>,
+    /// What a user message that deserves a plan does (`[plan] detect`).
+    /// Off in `ConvContext::default()`; the daemon's default is suggest.
+    pub plan_detect: crate::plan::PlanDetect,
 }
 
 impl Default for ConvContext {
@@ -281,6 +286,8 @@ impl Default for ConvContext {
             hooks: HookMatchers::default(),
             queued: Vec::new(),
             last_usage: Usage::default(),
+            plan: None,
+            plan_detect: crate::plan::PlanDetect::Off,
         }
     }
 }

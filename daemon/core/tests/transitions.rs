@@ -338,7 +338,13 @@ fn render_effect(effect: &Effect) -> String {
             Notice::ContextExhausted { summary } => {
                 format!("notify context_exhausted {}", render_text(summary))
             }
+            Notice::PlanSuggested { score, cues } => {
+                format!("notify plan_suggested score={score} [{}]", cues.join("; "))
+            }
         },
+        Effect::PlanChanged { plan, change } => {
+            format!("plan {} {}", plan.phase.as_str(), wire(change))
+        }
         Effect::SpawnSubAgent { agent_id, prompt } => format!("spawn {agent_id} {prompt:?}"),
         Effect::RunPreToolHooks { call } => {
             format!(

@@ -230,6 +230,9 @@ pub struct Answer {
     pub by: Option<ClientInfo>,
     /// The client's id for this request (see [`NewMessage`]).
     pub client_request_id: Option<String>,
+    /// The answer to a plan approval request (then `decision` is the plan
+    /// decision it amounts to: approve, reject or edit).
+    pub plan: Option<agentd_core::plan::PlanAnswer>,
 }
 
 /// The live actors by conversation id.
@@ -456,6 +459,7 @@ impl Manager {
             continued_automatically: false,
             hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
             continue_pending: false,
+            plan: None,
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).

@@ -131,6 +131,10 @@ pub struct ConversationRecord {
     /// restart finds it (the mid-turn index holds it) and does it then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_pending: bool,
+    /// The latest plan proposed in it, with its steps' statuses (issue
+    /// 17): written with the state of the transition that changed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<agentd_core::Plan>,
 }
 
 impl ConversationRecord {
@@ -938,6 +942,7 @@ mod tests {
             continued_automatically: false,
             hop: 0,
             continue_pending: false,
+            plan: None,
         }
     }
 

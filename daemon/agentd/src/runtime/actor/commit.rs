@@ -122,6 +122,8 @@ impl Actor {
                 .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
             queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
             last_usage: self.record.last_usage,
+            plan: self.record.plan.clone(),
+            plan_detect: cfg.plan.detect,
         }
     }
 
@@ -218,6 +220,13 @@ impl Actor {
             }
             if let Some(mode) = t.mode {
                 self.record.mode = mode;
+            }
+            // The plan as this transition leaves it is written with it.
+            if let Some(plan) = t.effects.iter().rev().find_map(|e| match e {
+                Effect::PlanChanged { plan, .. } => Some(plan),
+                _ => None,
+            }) {
+                self.record.plan = Some(plan.clone());
             }
             let appended: Vec<Message> = t
                 .effects

@@ -318,12 +318,20 @@ impl Actor {
                         manual,
                     },
                     Notice::ContextExhausted { summary } => EventKind::ContextExhausted { summary },
+                    Notice::PlanSuggested { score, cues } => {
+                        EventKind::PlanSuggested { score, cues }
+                    }
                     Notice::Recovered { message } => {
                         self.recovery_notices.push(message.clone());
                         EventKind::Notice(message)
                     }
                 };
                 self.emit(kind);
+                None
+            }
+            // The plan itself was written by the commit.
+            Effect::PlanChanged { plan, change } => {
+                self.emit(EventKind::Plan { change, plan });
                 None
             }
             Effect::SpawnSubAgent { agent_id, .. } => {
@@ -412,9 +420,13 @@ impl Actor {
                 (Arc::new(messages), Arc::from(Vec::new()))
             }
         };
+        let mut system = self.system_prompt();
+        if self.record.mode == Mode::Plan {
+            system = Arc::from(format!("{system}\n\n{}", prompt::PLAN_MODE));
+        }
         let request = LlmRequest {
             model: self.record.model.clone(),
-            system: self.system_prompt(),
+            system,
             messages,
             tools,
             max_tokens: self.max_tokens(),
