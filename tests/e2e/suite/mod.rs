@@ -20,6 +20,7 @@ mod live_output;
 mod mcp;
 mod ops;
 mod permissions;
+mod plans;
 mod queue;
 mod settings;
 mod shells;
