@@ -472,6 +472,7 @@ pub struct AnswerArgs {
 
 /// How `agent plan` answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
 pub enum PlanAction {
     /// Carry it out in default mode.
     Approve,

@@ -5,7 +5,9 @@
 //! plan and its statuses survive a kill -9, and a step whose dependency
 //! failed is skipped.
 
-use super::util::{Attached, done, get, is_idle, is_request, request_of, send, tool};
+use super::util::{
+    Attached, agent_out, done, get, is_idle, is_request, request_of, send, tool, wait_state,
+};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
@@ -480,4 +482,65 @@ async fn rejection_feedback_reaches_the_model_and_an_edit_is_what_it_is_told() {
         r.conversation.unwrap().mode,
         pb::PermissionMode::Default as i32
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn detect_require_enters_plan_mode_and_the_cli_answers_and_shows_the_plan() {
+    let s = Scenario::new()
+        .config("[plan]\ndetect = \"require\"\n")
+        .scripts([
+            tool("p1", "propose_plan", four_steps()),
+            update("u1", json!([{"id": "1", "status": "in_progress"}])),
+            done(),
+        ])
+        .conversation("")
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
+    send(
+        &mut client,
+        &id,
+        "refactor the greeting module and move the helpers to util.rs",
+    )
+    .await;
+    let r = wait_state(&mut client, &id, pb::StateKind::AwaitingPermission).await;
+    assert_eq!(
+        r.conversation.as_ref().unwrap().mode,
+        pb::PermissionMode::Plan as i32,
+        "a request that deserves a plan entered plan mode"
+    );
+    let first = &fake.requests()[0];
+    assert!(
+        first.body["system"]
+            .to_string()
+            .contains("You are in plan mode")
+    );
+    assert!(!tool_names(first).contains(&"write".to_string()));
+
+    let (ok, out, err) = agent_out(&d, &["plan", &id, "approve_edits"]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("plan approved (accept_edits)"), "{out}");
+    let r = wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    assert_eq!(
+        r.conversation.as_ref().unwrap().mode,
+        pb::PermissionMode::AcceptEdits as i32
+    );
+    let (ok, out, err) = agent_out(&d, &["show", &id]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("plan (approved): Refactor the greeting module"),
+        "{out}"
+    );
+    assert!(out.contains("[>] 1. Read the current code"), "{out}");
+    assert!(out.contains("[ ] 4. Run the tests"), "{out}");
+    let (ok, out, err) = agent_out(&d, &["show", "--json", &id]).await;
+    assert!(ok, "{err}");
+    let shown: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(shown["plan"]["steps"][0]["status"], "in_progress");
+    assert_eq!(shown["plan"]["steps"][3]["status"], "pending");
+    // Nothing is pending now: a second answer is refused.
+    let (ok, _, err) = agent_out(&d, &["plan", &id, "reject", "--feedback", "no"]).await;
+    assert!(!ok);
+    assert!(err.contains("no permission request"), "{err}");
 }
