@@ -322,6 +322,12 @@ pub enum Command {
     /// Answer a conversation's pending permission request (for scripts)
     Answer(AnswerArgs),
 
+    /// Answer a conversation's pending plan approval request: approve,
+    /// approve_edits (approve and continue in accept_edits mode), reject
+    /// (with --feedback), or edit (the steps from --steps-file, or edited in
+    /// $EDITOR)
+    Plan(PlanArgs),
+
     /// List background shells, read their output, kill them
     Shells(ShellsArgs),
 
@@ -541,6 +547,41 @@ pub struct AnswerArgs {
     /// the same working directory, not just this one
     #[arg(long)]
     pub always_project: bool,
+}
+
+/// How `agent plan` answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[value(rename_all = "snake_case")]
+pub enum PlanAction {
+    /// Carry it out in default mode.
+    Approve,
+    /// Carry it out in accept_edits mode.
+    ApproveEdits,
+    /// Reject it; --feedback says why.
+    Reject,
+    /// Approve an edited step list (default mode).
+    Edit,
+}
+
+/// `agent plan`.
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    /// Conversation id or unique prefix
+    #[arg(value_name = "ID")]
+    pub id: String,
+
+    #[arg(value_name = "ACTION", value_enum, ignore_case = true)]
+    pub action: PlanAction,
+
+    /// With reject: what the plan should do differently (the model is told)
+    #[arg(long, value_name = "TEXT")]
+    pub feedback: Option<String>,
+
+    /// With edit: the steps, one a line `id. [kind] title (after id, id)
+    /// {file, file}` (- reads standard input); without it, $EDITOR opens
+    /// the proposed steps
+    #[arg(long, value_name = "FILE")]
+    pub steps_file: Option<std::path::PathBuf>,
 }
 
 /// `agent shells`.

@@ -8,8 +8,8 @@ use agent_proto::v1 as pb;
 use serde_json::{Value, json};
 
 use crate::cli::{
-    AnswerArgs, AttachArgs, BudgetCommand, Cli, Command, McpCommand, RunArgs, ShellsArgs,
-    ShellsCommand,
+    AnswerArgs, AttachArgs, BudgetCommand, Cli, Command, McpCommand, PlanAction, PlanArgs, RunArgs,
+    ShellsArgs, ShellsCommand,
 };
 use crate::connect::{Client, connect_or_start, socket_path};
 use crate::error::{CliError, Exit};
@@ -116,6 +116,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Usage { days, conversation } => usage(&ctx, days, conversation, io).await,
         Command::Budget { command } => budget(&ctx, command, io).await,
         Command::Answer(args) => answer(&ctx, args, io).await,
+        Command::Plan(args) => plan_answer(&ctx, args, io).await,
         Command::Shells(args) => shells(&ctx, args, io).await,
         Command::Mcp {
             command: McpCommand::Ls,
@@ -783,6 +784,7 @@ async fn answer(ctx: &Ctx, args: AnswerArgs, io: &mut Io) -> Result<Exit, CliErr
         client_name: client_name(),
         scope: scope as i32,
         client_request_id: request_id(),
+        plan_answer: None,
     };
     retrying(ctx, |mut client| {
         let request = request.clone();
@@ -799,6 +801,105 @@ async fn answer(ctx: &Ctx, args: AnswerArgs, io: &mut Io) -> Result<Exit, CliErr
         print_line(io, &format!("answered: {}", args.decision.label()))?;
     }
     Ok(Exit::Ok)
+}
+
+async fn plan_answer(ctx: &Ctx, args: PlanArgs, io: &mut Io) -> Result<Exit, CliError> {
+    use pb::plan_answer::Answer as A;
+    let answer = match args.action {
+        PlanAction::Approve => A::Approve(pb::PlanApprove {
+            mode: pb::PermissionMode::Default as i32,
+        }),
+        PlanAction::ApproveEdits => A::Approve(pb::PlanApprove {
+            mode: pb::PermissionMode::AcceptEdits as i32,
+        }),
+        PlanAction::Reject => A::Reject(pb::PlanReject {
+            feedback: args.feedback.clone().unwrap_or_default(),
+        }),
+        PlanAction::Edit => {
+            let text = match &args.steps_file {
+                Some(path) if path.as_os_str() == "-" => std::io::read_to_string(std::io::stdin())
+                    .map_err(|e| {
+                        CliError::Input(format!("cannot read the steps from standard input: {e}"))
+                    })?,
+                Some(path) => std::fs::read_to_string(path)
+                    .map_err(|e| CliError::Input(format!("cannot read {}: {e}", path.display())))?,
+                None => {
+                    let pending = conversation(ctx, &args.id)
+                        .await?
+                        .pending_permission
+                        .and_then(|p| p.plan)
+                        .ok_or_else(|| {
+                            CliError::Refused("no plan is waiting for approval".to_string())
+                        })?;
+                    edit_in_editor(&crate::render::plan_steps_text(&pending))?
+                }
+            };
+            let steps = crate::render::parse_plan_steps(&text).map_err(CliError::Input)?;
+            A::Edit(pb::PlanEdit {
+                steps,
+                mode: pb::PermissionMode::Default as i32,
+            })
+        }
+    };
+    let request = pb::AnswerPermissionRequest {
+        conversation_id: args.id.clone(),
+        client_name: client_name(),
+        client_request_id: request_id(),
+        plan_answer: Some(pb::PlanAnswer {
+            answer: Some(answer),
+        }),
+        ..Default::default()
+    };
+    retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.answer_permission(request).await }
+    })
+    .await?
+    .map_err(|s| CliError::conversation_status(s, &args.id))?;
+    let done = match args.action {
+        PlanAction::Approve => "plan approved",
+        PlanAction::ApproveEdits => "plan approved (accept_edits)",
+        PlanAction::Reject => "plan rejected",
+        PlanAction::Edit => "edited plan approved",
+    };
+    if ctx.json {
+        print_json(io, &serde_json::json!({"answered": done}))?;
+    } else {
+        print_line(io, done)?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// Opens `text` in $VISUAL / $EDITOR (vi without either) and returns what
+/// the user saved.
+fn edit_in_editor(text: &str) -> Result<String, CliError> {
+    let editor = std::env::var("VISUAL")
+        .or_else(|_| std::env::var("EDITOR"))
+        .unwrap_or_else(|_| "vi".to_string());
+    let path = std::env::temp_dir().join(format!("agent-plan-{}.txt", std::process::id()));
+    let header = "# Edit the steps, one a line: id. [kind] title (after id, id) {file, file}\n# kinds: analyze, edit, validate, test. Lines starting with # are ignored.\n";
+    std::fs::write(&path, format!("{header}{text}"))
+        .map_err(|e| CliError::Input(format!("cannot write {}: {e}", path.display())))?;
+    let mut words = shlex::split(&editor).unwrap_or_else(|| vec![editor.clone()]);
+    if words.is_empty() {
+        words.push("vi".to_string());
+    }
+    let status = std::process::Command::new(&words[0])
+        .args(&words[1..])
+        .arg(&path)
+        .status();
+    let edited = std::fs::read_to_string(&path);
+    let _ = std::fs::remove_file(&path);
+    match status {
+        Ok(s) if s.success() => {}
+        Ok(s) => {
+            return Err(CliError::Input(format!(
+                "{editor} exited with {s}; nothing sent"
+            )));
+        }
+        Err(e) => return Err(CliError::Input(format!("cannot run {editor}: {e}"))),
+    }
+    edited.map_err(|e| CliError::Input(format!("cannot read the edited steps: {e}")))
 }
 
 async fn shells(ctx: &Ctx, args: ShellsArgs, io: &mut Io) -> Result<Exit, CliError> {

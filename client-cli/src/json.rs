@@ -267,6 +267,7 @@ pub fn permission_request(r: &pb::PermissionRequest) -> Value {
         "options": r.options.iter().map(|o| decision_json(*o)).collect::<Vec<_>>(),
         "reason": r.reason,
         "suggested_rule": r.suggested_rule,
+        "plan": opt(r.plan.as_ref(), plan),
     })
 }
 
@@ -298,6 +299,7 @@ pub fn get_conversation_response(r: &pb::GetConversationResponse) -> Value {
         "messages": r.messages.iter().map(message).collect::<Vec<_>>(),
         "pending_permission": opt(r.pending_permission.as_ref(), permission_request),
         "instructions": opt(r.instructions.as_ref(), instructions),
+        "plan": opt(r.plan.as_ref(), plan),
     })
 }
 
@@ -352,6 +354,14 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::ConversationContinued(_) => "conversation_continued",
         Event::BudgetStopped(_) => "budget_stopped",
         Event::BudgetResolved(_) => "budget_resolved",
+        Event::PlanGenerated(_) => "plan_generated",
+        Event::PlanConfirmed(_) => "plan_confirmed",
+        Event::PlanRejected(_) => "plan_rejected",
+        Event::PlanStepStarted(_) => "plan_step_started",
+        Event::PlanStepCompleted(_) => "plan_step_completed",
+        Event::PlanStepFailed(_) => "plan_step_failed",
+        Event::PlanStepSkipped(_) => "plan_step_skipped",
+        Event::PlanSuggested(_) => "plan_suggested",
     }
 }
 
@@ -364,6 +374,7 @@ fn event_body(event: &Event) -> Value {
             "pending_permission": opt(s.pending_permission.as_ref(), permission_request),
             "clients": s.clients.iter().map(client_info).collect::<Vec<_>>(),
             "your_client_id": s.your_client_id,
+            "plan": opt(s.plan.as_ref(), plan),
         }),
         Event::StateChanged(s) => json!({"state": opt(s.state.as_ref(), conversation_state)}),
         Event::MessageAppended(m) => json!({"message": opt(m.message.as_ref(), message)}),
@@ -458,7 +469,47 @@ fn event_body(event: &Event) -> Value {
             "additional_dirs": s.additional_dirs,
             "by": s.by,
         }),
+        Event::PlanGenerated(p) => json!({"plan": opt(p.plan.as_ref(), plan)}),
+        Event::PlanConfirmed(p) => json!({
+            "plan": opt(p.plan.as_ref(), plan),
+            "mode": mode_json(p.mode),
+            "edited": p.edited,
+        }),
+        Event::PlanRejected(p) => json!({
+            "plan": opt(p.plan.as_ref(), plan),
+            "feedback": p.feedback,
+        }),
+        Event::PlanStepStarted(s)
+        | Event::PlanStepCompleted(s)
+        | Event::PlanStepFailed(s)
+        | Event::PlanStepSkipped(s) => json!({
+            "step_id": s.step_id,
+            "note": s.note,
+            "plan": opt(s.plan.as_ref(), plan),
+        }),
+        Event::PlanSuggested(s) => json!({"score": s.score, "cues": s.cues}),
     }
+}
+
+/// A plan and its steps' statuses.
+pub fn plan(p: &pb::Plan) -> Value {
+    json!({
+        "intent": p.intent,
+        "risk": p.risk,
+        "estimate_secs": p.estimate_secs,
+        "phase": p.phase,
+        "tool_use_id": p.tool_use_id,
+        "steps": p.steps.iter().map(|s| json!({
+            "id": s.id,
+            "title": s.title,
+            "kind": s.kind,
+            "files": s.files,
+            "dependencies": s.dependencies,
+            "status": s.status,
+            "note": s.note,
+            "estimate_secs": s.estimate_secs,
+        })).collect::<Vec<_>>(),
+    })
 }
 
 /// A usage report.

@@ -73,6 +73,7 @@ fn script(fake: &FakeAgent, state: &Arc<Mutex<State>>) {
                 messages: e.messages.clone(),
                 pending_permission: None,
                 instructions: None,
+                plan: None,
             }),
             None => Err(Status::not_found(format!("conversation {id} not found"))),
         }

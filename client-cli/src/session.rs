@@ -799,6 +799,14 @@ impl Session<'_> {
                 .permission_request(request)
                 .map_err(|e| CliError::io("writing output", e))?;
         }
+        if request.plan.is_some() {
+            // A plan approval offers no permission decision (not even to
+            // --yes): it is answered with `agent plan`.
+            let short: String = self.config.conversation_id.chars().take(10).collect();
+            return self.note(&format!(
+                "the plan waits for approval: agent plan {short} approve|approve_edits|reject --feedback TEXT|edit"
+            ));
+        }
         let offered = offered_decisions(&request.options);
         if self.config.yes {
             self.send_answer(id.clone(), Decision::AllowOnce, None, false)
@@ -911,6 +919,7 @@ impl Session<'_> {
                 pb::RuleScope::Unspecified as i32
             },
             client_request_id: crate::commands::request_id(),
+            plan_answer: None,
         }))
         .await;
     }

@@ -12,6 +12,33 @@ use agent_client_protocol::v1::schema::{
 use agent_proto::v1::{self as pb, PermissionDecision, PermissionMode, Role, content_block::Block};
 use serde_json::Value;
 
+/// A plan as an ACP plan: every step an entry, the whole list each time (the
+/// editor replaces its plan with each update). ACP has no failed or skipped
+/// status: such steps are completed entries that say so.
+pub fn plan(p: &pb::Plan) -> agent_client_protocol::v1::schema::Plan {
+    use agent_client_protocol::v1::schema::{PlanEntry, PlanEntryPriority, PlanEntryStatus};
+    let priority = match p.risk.as_str() {
+        "high" => PlanEntryPriority::High,
+        "low" => PlanEntryPriority::Low,
+        _ => PlanEntryPriority::Medium,
+    };
+    let entries = p
+        .steps
+        .iter()
+        .map(|s| {
+            let (status, content) = match s.status.as_str() {
+                "in_progress" => (PlanEntryStatus::InProgress, s.title.clone()),
+                "completed" => (PlanEntryStatus::Completed, s.title.clone()),
+                "failed" => (PlanEntryStatus::Completed, format!("{} (failed)", s.title)),
+                "skipped" => (PlanEntryStatus::Completed, format!("{} (skipped)", s.title)),
+                _ => (PlanEntryStatus::Pending, s.title.clone()),
+            };
+            PlanEntry::new(content, priority.clone(), status)
+        })
+        .collect();
+    agent_client_protocol::v1::schema::Plan::new(entries)
+}
+
 /// The daemon's permission modes as ACP session modes: (id, name, description).
 const MODES: [(PermissionMode, &str, &str, &str); 5] = [
     (
@@ -430,6 +457,50 @@ pub fn mcp_server(server: &McpServer) -> Result<pb::McpServer, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plan_becomes_acp_entries_with_their_statuses() {
+        use agent_client_protocol::v1::schema::{PlanEntryPriority, PlanEntryStatus};
+        let step = |id: &str, status: &str| pb::PlanStep {
+            id: id.into(),
+            title: format!("step {id}"),
+            kind: "edit".into(),
+            status: status.into(),
+            ..Default::default()
+        };
+        let p = pb::Plan {
+            risk: "high".into(),
+            steps: vec![
+                step("1", "completed"),
+                step("2", "in_progress"),
+                step("3", "failed"),
+                step("4", "skipped"),
+                step("5", "pending"),
+            ],
+            ..Default::default()
+        };
+        let acp = plan(&p);
+        let got: Vec<(String, PlanEntryStatus)> = acp
+            .entries
+            .iter()
+            .map(|e| (e.content.clone(), e.status.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("step 1".to_string(), PlanEntryStatus::Completed),
+                ("step 2".to_string(), PlanEntryStatus::InProgress),
+                ("step 3 (failed)".to_string(), PlanEntryStatus::Completed),
+                ("step 4 (skipped)".to_string(), PlanEntryStatus::Completed),
+                ("step 5".to_string(), PlanEntryStatus::Pending),
+            ]
+        );
+        assert!(
+            acp.entries
+                .iter()
+                .all(|e| e.priority == PlanEntryPriority::High)
+        );
+    }
 
     #[test]
     fn modes_round_trip_and_bypass_is_offered_only_when_allowed() {

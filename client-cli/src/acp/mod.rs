@@ -822,6 +822,14 @@ impl Pump {
             Event::Error(e) if frame.seq == 0 => {
                 eprintln!("agent acp: agentd refused: {}", e.message);
             }
+            // The plan and its progress as ACP `plan` updates.
+            Event::PlanConfirmed(pb::PlanConfirmed { plan: Some(p), .. })
+            | Event::PlanStepStarted(pb::PlanStepChanged { plan: Some(p), .. })
+            | Event::PlanStepCompleted(pb::PlanStepChanged { plan: Some(p), .. })
+            | Event::PlanStepFailed(pb::PlanStepChanged { plan: Some(p), .. })
+            | Event::PlanStepSkipped(pb::PlanStepChanged { plan: Some(p), .. }) => {
+                self.notify(SessionUpdate::Plan(map::plan(&p)));
+            }
             _ => {}
         }
         None

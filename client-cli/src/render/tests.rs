@@ -68,6 +68,7 @@ fn appended(m: pb::Message) -> E {
 
 fn request(options: &[D]) -> pb::PermissionRequest {
     pb::PermissionRequest {
+        plan: None,
         request_id: "req1".into(),
         tool_name: "edit".into(),
         tool_use_id: "t1".into(),
@@ -487,6 +488,7 @@ fn background_is_listed_only_when_offered() {
 fn snapshot_shows_header_transcript_partial_and_pending() {
     let snapshot = pb::Snapshot {
         your_role: pb::ClientRole::Driver as i32,
+        plan: None,
         conversation: Some(pb::ConversationSummary {
             id: "01JABC".into(),
             title: "fix it".into(),
@@ -588,6 +590,7 @@ fn snapshot_of_a_long_conversation_shows_the_tail() {
 #[test]
 fn transcript_for_show() {
     let response = pb::GetConversationResponse {
+        plan: None,
         conversation: Some(pb::ConversationSummary {
             id: "01JABC".into(),
             state: Some(pb::ConversationState {

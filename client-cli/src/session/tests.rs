@@ -12,6 +12,7 @@ use agent_proto::testing::rpc;
 fn snapshot(kind: S, messages: Vec<pb::Message>, pending: Option<pb::PermissionRequest>) -> E {
     E::Snapshot(pb::Snapshot {
         your_role: pb::ClientRole::Driver as i32,
+        plan: None,
         conversation: Some(pb::ConversationSummary {
             id: CONV_ID.into(),
             state: Some(state(kind)),

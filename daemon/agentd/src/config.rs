@@ -299,6 +299,15 @@ impl ImagesSection {
     }
 }
 
+/// Plans (README "Plans"): what a request that deserves a plan does.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlanSection {
+    /// `off`, `suggest` (the default: clients ask whether to plan first) or
+    /// `require` (the conversation enters plan mode).
+    pub detect: agentd_core::plan::PlanDetect,
+}
+
 /// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
 const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
 
@@ -422,6 +431,8 @@ pub struct FileConfig {
     pub images: ImagesSection,
     /// The TCP listener (README "Remote use").
     pub remote: RemoteSection,
+    /// Plans (README "Plans").
+    pub plan: PlanSection,
 }
 
 /// The effective configuration.
@@ -471,6 +482,8 @@ pub struct Config {
     pub images: ImagesSection,
     /// The TCP listener (`--listen` overrides `listen`).
     pub remote: RemoteSection,
+    /// Plans.
+    pub plan: PlanSection,
 }
 
 impl Config {
@@ -581,6 +594,7 @@ impl Config {
             hooks,
             hook_timeout_ms: file.hooks.timeout_ms,
             context: file.context,
+            plan: file.plan,
             mcp_servers,
             budget,
             images: file.images,

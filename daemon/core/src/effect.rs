@@ -67,6 +67,13 @@ pub enum Notice {
     /// What the recovery after a restart did. Clients that attach later
     /// are told too: their snapshot shows the state, not how it came about.
     Recovered { message: String },
+    /// The user's request looks like it deserves a plan (`[plan] detect =
+    /// "suggest"`): clients ask whether to plan first.
+    PlanSuggested {
+        /// The detection score and the cues that made it.
+        score: u32,
+        cues: Vec<String>,
+    },
 }
 
 /// A command for the runtime.
@@ -142,5 +149,11 @@ pub enum Effect {
         agent_id: String,
         /// Its task.
         prompt: String,
+    },
+    /// The conversation's plan is now `plan` (persisted with the state of
+    /// this transition); tell clients what happened to it.
+    PlanChanged {
+        plan: crate::plan::Plan,
+        change: crate::plan::PlanEvent,
     },
 }

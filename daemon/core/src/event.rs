@@ -5,6 +5,7 @@ use crate::client::ClientInfo;
 use crate::hooks::HookVerdict;
 use crate::message::{ContentBlock, Reply, ToolResult, Usage};
 use crate::permission::Decision;
+use crate::plan::PlanAnswer;
 use crate::state::{ErrorKind, SubAgentResult};
 use serde::{Deserialize, Serialize};
 
@@ -115,6 +116,15 @@ pub enum Event {
     /// The daemon is stopping cleanly (SIGTERM): running tools are being
     /// terminated.
     DaemonStopping,
+    /// A user answered a plan approval request (a decision apart from the
+    /// permission answers).
+    PlanAnswered {
+        /// Empty: the pending one.
+        request_id: String,
+        answer: PlanAnswer,
+        /// The client that answered.
+        by: Option<ClientInfo>,
+    },
 }
 
 impl Event {
@@ -139,6 +149,7 @@ impl Event {
             Event::BudgetAnswered { .. } => "BudgetAnswered",
             Event::DaemonRestarted => "DaemonRestarted",
             Event::DaemonStopping => "DaemonStopping",
+            Event::PlanAnswered { .. } => "PlanAnswered",
         }
     }
 }

@@ -24,6 +24,7 @@ pub mod hooks;
 pub mod image;
 pub mod message;
 pub mod permission;
+pub mod plan;
 pub mod state;
 pub mod texts;
 pub mod tools;
@@ -39,6 +40,7 @@ pub use message::{
     ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
 pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
+pub use plan::{Plan, PlanPhase, PlanStep, StepChange, StepStatus, should_create_plan};
 pub use state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun};
 pub use tools::ToolSpec;
 pub use transition::{Rejected, Transition, transition};

@@ -109,6 +109,12 @@ pub enum Decision {
     Background,
     /// The request was cancelled with the turn (not a user answer).
     Cancelled,
+    /// A plan approval request: approved (`Event::PlanAnswered`).
+    ApprovePlan,
+    /// A plan approval request: rejected with feedback.
+    RejectPlan,
+    /// A plan approval request: approved with the user's own steps.
+    EditPlan,
 }
 
 /// A pending permission request, held in the conversation state.

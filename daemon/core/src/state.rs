@@ -282,6 +282,11 @@ pub struct ConvContext {
     pub last_usage: Usage,
     /// The budgets, raises and spending the request boundary checks.
     pub budget: BudgetContext,
+    /// The conversation's plan, if one was proposed (issue 17).
+    pub plan: Option<crate::plan::Plan>,
+    /// What a user message that deserves a plan does (`[plan] detect`).
+    /// Off in `ConvContext::default()`; the daemon's default is suggest.
+    pub plan_detect: crate::plan::PlanDetect,
 }
 
 impl Default for ConvContext {
@@ -303,6 +308,8 @@ impl Default for ConvContext {
             queued_images: Vec::new(),
             last_usage: Usage::default(),
             budget: BudgetContext::default(),
+            plan: None,
+            plan_detect: crate::plan::PlanDetect::Off,
         }
     }
 }

@@ -138,3 +138,46 @@ pub fn budget_not_raised(stop: &crate::budget::BudgetStop) -> String {
         stop.kind.show(stop.spent),
     )
 }
+
+/// Reason of a plan approval request.
+pub const PLAN_APPROVAL_REASON: &str = "the model proposes a plan";
+
+/// Result of `propose_plan` when a user approved the plan as proposed.
+pub fn plan_approved(mode: crate::permission::Mode) -> String {
+    format!(
+        "The user approved the plan. Permission mode is now {mode}. Carry it out step by step: before each step call update_plan to mark it in_progress, and after it mark it completed or failed."
+    )
+}
+
+/// Result of `propose_plan` when a user edited the steps and approved them.
+pub fn plan_edited(mode: crate::permission::Mode, steps: &str) -> String {
+    format!(
+        "The user edited the plan and approved these steps instead of yours (id. [kind] title (after dependencies) {{files}}):\n{steps}\nPermission mode is now {mode}. Carry out exactly these steps: before each step call update_plan to mark it in_progress, and after it mark it completed or failed."
+    )
+}
+
+/// Result of `propose_plan` when a user rejected the plan.
+pub fn plan_rejected(feedback: &str) -> String {
+    let feedback = feedback.trim();
+    if feedback.is_empty() {
+        "The user rejected the plan. Revise it and propose a new one with propose_plan.".to_string()
+    } else {
+        format!(
+            "The user rejected the plan with this feedback:\n{feedback}\nRevise the plan accordingly and propose it again with propose_plan."
+        )
+    }
+}
+
+/// Result of a `propose_plan` call whose input is not a valid plan.
+pub fn plan_invalid(why: &str) -> String {
+    format!("The plan was not proposed: {why}")
+}
+
+/// Result of an `update_plan` call that was refused.
+pub fn plan_update_refused(why: &str) -> String {
+    format!("The plan was not updated: {why}")
+}
+
+/// Result of `update_plan` when there is no plan to update.
+pub const NO_PLAN: &str =
+    "There is no approved plan to update. Propose one with propose_plan first.";

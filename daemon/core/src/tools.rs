@@ -64,6 +64,10 @@ tools! {
         Think,
         /// Asks the user to leave a restricted mode (REQ-BED-015).
         RequestModeUpgrade,
+        /// Proposes a plan for a user to approve (issue 17).
+        ProposePlan,
+        /// Reports progress on the approved plan (issue 17).
+        UpdatePlan,
     }
 }
 
@@ -185,6 +189,11 @@ impl Tool {
                 Core,
                 Restricted,
             ),
+            // Both are answered by the core (the plan is its data): a
+            // proposal raises an approval request, an update changes the
+            // plan's steps and nothing else.
+            Tool::ProposePlan => ("propose_plan", false, Subject::Nothing, Core, Always),
+            Tool::UpdatePlan => ("update_plan", true, Subject::Nothing, Core, Always),
         };
         Facts {
             name,

@@ -13,6 +13,7 @@ use crate::message::{
     ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall, ToolResult,
 };
 use crate::permission::{Action, Decision, Mode, PermissionAsk, Verdict, suggest_rule};
+use crate::plan::{Plan, PlanAnswer, PlanDetect, PlanEvent, PlanPhase, StepChange};
 use crate::state::{
     ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
     should_trigger_continuation, should_warn,
@@ -81,6 +82,10 @@ pub enum Rejected {
         state: &'static str,
         event: &'static str,
     },
+    /// A plan answer that cannot be taken: the pending request is no plan,
+    /// the mode is not one a plan continues in, or the edited steps are
+    /// not a plan. Says why.
+    InvalidPlanAnswer(String),
 }
 
 impl fmt::Display for Rejected {
@@ -102,6 +107,7 @@ impl fmt::Display for Rejected {
             Rejected::NotApplicable { state, event } => {
                 write!(f, "{event} does not apply in state {state}")
             }
+            Rejected::InvalidPlanAnswer(why) => f.write_str(why),
         }
     }
 }
@@ -476,6 +482,14 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
         },
         Event::DaemonRestarted => Ok(on_restart(state, ctx)),
         Event::DaemonStopping => Ok(on_stop(state, ctx)),
+        Event::PlanAnswered {
+            request_id,
+            answer,
+            by,
+        } => match state {
+            ConvState::ToolExecuting(run) => on_plan_answer(ctx, run, &request_id, answer, by),
+            _ => Err(Rejected::NoPendingPermission),
+        },
     }
 }
 
@@ -497,6 +511,7 @@ fn on_user_message(
     }
     match state {
         ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
+            let detected = detect_plan(ctx, &text);
             // Images first, then the text about them (as Anthropic
             // advises); an image-only message has no text block.
             let mut content: Vec<ContentBlock> =
@@ -504,9 +519,14 @@ fn on_user_message(
             if !text.trim().is_empty() {
                 content.push(ContentBlock::text(text));
             }
-            Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
+            let mut t = begin_request(ctx, 1).prepend(Effect::AppendMessage {
                 message: Message::user(content, ctx.now_ms),
-            }))
+            });
+            if let Some((mode, notice)) = detected {
+                t.mode = mode;
+                t.effects.insert(0, Effect::Notify { notice });
+            }
+            Ok(t)
         }
         ConvState::Cancelling { .. } => Err(Rejected::CancellationInProgress),
         ConvState::ContextExhausted { .. } => Err(Rejected::ContextExhausted),
@@ -954,11 +974,68 @@ fn on_llm_failed(
 /// runs meanwhile). When every call has a result, the results go back to the
 /// model as one user message.
 fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Transition {
+    // The plan as the calls answered so far leave it.
+    let mut plan = ctx.plan.clone();
     if run.stop_with_feedback.is_none() {
         for id in run.pending_ids() {
             let Some(call) = run.calls.iter().find(|c| c.id == id).cloned() else {
                 continue;
             };
+            // The plan tools are answered here, in the model's order, once
+            // nothing runs: they are about the work around them.
+            let plan_tool = Tool::from_name(&call.name)
+                .filter(|t| matches!(t, Tool::ProposePlan | Tool::UpdatePlan));
+            if plan_tool.is_some() && !run.running.is_empty() {
+                break;
+            }
+            if plan_tool == Some(Tool::UpdatePlan) {
+                let (result, changed) = update_plan(plan.as_ref(), &call);
+                run.results.push(result);
+                if let Some((next, events)) = changed {
+                    effects.extend(events);
+                    plan = Some(next);
+                }
+                continue;
+            }
+            if plan_tool == Some(Tool::ProposePlan) {
+                match Plan::from_input(&call.input, &call.id) {
+                    Err(e) => {
+                        run.results.push(ToolResult::new(
+                            &call.id,
+                            texts::plan_invalid(&e.0),
+                            true,
+                        ));
+                        continue;
+                    }
+                    Ok(proposed) => {
+                        let ask = PermissionAsk {
+                            request_id: format!("plan-{}", call.id),
+                            tool_use_id: call.id.clone(),
+                            tool_name: call.name.clone(),
+                            input: call.input.clone(),
+                            reason: texts::PLAN_APPROVAL_REASON.to_string(),
+                            options: vec![
+                                Decision::ApprovePlan,
+                                Decision::RejectPlan,
+                                Decision::EditPlan,
+                            ],
+                            suggested_rule: String::new(),
+                        };
+                        effects.push(Effect::PlanChanged {
+                            plan: proposed,
+                            change: PlanEvent::Generated,
+                        });
+                        effects.push(Effect::AskPermission { ask: ask.clone() });
+                        run.permission = Some(ask);
+                        return Transition {
+                            state: ConvState::ToolExecuting(run),
+                            mode: None,
+                            effects,
+                            delivered: 0,
+                        };
+                    }
+                }
+            }
             let read_only = ctx.policy.is_read_only(&call.name);
             if !run.running.is_empty() && !read_only {
                 break;
@@ -1283,7 +1360,11 @@ fn on_permission_answer(
             run.stop_with_feedback = Some(feedback.unwrap_or_default());
             Ok(schedule(ctx, run, vec![resolved]))
         }
-        Decision::Cancelled => Err(Rejected::DecisionNotOffered(decision)),
+        // Plan decisions come as `Event::PlanAnswered`, and a plan
+        // request offers no other: neither reaches here.
+        Decision::Cancelled | Decision::ApprovePlan | Decision::RejectPlan | Decision::EditPlan => {
+            Err(Rejected::DecisionNotOffered(decision))
+        }
     }
 }
 
@@ -1383,4 +1464,170 @@ fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
                 purpose: continuation_purpose(rejected_tool_calls),
             }),
     }
+}
+
+/// What plan detection does with a user's `text` that starts a turn: the
+/// mode to enter (`require`) and the notice clients show. `None`: detection
+/// is off, the conversation already plans (or cannot change anything), or
+/// the text does not deserve a plan.
+fn detect_plan(ctx: &ConvContext, text: &str) -> Option<(Option<Mode>, Notice)> {
+    if ctx.plan_detect == PlanDetect::Off || matches!(ctx.policy.mode, Mode::Plan | Mode::ReadOnly)
+    {
+        return None;
+    }
+    let score = crate::plan::plan_score(text);
+    if score.score < crate::plan::PLAN_THRESHOLD {
+        return None;
+    }
+    match ctx.plan_detect {
+        PlanDetect::Off => None,
+        PlanDetect::Suggest => Some((
+            None,
+            Notice::PlanSuggested {
+                score: score.score,
+                cues: score.cues,
+            },
+        )),
+        PlanDetect::Require => Some((
+            Some(Mode::Plan),
+            Notice::Info {
+                message: format!(
+                    "this request deserves a plan ({}): permission mode is now {}",
+                    score.cues.join("; "),
+                    Mode::Plan
+                ),
+            },
+        )),
+    }
+}
+
+/// Answers an `update_plan` call: its result, and when the plan changed,
+/// the new plan with one `PlanChanged` effect per step that changed.
+fn update_plan(plan: Option<&Plan>, call: &ToolCall) -> (ToolResult, Option<(Plan, Vec<Effect>)>) {
+    let Some(plan) = plan else {
+        return (ToolResult::new(&call.id, texts::NO_PLAN, true), None);
+    };
+    let applied = crate::plan::updates_from_input(&call.input).and_then(|ups| plan.apply(&ups));
+    match applied {
+        Err(e) => (
+            ToolResult::new(&call.id, texts::plan_update_refused(&e.0), true),
+            None,
+        ),
+        Ok((next, changes)) => {
+            let mut content = format!("Plan updated.\n{}", next.checklist());
+            if next.is_finished() {
+                content.push_str("Every step of the plan is done.");
+            }
+            let effects = changes
+                .into_iter()
+                .map(|change: StepChange| Effect::PlanChanged {
+                    plan: next.clone(),
+                    change: PlanEvent::Step(change),
+                })
+                .collect();
+            (
+                ToolResult::new(&call.id, content, false),
+                Some((next, effects)),
+            )
+        }
+    }
+}
+
+/// A user's answer to the pending plan approval request.
+fn on_plan_answer(
+    ctx: &ConvContext,
+    run: &ToolRun,
+    request_id: &str,
+    answer: PlanAnswer,
+    by: Option<ClientInfo>,
+) -> Result<Transition, Rejected> {
+    let Some(ask) = &run.permission else {
+        return Err(Rejected::NoPendingPermission);
+    };
+    if !request_id.is_empty() && ask.request_id != request_id {
+        return Err(Rejected::UnknownPermissionRequest(request_id.to_string()));
+    }
+    if Tool::from_name(&ask.tool_name) != Some(Tool::ProposePlan) {
+        return Err(Rejected::InvalidPlanAnswer(
+            "the pending request asks for a permission, not for a plan's approval: answer it with a permission decision".to_string(),
+        ));
+    }
+    let mut plan = Plan::from_input(&ask.input, &ask.tool_use_id)
+        .map_err(|e| Rejected::InvalidPlanAnswer(e.0))?;
+    let continues_in = |mode: Mode| match mode {
+        Mode::Default | Mode::AcceptEdits => Ok(mode),
+        Mode::ReadOnly | Mode::Plan | Mode::Bypass => Err(Rejected::InvalidPlanAnswer(format!(
+            "an approved plan continues in default or accept_edits mode, not {mode}"
+        ))),
+    };
+    let (decision, result, change, mode) = match answer {
+        PlanAnswer::Approve { mode } => {
+            let mode = continues_in(mode)?;
+            plan.phase = PlanPhase::Approved;
+            (
+                Decision::ApprovePlan,
+                ToolResult::new(&ask.tool_use_id, texts::plan_approved(mode), false),
+                PlanEvent::Confirmed {
+                    mode,
+                    edited: false,
+                },
+                Some(mode),
+            )
+        }
+        PlanAnswer::Edit { steps, mode } => {
+            let mode = continues_in(mode)?;
+            plan.set_steps(steps).map_err(|e| {
+                Rejected::InvalidPlanAnswer(format!("the edited steps are not a valid plan: {e}"))
+            })?;
+            plan.phase = PlanPhase::Approved;
+            (
+                Decision::EditPlan,
+                ToolResult::new(
+                    &ask.tool_use_id,
+                    texts::plan_edited(mode, &plan.steps_text()),
+                    false,
+                ),
+                PlanEvent::Confirmed { mode, edited: true },
+                Some(mode),
+            )
+        }
+        PlanAnswer::Reject { feedback } => {
+            plan.phase = PlanPhase::Rejected;
+            (
+                Decision::RejectPlan,
+                ToolResult::new(&ask.tool_use_id, texts::plan_rejected(&feedback), true),
+                PlanEvent::Rejected { feedback },
+                None,
+            )
+        }
+    };
+    let mut effects = vec![
+        Effect::PermissionResolved {
+            request_id: ask.request_id.clone(),
+            decision,
+            by,
+        },
+        Effect::PlanChanged {
+            plan: plan.clone(),
+            change,
+        },
+    ];
+    let mut run = run.clone();
+    run.permission = None;
+    run.results.push(result);
+    let mut next = ctx.clone();
+    next.plan = Some(plan);
+    if let Some(mode) = mode.filter(|m| *m != ctx.policy.mode) {
+        next.policy.mode = mode;
+        effects.push(Effect::Notify {
+            notice: Notice::Info {
+                message: format!("permission mode is now {mode}"),
+            },
+        });
+    }
+    let mut t = schedule(&next, run, effects);
+    if mode.is_some() {
+        t.mode = mode;
+    }
+    Ok(t)
 }

@@ -576,6 +576,7 @@ impl Sim {
             Effect::AskPermission { .. }
             | Effect::PermissionResolved { .. }
             | Effect::AddRule { .. }
+            | Effect::PlanChanged { .. }
             | Effect::Notify { .. } => {}
             Effect::SpawnSubAgent { agent_id, .. } => {
                 self.violate(Prop::World, format!("unexpected sub-agent {agent_id}"));

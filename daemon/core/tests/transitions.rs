@@ -356,7 +356,13 @@ fn render_effect(effect: &Effect) -> String {
             Notice::BudgetStopped { stop } => {
                 format!("notify budget_stopped {}", render_stop(stop))
             }
+            Notice::PlanSuggested { score, cues } => {
+                format!("notify plan_suggested score={score} [{}]", cues.join("; "))
+            }
         },
+        Effect::PlanChanged { plan, change } => {
+            format!("plan {} {}", plan.phase.as_str(), wire(change))
+        }
         Effect::SpawnSubAgent { agent_id, prompt } => format!("spawn {agent_id} {prompt:?}"),
         Effect::RunPreToolHooks { call } => {
             format!(

@@ -22,6 +22,7 @@ mod live_output;
 mod mcp;
 mod ops;
 mod permissions;
+mod plans;
 mod queue;
 mod remote;
 mod settings;

@@ -5,6 +5,7 @@ use crate::runtime::{
 };
 use crate::store::ConversationRecord;
 use agent_proto::v1 as pb;
+use agentd_core::plan::{Plan, PlanAnswer, PlanEvent, StepDraft, StepKind, StepStatus};
 use agentd_core::{
     ContentBlock, ConvState, Decision, ErrorKind, Message, MessageKind, Mode, Rejected, Role,
     RuleScope, Usage,
@@ -82,6 +83,7 @@ pub fn to_status(e: RuntimeError) -> Status {
             Rejected::UnknownPermissionRequest(id) => {
                 Status::not_found(Rejected::UnknownPermissionRequest(brief(&id)).to_string())
             }
+            Rejected::InvalidPlanAnswer(why) => bounded(Code::InvalidArgument, why),
         },
         RuntimeError::Store(e) => bounded(Code::Internal, e.to_string()),
         RuntimeError::ShuttingDown => Status::unavailable("agentd is shutting down"),
@@ -529,6 +531,92 @@ pub fn decision(d: Decision) -> pb::PermissionDecision {
         Decision::Never => pb::PermissionDecision::Never,
         Decision::Background => pb::PermissionDecision::Background,
         Decision::Cancelled => pb::PermissionDecision::Cancelled,
+        // A plan's answers travel as `PlanAnswer`; a resolution says
+        // which way it went in the permission decisions' terms (the
+        // PlanConfirmed / PlanRejected event that follows says more).
+        Decision::ApprovePlan | Decision::EditPlan => pb::PermissionDecision::AllowOnce,
+        Decision::RejectPlan => pb::PermissionDecision::Deny,
+    }
+}
+
+/// A plan as clients see it.
+pub fn plan(p: &Plan) -> pb::Plan {
+    pb::Plan {
+        intent: p.intent.clone(),
+        risk: p.risk.as_str().to_string(),
+        estimate_secs: p.estimate_secs.unwrap_or(0),
+        steps: p
+            .steps
+            .iter()
+            .map(|s| pb::PlanStep {
+                id: s.draft.id.clone(),
+                title: s.draft.title.clone(),
+                kind: s.draft.kind.as_str().to_string(),
+                files: s.draft.files.clone(),
+                dependencies: s.draft.dependencies.clone(),
+                status: s.status.as_str().to_string(),
+                note: s.note.clone().unwrap_or_default(),
+                estimate_secs: s.draft.estimate_secs.unwrap_or(0),
+            })
+            .collect(),
+        phase: p.phase.as_str().to_string(),
+        tool_use_id: p.tool_use_id.clone(),
+    }
+}
+
+/// The steps of a client's plan edit (their statuses are ignored: every
+/// edited step starts pending). The core checks them as a plan.
+pub fn plan_steps_from(steps: &[pb::PlanStep]) -> Result<Vec<StepDraft>, Status> {
+    steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let kind = StepKind::from_name(&s.kind).ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "step {} ({}): kind {:?} is not one of analyze, edit, validate, test",
+                    i + 1,
+                    brief(&s.id),
+                    brief(&s.kind)
+                ))
+            })?;
+            Ok(StepDraft {
+                id: s.id.trim().to_string(),
+                title: s.title.trim().to_string(),
+                kind,
+                files: s.files.clone(),
+                dependencies: s.dependencies.clone(),
+                estimate_secs: (s.estimate_secs > 0).then_some(s.estimate_secs),
+            })
+        })
+        .collect()
+}
+
+/// A plan answer from the wire, and the decision it amounts to.
+pub fn plan_answer_from(a: pb::PlanAnswer) -> Result<(Decision, PlanAnswer), Status> {
+    use pb::plan_answer::Answer as A;
+    match a.answer {
+        Some(A::Approve(x)) => Ok((
+            Decision::ApprovePlan,
+            PlanAnswer::Approve {
+                mode: mode_from(x.mode)?,
+            },
+        )),
+        Some(A::Reject(x)) => Ok((
+            Decision::RejectPlan,
+            PlanAnswer::Reject {
+                feedback: x.feedback,
+            },
+        )),
+        Some(A::Edit(x)) => Ok((
+            Decision::EditPlan,
+            PlanAnswer::Edit {
+                steps: plan_steps_from(&x.steps)?,
+                mode: mode_from(x.mode)?,
+            },
+        )),
+        None => Err(Status::invalid_argument(
+            "plan_answer names no answer: set approve, reject or edit",
+        )),
     }
 }
 
@@ -568,10 +656,19 @@ pub fn answer_from(
     scope: i32,
     by: ClientInfo,
     client_request_id: String,
+    plan_answer: Option<pb::PlanAnswer>,
 ) -> Result<Answer, Status> {
+    let (decision, plan) = match plan_answer {
+        Some(a) => {
+            let (decision, answer) = plan_answer_from(a)?;
+            (decision, Some(answer))
+        }
+        None => (decision_from(decision)?, None),
+    };
     Ok(Answer {
+        plan,
         request_id,
-        decision: decision_from(decision)?,
+        decision,
         feedback: (!feedback.is_empty()).then_some(feedback),
         scope: rule_scope_from(scope)?,
         by: Some(by),
@@ -601,9 +698,27 @@ pub fn permission(v: &PermissionView) -> pb::PermissionRequest {
         input_json: v.ask.input.to_string(),
         summary: v.summary.clone(),
         diff: v.diff.clone().unwrap_or_default(),
-        options: v.ask.options.iter().map(|d| decision(*d) as i32).collect(),
+        // A plan request offers no permission decision: it is answered
+        // with a PlanAnswer.
+        options: v
+            .ask
+            .options
+            .iter()
+            .filter(|d| {
+                !matches!(
+                    d,
+                    Decision::ApprovePlan | Decision::RejectPlan | Decision::EditPlan
+                )
+            })
+            .map(|d| decision(*d) as i32)
+            .collect(),
         reason: v.ask.reason.clone(),
         suggested_rule: v.ask.suggested_rule.clone(),
+        plan: (agentd_core::tools::Tool::from_name(&v.ask.tool_name)
+            == Some(agentd_core::tools::Tool::ProposePlan))
+        .then(|| Plan::from_input(&v.ask.input, &v.ask.tool_use_id).ok())
+        .flatten()
+        .map(|p| plan(&p)),
     }
 }
 
@@ -698,6 +813,7 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
             .iter()
             .find(|c| c.id == s.your_client_id)
             .map_or(pb::ClientRole::Unspecified, |c| role(c.role)) as i32,
+        plan: s.record.plan.as_ref().map(plan),
     }
 }
 
@@ -918,11 +1034,49 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
         EventKind::ShellExited(r) => E::ShellExited(pb::ShellExited {
             shell: Some(shell(r)),
         }),
+        EventKind::Plan { change, plan: p } => plan_event(change, p),
+        EventKind::PlanSuggested { score, cues } => E::PlanSuggested(pb::PlanSuggested {
+            score: *score,
+            cues: cues.clone(),
+        }),
     };
     pb::AttachResponse {
         seq: e.seq,
         at_ms: e.at_ms,
         event: Some(ev),
+    }
+}
+
+/// What happened to a plan, as the event that says so.
+fn plan_event(change: &PlanEvent, p: &Plan) -> pb::attach_response::Event {
+    use pb::attach_response::Event as E;
+    let wire = Some(plan(p));
+    match change {
+        PlanEvent::Generated => E::PlanGenerated(pb::PlanGenerated { plan: wire }),
+        PlanEvent::Confirmed { mode: m, edited } => E::PlanConfirmed(pb::PlanConfirmed {
+            plan: wire,
+            mode: mode(*m) as i32,
+            edited: *edited,
+        }),
+        PlanEvent::Rejected { feedback } => E::PlanRejected(pb::PlanRejected {
+            plan: wire,
+            feedback: feedback.clone(),
+        }),
+        PlanEvent::Step(c) => {
+            let step = pb::PlanStepChanged {
+                step_id: c.step_id.clone(),
+                note: c.note.clone().unwrap_or_default(),
+                plan: wire,
+            };
+            match c.to {
+                StepStatus::InProgress => E::PlanStepStarted(step),
+                StepStatus::Completed => E::PlanStepCompleted(step),
+                StepStatus::Failed => E::PlanStepFailed(step),
+                // A step never goes back to pending; were it to, it would
+                // be reported as skipped work rather than not at all.
+                StepStatus::Skipped | StepStatus::Pending => E::PlanStepSkipped(step),
+            }
+        }
     }
 }
 
@@ -1017,6 +1171,7 @@ pub fn exported_from(
         hop: 0,
         continue_pending: false,
         budget_raised: Default::default(),
+        plan: None,
     };
     Ok((record, messages))
 }

@@ -317,6 +317,7 @@ impl AgentService for Service {
                 .collect(),
             pending_permission: pending,
             instructions: Some(instructions),
+            plan: record.plan.as_ref().map(convert::plan),
         }))
     }
 
@@ -451,6 +452,7 @@ impl AgentService for Service {
             req.scope,
             client,
             req.client_request_id,
+            req.plan_answer,
         )?;
         self.manager.answer(&id, answer).await.map_err(to_status)?;
         Ok(Response::new(pb::AnswerPermissionResponse {}))
@@ -1254,6 +1256,7 @@ async fn read_frames(
                         a.scope,
                         client.clone(),
                         a.client_request_id,
+                        a.plan_answer,
                     )
                 }) {
                     Ok(answer) => manager.answer(&id, answer).await.map_err(to_status),

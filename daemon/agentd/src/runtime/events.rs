@@ -252,6 +252,16 @@ pub enum EventKind {
     ShellStarted(crate::shells::ShellRecord),
     /// A background shell ended.
     ShellExited(crate::shells::ShellRecord),
+    /// What happened to the conversation's plan, and the plan now.
+    Plan {
+        change: agentd_core::plan::PlanEvent,
+        plan: agentd_core::Plan,
+    },
+    /// The user's request deserves a plan (`[plan] detect = "suggest"`).
+    PlanSuggested {
+        score: u32,
+        cues: Vec<String>,
+    },
 }
 
 impl ConvEvent {
@@ -363,6 +373,7 @@ impl EventKind {
                 continuing,
             },
             Notice::BudgetStopped { stop } => EventKind::BudgetStopped { stop },
+            Notice::PlanSuggested { score, cues } => EventKind::PlanSuggested { score, cues },
         }
     }
 }

@@ -237,6 +237,9 @@ pub struct Answer {
     pub by: Option<ClientInfo>,
     /// The client's id for this request (see [`NewMessage`]).
     pub client_request_id: Option<String>,
+    /// The answer to a plan approval request (then `decision` is the plan
+    /// decision it amounts to: approve, reject or edit).
+    pub plan: Option<agentd_core::plan::PlanAnswer>,
 }
 
 /// An answer to a reached budget.
@@ -477,6 +480,7 @@ impl Manager {
             hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
             continue_pending: false,
             budget_raised: Default::default(),
+            plan: None,
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).

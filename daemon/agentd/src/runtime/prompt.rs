@@ -22,6 +22,15 @@ reply with a short summary of what changed and how you verified it.",
     )
 }
 
+/// Added to the system prompt in `plan` mode: the model investigates
+/// without changing anything and proposes a plan (issue 17).
+pub const PLAN_MODE: &str = "You are in plan mode. Investigate read-only (read, grep, glob, \
+keyword_search): no tool that changes anything is available. When you understand the task, call \
+propose_plan with the intent, the risk, your estimate and the steps (each with its kind, the \
+files it touches and the steps it depends on). The user approves, rejects with feedback (revise \
+the plan and propose it again) or edits it. Once it is approved, carry it out step by step and \
+report each step's progress with update_plan.";
+
 /// `YYYY-MM-DD` (UTC) of a Unix-ms instant, without a date library.
 pub(crate) fn civil_date(now_ms: i64) -> String {
     // Howard Hinnant's days-to-civil algorithm.

@@ -139,6 +139,10 @@ pub struct ConversationRecord {
     /// budgets' raises are the day's, see `Store::day_raises`).
     #[serde(default, skip_serializing_if = "agentd_core::Amounts::is_empty")]
     pub budget_raised: agentd_core::Amounts,
+    /// The latest plan proposed in it, with its steps' statuses (issue
+    /// 17): written with the state of the transition that changed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<agentd_core::Plan>,
 }
 
 impl ConversationRecord {
@@ -1032,6 +1036,7 @@ mod tests {
             hop: 0,
             continue_pending: false,
             budget_raised: Default::default(),
+            plan: None,
         }
     }
 

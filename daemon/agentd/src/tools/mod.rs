@@ -218,6 +218,8 @@ fn spec(tool: Tool) -> ToolSpec {
         Tool::KeywordSearch => keyword_search::spec(),
         Tool::Think => think::spec(),
         Tool::RequestModeUpgrade => agentd_core::tools::request_mode_upgrade_spec(),
+        Tool::ProposePlan => agentd_core::plan::propose_plan_spec(),
+        Tool::UpdatePlan => agentd_core::plan::update_plan_spec(),
     }
 }
 
@@ -357,9 +359,9 @@ async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOut
         }
         Tool::Think => run_now(tool, input),
         // `Registry::run` never gets here: the core answers these calls.
-        Tool::RequestModeUpgrade => Err(ToolError::new(format!(
-            "{tool}: the daemon answers this call itself; it is never run"
-        ))),
+        Tool::RequestModeUpgrade | Tool::ProposePlan | Tool::UpdatePlan => Err(ToolError::new(
+            format!("{tool}: the daemon answers this call itself; it is never run"),
+        )),
     }
 }
 
@@ -378,7 +380,9 @@ fn run_now(tool: Tool, input: Value) -> Result<ToolOutput, ToolError> {
         | Tool::Glob
         | Tool::Grep
         | Tool::KeywordSearch
-        | Tool::RequestModeUpgrade => Err(ToolError::new(format!(
+        | Tool::RequestModeUpgrade
+        | Tool::ProposePlan
+        | Tool::UpdatePlan => Err(ToolError::new(format!(
             "{tool}: not an instant tool, it cannot run inline"
         ))),
     }
@@ -486,6 +490,28 @@ pub fn summarize_call(name: &str, input: &Value) -> String {
             format!("{tool} {}{}", one_line(&words.join(", "), 80), in_path())
         }),
         Tool::Think | Tool::RequestModeUpgrade => Some(tool.to_string()),
+        Tool::ProposePlan => str_field("intent").map(|i| {
+            let steps = input
+                .get("steps")
+                .and_then(Value::as_array)
+                .map_or(0, Vec::len);
+            format!("{tool}: {} ({steps} steps)", one_line(i, 60))
+        }),
+        Tool::UpdatePlan => input.get("steps").and_then(Value::as_array).map(|ups| {
+            let parts: Vec<String> = ups
+                .iter()
+                .map(|u| {
+                    let id = match u.get("id") {
+                        Some(Value::String(s)) => one_line(s, 10),
+                        Some(other) => one_line(&other.to_string(), 10),
+                        None => "?".to_string(),
+                    };
+                    let status = u.get("status").and_then(Value::as_str).unwrap_or("?");
+                    format!("{id} {}", one_line(status, 12))
+                })
+                .collect();
+            format!("{tool}: {}", parts.join(", "))
+        }),
     };
     described.unwrap_or_else(|| format!("{name} (invalid input)"))
 }
@@ -509,7 +535,9 @@ pub async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Optio
         | Tool::Grep
         | Tool::KeywordSearch
         | Tool::Think
-        | Tool::RequestModeUpgrade => None,
+        | Tool::RequestModeUpgrade
+        | Tool::ProposePlan
+        | Tool::UpdatePlan => None,
     };
     let changes = tokio::task::spawn_blocking(plan).await.ok()??;
     Some(diff::unified_all(&changes, ctx))
@@ -586,10 +614,14 @@ mod tests {
                 .map(|s| s.name.clone())
                 .collect()
         };
-        let all: Vec<String> = reg.specs(false).into_iter().map(|s| s.name).collect();
+        // The tools the core answers join the ones this registry runs: the
+        // plan tools in every mode, the upgrade in the restricted ones.
+        let mut all: Vec<String> = reg.specs(false).into_iter().map(|s| s.name).collect();
+        all.extend(["propose_plan".to_string(), "update_plan".to_string()]);
         assert_eq!(names(false), all);
         let mut restricted: Vec<String> = reg.specs(true).into_iter().map(|s| s.name).collect();
-        restricted.push("request_mode_upgrade".to_string());
+        restricted
+            .extend(["request_mode_upgrade", "propose_plan", "update_plan"].map(String::from));
         assert_eq!(names(true), restricted);
     }
 

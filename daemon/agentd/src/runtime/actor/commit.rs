@@ -129,6 +129,8 @@ impl Actor {
                 .collect(),
             last_usage: self.record.last_usage,
             budget: self.budget_context(),
+            plan: self.record.plan.clone(),
+            plan_detect: cfg.plan.detect,
         }
     }
 
@@ -237,6 +239,13 @@ impl Actor {
             }
             if let Some(mode) = t.mode {
                 self.record.mode = mode;
+            }
+            // The plan as this transition leaves it is written with it.
+            if let Some(plan) = t.effects.iter().rev().find_map(|e| match e {
+                Effect::PlanChanged { plan, .. } => Some(plan),
+                _ => None,
+            }) {
+                self.record.plan = Some(plan.clone());
             }
             let appended: Vec<Message> = t
                 .effects

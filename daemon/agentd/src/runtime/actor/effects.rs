@@ -330,6 +330,11 @@ impl Actor {
                 self.emit(EventKind::from_notice(notice, continuing));
                 None
             }
+            // The plan itself was written by the commit.
+            Effect::PlanChanged { plan, change } => {
+                self.emit(EventKind::Plan { change, plan });
+                None
+            }
             Effect::SpawnSubAgent { agent_id, .. } => {
                 tracing::warn!(conversation = %self.record.id, "sub-agent {agent_id} requested but sub-agents are not available");
                 None
@@ -465,9 +470,13 @@ impl Actor {
             }
         };
         self.load_images(&messages);
+        let mut system = self.system_prompt();
+        if self.record.mode == Mode::Plan {
+            system = Arc::from(format!("{system}\n\n{}", prompt::PLAN_MODE));
+        }
         let request = LlmRequest {
             model: self.record.model.clone(),
-            system: self.system_prompt(),
+            system,
             messages,
             tools,
             max_tokens: self.max_tokens(),

@@ -609,18 +609,26 @@ impl Actor {
                     scope,
                     by,
                     client_request_id,
+                    plan,
                 } = answer;
                 let result = match self.remembered(client_request_id.as_deref()) {
                     Some(RequestOutcome::Answered) => Ok(()),
                     Some(other) => Err(reused(client_request_id.as_deref(), other)),
                     None => {
                         self.answering = self.record.state.pending_permission().cloned();
-                        let event = Event::PermissionAnswered {
-                            request_id,
-                            decision,
-                            feedback,
-                            scope,
-                            by,
+                        let event = match plan {
+                            Some(answer) => Event::PlanAnswered {
+                                request_id,
+                                answer,
+                                by,
+                            },
+                            None => Event::PermissionAnswered {
+                                request_id,
+                                decision,
+                                feedback,
+                                scope,
+                                by,
+                            },
                         };
                         self.apply_request(
                             client_request_id,

@@ -220,6 +220,7 @@ impl Rig {
             .answer(
                 id,
                 Answer {
+                    plan: None,
                     request_id: String::new(),
                     decision,
                     feedback: None,
@@ -358,6 +359,7 @@ async fn a_failed_flush_of_a_mode_upgrade_leaves_the_mode_and_the_request() {
         .answer(
             &id,
             Answer {
+                plan: None,
                 request_id: String::new(),
                 decision: Decision::AllowOnce,
                 feedback: None,
