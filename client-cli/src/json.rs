@@ -684,6 +684,21 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         continued_as: o.string("continued_as")?,
         context_warning: o.boolean("context_warning")?,
         context_tokens: o.int("context_tokens")?,
+        sub_agent_parent_id: o.string("sub_agent_parent_id")?,
+        // Exports written before sub-agents: a user's conversation.
+        user_initiated: match o.get("user_initiated") {
+            Some(Value::Bool(b)) => *b,
+            _ => true,
+        },
+        agent_id: o.string("agent_id")?,
+        sub_agents_usage: o
+            .object("sub_agents_usage")?
+            .map(|u| read_usage(&u))
+            .transpose()?,
+        sub_agents_cost_usd: match o.get("sub_agents_cost_usd") {
+            Some(Value::Number(n)) => n.as_f64(),
+            _ => None,
+        },
     })
 }
 

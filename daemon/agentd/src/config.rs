@@ -212,6 +212,21 @@ impl Default for ContextSection {
     }
 }
 
+/// Sub-agents (README "Sub-agents").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubAgentsSection {
+    /// Children of one `spawn_agents` call that run at once; the rest wait
+    /// their turn.
+    pub max_concurrent: usize,
+}
+
+impl Default for SubAgentsSection {
+    fn default() -> Self {
+        SubAgentsSection { max_concurrent: 4 }
+    }
+}
+
 /// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
 const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
 
@@ -315,6 +330,8 @@ pub struct FileConfig {
     pub context: ContextSection,
     /// MCP servers (README "MCP servers").
     pub mcp: crate::mcp::McpSection,
+    /// Sub-agents.
+    pub sub_agents: SubAgentsSection,
 }
 
 /// The effective configuration.
@@ -358,6 +375,8 @@ pub struct Config {
     pub context: ContextSection,
     /// The MCP servers of the config file, checked.
     pub mcp_servers: Vec<crate::mcp::ServerSpec>,
+    /// Sub-agents.
+    pub sub_agents: SubAgentsSection,
 }
 
 impl Config {
@@ -462,6 +481,9 @@ impl Config {
             hook_timeout_ms: file.hooks.timeout_ms,
             context: file.context,
             mcp_servers,
+            sub_agents: SubAgentsSection {
+                max_concurrent: file.sub_agents.max_concurrent.max(1),
+            },
             model,
             provider: file.provider,
             base_url,

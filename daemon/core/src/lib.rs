@@ -28,13 +28,16 @@ pub mod tools;
 pub mod transition;
 
 pub use client::ClientInfo;
-pub use effect::{Effect, LlmPurpose, Notice};
+pub use effect::{Effect, LlmPurpose, Notice, SubAgentOutcome};
 pub use event::{Event, LlmFailure, RuleScope};
 pub use hooks::{HookMatchers, HookVerdict};
 pub use message::{
     ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
 pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
-pub use state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun};
+pub use state::{
+    ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, SubAgentResult,
+    SubAgentRole, Submitted, ToolRun,
+};
 pub use tools::ToolSpec;
 pub use transition::{Rejected, Transition, transition};

@@ -242,6 +242,19 @@ pub fn summary(
         continued_as: r.continued_as.clone().unwrap_or_default(),
         context_warning: agentd_core::state::should_warn(&r.last_usage, context_window),
         context_tokens: r.last_usage.context_tokens(),
+        sub_agent_parent_id: r
+            .sub_agent
+            .as_ref()
+            .map(|l| l.parent_id.clone())
+            .unwrap_or_default(),
+        user_initiated: r.user_initiated(),
+        agent_id: r
+            .sub_agent
+            .as_ref()
+            .map(|l| l.agent_id.clone())
+            .unwrap_or_default(),
+        sub_agents_usage: None,
+        sub_agents_cost_usd: None,
     }
 }
 
@@ -816,6 +829,7 @@ pub fn exported_from(
         continued_automatically: false,
         hop: 0,
         continue_pending: false,
+        sub_agent: None,
     };
     Ok((record, messages))
 }

@@ -12,6 +12,7 @@ pub mod error;
 pub mod events;
 pub mod instructions;
 pub mod prompt;
+mod sub_agents;
 
 pub use actor::{HUB_CAPACITY, Subscription};
 pub use clock::Clock;
@@ -87,6 +88,8 @@ pub struct NewConversation {
     pub client_request_id: Option<String>,
     /// The exhausted conversation this one continues.
     pub parent: Option<Parent>,
+    /// Set for a sub-agent: its parent and agent id.
+    pub sub_agent: Option<crate::store::SubAgentLink>,
 }
 
 /// What a continued conversation takes from the one it continues.
@@ -276,6 +279,9 @@ pub struct Manager {
     /// Where actors ask for their conversation to be continued by the
     /// daemon (`[context] auto_continue`); a task of the manager's does it.
     auto_continue: mpsc::UnboundedSender<String>,
+    /// Where actors ask for sub-agents to be started, cancelled or
+    /// reported (a task of the manager's, see `sub_agents`).
+    sub_agents: mpsc::UnboundedSender<sub_agents::SubAgentRequest>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -288,6 +294,7 @@ impl Manager {
     /// A manager over `shared`; call [`Manager::recover`] next.
     pub fn new(shared: Shared) -> Arc<Manager> {
         let (auto_continue, mut requests) = mpsc::unbounded_channel::<String>();
+        let (sub_agents, sub_agent_requests) = mpsc::unbounded_channel();
         let manager = Arc::new(Manager {
             shared: Arc::new(shared),
             actors: Arc::new(Mutex::new(LiveActors::default())),
@@ -295,7 +302,9 @@ impl Manager {
             next_id: std::sync::Mutex::new(ulid::Generator::new()),
             creating: Mutex::new(()),
             auto_continue,
+            sub_agents,
         });
+        sub_agents::start(Arc::downgrade(&manager), sub_agent_requests);
         // Continuations the daemon makes by itself. The task holds the
         // manager weakly: it ends when the manager is dropped (its sender
         // with it).
@@ -433,7 +442,11 @@ impl Manager {
         let parent = new.parent;
         let record = ConversationRecord {
             id: id.clone(),
-            title: parent.as_ref().map(|p| p.title.clone()).unwrap_or_default(),
+            title: parent
+                .as_ref()
+                .map(|p| p.title.clone())
+                .or_else(|| new.sub_agent.as_ref().map(|l| l.description.clone()))
+                .unwrap_or_default(),
             cwd: new.cwd,
             model,
             created_at_ms: now,
@@ -456,6 +469,7 @@ impl Manager {
             continued_automatically: false,
             hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
             continue_pending: false,
+            sub_agent: new.sub_agent,
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).
@@ -494,6 +508,7 @@ impl Manager {
             (tx.clone(), rx),
             false,
             self.auto_continue.clone(),
+            self.sub_agents.clone(),
         );
         let (reply, done) = oneshot::channel();
         let first = match first {
@@ -569,6 +584,9 @@ impl Manager {
                 summary,
                 queued: old.queued.iter().map(|q| q.text.clone()).collect(),
             }),
+            // A sub-agent fails when its context is exhausted: only a
+            // user's conversation is continued.
+            sub_agent: None,
         };
         let next = self.create(new, None).await?;
         let taken: Vec<String> = old.queued.iter().map(|q| q.id.clone()).collect();
@@ -665,6 +683,7 @@ impl Manager {
                 (tx.clone(), rx),
                 true,
                 self.auto_continue.clone(),
+                self.sub_agents.clone(),
             );
             tokio::spawn(actor.run());
             actors.live.insert(id.to_string(), tx.clone());
@@ -736,6 +755,27 @@ impl Manager {
     ) -> Result<Vec<crate::store::QueuedMessage>, RuntimeError> {
         self.ask(id, |reply| Command::DropQueued { queued_id, reply })
             .await?
+    }
+
+    /// Gives a parent the end of one of its sub-agents.
+    async fn deliver(&self, parent_id: &str, result: agentd_core::SubAgentResult) {
+        if let Err(e) = self
+            .send_input(parent_id, Input::SubAgentFinished(result))
+            .await
+        {
+            tracing::error!(conversation = %parent_id, "cannot report a sub-agent's end: {e}");
+        }
+    }
+
+    /// Ends a sub-agent that never ran (cancelled while it waited for a
+    /// slot): it records its end and reports it like any other.
+    async fn end_unstarted(&self, child_id: &str) {
+        if let Err(e) = self
+            .send_input(child_id, Input::Command(Command::EndUnstarted))
+            .await
+        {
+            tracing::error!(conversation = %child_id, "cannot end the sub-agent: {e}");
+        }
     }
 
     /// Cancels the turn; returns whether anything was running.

@@ -131,9 +131,41 @@ pub struct ConversationRecord {
     /// restart finds it (the mid-turn index holds it) and does it then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_pending: bool,
+    /// Set when a `spawn_agents` call of another conversation started this
+    /// one (REQ-BED-009: not user initiated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_agent: Option<SubAgentLink>,
+}
+
+/// What ties a sub-agent to its parent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubAgentLink {
+    /// The conversation whose `spawn_agents` call started it.
+    pub parent_id: String,
+    /// Its id in the parent's call (`agent_{n}_{tool_use_id}`).
+    pub agent_id: String,
+    /// The label the parent gave it.
+    pub description: String,
+    /// How it ended, once it has: written in the same commit as the state
+    /// that ends it, so a restart finds it and reports it to the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<SubAgentEnd>,
+}
+
+/// A sub-agent's end as its parent gets it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubAgentEnd {
+    pub result: String,
+    pub success: bool,
 }
 
 impl ConversationRecord {
+    /// Whether a user started it (REQ-BED-009), rather than a parent's
+    /// `spawn_agents` call.
+    pub fn user_initiated(&self) -> bool {
+        self.sub_agent.is_none()
+    }
+
     /// Whether start-up has something to do for it: a turn was in flight,
     /// or a continuation the daemon owes.
     pub fn needs_recovery(&self) -> bool {
@@ -938,6 +970,7 @@ mod tests {
             continued_automatically: false,
             hop: 0,
             continue_pending: false,
+            sub_agent: None,
         }
     }
 

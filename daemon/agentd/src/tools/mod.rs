@@ -218,6 +218,8 @@ fn spec(tool: Tool) -> ToolSpec {
         Tool::KeywordSearch => keyword_search::spec(),
         Tool::Think => think::spec(),
         Tool::RequestModeUpgrade => agentd_core::tools::request_mode_upgrade_spec(),
+        Tool::SpawnAgents => agentd_core::tools::spawn_agents_spec(),
+        Tool::SubmitResult => agentd_core::tools::submit_result_spec(),
     }
 }
 
@@ -240,6 +242,11 @@ pub struct Registry {
     /// What it offers in the restricted modes: the read-only tools and
     /// `request_mode_upgrade`.
     offer_restricted: Arc<[ToolSpec]>,
+    /// What a sub-agent is offered, unrestricted and restricted: the same
+    /// without `spawn_agents` (no nesting) and `request_mode_upgrade`
+    /// (REQ-BED-018), with `submit_result`.
+    offer_child_all: Arc<[ToolSpec]>,
+    offer_child_restricted: Arc<[ToolSpec]>,
 }
 
 impl Default for Registry {
@@ -252,19 +259,24 @@ impl Registry {
     /// All built-in tools.
     pub fn new() -> Self {
         let specs: Vec<(Tool, ToolSpec)> = Tool::ALL.iter().map(|&t| (t, spec(t))).collect();
-        let offer = |restricted: bool| -> Arc<[ToolSpec]> {
+        let offer = |restricted: bool, child: bool| -> Arc<[ToolSpec]> {
             specs
                 .iter()
                 .filter(|(t, _)| t.is_offered(restricted))
+                .filter(|(t, _)| match t {
+                    Tool::SubmitResult => child,
+                    Tool::SpawnAgents | Tool::RequestModeUpgrade => !child,
+                    _ => true,
+                })
                 .map(|(_, s)| s.clone())
                 .collect()
         };
-        let offer_all = offer(false);
-        let offer_restricted = offer(true);
         Registry {
+            offer_all: offer(false, false),
+            offer_restricted: offer(true, false),
+            offer_child_all: offer(false, true),
+            offer_child_restricted: offer(true, true),
             specs,
-            offer_all,
-            offer_restricted,
         }
     }
 
@@ -287,6 +299,15 @@ impl Registry {
             self.offer_restricted.clone()
         } else {
             self.offer_all.clone()
+        }
+    }
+
+    /// The tools a sub-agent's model request offers (see `offered`).
+    pub fn offered_to_sub_agent(&self, restricted: bool) -> Arc<[ToolSpec]> {
+        if restricted {
+            self.offer_child_restricted.clone()
+        } else {
+            self.offer_child_all.clone()
         }
     }
 
@@ -357,9 +378,9 @@ async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOut
         }
         Tool::Think => run_now(tool, input),
         // `Registry::run` never gets here: the core answers these calls.
-        Tool::RequestModeUpgrade => Err(ToolError::new(format!(
-            "{tool}: the daemon answers this call itself; it is never run"
-        ))),
+        Tool::RequestModeUpgrade | Tool::SpawnAgents | Tool::SubmitResult => Err(ToolError::new(
+            format!("{tool}: the daemon answers this call itself; it is never run"),
+        )),
     }
 }
 
@@ -378,7 +399,9 @@ fn run_now(tool: Tool, input: Value) -> Result<ToolOutput, ToolError> {
         | Tool::Glob
         | Tool::Grep
         | Tool::KeywordSearch
-        | Tool::RequestModeUpgrade => Err(ToolError::new(format!(
+        | Tool::RequestModeUpgrade
+        | Tool::SpawnAgents
+        | Tool::SubmitResult => Err(ToolError::new(format!(
             "{tool}: not an instant tool, it cannot run inline"
         ))),
     }
@@ -485,7 +508,18 @@ pub fn summarize_call(name: &str, input: &Value) -> String {
             let words: Vec<&str> = ks.iter().filter_map(Value::as_str).collect();
             format!("{tool} {}{}", one_line(&words.join(", "), 80), in_path())
         }),
-        Tool::Think | Tool::RequestModeUpgrade => Some(tool.to_string()),
+        Tool::Think | Tool::RequestModeUpgrade | Tool::SubmitResult => Some(tool.to_string()),
+        Tool::SpawnAgents => input.get("agents").and_then(Value::as_array).map(|agents| {
+            let labels: Vec<&str> = agents
+                .iter()
+                .filter_map(|a| a.get("description").and_then(Value::as_str))
+                .collect();
+            format!(
+                "{tool}: {} agent(s): {}",
+                agents.len(),
+                one_line(&labels.join(", "), 80)
+            )
+        }),
     };
     described.unwrap_or_else(|| format!("{name} (invalid input)"))
 }
@@ -509,7 +543,9 @@ pub async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Optio
         | Tool::Grep
         | Tool::KeywordSearch
         | Tool::Think
-        | Tool::RequestModeUpgrade => None,
+        | Tool::RequestModeUpgrade
+        | Tool::SpawnAgents
+        | Tool::SubmitResult => None,
     };
     let changes = tokio::task::spawn_blocking(plan).await.ok()??;
     Some(diff::unified_all(&changes, ctx))

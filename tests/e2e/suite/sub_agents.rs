@@ -1,0 +1,311 @@
+//! Sub-agents (issue 16): a parent's `spawn_agents` call runs child
+//! conversations concurrently, each scripted on its own by the fake LLM (a
+//! marker in its prompt routes its requests), and their results come back
+//! to the parent's tool_result in the order asked, each with the child's id.
+
+use super::util::{assert_valid_chain, get, result_of, wait_state};
+use agent_proto::v1 as pb;
+use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
+use agent_tests::harness::Scenario;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The parent's reply that asks for one agent per prompt.
+fn spawn(id: &str, prompts: &[&str]) -> Script {
+    let agents: Vec<Value> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| json!({"description": format!("task {}", i + 1), "prompt": p}))
+        .collect();
+    Script::Reply(ReplyScript::new().tool_use(id, "spawn_agents", json!({ "agents": agents })))
+}
+
+fn submit(result: &str) -> Script {
+    Script::Reply(ReplyScript::new().tool_use(
+        "s1",
+        "submit_result",
+        json!({"result": result, "success": true}),
+    ))
+}
+
+/// The requests whose first user message contains `marker`.
+fn requests_of(all: &[Recorded], marker: &str) -> Vec<Recorded> {
+    all.iter()
+        .filter(|r| {
+            r.body["messages"][0]["content"]
+                .as_array()
+                .and_then(|b| b.first())
+                .and_then(|b| b["text"].as_str())
+                .is_some_and(|t| t.contains(marker))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The names of the tools a request offered.
+fn offered(req: &Recorded) -> Vec<String> {
+    req.body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The parent spawns three children; each runs a tool round (a slow reply
+/// first) and submits its result. The parent's next request carries the
+/// three results in order with the children's ids; the children ran at
+/// the same time; `agent ls` shows them under their parent.
+#[tokio::test]
+async fn three_children_run_concurrently_and_report_in_order() {
+    let s = Scenario::new()
+        .scripts([
+            spawn(
+                "toolu_spawn",
+                &["[child-1] count", "[child-2] list", "[child-3] read"],
+            ),
+            Script::text("All three reported."),
+        ])
+        .conversation("Split the work [parent]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    std::fs::write(s.work.path().join("a.txt"), "alpha\n").unwrap();
+    // Each child's first reply takes about PACE × its events to stream.
+    const PACE: Duration = Duration::from_millis(150);
+    for k in 1..=3 {
+        let marker = format!("[child-{k}]");
+        fake.push_for(
+            &marker,
+            Script::Reply(
+                ReplyScript::new()
+                    .tool_use("r1", "read", json!({"path": "a.txt"}))
+                    .pace(PACE),
+            ),
+        );
+        fake.push_for(&marker, submit(&format!("result {k}")));
+    }
+    let started = Instant::now();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let elapsed = started.elapsed();
+
+    let all = fake.requests();
+    let parent = requests_of(&all, "[parent]");
+    assert_eq!(parent.len(), 2, "the parent asked twice");
+    assert_valid_chain(&parent[1]);
+    let text = result_text(&result_of(&parent[1], "toolu_spawn"));
+    assert!(
+        text.starts_with("synthesis_toolu_spawn: 3 sub-agent(s) ended, 3 succeeded"),
+        "{text}"
+    );
+    // In the order asked, each with its conversation's id and result.
+    let list = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    let mut last = 0;
+    let mut child_ids = Vec::new();
+    for k in 1..=3 {
+        let agent = format!("agent_{k}_toolu_spawn");
+        let child = list
+            .iter()
+            .find(|c| c.agent_id == agent)
+            .unwrap_or_else(|| panic!("no child {agent}: {list:#?}"));
+        assert_eq!(child.sub_agent_parent_id, id);
+        assert!(!child.user_initiated);
+        assert_eq!(child.cwd, s.work.path().display().to_string());
+        let head = format!(
+            "## {agent} (conversation {}) succeeded\nresult {k}",
+            child.id
+        );
+        let at = text
+            .find(&head)
+            .unwrap_or_else(|| panic!("{head:?} not in {text}"));
+        assert!(at > last, "results out of order: {text}");
+        last = at;
+        child_ids.push(child.id.clone());
+    }
+    let me = list.iter().find(|c| c.id == id).unwrap();
+    assert!(me.user_initiated && me.sub_agent_parent_id.is_empty());
+
+    // The children's tool set: no nesting, no mode upgrade, submit_result.
+    for k in 1..=3 {
+        let reqs = requests_of(&all, &format!("[child-{k}]"));
+        assert_eq!(reqs.len(), 2, "child {k} asked twice");
+        let tools = offered(&reqs[0]);
+        assert!(tools.contains(&"submit_result".to_string()), "{tools:?}");
+        assert!(!tools.contains(&"spawn_agents".to_string()), "{tools:?}");
+        assert!(!tools.contains(&"request_mode_upgrade".to_string()));
+        assert_valid_chain(&reqs[1]);
+    }
+    assert!(offered(&parent[0]).contains(&"spawn_agents".to_string()));
+    assert!(!offered(&parent[0]).contains(&"submit_result".to_string()));
+
+    // Concurrently: every child's first request arrived before any child's
+    // slow first reply had finished streaming, and the whole took well
+    // under the three slow replies one after another.
+    let firsts: Vec<Recorded> = (1..=3)
+        .map(|k| requests_of(&all, &format!("[child-{k}]"))[0].clone())
+        .collect();
+    let first_done = firsts
+        .iter()
+        .map(|r| r.replied_at.expect("streamed"))
+        .min()
+        .unwrap();
+    for r in &firsts {
+        assert!(r.arrived_at < first_done, "a child waited for another");
+    }
+    let one = firsts[0]
+        .replied_at
+        .unwrap()
+        .duration_since(firsts[0].arrived_at)
+        .unwrap();
+    assert!(
+        elapsed < one * 3,
+        "3 children took {elapsed:?}; one slow reply takes {one:?}"
+    );
+
+    // Each child is a conversation at rest with its transcript.
+    for child in &child_ids {
+        let r = get(&mut client, child).await;
+        assert_eq!(
+            r.messages.len(),
+            5,
+            "prompt, read, its result, submit_result, its result"
+        );
+    }
+}
+
+/// The text of a tool_result block as recorded (a string or text blocks).
+fn result_text(result: &Value) -> String {
+    match &result["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// The text blocks of the last message of a recorded request.
+fn last_user_text(req: &Recorded) -> String {
+    let last = req.body["messages"].as_array().unwrap().last().unwrap();
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// A child that tries to spawn gets an error result (no nesting); a child
+/// that ends without submit_result is told once, then its last text
+/// counts; a child whose context fills up fails at once, and the parent
+/// sees the failure.
+#[tokio::test]
+async fn children_cannot_nest_are_reminded_and_fail_on_a_full_context() {
+    let s = Scenario::new()
+        .config("[models.\"claude-test\"]\ncontext_window = 10000")
+        .scripts([
+            spawn(
+                "toolu_p",
+                &["[nest] try", "[lazy] think", "[huge] read a lot"],
+            ),
+            Script::text("Noted."),
+        ])
+        .conversation("Three kinds of child [parent2]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    fake.push_for(
+        "[nest]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "n1",
+            "spawn_agents",
+            json!({"agents": [{"description": "deeper", "prompt": "[deeper] x"}]}),
+        )),
+    );
+    fake.push_for("[nest]", submit("could not nest"));
+    fake.push_for("[lazy]", Script::text("I think the answer is 7."));
+    fake.push_for("[lazy]", Script::text("Still 7."));
+    fake.push_for(
+        "[huge]",
+        Script::Reply(
+            ReplyScript::new()
+                .text("Reading everything.")
+                .tool_use("h1", "read", json!({"path": "a.txt"}))
+                .usage(9_500, 10),
+        ),
+    );
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let all = fake.requests();
+    assert!(requests_of(&all, "[deeper]").is_empty(), "a child nested");
+
+    let nest = requests_of(&all, "[nest]");
+    assert_eq!(nest.len(), 2);
+    let refused = result_of(&nest[1], "n1");
+    assert_eq!(refused["is_error"], true);
+    assert_eq!(
+        result_text(&refused),
+        "spawn_agents is not available to sub-agents: a sub-agent cannot start sub-agents"
+    );
+
+    let lazy = requests_of(&all, "[lazy]");
+    assert_eq!(lazy.len(), 2, "told once, then its text counts");
+    assert!(
+        last_user_text(&lazy[1]).starts_with("You ended your turn without calling submit_result."),
+        "{}",
+        last_user_text(&lazy[1])
+    );
+
+    let huge = requests_of(&all, "[huge]");
+    assert_eq!(huge.len(), 1, "no continuation, no second request");
+
+    let parent = requests_of(&all, "[parent2]");
+    assert_eq!(parent.len(), 2);
+    assert_valid_chain(&parent[1]);
+    let text = result_text(&result_of(&parent[1], "toolu_p"));
+    assert!(
+        text.starts_with("synthesis_toolu_p: 3 sub-agent(s) ended, 2 succeeded, 1 failed."),
+        "{text}"
+    );
+    let one = text.find("## agent_1_toolu_p (conversation ").unwrap();
+    let two = text.find("## agent_2_toolu_p (conversation ").unwrap();
+    let three = text.find("## agent_3_toolu_p (conversation ").unwrap();
+    assert!(one < two && two < three, "{text}");
+    assert!(
+        text[one..two].contains(") succeeded\ncould not nest"),
+        "{text}"
+    );
+    assert!(
+        text[two..three]
+            .contains(") succeeded\n[no submit_result: the sub-agent's last text]\nStill 7."),
+        "{text}"
+    );
+    assert!(
+        text[three..].contains(") failed\nThe sub-agent failed: Context window exhausted"),
+        "{text}"
+    );
+    // The failed child is in the error state, like any failed conversation.
+    let list = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    let huge_child = list
+        .iter()
+        .find(|c| c.agent_id == "agent_3_toolu_p")
+        .unwrap();
+    let r = get(&mut client, &huge_child.id).await;
+    assert_eq!(super::util::kind_of(&r), pb::StateKind::Error);
+}
