@@ -151,6 +151,11 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "continued_as": c.continued_as,
         "context_warning": c.context_warning,
         "context_tokens": c.context_tokens,
+        "sub_agent_parent_id": c.sub_agent_parent_id,
+        "user_initiated": c.user_initiated,
+        "agent_id": c.agent_id,
+        "sub_agents_usage": opt(c.sub_agents_usage.as_ref(), usage),
+        "sub_agents_cost_usd": c.sub_agents_cost_usd,
     })
 }
 

@@ -113,15 +113,6 @@ pub fn stop_hook_message(reason: &str) -> String {
     format!("{STOP_HOOK_PREFIX}{}", reason.trim())
 }
 
-/// The seed's error text for a model stream the user aborted (Appendix B).
-pub const ERR_STREAM_ABORTED: &str = "Stream aborted by user";
-
-/// The seed's error text for a tool that failed to execute (Appendix B):
-/// "Error executing {tool}: {error}".
-pub fn tool_execution_failed(tool: &str, error: &str) -> String {
-    format!("Error executing {tool}: {error}")
-}
-
 /// Result of `spawn_agents` called by a sub-agent (no nesting, REQ-BED-008).
 pub const NO_NESTING: &str =
     "spawn_agents is not available to sub-agents: a sub-agent cannot start sub-agents";

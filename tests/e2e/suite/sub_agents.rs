@@ -131,6 +131,17 @@ async fn three_children_run_concurrently_and_report_in_order() {
     }
     let me = list.iter().find(|c| c.id == id).unwrap();
     assert!(me.user_initiated && me.sub_agent_parent_id.is_empty());
+    // Costs roll up: the parent's children usage is the sum of theirs.
+    let mut sum = pb::Usage::default();
+    for child in list.iter().filter(|c| c.sub_agent_parent_id == id) {
+        let u = child.usage.unwrap();
+        assert!(u.output_tokens > 0);
+        sum.input_tokens += u.input_tokens;
+        sum.output_tokens += u.output_tokens;
+        sum.cache_creation_input_tokens += u.cache_creation_input_tokens;
+        sum.cache_read_input_tokens += u.cache_read_input_tokens;
+    }
+    assert_eq!(me.sub_agents_usage.unwrap(), sum);
 
     // The children's tool set: no nesting, no mode upgrade, submit_result.
     for k in 1..=3 {
@@ -168,6 +179,33 @@ async fn three_children_run_concurrently_and_report_in_order() {
         elapsed < one * 3,
         "3 children took {elapsed:?}; one slow reply takes {one:?}"
     );
+
+    // `agent ls`: the children under their parent, in the order started;
+    // `--flat` lists them as rows of their own.
+    let (ok, out, err) = super::util::agent_out(&s.daemon, &["ls"]).await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let short = |id: &str| id.chars().take(10).collect::<String>();
+    let at = |id: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(&short(id)))
+            .unwrap_or_else(|| panic!("{id} not listed:\n{out}"))
+    };
+    let parent_row = at(&id);
+    assert!(!lines[parent_row].contains('└'), "{out}");
+    for (k, child) in child_ids.iter().enumerate() {
+        let row = at(child);
+        assert_eq!(
+            row,
+            parent_row + 1 + k,
+            "child {k} not under its parent:\n{out}"
+        );
+        assert!(lines[row].trim_start().starts_with('└'), "{out}");
+        assert!(lines[row].contains("[sub-agent] task"), "{out}");
+    }
+    let (ok, flat, _) = super::util::agent_out(&s.daemon, &["ls", "--flat"]).await;
+    assert!(ok && !flat.contains('└'), "{flat}");
 
     // Each child is a conversation at rest with its transcript.
     for child in &child_ids {
@@ -308,4 +346,108 @@ async fn children_cannot_nest_are_reminded_and_fail_on_a_full_context() {
         .unwrap();
     let r = get(&mut client, &huge_child.id).await;
     assert_eq!(super::util::kind_of(&r), pb::StateKind::Error);
+}
+
+/// Cancelling the parent while three children run (one in a `sleep`, two
+/// waiting for the model) stops every child and kills the process; the
+/// parent's spawn call is answered "Cancelled by user" and its chain stays
+/// valid.
+#[tokio::test]
+async fn cancelling_the_parent_cancels_every_child() {
+    let s = Scenario::new()
+        .scripts([spawn(
+            "toolu_c",
+            &["[sleeper] wait", "[slow-1] think", "[slow-2] think"],
+        )])
+        .conversation("Fan out then stop [parent3]")
+        .allow(&["bash"])
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    let needle = "sleep 31.4159";
+    fake.push_for(
+        "[sleeper]",
+        Script::Reply(ReplyScript::new().tool_use("b1", "bash", json!({"command": needle}))),
+    );
+    let gate = agent_tests::fake_llm::Gate::new();
+    for marker in ["[slow-1]", "[slow-2]"] {
+        fake.push_for(
+            marker,
+            Script::Reply(
+                ReplyScript::new()
+                    .text("thinking hard")
+                    .hold_after(2, gate.clone()),
+            ),
+        );
+    }
+    // Every child is under way: the sleep runs, the others stream.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while super::util::processes_matching(needle).is_empty()
+        || requests_of(&fake.requests(), "[slow-2]").is_empty()
+        || requests_of(&fake.requests(), "[slow-1]").is_empty()
+    {
+        assert!(Instant::now() < deadline, "children did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        super::util::kind_of(&get(&mut client, &id).await),
+        pb::StateKind::AwaitingSubAgents
+    );
+    client
+        .cancel_conversation(pb::CancelConversationRequest {
+            conversation_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let list = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    let children: Vec<String> = list
+        .iter()
+        .filter(|c| c.sub_agent_parent_id == id)
+        .map(|c| c.id.clone())
+        .collect();
+    assert_eq!(children.len(), 3);
+    for child in &children {
+        wait_state(&mut client, child, pb::StateKind::Idle).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !super::util::processes_matching(needle).is_empty() {
+        assert!(Instant::now() < deadline, "the child's sleep still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.open();
+    // The spawn call's synthetic result, then a valid chain on the next turn.
+    let r = get(&mut client, &id).await;
+    let last = r.messages.last().unwrap();
+    let answered: Vec<(String, String)> = last
+        .content
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(pb::content_block::Block::ToolResult(t)) => {
+                Some((t.tool_use_id.clone(), t.content.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        answered,
+        vec![("toolu_c".to_string(), "Cancelled by user".to_string())]
+    );
+    fake.push(Script::text("ok"));
+    super::util::send(&mut client, &id, "go on").await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let parent = requests_of(&fake.requests(), "[parent3]");
+    assert_eq!(parent.len(), 2);
+    assert_valid_chain(&parent[1]);
+    // The cancelled children's late ends changed nothing in the parent.
+    assert_eq!(
+        get(&mut client, &id).await.messages.len(),
+        r.messages.len() + 2
+    );
 }

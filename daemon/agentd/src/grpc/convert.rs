@@ -253,8 +253,8 @@ pub fn summary(
             .as_ref()
             .map(|l| l.agent_id.clone())
             .unwrap_or_default(),
-        sub_agents_usage: None,
-        sub_agents_cost_usd: None,
+        sub_agents_usage: Some(usage(&r.sub_agents_usage)),
+        sub_agents_cost_usd: (r.sub_agents_cost_usd > 0.0).then_some(r.sub_agents_cost_usd),
     }
 }
 
@@ -830,6 +830,9 @@ pub fn exported_from(
         hop: 0,
         continue_pending: false,
         sub_agent: None,
+        sub_agents_usage: Usage::default(),
+        sub_agents_cost_usd: 0.0,
+        sub_agents_counted: Vec::new(),
     };
     Ok((record, messages))
 }

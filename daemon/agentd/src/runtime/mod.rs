@@ -470,6 +470,9 @@ impl Manager {
             hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
             continue_pending: false,
             sub_agent: new.sub_agent,
+            sub_agents_usage: Usage::default(),
+            sub_agents_cost_usd: 0.0,
+            sub_agents_counted: Vec::new(),
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).
@@ -758,9 +761,22 @@ impl Manager {
     }
 
     /// Gives a parent the end of one of its sub-agents.
-    async fn deliver(&self, parent_id: &str, result: agentd_core::SubAgentResult) {
+    async fn deliver(
+        &self,
+        parent_id: &str,
+        result: agentd_core::SubAgentResult,
+        usage: Usage,
+        cost_usd: f64,
+    ) {
         if let Err(e) = self
-            .send_input(parent_id, Input::SubAgentFinished(result))
+            .send_input(
+                parent_id,
+                Input::SubAgentFinished {
+                    result,
+                    usage,
+                    cost_usd,
+                },
+            )
             .await
         {
             tracing::error!(conversation = %parent_id, "cannot report a sub-agent's end: {e}");

@@ -108,6 +108,8 @@ pub(crate) fn start(
                                 success: false,
                                 conversation_id: String::new(),
                             },
+                            agentd_core::Usage::default(),
+                            0.0,
                         )
                         .await;
                     }
@@ -139,6 +141,8 @@ pub(crate) fn start(
                             success: end.success,
                             conversation_id: child_id,
                         },
+                        end.usage,
+                        end.cost_usd,
                     )
                     .await;
                 }
@@ -214,6 +218,8 @@ async fn spawn_child(
                 success: end.success,
                 conversation_id: child.id.clone(),
             },
+            end.usage,
+            end.cost_usd,
         )
         .await;
         return Ok(());

@@ -135,10 +135,21 @@ pub struct ConversationRecord {
     /// one (REQ-BED-009: not user initiated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_agent: Option<SubAgentLink>,
+    /// What this conversation's sub-agents used (theirs included), counted
+    /// once per child as each ends: `usage` stays this conversation's own.
+    #[serde(default)]
+    pub sub_agents_usage: Usage,
+    /// What that cost at list price, USD (children of unknown price count
+    /// nothing).
+    #[serde(default)]
+    pub sub_agents_cost_usd: f64,
+    /// The children whose usage is counted in `sub_agents_usage`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sub_agents_counted: Vec<String>,
 }
 
 /// What ties a sub-agent to its parent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubAgentLink {
     /// The conversation whose `spawn_agents` call started it.
     pub parent_id: String,
@@ -153,10 +164,16 @@ pub struct SubAgentLink {
 }
 
 /// A sub-agent's end as its parent gets it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubAgentEnd {
     pub result: String,
     pub success: bool,
+    /// What it used in all (its own replies and its sub-agents').
+    #[serde(default)]
+    pub usage: Usage,
+    /// What that cost, USD (0 when unknown).
+    #[serde(default)]
+    pub cost_usd: f64,
 }
 
 impl ConversationRecord {
@@ -971,6 +988,9 @@ mod tests {
             hop: 0,
             continue_pending: false,
             sub_agent: None,
+            sub_agents_usage: Usage::default(),
+            sub_agents_cost_usd: 0.0,
+            sub_agents_counted: Vec::new(),
         }
     }
 

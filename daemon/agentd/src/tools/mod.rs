@@ -622,11 +622,41 @@ mod tests {
                 .map(|s| s.name.clone())
                 .collect()
         };
-        let all: Vec<String> = reg.specs(false).into_iter().map(|s| s.name).collect();
+        // The core answers request_mode_upgrade and spawn_agents; a
+        // sub-agent's children would be narrowed to its mode, so spawning is
+        // offered in every mode.
+        let mut all: Vec<String> = reg.specs(false).into_iter().map(|s| s.name).collect();
+        all.push("spawn_agents".to_string());
         assert_eq!(names(false), all);
         let mut restricted: Vec<String> = reg.specs(true).into_iter().map(|s| s.name).collect();
         restricted.push("request_mode_upgrade".to_string());
+        restricted.push("spawn_agents".to_string());
         assert_eq!(names(true), restricted);
+    }
+
+    /// A sub-agent is offered the same tools without spawn_agents (no
+    /// nesting) and request_mode_upgrade (REQ-BED-018), with submit_result.
+    #[test]
+    fn sub_agents_are_offered_submit_result_and_no_nesting() {
+        let reg = Registry::new();
+        for restricted in [false, true] {
+            let parent: Vec<String> = reg
+                .offered(restricted)
+                .iter()
+                .map(|s| s.name.clone())
+                .collect();
+            let child: Vec<String> = reg
+                .offered_to_sub_agent(restricted)
+                .iter()
+                .map(|s| s.name.clone())
+                .collect();
+            let mut expected: Vec<String> = parent
+                .into_iter()
+                .filter(|n| n != "spawn_agents" && n != "request_mode_upgrade")
+                .collect();
+            expected.push("submit_result".to_string());
+            assert_eq!(child, expected, "restricted: {restricted}");
+        }
     }
 
     /// Only `think` runs inline; every other call, known or not, is left to

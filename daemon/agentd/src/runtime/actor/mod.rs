@@ -97,8 +97,12 @@ pub(crate) enum Input {
     Shell(crate::shells::ShellEvent),
     /// The daemon is stopping.
     Shutdown { done: oneshot::Sender<()> },
-    /// One of this conversation's sub-agents ended.
-    SubAgentFinished(agentd_core::SubAgentResult),
+    /// One of this conversation's sub-agents ended, having used `usage`.
+    SubAgentFinished {
+        result: agentd_core::SubAgentResult,
+        usage: agentd_core::Usage,
+        cost_usd: f64,
+    },
 }
 
 /// A client's request to an actor.
@@ -504,10 +508,11 @@ impl Actor {
                 // A continuation owed from before the restart.
                 self.maybe_auto_continue();
             }
-            Input::SubAgentFinished(result) => {
-                self.apply_internal(Event::SubAgentFinished { result })
-                    .await;
-            }
+            Input::SubAgentFinished {
+                result,
+                usage,
+                cost_usd,
+            } => self.sub_agent_finished(result, usage, cost_usd).await,
             Input::Shell(event) => {
                 let kind = match event {
                     crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
