@@ -451,3 +451,99 @@ async fn cancelling_the_parent_cancels_every_child() {
         r.messages.len() + 2
     );
 }
+
+/// kill -9 while one child has ended and another is mid-request: after the
+/// restart the child in flight goes on (its request is issued again), the
+/// ended one's result is kept, and the parent gets both, once each, and
+/// goes on.
+#[tokio::test]
+async fn a_crash_mid_fan_out_loses_and_duplicates_nothing() {
+    let mut s = Scenario::new()
+        .scripts([
+            spawn("toolu_k", &["[quick] go", "[held] go"]),
+            Script::text("Both in."),
+        ])
+        .conversation("Survive a crash [parent4]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    fake.push_for("[quick]", submit("quick result"));
+    let gate = agent_tests::fake_llm::Gate::new();
+    fake.push_for(
+        "[held]",
+        Script::Reply(
+            ReplyScript::new()
+                .text("working")
+                .hold_after(2, gate.clone()),
+        ),
+    );
+    fake.push_for("[held]", submit("held result"));
+    // The quick child has ended (its end is in the parent) and the held
+    // one streams.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = get(&mut client, &id).await;
+        let quick_done = requests_of(&fake.requests(), "[quick]").len() == 1
+            && list_children(&mut client, &id).await.iter().any(|c| {
+                c.agent_id == "agent_1_toolu_k"
+                    && c.state.as_ref().map(|s| s.kind) == Some(pb::StateKind::Idle as i32)
+            });
+        if quick_done
+            && !requests_of(&fake.requests(), "[held]").is_empty()
+            && super::util::kind_of(&r) == pb::StateKind::AwaitingSubAgents
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the fan-out did not get going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.daemon.kill9();
+    gate.open();
+    s.daemon.restart().await;
+    let mut client = s.daemon.client().await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let all = fake.requests();
+    assert_eq!(
+        requests_of(&all, "[quick]").len(),
+        1,
+        "the ended child ran again"
+    );
+    assert_eq!(
+        requests_of(&all, "[held]").len(),
+        2,
+        "the held child was asked again"
+    );
+    let parent = requests_of(&all, "[parent4]");
+    assert_eq!(parent.len(), 2, "the parent asked twice");
+    assert_valid_chain(&parent[1]);
+    let text = result_text(&result_of(&parent[1], "toolu_k"));
+    assert_eq!(text.matches("## agent_1_toolu_k").count(), 1, "{text}");
+    assert_eq!(text.matches("## agent_2_toolu_k").count(), 1, "{text}");
+    assert!(text.contains("succeeded\nquick result"), "{text}");
+    assert!(text.contains("succeeded\nheld result"), "{text}");
+    // No orphan: every child of the parent is at rest with its result.
+    for c in list_children(&mut client, &id).await {
+        assert_eq!(
+            c.state.as_ref().map(|s| s.kind),
+            Some(pb::StateKind::Idle as i32)
+        );
+    }
+}
+
+async fn list_children(
+    client: &mut agent_proto::v1::agent_service_client::AgentServiceClient<
+        tonic::transport::Channel,
+    >,
+    parent: &str,
+) -> Vec<pb::ConversationSummary> {
+    client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations
+        .into_iter()
+        .filter(|c| c.sub_agent_parent_id == parent)
+        .collect()
+}
