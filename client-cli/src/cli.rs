@@ -280,6 +280,10 @@ pub enum Command {
         #[arg(short = 'n', long, value_name = "N", default_value_t = 50,
               value_parser = clap::value_parser!(u32).range(1..))]
         limit: u32,
+        /// One row per conversation in list order, sub-agents not placed
+        /// under their parents
+        #[arg(long)]
+        flat: bool,
     },
 
     /// Print a conversation's transcript
@@ -1118,7 +1122,8 @@ mod tests {
             cli.command.unwrap(),
             Command::Ls {
                 all: false,
-                limit: 50
+                limit: 50,
+                flat: false
             }
         ));
         let cli = parse(&["ls", "--all"]).unwrap();
@@ -1131,8 +1136,14 @@ mod tests {
             cli.command.unwrap(),
             Command::Ls {
                 all: false,
-                limit: 3
+                limit: 3,
+                flat: false
             }
+        ));
+        let cli = parse(&["ls", "--flat"]).unwrap();
+        assert!(matches!(
+            cli.command.unwrap(),
+            Command::Ls { flat: true, .. }
         ));
         assert!(parse(&["ls", "-n", "0"]).is_err());
         assert!(parse(&["ls", "--all", "-n", "3"]).is_err());

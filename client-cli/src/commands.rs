@@ -15,7 +15,7 @@ use crate::connect::{Client, connect_or_start, socket_path};
 use crate::error::{CliError, Exit};
 use crate::io::Io;
 use crate::json as js;
-use crate::render::{Renderer, conversation_table, shell_table, usage_table};
+use crate::render::{Renderer, conversation_tree, shell_table, usage_table};
 use crate::session::{SessionConfig, SessionKind, run_session};
 
 /// Runs a parsed command line against the daemon, printing through `io`.
@@ -103,7 +103,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         Command::Cancel { id } => cancel(&ctx, id, io).await,
         Command::Compact { id } => compact(&ctx, id, io).await,
         Command::Continue { id } => continue_conversation(&ctx, id, io).await,
-        Command::Ls { all, limit } => ls(&ctx, if all { 0 } else { limit }, io).await,
+        Command::Ls { all, limit, flat } => ls(&ctx, if all { 0 } else { limit }, flat, io).await,
         Command::Show {
             id, audit: true, ..
         } => crate::access::audit(ctx.client().await?, id, ctx.json, io).await,
@@ -638,7 +638,7 @@ async fn continue_conversation(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exi
 }
 
 /// `limit` 0 lists every conversation.
-async fn ls(ctx: &Ctx, limit: u32, io: &mut Io) -> Result<Exit, CliError> {
+async fn ls(ctx: &Ctx, limit: u32, flat: bool, io: &mut Io) -> Result<Exit, CliError> {
     let response = ctx
         .client()
         .await?
@@ -660,9 +660,13 @@ async fn ls(ctx: &Ctx, limit: u32, io: &mut Io) -> Result<Exit, CliError> {
             .collect();
         print_json(io, &Value::Array(list))?;
     } else {
-        conversation_table(&mut io.out, &response.conversations, now_ms(), false)
-            .and_then(|()| io.out.flush())
-            .map_err(out_err)?;
+        if flat {
+            crate::render::conversation_table(&mut io.out, &response.conversations, now_ms(), false)
+        } else {
+            conversation_tree(&mut io.out, &response.conversations, now_ms(), false)
+        }
+        .and_then(|()| io.out.flush())
+        .map_err(out_err)?;
     }
     if !response.next_before_id.is_empty() {
         writeln!(

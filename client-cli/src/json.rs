@@ -154,6 +154,11 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "context_tokens": c.context_tokens,
         "budget_stop": opt(c.budget_stop.as_ref(), budget_stop),
         "continuing": c.continuing,
+        "sub_agent_parent_id": c.sub_agent_parent_id,
+        "user_initiated": c.user_initiated,
+        "agent_id": c.agent_id,
+        "sub_agents_usage": opt(c.sub_agents_usage.as_ref(), usage),
+        "sub_agents_cost_usd": c.sub_agents_cost_usd,
     })
 }
 
@@ -798,6 +803,21 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         // the error it shows.
         budget_stop: None,
         continuing: o.boolean("continuing")?,
+        sub_agent_parent_id: o.string("sub_agent_parent_id")?,
+        // Exports written before sub-agents: a user's conversation.
+        user_initiated: match o.get("user_initiated") {
+            Some(Value::Bool(b)) => *b,
+            _ => true,
+        },
+        agent_id: o.string("agent_id")?,
+        sub_agents_usage: o
+            .object("sub_agents_usage")?
+            .map(|u| read_usage(&u))
+            .transpose()?,
+        sub_agents_cost_usd: match o.get("sub_agents_cost_usd") {
+            Some(Value::Number(n)) => n.as_f64(),
+            _ => None,
+        },
     })
 }
 

@@ -1563,24 +1563,81 @@ pub fn conversation_table(
     now_ms: i64,
     full_ids: bool,
 ) -> io::Result<()> {
+    let flat: Vec<(usize, &pb::ConversationSummary)> =
+        conversations.iter().map(|c| (0, c)).collect();
+    conversation_rows(out, &flat, now_ms, full_ids)
+}
+
+/// `agent ls`: like [`conversation_table`], with each sub-agent under its
+/// parent (indented, marked `└`), in the order they were started, when the
+/// parent is in the list.
+pub fn conversation_tree(
+    out: &mut impl Write,
+    conversations: &[pb::ConversationSummary],
+    now_ms: i64,
+    full_ids: bool,
+) -> io::Result<()> {
+    let listed = |id: &str| conversations.iter().any(|c| c.id == id);
+    let mut rows = Vec::with_capacity(conversations.len());
+    fn place<'a>(
+        rows: &mut Vec<(usize, &'a pb::ConversationSummary)>,
+        all: &'a [pb::ConversationSummary],
+        c: &'a pb::ConversationSummary,
+        depth: usize,
+    ) {
+        rows.push((depth, c));
+        // Ids are ULIDs: ascending is the order they were started.
+        let mut children: Vec<&pb::ConversationSummary> = all
+            .iter()
+            .filter(|k| k.sub_agent_parent_id == c.id)
+            .collect();
+        children.sort_by(|a, b| a.id.cmp(&b.id));
+        for child in children {
+            place(rows, all, child, depth + 1);
+        }
+    }
+    for c in conversations {
+        if c.sub_agent_parent_id.is_empty() || !listed(&c.sub_agent_parent_id) {
+            place(&mut rows, conversations, c, 0);
+        }
+    }
+    conversation_rows(out, &rows, now_ms, full_ids)
+}
+
+fn conversation_rows(
+    out: &mut impl Write,
+    conversations: &[(usize, &pb::ConversationSummary)],
+    now_ms: i64,
+    full_ids: bool,
+) -> io::Result<()> {
     if conversations.is_empty() {
         return writeln!(out, "no conversations");
     }
     let rows: Vec<[String; 7]> = conversations
         .iter()
-        .map(|c| {
+        .map(|&(depth, c)| {
+            let id: String = if full_ids {
+                c.id.clone()
+            } else {
+                c.id.chars().take(10).collect()
+            };
+            let title = if c.agent_id.is_empty() {
+                c.title.clone()
+            } else {
+                format!("[sub-agent] {}", c.title)
+            };
             [
-                if full_ids {
-                    c.id.clone()
+                if depth == 0 {
+                    id
                 } else {
-                    c.id.chars().take(10).collect()
+                    format!("{}└ {id}", "  ".repeat(depth - 1))
                 },
                 ls_state(c),
                 format_age(now_ms.saturating_sub(c.created_at_ms)),
                 tokens_text(c.usage.as_ref()),
                 cost_text(c.cost_usd),
                 shorten_home(&c.cwd),
-                one_line(&c.title, 60),
+                one_line(&title, 60),
             ]
         })
         .collect();

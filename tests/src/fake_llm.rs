@@ -12,7 +12,11 @@
 //!
 //! Every response carries `request-id: req_fake_N`, N counting requests from 1.
 //!
-//! A request takes the next queued script; when the queue is empty, the
+//! A request whose first user message contains a marker given to
+//! [`push_for`](FakeLlm::push_for) takes the next script queued for that
+//! marker: each conversation (a sub-agent's, say) can be scripted on its
+//! own, whatever order the daemon's requests arrive in. Any other request
+//! takes the next queued script; when the queue is empty, the
 //! [responder](FakeLlm::set_responder) (if set) makes one from the request
 //! body, else the [default](FakeLlm::set_default) script answers.
 //!
@@ -116,6 +120,9 @@ pub(crate) struct Shared {
     addr: SocketAddr,
     // std Mutexes: nothing async happens while any of them is held.
     scripts: Mutex<VecDeque<Script>>,
+    /// Scripts by marker (see [`FakeLlm::push_for`]), markers in the order
+    /// first given.
+    routed: Mutex<Vec<(String, VecDeque<Script>)>>,
     default: Mutex<Option<Script>>,
     responder: Mutex<Option<Responder>>,
     /// Set by [`FakeLlm::emulate_prompt_cache`].
@@ -175,6 +182,16 @@ impl Shared {
     /// The queued script, else the responder's answer to `body`, else the
     /// default.
     pub(crate) fn next_script(&self, body: &serde_json::Value) -> Option<Script> {
+        let first = first_user_text(body);
+        {
+            let mut routed = lock(&self.routed);
+            if let Some((_, queue)) = routed
+                .iter_mut()
+                .find(|(marker, _)| first.contains(marker.as_str()))
+            {
+                return queue.pop_front().or_else(|| lock(&self.default).clone());
+            }
+        }
         if let Some(queued) = lock(&self.scripts).pop_front() {
             return Some(queued);
         }
@@ -207,6 +224,7 @@ impl FakeLlm {
         let shared = Arc::new(Shared {
             addr,
             scripts: Mutex::new(VecDeque::new()),
+            routed: Mutex::new(Vec::new()),
             default: Mutex::new(None),
             responder: Mutex::new(None),
             prompt_cache: Mutex::new(None),
@@ -248,6 +266,18 @@ impl FakeLlm {
     /// Queues a script; each request to a model endpoint takes the next one.
     pub fn push(&self, script: Script) {
         lock(&self.shared.scripts).push_back(script);
+    }
+
+    /// Queues a script for the requests whose first user message contains
+    /// `marker` (Anthropic or OpenAI form): they take these scripts in
+    /// order and never the general queue; once these run out, the default
+    /// answers them.
+    pub fn push_for(&self, marker: &str, script: Script) {
+        let mut routed = lock(&self.shared.routed);
+        match routed.iter_mut().find(|(m, _)| m == marker) {
+            Some((_, queue)) => queue.push_back(script),
+            None => routed.push((marker.to_string(), VecDeque::from([script]))),
+        }
     }
 
     /// Queues several scripts in order.
@@ -397,4 +427,24 @@ pub fn script_file(path: &str) -> Result<Vec<Script>, String> {
             Ok(Script::Reply(reply))
         })
         .collect()
+}
+
+/// The text of the first user message of a request body (Anthropic: a
+/// string or text blocks; OpenAI: the first `user` message's content).
+fn first_user_text(body: &serde_json::Value) -> String {
+    let Some(messages) = body.get("messages").and_then(serde_json::Value::as_array) else {
+        return String::new();
+    };
+    let Some(first) = messages.iter().find(|m| m["role"] == "user") else {
+        return String::new();
+    };
+    match &first["content"] {
+        serde_json::Value::String(s) => s.clone(),
+        serde_json::Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
 }

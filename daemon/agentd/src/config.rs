@@ -308,6 +308,21 @@ pub struct PlanSection {
     pub detect: agentd_core::plan::PlanDetect,
 }
 
+/// Sub-agents (README "Sub-agents").
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SubAgentsSection {
+    /// Children of one `spawn_agents` call that run at once; the rest wait
+    /// their turn.
+    pub max_concurrent: usize,
+}
+
+impl Default for SubAgentsSection {
+    fn default() -> Self {
+        SubAgentsSection { max_concurrent: 4 }
+    }
+}
+
 /// HTTP/2's bounds on SETTINGS_MAX_FRAME_SIZE (RFC 9113 §6.5.2).
 const HTTP2_FRAME_BYTES: std::ops::RangeInclusive<u32> = 16_384..=16_777_215;
 
@@ -433,6 +448,8 @@ pub struct FileConfig {
     pub remote: RemoteSection,
     /// Plans (README "Plans").
     pub plan: PlanSection,
+    /// Sub-agents.
+    pub sub_agents: SubAgentsSection,
 }
 
 /// The effective configuration.
@@ -484,6 +501,8 @@ pub struct Config {
     pub remote: RemoteSection,
     /// Plans.
     pub plan: PlanSection,
+    /// Sub-agents.
+    pub sub_agents: SubAgentsSection,
 }
 
 impl Config {
@@ -599,6 +618,9 @@ impl Config {
             budget,
             images: file.images,
             remote: file.remote,
+            sub_agents: SubAgentsSection {
+                max_concurrent: file.sub_agents.max_concurrent.max(1),
+            },
             model,
             provider: file.provider,
             base_url,

@@ -144,11 +144,30 @@ pub enum Effect {
     Notify {
         notice: Notice,
     },
-    /// Start a sub-agent (modelled for a later issue).
+    /// Start the sub-agent `agent_id`, or, when it exists already (after
+    /// a restart), watch it: the runtime reports `SubAgentFinished` once.
     SpawnSubAgent {
         agent_id: String,
         /// Its task.
         prompt: String,
+        /// A short label for people.
+        #[serde(default)]
+        description: String,
+        /// The model it uses (`None`: the parent's).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        model: Option<String>,
+        /// Whether it runs in read-only mode (never wider than the parent).
+        #[serde(default)]
+        read_only: bool,
+    },
+    /// Cancel running sub-agents; their late results are ignored.
+    CancelSubAgents {
+        agent_ids: Vec<String>,
+    },
+    /// This conversation is a sub-agent and has ended: the runtime records
+    /// its result and reports it to the parent.
+    FinishSubAgent {
+        outcome: SubAgentOutcome,
     },
     /// The conversation's plan is now `plan` (persisted with the state of
     /// this transition); tell clients what happened to it.
@@ -156,4 +175,19 @@ pub enum Effect {
         plan: crate::plan::Plan,
         change: crate::plan::PlanEvent,
     },
+}
+
+/// How a sub-agent ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum SubAgentOutcome {
+    /// It called `submit_result`.
+    Submitted { result: String, success: bool },
+    /// It ended its turn twice without `submit_result`: its last text is the
+    /// result (the runtime reads it from the transcript and marks it).
+    LastText,
+    /// It failed (context exhausted, model error, iteration guard).
+    Failed { message: String },
+    /// A user cancelled it (or its parent was cancelled).
+    Cancelled,
 }

@@ -86,7 +86,7 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         continue_with: Option<String>,
     },
-    /// A sub-agent finished (modelled for a later issue).
+    /// A sub-agent of this conversation ended (reported once per child).
     SubAgentFinished { result: SubAgentResult },
     /// The continuation summary arrived.
     ContinuationCompleted {

@@ -32,7 +32,7 @@ pub mod transition;
 
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
-pub use effect::{Effect, LlmPurpose, Notice};
+pub use effect::{Effect, LlmPurpose, Notice, SubAgentOutcome};
 pub use event::{Event, LlmFailure, RuleScope};
 pub use hooks::{HookMatchers, HookVerdict};
 pub use image::{ImageLimits, ImageMediaType, ImageRef, ImageRejected};
@@ -41,6 +41,9 @@ pub use message::{
 };
 pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
 pub use plan::{Plan, PlanPhase, PlanStep, StepChange, StepStatus, should_create_plan};
-pub use state::{ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun};
+pub use state::{
+    ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, SubAgentResult,
+    SubAgentRole, Submitted, ToolRun,
+};
 pub use tools::ToolSpec;
 pub use transition::{Rejected, Transition, transition};

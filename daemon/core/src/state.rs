@@ -67,12 +67,24 @@ pub enum ConvState {
         /// Model round that was cancelled.
         iteration: u32,
     },
-    /// Waiting for sub-agents (REQ-BED-008); modelled for a later issue.
+    /// A `spawn_agents` call of the reply in `run` waits for its children
+    /// (REQ-BED-008). Nothing else of the run starts meanwhile; when the
+    /// last child ends, the call's result carries every child's result in
+    /// the order they were asked for, and the run goes on.
     AwaitingSubAgents {
         /// Ids of sub-agents still running.
         pending_ids: Vec<String>,
-        /// Results so far.
+        /// Results so far, in completion order.
         completed: Vec<SubAgentResult>,
+        /// Every sub-agent of the call, in the order they were asked for.
+        #[serde(default)]
+        agents: Vec<String>,
+        /// The `spawn_agents` call waiting.
+        #[serde(default)]
+        call_id: String,
+        /// The tool run the call belongs to.
+        #[serde(default)]
+        run: Box<ToolRun>,
     },
     /// A continuation summary is being requested (REQ-BED-019).
     AwaitingContinuation {
@@ -192,6 +204,17 @@ pub struct ToolRun {
     /// started or answered yet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hook_verdicts: Vec<(String, HookVerdict)>,
+    /// A sub-agent called `submit_result`: once the run is answered the
+    /// sub-agent ends with this result instead of asking the model again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub submitted: Option<Submitted>,
+}
+
+/// What a sub-agent submitted with `submit_result`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Submitted {
+    pub result: String,
+    pub success: bool,
 }
 
 impl ToolRun {
@@ -222,6 +245,17 @@ pub struct SubAgentResult {
     /// Its submitted result.
     pub result: String,
     pub success: bool,
+    /// The child conversation's id (the runtime names it).
+    #[serde(default)]
+    pub conversation_id: String,
+}
+
+/// What the conversation is when it is a sub-agent (REQ-BED-009).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SubAgentRole {
+    /// Whether it was already told to call `submit_result` after ending a
+    /// turn without it (it is told once).
+    pub reminded: bool,
 }
 
 /// How a conversation handles a nearly full context (REQ-BED-019/024).
@@ -287,6 +321,9 @@ pub struct ConvContext {
     /// What a user message that deserves a plan does (`[plan] detect`).
     /// Off in `ConvContext::default()`; the daemon's default is suggest.
     pub plan_detect: crate::plan::PlanDetect,
+    /// Set when this conversation is a sub-agent: no nesting, no mode
+    /// upgrade, `submit_result` ends it (REQ-BED-008/009/018).
+    pub sub_agent: Option<SubAgentRole>,
 }
 
 impl Default for ConvContext {
@@ -310,6 +347,7 @@ impl Default for ConvContext {
             budget: BudgetContext::default(),
             plan: None,
             plan_detect: crate::plan::PlanDetect::Off,
+            sub_agent: None,
         }
     }
 }

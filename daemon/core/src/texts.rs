@@ -181,3 +181,46 @@ pub fn plan_update_refused(why: &str) -> String {
 /// Result of `update_plan` when there is no plan to update.
 pub const NO_PLAN: &str =
     "There is no approved plan to update. Propose one with propose_plan first.";
+
+/// Result of `spawn_agents` called by a sub-agent (no nesting, REQ-BED-008).
+pub const NO_NESTING: &str =
+    "spawn_agents is not available to sub-agents: a sub-agent cannot start sub-agents";
+/// Result of `submit_result` called outside a sub-agent.
+pub const SUBMIT_ONLY_IN_SUB_AGENTS: &str =
+    "submit_result is only available to sub-agents; answer the user directly";
+/// Result of `request_mode_upgrade` called by a sub-agent (REQ-BED-018).
+pub const NO_UPGRADE_IN_SUB_AGENTS: &str =
+    "request_mode_upgrade is not available to sub-agents: a sub-agent keeps the mode it was given";
+/// Result of an accepted `submit_result`.
+pub const RESULT_SUBMITTED: &str = "Result submitted to the parent conversation.";
+/// Result of a call after `submit_result` in the same reply.
+pub const SKIPPED_AFTER_SUBMIT: &str = "Skipped: the sub-agent already submitted its result";
+/// What a sub-agent that ended its turn without `submit_result` is told
+/// (once).
+pub const SUBMIT_RESULT_REMINDER: &str = "You ended your turn without calling submit_result. \
+Call submit_result now with your final result (success false if the task could not be done); \
+the conversation that started you receives only what you submit.";
+/// How the result of a sub-agent that never called `submit_result` begins;
+/// its last text follows.
+pub const LAST_TEXT_RESULT: &str = "[no submit_result: the sub-agent's last text]";
+/// The result of a sub-agent that was cancelled.
+pub const SUB_AGENT_CANCELLED: &str = "Cancelled by user";
+
+/// The result of a `spawn_agents` call: every sub-agent's result, in the
+/// order they were asked for, under the seed's synthesis ids. Each item:
+/// (agent id, child conversation id, success, result).
+pub fn sub_agent_results(synthesis_id: &str, results: &[(&str, &str, bool, &str)]) -> String {
+    let failed = results.iter().filter(|r| !r.2).count();
+    let mut out = format!(
+        "{synthesis_id}: {} sub-agent(s) ended, {} succeeded, {failed} failed.",
+        results.len(),
+        results.len() - failed
+    );
+    for (agent, conversation, success, result) in results {
+        let outcome = if *success { "succeeded" } else { "failed" };
+        out.push_str(&format!(
+            "\n\n## {agent} (conversation {conversation}) {outcome}\n{result}"
+        ));
+    }
+    out
+}

@@ -68,6 +68,13 @@ tools! {
         ProposePlan,
         /// Reports progress on the approved plan (issue 17).
         UpdatePlan,
+        /// Runs sub-agents: child conversations, concurrently, whose results
+        /// come back as this call's result (REQ-BED-008). Not offered to
+        /// sub-agents (no nesting).
+        SpawnAgents,
+        /// Ends a sub-agent with its result (REQ-BED-008); offered only to
+        /// sub-agents.
+        SubmitResult,
     }
 }
 
@@ -194,6 +201,10 @@ impl Tool {
             // plan's steps and nothing else.
             Tool::ProposePlan => ("propose_plan", false, Subject::Nothing, Core, Always),
             Tool::UpdatePlan => ("update_plan", true, Subject::Nothing, Core, Always),
+            // The children are narrowed to the parent's mode, so spawning
+            // is offered (and allowed) in every mode.
+            Tool::SpawnAgents => ("spawn_agents", false, Subject::Nothing, Core, Always),
+            Tool::SubmitResult => ("submit_result", false, Subject::Nothing, Core, Always),
         };
         Facts {
             name,
@@ -328,6 +339,142 @@ pub fn request_mode_upgrade_spec() -> ToolSpec {
             }
         }),
     }
+}
+
+/// Sub-agents one `spawn_agents` call may ask for.
+pub const MAX_AGENTS_PER_CALL: usize = 10;
+
+/// The spec of `spawn_agents`, offered to conversations that are not
+/// sub-agents.
+pub fn spawn_agents_spec() -> ToolSpec {
+    ToolSpec {
+        name: Tool::SpawnAgents.name().to_string(),
+        description: format!(
+            "Run sub-agents: each gets its own conversation with the same working directory and tools \
+(except this one), works on its prompt on its own, and ends by calling submit_result. They run \
+concurrently; this call returns when all have ended, with every result in the order asked. Use it \
+for independent tasks (research, review, separate changes). At most {MAX_AGENTS_PER_CALL} agents per call."
+        ),
+        input_schema: serde_json::json!({
+            "type": "object",
+            "required": ["agents"],
+            "properties": {
+                "agents": {
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": MAX_AGENTS_PER_CALL,
+                    "items": {
+                        "type": "object",
+                        "required": ["description", "prompt"],
+                        "properties": {
+                            "description": {"type": "string", "description": "A short label (3-8 words)"},
+                            "prompt": {"type": "string", "description": "The complete task: the sub-agent sees nothing else"}
+                        }
+                    }
+                },
+                "model": {"type": "string", "description": "Model for the sub-agents (default: this conversation's)"},
+                "read_only": {"type": "boolean", "description": "Run them in read-only mode (default: this conversation's mode)"}
+            }
+        }),
+    }
+}
+
+/// The spec of `submit_result`, offered only to sub-agents.
+pub fn submit_result_spec() -> ToolSpec {
+    ToolSpec {
+        name: Tool::SubmitResult.name().to_string(),
+        description: "Submit your final result to the conversation that started you, and end. \
+Call it once, when the task is done (or cannot be done: success false)."
+            .to_string(),
+        input_schema: serde_json::json!({
+            "type": "object",
+            "required": ["result"],
+            "properties": {
+                "result": {"type": "string", "description": "Final result to return to parent conversation"},
+                "success": {"type": "boolean", "description": "Whether the task completed successfully"}
+            }
+        }),
+    }
+}
+
+/// One sub-agent a `spawn_agents` call asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AgentTask {
+    pub description: String,
+    pub prompt: String,
+}
+
+/// A `spawn_agents` call's input, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpawnRequest {
+    pub agents: Vec<AgentTask>,
+    pub model: Option<String>,
+    pub read_only: bool,
+}
+
+impl SpawnRequest {
+    /// Reads a call's input; the error says what is wrong, for the model.
+    pub fn parse(input: &serde_json::Value) -> Result<SpawnRequest, String> {
+        let agents = input
+            .get("agents")
+            .and_then(serde_json::Value::as_array)
+            .ok_or("spawn_agents: `agents` must be a list of {description, prompt}")?;
+        if agents.is_empty() {
+            return Err("spawn_agents: `agents` is empty".to_string());
+        }
+        if agents.len() > MAX_AGENTS_PER_CALL {
+            return Err(format!(
+                "spawn_agents: {} agents asked for; at most {MAX_AGENTS_PER_CALL} per call",
+                agents.len()
+            ));
+        }
+        let mut tasks = Vec::with_capacity(agents.len());
+        for (i, agent) in agents.iter().enumerate() {
+            let field = |name: &str| {
+                agent
+                    .get(name)
+                    .and_then(serde_json::Value::as_str)
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_string)
+                    .ok_or(format!(
+                        "spawn_agents: agents[{i}] needs a non-empty string `{name}`"
+                    ))
+            };
+            tasks.push(AgentTask {
+                description: field("description")?,
+                prompt: field("prompt")?,
+            });
+        }
+        let model = match input.get("model") {
+            None | Some(serde_json::Value::Null) => None,
+            Some(serde_json::Value::String(m)) if !m.trim().is_empty() => {
+                Some(m.trim().to_string())
+            }
+            Some(_) => return Err("spawn_agents: `model` must be a non-empty string".to_string()),
+        };
+        let read_only = match input.get("read_only") {
+            None | Some(serde_json::Value::Null) => false,
+            Some(serde_json::Value::Bool(b)) => *b,
+            Some(_) => return Err("spawn_agents: `read_only` must be true or false".to_string()),
+        };
+        Ok(SpawnRequest {
+            agents: tasks,
+            model,
+            read_only,
+        })
+    }
+}
+
+/// The id of the `n`th (1-based) sub-agent of the call `call_id`: the
+/// seed's synthesis id form, `agent_{n}_{id}` (agentic-flow-parity-spec §6).
+pub fn agent_id(n: usize, call_id: &str) -> String {
+    format!("agent_{n}_{call_id}")
+}
+
+/// The seed's main synthesis id, `synthesis_{id}`.
+pub fn synthesis_id(call_id: &str) -> String {
+    format!("synthesis_{call_id}")
 }
 
 #[cfg(test)]

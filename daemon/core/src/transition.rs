@@ -5,7 +5,7 @@
 //! REJECT rows included.
 
 use crate::client::ClientInfo;
-use crate::effect::{Effect, LlmPurpose, Notice};
+use crate::effect::{Effect, LlmPurpose, Notice, SubAgentOutcome};
 use crate::event::{Event, LlmFailure, RuleScope};
 use crate::hooks::HookVerdict;
 use crate::image::ImageRef;
@@ -15,11 +15,11 @@ use crate::message::{
 use crate::permission::{Action, Decision, Mode, PermissionAsk, Verdict, suggest_rule};
 use crate::plan::{Plan, PlanAnswer, PlanDetect, PlanEvent, PlanPhase, StepChange};
 use crate::state::{
-    ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
-    should_trigger_continuation, should_warn,
+    ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, SubAgentResult,
+    Submitted, ToolRun, should_trigger_continuation, should_warn,
 };
 use crate::texts;
-use crate::tools::{Called, Tool};
+use crate::tools::{Called, SpawnRequest, Tool, agent_id, synthesis_id};
 use std::fmt;
 
 /// The outcome of an accepted event.
@@ -129,8 +129,63 @@ pub fn transition(
                 ..
             }
     );
+    let cancelled = stops || matches!(state, ConvState::Cancelling { .. });
     let t = decide(state, ctx, event)?;
-    Ok(deliver_queued(state, ctx, stops, t))
+    let t = deliver_queued(state, ctx, stops, t);
+    Ok(end_of_sub_agent(state, ctx, cancelled, t))
+}
+
+/// A sub-agent whose work ends reports how (REQ-BED-008/024): a failure
+/// or a cancel at once; a turn that ended without `submit_result` is told
+/// once to call it, and the second time its last text is the result.
+/// `submit_result` itself reports where it is scheduled.
+fn end_of_sub_agent(
+    before: &ConvState,
+    ctx: &ConvContext,
+    cancelled: bool,
+    mut t: Transition,
+) -> Transition {
+    let Some(role) = ctx.sub_agent else {
+        return t;
+    };
+    if before.is_at_rest()
+        || !t.state.is_at_rest()
+        || t.effects
+            .iter()
+            .any(|e| matches!(e, Effect::FinishSubAgent { .. }))
+    {
+        return t;
+    }
+    let outcome = match &t.state {
+        ConvState::Error { message, .. } => SubAgentOutcome::Failed {
+            message: message.clone(),
+        },
+        ConvState::ContextExhausted { .. } => SubAgentOutcome::Failed {
+            message: "Context window exhausted".to_string(),
+        },
+        _ if cancelled => SubAgentOutcome::Cancelled,
+        _ if role.reminded => SubAgentOutcome::LastText,
+        _ => {
+            let next = next_round(ctx, before.iteration());
+            if let ConvState::Error { message, .. } = &next.state {
+                let message = message.clone();
+                t.state = next.state;
+                t.effects.extend(next.effects);
+                SubAgentOutcome::Failed { message }
+            } else {
+                t.state = next.state;
+                t.effects.push(Effect::AppendMessage {
+                    message: Message::user(
+                        vec![ContentBlock::text(texts::SUBMIT_RESULT_REMINDER)],
+                        ctx.now_ms,
+                    ),
+                });
+                t.effects.extend(next.effects);
+                return t;
+            }
+        }
+    };
+    t.with(Effect::FinishSubAgent { outcome })
 }
 
 /// Queued user messages (sent "queue if busy" while a turn ran) join the
@@ -377,6 +432,9 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
             ConvState::AwaitingSubAgents {
                 pending_ids,
                 completed,
+                agents,
+                call_id,
+                run,
             } if pending_ids.contains(&result.agent_id) => {
                 let mut pending_ids = pending_ids.clone();
                 pending_ids.retain(|id| *id != result.agent_id);
@@ -386,21 +444,18 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
                     return Ok(Transition::new(ConvState::AwaitingSubAgents {
                         pending_ids,
                         completed,
+                        agents: agents.clone(),
+                        call_id: call_id.clone(),
+                        run: run.clone(),
                     }));
                 }
-                let blocks = completed
-                    .iter()
-                    .map(|r| {
-                        let outcome = if r.success { "succeeded" } else { "failed" };
-                        ContentBlock::text(format!(
-                            "Sub-agent {} {outcome}:\n{}",
-                            r.agent_id, r.result
-                        ))
-                    })
-                    .collect();
-                Ok(begin_request(ctx, 1).prepend(Effect::AppendMessage {
-                    message: Message::user(blocks, ctx.now_ms),
-                }))
+                Ok(sub_agents_done(
+                    ctx,
+                    (**run).clone(),
+                    call_id,
+                    agents,
+                    &completed,
+                ))
             }
             _ => Err(not_applicable(&Event::SubAgentFinished { result })),
         },
@@ -647,8 +702,33 @@ fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
                 message: Message::user(results, ctx.now_ms),
             })
         }
-        ConvState::AwaitingSubAgents { .. } => {
-            Transition::new(ConvState::Idle).with(interrupt_marker(ctx))
+        ConvState::AwaitingSubAgents {
+            pending_ids,
+            call_id,
+            run,
+            ..
+        } => {
+            // Cascade: every running child is cancelled; the spawn call
+            // was running, the calls after it never started.
+            let mut t = Transition::new(ConvState::Idle);
+            if !pending_ids.is_empty() {
+                t = t.with(Effect::CancelSubAgents {
+                    agent_ids: pending_ids.clone(),
+                });
+            }
+            if run.calls.is_empty() {
+                return t.with(interrupt_marker(ctx));
+            }
+            let results = answer_all(run, |id| {
+                if id == call_id {
+                    texts::CANCELLED_BY_USER
+                } else {
+                    texts::SKIPPED_DUE_TO_CANCELLATION
+                }
+            });
+            t.with(Effect::AppendMessage {
+                message: Message::user(results, ctx.now_ms),
+            })
         }
         ConvState::AwaitingContinuation { trigger_usage, .. } => exhausted(
             ctx,
@@ -976,7 +1056,7 @@ fn on_llm_failed(
 fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Transition {
     // The plan as the calls answered so far leave it.
     let mut plan = ctx.plan.clone();
-    if run.stop_with_feedback.is_none() {
+    if run.stop_with_feedback.is_none() && run.submitted.is_none() {
         for id in run.pending_ids() {
             let Some(call) = run.calls.iter().find(|c| c.id == id).cloned() else {
                 continue;
@@ -1073,6 +1153,27 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                         delivered: 0,
                     };
                 }
+                Verdict::Allow if Tool::from_name(&call.name) == Some(Tool::SpawnAgents) => {
+                    // Not read-only: nothing else runs now.
+                    match SpawnRequest::parse(&call.input) {
+                        Ok(request) => return spawn(run, &call, &request, effects),
+                        Err(e) => run.results.push(ToolResult::new(&call.id, e, true)),
+                    }
+                }
+                Verdict::Allow if Tool::from_name(&call.name) == Some(Tool::SubmitResult) => {
+                    match submitted(&call.input) {
+                        Ok(s) => {
+                            run.results.push(ToolResult::new(
+                                &call.id,
+                                texts::RESULT_SUBMITTED,
+                                false,
+                            ));
+                            run.submitted = Some(s);
+                            break;
+                        }
+                        Err(e) => run.results.push(ToolResult::new(&call.id, e, true)),
+                    }
+                }
                 Verdict::Allow => {
                     run.running.push(call.id.clone());
                     effects.push(Effect::ExecuteTool {
@@ -1094,7 +1195,23 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
             };
         }
     }
-    // Everything answered (or the rest is skipped after a deny-and-stop).
+    // Everything answered (or the rest is skipped after a deny-and-stop
+    // or a submitted result).
+    if let Some(Submitted { result, success }) = run.submitted.take() {
+        let results = answer_all(&run, |_| texts::SKIPPED_AFTER_SUBMIT);
+        effects.push(Effect::AppendMessage {
+            message: Message::user(results, ctx.now_ms),
+        });
+        effects.push(Effect::FinishSubAgent {
+            outcome: SubAgentOutcome::Submitted { result, success },
+        });
+        return Transition {
+            state: ConvState::Idle,
+            mode: None,
+            effects,
+            delivered: 0,
+        };
+    }
     let results = answer_all(&run, |_| texts::SKIPPED_AFTER_INTERRUPT);
     let append = Effect::AppendMessage {
         message: Message::user(results.clone(), ctx.now_ms),
@@ -1126,6 +1243,22 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
 /// `ask`). `None`: hooks match the call and have not answered yet.
 fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Option<Verdict> {
     let tool = Tool::from_name(&call.name);
+    let sub_agent = ctx.sub_agent.is_some();
+    match tool {
+        Some(Tool::SpawnAgents) if sub_agent => {
+            return Some(Verdict::Deny(texts::NO_NESTING.to_string()));
+        }
+        Some(Tool::SubmitResult) if !sub_agent => {
+            return Some(Verdict::Deny(texts::SUBMIT_ONLY_IN_SUB_AGENTS.to_string()));
+        }
+        Some(Tool::RequestModeUpgrade) if sub_agent => {
+            return Some(Verdict::Deny(texts::NO_UPGRADE_IN_SUB_AGENTS.to_string()));
+        }
+        // The children get the parent's mode and rules, never wider, and
+        // submitting a result changes nothing outside the daemon.
+        Some(Tool::SpawnAgents | Tool::SubmitResult) => return Some(Verdict::Allow),
+        _ => {}
+    }
     if tool == Some(Tool::RequestModeUpgrade)
         && !matches!(ctx.policy.mode, Mode::ReadOnly | Mode::Plan)
     {
@@ -1452,7 +1585,32 @@ fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
                 })
                 .prepend(recovered("tools that were running have unknown effects"))
         }
-        ConvState::AwaitingSubAgents { .. } => Transition::unchanged(state),
+        ConvState::AwaitingSubAgents {
+            pending_ids,
+            call_id,
+            run,
+            ..
+        } => {
+            // The children are conversations and recover by themselves;
+            // asking again for each pending one makes the runtime watch it
+            // (it creates none twice) and report its end once.
+            let mut t = Transition::unchanged(state)
+                .with(recovered("waiting for the sub-agents still running"));
+            let request = run
+                .calls
+                .iter()
+                .find(|c| c.id == *call_id)
+                .and_then(|c| SpawnRequest::parse(&c.input).ok());
+            if let Some(request) = request {
+                for (i, task) in request.agents.iter().enumerate() {
+                    let id = agent_id(i + 1, call_id);
+                    if pending_ids.contains(&id) {
+                        t = t.with(spawn_effect(id, task, &request));
+                    }
+                }
+            }
+            t
+        }
         ConvState::AwaitingContinuation {
             rejected_tool_calls,
             attempt,
@@ -1630,4 +1788,91 @@ fn on_plan_answer(
         t.mode = mode;
     }
     Ok(t)
+}
+
+/// Starts the sub-agents of the `spawn_agents` call `call`: the run waits
+/// in `AwaitingSubAgents` until the last one ends.
+fn spawn(
+    run: ToolRun,
+    call: &ToolCall,
+    request: &SpawnRequest,
+    mut effects: Vec<Effect>,
+) -> Transition {
+    let agents: Vec<String> = (1..=request.agents.len())
+        .map(|n| agent_id(n, &call.id))
+        .collect();
+    for (id, task) in agents.iter().zip(&request.agents) {
+        effects.push(spawn_effect(id.clone(), task, request));
+    }
+    Transition {
+        state: ConvState::AwaitingSubAgents {
+            pending_ids: agents.clone(),
+            completed: Vec::new(),
+            agents,
+            call_id: call.id.clone(),
+            run: Box::new(run),
+        },
+        mode: None,
+        effects,
+        delivered: 0,
+    }
+}
+
+fn spawn_effect(
+    agent_id: String,
+    task: &crate::tools::AgentTask,
+    request: &SpawnRequest,
+) -> Effect {
+    Effect::SpawnSubAgent {
+        agent_id,
+        prompt: task.prompt.clone(),
+        description: task.description.clone(),
+        model: request.model.clone(),
+        read_only: request.read_only,
+    }
+}
+
+/// The last sub-agent of the call `call_id` ended: the call's result
+/// carries every child's result in the order they were asked for, and the
+/// run goes on.
+fn sub_agents_done(
+    ctx: &ConvContext,
+    mut run: ToolRun,
+    call_id: &str,
+    agents: &[String],
+    completed: &[SubAgentResult],
+) -> Transition {
+    let ordered: Vec<(&str, &str, bool, &str)> = agents
+        .iter()
+        .filter_map(|id| completed.iter().find(|r| r.agent_id == *id))
+        .map(|r| {
+            (
+                r.agent_id.as_str(),
+                r.conversation_id.as_str(),
+                r.success,
+                r.result.as_str(),
+            )
+        })
+        .collect();
+    let all_failed = !ordered.is_empty() && ordered.iter().all(|r| !r.2);
+    let text = texts::sub_agent_results(&synthesis_id(call_id), &ordered);
+    run.results.push(ToolResult::new(call_id, text, all_failed));
+    schedule(ctx, run, Vec::new())
+}
+
+/// A `submit_result` call's input, or what is wrong with it.
+fn submitted(input: &serde_json::Value) -> Result<Submitted, String> {
+    let result = input
+        .get("result")
+        .and_then(serde_json::Value::as_str)
+        .ok_or("submit_result: `result` must be a string")?;
+    let success = match input.get("success") {
+        None | Some(serde_json::Value::Null) => true,
+        Some(serde_json::Value::Bool(b)) => *b,
+        Some(_) => return Err("submit_result: `success` must be true or false".to_string()),
+    };
+    Ok(Submitted {
+        result: result.to_string(),
+        success,
+    })
 }

@@ -581,6 +581,12 @@ impl Sim {
             Effect::SpawnSubAgent { agent_id, .. } => {
                 self.violate(Prop::World, format!("unexpected sub-agent {agent_id}"));
             }
+            Effect::CancelSubAgents { agent_ids } => {
+                self.violate(Prop::World, format!("unexpected sub-agents {agent_ids:?}"));
+            }
+            Effect::FinishSubAgent { outcome } => {
+                self.violate(Prop::World, format!("unexpected sub-agent end {outcome:?}"));
+            }
         }
     }
 

@@ -20,7 +20,7 @@ use agentd_core::message::{
 use agentd_core::permission::{Decision, Mode, PermissionAsk, Policy};
 use agentd_core::state::{
     ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, SubAgentResult,
-    ToolRun,
+    SubAgentRole, ToolRun,
 };
 use agentd_core::texts;
 use agentd_core::transition::{Rejected, Transition, transition};
@@ -144,13 +144,21 @@ fn render_state(state: &ConvState) -> String {
         ConvState::AwaitingSubAgents {
             pending_ids,
             completed,
+            agents,
+            call_id,
+            run,
         } => {
             let done: Vec<&str> = completed.iter().map(|r| r.agent_id.as_str()).collect();
+            let calls: Vec<&str> = run.calls.iter().map(|c| c.id.as_str()).collect();
+            let results: Vec<&str> = run.results.iter().map(|r| r.tool_use_id.as_str()).collect();
             write!(
                 out,
-                " pending=[{}] completed=[{}]",
+                " call={call_id} agents=[{}] pending=[{}] completed=[{}] calls=[{}] results=[{}]",
+                agents.join(" "),
                 pending_ids.join(" "),
-                done.join(" ")
+                done.join(" "),
+                calls.join(" "),
+                results.join(" ")
             )
             .unwrap();
         }
@@ -363,7 +371,24 @@ fn render_effect(effect: &Effect) -> String {
         Effect::PlanChanged { plan, change } => {
             format!("plan {} {}", plan.phase.as_str(), wire(change))
         }
-        Effect::SpawnSubAgent { agent_id, prompt } => format!("spawn {agent_id} {prompt:?}"),
+        Effect::SpawnSubAgent {
+            agent_id,
+            prompt,
+            description,
+            model,
+            read_only,
+        } => format!(
+            "spawn {agent_id} {description:?} {prompt:?}{}{}",
+            model
+                .as_deref()
+                .map(|m| format!(" model={m}"))
+                .unwrap_or_default(),
+            if *read_only { " read_only" } else { "" }
+        ),
+        Effect::CancelSubAgents { agent_ids } => {
+            format!("cancel sub-agents [{}]", agent_ids.join(" "))
+        }
+        Effect::FinishSubAgent { outcome } => format!("finish sub-agent {outcome:?}"),
         Effect::RunPreToolHooks { call } => {
             format!(
                 "run pre_tool_use hooks {} {} {}",
@@ -551,14 +576,52 @@ fn error_state() -> ConvState {
     }
 }
 
+/// The parent's reply asked for `t1` (spawn_agents, three agents) then
+/// `t2` (read); the agents in `pending` still run, `agent_1_t1` has ended.
 fn sub_agents(pending: &[&str]) -> ConvState {
+    let agents: Vec<String> = (1..=3).map(|n| format!("agent_{n}_t1")).collect();
     ConvState::AwaitingSubAgents {
         pending_ids: pending.iter().map(|s| s.to_string()).collect(),
-        completed: vec![SubAgentResult {
-            agent_id: "a0".to_string(),
-            result: "found it".to_string(),
-            success: true,
-        }],
+        completed: vec![finished_agent("agent_1_t1", "found it", true).1],
+        agents,
+        call_id: "t1".to_string(),
+        run: Box::new(ToolRun {
+            iteration: 2,
+            calls: vec![
+                call("t1", "spawn_agents", spawn_input(3)),
+                call("t2", "read", json!({"path": "a.txt"})),
+            ],
+            ..ToolRun::default()
+        }),
+    }
+}
+
+/// A spawn_agents input asking for `n` agents.
+fn spawn_input(n: usize) -> Value {
+    let agents: Vec<Value> = (1..=n)
+        .map(|i| json!({"description": format!("task {i}"), "prompt": format!("do task {i}")}))
+        .collect();
+    json!({ "agents": agents })
+}
+
+/// A child's end as the runtime reports it (its conversation id is `C` and
+/// the agent's number).
+fn finished_agent(agent_id: &str, result: &str, success: bool) -> (Event, SubAgentResult) {
+    let r = SubAgentResult {
+        agent_id: agent_id.to_string(),
+        result: result.to_string(),
+        success,
+        conversation_id: format!("C{}", &agent_id[6..7]),
+    };
+    (Event::SubAgentFinished { result: r.clone() }, r)
+}
+
+/// The context of a sub-agent.
+fn child_ctx(reminded: bool) -> ConvContext {
+    ConvContext {
+        exhaustion: ContextExhaustionBehavior::IntentionallyUnhandled,
+        sub_agent: Some(SubAgentRole { reminded }),
+        ..ctx()
     }
 }
 
@@ -903,53 +966,319 @@ fn matrix_error_user_message_requests_the_model() {
 
 #[test]
 fn matrix_sub_agents() {
-    // Idle + SpawnSubAgents has no event yet (sub-agents are modelled for a
-    // later issue); the rows that start in AwaitingSubAgents are covered.
+    // Idle/ToolExecuting + SpawnSubAgents: the reply's spawn_agents call
+    // starts its agents, in order, under the seed's synthesis ids.
     check(
-        sub_agents(&["a1", "a2"]),
+        requesting(1, 1),
         &ctx(),
-        Event::SubAgentFinished {
-            result: SubAgentResult {
-                agent_id: "a1".to_string(),
-                result: "done".to_string(),
-                success: true,
-            },
-        },
-        "AwaitingSubAgents pending=[a2] completed=[a0 a1]",
+        reply(
+            vec![
+                tool_use("t1", "spawn_agents", spawn_input(2)),
+                tool_use("t2", "read", json!({"path": "a.txt"})),
+            ],
+            StopReason::ToolUse,
+        ),
+        r#"
+        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1] pending=[agent_1_t1 agent_2_t1] completed=[] calls=[t1 t2] results=[]
+        + append assistant stop=tool_use: tool_use t1 spawn_agents {"agents":[{"description":"task 1","prompt":"do task 1"},{"description":"task 2","prompt":"do task 2"}]} | tool_use t2 read {"path":"a.txt"}
+        + spawn agent_1_t1 "task 1" "do task 1"
+        + spawn agent_2_t1 "task 2" "do task 2"
+        "#,
     );
     check(
-        sub_agents(&["a2"]),
+        sub_agents(&["agent_2_t1", "agent_3_t1"]),
         &ctx(),
-        Event::SubAgentFinished {
-            result: SubAgentResult {
-                agent_id: "a2".to_string(),
-                result: "no luck".to_string(),
-                success: false,
-            },
-        },
+        finished_agent("agent_3_t1", "done", true).0,
         r#"
-        LlmRequesting attempt=1 iter=1
-        + append user: text "Sub-agent a0 succeeded:\nfound it" | text "Sub-agent a2 failed:\nno luck"
+        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1 agent_3_t1] pending=[agent_2_t1] completed=[agent_1_t1 agent_3_t1] calls=[t1 t2] results=[]
+        "#,
+    );
+    // AwaitingSubAgents + SubAgentResult(last): the call's result carries
+    // every child's result in the order asked, and the run goes on.
+    check(
+        sub_agents(&["agent_2_t1"]),
+        &ctx(),
+        finished_agent("agent_2_t1", "no luck", false).0,
+        r#"
+        ToolExecuting iter=2 calls=[t1:spawn_agents t2:read] running=[t2] results=[t1]
+        + execute t2 read {"path":"a.txt"}
+        "#,
+    );
+    // The spawn call alone: its result goes back at once, successes and
+    // failures, each with the child's conversation id.
+    let mut alone = sub_agents(&["agent_3_t1"]);
+    if let ConvState::AwaitingSubAgents { completed, run, .. } = &mut alone {
+        run.calls.truncate(1);
+        completed.push(finished_agent("agent_2_t1", "no luck", false).1);
+    }
+    check(
+        alone,
+        &ctx(),
+        finished_agent("agent_3_t1", "fixed", true).0,
+        r#"
+        LlmRequesting attempt=1 iter=3
+        + append user: result t1 "synthesis_t1: 3 sub-agent(s) ended, 2 succeeded, 1 failed.\n\n## agent_1_t1 (conversation C1) succeeded\nfound it\n\n## agent_2_t1 (conversation C2) failed\nno luck\n\n## agent_3_t1 (conversation C3) succeeded\nfixed"
         + request attempt=1 turn
         "#,
     );
     check(
-        sub_agents(&["a2"]),
+        sub_agents(&["agent_2_t1"]),
         &ctx(),
-        Event::SubAgentFinished {
-            result: SubAgentResult {
-                agent_id: "zz".to_string(),
-                result: "?".to_string(),
-                success: true,
-            },
-        },
-        "REJECT SubAgentFinished does not apply in state AwaitingSubAgents",
+        finished_agent("agent_1_t1", "again", true).0,
+        r#"
+        REJECT SubAgentFinished does not apply in state AwaitingSubAgents
+        "#,
     );
     check(
-        sub_agents(&["a2"]),
+        sub_agents(&["agent_2_t1"]),
         &ctx(),
         user_msg("status?"),
         "REJECT agent is busy",
+    );
+}
+
+#[test]
+fn spawn_agents_with_bad_input_is_an_error_result() {
+    check(
+        requesting(1, 1),
+        &ctx(),
+        reply(
+            vec![tool_use("t1", "spawn_agents", json!({"agents": []}))],
+            StopReason::ToolUse,
+        ),
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + append assistant stop=tool_use: tool_use t1 spawn_agents {"agents":[]}
+        + append user: result t1 ERR "spawn_agents: `agents` is empty"
+        + request attempt=1 turn
+        "#,
+    );
+    check(
+        requesting(1, 1),
+        &ctx(),
+        reply(
+            vec![tool_use("t1", "spawn_agents", spawn_input(11))],
+            StopReason::ToolUse,
+        ),
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + append assistant stop=tool_use: tool_use t1 spawn_agents {"agents":[{"description":"task 1","prompt":"do task 1"},{"description":"task 2","prompt":"do task 2"},{"description":"task 3","prompt":"do task 3"},{"description":"task 4","prompt":"do task 4"},{"description":"task 5","prompt":"do task 5"},{"description":"task 6","prompt":"do task 6"},{"description":"task 7","prompt":"do task 7"},{"description":"task 8","prompt":"do task 8"},{"description":"task 9","prompt":"do task 9"},{"description":"task 10","prompt":"do task 10"},{"description":"task 11","prompt":"do task 11"}]}
+        + append user: result t1 ERR "spawn_agents: 11 agents asked for; at most 10 per call"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn cancel_cascades_to_the_sub_agents() {
+    check(
+        sub_agents(&["agent_2_t1", "agent_3_t1"]),
+        &ctx(),
+        Event::UserCancel,
+        r#"
+        Idle
+        + cancel sub-agents [agent_2_t1 agent_3_t1]
+        + append user: result t1 ERR "Cancelled by user" | result t2 ERR "Skipped due to cancellation"
+        "#,
+    );
+    // A child's result that arrives after the cancel changes nothing.
+    check(
+        ConvState::Idle,
+        &ctx(),
+        finished_agent("agent_2_t1", "late", true).0,
+        r#"
+        REJECT SubAgentFinished does not apply in state Idle
+        "#,
+    );
+}
+
+#[test]
+fn restart_watches_the_pending_sub_agents_again() {
+    check(
+        sub_agents(&["agent_2_t1", "agent_3_t1"]),
+        &ctx(),
+        Event::DaemonRestarted,
+        r#"
+        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1 agent_3_t1] pending=[agent_2_t1 agent_3_t1] completed=[agent_1_t1] calls=[t1 t2] results=[]
+        + notify recovered "agentd restarted: waiting for the sub-agents still running"
+        + spawn agent_2_t1 "task 2" "do task 2"
+        + spawn agent_3_t1 "task 3" "do task 3"
+        "#,
+    );
+    check(
+        sub_agents(&["agent_2_t1"]),
+        &ctx(),
+        Event::DaemonStopping,
+        r#"
+        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1 agent_3_t1] pending=[agent_2_t1] completed=[agent_1_t1] calls=[t1 t2] results=[]
+        "#,
+    );
+}
+
+#[test]
+fn sub_agents_cannot_nest_or_upgrade() {
+    check(
+        requesting(1, 1),
+        &child_ctx(false),
+        reply(
+            vec![
+                tool_use("t1", "spawn_agents", spawn_input(1)),
+                tool_use("t2", "request_mode_upgrade", json!({"reason": "x"})),
+            ],
+            StopReason::ToolUse,
+        ),
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + append assistant stop=tool_use: tool_use t1 spawn_agents {"agents":[{"description":"task 1","prompt":"do task 1"}]} | tool_use t2 request_mode_upgrade {"reason":"x"}
+        + append user: result t1 ERR "spawn_agents is not available to sub-agents: a sub-agent cannot start sub-agents" | result t2 ERR "request_mode_upgrade is not available to sub-agents: a sub-agent keeps the mode it was given"
+        + request attempt=1 turn
+        "#,
+    );
+    // submit_result outside a sub-agent.
+    check(
+        requesting(1, 1),
+        &ctx(),
+        reply(
+            vec![tool_use("t1", "submit_result", json!({"result": "x"}))],
+            StopReason::ToolUse,
+        ),
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + append assistant stop=tool_use: tool_use t1 submit_result {"result":"x"}
+        + append user: result t1 ERR "submit_result is only available to sub-agents; answer the user directly"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn submit_result_ends_the_sub_agent() {
+    check(
+        requesting(1, 3),
+        &child_ctx(false),
+        reply(
+            vec![
+                text("Done."),
+                tool_use(
+                    "t1",
+                    "submit_result",
+                    json!({"result": "42", "success": true}),
+                ),
+                tool_use("t2", "read", json!({"path": "a.txt"})),
+            ],
+            StopReason::ToolUse,
+        ),
+        r#"
+        Idle
+        + append assistant stop=tool_use: text "Done." | tool_use t1 submit_result {"result":"42","success":true} | tool_use t2 read {"path":"a.txt"}
+        + append user: result t1 "Result submitted to the parent conversation." | result t2 ERR "Skipped: the sub-agent already submitted its result"
+        + finish sub-agent Submitted { result: "42", success: true }
+        "#,
+    );
+    // Bad input is an error result the model sees, after the read that
+    // ran first.
+    check(
+        tools(3, &[("t1", "read"), ("t2", "submit_result")], &["t1"], &[]),
+        &child_ctx(false),
+        done("t1", "contents"),
+        r#"
+        LlmRequesting attempt=1 iter=4
+        + append user: result t1 "contents" | result t2 ERR "submit_result: `result` must be a string"
+        + request attempt=1 turn
+        "#,
+    );
+    check(
+        requesting(1, 3),
+        &child_ctx(false),
+        reply(
+            vec![tool_use("t1", "submit_result", json!({"success": "yes"}))],
+            StopReason::ToolUse,
+        ),
+        r#"
+        LlmRequesting attempt=1 iter=4
+        + append assistant stop=tool_use: tool_use t1 submit_result {"success":"yes"}
+        + append user: result t1 ERR "submit_result: `result` must be a string"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn a_sub_agent_without_submit_result_is_reminded_once() {
+    check(
+        requesting(1, 3),
+        &child_ctx(false),
+        reply(vec![text("All done.")], StopReason::EndTurn),
+        r#"
+        LlmRequesting attempt=1 iter=4
+        + append assistant stop=end_turn: text "All done."
+        + append user: text "You ended your turn without calling submit_result. Call submit_result now with your final result (success false if the task could not be done); the conversation that started you receives only what you submit."
+        + request attempt=1 turn
+        "#,
+    );
+    check(
+        requesting(1, 4),
+        &child_ctx(true),
+        reply(vec![text("Really done.")], StopReason::EndTurn),
+        r#"
+        Idle
+        + append assistant stop=end_turn: text "Really done."
+        + finish sub-agent LastText
+        "#,
+    );
+}
+
+#[test]
+fn a_sub_agent_fails_or_is_cancelled_at_once() {
+    check(
+        requesting(1, 2),
+        &child_ctx(false),
+        reply_with_usage(
+            vec![text("Reading more."), tool_use("t1", "read", json!({}))],
+            StopReason::ToolUse,
+            usage(190_000, 10),
+        ),
+        r#"
+        Error kind=context_exhausted message="Context window exhausted"
+        + append assistant stop=tool_use: text "Reading more."
+        + notify error kind=context_exhausted "Context window exhausted"
+        + notify context_warning 190010/200000
+        + finish sub-agent Failed { message: "Context window exhausted" }
+        "#,
+    );
+    check(
+        tools(2, &[("t1", "bash")], &["t1"], &[]),
+        &child_ctx(false),
+        Event::UserCancel,
+        r#"
+        Idle
+        + abort_tools [t1]
+        + append user: result t1 ERR "Cancelled by user"
+        + finish sub-agent Cancelled
+        "#,
+    );
+    check(
+        ConvState::Cancelling { iteration: 2 },
+        &child_ctx(false),
+        Event::LlmAborted {
+            partial: vec![text("Partial")],
+        },
+        r#"
+        Idle
+        + append assistant interrupted: text "Partial"
+        + append user: text "[Request interrupted by user]"
+        + finish sub-agent Cancelled
+        "#,
+    );
+    check(
+        requesting(3, 2),
+        &child_ctx(false),
+        failed(ErrorKind::Auth, false, None, 0),
+        r#"
+        Error kind=auth message="HTTP 529 overloaded"
+        + notify error kind=auth "HTTP 529 overloaded"
+        + finish sub-agent Failed { message: "HTTP 529 overloaded" }
+        "#,
     );
 }
 
@@ -1753,11 +2082,30 @@ fn cancel_while_a_permission_request_is_pending() {
 #[test]
 fn cancel_while_waiting_for_sub_agents() {
     check(
-        sub_agents(&["a1"]),
+        sub_agents(&["agent_3_t1"]),
         &ctx(),
         Event::UserCancel,
         r#"
         Idle
+        + cancel sub-agents [agent_3_t1]
+        + append user: result t1 ERR "Cancelled by user" | result t2 ERR "Skipped due to cancellation"
+        "#,
+    );
+    // A state stored without its tool run (none is written so now) ends
+    // with the interrupt marker.
+    check(
+        ConvState::AwaitingSubAgents {
+            pending_ids: vec!["a1".to_string()],
+            completed: Vec::new(),
+            agents: Vec::new(),
+            call_id: String::new(),
+            run: Box::default(),
+        },
+        &ctx(),
+        Event::UserCancel,
+        r#"
+        Idle
+        + cancel sub-agents [a1]
         + append user: text "[Request interrupted by user]"
         "#,
     );
@@ -2205,10 +2553,14 @@ fn restart_asks_the_pending_permission_again() {
 #[test]
 fn restart_while_waiting_for_sub_agents_or_a_continuation() {
     check(
-        sub_agents(&["a1"]),
+        sub_agents(&["agent_3_t1"]),
         &ctx(),
         Event::DaemonRestarted,
-        "AwaitingSubAgents pending=[a1] completed=[a0]",
+        r#"
+        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1 agent_3_t1] pending=[agent_3_t1] completed=[agent_1_t1] calls=[t1 t2] results=[]
+        + notify recovered "agentd restarted: waiting for the sub-agents still running"
+        + spawn agent_3_t1 "task 3" "do task 3"
+        "#,
     );
     check(
         continuation(2),

@@ -29,6 +29,7 @@ mod settings;
 mod shells;
 mod stock_clients;
 mod streams;
+mod sub_agents;
 mod terminal;
 mod usage;
 mod util;

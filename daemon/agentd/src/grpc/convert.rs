@@ -271,6 +271,19 @@ pub fn summary(
             ConvState::BudgetStopped { stop, .. } => Some(budget_stop(stop)),
             _ => None,
         },
+        sub_agent_parent_id: r
+            .sub_agent
+            .as_ref()
+            .map(|l| l.parent_id.clone())
+            .unwrap_or_default(),
+        user_initiated: r.user_initiated(),
+        agent_id: r
+            .sub_agent
+            .as_ref()
+            .map(|l| l.agent_id.clone())
+            .unwrap_or_default(),
+        sub_agents_usage: Some(usage(&r.sub_agents_usage)),
+        sub_agents_cost_usd: (r.sub_agents_cost_usd > 0.0).then_some(r.sub_agents_cost_usd),
     }
 }
 
@@ -1172,6 +1185,10 @@ pub fn exported_from(
         continue_pending: false,
         budget_raised: Default::default(),
         plan: None,
+        sub_agent: None,
+        sub_agents_usage: Usage::default(),
+        sub_agents_cost_usd: 0.0,
+        sub_agents_counted: Vec::new(),
     };
     Ok((record, messages))
 }

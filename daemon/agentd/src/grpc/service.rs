@@ -259,6 +259,7 @@ impl AgentService for Service {
                     mcp_servers,
                     client_request_id: convert::client_request_id_from(req.client_request_id)?,
                     parent: None,
+                    sub_agent: None,
                 },
                 (!prompt.is_empty() || !images.is_empty()).then_some((prompt, images)),
             )

@@ -42,16 +42,20 @@ pub fn context(
 }
 
 /// What `record` spent: its replies at its model's price (nothing in
-/// dollars when the price is unknown), and every token billed.
+/// dollars when the price is unknown), and every token billed — its
+/// sub-agents' included, which count toward their parent's budget.
 pub fn conversation_spent(shared: &Shared, record: &ConversationRecord) -> Amounts {
-    let usd = shared
+    let own = shared
         .config
         .models
         .cost(&record.model, &record.usage)
         .map_or(0, micro_usd);
+    let children = micro_usd(record.sub_agents_cost_usd);
     Amounts {
-        per_conversation_usd: Some(usd),
-        per_conversation_tokens: Some(billed_tokens(&record.usage)),
+        per_conversation_usd: Some(own.saturating_add(children)),
+        per_conversation_tokens: Some(
+            billed_tokens(&record.usage).saturating_add(billed_tokens(&record.sub_agents_usage)),
+        ),
         ..Amounts::default()
     }
 }

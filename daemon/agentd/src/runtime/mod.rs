@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod instructions;
 pub mod prompt;
+mod sub_agents;
 
 pub use actor::{HUB_CAPACITY, Subscription};
 pub use clock::Clock;
@@ -88,6 +89,8 @@ pub struct NewConversation {
     pub client_request_id: Option<String>,
     /// The exhausted conversation this one continues.
     pub parent: Option<Parent>,
+    /// Set for a sub-agent: its parent and agent id.
+    pub sub_agent: Option<crate::store::SubAgentLink>,
 }
 
 /// What a continued conversation takes from the one it continues.
@@ -298,6 +301,9 @@ pub struct Manager {
     /// Where actors ask for their conversation to be continued by the
     /// daemon (`[context] auto_continue`); a task of the manager's does it.
     auto_continue: mpsc::UnboundedSender<String>,
+    /// Where actors ask for sub-agents to be started, cancelled or
+    /// reported (a task of the manager's, see `sub_agents`).
+    sub_agents: mpsc::UnboundedSender<sub_agents::SubAgentRequest>,
 }
 
 impl std::fmt::Debug for Manager {
@@ -310,6 +316,7 @@ impl Manager {
     /// A manager over `shared`; call [`Manager::recover`] next.
     pub fn new(shared: Shared) -> Arc<Manager> {
         let (auto_continue, mut requests) = mpsc::unbounded_channel::<String>();
+        let (sub_agents, sub_agent_requests) = mpsc::unbounded_channel();
         let manager = Arc::new(Manager {
             shared: Arc::new(shared),
             actors: Arc::new(Mutex::new(LiveActors::default())),
@@ -317,7 +324,9 @@ impl Manager {
             next_id: std::sync::Mutex::new(ulid::Generator::new()),
             creating: Mutex::new(()),
             auto_continue,
+            sub_agents,
         });
+        sub_agents::start(Arc::downgrade(&manager), sub_agent_requests);
         // Continuations the daemon makes by itself. The task holds the
         // manager weakly: it ends when the manager is dropped (its sender
         // with it).
@@ -456,7 +465,11 @@ impl Manager {
         let parent = new.parent;
         let record = ConversationRecord {
             id: id.clone(),
-            title: parent.as_ref().map(|p| p.title.clone()).unwrap_or_default(),
+            title: parent
+                .as_ref()
+                .map(|p| p.title.clone())
+                .or_else(|| new.sub_agent.as_ref().map(|l| l.description.clone()))
+                .unwrap_or_default(),
             cwd: new.cwd,
             model,
             created_at_ms: now,
@@ -481,6 +494,10 @@ impl Manager {
             continue_pending: false,
             budget_raised: Default::default(),
             plan: None,
+            sub_agent: new.sub_agent,
+            sub_agents_usage: Usage::default(),
+            sub_agents_cost_usd: 0.0,
+            sub_agents_counted: Vec::new(),
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).
@@ -519,6 +536,7 @@ impl Manager {
             (tx.clone(), rx),
             false,
             self.auto_continue.clone(),
+            self.sub_agents.clone(),
         );
         let (reply, done) = oneshot::channel();
         let first = match first {
@@ -595,6 +613,9 @@ impl Manager {
                 summary,
                 queued: old.queued.iter().map(|q| q.text.clone()).collect(),
             }),
+            // A sub-agent fails when its context is exhausted: only a
+            // user's conversation is continued.
+            sub_agent: None,
         };
         let next = self.create(new, None).await?;
         let taken: Vec<String> = old.queued.iter().map(|q| q.id.clone()).collect();
@@ -691,6 +712,7 @@ impl Manager {
                 (tx.clone(), rx),
                 true,
                 self.auto_continue.clone(),
+                self.sub_agents.clone(),
             );
             tokio::spawn(actor.run());
             actors.live.insert(id.to_string(), tx.clone());
@@ -781,6 +803,40 @@ impl Manager {
     ) -> Result<Vec<crate::store::QueuedMessage>, RuntimeError> {
         self.ask(id, |reply| Command::DropQueued { queued_id, reply })
             .await?
+    }
+
+    /// Gives a parent the end of one of its sub-agents.
+    async fn deliver(
+        &self,
+        parent_id: &str,
+        result: agentd_core::SubAgentResult,
+        usage: Usage,
+        cost_usd: f64,
+    ) {
+        if let Err(e) = self
+            .send_input(
+                parent_id,
+                Input::SubAgentFinished {
+                    result,
+                    usage,
+                    cost_usd,
+                },
+            )
+            .await
+        {
+            tracing::error!(conversation = %parent_id, "cannot report a sub-agent's end: {e}");
+        }
+    }
+
+    /// Ends a sub-agent that never ran (cancelled while it waited for a
+    /// slot): it records its end and reports it like any other.
+    async fn end_unstarted(&self, child_id: &str) {
+        if let Err(e) = self
+            .send_input(child_id, Input::Command(Command::EndUnstarted))
+            .await
+        {
+            tracing::error!(conversation = %child_id, "cannot end the sub-agent: {e}");
+        }
     }
 
     /// Cancels the turn; returns whether anything was running.

@@ -143,9 +143,58 @@ pub struct ConversationRecord {
     /// 17): written with the state of the transition that changed it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub plan: Option<agentd_core::Plan>,
+    /// Set when a `spawn_agents` call of another conversation started this
+    /// one (REQ-BED-009: not user initiated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_agent: Option<SubAgentLink>,
+    /// What this conversation's sub-agents used (theirs included), counted
+    /// once per child as each ends: `usage` stays this conversation's own.
+    #[serde(default)]
+    pub sub_agents_usage: Usage,
+    /// What that cost at list price, USD (children of unknown price count
+    /// nothing).
+    #[serde(default)]
+    pub sub_agents_cost_usd: f64,
+    /// The children whose usage is counted in `sub_agents_usage`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sub_agents_counted: Vec<String>,
+}
+
+/// What ties a sub-agent to its parent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubAgentLink {
+    /// The conversation whose `spawn_agents` call started it.
+    pub parent_id: String,
+    /// Its id in the parent's call (`agent_{n}_{tool_use_id}`).
+    pub agent_id: String,
+    /// The label the parent gave it.
+    pub description: String,
+    /// How it ended, once it has: written in the same commit as the state
+    /// that ends it, so a restart finds it and reports it to the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<SubAgentEnd>,
+}
+
+/// A sub-agent's end as its parent gets it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubAgentEnd {
+    pub result: String,
+    pub success: bool,
+    /// What it used in all (its own replies and its sub-agents').
+    #[serde(default)]
+    pub usage: Usage,
+    /// What that cost, USD (0 when unknown).
+    #[serde(default)]
+    pub cost_usd: f64,
 }
 
 impl ConversationRecord {
+    /// Whether a user started it (REQ-BED-009), rather than a parent's
+    /// `spawn_agents` call.
+    pub fn user_initiated(&self) -> bool {
+        self.sub_agent.is_none()
+    }
+
     /// Whether start-up has something to do for it: a turn was in flight,
     /// or a continuation the daemon owes.
     pub fn needs_recovery(&self) -> bool {
@@ -1037,6 +1086,10 @@ mod tests {
             continue_pending: false,
             budget_raised: Default::default(),
             plan: None,
+            sub_agent: None,
+            sub_agents_usage: Usage::default(),
+            sub_agents_cost_usd: 0.0,
+            sub_agents_counted: Vec::new(),
         }
     }
 

@@ -220,6 +220,8 @@ fn spec(tool: Tool) -> ToolSpec {
         Tool::RequestModeUpgrade => agentd_core::tools::request_mode_upgrade_spec(),
         Tool::ProposePlan => agentd_core::plan::propose_plan_spec(),
         Tool::UpdatePlan => agentd_core::plan::update_plan_spec(),
+        Tool::SpawnAgents => agentd_core::tools::spawn_agents_spec(),
+        Tool::SubmitResult => agentd_core::tools::submit_result_spec(),
     }
 }
 
@@ -242,6 +244,11 @@ pub struct Registry {
     /// What it offers in the restricted modes: the read-only tools and
     /// `request_mode_upgrade`.
     offer_restricted: Arc<[ToolSpec]>,
+    /// What a sub-agent is offered, unrestricted and restricted: the same
+    /// without `spawn_agents` (no nesting) and `request_mode_upgrade`
+    /// (REQ-BED-018), with `submit_result`.
+    offer_child_all: Arc<[ToolSpec]>,
+    offer_child_restricted: Arc<[ToolSpec]>,
 }
 
 impl Default for Registry {
@@ -254,19 +261,24 @@ impl Registry {
     /// All built-in tools.
     pub fn new() -> Self {
         let specs: Vec<(Tool, ToolSpec)> = Tool::ALL.iter().map(|&t| (t, spec(t))).collect();
-        let offer = |restricted: bool| -> Arc<[ToolSpec]> {
+        let offer = |restricted: bool, child: bool| -> Arc<[ToolSpec]> {
             specs
                 .iter()
                 .filter(|(t, _)| t.is_offered(restricted))
+                .filter(|(t, _)| match t {
+                    Tool::SubmitResult => child,
+                    Tool::SpawnAgents | Tool::RequestModeUpgrade => !child,
+                    _ => true,
+                })
                 .map(|(_, s)| s.clone())
                 .collect()
         };
-        let offer_all = offer(false);
-        let offer_restricted = offer(true);
         Registry {
+            offer_all: offer(false, false),
+            offer_restricted: offer(true, false),
+            offer_child_all: offer(false, true),
+            offer_child_restricted: offer(true, true),
             specs,
-            offer_all,
-            offer_restricted,
         }
     }
 
@@ -289,6 +301,15 @@ impl Registry {
             self.offer_restricted.clone()
         } else {
             self.offer_all.clone()
+        }
+    }
+
+    /// The tools a sub-agent's model request offers (see `offered`).
+    pub fn offered_to_sub_agent(&self, restricted: bool) -> Arc<[ToolSpec]> {
+        if restricted {
+            self.offer_child_restricted.clone()
+        } else {
+            self.offer_child_all.clone()
         }
     }
 
@@ -359,9 +380,13 @@ async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOut
         }
         Tool::Think => run_now(tool, input),
         // `Registry::run` never gets here: the core answers these calls.
-        Tool::RequestModeUpgrade | Tool::ProposePlan | Tool::UpdatePlan => Err(ToolError::new(
-            format!("{tool}: the daemon answers this call itself; it is never run"),
-        )),
+        Tool::RequestModeUpgrade
+        | Tool::ProposePlan
+        | Tool::UpdatePlan
+        | Tool::SpawnAgents
+        | Tool::SubmitResult => Err(ToolError::new(format!(
+            "{tool}: the daemon answers this call itself; it is never run"
+        ))),
     }
 }
 
@@ -382,7 +407,9 @@ fn run_now(tool: Tool, input: Value) -> Result<ToolOutput, ToolError> {
         | Tool::KeywordSearch
         | Tool::RequestModeUpgrade
         | Tool::ProposePlan
-        | Tool::UpdatePlan => Err(ToolError::new(format!(
+        | Tool::UpdatePlan
+        | Tool::SpawnAgents
+        | Tool::SubmitResult => Err(ToolError::new(format!(
             "{tool}: not an instant tool, it cannot run inline"
         ))),
     }
@@ -489,7 +516,7 @@ pub fn summarize_call(name: &str, input: &Value) -> String {
             let words: Vec<&str> = ks.iter().filter_map(Value::as_str).collect();
             format!("{tool} {}{}", one_line(&words.join(", "), 80), in_path())
         }),
-        Tool::Think | Tool::RequestModeUpgrade => Some(tool.to_string()),
+        Tool::Think | Tool::RequestModeUpgrade | Tool::SubmitResult => Some(tool.to_string()),
         Tool::ProposePlan => str_field("intent").map(|i| {
             let steps = input
                 .get("steps")
@@ -511,6 +538,17 @@ pub fn summarize_call(name: &str, input: &Value) -> String {
                 })
                 .collect();
             format!("{tool}: {}", parts.join(", "))
+        }),
+        Tool::SpawnAgents => input.get("agents").and_then(Value::as_array).map(|agents| {
+            let labels: Vec<&str> = agents
+                .iter()
+                .filter_map(|a| a.get("description").and_then(Value::as_str))
+                .collect();
+            format!(
+                "{tool}: {} agent(s): {}",
+                agents.len(),
+                one_line(&labels.join(", "), 80)
+            )
         }),
     };
     described.unwrap_or_else(|| format!("{name} (invalid input)"))
@@ -537,7 +575,9 @@ pub async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Optio
         | Tool::Think
         | Tool::RequestModeUpgrade
         | Tool::ProposePlan
-        | Tool::UpdatePlan => None,
+        | Tool::UpdatePlan
+        | Tool::SpawnAgents
+        | Tool::SubmitResult => None,
     };
     let changes = tokio::task::spawn_blocking(plan).await.ok()??;
     Some(diff::unified_all(&changes, ctx))
@@ -615,14 +655,47 @@ mod tests {
                 .collect()
         };
         // The tools the core answers join the ones this registry runs: the
-        // plan tools in every mode, the upgrade in the restricted ones.
+        // plan tools and spawn_agents in every mode (a sub-agent's children
+        // are narrowed to its mode), the upgrade in the restricted ones.
         let mut all: Vec<String> = reg.specs(false).into_iter().map(|s| s.name).collect();
-        all.extend(["propose_plan".to_string(), "update_plan".to_string()]);
+        all.extend(["propose_plan", "update_plan", "spawn_agents"].map(String::from));
         assert_eq!(names(false), all);
         let mut restricted: Vec<String> = reg.specs(true).into_iter().map(|s| s.name).collect();
-        restricted
-            .extend(["request_mode_upgrade", "propose_plan", "update_plan"].map(String::from));
+        restricted.extend(
+            [
+                "request_mode_upgrade",
+                "propose_plan",
+                "update_plan",
+                "spawn_agents",
+            ]
+            .map(String::from),
+        );
         assert_eq!(names(true), restricted);
+    }
+
+    /// A sub-agent is offered the same tools without spawn_agents (no
+    /// nesting) and request_mode_upgrade (REQ-BED-018), with submit_result.
+    #[test]
+    fn sub_agents_are_offered_submit_result_and_no_nesting() {
+        let reg = Registry::new();
+        for restricted in [false, true] {
+            let parent: Vec<String> = reg
+                .offered(restricted)
+                .iter()
+                .map(|s| s.name.clone())
+                .collect();
+            let child: Vec<String> = reg
+                .offered_to_sub_agent(restricted)
+                .iter()
+                .map(|s| s.name.clone())
+                .collect();
+            let mut expected: Vec<String> = parent
+                .into_iter()
+                .filter(|n| n != "spawn_agents" && n != "request_mode_upgrade")
+                .collect();
+            expected.push("submit_result".to_string());
+            assert_eq!(child, expected, "restricted: {restricted}");
+        }
     }
 
     /// Only `think` runs inline; every other call, known or not, is left to

@@ -113,7 +113,12 @@ impl Actor {
             retry_max_ms: cfg.retry.max_delay_ms,
             max_retry_after_ms: cfg.retry.max_retry_after_ms,
             context_window: cfg.models.lookup(&self.record.model).context_window,
-            exhaustion: agentd_core::ContextExhaustionBehavior::ThresholdBasedContinuation,
+            // REQ-BED-024: a sub-agent fails at the threshold.
+            exhaustion: if self.record.sub_agent.is_some() {
+                agentd_core::ContextExhaustionBehavior::IntentionallyUnhandled
+            } else {
+                agentd_core::ContextExhaustionBehavior::ThresholdBasedContinuation
+            },
             policy,
             doom_loop_threshold: 3,
             recent_calls: self.recent_calls(),
@@ -131,6 +136,7 @@ impl Actor {
             budget: self.budget_context(),
             plan: self.record.plan.clone(),
             plan_detect: cfg.plan.detect,
+            sub_agent: self.sub_agent_role(),
         }
     }
 
@@ -255,6 +261,12 @@ impl Actor {
                     _ => None,
                 })
                 .collect();
+            for effect in &t.effects {
+                if let Effect::FinishSubAgent { outcome } = effect {
+                    // Written with the state that ends the sub-agent.
+                    self.record_sub_agent_end(outcome, &appended);
+                }
+            }
             // Within a group of commits flushed together only the last
             // record matters: the one the flush that ends the group writes.
             let mut persisted = self.persist(base, &appended, &t.effects, state_changed, flush_now);

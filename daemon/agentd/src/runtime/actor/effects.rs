@@ -335,8 +335,23 @@ impl Actor {
                 self.emit(EventKind::Plan { change, plan });
                 None
             }
-            Effect::SpawnSubAgent { agent_id, .. } => {
-                tracing::warn!(conversation = %self.record.id, "sub-agent {agent_id} requested but sub-agents are not available");
+            Effect::SpawnSubAgent {
+                agent_id,
+                prompt,
+                description,
+                model,
+                read_only,
+            } => {
+                self.spawn_sub_agent(agent_id, prompt, description, model, read_only);
+                None
+            }
+            Effect::CancelSubAgents { agent_ids } => {
+                self.cancel_sub_agents(agent_ids);
+                None
+            }
+            Effect::FinishSubAgent { .. } => {
+                // The commit recorded the end.
+                self.report_sub_agent_end();
                 None
             }
         }
@@ -456,6 +471,10 @@ impl Actor {
         self.emit(EventKind::ReplyBegin { attempt });
         let restricted = matches!(self.record.mode, Mode::ReadOnly | Mode::Plan);
         let (messages, tools) = match &purpose {
+            LlmPurpose::Turn if self.record.sub_agent.is_some() => (
+                self.transcript.clone(),
+                self.shared.tools.offered_to_sub_agent(restricted),
+            ),
             LlmPurpose::Turn => (
                 self.transcript.clone(),
                 self.shared.tools.offered(restricted),

@@ -19,6 +19,7 @@
 mod commit;
 mod effects;
 mod replay;
+mod sub_agent;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
@@ -96,6 +97,12 @@ pub(crate) enum Input {
     Shell(crate::shells::ShellEvent),
     /// The daemon is stopping.
     Shutdown { done: oneshot::Sender<()> },
+    /// One of this conversation's sub-agents ended, having used `usage`.
+    SubAgentFinished {
+        result: agentd_core::SubAgentResult,
+        usage: agentd_core::Usage,
+        cost_usd: f64,
+    },
 }
 
 /// A client's request to an actor.
@@ -155,6 +162,9 @@ pub(crate) enum Command {
     TakeSeed {
         reply: oneshot::Sender<Result<super::Seed, RuntimeError>>,
     },
+    /// This sub-agent was cancelled before it ran: it records that as its
+    /// end and reports it.
+    EndUnstarted,
     /// This conversation continues as `next`; the queued messages `taken`
     /// went with it.
     MarkContinued {
@@ -210,9 +220,15 @@ pub(crate) struct Actor {
     /// Where to ask the manager to continue this conversation by itself
     /// once its context is exhausted (`[context] auto_continue`).
     auto_continue: mpsc::UnboundedSender<String>,
+    /// Where to ask for sub-agents to be started, cancelled, reported.
+    sub_agents: mpsc::UnboundedSender<super::sub_agents::SubAgentRequest>,
 }
 
 impl Actor {
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "each is a distinct part the manager hands over; a struct would only rename them"
+    )]
     pub(crate) fn new(
         shared: Arc<Shared>,
         registry: super::Actors,
@@ -221,6 +237,7 @@ impl Actor {
         channel: (mpsc::UnboundedSender<Input>, mpsc::UnboundedReceiver<Input>),
         stored: bool,
         auto_continue: mpsc::UnboundedSender<String>,
+        sub_agents: mpsc::UnboundedSender<super::sub_agents::SubAgentRequest>,
     ) -> Actor {
         let (tx, rx) = channel;
         let fanout = Fanout::new(record.seq_reserved + 1);
@@ -240,6 +257,7 @@ impl Actor {
             work: Work::default(),
             hooks: Arc::new(Hooks::default()),
             auto_continue,
+            sub_agents,
         }
     }
 
@@ -499,6 +517,11 @@ impl Actor {
                 // A continuation owed from before the restart.
                 self.maybe_auto_continue();
             }
+            Input::SubAgentFinished {
+                result,
+                usage,
+                cost_usd,
+            } => self.sub_agent_finished(result, usage, cost_usd).await,
             Input::Shell(event) => {
                 let kind = match event {
                     crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
@@ -728,6 +751,7 @@ impl Actor {
                 };
                 let _ = reply.send(result);
             }
+            Command::EndUnstarted => self.end_unstarted().await,
             Command::MarkContinued {
                 next,
                 hop,

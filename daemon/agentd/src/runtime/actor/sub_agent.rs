@@ -1,0 +1,204 @@
+//! The actor's side of sub-agents: what a parent asks for, and how a
+//! child's end is recorded and reported (see `runtime/sub_agents.rs`).
+
+use super::Actor;
+use crate::runtime::error::RuntimeError;
+use crate::runtime::events::EventKind;
+use crate::runtime::sub_agents::{Spawn, SubAgentRequest};
+use crate::store::SubAgentEnd;
+use agentd_core::{Message, Role, SubAgentOutcome, SubAgentRole, texts};
+
+impl Actor {
+    /// The core's view of this conversation as a sub-agent: whether it was
+    /// already told to call `submit_result` (the reminder is in its
+    /// transcript).
+    pub(super) fn sub_agent_role(&self) -> Option<SubAgentRole> {
+        self.record.sub_agent.as_ref().map(|_| SubAgentRole {
+            reminded: self
+                .transcript
+                .iter()
+                .any(|m| m.role == Role::User && m.text() == texts::SUBMIT_RESULT_REMINDER),
+        })
+    }
+
+    /// Records how this sub-agent ended, in the record the commit of the
+    /// ending transition writes. `appended` are that transition's messages
+    /// (the transcript does not hold them yet).
+    pub(super) fn record_sub_agent_end(&mut self, outcome: &SubAgentOutcome, appended: &[Message]) {
+        // What it used in all: its replies so far (those of this commit are
+        // not counted in the record yet) and its own sub-agents'.
+        let mut own = self.record.usage;
+        for u in appended.iter().filter_map(|m| m.usage.as_ref()) {
+            own.add(u);
+        }
+        let mut usage = own;
+        usage.add(&self.record.sub_agents_usage);
+        let cost_usd = self
+            .shared
+            .config
+            .models
+            .cost(&self.record.model, &own)
+            .unwrap_or(0.0)
+            + self.record.sub_agents_cost_usd;
+        let (result, success) = match outcome {
+            SubAgentOutcome::Submitted { result, success } => (result.clone(), *success),
+            SubAgentOutcome::LastText => {
+                let last = self
+                    .transcript
+                    .iter()
+                    .chain(appended)
+                    .rev()
+                    .filter(|m| m.role == Role::Assistant)
+                    .map(Message::text)
+                    .find(|t| !t.trim().is_empty())
+                    .unwrap_or_default();
+                (format!("{}\n{last}", texts::LAST_TEXT_RESULT), true)
+            }
+            SubAgentOutcome::Failed { message } => {
+                (format!("The sub-agent failed: {message}"), false)
+            }
+            SubAgentOutcome::Cancelled => (texts::SUB_AGENT_CANCELLED.to_string(), false),
+        };
+        let end = SubAgentEnd {
+            result,
+            success,
+            usage,
+            cost_usd,
+        };
+        if let Some(link) = &mut self.record.sub_agent {
+            link.result = Some(end);
+        }
+    }
+
+    /// Reports this sub-agent's recorded end to the parent (through the
+    /// manager's sub-agent task, which also frees its slot).
+    pub(super) fn report_sub_agent_end(&self) {
+        let Some(link) = &self.record.sub_agent else {
+            return;
+        };
+        let Some(end) = link.result.clone() else {
+            return;
+        };
+        let _ = self.sub_agents.send(SubAgentRequest::Finished {
+            child_id: self.record.id.clone(),
+            link: link.clone(),
+            end,
+        });
+    }
+
+    /// A sub-agent cancelled before it ran: its end is "cancelled".
+    pub(super) async fn end_unstarted(&mut self) {
+        let Some(link) = &self.record.sub_agent else {
+            return;
+        };
+        if link.result.is_none() {
+            let saved = self.record.clone();
+            self.record_sub_agent_end(&SubAgentOutcome::Cancelled, &[]);
+            if let Err(e) = self.write_record().await {
+                tracing::error!(conversation = %self.record.id, "cannot record the sub-agent's end: {e}");
+                self.record = saved;
+                return;
+            }
+        }
+        self.report_sub_agent_end();
+    }
+
+    /// One of this conversation's sub-agents ended: its end goes to the
+    /// core (which takes it once, while it waits for it), its usage is
+    /// counted once in this conversation's totals, even when it ends after
+    /// a cancel, and clients are told.
+    pub(super) async fn sub_agent_finished(
+        &mut self,
+        result: agentd_core::SubAgentResult,
+        usage: agentd_core::Usage,
+        cost_usd: f64,
+    ) {
+        let child = result.conversation_id.clone();
+        let first = !child.is_empty() && !self.record.sub_agents_counted.contains(&child);
+        let saved = (
+            self.record.sub_agents_usage,
+            self.record.sub_agents_cost_usd,
+            self.record.sub_agents_counted.clone(),
+        );
+        if first {
+            self.record.sub_agents_usage.add(&usage);
+            self.record.sub_agents_cost_usd += cost_usd;
+            self.record.sub_agents_counted.push(child.clone());
+        }
+        let outcome = if result.success {
+            "succeeded"
+        } else {
+            "failed"
+        };
+        let line = result
+            .result
+            .lines()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("");
+        let notice = format!(
+            "sub-agent {} ({child}) {outcome}: {} [{} tokens]",
+            result.agent_id,
+            crate::tools::one_line(line, 100),
+            usage.input_tokens
+                + usage.output_tokens
+                + usage.cache_creation_input_tokens
+                + usage.cache_read_input_tokens
+        );
+        let applied = match self
+            .apply(agentd_core::Event::SubAgentFinished { result })
+            .await
+        {
+            // The commit wrote the counted usage.
+            Ok(()) => Ok(()),
+            // A late end (the parent was cancelled, or it was reported
+            // before): only its usage is news.
+            Err(RuntimeError::Rejected(_)) if first => {
+                self.write_record().await.map_err(RuntimeError::Store)
+            }
+            Err(RuntimeError::Rejected(_)) => return,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = applied {
+            tracing::error!(conversation = %self.record.id, "a sub-agent's end not recorded: {e}");
+            (
+                self.record.sub_agents_usage,
+                self.record.sub_agents_cost_usd,
+                self.record.sub_agents_counted,
+            ) = saved;
+            return;
+        }
+        if first {
+            self.emit(EventKind::Notice(notice));
+        }
+    }
+
+    /// Asks for the sub-agent `agent_id` of this conversation.
+    pub(super) fn spawn_sub_agent(
+        &mut self,
+        agent_id: String,
+        prompt: String,
+        description: String,
+        model: Option<String>,
+        read_only: bool,
+    ) {
+        self.emit(EventKind::Notice(format!(
+            "sub-agent {agent_id} started: {description}"
+        )));
+        let _ = self.sub_agents.send(SubAgentRequest::Spawn(Box::new(Spawn {
+            parent: self.record.clone(),
+            agent_id,
+            prompt,
+            description,
+            model,
+            read_only,
+        })));
+    }
+
+    /// Asks for this conversation's sub-agents `agent_ids` to be cancelled.
+    pub(super) fn cancel_sub_agents(&self, agent_ids: Vec<String>) {
+        let _ = self.sub_agents.send(SubAgentRequest::Cancel {
+            parent_id: self.record.id.clone(),
+            agent_ids,
+        });
+    }
+}

@@ -1,0 +1,318 @@
+//! Sub-agents (REQ-BED-008/009): the children a parent's `spawn_agents`
+//! call starts. A child is a conversation like any other — stored, run by
+//! its own actor, attachable, recovered after a crash by the same rules —
+//! with a link to its parent (`ConversationRecord::sub_agent`).
+//!
+//! The core decides; this module carries out what it asks across
+//! conversations, in one task of the manager's:
+//! - `SpawnSubAgent` (from the parent): the child is created under a
+//!   request id made from the parent and the agent id, so asking again
+//!   (after a restart) creates nothing twice. A child that has ended is
+//!   reported again; one that has started goes on by itself; one that has
+//!   not started waits for one of the parent's slots
+//!   (`[sub_agents] max_concurrent`), then gets its prompt.
+//! - `CancelSubAgents` (from the parent): running children are cancelled
+//!   like any conversation (their own end reports "cancelled"); children
+//!   still waiting for a slot end at once as cancelled.
+//! - `FinishSubAgent` (from the child, after the commit that wrote its
+//!   result): the child's slot is freed and the parent gets
+//!   `SubAgentFinished`. The parent's core takes each child's end once, so
+//!   a report repeated by a restart changes nothing.
+
+use super::{Manager, NewConversation, NewMessage};
+use crate::store::{ConversationRecord, SubAgentEnd, SubAgentLink};
+use agentd_core::Mode;
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// What actors ask of the sub-agent task.
+#[derive(Debug)]
+pub(crate) enum SubAgentRequest {
+    /// Start (or, after a restart, watch) a child of `parent`.
+    Spawn(Box<Spawn>),
+    /// Cancel children of `parent_id`.
+    Cancel {
+        parent_id: String,
+        agent_ids: Vec<String>,
+    },
+    /// The child `child_id` ended; its end is durable in its record.
+    Finished {
+        child_id: String,
+        link: SubAgentLink,
+        end: SubAgentEnd,
+    },
+}
+
+/// A child to start: what the parent's core asked, and the parent as it
+/// is now (the child's settings derive from it).
+#[derive(Debug)]
+pub(crate) struct Spawn {
+    pub parent: ConversationRecord,
+    pub agent_id: String,
+    pub prompt: String,
+    pub description: String,
+    pub model: Option<String>,
+    pub read_only: bool,
+}
+
+/// The request id a child is created under: one child per parent and
+/// agent id, whoever asks and however often.
+fn create_key(parent_id: &str, agent_id: &str) -> String {
+    format!("sub-agent:{parent_id}:{agent_id}")
+}
+
+/// A child that waits for a slot or runs under one.
+struct Slotted {
+    /// Cancels the wait for a slot.
+    cancel: CancellationToken,
+    /// Fired when the child ends: its slot is freed.
+    done: Option<oneshot::Sender<()>>,
+}
+
+/// The sub-agent task's bookkeeping.
+#[derive(Default)]
+struct Children {
+    /// Each parent's slots.
+    slots: HashMap<String, Arc<Semaphore>>,
+    /// Children started by this task (not those recovered after a restart,
+    /// which run without a slot), by child id.
+    slotted: HashMap<String, Slotted>,
+}
+
+/// Runs the sub-agent task until the manager is gone.
+pub(crate) fn start(
+    manager: Weak<Manager>,
+    mut requests: mpsc::UnboundedReceiver<SubAgentRequest>,
+) {
+    tokio::spawn(async move {
+        let children = Arc::new(std::sync::Mutex::new(Children::default()));
+        while let Some(request) = requests.recv().await {
+            let Some(m) = manager.upgrade() else {
+                return;
+            };
+            match request {
+                SubAgentRequest::Spawn(spawn) => {
+                    let parent_id = spawn.parent.id.clone();
+                    let agent_id = spawn.agent_id.clone();
+                    if let Err(e) = spawn_child(&m, &children, *spawn).await {
+                        tracing::error!(conversation = %parent_id, agent = %agent_id, "cannot start the sub-agent: {e}");
+                        // The parent must not wait for a child that never
+                        // runs: it gets the failure as the child's result.
+                        m.deliver(
+                            &parent_id,
+                            agentd_core::SubAgentResult {
+                                agent_id,
+                                result: format!("The sub-agent could not be started: {e}"),
+                                success: false,
+                                conversation_id: String::new(),
+                            },
+                            agentd_core::Usage::default(),
+                            0.0,
+                        )
+                        .await;
+                    }
+                }
+                SubAgentRequest::Cancel {
+                    parent_id,
+                    agent_ids,
+                } => {
+                    for agent_id in agent_ids {
+                        cancel_child(&m, &children, &parent_id, &agent_id).await;
+                    }
+                }
+                SubAgentRequest::Finished {
+                    child_id,
+                    link,
+                    end,
+                } => {
+                    let slotted = lock(&children).slotted.remove(&child_id);
+                    if let Some(mut s) = slotted
+                        && let Some(done) = s.done.take()
+                    {
+                        let _ = done.send(());
+                    }
+                    m.deliver(
+                        &link.parent_id,
+                        agentd_core::SubAgentResult {
+                            agent_id: link.agent_id,
+                            result: end.result,
+                            success: end.success,
+                            conversation_id: child_id,
+                        },
+                        end.usage,
+                        end.cost_usd,
+                    )
+                    .await;
+                }
+            }
+        }
+    });
+}
+
+fn lock(children: &std::sync::Mutex<Children>) -> std::sync::MutexGuard<'_, Children> {
+    children
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The child's mode: the parent's, or read-only when asked; never wider
+/// than the parent's.
+fn child_mode(parent: Mode, read_only: bool) -> Mode {
+    if read_only || parent == Mode::ReadOnly {
+        Mode::ReadOnly
+    } else {
+        parent
+    }
+}
+
+async fn spawn_child(
+    m: &Arc<Manager>,
+    children: &Arc<std::sync::Mutex<Children>>,
+    spawn: Spawn,
+) -> Result<(), super::RuntimeError> {
+    let Spawn {
+        parent,
+        agent_id,
+        prompt,
+        description,
+        model,
+        read_only,
+    } = spawn;
+    let key = create_key(&parent.id, &agent_id);
+    let model = match model {
+        Some(name) => super::model_name(&name)?,
+        None => parent.model.clone(),
+    };
+    let child = m
+        .create(
+            NewConversation {
+                cwd: parent.cwd.clone(),
+                model,
+                mode: Some(child_mode(parent.mode, read_only)),
+                allow_rules: parent.allow_rules.clone(),
+                additional_dirs: parent.additional_dirs.clone(),
+                mcp_servers: parent.mcp_servers.clone(),
+                client_request_id: Some(key.clone()),
+                parent: None,
+                sub_agent: Some(SubAgentLink {
+                    parent_id: parent.id.clone(),
+                    agent_id: agent_id.clone(),
+                    description,
+                    result: None,
+                }),
+            },
+            None,
+        )
+        .await?;
+    if let Some(link) = &child.sub_agent
+        && let Some(end) = &link.result
+    {
+        // Ended before a restart: the parent may not have heard.
+        m.deliver(
+            &parent.id,
+            agentd_core::SubAgentResult {
+                agent_id,
+                result: end.result.clone(),
+                success: end.success,
+                conversation_id: child.id.clone(),
+            },
+            end.usage,
+            end.cost_usd,
+        )
+        .await;
+        return Ok(());
+    }
+    if child.message_count > 0 || lock(children).slotted.contains_key(&child.id) {
+        // Started already: it reports its end by itself.
+        return Ok(());
+    }
+    let slots = {
+        let mut c = lock(children);
+        let max = m.shared.config.sub_agents.max_concurrent;
+        c.slots
+            .entry(parent.id.clone())
+            .or_insert_with(|| Arc::new(Semaphore::new(max)))
+            .clone()
+    };
+    let cancel = CancellationToken::new();
+    let (done, ended) = oneshot::channel();
+    lock(children).slotted.insert(
+        child.id.clone(),
+        Slotted {
+            cancel: cancel.clone(),
+            done: Some(done),
+        },
+    );
+    let m = Arc::clone(m);
+    let children = Arc::clone(children);
+    tokio::spawn(async move {
+        let permit = tokio::select! {
+            permit = slots.acquire_owned() => permit.ok(),
+            () = cancel.cancelled() => None,
+        };
+        let Some(permit) = permit else {
+            // Cancelled while waiting: it ends without having run.
+            lock(&children).slotted.remove(&child.id);
+            m.end_unstarted(&child.id).await;
+            return;
+        };
+        let sent = m
+            .send_message(
+                &child.id,
+                NewMessage {
+                    text: prompt,
+                    client_request_id: Some(format!("{key}:prompt")),
+                    ..NewMessage::default()
+                },
+            )
+            .await;
+        if let Err(e) = sent {
+            tracing::error!(conversation = %child.id, "cannot send the sub-agent its task: {e}");
+            lock(&children).slotted.remove(&child.id);
+            drop(permit);
+            m.end_unstarted(&child.id).await;
+            return;
+        }
+        if cancel.is_cancelled() {
+            // The cancel came while the task was being sent.
+            if let Err(e) = m.cancel(&child.id).await {
+                tracing::warn!(conversation = %child.id, "cancelling the sub-agent failed: {e}");
+            }
+        }
+        // The slot is held until the child ends (or the manager goes).
+        let _ = ended.await;
+        drop(permit);
+    });
+    Ok(())
+}
+
+async fn cancel_child(
+    m: &Arc<Manager>,
+    children: &Arc<std::sync::Mutex<Children>>,
+    parent_id: &str,
+    agent_id: &str,
+) {
+    let key = create_key(parent_id, agent_id);
+    let child_id = match m.shared.store.created_by(&key) {
+        Ok(Some(id)) => id,
+        Ok(None) => return,
+        Err(e) => {
+            tracing::error!(conversation = %parent_id, "cannot find sub-agent {agent_id}: {e}");
+            return;
+        }
+    };
+    let slotted = lock(children)
+        .slotted
+        .get(&child_id)
+        .map(|s| s.cancel.clone());
+    if let Some(token) = slotted {
+        // A child waiting for its slot ends without running; one whose
+        // task is being sent is cancelled once it is.
+        token.cancel();
+    }
+    if let Err(e) = m.cancel(&child_id).await {
+        tracing::warn!(conversation = %child_id, "cancelling the sub-agent failed: {e}");
+    }
+}

@@ -1,0 +1,549 @@
+//! Sub-agents (issue 16): a parent's `spawn_agents` call runs child
+//! conversations concurrently, each scripted on its own by the fake LLM (a
+//! marker in its prompt routes its requests), and their results come back
+//! to the parent's tool_result in the order asked, each with the child's id.
+
+use super::util::{assert_valid_chain, get, result_of, wait_state};
+use agent_proto::v1 as pb;
+use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
+use agent_tests::harness::Scenario;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The parent's reply that asks for one agent per prompt.
+fn spawn(id: &str, prompts: &[&str]) -> Script {
+    let agents: Vec<Value> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| json!({"description": format!("task {}", i + 1), "prompt": p}))
+        .collect();
+    Script::Reply(ReplyScript::new().tool_use(id, "spawn_agents", json!({ "agents": agents })))
+}
+
+fn submit(result: &str) -> Script {
+    Script::Reply(ReplyScript::new().tool_use(
+        "s1",
+        "submit_result",
+        json!({"result": result, "success": true}),
+    ))
+}
+
+/// The requests whose first user message contains `marker`.
+fn requests_of(all: &[Recorded], marker: &str) -> Vec<Recorded> {
+    all.iter()
+        .filter(|r| {
+            r.body["messages"][0]["content"]
+                .as_array()
+                .and_then(|b| b.first())
+                .and_then(|b| b["text"].as_str())
+                .is_some_and(|t| t.contains(marker))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The names of the tools a request offered.
+fn offered(req: &Recorded) -> Vec<String> {
+    req.body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The parent spawns three children; each runs a tool round (a slow reply
+/// first) and submits its result. The parent's next request carries the
+/// three results in order with the children's ids; the children ran at
+/// the same time; `agent ls` shows them under their parent.
+#[tokio::test]
+async fn three_children_run_concurrently_and_report_in_order() {
+    let s = Scenario::new()
+        .scripts([
+            spawn(
+                "toolu_spawn",
+                &["[child-1] count", "[child-2] list", "[child-3] read"],
+            ),
+            Script::text("All three reported."),
+        ])
+        .conversation("Split the work [parent]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    std::fs::write(s.work.path().join("a.txt"), "alpha\n").unwrap();
+    // Each child's first reply takes about PACE × its events to stream.
+    const PACE: Duration = Duration::from_millis(150);
+    for k in 1..=3 {
+        let marker = format!("[child-{k}]");
+        fake.push_for(
+            &marker,
+            Script::Reply(
+                ReplyScript::new()
+                    .tool_use("r1", "read", json!({"path": "a.txt"}))
+                    .pace(PACE),
+            ),
+        );
+        fake.push_for(&marker, submit(&format!("result {k}")));
+    }
+    let started = Instant::now();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let elapsed = started.elapsed();
+
+    let all = fake.requests();
+    let parent = requests_of(&all, "[parent]");
+    assert_eq!(parent.len(), 2, "the parent asked twice");
+    assert_valid_chain(&parent[1]);
+    let text = result_text(&result_of(&parent[1], "toolu_spawn"));
+    assert!(
+        text.starts_with("synthesis_toolu_spawn: 3 sub-agent(s) ended, 3 succeeded"),
+        "{text}"
+    );
+    // In the order asked, each with its conversation's id and result.
+    let list = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    let mut last = 0;
+    let mut child_ids = Vec::new();
+    for k in 1..=3 {
+        let agent = format!("agent_{k}_toolu_spawn");
+        let child = list
+            .iter()
+            .find(|c| c.agent_id == agent)
+            .unwrap_or_else(|| panic!("no child {agent}: {list:#?}"));
+        assert_eq!(child.sub_agent_parent_id, id);
+        assert!(!child.user_initiated);
+        assert_eq!(child.cwd, s.work.path().display().to_string());
+        let head = format!(
+            "## {agent} (conversation {}) succeeded\nresult {k}",
+            child.id
+        );
+        let at = text
+            .find(&head)
+            .unwrap_or_else(|| panic!("{head:?} not in {text}"));
+        assert!(at > last, "results out of order: {text}");
+        last = at;
+        child_ids.push(child.id.clone());
+    }
+    let me = list.iter().find(|c| c.id == id).unwrap();
+    assert!(me.user_initiated && me.sub_agent_parent_id.is_empty());
+    // Costs roll up: the parent's children usage is the sum of theirs.
+    let mut sum = pb::Usage::default();
+    for child in list.iter().filter(|c| c.sub_agent_parent_id == id) {
+        let u = child.usage.unwrap();
+        assert!(u.output_tokens > 0);
+        sum.input_tokens += u.input_tokens;
+        sum.output_tokens += u.output_tokens;
+        sum.cache_creation_input_tokens += u.cache_creation_input_tokens;
+        sum.cache_read_input_tokens += u.cache_read_input_tokens;
+    }
+    assert_eq!(me.sub_agents_usage.unwrap(), sum);
+
+    // The children's tool set: no nesting, no mode upgrade, submit_result.
+    for k in 1..=3 {
+        let reqs = requests_of(&all, &format!("[child-{k}]"));
+        assert_eq!(reqs.len(), 2, "child {k} asked twice");
+        let tools = offered(&reqs[0]);
+        assert!(tools.contains(&"submit_result".to_string()), "{tools:?}");
+        assert!(!tools.contains(&"spawn_agents".to_string()), "{tools:?}");
+        assert!(!tools.contains(&"request_mode_upgrade".to_string()));
+        assert_valid_chain(&reqs[1]);
+    }
+    assert!(offered(&parent[0]).contains(&"spawn_agents".to_string()));
+    assert!(!offered(&parent[0]).contains(&"submit_result".to_string()));
+
+    // Concurrently: every child's first request arrived before any child's
+    // slow first reply had finished streaming, and the whole took well
+    // under the three slow replies one after another.
+    let firsts: Vec<Recorded> = (1..=3)
+        .map(|k| requests_of(&all, &format!("[child-{k}]"))[0].clone())
+        .collect();
+    let first_done = firsts
+        .iter()
+        .map(|r| r.replied_at.expect("streamed"))
+        .min()
+        .unwrap();
+    for r in &firsts {
+        assert!(r.arrived_at < first_done, "a child waited for another");
+    }
+    let one = firsts[0]
+        .replied_at
+        .unwrap()
+        .duration_since(firsts[0].arrived_at)
+        .unwrap();
+    assert!(
+        elapsed < one * 3,
+        "3 children took {elapsed:?}; one slow reply takes {one:?}"
+    );
+
+    // `agent ls`: the children under their parent, in the order started;
+    // `--flat` lists them as rows of their own.
+    let (ok, out, err) = super::util::agent_out(&s.daemon, &["ls"]).await;
+    assert!(ok, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let short = |id: &str| id.chars().take(10).collect::<String>();
+    let at = |id: &str| {
+        lines
+            .iter()
+            .position(|l| l.contains(&short(id)))
+            .unwrap_or_else(|| panic!("{id} not listed:\n{out}"))
+    };
+    let parent_row = at(&id);
+    assert!(!lines[parent_row].contains('└'), "{out}");
+    for (k, child) in child_ids.iter().enumerate() {
+        let row = at(child);
+        assert_eq!(
+            row,
+            parent_row + 1 + k,
+            "child {k} not under its parent:\n{out}"
+        );
+        assert!(lines[row].trim_start().starts_with('└'), "{out}");
+        assert!(lines[row].contains("[sub-agent] task"), "{out}");
+    }
+    let (ok, flat, _) = super::util::agent_out(&s.daemon, &["ls", "--flat"]).await;
+    assert!(ok && !flat.contains('└'), "{flat}");
+
+    // Each child is a conversation at rest with its transcript.
+    for child in &child_ids {
+        let r = get(&mut client, child).await;
+        assert_eq!(
+            r.messages.len(),
+            5,
+            "prompt, read, its result, submit_result, its result"
+        );
+    }
+}
+
+/// The text of a tool_result block as recorded (a string or text blocks).
+fn result_text(result: &Value) -> String {
+    match &result["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+/// The text blocks of the last message of a recorded request.
+fn last_user_text(req: &Recorded) -> String {
+    let last = req.body["messages"].as_array().unwrap().last().unwrap();
+    match &last["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// A child that tries to spawn gets an error result (no nesting); a child
+/// that ends without submit_result is told once, then its last text
+/// counts; a child whose context fills up fails at once, and the parent
+/// sees the failure.
+#[tokio::test]
+async fn children_cannot_nest_are_reminded_and_fail_on_a_full_context() {
+    let s = Scenario::new()
+        .config("[models.\"claude-test\"]\ncontext_window = 10000")
+        .scripts([
+            spawn(
+                "toolu_p",
+                &["[nest] try", "[lazy] think", "[huge] read a lot"],
+            ),
+            Script::text("Noted."),
+        ])
+        .conversation("Three kinds of child [parent2]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    fake.push_for(
+        "[nest]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "n1",
+            "spawn_agents",
+            json!({"agents": [{"description": "deeper", "prompt": "[deeper] x"}]}),
+        )),
+    );
+    fake.push_for("[nest]", submit("could not nest"));
+    fake.push_for("[lazy]", Script::text("I think the answer is 7."));
+    fake.push_for("[lazy]", Script::text("Still 7."));
+    fake.push_for(
+        "[huge]",
+        Script::Reply(
+            ReplyScript::new()
+                .text("Reading everything.")
+                .tool_use("h1", "read", json!({"path": "a.txt"}))
+                .usage(9_500, 10),
+        ),
+    );
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let all = fake.requests();
+    assert!(requests_of(&all, "[deeper]").is_empty(), "a child nested");
+
+    let nest = requests_of(&all, "[nest]");
+    assert_eq!(nest.len(), 2);
+    let refused = result_of(&nest[1], "n1");
+    assert_eq!(refused["is_error"], true);
+    assert_eq!(
+        result_text(&refused),
+        "spawn_agents is not available to sub-agents: a sub-agent cannot start sub-agents"
+    );
+
+    let lazy = requests_of(&all, "[lazy]");
+    assert_eq!(lazy.len(), 2, "told once, then its text counts");
+    assert!(
+        last_user_text(&lazy[1]).starts_with("You ended your turn without calling submit_result."),
+        "{}",
+        last_user_text(&lazy[1])
+    );
+
+    let huge = requests_of(&all, "[huge]");
+    assert_eq!(huge.len(), 1, "no continuation, no second request");
+
+    let parent = requests_of(&all, "[parent2]");
+    assert_eq!(parent.len(), 2);
+    assert_valid_chain(&parent[1]);
+    let text = result_text(&result_of(&parent[1], "toolu_p"));
+    assert!(
+        text.starts_with("synthesis_toolu_p: 3 sub-agent(s) ended, 2 succeeded, 1 failed."),
+        "{text}"
+    );
+    let one = text.find("## agent_1_toolu_p (conversation ").unwrap();
+    let two = text.find("## agent_2_toolu_p (conversation ").unwrap();
+    let three = text.find("## agent_3_toolu_p (conversation ").unwrap();
+    assert!(one < two && two < three, "{text}");
+    assert!(
+        text[one..two].contains(") succeeded\ncould not nest"),
+        "{text}"
+    );
+    assert!(
+        text[two..three]
+            .contains(") succeeded\n[no submit_result: the sub-agent's last text]\nStill 7."),
+        "{text}"
+    );
+    assert!(
+        text[three..].contains(") failed\nThe sub-agent failed: Context window exhausted"),
+        "{text}"
+    );
+    // The failed child is in the error state, like any failed conversation.
+    let list = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    let huge_child = list
+        .iter()
+        .find(|c| c.agent_id == "agent_3_toolu_p")
+        .unwrap();
+    let r = get(&mut client, &huge_child.id).await;
+    assert_eq!(super::util::kind_of(&r), pb::StateKind::Error);
+}
+
+/// Cancelling the parent while three children run (one in a `sleep`, two
+/// waiting for the model) stops every child and kills the process; the
+/// parent's spawn call is answered "Cancelled by user" and its chain stays
+/// valid.
+#[tokio::test]
+async fn cancelling_the_parent_cancels_every_child() {
+    let s = Scenario::new()
+        .scripts([spawn(
+            "toolu_c",
+            &["[sleeper] wait", "[slow-1] think", "[slow-2] think"],
+        )])
+        .conversation("Fan out then stop [parent3]")
+        .allow(&["bash"])
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    let needle = "sleep 31.4159";
+    fake.push_for(
+        "[sleeper]",
+        Script::Reply(ReplyScript::new().tool_use("b1", "bash", json!({"command": needle}))),
+    );
+    let gate = agent_tests::fake_llm::Gate::new();
+    for marker in ["[slow-1]", "[slow-2]"] {
+        fake.push_for(
+            marker,
+            Script::Reply(
+                ReplyScript::new()
+                    .text("thinking hard")
+                    .hold_after(2, gate.clone()),
+            ),
+        );
+    }
+    // Every child is under way: the sleep runs, the others stream.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while super::util::processes_matching(needle).is_empty()
+        || requests_of(&fake.requests(), "[slow-2]").is_empty()
+        || requests_of(&fake.requests(), "[slow-1]").is_empty()
+    {
+        assert!(Instant::now() < deadline, "children did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        super::util::kind_of(&get(&mut client, &id).await),
+        pb::StateKind::AwaitingSubAgents
+    );
+    client
+        .cancel_conversation(pb::CancelConversationRequest {
+            conversation_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let list = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    let children: Vec<String> = list
+        .iter()
+        .filter(|c| c.sub_agent_parent_id == id)
+        .map(|c| c.id.clone())
+        .collect();
+    assert_eq!(children.len(), 3);
+    for child in &children {
+        wait_state(&mut client, child, pb::StateKind::Idle).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !super::util::processes_matching(needle).is_empty() {
+        assert!(Instant::now() < deadline, "the child's sleep still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    gate.open();
+    // The spawn call's synthetic result, then a valid chain on the next turn.
+    let r = get(&mut client, &id).await;
+    let last = r.messages.last().unwrap();
+    let answered: Vec<(String, String)> = last
+        .content
+        .iter()
+        .filter_map(|b| match &b.block {
+            Some(pb::content_block::Block::ToolResult(t)) => {
+                Some((t.tool_use_id.clone(), t.content.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        answered,
+        vec![("toolu_c".to_string(), "Cancelled by user".to_string())]
+    );
+    fake.push(Script::text("ok"));
+    super::util::send(&mut client, &id, "go on").await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let parent = requests_of(&fake.requests(), "[parent3]");
+    assert_eq!(parent.len(), 2);
+    assert_valid_chain(&parent[1]);
+    // The cancelled children's late ends changed nothing in the parent.
+    assert_eq!(
+        get(&mut client, &id).await.messages.len(),
+        r.messages.len() + 2
+    );
+}
+
+/// kill -9 while one child has ended and another is mid-request: after the
+/// restart the child in flight goes on (its request is issued again), the
+/// ended one's result is kept, and the parent gets both, once each, and
+/// goes on.
+#[tokio::test]
+async fn a_crash_mid_fan_out_loses_and_duplicates_nothing() {
+    let mut s = Scenario::new()
+        .scripts([
+            spawn("toolu_k", &["[quick] go", "[held] go"]),
+            Script::text("Both in."),
+        ])
+        .conversation("Survive a crash [parent4]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    fake.push_for("[quick]", submit("quick result"));
+    let gate = agent_tests::fake_llm::Gate::new();
+    fake.push_for(
+        "[held]",
+        Script::Reply(
+            ReplyScript::new()
+                .text("working")
+                .hold_after(2, gate.clone()),
+        ),
+    );
+    fake.push_for("[held]", submit("held result"));
+    // The quick child has ended (its end is in the parent) and the held
+    // one streams.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = get(&mut client, &id).await;
+        let quick_done = requests_of(&fake.requests(), "[quick]").len() == 1
+            && list_children(&mut client, &id).await.iter().any(|c| {
+                c.agent_id == "agent_1_toolu_k"
+                    && c.state.as_ref().map(|s| s.kind) == Some(pb::StateKind::Idle as i32)
+            });
+        if quick_done
+            && !requests_of(&fake.requests(), "[held]").is_empty()
+            && super::util::kind_of(&r) == pb::StateKind::AwaitingSubAgents
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the fan-out did not get going");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    s.daemon.kill9();
+    gate.open();
+    s.daemon.restart().await;
+    let mut client = s.daemon.client().await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let all = fake.requests();
+    assert_eq!(
+        requests_of(&all, "[quick]").len(),
+        1,
+        "the ended child ran again"
+    );
+    assert_eq!(
+        requests_of(&all, "[held]").len(),
+        2,
+        "the held child was asked again"
+    );
+    let parent = requests_of(&all, "[parent4]");
+    assert_eq!(parent.len(), 2, "the parent asked twice");
+    assert_valid_chain(&parent[1]);
+    let text = result_text(&result_of(&parent[1], "toolu_k"));
+    assert_eq!(text.matches("## agent_1_toolu_k").count(), 1, "{text}");
+    assert_eq!(text.matches("## agent_2_toolu_k").count(), 1, "{text}");
+    assert!(text.contains("succeeded\nquick result"), "{text}");
+    assert!(text.contains("succeeded\nheld result"), "{text}");
+    // No orphan: every child of the parent is at rest with its result.
+    for c in list_children(&mut client, &id).await {
+        assert_eq!(
+            c.state.as_ref().map(|s| s.kind),
+            Some(pb::StateKind::Idle as i32)
+        );
+    }
+}
+
+async fn list_children(
+    client: &mut agent_proto::v1::agent_service_client::AgentServiceClient<
+        tonic::transport::Channel,
+    >,
+    parent: &str,
+) -> Vec<pb::ConversationSummary> {
+    client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations
+        .into_iter()
+        .filter(|c| c.sub_agent_parent_id == parent)
+        .collect()
+}
