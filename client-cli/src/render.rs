@@ -1604,6 +1604,20 @@ pub fn conversation_tree(
     conversation_rows(out, &rows, now_ms, full_ids)
 }
 
+/// The shortest prefix length, at least `min`, at which `ids` are told
+/// apart: ULIDs made in the same millisecond (sub-agents of one call) share
+/// their first 10 characters, and a listed prefix must name one
+/// conversation.
+fn unique_prefix_len<'a>(ids: impl Iterator<Item = &'a str>, min: usize) -> usize {
+    let mut ids: Vec<&str> = ids.collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let common = |a: &str, b: &str| a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
+    ids.windows(2)
+        .map(|w| common(w[0], w[1]) + 1)
+        .fold(min, usize::max)
+}
+
 fn conversation_rows(
     out: &mut impl Write,
     conversations: &[(usize, &pb::ConversationSummary)],
@@ -1613,14 +1627,15 @@ fn conversation_rows(
     if conversations.is_empty() {
         return writeln!(out, "no conversations");
     }
+    let width = if full_ids {
+        usize::MAX
+    } else {
+        unique_prefix_len(conversations.iter().map(|(_, c)| c.id.as_str()), 10)
+    };
     let rows: Vec<[String; 7]> = conversations
         .iter()
         .map(|&(depth, c)| {
-            let id: String = if full_ids {
-                c.id.clone()
-            } else {
-                c.id.chars().take(10).collect()
-            };
+            let id: String = c.id.chars().take(width).collect();
             let title = if c.agent_id.is_empty() {
                 c.title.clone()
             } else {

@@ -1152,3 +1152,13 @@ fn show_full_prints_every_line_of_a_result_and_its_error() {
     let out = String::from_utf8(r.into_inner()).unwrap();
     assert!(!out.contains("row 30"), "{out}");
 }
+
+#[test]
+fn listed_ids_are_cut_where_they_still_differ() {
+    // Made in one millisecond: the same 10 first characters.
+    let ids = ["01M8BRPVD1AAAA", "01M8BRPVD1BBBB", "01M8BRPVD3CCCC"];
+    assert_eq!(unique_prefix_len(ids.into_iter(), 10), 11);
+    assert_eq!(unique_prefix_len(["01A", "01B"].into_iter(), 10), 10);
+    // The same id twice (a tree lists nothing twice, but a page might).
+    assert_eq!(unique_prefix_len(["01M8BRPVD1AAAA"; 2].into_iter(), 10), 10);
+}

@@ -185,12 +185,25 @@ async fn three_children_run_concurrently_and_report_in_order() {
     let (ok, out, err) = super::util::agent_out(&s.daemon, &["ls"]).await;
     assert!(ok, "{err}");
     let lines: Vec<&str> = out.lines().collect();
-    let short = |id: &str| id.chars().take(10).collect::<String>();
+    // A row names its conversation by a prefix that tells it apart from
+    // every other listed one (children made in the same millisecond share
+    // their first 10 characters).
     let at = |id: &str| {
-        lines
+        let rows: Vec<usize> = lines
             .iter()
-            .position(|l| l.contains(&short(id)))
-            .unwrap_or_else(|| panic!("{id} not listed:\n{out}"))
+            .enumerate()
+            .filter(|(_, l)| {
+                let shown = l
+                    .trim_start()
+                    .trim_start_matches('└')
+                    .split_whitespace()
+                    .next();
+                shown.is_some_and(|p| p.len() >= 10 && id.starts_with(p))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        assert_eq!(rows.len(), 1, "{id} not listed once:\n{out}");
+        rows[0]
     };
     let parent_row = at(&id);
     assert!(!lines[parent_row].contains('└'), "{out}");
