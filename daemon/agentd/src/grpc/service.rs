@@ -36,6 +36,18 @@ pub struct Service {
 
 /// Who made `request`, as the access layer found (it admitted the call
 /// already; a request without a caller did not pass it and is refused).
+/// Who answers a request over a unary call: the name the request gives,
+/// else the caller's (metadata or token), else `fallback` for a local
+/// script that gave none.
+fn answerer(who: &Caller, client_name: String, fallback: &str) -> crate::runtime::ClientInfo {
+    let name = if client_name.is_empty() && who.name.is_none() && who.remote.is_none() {
+        fallback.to_string()
+    } else {
+        client_name
+    };
+    who.client(String::new(), &name, None)
+}
+
 fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
     request
         .extensions()
@@ -440,12 +452,7 @@ impl AgentService for Service {
             .manager
             .resolve(&req.conversation_id)
             .map_err(to_status)?;
-        let name = if req.client_name.is_empty() && who.name.is_none() && who.remote.is_none() {
-            "agent answer".to_string()
-        } else {
-            req.client_name
-        };
-        let client = who.client(String::new(), &name, None);
+        let client = answerer(&who, req.client_name, "agent answer");
         let answer = convert::answer_from(
             req.request_id,
             req.decision,
@@ -609,15 +616,10 @@ impl AgentService for Service {
             .manager
             .resolve(&req.conversation_id)
             .map_err(to_status)?;
-        let name = if req.client_name.is_empty() && who.name.is_none() && who.remote.is_none() {
-            "agent budget".to_string()
-        } else {
-            req.client_name
-        };
         let answer = crate::runtime::BudgetAnswer {
             raise: req.raise,
             raise_by: req.raise_by,
-            by: Some(who.client(String::new(), &name, None)),
+            by: Some(answerer(&who, req.client_name, "agent budget")),
         };
         let record = self
             .manager
