@@ -227,12 +227,18 @@ pub fn content_block(b: &pb::ContentBlock) -> Value {
         Some(Block::ToolUse(t)) => json!({
             "type": "tool_use", "id": t.id, "name": t.name, "input_json": t.input_json,
         }),
-        Some(Block::ToolResult(t)) => json!({
-            "type": "tool_result",
-            "tool_use_id": t.tool_use_id,
-            "content": t.content,
-            "is_error": t.is_error,
-        }),
+        Some(Block::ToolResult(t)) => {
+            let mut v = json!({
+                "type": "tool_result",
+                "tool_use_id": t.tool_use_id,
+                "content": t.content,
+                "is_error": t.is_error,
+            });
+            if !t.images.is_empty() {
+                v["images"] = t.images.iter().map(image).collect();
+            }
+            v
+        }
         Some(Block::Image(i)) => image(i),
     }
 }
@@ -841,7 +847,7 @@ fn read_block(o: &Obj<'_>) -> Result<pb::ContentBlock, JsonError> {
                 tool_use_id: o.string("tool_use_id")?,
                 content: o.string("content")?,
                 is_error: o.boolean("is_error")?,
-                images: Vec::new(),
+                images: o.objects("images", read_image)?,
             }),
             "image" => Block::Image(read_image(o)?),
             other => return Err(o.err("type", format!("unknown content block type {other:?}"))),

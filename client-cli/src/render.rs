@@ -199,6 +199,15 @@ impl<W: Write> Renderer<W> {
         for line in result.content.lines() {
             self.output_line_within(line, usize::MAX)?;
         }
+        self.result_images(result)
+    }
+
+    /// One line for each image a tool result carries.
+    fn result_images(&mut self, result: &pb::ToolResultBlock) -> io::Result<()> {
+        for image in &result.images {
+            let text = format!("    [image: {}]", image_description(image));
+            self.line(&text)?;
+        }
         Ok(())
     }
 
@@ -1114,6 +1123,7 @@ impl<W: Write> Renderer<W> {
             format!("  ⎿ {}", abbreviate(&r.content))
         };
         self.line(&text)?;
+        self.result_images(r)?;
         self.ended.insert(r.tool_use_id.clone());
         Ok(())
     }

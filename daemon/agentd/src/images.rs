@@ -90,6 +90,18 @@ pub fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
+/// Decodes standard base64 (padding optional, line breaks allowed), as MCP
+/// servers send images.
+pub fn from_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+    use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
+    const LENIENT: GeneralPurpose = GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        GeneralPurposeConfig::new().with_decode_padding_mode(DecodePaddingMode::Indifferent),
+    );
+    let compact: String = text.split_ascii_whitespace().collect();
+    LENIENT.decode(compact)
+}
+
 /// The base64 of images a request refers to, by SHA-256. Shared between
 /// the requests of a conversation: an image is encoded once.
 pub type ImageData = Arc<HashMap<String, Arc<str>>>;

@@ -20,6 +20,9 @@ pub struct ModelInfo {
     pub price: Option<Price>,
     /// Whether the table or the config file named the model.
     pub known: bool,
+    /// Whether it takes images (in user messages and tool results): `read`
+    /// returns an image file as an image only to such a model.
+    pub images: bool,
 }
 
 /// A model's entry in the config file; what it leaves out comes from the
@@ -32,6 +35,9 @@ pub struct ModelSection {
     pub max_output_tokens: Option<u32>,
     /// USD per million tokens.
     pub price: Option<Price>,
+    /// Whether the model takes images (the table says for the models it
+    /// knows; an unknown model is taken not to).
+    pub images: Option<bool>,
 }
 
 const fn usd(input: f64, output: f64, cache_write: f64, cache_read: f64) -> Option<Price> {
@@ -47,6 +53,7 @@ const fn usd(input: f64, output: f64, cache_write: f64, cache_read: f64) -> Opti
 /// (USD per million tokens: input, output, cache write, cache read) as the
 /// providers publish them. A dated or provider-prefixed name
 /// (`claude-sonnet-4-5-20250929`, `openai/gpt-4.1`) finds its entry.
+/// Every model in it takes images.
 const TABLE: &[(&str, u64, u32, Option<Price>)] = &[
     (
         "claude-opus-4-5",
@@ -139,12 +146,14 @@ impl Models {
                 max_output_tokens: *output,
                 price: *price,
                 known: true,
+                images: true,
             },
             None => ModelInfo {
                 context_window: self.default_window,
                 max_output_tokens: self.default_output,
                 price: None,
                 known: false,
+                images: false,
             },
         };
         if configured.is_none()
@@ -168,6 +177,9 @@ impl Models {
             }
             if c.price.is_some() {
                 info.price = c.price;
+            }
+            if let Some(images) = c.images {
+                info.images = images;
             }
         }
         info
@@ -268,7 +280,8 @@ mod tests {
                 context_window: 100_000,
                 max_output_tokens: 4_096,
                 price: None,
-                known: false
+                known: false,
+                images: false,
             }
         );
         assert_eq!(models.cost("llama3.1:8b", &usage(1, 1, 0, 0)), None);
@@ -288,6 +301,7 @@ mod tests {
                     cache_write: 0.0,
                     cache_read: 0.0,
                 }),
+                images: Some(true),
             },
         );
         overrides.insert(
@@ -300,6 +314,8 @@ mod tests {
         let models = Models::new(overrides, 100_000, 4_096);
         let local = models.lookup("llama3.1:8b");
         assert!(local.known);
+        assert!(local.images, "the config says this model takes images");
+        assert!(models.lookup("claude-sonnet-4-5").images);
         assert_eq!(
             (local.context_window, local.max_output_tokens),
             (128_000, 4_096)

@@ -3,6 +3,7 @@
 
 use crate::client::ClientInfo;
 use crate::hooks::HookVerdict;
+use crate::image::ImageRef;
 use crate::message::{ContentBlock, Reply, ToolResult, Usage};
 use crate::permission::Decision;
 use crate::plan::PlanAnswer;
@@ -106,6 +107,9 @@ pub enum Event {
         summary: String,
         /// Queued user messages of the parent, oldest first.
         texts: Vec<String>,
+        /// Their images: `images[i]` go with `texts[i]` (missing entries:
+        /// none), after that text.
+        images: Vec<Vec<ImageRef>>,
     },
     /// Someone answered a reached budget: `raise` (the runtime has raised
     /// it already; the held request goes out if there is room now) or stop

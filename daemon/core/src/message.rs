@@ -41,6 +41,11 @@ pub enum ContentBlock {
         tool_use_id: String,
         content: String,
         is_error: bool,
+        /// Images the tool returned with its text (`read` of an image
+        /// file, an MCP tool's image content); the bytes are kept like a
+        /// user's images.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImageRef>,
     },
 }
 
@@ -60,6 +65,7 @@ impl ContentBlock {
             tool_use_id: tool_use_id.into(),
             content: content.into(),
             is_error,
+            images: Vec::new(),
         }
     }
 }
@@ -217,11 +223,22 @@ impl Message {
         }
     }
 
-    /// The images of this message, in order.
-    pub fn images(&self) -> impl Iterator<Item = &ImageRef> + '_ {
+    /// The images a user attached to this message, in order (not those
+    /// of its tool results).
+    pub fn attached_images(&self) -> impl Iterator<Item = &ImageRef> + '_ {
         self.content.iter().filter_map(|b| match b {
             ContentBlock::Image(image) => Some(image),
             _ => None,
+        })
+    }
+
+    /// Every image this message refers to, in order: attached ones and
+    /// those its tool results carry.
+    pub fn images(&self) -> impl Iterator<Item = &ImageRef> + '_ {
+        self.content.iter().flat_map(|b| match b {
+            ContentBlock::Image(image) => std::slice::from_ref(image),
+            ContentBlock::ToolResult { images, .. } => images.as_slice(),
+            _ => &[],
         })
     }
 
@@ -268,6 +285,9 @@ pub struct ToolResult {
     pub content: String,
     /// Failed, denied, cancelled or skipped.
     pub is_error: bool,
+    /// Images that go with the text (see [`ContentBlock::ToolResult`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImageRef>,
 }
 
 impl ToolResult {
@@ -277,12 +297,24 @@ impl ToolResult {
             tool_use_id: tool_use_id.into(),
             content: content.into(),
             is_error,
+            images: Vec::new(),
         }
+    }
+
+    /// The same result with `images`.
+    pub fn with_images(mut self, images: Vec<ImageRef>) -> Self {
+        self.images = images;
+        self
     }
 
     /// As a content block.
     pub fn to_block(&self) -> ContentBlock {
-        ContentBlock::tool_result(&self.tool_use_id, &self.content, self.is_error)
+        ContentBlock::ToolResult {
+            tool_use_id: self.tool_use_id.clone(),
+            content: self.content.clone(),
+            is_error: self.is_error,
+            images: self.images.clone(),
+        }
     }
 }
 

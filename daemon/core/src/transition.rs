@@ -506,6 +506,7 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
             parent_id,
             summary,
             texts,
+            images,
         } => match state {
             ConvState::Idle => {
                 let mut content = vec![ContentBlock::text(texts::continued_from(
@@ -514,7 +515,19 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
                 if texts.is_empty() {
                     content.push(ContentBlock::text(texts::CONTINUE_THE_TASK));
                 } else {
-                    content.extend(texts.into_iter().map(ContentBlock::text));
+                    let mut images = images.into_iter();
+                    for text in texts {
+                        if !text.is_empty() {
+                            content.push(ContentBlock::text(text));
+                        }
+                        content.extend(
+                            images
+                                .next()
+                                .unwrap_or_default()
+                                .into_iter()
+                                .map(ContentBlock::Image),
+                        );
+                    }
                 }
                 let message = Message {
                     kind: MessageKind::Continued,
@@ -526,6 +539,7 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
                 parent_id,
                 summary,
                 texts,
+                images,
             })),
         },
         Event::BudgetAnswered { raise } => match state {

@@ -173,6 +173,7 @@ proptest! {
             parent_id: "01PARENT".into(),
             summary: summary.clone(),
             texts: queued.clone(),
+            images: Vec::new(),
         };
         let t = transition(&ConvState::Idle, &ctx, event).unwrap();
         let first_round = matches!(t.state, ConvState::LlmRequesting { attempt: 1, iteration: 1, .. });

@@ -257,6 +257,7 @@ fn render_block(block: &ContentBlock) -> String {
             tool_use_id,
             content,
             is_error,
+            ..
         } => {
             let err = if *is_error { " ERR" } else { "" };
             format!("result {tool_use_id}{err} {}", render_text(content))
@@ -1484,6 +1485,7 @@ fn matrix_context_exhausted_ignores_everything_else() {
             parent_id: "01OLD".to_string(),
             summary: "s".to_string(),
             texts: Vec::new(),
+            images: Vec::new(),
         },
     ];
     for event in not_applicable {
@@ -1644,6 +1646,7 @@ fn a_continued_conversation_starts_with_the_summary() {
             parent_id: "01OLD".to_string(),
             summary: "Task: fix test.".to_string(),
             texts: Vec::new(),
+            images: Vec::new(),
         },
         r#"
         LlmRequesting attempt=1 iter=1
@@ -1659,12 +1662,40 @@ fn a_continued_conversation_starts_with_the_summary() {
             parent_id: "01OLD".to_string(),
             summary: "S.".to_string(),
             texts: vec!["also run clippy".to_string(), "and fmt".to_string()],
+            images: Vec::new(),
         },
         r#"
         LlmRequesting attempt=1 iter=1
         + append user kind=continued: text "This conversation continues conversation 01OLD, whose context window was full. Its continuation summary:\n\nS." | text "also run clippy" | text "and fmt"
         + request attempt=1 turn
         "#,
+    );
+    // A queued message's images go with it, after its text; one that was
+    // only images has no empty text block.
+    let shot = agentd_core::ImageRef {
+        media_type: agentd_core::ImageMediaType::Png,
+        size: 70,
+        sha256: "ab".repeat(32),
+        width: 1,
+        height: 1,
+    };
+    check(
+        ConvState::Idle,
+        &ctx(),
+        Event::ContinuedFrom {
+            parent_id: "01OLD".to_string(),
+            summary: "S.".to_string(),
+            texts: vec!["look".to_string(), String::new()],
+            images: vec![vec![shot.clone()], vec![shot]],
+        },
+        &format!(
+            r#"
+        LlmRequesting attempt=1 iter=1
+        + append user kind=continued: text "This conversation continues conversation 01OLD, whose context window was full. Its continuation summary:\n\nS." | text "look" | image png 1×1, 70 B {sha} | image png 1×1, 70 B {sha}
+        + request attempt=1 turn
+        "#,
+            sha = "ab".repeat(32)
+        ),
     );
     check(
         requesting(1, 1),
@@ -1673,6 +1704,7 @@ fn a_continued_conversation_starts_with_the_summary() {
             parent_id: "01OLD".to_string(),
             summary: "S.".to_string(),
             texts: Vec::new(),
+            images: Vec::new(),
         },
         "REJECT ContinuedFrom does not apply in state LlmRequesting",
     );

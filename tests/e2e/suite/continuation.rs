@@ -149,6 +149,10 @@ async fn warning_at_80_then_90_mid_tool_round_then_continue_in_a_linked_conversa
             conversation_id: id.clone(),
             text: "also update the docs".into(),
             queue_if_busy: true,
+            images: vec![pb::ImageUpload {
+                data: super::util::PIXEL_PNG.to_vec(),
+                name: "shot.png".into(),
+            }],
             ..Default::default()
         })
         .await
@@ -278,6 +282,10 @@ async fn warning_at_80_then_90_mid_tool_round_then_continue_in_a_linked_conversa
         ]
     );
     assert_eq!(first.body["messages"].as_array().unwrap().len(), 1);
+    // The queued message's image went along with it.
+    assert_eq!(first.image_error, None);
+    assert_eq!(first.images.len(), 1);
+    assert_eq!(first.images[0].bytes, super::util::PIXEL_PNG);
     assert!(offers_tools(first));
     // Asked again: the same conversation, nothing new.
     let again = client

@@ -5,20 +5,11 @@
 //! are refused with a clear error and nothing stored; export / import
 //! carries the bytes and round-trips them byte for byte.
 
-use super::util::{agent_out, get, wait_state};
+use super::util::{PIXEL_PNG, agent_out, get, wait_state};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::Script;
 use agent_tests::harness::{Scenario, TestDaemon};
 use std::path::Path;
-
-/// A real 1×1 PNG (70 bytes).
-const PIXEL_PNG: [u8; 70] = [
-    0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
-    0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
-    0x89, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0xDA, 0x63, 0x64, 0x60, 0xF8, 0x5F,
-    0x0F, 0x00, 0x02, 0x87, 0x01, 0x80, 0xEB, 0x47, 0xBA, 0x92, 0x00, 0x00, 0x00, 0x00, 0x49, 0x45,
-    0x4E, 0x44, 0xAE, 0x42, 0x60, 0x82,
-];
 
 /// A GIF header of 640×480, padded to `len` bytes.
 fn gif(len: usize) -> Vec<u8> {
@@ -334,4 +325,92 @@ fn fresh_id(id: &str) -> String {
     let last = s.pop().unwrap();
     s.push(if last == 'Z' { 'Y' } else { 'Z' });
     s
+}
+
+/// `read` of an image file, for a model that takes images (the config says
+/// so for the test's model): the image reaches the model with the tool
+/// result, as an image block inside the `tool_result` (Anthropic) or as an
+/// `image_url` part of a user message right after the tool message
+/// (OpenAI-compatible); the transcript keeps a reference and the store the
+/// bytes, once. A model that does not take images gets an error result
+/// that names it, and the request carries no image.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_gives_an_image_file_to_a_model_that_takes_images() {
+    use super::util::{send, tool};
+    use serde_json::json;
+    for (provider, takes_images) in [("anthropic", true), ("openai", true), ("anthropic", false)] {
+        let mut config = format!("provider = \"{provider}\"");
+        if takes_images {
+            config.push_str("\n\n[models.\"claude-test\"]\nimages = true");
+        }
+        let s = Scenario::new()
+            .config(&config)
+            .scripts([
+                tool("r1", "read", json!({"path": "shot.bin"})),
+                Script::text("A pixel."),
+            ])
+            .conversation("")
+            .start()
+            .await;
+        let (fake, mut d, mut client, id) = (s.fake, s.daemon, s.client, s.id);
+        // Named by its content, not its extension.
+        write(s.work.path(), "shot.bin", &PIXEL_PNG);
+        send(&mut client, &id, "look at shot.bin").await;
+        wait_state(&mut client, &id, pb::StateKind::Idle).await;
+        let requests = fake.requests();
+        assert_eq!(requests.len(), 2, "{provider}");
+        let r = &requests[1];
+        assert_eq!(r.image_error, None, "{provider}");
+        let messages = r.body["messages"].as_array().unwrap();
+        if !takes_images {
+            assert!(r.images.is_empty());
+            let result = &messages[2]["content"][0];
+            assert_eq!(result["is_error"], true, "{result:#}");
+            assert!(
+                result["content"].as_str().unwrap().contains(
+                    "shot.bin is a png image, and the model claude-test does not take images"
+                ),
+                "{result:#}"
+            );
+            continue;
+        }
+        assert_eq!(r.images.len(), 1, "{provider}: {:#}", r.body["messages"]);
+        assert_eq!(
+            r.images[0].bytes, PIXEL_PNG,
+            "{provider}: the bytes arrive intact"
+        );
+        let said = "shot.bin is an image (png 1×1, 70 B); it follows.";
+        if provider == "anthropic" {
+            assert_eq!(r.images[0].at, "messages[2].content[0].content[1]");
+            let result = &messages[2]["content"][0];
+            assert_eq!(result["type"], "tool_result");
+            assert_eq!(result["content"][0], json!({"type": "text", "text": said}));
+        } else {
+            // system, user, assistant (the call), tool, user (its image).
+            assert_eq!(messages[3]["role"], "tool");
+            assert_eq!(messages[3]["content"], said);
+            assert_eq!(messages[4]["role"], "user");
+            assert_eq!(
+                messages[4]["content"][0]["text"],
+                "The image(s) the tool call r1 returned:"
+            );
+            assert_eq!(r.images[0].at, "messages[4].content[1]");
+        }
+        // The transcript describes it; the store has it once.
+        let (ok, json, err) = agent_out(&d, &["show", "--json", &id]).await;
+        assert!(ok, "{err}");
+        assert!(json.contains("png 1×1, 70 B"), "{json}");
+        let (_, images) = stored(&mut d).await;
+        assert_eq!(images, 1, "{provider}");
+        // After a restart the bytes come from the store.
+        d.restart().await;
+        let mut client = d.client().await;
+        fake.push(Script::text("Still a pixel."));
+        send(&mut client, &id, "and after a restart?").await;
+        wait_state(&mut client, &id, pb::StateKind::Idle).await;
+        let r = &fake.requests()[2];
+        assert_eq!(r.image_error, None, "{provider}");
+        assert_eq!(r.images.len(), 1, "{provider}");
+        assert_eq!(r.images[0].bytes, PIXEL_PNG, "{provider}");
+    }
 }

@@ -256,8 +256,9 @@ async fn an_http_server_and_a_server_given_with_agent_run() {
         .unwrap();
     wait_for("the HTTP MCP server", WAIT, || url_file.exists()).await;
     let url = std::fs::read_to_string(&url_file).unwrap();
+    // This model takes images: an MCP image reaches it as an image.
     let config = format!(
-        "[mcp.servers.h]\nurl = {}\ntrust = true\ntimeout_ms = 500\n",
+        "[mcp.servers.h]\nurl = {}\ntrust = true\ntimeout_ms = 500\n\n[models.\"claude-test\"]\nimages = true\n",
         toml_str(&url)
     );
     let s = Scenario::new()
@@ -269,6 +270,7 @@ async fn an_http_server_and_a_server_given_with_agent_run() {
                 ("k1", "mcp__h__peek", json!({})),
                 ("w1", "mcp__h__slow", json!({"ms": 5000})),
                 ("s1", "mcp__s__echo", json!({"text": "from run"})),
+                ("p1", "mcp__s__picture", json!({})),
             ]),
             Script::text("done"),
         ])
@@ -308,6 +310,21 @@ async fn an_http_server_and_a_server_given_with_agent_run() {
     );
     let s1 = content_of(&result_of(&reqs[1], "s1"));
     assert!(s1.starts_with("echo: from run (pid "), "{s1}");
+    // The image, checked by its bytes, inside the tool result; its place in
+    // the text says so.
+    let p1 = result_of(&reqs[1], "p1");
+    assert_eq!(
+        content_of(&p1),
+        "a red dot\n[image 1: png 1×1, 70 B, attached]"
+    );
+    assert_eq!(reqs[1].image_error, None);
+    assert_eq!(reqs[1].images.len(), 1, "{p1:#}");
+    assert!(reqs[1].images[0].bytes.starts_with(b"\x89PNG"));
+    assert!(
+        reqs[1].images[0].at.ends_with(".content[1]"),
+        "{}",
+        reqs[1].images[0].at
+    );
 
     let (ok, out, err) = agent_out(&daemon, &["--json", "mcp", "ls"]).await;
     assert!(ok, "{err}");

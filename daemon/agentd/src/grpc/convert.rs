@@ -439,11 +439,12 @@ pub fn block(b: &ContentBlock) -> pb::ContentBlock {
             tool_use_id,
             content,
             is_error,
+            images,
         } => Block::ToolResult(pb::ToolResultBlock {
             tool_use_id: tool_use_id.clone(),
             content: content.clone(),
             is_error: *is_error,
-            images: Vec::new(),
+            images: images.iter().map(image).collect(),
         }),
         ContentBlock::Image(i) => Block::Image(image(i)),
     };
@@ -482,11 +483,12 @@ pub fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
                 Status::invalid_argument(format!("tool_use {} has invalid input JSON: {e}", t.id))
             })?,
         }),
-        Some(Block::ToolResult(t)) => Ok(ContentBlock::tool_result(
-            t.tool_use_id.clone(),
-            t.content.clone(),
-            t.is_error,
-        )),
+        Some(Block::ToolResult(t)) => Ok(ContentBlock::ToolResult {
+            tool_use_id: t.tool_use_id.clone(),
+            content: t.content.clone(),
+            is_error: t.is_error,
+            images: t.images.iter().map(image_from).collect::<Result<_, _>>()?,
+        }),
         Some(Block::Image(i)) => Ok(ContentBlock::Image(image_from(i)?)),
         None => Err(Status::invalid_argument("content block without a kind")),
     }

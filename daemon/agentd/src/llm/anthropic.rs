@@ -12,7 +12,7 @@
 //! turn re-reads the whole previous conversation from the cache (3 of the 4
 //! breakpoints the API allows).
 
-use agentd_core::{ContentBlock, Message, Reply, Role, StopReason, Usage};
+use agentd_core::{ContentBlock, ImageRef, Message, Reply, Role, StopReason, Usage};
 use futures::future::BoxFuture;
 use http::HeaderValue;
 use reqwest::Url;
@@ -266,13 +266,22 @@ enum BlockOut<'a> {
     },
     ToolResult {
         tool_use_id: &'a str,
-        content: &'a str,
+        content: ToolResultOut<'a>,
         is_error: bool,
     },
     /// `{"type":"image","source":{"type":"base64","media_type":…,"data":…}}`
     Image {
         source: ImageSource<'a>,
     },
+}
+
+/// A tool result's content: its text, or (when the tool returned images)
+/// a text block and the image blocks.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum ToolResultOut<'a> {
+    Text(&'a str),
+    Blocks(Vec<BlockOut<'a>>),
 }
 
 /// Where an image block's bytes are: inline, base64.
@@ -303,20 +312,25 @@ impl Serialize for ToolInput<'_> {
 }
 
 impl<'a> BlockOut<'a> {
-    fn of(block: &'a ContentBlock, images: &'a HashMap<String, Arc<str>>) -> Self {
-        match block {
-            ContentBlock::Image(image) => match images.get(&image.sha256) {
-                Some(data) => BlockOut::Image {
-                    source: ImageSource {
-                        kind: "base64",
-                        media_type: image.media_type.mime(),
-                        data,
-                    },
-                },
-                None => BlockOut::Text {
-                    text: MISSING_IMAGE,
+    /// An image block, or the note sent when its bytes are missing.
+    fn image(image: &'a ImageRef, images: &'a HashMap<String, Arc<str>>) -> Self {
+        match images.get(&image.sha256) {
+            Some(data) => BlockOut::Image {
+                source: ImageSource {
+                    kind: "base64",
+                    media_type: image.media_type.mime(),
+                    data,
                 },
             },
+            None => BlockOut::Text {
+                text: MISSING_IMAGE,
+            },
+        }
+    }
+
+    fn of(block: &'a ContentBlock, images: &'a HashMap<String, Arc<str>>) -> Self {
+        match block {
+            ContentBlock::Image(image) => BlockOut::image(image, images),
             ContentBlock::Text { text } => BlockOut::Text { text },
             ContentBlock::Thinking {
                 thinking,
@@ -335,9 +349,22 @@ impl<'a> BlockOut<'a> {
                 tool_use_id,
                 content,
                 is_error,
+                images: attached,
             } => BlockOut::ToolResult {
                 tool_use_id,
-                content,
+                // A text-only result keeps the plain string form, so the
+                // bytes of every request without images stay as they were
+                // (the cached prefix).
+                content: if attached.is_empty() {
+                    ToolResultOut::Text(content)
+                } else {
+                    let mut blocks = Vec::with_capacity(attached.len() + 1);
+                    if !content.is_empty() {
+                        blocks.push(BlockOut::Text { text: content });
+                    }
+                    blocks.extend(attached.iter().map(|i| BlockOut::image(i, images)));
+                    ToolResultOut::Blocks(blocks)
+                },
                 is_error: *is_error,
             },
         }

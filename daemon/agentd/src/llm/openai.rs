@@ -25,7 +25,7 @@
 //! - Any other event is a chunk. The stream defines no event names, so a
 //!   server that adds one still means a chunk.
 
-use agentd_core::{ContentBlock, Message, Reply, Role, StopReason, Usage};
+use agentd_core::{ContentBlock, ImageRef, Message, Reply, Role, StopReason, Usage};
 use futures::future::BoxFuture;
 use http::HeaderValue;
 use reqwest::Url;
@@ -167,25 +167,47 @@ fn request_body(req: &LlmRequest) -> Value {
 /// The `content` of a user message with images: its text and images as
 /// parts, in the transcript's order, each image an `image_url` part with a
 /// `data:` URL (the only way chat completions take inline images).
-fn user_parts(message: &Message, images: &HashMap<String, Arc<str>>) -> Value {
-    let parts: Vec<Value> = message
-        .content
-        .iter()
-        .filter_map(|b| match b {
-            ContentBlock::Text { text } if !text.is_empty() => {
-                Some(json!({ "type": "text", "text": text }))
-            }
-            ContentBlock::Image(image) => Some(match images.get(&image.sha256) {
-                Some(data) => json!({
-                    "type": "image_url",
-                    "image_url": { "url": format!("data:{};base64,{data}", image.media_type.mime()) },
-                }),
-                None => json!({ "type": "text", "text": MISSING_IMAGE }),
-            }),
-            _ => None,
-        })
-        .collect();
-    Value::Array(parts)
+///
+/// Chat completions' tool messages take text only, so the images tool
+/// results returned come first, each group after a text part naming its
+/// call: the model reads them right after the tool messages they belong to.
+fn user_parts(message: &Message, images: &HashMap<String, Arc<str>>) -> Vec<Value> {
+    let mut parts: Vec<Value> = Vec::new();
+    for block in &message.content {
+        if let ContentBlock::ToolResult {
+            tool_use_id,
+            images: attached,
+            ..
+        } = block
+            && !attached.is_empty()
+        {
+            parts.push(json!({
+                "type": "text",
+                "text": format!("The image(s) the tool call {tool_use_id} returned:"),
+            }));
+            parts.extend(attached.iter().map(|i| image_part(i, images)));
+        }
+    }
+    parts.extend(message.content.iter().filter_map(|b| match b {
+        ContentBlock::Text { text } if !text.is_empty() => {
+            Some(json!({ "type": "text", "text": text }))
+        }
+        ContentBlock::Image(image) => Some(image_part(image, images)),
+        _ => None,
+    }));
+    parts
+}
+
+/// An `image_url` part with a `data:` URL, or the note sent when the
+/// image's bytes are missing.
+fn image_part(image: &ImageRef, images: &HashMap<String, Arc<str>>) -> Value {
+    match images.get(&image.sha256) {
+        Some(data) => json!({
+            "type": "image_url",
+            "image_url": { "url": format!("data:{};base64,{data}", image.media_type.mime()) },
+        }),
+        None => json!({ "type": "text", "text": MISSING_IMAGE }),
+    }
 }
 
 /// Sent in place of an image whose bytes the store no longer has.
@@ -218,7 +240,8 @@ fn push_message(out: &mut Vec<Value>, message: &Message, images: &HashMap<String
                 }
             }
             if message.images().next().is_some() {
-                out.push(json!({ "role": "user", "content": user_parts(message, images) }));
+                let parts = user_parts(message, images);
+                out.push(json!({ "role": "user", "content": parts }));
             } else if !text.is_empty() {
                 out.push(json!({ "role": "user", "content": text }));
             }

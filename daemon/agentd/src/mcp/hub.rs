@@ -269,18 +269,19 @@ impl Hub {
         out
     }
 
-    /// Calls `tool` of the server called `server` among `servers`, for a
-    /// conversation in `cwd`. Every failure is an `is_error` output that
+    /// Calls `tool` of the server called `server` among `servers`, for the
+    /// conversation of `ctx` (its working directory, its cancel, whether its
+    /// model takes images). Every failure is an `is_error` output that
     /// names the server.
     pub async fn call(
         &self,
         servers: &[ServerSpec],
-        cwd: &Path,
         server: &str,
         tool: &str,
         input: serde_json::Value,
-        cancel: &CancellationToken,
+        ctx: &crate::tools::ToolContext,
     ) -> ToolOutput {
+        let (cwd, cancel, images) = (&ctx.cwd, &ctx.cancel, ctx.images);
         let Some(spec) = servers.iter().find(|s| s.name == server) else {
             let names: Vec<&str> = servers.iter().map(|s| s.name.as_str()).collect();
             return ToolOutput::error(format!(
@@ -314,7 +315,7 @@ impl Hub {
                 task: None,
             };
             match peer.call_tool(params).await {
-                Ok(result) => Ok(super::result::to_output(server, tool, result)),
+                Ok(result) => Ok(super::result::to_output(server, tool, result, images)),
                 Err(rmcp::ServiceError::McpError(e)) => Err(format!(
                     "tool `{tool}` failed: {} (code {})",
                     e.message, e.code.0

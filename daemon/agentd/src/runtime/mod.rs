@@ -102,8 +102,9 @@ pub struct Parent {
     pub title: String,
     /// The parent's continuation summary.
     pub summary: String,
-    /// Its queued user messages (moved to the new conversation).
-    pub queued: Vec<String>,
+    /// Its queued user messages (moved to the new conversation), with
+    /// their images (already in the store, shared by content).
+    pub queued: Vec<(String, Vec<agentd_core::ImageRef>)>,
 }
 
 /// The first message of a conversation created with one.
@@ -548,12 +549,16 @@ impl Manager {
                 },
                 reply,
             },
-            First::Seed(p) => Command::Seed {
-                parent_id: p.id,
-                summary: p.summary,
-                texts: p.queued,
-                reply,
-            },
+            First::Seed(p) => {
+                let (texts, images) = p.queued.into_iter().unzip();
+                Command::Seed {
+                    parent_id: p.id,
+                    summary: p.summary,
+                    texts,
+                    images,
+                    reply,
+                }
+            }
         };
         {
             let mut actors = self.actors.lock().await;
@@ -611,7 +616,11 @@ impl Manager {
                 hop: old.hop,
                 title: old.title.clone(),
                 summary,
-                queued: old.queued.iter().map(|q| q.text.clone()).collect(),
+                queued: old
+                    .queued
+                    .iter()
+                    .map(|q| (q.text.clone(), q.images.clone()))
+                    .collect(),
             }),
             // A sub-agent fails when its context is exhausted: only a
             // user's conversation is continued.

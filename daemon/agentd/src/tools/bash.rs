@@ -296,6 +296,7 @@ fn report(
         summary,
         diff: None,
         preview: None,
+        images: Vec::new(),
     }
 }
 

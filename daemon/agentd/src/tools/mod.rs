@@ -115,6 +115,11 @@ pub struct ToolContext {
     /// Where a command's output goes while it runs, for people watching
     /// (`bash` in the foreground); None: nobody is told.
     pub live: Option<LiveOutput>,
+    /// The conversation's model, for messages that name it.
+    pub model: String,
+    /// The limits images a tool returns must meet, when the model takes
+    /// images; None: it does not, and `read` refuses image files.
+    pub images: Option<agentd_core::ImageLimits>,
 }
 
 impl ToolContext {
@@ -129,6 +134,8 @@ impl ToolContext {
             shells: None,
             conversation_id: String::new(),
             live: None,
+            model: String::new(),
+            images: None,
         }
     }
 
@@ -163,6 +170,9 @@ pub struct ToolOutput {
     /// The start and end of what a command printed, for clients to show
     /// when the call ends (`bash` in the foreground).
     pub preview: Option<OutputPreview>,
+    /// Images for the model with the text, checked and named by their
+    /// content; the actor stores them before the result is committed.
+    pub images: Vec<crate::images::StagedImage>,
 }
 
 impl ToolOutput {
@@ -174,6 +184,7 @@ impl ToolOutput {
             summary: summary.into(),
             diff: None,
             preview: None,
+            images: Vec::new(),
         }
     }
 
@@ -187,6 +198,7 @@ impl ToolOutput {
             summary,
             diff: None,
             preview: None,
+            images: Vec::new(),
         }
     }
 }
@@ -452,6 +464,7 @@ pub(crate) fn cancelled_output() -> ToolOutput {
         summary: "cancelled".to_string(),
         diff: None,
         preview: None,
+        images: Vec::new(),
     }
 }
 

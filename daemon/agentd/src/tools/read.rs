@@ -43,7 +43,9 @@ pub(crate) fn spec() -> ToolSpec {
         name: Tool::Read.name().to_string(),
         description: "Read a text file; lines are numbered from 1 (`cat -n` style; the numbers \
                       are not part of the file). Returns 2000 lines unless offset/limit say \
-                      otherwise; long lines are clipped. Directories and binary files are refused."
+                      otherwise; long lines are clipped. A PNG, JPEG, GIF or WebP file is \
+                      returned as an image when the model takes images. Directories and other \
+                      binary files are refused."
             .to_string(),
         input_schema: schema(),
     }
@@ -83,6 +85,9 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         .take(BINARY_SNIFF_BYTES as u64)
         .read_to_end(&mut sniff)
         .map_err(io_err)?;
+    if let Some(media) = agentd_core::ImageMediaType::sniff(&sniff) {
+        return image(file, sniff, meta.len(), media, &shown, ctx);
+    }
     if sniff.contains(&0) {
         return Err(ToolError::new(format!(
             "{shown} is a binary file (it contains NUL bytes); read shows text files only"
@@ -198,6 +203,62 @@ fn count_lines(reader: &mut impl BufRead) -> std::io::Result<u64> {
     Ok(count)
 }
 
+/// An image file, for a model that takes images: its bytes checked like a
+/// user's image and returned with a one-line description. The file is
+/// recognised by its first bytes, never by its name.
+fn image(
+    mut file: File,
+    head: Vec<u8>,
+    len: u64,
+    media: agentd_core::ImageMediaType,
+    shown: &str,
+    ctx: &ToolContext,
+) -> Result<ToolOutput, ToolError> {
+    let Some(limits) = ctx.images else {
+        let model = if ctx.model.is_empty() {
+            "this conversation's model".to_string()
+        } else {
+            format!("the model {}", ctx.model)
+        };
+        return Err(ToolError::new(format!(
+            "{shown} is a {media} image, and {model} does not take images; read shows text files \
+             and, to models that take them, images"
+        )));
+    };
+    let refuse =
+        |why: String| ToolError::new(format!("{shown} cannot be shown as an image: {why}"));
+    if len > limits.max_bytes {
+        return Err(refuse(
+            agentd_core::ImageRejected::TooLarge {
+                size: len,
+                max: limits.max_bytes,
+            }
+            .to_string(),
+        ));
+    }
+    let mut bytes = head;
+    // One byte past the limit tells a file that grew since its metadata.
+    (&mut file)
+        .take(
+            limits
+                .max_bytes
+                .saturating_add(1)
+                .saturating_sub(bytes.len() as u64),
+        )
+        .read_to_end(&mut bytes)
+        .map_err(|e| ToolError::new(format!("cannot read {shown}: {e}")))?;
+    let staged =
+        crate::images::stage_one(&limits, bytes.into()).map_err(|r| refuse(r.to_string()))?;
+    let described = staged.image.describe();
+    Ok(ToolOutput {
+        images: vec![staged],
+        ..ToolOutput::ok(
+            format!("{shown} is an image ({described}); it follows."),
+            format!("read {shown} (image: {described})"),
+        )
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -295,6 +356,66 @@ mod tests {
         assert_eq!(
             run(json!({"path": "e.txt"}), &ctx).unwrap().content,
             "e.txt is empty."
+        );
+    }
+
+    /// A GIF header of `width`×`height`, padded to `len` bytes.
+    fn gif(width: u16, height: u16, len: usize) -> Vec<u8> {
+        let mut b = b"GIF89a".to_vec();
+        b.extend(width.to_le_bytes());
+        b.extend(height.to_le_bytes());
+        b.resize(len, 0);
+        b
+    }
+
+    #[test]
+    fn an_image_file_is_an_image_for_a_model_that_takes_images() {
+        let bytes = gif(4, 3, 20_000);
+        // Known by its bytes: the name says text.
+        let (dir, mut ctx) = setup("notes.txt", &bytes);
+        ctx.model = "local-model".to_string();
+        let err = run(json!({"path": "notes.txt"}), &ctx).unwrap_err().0;
+        assert_eq!(
+            err,
+            "notes.txt is a gif image, and the model local-model does not take images; read \
+             shows text files and, to models that take them, images"
+        );
+
+        ctx.images = Some(agentd_core::ImageLimits::default());
+        let out = run(json!({"path": "notes.txt", "limit": 1}), &ctx).unwrap();
+        assert!(!out.is_error);
+        assert_eq!(
+            out.content,
+            "notes.txt is an image (gif 4×3, 20 KB); it follows."
+        );
+        assert_eq!(out.summary, "read notes.txt (image: gif 4×3, 20 KB)");
+        assert_eq!(out.images.len(), 1);
+        assert_eq!(
+            out.images[0].bytes.as_ref(),
+            bytes.as_slice(),
+            "every byte, past the sniffed head"
+        );
+        assert_eq!(
+            out.images[0].image.sha256,
+            crate::images::sha256_hex(&bytes)
+        );
+
+        // The limits are the user's images' limits.
+        ctx.images = Some(agentd_core::ImageLimits {
+            max_bytes: 10_000,
+            ..Default::default()
+        });
+        let err = run(json!({"path": "notes.txt"}), &ctx).unwrap_err().0;
+        assert!(
+            err.starts_with("notes.txt cannot be shown as an image: the image is 20000 bytes"),
+            "{err}"
+        );
+        std::fs::write(dir.path().join("wide.gif"), gif(9000, 10, 100)).unwrap();
+        ctx.images = Some(agentd_core::ImageLimits::default());
+        let err = run(json!({"path": "wide.gif"}), &ctx).unwrap_err().0;
+        assert!(
+            err.starts_with("wide.gif cannot be shown as an image:"),
+            "{err}"
         );
     }
 }

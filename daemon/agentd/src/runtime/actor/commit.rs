@@ -9,7 +9,7 @@ use crate::store::{ConversationRecord, StoreError, StoredEvent};
 use crate::tools::ToolOutput;
 use agentd_core::{
     ContentBlock, ConvContext, ConvState, Effect, Event, Message, Policy, Role, ToolCall,
-    ToolResult, Transition, transition,
+    Transition, transition,
 };
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -480,19 +480,19 @@ impl Actor {
 
     /// Announces an instant call as a tool run (begin and end) and returns
     /// the event its result makes.
-    fn finish_instant(&mut self, call: ToolCall, output: ToolOutput) -> Event {
+    fn finish_instant(&mut self, call: ToolCall, mut output: ToolOutput) -> Event {
         self.announce_call(&call);
         self.emit(EventKind::ToolCallEnd {
             tool_use_id: call.id.clone(),
             name: call.name,
             is_error: output.is_error,
-            summary: output.summary,
-            diff: output.diff,
+            summary: std::mem::take(&mut output.summary),
+            diff: output.diff.take(),
             duration_ms: 0,
-            preview: output.preview,
+            preview: output.preview.take(),
         });
         Event::ToolCompleted {
-            result: ToolResult::new(call.id, output.content, output.is_error),
+            result: self.tool_result(call.id, output),
         }
     }
 }

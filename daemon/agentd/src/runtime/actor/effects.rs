@@ -400,7 +400,8 @@ impl Actor {
     }
 
     fn tool_context(&self, cancel: CancellationToken) -> ToolContext {
-        let l = &self.shared.config.limits;
+        let config = &self.shared.config;
+        let l = &config.limits;
         ToolContext {
             cwd: self.record.cwd.clone(),
             additional_dirs: self.record.additional_dirs.clone(),
@@ -415,6 +416,12 @@ impl Actor {
             shells: Some(self.shared.shells.clone()),
             conversation_id: self.record.id.clone(),
             live: None,
+            model: self.record.model.clone(),
+            images: config
+                .models
+                .lookup(&self.record.model)
+                .images
+                .then(|| config.images.limits()),
         }
     }
 
@@ -430,11 +437,7 @@ impl Actor {
     fn load_images(&mut self, messages: &[Message]) {
         let missing: Vec<String> = messages
             .iter()
-            .flat_map(|m| m.content.iter())
-            .filter_map(|b| match b {
-                ContentBlock::Image(image) => Some(image),
-                _ => None,
-            })
+            .flat_map(Message::images)
             .filter(|i| !self.work.images.contains_key(&i.sha256))
             .map(|i| i.sha256.clone())
             .collect();
@@ -791,14 +794,7 @@ impl Actor {
                 crate::tools::run_as_background_shell(&call.input, &ctx).await
             } else if let Called::Mcp { server, tool } = Called::of(&call.name) {
                 let mut out = mcp
-                    .call(
-                        &servers,
-                        &ctx.cwd,
-                        server,
-                        tool,
-                        call.input.clone(),
-                        &ctx.cancel,
-                    )
+                    .call(&servers, server, tool, call.input.clone(), &ctx)
                     .await;
                 // The registry's backstop, for what a server sent.
                 if out.content.len() > ctx.limits.max_output_bytes {

@@ -156,6 +156,8 @@ pub(crate) enum Command {
         parent_id: String,
         summary: String,
         texts: Vec<String>,
+        /// The images of each of `texts`.
+        images: Vec<Vec<agentd_core::ImageRef>>,
         reply: oneshot::Sender<Result<super::Sent, RuntimeError>>,
     },
     /// What a continuation of this (exhausted) conversation is made from.
@@ -447,10 +449,8 @@ impl Actor {
                     duration_ms,
                     preview: output.preview.clone(),
                 });
-                self.apply_internal(Event::ToolCompleted {
-                    result: ToolResult::new(tool_use_id, output.content, output.is_error),
-                })
-                .await;
+                let result = self.tool_result(tool_use_id, output);
+                self.apply_internal(Event::ToolCompleted { result }).await;
             }
             Input::PreHooksDone {
                 call,
@@ -723,12 +723,14 @@ impl Actor {
                 parent_id,
                 summary,
                 texts,
+                images,
                 reply,
             } => {
                 let event = Event::ContinuedFrom {
                     parent_id,
                     summary,
                     texts,
+                    images,
                 };
                 let result = self
                     .apply_request(None, RequestOutcome::Sent { message_seq: 1 }, true, event)
@@ -1076,6 +1078,33 @@ impl Actor {
             }
         }
         Ok(())
+    }
+
+    /// The transcript's result of a tool's `output`. Images it returned are
+    /// stored first (like a user's: content-addressed, flushed by the
+    /// commit that appends the result); should the store refuse them, the
+    /// model is told in the text instead.
+    pub(super) fn tool_result(
+        &mut self,
+        tool_use_id: String,
+        output: crate::tools::ToolOutput,
+    ) -> ToolResult {
+        let mut result = ToolResult::new(tool_use_id, output.content, output.is_error);
+        if output.images.is_empty() {
+            return result;
+        }
+        match self.store_images(&output.images) {
+            Ok(()) => {
+                result.images = output.images.into_iter().map(|s| s.image).collect();
+            }
+            Err(e) => {
+                tracing::error!(conversation = %self.record.id, "cannot store a tool's images: {e}");
+                result
+                    .content
+                    .push_str(&format!("\n[the image(s) could not be kept: {e}]"));
+            }
+        }
+        result
     }
 
     /// Drops a queued message (all of them for an empty id).
