@@ -201,6 +201,10 @@ pub struct ContextSection {
     /// Continuations in a row the daemon makes by itself, counted from the
     /// first conversation of the chain; past it, a person continues.
     pub max_hops: u32,
+    /// Past the warning share of the window, send old large tool outputs
+    /// as a note (the transcript keeps them), which puts off the summary
+    /// (README "Context continuation").
+    pub prune_tool_outputs: bool,
 }
 
 impl Default for ContextSection {
@@ -208,6 +212,7 @@ impl Default for ContextSection {
         ContextSection {
             auto_continue: false,
             max_hops: 10,
+            prune_tool_outputs: true,
         }
     }
 }

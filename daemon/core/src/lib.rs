@@ -25,6 +25,7 @@ pub mod image;
 pub mod message;
 pub mod permission;
 pub mod plan;
+pub mod prune;
 pub mod state;
 pub mod texts;
 pub mod tools;

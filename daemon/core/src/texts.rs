@@ -224,3 +224,13 @@ pub fn sub_agent_results(synthesis_id: &str, results: &[(&str, &str, bool, &str)
     }
     out
 }
+
+/// What a request says in place of an old tool output of `bytes` bytes
+/// that was pruned to make room in the context (see `prune`).
+pub fn tool_output_pruned(bytes: usize) -> String {
+    format!(
+        "[This tool output ({}) was pruned from the context to make room; the transcript keeps \
+         it. Call the tool again if you need it.]",
+        crate::prune::size(bytes)
+    )
+}

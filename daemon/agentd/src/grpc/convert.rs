@@ -1185,6 +1185,7 @@ pub fn exported_from(
         continued_automatically: false,
         hop: 0,
         continue_pending: false,
+        pruned_through: 0,
         budget_raised: Default::default(),
         plan: None,
         sub_agent: None,

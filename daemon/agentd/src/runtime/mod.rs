@@ -493,6 +493,7 @@ impl Manager {
             continued_automatically: false,
             hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
             continue_pending: false,
+            pruned_through: 0,
             budget_raised: Default::default(),
             plan: None,
             sub_agent: new.sub_agent,

@@ -135,6 +135,11 @@ pub struct ConversationRecord {
     /// restart finds it (the mid-turn index holds it) and does it then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_pending: bool,
+    /// Requests send the large tool outputs of the messages before this
+    /// index as a note (see `agentd_core::prune`); the transcript keeps
+    /// them. Only moves forward; 0: nothing pruned.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub pruned_through: usize,
     /// What people raised this conversation's own budgets by (the daily
     /// budgets' raises are the day's, see `Store::day_raises`).
     #[serde(default, skip_serializing_if = "agentd_core::Amounts::is_empty")]
@@ -1052,6 +1057,10 @@ fn group_commit(rx: &mpsc::Receiver<FlushRequest>, log: Option<&std::fs::File>) 
     }
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -1084,6 +1093,7 @@ mod tests {
             continued_automatically: false,
             hop: 0,
             continue_pending: false,
+            pruned_through: 0,
             budget_raised: Default::default(),
             plan: None,
             sub_agent: None,

@@ -491,6 +491,7 @@ impl Actor {
                 (Arc::new(messages), Arc::from(Vec::new()))
             }
         };
+        let messages = self.pruned(messages);
         self.load_images(&messages);
         let mut system = self.system_prompt();
         if self.record.mode == Mode::Plan {
@@ -538,6 +539,48 @@ impl Actor {
             drop(request);
             let _ = tx.send(Input::LlmDone { call, result });
         });
+    }
+
+    /// `messages` as the next request sends them: past the warning share
+    /// of the window, old large tool outputs are pruned to a note (see
+    /// `agentd_core::prune`; `[context] prune_tool_outputs`). Where the cut
+    /// is goes in the record; the transcript is never changed. Decided from
+    /// the transcript and the last reply's usage alone, so a restart
+    /// decides the same.
+    fn pruned(&mut self, messages: Arc<Vec<Message>>) -> Arc<Vec<Message>> {
+        use agentd_core::prune;
+        let config = &self.shared.config;
+        let window = config.models.lookup(&self.record.model).context_window;
+        let policy = prune::PrunePolicy::for_window(window);
+        if config.context.prune_tool_outputs
+            && agentd_core::state::should_warn(&self.record.last_usage, window)
+            && let Some(plan) = prune::plan(&messages, self.record.pruned_through, &policy)
+        {
+            self.record.pruned_through = plan.through;
+            // The requests' shared start changes once here.
+            self.work.request_cache = crate::llm::RequestCache::default();
+            tracing::info!(
+                conversation = %self.record.id,
+                "pruned {} old tool outputs from requests (about {} tokens)",
+                plan.results,
+                plan.tokens
+            );
+            self.emit(EventKind::Notice(format!(
+                "the context is {}% full: {} old tool outputs (about {} tokens) are sent as a note \
+                 from now on; the transcript keeps them",
+                self.record.last_usage.context_tokens().saturating_mul(100) / window.max(1),
+                plan.results,
+                plan.tokens
+            )));
+        }
+        if self.record.pruned_through == 0 {
+            return messages;
+        }
+        Arc::new(prune::apply(
+            &messages,
+            self.record.pruned_through.min(messages.len()),
+            &policy,
+        ))
     }
 
     /// The system prompt: the configured one, or ours for this working
