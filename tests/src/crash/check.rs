@@ -1060,4 +1060,103 @@ mod tests {
         assert_eq!(chain(&users, "x", true), Ok(()));
         assert!(chain(&orphan, "x", true).is_err());
     }
+
+    #[test]
+    fn family_catches_a_result_twice_an_orphan_and_usage_counted_twice() {
+        use pb::content_block::Block as B;
+        let text = |t: &str| B::Text(pb::TextBlock { text: t.into() });
+        let call = |id: &str, name: &str, input: Value| {
+            B::ToolUse(pb::ToolUseBlock {
+                id: id.into(),
+                name: name.into(),
+                input_json: input.to_string(),
+            })
+        };
+        let answer = |id: &str, content: &str| {
+            B::ToolResult(pb::ToolResultBlock {
+                images: Vec::new(),
+                tool_use_id: id.into(),
+                content: content.into(),
+                is_error: false,
+            })
+        };
+        let usage = |n: u64| pb::Usage {
+            input_tokens: n,
+            ..Default::default()
+        };
+        let child = |n: u64, prompt: &str, result: &str| {
+            let input = serde_json::json!({"result": result, "success": true});
+            Child {
+                summary: pb::ConversationSummary {
+                    id: format!("K{n}"),
+                    sub_agent_parent_id: "P".into(),
+                    agent_id: format!("agent_{n}_sp"),
+                    message_count: 3,
+                    usage: Some(usage(10 * n)),
+                    ..Default::default()
+                },
+                messages: vec![
+                    message(1, pb::Role::User, vec![text(prompt)]),
+                    message(
+                        2,
+                        pb::Role::Assistant,
+                        vec![call("s", "submit_result", input)],
+                    ),
+                    message(
+                        3,
+                        pb::Role::User,
+                        vec![answer("s", texts::RESULT_SUBMITTED)],
+                    ),
+                ],
+            }
+        };
+        let kids = vec![
+            child(1, "[crash-sub a]", "one"),
+            child(2, "[crash-sub b]", "two"),
+        ];
+        let spawn = serde_json::json!({"agents": [
+            {"description": "a", "prompt": "[crash-sub a]"},
+            {"description": "b", "prompt": "[crash-sub b]"}]});
+        let synthesis = "synthesis_sp: 2 sub-agent(s) ended, 2 succeeded, 0 failed.\n\n\
+            ## agent_1_sp (conversation K1) succeeded\none\n\n\
+            ## agent_2_sp (conversation K2) succeeded\ntwo";
+        let parent = |result: &str| {
+            vec![
+                message(1, pb::Role::User, vec![text("[crash c=1 t=1 k=2 s=2] go")]),
+                message(
+                    2,
+                    pb::Role::Assistant,
+                    vec![call("sp", "spawn_agents", spawn.clone())],
+                ),
+                message(3, pb::Role::User, vec![answer("sp", result)]),
+            ]
+        };
+        let summary = |n: u64| pb::ConversationSummary {
+            id: "P".into(),
+            sub_agents_usage: Some(usage(n)),
+            ..Default::default()
+        };
+        assert_eq!(family(&summary(30), &parent(synthesis), &kids), Ok(1));
+        // Each child's usage once: 10 + 20.
+        let err = family(&summary(50), &parent(synthesis), &kids).unwrap_err();
+        assert!(err.contains("counted twice"), "{err}");
+        // A result reported twice.
+        let twice = format!("{synthesis}\n\n## agent_2_sp (conversation K2) succeeded\ntwo");
+        let err = family(&summary(30), &parent(&twice), &kids).unwrap_err();
+        assert!(err.contains("3 time(s)"), "{err}");
+        // A result that is not what the child submitted.
+        let wrong = synthesis.replace("\ntwo", "\nthree");
+        let err = family(&summary(30), &parent(&wrong), &kids).unwrap_err();
+        assert!(err.contains("was reported"), "{err}");
+        // A child no spawn call names.
+        let mut orphans = kids.clone();
+        orphans.push(child(3, "[crash-sub c]", "three"));
+        let err = family(&summary(60), &parent(synthesis), &orphans).unwrap_err();
+        assert!(err.contains("orphan"), "{err}");
+        // Cancelled: no result may be in the transcript; the children ended.
+        assert_eq!(
+            family(&summary(30), &parent(texts::CANCELLED_BY_USER), &kids),
+            Ok(0)
+        );
+    }
 }
