@@ -560,3 +560,92 @@ async fn list_children(
         .filter(|c| c.sub_agent_parent_id == parent)
         .collect()
 }
+
+/// With one slot per call, kill -9 while the first child streams and its
+/// sibling waits for the slot: after the restart the recovered child and
+/// the sibling run one after the other, never at once — recovered and new
+/// children share `[sub_agents] max_concurrent`.
+#[tokio::test]
+async fn a_recovered_child_holds_its_slot_after_a_crash() {
+    let mut s = Scenario::new()
+        .config("[sub_agents]\nmax_concurrent = 1")
+        .scripts([
+            spawn("toolu_slot", &["[slot-a] go", "[slot-b] go"]),
+            Script::text("Both in, one at a time."),
+        ])
+        .conversation("One slot [parent5]")
+        .allow(&["bash"])
+        .start()
+        .await;
+    let (fake, id) = (s.fake.clone(), s.id.clone());
+    let gate = agent_tests::fake_llm::Gate::new();
+    fake.push_for(
+        "[slot-a]",
+        Script::Reply(
+            ReplyScript::new()
+                .text("working")
+                .hold_after(2, gate.clone()),
+        ),
+    );
+    // Asked again after the restart: a tool round long enough for a
+    // sibling without a slot to start meanwhile.
+    fake.push_for(
+        "[slot-a]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "b1",
+            "bash",
+            json!({"command": "sleep 1; echo a"}),
+        )),
+    );
+    fake.push_for("[slot-a]", submit("a result"));
+    // The sibling's only reply streams for about a second.
+    fake.push_for(
+        "[slot-b]",
+        Script::Reply(
+            ReplyScript::new()
+                .text("reporting")
+                .tool_use(
+                    "s1",
+                    "submit_result",
+                    json!({"result": "b result", "success": true}),
+                )
+                .pace(Duration::from_millis(150)),
+        ),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while requests_of(&fake.requests(), "[slot-a]").is_empty() {
+        assert!(Instant::now() < deadline, "the first child did not start");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(
+        requests_of(&fake.requests(), "[slot-b]").is_empty(),
+        "the second child started without a slot"
+    );
+    s.daemon.kill9();
+    gate.open();
+    s.daemon.restart().await;
+    let mut client = s.daemon.client().await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let all = fake.requests();
+    let a = requests_of(&all, "[slot-a]");
+    let b = requests_of(&all, "[slot-b]");
+    assert_eq!(a.len(), 3, "the first child: asked, asked again, submitted");
+    assert_eq!(b.len(), 1);
+    // After the restart the first child runs from its request asked again
+    // to its last one (a one-second tool between them); the second from
+    // its request to the end of its reply. One slot: they do not overlap.
+    let (a_from, a_to) = (a[1].arrived_at, a[2].arrived_at);
+    let (b_from, b_to) = (b[0].arrived_at, b[0].replied_at.unwrap());
+    assert!(
+        b_to <= a_from || b_from >= a_to,
+        "the two children ran at once with one slot: the recovered one from {a_from:?} \
+         to {a_to:?}, the other from {b_from:?} to {b_to:?}"
+    );
+    let parent = requests_of(&all, "[parent5]");
+    assert_eq!(parent.len(), 2, "the parent asked twice");
+    assert_valid_chain(&parent[1]);
+    let text = result_text(&result_of(&parent[1], "toolu_slot"));
+    assert!(text.contains("succeeded\na result"), "{text}");
+    assert!(text.contains("succeeded\nb result"), "{text}");
+}

@@ -7,7 +7,8 @@
 //! cargo run -p agent-tests --bin crash-test -- [--kills N] [--seed S] [--conversations C]
 //! ```
 //!
-//! Defaults: 20 kills, a seed from the clock, 4 conversations per kill. It
+//! Defaults: 20 kills, a seed from the clock, 4 conversations per kill, 30 %
+//! of the turns spawning sub-agents (`--spawns PERCENT`). It
 //! prints the seed first; `--seed` repeats a run's plan. Exits 0 after the
 //! summary line, 1 with a description of the first violation (the daemon's
 //! directory is kept and named), 2 on a usage error.
@@ -23,7 +24,8 @@ use std::time::Duration;
 use agent_tests::crash::{self, CrashOptions};
 
 const USAGE: &str = "usage: crash-test [--kills N] [--seed S] [--conversations C] \
-[--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--tolerate-non-atomic-create] [--quiet]";
+[--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--spawns PERCENT] \
+[--tolerate-non-atomic-create] [--quiet]";
 
 fn parse(args: &[String]) -> Result<CrashOptions, String> {
     let mut opts = CrashOptions {
@@ -56,6 +58,7 @@ fn parse(args: &[String]) -> Result<CrashOptions, String> {
             "--max-rounds" => opts.max_rounds = u32::try_from(number()?).unwrap_or(u32::MAX),
             "--min-delay-ms" => opts.min_delay = Duration::from_millis(number()?),
             "--max-delay-ms" => opts.max_delay = Duration::from_millis(number()?),
+            "--spawns" => opts.spawns = number()?.min(100) as f64 / 100.0,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }

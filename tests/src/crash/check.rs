@@ -4,7 +4,7 @@
 use agent_proto::v1 as pb;
 use serde_json::Value;
 
-use super::responder::{self, Tag};
+use super::responder::{self, SubTag, Tag};
 
 /// One content block, in a form both a stored message and a model request
 /// reduce to.
@@ -107,6 +107,17 @@ pub mod texts {
     /// "deny and stop".
     pub const SKIPPED_AFTER_INTERRUPT: &str =
         "Skipped: the user stopped this reply at an earlier tool";
+    /// Result of an accepted `submit_result`.
+    pub const RESULT_SUBMITTED: &str = "Result submitted to the parent conversation.";
+    /// Result of a call after `submit_result` in the same reply.
+    pub const SKIPPED_AFTER_SUBMIT: &str = "Skipped: the sub-agent already submitted its result";
+    /// How the reminder to call `submit_result` begins.
+    pub const SUBMIT_RESULT_REMINDER: &str = "You ended your turn without calling submit_result.";
+    /// How the result of a sub-agent that never called `submit_result`
+    /// begins; its last text follows.
+    pub const LAST_TEXT_RESULT: &str = "[no submit_result: the sub-agent's last text]";
+    /// The result of a sub-agent that was cancelled.
+    pub const SUB_AGENT_CANCELLED: &str = "Cancelled by user";
 }
 
 /// Roles alternate from user (a stored transcript may hold several user
@@ -261,6 +272,37 @@ pub fn request_conv(body: &Value) -> Option<u64> {
         .map(|t| t.conv)
 }
 
+/// Whose transcript a model request continues.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RequestKey {
+    /// A conversation the test started (its label).
+    Conv(u64),
+    /// A sub-agent: the parent's label, the parent's turn, its agent number.
+    Child(u64, u64, u32),
+}
+
+/// Whose transcript a request continues, from its first message.
+pub fn request_key(body: &Value) -> Option<RequestKey> {
+    let first = body["messages"].as_array()?.first()?;
+    let texts = responder::texts(first);
+    if let Some(sub) = texts.iter().find_map(|t| SubTag::parse(t)) {
+        return Some(RequestKey::Child(sub.conv, sub.turn, sub.agent));
+    }
+    texts
+        .into_iter()
+        .find_map(Tag::parse)
+        .map(|t| RequestKey::Conv(t.conv))
+}
+
+/// The task tag of a stored sub-agent, from its first message.
+pub fn transcript_sub_tag(messages: &[pb::Message]) -> Option<SubTag> {
+    let first = messages.first()?;
+    blocks_of(first).iter().find_map(|b| match b {
+        Block::Text(t) => SubTag::parse(t),
+        _ => None,
+    })
+}
+
 /// The label of a stored conversation, from its first message.
 pub fn transcript_conv(messages: &[pb::Message]) -> Option<u64> {
     let first = messages.first()?;
@@ -375,6 +417,347 @@ pub fn transcript(
         }
     }
     Ok(())
+}
+
+/// A sub-agent as stored: its summary and transcript.
+#[derive(Debug, Clone)]
+pub struct Child {
+    pub summary: pb::ConversationSummary,
+    pub messages: Vec<pb::Message>,
+}
+
+/// How a stored sub-agent ended: the result its parent must have been
+/// given (success, text), or why it has not ended.
+pub fn child_end(child: &Child) -> Result<(bool, String), String> {
+    let id = &child.summary.id;
+    let turns = turns_of(&child.messages);
+    let Some(last) = turns.last() else {
+        // Cancelled while it waited for a slot: it never ran.
+        return Ok((false, texts::SUB_AGENT_CANCELLED.to_string()));
+    };
+    // An accepted submit_result ends it; nothing may follow.
+    for (i, pair) in turns.windows(2).enumerate() {
+        for b in &pair[0].blocks {
+            let Block::ToolUse {
+                id: call,
+                name,
+                input,
+            } = b
+            else {
+                continue;
+            };
+            if name != "submit_result" {
+                continue;
+            }
+            let accepted = pair[1].blocks.iter().any(|r| {
+                matches!(r, Block::ToolResult { id, content, .. }
+                    if id == call && content == texts::RESULT_SUBMITTED)
+            });
+            if !accepted {
+                continue;
+            }
+            if i + 2 != turns.len() {
+                return Err(format!(
+                    "sub-agent {id}: {} message(s) after its accepted submit_result (message {})",
+                    turns.len() - i - 2,
+                    i + 2
+                ));
+            }
+            let result = input["result"].as_str().unwrap_or_default().to_string();
+            let success = input["success"].as_bool().unwrap_or(true);
+            return Ok((success, result));
+        }
+    }
+    if cancel_trace(last) {
+        return Ok((false, texts::SUB_AGENT_CANCELLED.to_string()));
+    }
+    let reminders = turns
+        .iter()
+        .filter(|t| {
+            t.role == "user"
+                && t.blocks.iter().any(|b| {
+                    matches!(b, Block::Text(text) if text.starts_with(texts::SUBMIT_RESULT_REMINDER))
+                })
+        })
+        .count();
+    let stop = child
+        .messages
+        .last()
+        .map(|m| m.stop_reason.as_str())
+        .unwrap_or_default();
+    if reminders == 1 && ended(last, stop) {
+        let text = turns
+            .iter()
+            .rev()
+            .filter(|t| t.role == "assistant")
+            .flat_map(|t| {
+                t.blocks.iter().filter_map(|b| match b {
+                    Block::Text(text) if !text.trim().is_empty() => Some(text.clone()),
+                    _ => None,
+                })
+            })
+            .next()
+            .unwrap_or_default();
+        return Ok((true, format!("{}\n{text}", texts::LAST_TEXT_RESULT)));
+    }
+    Err(format!(
+        "sub-agent {id} did not end (no accepted submit_result, no cancel, {reminders} reminder(s)): \
+         its last message, {} ({}, stop_reason {stop:?}), is {:?}",
+        turns.len(),
+        last.role,
+        last.blocks
+    ))
+}
+
+/// Checks one sub-agent at rest: gap-free sequence numbers matching its
+/// summary, a valid chain, its task as the first message (the one its
+/// parent asked for), and an end.
+pub fn child(child: &Child, task: Option<&str>) -> Result<(), String> {
+    let id = &child.summary.id;
+    for (i, m) in child.messages.iter().enumerate() {
+        if m.seq != i as u64 + 1 {
+            let seqs: Vec<u64> = child.messages.iter().map(|m| m.seq).collect();
+            return Err(format!(
+                "sub-agent {id}: message sequence numbers are not gap-free from 1: {seqs:?}"
+            ));
+        }
+    }
+    if child.summary.message_count != child.messages.len() as u64 {
+        return Err(format!(
+            "sub-agent {id}: the summary counts {} messages, the transcript holds {}",
+            child.summary.message_count,
+            child.messages.len()
+        ));
+    }
+    let turns = turns_of(&child.messages);
+    chain(&turns, &format!("sub-agent {id}"), true)?;
+    if let Some(first) = turns.first() {
+        let text = first.blocks.iter().find_map(|b| match b {
+            Block::Text(t) => Some(t.as_str()),
+            _ => None,
+        });
+        if first.role != "user" || text.is_none() || (task.is_some() && text != task) {
+            return Err(format!(
+                "sub-agent {id}: its first message is not the task its parent gave ({task:?}): {:?}",
+                first.blocks
+            ));
+        }
+    }
+    child_end(child).map(|_| ())
+}
+
+/// A `spawn_agents` call of a transcript.
+struct SpawnCall {
+    id: String,
+    /// The prompts asked for, in order.
+    prompts: Vec<String>,
+    /// The result the call got, if any.
+    result: Option<String>,
+}
+
+/// The `spawn_agents` calls of a transcript.
+fn spawn_calls(turns: &[Turn]) -> Vec<SpawnCall> {
+    let mut out = Vec::new();
+    for (i, t) in turns.iter().enumerate() {
+        for b in &t.blocks {
+            let Block::ToolUse { id, name, input } = b else {
+                continue;
+            };
+            if name != "spawn_agents" {
+                continue;
+            }
+            let prompts = input["agents"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .map(|x| x["prompt"].as_str().unwrap_or_default().to_string())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let result = turns.get(i + 1).and_then(|next| {
+                next.blocks.iter().find_map(|r| match r {
+                    Block::ToolResult {
+                        id: answered,
+                        content,
+                        ..
+                    } if answered == id => Some(content.clone()),
+                    _ => None,
+                })
+            });
+            out.push(SpawnCall {
+                id: id.clone(),
+                prompts,
+                result,
+            });
+        }
+    }
+    out
+}
+
+fn usage_sum(a: &pb::Usage, b: &pb::Usage) -> pb::Usage {
+    pb::Usage {
+        input_tokens: a.input_tokens + b.input_tokens,
+        output_tokens: a.output_tokens + b.output_tokens,
+        cache_creation_input_tokens: a.cache_creation_input_tokens + b.cache_creation_input_tokens,
+        cache_read_input_tokens: a.cache_read_input_tokens + b.cache_read_input_tokens,
+    }
+}
+
+/// Checks a parent (at rest, its transcript checked) against its
+/// sub-agents (`children`: every conversation whose parent it is):
+/// - every `spawn_agents` call is answered once (the chain says so) by
+///   every child's result, each once, in the order asked, with the child's
+///   id and what the child's transcript says it ended with; or by a
+///   cancel's or a restart's text when it never ran or was cancelled;
+/// - no child result appears twice in the parent;
+/// - no child is orphaned: each names a spawn call of this parent and a
+///   place in it, holds the task that place asked for, and has ended;
+/// - the parent's sub-agent usage is its children's usage, each counted
+///   once.
+///
+/// Returns how many spawn calls were answered with results.
+pub fn family(
+    parent: &pb::ConversationSummary,
+    messages: &[pb::Message],
+    children: &[Child],
+) -> Result<usize, String> {
+    let pid = &parent.id;
+    let turns = turns_of(messages);
+    let calls = spawn_calls(&turns);
+    let all_results: Vec<&str> = turns
+        .iter()
+        .flat_map(|t| t.blocks.iter())
+        .filter_map(|b| match b {
+            Block::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    let mut answered = 0;
+    for SpawnCall {
+        id: call,
+        prompts,
+        result,
+    } in &calls
+    {
+        let Some(content) = result else {
+            return Err(format!(
+                "conversation {pid}: spawn_agents call {call} has no result"
+            ));
+        };
+        let synthesis = format!("synthesis_{call}: ");
+        let agent = |n: usize| format!("agent_{n}_{call}");
+        let sections: usize = (1..=prompts.len())
+            .map(|n| {
+                all_results
+                    .iter()
+                    .map(|r| r.matches(&format!("## {} (", agent(n))).count())
+                    .sum::<usize>()
+            })
+            .sum();
+        if !content.starts_with(&synthesis) {
+            let allowed = [
+                texts::CANCELLED_BY_USER,
+                texts::SKIPPED_DUE_TO_CANCELLATION,
+                texts::SKIPPED_DUE_TO_RESTART,
+            ];
+            if !allowed.contains(&content.as_str()) {
+                return Err(format!(
+                    "conversation {pid}: spawn_agents call {call} was answered with {content:?}"
+                ));
+            }
+            if sections > 0 {
+                return Err(format!(
+                    "conversation {pid}: spawn_agents call {call} was answered {content:?}, \
+                     yet {sections} of its sub-agents' results are in the transcript"
+                ));
+            }
+            continue;
+        }
+        answered += 1;
+        if sections != prompts.len() {
+            return Err(format!(
+                "conversation {pid}: spawn_agents call {call} asked for {} sub-agent(s); \
+                 their results appear {sections} time(s) in the transcript: {content:?}",
+                prompts.len()
+            ));
+        }
+        let head = format!("synthesis_{call}: {} sub-agent(s) ended", prompts.len());
+        if !content.starts_with(&head) {
+            return Err(format!(
+                "conversation {pid}: spawn_agents call {call}: its result does not begin {head:?}: {content:?}"
+            ));
+        }
+        let mut rest: &str = content;
+        for n in 1..=prompts.len() {
+            let marker = format!("\n\n## {} (conversation ", agent(n));
+            let Some(at) = rest.find(&marker) else {
+                return Err(format!(
+                    "conversation {pid}: spawn_agents call {call}: {} is missing or out of order: {content:?}",
+                    agent(n)
+                ));
+            };
+            rest = &rest[at + marker.len()..];
+            let section = rest.split("\n\n## agent_").next().unwrap_or_default();
+            let (head, text) = section.split_once('\n').unwrap_or((section, ""));
+            let Some((child_id, outcome)) = head.split_once(") ") else {
+                return Err(format!(
+                    "conversation {pid}: spawn_agents call {call}: a malformed section {head:?}"
+                ));
+            };
+            let Some(child) = children
+                .iter()
+                .find(|c| c.summary.id == child_id && c.summary.agent_id == agent(n))
+            else {
+                return Err(format!(
+                    "conversation {pid}: {} reported as conversation {child_id}, which is not its sub-agent",
+                    agent(n)
+                ));
+            };
+            let (success, want) = child_end(child)?;
+            let want_outcome = if success { "succeeded" } else { "failed" };
+            if outcome != want_outcome || text != want {
+                return Err(format!(
+                    "conversation {pid}: {} ({child_id}) was reported {outcome} {text:?}, \
+                     but its transcript ends {want_outcome} {want:?}",
+                    agent(n)
+                ));
+            }
+        }
+    }
+    let mut used = pb::Usage::default();
+    for c in children {
+        let cid = &c.summary.id;
+        if c.summary.sub_agent_parent_id != *pid {
+            return Err(format!("sub-agent {cid} is not a child of {pid}"));
+        }
+        let place = calls.iter().find_map(|call| {
+            let n: usize = c
+                .summary
+                .agent_id
+                .strip_prefix("agent_")?
+                .strip_suffix(&format!("_{}", call.id))?
+                .parse()
+                .ok()?;
+            call.prompts.get(n.checked_sub(1)?).map(|p| p.as_str())
+        });
+        let Some(task) = place else {
+            return Err(format!(
+                "sub-agent {cid} ({}) is an orphan: no spawn_agents call of its parent {pid} names it",
+                c.summary.agent_id
+            ));
+        };
+        child(c, Some(task))?;
+        used = usage_sum(&used, &c.summary.usage.unwrap_or_default());
+    }
+    let rolled = parent.sub_agents_usage.unwrap_or_default();
+    if rolled != used {
+        return Err(format!(
+            "conversation {pid}: its sub-agents' usage is {rolled:?}, but its {} sub-agent(s) used {used:?} \
+             (counted twice, or not at all)",
+            children.len()
+        ));
+    }
+    Ok(answered)
 }
 
 /// Checks one model request: a valid chain, and its messages are the first
@@ -676,5 +1059,104 @@ mod tests {
         assert!(chain(&users, "x", false).is_err());
         assert_eq!(chain(&users, "x", true), Ok(()));
         assert!(chain(&orphan, "x", true).is_err());
+    }
+
+    #[test]
+    fn family_catches_a_result_twice_an_orphan_and_usage_counted_twice() {
+        use pb::content_block::Block as B;
+        let text = |t: &str| B::Text(pb::TextBlock { text: t.into() });
+        let call = |id: &str, name: &str, input: Value| {
+            B::ToolUse(pb::ToolUseBlock {
+                id: id.into(),
+                name: name.into(),
+                input_json: input.to_string(),
+            })
+        };
+        let answer = |id: &str, content: &str| {
+            B::ToolResult(pb::ToolResultBlock {
+                images: Vec::new(),
+                tool_use_id: id.into(),
+                content: content.into(),
+                is_error: false,
+            })
+        };
+        let usage = |n: u64| pb::Usage {
+            input_tokens: n,
+            ..Default::default()
+        };
+        let child = |n: u64, prompt: &str, result: &str| {
+            let input = serde_json::json!({"result": result, "success": true});
+            Child {
+                summary: pb::ConversationSummary {
+                    id: format!("K{n}"),
+                    sub_agent_parent_id: "P".into(),
+                    agent_id: format!("agent_{n}_sp"),
+                    message_count: 3,
+                    usage: Some(usage(10 * n)),
+                    ..Default::default()
+                },
+                messages: vec![
+                    message(1, pb::Role::User, vec![text(prompt)]),
+                    message(
+                        2,
+                        pb::Role::Assistant,
+                        vec![call("s", "submit_result", input)],
+                    ),
+                    message(
+                        3,
+                        pb::Role::User,
+                        vec![answer("s", texts::RESULT_SUBMITTED)],
+                    ),
+                ],
+            }
+        };
+        let kids = vec![
+            child(1, "[crash-sub a]", "one"),
+            child(2, "[crash-sub b]", "two"),
+        ];
+        let spawn = serde_json::json!({"agents": [
+            {"description": "a", "prompt": "[crash-sub a]"},
+            {"description": "b", "prompt": "[crash-sub b]"}]});
+        let synthesis = "synthesis_sp: 2 sub-agent(s) ended, 2 succeeded, 0 failed.\n\n\
+            ## agent_1_sp (conversation K1) succeeded\none\n\n\
+            ## agent_2_sp (conversation K2) succeeded\ntwo";
+        let parent = |result: &str| {
+            vec![
+                message(1, pb::Role::User, vec![text("[crash c=1 t=1 k=2 s=2] go")]),
+                message(
+                    2,
+                    pb::Role::Assistant,
+                    vec![call("sp", "spawn_agents", spawn.clone())],
+                ),
+                message(3, pb::Role::User, vec![answer("sp", result)]),
+            ]
+        };
+        let summary = |n: u64| pb::ConversationSummary {
+            id: "P".into(),
+            sub_agents_usage: Some(usage(n)),
+            ..Default::default()
+        };
+        assert_eq!(family(&summary(30), &parent(synthesis), &kids), Ok(1));
+        // Each child's usage once: 10 + 20.
+        let err = family(&summary(50), &parent(synthesis), &kids).unwrap_err();
+        assert!(err.contains("counted twice"), "{err}");
+        // A result reported twice.
+        let twice = format!("{synthesis}\n\n## agent_2_sp (conversation K2) succeeded\ntwo");
+        let err = family(&summary(30), &parent(&twice), &kids).unwrap_err();
+        assert!(err.contains("3 time(s)"), "{err}");
+        // A result that is not what the child submitted.
+        let wrong = synthesis.replace("\ntwo", "\nthree");
+        let err = family(&summary(30), &parent(&wrong), &kids).unwrap_err();
+        assert!(err.contains("was reported"), "{err}");
+        // A child no spawn call names.
+        let mut orphans = kids.clone();
+        orphans.push(child(3, "[crash-sub c]", "three"));
+        let err = family(&summary(60), &parent(synthesis), &orphans).unwrap_err();
+        assert!(err.contains("orphan"), "{err}");
+        // Cancelled: no result may be in the transcript; the children ended.
+        assert_eq!(
+            family(&summary(30), &parent(texts::CANCELLED_BY_USER), &kids),
+            Ok(0)
+        );
     }
 }

@@ -9,7 +9,12 @@
 //!    prompt, or created and then sent one), with attached observers
 //!    recording every message they are shown; some turns are cancelled at a
 //!    random moment, and some model rounds fail once (529 or a mid-stream
-//!    error) so retries are in flight too;
+//!    error) so retries are in flight too; some turns spawn two or three
+//!    sub-agents (`spawn_agents`), which run tool rounds of their own and
+//!    end with `submit_result` (a success or a failure) or without it (they
+//!    are reminded once, then their last text counts), at most
+//!    `sub_agents_max_concurrent` of a call at once; a cancel then goes to
+//!    the parent (every child is cancelled) or to one running child;
 //! 2. wait a random time and SIGKILL the daemon (sometimes again, during
 //!    its recovery);
 //! 3. restart it, and wait until every conversation in the store is at rest;
@@ -21,7 +26,13 @@
 //!    prompt holds it; attached clients never saw an event number twice;
 //!    every request the fake LLM received has a valid chain and is a prefix
 //!    of the stored transcript (what the model saw was durable); no bash
-//!    call ran twice, and every tool recorded as a success left its effect.
+//!    call ran twice, and every tool recorded as a success left its effect;
+//!    and for sub-agents: every `spawn_agents` call answered exactly once,
+//!    by each child's result once, in order, as the child's transcript
+//!    ends (or by a cancel's text), no child orphaned (each names a spawn
+//!    call of an existing parent, holds the task it asked for and has
+//!    ended), every child's transcript valid, and each child's usage
+//!    counted once in its parent's.
 //!
 //! Every random choice comes from the seed; the moment a SIGKILL lands
 //! depends on timing too, so a seed reproduces the plan, not the exact
@@ -49,6 +60,7 @@ use tonic::transport::Channel;
 
 use crate::fake_llm::FakeLlm;
 use crate::harness::{DaemonOptions, TestDaemon, connect_uds};
+use check::RequestKey;
 use ledger::Ledger;
 use responder::Tag;
 
@@ -79,6 +91,11 @@ pub struct CrashOptions {
     /// Share of model rounds whose first attempt fails (a 529, or an error
     /// in the middle of the stream), so the daemon retries.
     pub faults: f64,
+    /// Share of turns that spawn sub-agents (two or three).
+    pub spawns: f64,
+    /// `[sub_agents] max_concurrent` of the daemon (below three, so some
+    /// children wait for a slot).
+    pub sub_agents_max_concurrent: usize,
     /// How long conversations get to come to rest after a restart.
     pub settle_timeout: Duration,
     /// Print a line per kill.
@@ -107,6 +124,8 @@ impl Default for CrashOptions {
             double_kill: 0.2,
             cancels: 0.1,
             faults: 0.05,
+            spawns: 0.3,
+            sub_agents_max_concurrent: 2,
             settle_timeout: Duration::from_secs(60),
             progress: true,
             tolerate_non_atomic_create: false,
@@ -160,6 +179,12 @@ pub struct Summary {
     pub skipped_tools: usize,
     /// Frames the attached observers received.
     pub frames: u64,
+    /// Sub-agents in the store at the end, all checked.
+    pub sub_agents: usize,
+    /// `spawn_agents` calls answered with their children's results.
+    pub spawns_answered: usize,
+    /// Cancels sent to one running sub-agent.
+    pub child_cancels: usize,
     /// Conversations created with a prompt that hold no message (counted
     /// when tolerated, see [`CrashOptions::tolerate_non_atomic_create`]).
     pub empty_creations: usize,
@@ -182,7 +207,8 @@ impl Summary {
     pub fn details(&self) -> String {
         format!(
             "{} kills ({} during recovery); {} conversations, {} turns started ({} acknowledged), \
-             {} cancelled, {} messages ({} acknowledged to clients), \
+             {} cancelled, {} sub-agents ({} spawn calls answered, {} sub-agents cancelled alone), \
+             {} messages ({} acknowledged to clients), \
              {} model requests ({} repeated, {} streams cut), \
              {} tools interrupted, {} skipped, {} attach frames{}",
             self.kills,
@@ -191,6 +217,9 @@ impl Summary {
             self.turns_started,
             self.turns_acknowledged,
             self.cancels,
+            self.sub_agents,
+            self.spawns_answered,
+            self.child_cancels,
             self.messages,
             self.acknowledged,
             self.requests,
@@ -213,8 +242,12 @@ impl Summary {
 
 /// Runs the crash test. `Err` describes the first violation (and where the
 /// daemon's directory was kept).
-pub async fn run(opts: CrashOptions) -> Result<Summary, String> {
+pub async fn run(mut opts: CrashOptions) -> Result<Summary, String> {
     let started = Instant::now();
+    opts.daemon.extra_config.push_str(&format!(
+        "\n[sub_agents]\nmax_concurrent = {}\n",
+        opts.sub_agents_max_concurrent.max(1)
+    ));
     let fake = FakeLlm::start().await;
     fake.set_responder(Some(responder::responder(opts.seed, opts.faults)));
     let daemon = AssertUnwindSafe(TestDaemon::start_with(&fake, opts.daemon.clone()))
@@ -276,6 +309,9 @@ struct Action {
     tag: Tag,
     /// When to cancel the turn, counted from its acknowledgement.
     cancel_after: Option<Duration>,
+    /// Whether the cancel goes to one of the turn's running sub-agents
+    /// rather than the turn.
+    cancel_child: bool,
 }
 
 #[derive(Debug)]
@@ -295,6 +331,8 @@ struct Outcome {
     acked: bool,
     /// Whether a cancel was acknowledged.
     cancelled: bool,
+    /// Whether a cancel of a sub-agent was acknowledged.
+    child_cancelled: bool,
     /// A refusal no kill explains.
     violation: Option<String>,
 }
@@ -312,7 +350,7 @@ struct Run {
     requests_checked: usize,
     /// (conversation label, messages in the request) of requests seen, to
     /// count re-issued ones.
-    seen_requests: HashMap<(u64, usize), usize>,
+    seen_requests: HashMap<(RequestKey, usize), usize>,
     /// The attached observers of the running daemon.
     observers: Arc<Mutex<Vec<JoinHandle<()>>>>,
     /// Labels of conversations whose creation with a prompt was not
@@ -411,11 +449,25 @@ impl Run {
         let mut actions = Vec::new();
         for _ in 0..self.opts.conversations {
             let rounds = self.rng.random_range(2..=self.opts.max_rounds.max(2));
-            let cancel_after = self.rng.random_bool(self.opts.cancels).then(|| {
+            let mut cancel_after = self.rng.random_bool(self.opts.cancels).then(|| {
                 self.rng.random_range(
                     Duration::ZERO..=self.opts.max_delay.max(Duration::from_millis(1)),
                 )
             });
+            let spawn = if self.rng.random_bool(self.opts.spawns.clamp(0.0, 1.0)) {
+                self.rng.random_range(2..=3)
+            } else {
+                0
+            };
+            let mut cancel_child = spawn > 0 && cancel_after.is_some() && self.rng.random_bool(0.5);
+            if spawn > 0 && cancel_after.is_none() && self.rng.random_bool(self.opts.cancels * 2.0)
+            {
+                // More cancels of one child: they are what a fan-out adds.
+                cancel_after = Some(self.rng.random_range(
+                    Duration::from_millis(50)..=self.opts.max_delay.max(Duration::from_millis(50)),
+                ));
+                cancel_child = true;
+            }
             if !candidates.is_empty() && (crowded || self.rng.random_bool(0.65)) {
                 let i = candidates.swap_remove(self.rng.random_range(0..candidates.len()));
                 let conv = &mut self.convs[i];
@@ -425,14 +477,16 @@ impl Run {
                     conv: conv.label,
                     turn: conv.turns,
                     rounds,
+                    spawn,
                 };
-                if cancel_after.is_some() {
+                if cancel_after.is_some() && !cancel_child {
                     conv.cancelled.insert(tag.turn);
                 }
                 actions.push(Action {
                     kind: Kind::Send { conv: i },
                     tag,
                     cancel_after,
+                    cancel_child,
                 });
             } else {
                 let label = self.next_label;
@@ -442,12 +496,14 @@ impl Run {
                     conv: label,
                     turn: 1,
                     rounds,
+                    spawn,
                 };
                 let with_prompt = self.rng.random_bool(0.5);
                 actions.push(Action {
                     kind: Kind::Create { cwd, with_prompt },
                     tag,
                     cancel_after,
+                    cancel_child,
                 });
             }
         }
@@ -461,6 +517,7 @@ impl Run {
         let ledger = self.ledger.clone();
         let text = action.tag.prompt();
         let cancel_after = action.cancel_after;
+        let cancel_child = action.cancel_child;
         let task = match &action.kind {
             Kind::Send { conv } => {
                 let id = self.convs[*conv].id.clone();
@@ -468,7 +525,7 @@ impl Run {
                     let mut outcome = Outcome::default();
                     send(&mut client, &ledger, &id, &text, &mut outcome).await;
                     if outcome.acked {
-                        cancel(&mut client, &id, cancel_after, &mut outcome).await;
+                        cancel(&mut client, &id, cancel_after, cancel_child, &mut outcome).await;
                     }
                     outcome
                 })
@@ -517,7 +574,7 @@ impl Run {
                         send(&mut client, &ledger, &id, &text, &mut outcome).await;
                     }
                     if outcome.acked {
-                        cancel(&mut client, &id, cancel_after, &mut outcome).await;
+                        cancel(&mut client, &id, cancel_after, cancel_child, &mut outcome).await;
                     }
                     outcome
                 })
@@ -529,6 +586,7 @@ impl Run {
     /// Takes note of what an action achieved.
     fn record(&mut self, action: Action, outcome: Outcome) {
         self.summary.cancels += usize::from(outcome.cancelled);
+        self.summary.child_cancels += usize::from(outcome.child_cancelled);
         let Kind::Create { with_prompt, .. } = action.kind else {
             return;
         };
@@ -538,7 +596,7 @@ impl Run {
         };
         let life = self.rng.random_range(1..=8);
         let mut cancelled = HashSet::new();
-        if action.cancel_after.is_some() {
+        if action.cancel_after.is_some() && !action.cancel_child {
             cancelled.insert(1);
         }
         self.convs.push(Conv {
@@ -584,7 +642,8 @@ impl Run {
             .into_inner()
             .conversations;
         for c in all {
-            if self.convs.iter().any(|k| k.id == c.id) {
+            // Sub-agents are checked with their parents.
+            if self.convs.iter().any(|k| k.id == c.id) || !c.sub_agent_parent_id.is_empty() {
                 continue;
             }
             // Created, but the answer was lost to the kill: its working
@@ -684,26 +743,41 @@ impl Run {
             return Err(v);
         }
         let mut client = self.client()?;
-        let mut transcripts: HashMap<u64, (String, Vec<pb::Message>)> = HashMap::new();
+        let mut transcripts: HashMap<RequestKey, (String, Vec<pb::Message>)> = HashMap::new();
+        let all = self.listing(&mut client).await?;
         let dirty: Vec<usize> = (0..self.convs.len())
             .filter(|&i| self.convs[i].dirty)
             .collect();
         for &i in &dirty {
             let (id, messages) = self.check_conv(&mut client, i).await?;
-            transcripts.insert(self.convs[i].label, (id, messages));
+            let (children, _) = self.check_family(&mut client, i, &messages, &all).await?;
+            for c in children {
+                if let Some(t) = check::transcript_sub_tag(&c.messages) {
+                    transcripts.insert(
+                        RequestKey::Child(t.conv, t.turn, t.agent),
+                        (c.summary.id, c.messages),
+                    );
+                }
+            }
+            transcripts.insert(RequestKey::Conv(self.convs[i].label), (id, messages));
             self.convs[i].dirty = false;
         }
         let requests = self.fake.requests();
         let new = requests.len() - self.requests_checked.min(requests.len());
         for (n, req) in requests.iter().enumerate().skip(self.requests_checked) {
             let n = n + 1;
-            let Some(label) = check::request_conv(&req.body) else {
+            let Some(key) = check::request_key(&req.body) else {
                 return Err(format!(
                     "request #{n} has no tagged first message: {}",
                     req.body["messages"]
                 ));
             };
-            if let Entry::Vacant(slot) = transcripts.entry(label) {
+            if let Entry::Vacant(slot) = transcripts.entry(key) {
+                let RequestKey::Conv(label) = key else {
+                    return Err(format!(
+                        "request #{n} belongs to sub-agent {key:?}, which is not a child of a conversation checked now"
+                    ));
+                };
                 let Some(i) = self.convs.iter().position(|c| c.label == label) else {
                     return Err(format!(
                         "request #{n} belongs to conversation label {label}, which is unknown"
@@ -711,10 +785,10 @@ impl Run {
                 };
                 slot.insert(self.check_conv(&mut client, i).await?);
             }
-            let (id, stored) = &transcripts[&label];
+            let (id, stored) = &transcripts[&key];
             check::request(n, &req.body, stored, id)?;
             let len = req.body["messages"].as_array().map_or(0, Vec::len);
-            let seen = self.seen_requests.entry((label, len)).or_insert(0);
+            let seen = self.seen_requests.entry((key, len)).or_insert(0);
             *seen += 1;
             if *seen > 1 {
                 self.summary.reissued += 1;
@@ -763,14 +837,89 @@ impl Run {
         Ok((id, r.messages))
     }
 
+    /// Every conversation in the store; a violation when a sub-agent's
+    /// parent is not one of the run's conversations (an orphan).
+    async fn listing(
+        &self,
+        client: &mut AgentServiceClient<Channel>,
+    ) -> Result<Vec<pb::ConversationSummary>, String> {
+        let all = client
+            .list_conversations(pb::ListConversationsRequest::default())
+            .await
+            .map_err(|e| format!("ListConversations failed: {e}"))?
+            .into_inner()
+            .conversations;
+        for c in &all {
+            let parent = &c.sub_agent_parent_id;
+            if !parent.is_empty() && !self.convs.iter().any(|k| k.id == *parent) {
+                return Err(format!(
+                    "sub-agent {} ({}) is an orphan: its parent {parent} is not a conversation of the run",
+                    c.id, c.agent_id
+                ));
+            }
+        }
+        Ok(all)
+    }
+
+    /// Checks conversation `i` (its transcript `messages` checked) with
+    /// its sub-agents: each at rest with a valid transcript and the tools'
+    /// effects, and the family's invariants ([`check::family`]). Returns
+    /// the children and how many spawn calls their results answered.
+    async fn check_family(
+        &self,
+        client: &mut AgentServiceClient<Channel>,
+        i: usize,
+        messages: &[pb::Message],
+        all: &[pb::ConversationSummary],
+    ) -> Result<(Vec<check::Child>, usize), String> {
+        let id = self.convs[i].id.clone();
+        let Some(parent) = all.iter().find(|c| c.id == id) else {
+            return Err(format!("conversation {id} is not listed"));
+        };
+        let cwd = self
+            .daemon
+            .work_dir
+            .join(format!("c{}", self.convs[i].label));
+        let mut children = Vec::new();
+        for k in all.iter().filter(|c| c.sub_agent_parent_id == id) {
+            let r = client
+                .get_conversation(pb::GetConversationRequest {
+                    conversation_id: k.id.clone(),
+                })
+                .await
+                .map_err(|e| format!("GetConversation {} failed: {e}", k.id))?
+                .into_inner();
+            let summary = r.conversation.unwrap_or_default();
+            let state = summary.state.clone().unwrap_or_default();
+            if state.kind != pb::StateKind::Idle as i32 {
+                return Err(format!(
+                    "sub-agent {} of {id} is not Idle after settling: {state:?}",
+                    k.id
+                ));
+            }
+            check::effects(&k.id, &cwd, &r.messages)?;
+            self.ledger.check(&k.id, &r.messages)?;
+            children.push(check::Child {
+                summary,
+                messages: r.messages,
+            });
+        }
+        let answered = check::family(parent, messages, &children)?;
+        Ok((children, answered))
+    }
+
     /// Every conversation once more, and the totals.
     async fn final_check(&mut self) -> Result<(), String> {
         if let Some(v) = self.ledger.violation() {
             return Err(v);
         }
         let mut client = self.client()?;
+        let all = self.listing(&mut client).await?;
         for i in 0..self.convs.len() {
             let (id, messages) = self.check_conv(&mut client, i).await?;
+            let (children, answered) = self.check_family(&mut client, i, &messages, &all).await?;
+            self.summary.sub_agents += children.len();
+            self.summary.spawns_answered += answered;
             self.summary.messages += messages.len();
             self.summary.acknowledged += self.ledger.acknowledged(&id);
             for m in &messages {
@@ -837,22 +986,49 @@ async fn send(
     }
 }
 
-/// Cancels the turn of `id` after `after` (if set).
+/// Cancels the turn of `id` after `after` (if set); with `child`, one of
+/// its sub-agents that is running then instead (if any is).
 async fn cancel(
     client: &mut AgentServiceClient<Channel>,
     id: &str,
     after: Option<Duration>,
+    child: bool,
     outcome: &mut Outcome,
 ) {
     let Some(after) = after else {
         return;
     };
     tokio::time::sleep(after).await;
+    let mut target = id.to_string();
+    if child {
+        let listed = match client
+            .list_conversations(pb::ListConversationsRequest::default())
+            .await
+        {
+            Ok(r) => r.into_inner().conversations,
+            Err(status) => {
+                outcome.violation = unexplained(&status, "ListConversations");
+                return;
+            }
+        };
+        let running = listed
+            .into_iter()
+            .filter(|c| {
+                c.sub_agent_parent_id == id
+                    && c.state.as_ref().map(|s| s.kind) != Some(pb::StateKind::Idle as i32)
+            })
+            .min_by(|a, b| a.agent_id.cmp(&b.agent_id));
+        let Some(running) = running else {
+            return;
+        };
+        target = running.id;
+    }
     let request = pb::CancelConversationRequest {
-        conversation_id: id.to_string(),
+        conversation_id: target,
         ..Default::default()
     };
     match client.cancel_conversation(request).await {
+        Ok(_) if child => outcome.child_cancelled = true,
         Ok(_) => outcome.cancelled = true,
         Err(status) => outcome.violation = unexplained(&status, "CancelConversation"),
     }

@@ -216,6 +216,7 @@ impl Shared {
             conv: label,
             turn: conv.turns,
             rounds,
+            spawn: 0,
         })
     }
 
@@ -724,6 +725,7 @@ async fn create(shared: &Shared, c: &mut AgentServiceClient<Channel>, rng: &mut 
         conv: label,
         turn: 1,
         rounds: rng.random_range(1..=4),
+        spawn: 0,
     };
     let mode = *[
         pb::PermissionMode::Default,

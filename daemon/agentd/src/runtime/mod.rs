@@ -849,6 +849,13 @@ impl Manager {
         }
     }
 
+    /// Lets a sub-agent found mid-turn at start-up go on: it has a slot.
+    async fn grant_recovery_slot(&self, child_id: &str) {
+        if let Err(e) = self.send_input(child_id, Input::RecoverySlotGranted).await {
+            tracing::error!(conversation = %child_id, "cannot resume the sub-agent: {e}");
+        }
+    }
+
     /// Cancels the turn; returns whether anything was running.
     pub async fn cancel(&self, id: &str) -> Result<bool, RuntimeError> {
         self.cancel_request(id, None).await

@@ -18,6 +18,9 @@
 //!   result): the child's slot is freed and the parent gets
 //!   `SubAgentFinished`. The parent's core takes each child's end once, so
 //!   a report repeated by a restart changes nothing.
+//! - `Resume` (from a child found mid-turn at start-up): the child waits
+//!   for one of its parent's slots, like a child that starts, then its
+//!   recovery goes on; recovered and new children share the limit.
 
 use super::{Manager, NewConversation, NewMessage};
 use crate::store::{ConversationRecord, SubAgentEnd, SubAgentLink};
@@ -43,6 +46,9 @@ pub(crate) enum SubAgentRequest {
         link: SubAgentLink,
         end: SubAgentEnd,
     },
+    /// The child `child_id` of `parent_id` was found mid-turn at start-up:
+    /// it goes on once it has a slot.
+    Resume { child_id: String, parent_id: String },
 }
 
 /// A child to start: what the parent's core asked, and the parent as it
@@ -76,8 +82,7 @@ struct Slotted {
 struct Children {
     /// Each parent's slots.
     slots: HashMap<String, Arc<Semaphore>>,
-    /// Children started by this task (not those recovered after a restart,
-    /// which run without a slot), by child id.
+    /// Children started or recovered by this task, by child id.
     slotted: HashMap<String, Slotted>,
 }
 
@@ -122,6 +127,10 @@ pub(crate) fn start(
                         cancel_child(&m, &children, &parent_id, &agent_id).await;
                     }
                 }
+                SubAgentRequest::Resume {
+                    child_id,
+                    parent_id,
+                } => resume_child(&m, &children, child_id, &parent_id),
                 SubAgentRequest::Finished {
                     child_id,
                     link,
@@ -228,14 +237,7 @@ async fn spawn_child(
         // Started already: it reports its end by itself.
         return Ok(());
     }
-    let slots = {
-        let mut c = lock(children);
-        let max = m.shared.config.sub_agents.max_concurrent;
-        c.slots
-            .entry(parent.id.clone())
-            .or_insert_with(|| Arc::new(Semaphore::new(max)))
-            .clone()
-    };
+    let slots = slots_of(m, children, &parent.id);
     let cancel = CancellationToken::new();
     let (done, ended) = oneshot::channel();
     lock(children).slotted.insert(
@@ -286,6 +288,62 @@ async fn spawn_child(
         drop(permit);
     });
     Ok(())
+}
+
+/// The slots of `parent_id`'s children.
+fn slots_of(m: &Manager, children: &std::sync::Mutex<Children>, parent_id: &str) -> Arc<Semaphore> {
+    let max = m.shared.config.sub_agents.max_concurrent;
+    lock(children)
+        .slots
+        .entry(parent_id.to_string())
+        .or_insert_with(|| Arc::new(Semaphore::new(max)))
+        .clone()
+}
+
+/// A child found mid-turn at start-up waits for a slot, then goes on; it
+/// holds the slot until it ends. Cancelled meanwhile (its cancel recovers
+/// it at once) or ended, it stops waiting.
+fn resume_child(
+    m: &Arc<Manager>,
+    children: &Arc<std::sync::Mutex<Children>>,
+    child_id: String,
+    parent_id: &str,
+) {
+    let slots = slots_of(m, children, parent_id);
+    let cancel = CancellationToken::new();
+    let (done, ended) = oneshot::channel();
+    {
+        let mut c = lock(children);
+        if c.slotted.contains_key(&child_id) {
+            // Waiting or running under a slot already.
+            return;
+        }
+        c.slotted.insert(
+            child_id.clone(),
+            Slotted {
+                cancel: cancel.clone(),
+                done: Some(done),
+            },
+        );
+    }
+    let m = Arc::clone(m);
+    let children = Arc::clone(children);
+    tokio::spawn(async move {
+        let mut ended = ended;
+        let permit = tokio::select! {
+            permit = slots.acquire_owned() => permit.ok(),
+            () = cancel.cancelled() => None,
+            _ = &mut ended => None,
+        };
+        let Some(permit) = permit else {
+            lock(&children).slotted.remove(&child_id);
+            return;
+        };
+        m.grant_recovery_slot(&child_id).await;
+        // The slot is held until the child ends (or the manager goes).
+        let _ = ended.await;
+        drop(permit);
+    });
 }
 
 async fn cancel_child(

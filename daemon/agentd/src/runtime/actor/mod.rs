@@ -20,6 +20,7 @@ mod commit;
 mod effects;
 mod replay;
 mod sub_agent;
+mod sub_agent_recovery;
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
@@ -103,6 +104,9 @@ pub(crate) enum Input {
         usage: agentd_core::Usage,
         cost_usd: f64,
     },
+    /// This sub-agent, found mid-turn at start-up, has its parent's slot:
+    /// its recovery goes on (see `sub_agent_recovery`).
+    RecoverySlotGranted,
 }
 
 /// A client's request to an actor.
@@ -224,6 +228,9 @@ pub(crate) struct Actor {
     auto_continue: mpsc::UnboundedSender<String>,
     /// Where to ask for sub-agents to be started, cancelled, reported.
     sub_agents: mpsc::UnboundedSender<super::sub_agents::SubAgentRequest>,
+    /// A sub-agent found mid-turn at start-up waits for a slot of its
+    /// parent's before it goes on (see `sub_agent_recovery`).
+    recovery_deferred: bool,
 }
 
 impl Actor {
@@ -260,6 +267,7 @@ impl Actor {
             hooks: Arc::new(Hooks::default()),
             auto_continue,
             sub_agents,
+            recovery_deferred: false,
         }
     }
 
@@ -512,10 +520,11 @@ impl Actor {
                     self.apply_internal(Event::RetryDue).await;
                 }
             }
-            Input::Recover => {
-                self.apply_internal(Event::DaemonRestarted).await;
-                // A continuation owed from before the restart.
-                self.maybe_auto_continue();
+            Input::Recover => self.recover().await,
+            Input::RecoverySlotGranted => {
+                if self.recovery_deferred {
+                    self.recover_now().await;
+                }
             }
             Input::SubAgentFinished {
                 result,
@@ -534,6 +543,15 @@ impl Actor {
     }
 
     async fn command(&mut self, cmd: Command) {
+        if self.recovery_deferred
+            && matches!(
+                cmd,
+                Command::Cancel { .. } | Command::Answer { .. } | Command::AnswerBudget { .. }
+            )
+        {
+            // What a cancel or an answer acts on is the recovered turn.
+            self.recover_now().await;
+        }
         match cmd {
             Command::Send { message, reply } => {
                 let result = match self.remembered(message.client_request_id.as_deref()) {
