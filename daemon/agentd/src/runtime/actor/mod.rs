@@ -103,6 +103,10 @@ pub(crate) enum Input {
         usage: agentd_core::Usage,
         cost_usd: f64,
     },
+    /// Something one of this conversation's sub-agents told its own
+    /// clients that the parent's clients see too (see
+    /// `Actor::forward_to_parent`).
+    FromSubAgent(EventKind),
 }
 
 /// A client's request to an actor.
@@ -222,6 +226,9 @@ pub(crate) struct Actor {
     auto_continue: mpsc::UnboundedSender<String>,
     /// Where to ask for sub-agents to be started, cancelled, reported.
     sub_agents: mpsc::UnboundedSender<super::sub_agents::SubAgentRequest>,
+    /// The permission requests this conversation's sub-agents have pending,
+    /// shown to its clients too (again to each that attaches).
+    child_requests: Vec<PermissionView>,
 }
 
 impl Actor {
@@ -258,6 +265,7 @@ impl Actor {
             hooks: Arc::new(Hooks::default()),
             auto_continue,
             sub_agents,
+            child_requests: Vec::new(),
         }
     }
 
@@ -286,6 +294,12 @@ impl Actor {
     }
 
     fn load_rules(&mut self) -> Result<(), crate::store::StoreError> {
+        self.rules = self.read_rules()?;
+        Ok(())
+    }
+
+    /// Every permission rule in force now, as the store has them.
+    fn read_rules(&self) -> Result<Vec<Rule>, crate::store::StoreError> {
         let mut rules = self.shared.config.rules.clone();
         for text in &self.record.allow_rules {
             match Rule::parse(text, agentd_core::Action::Allow) {
@@ -298,14 +312,20 @@ impl Actor {
         let store = &self.shared.store;
         rules.extend(store.rules(&self.stored_scope(RuleScope::Conversation))?);
         rules.extend(store.rules(&self.stored_scope(RuleScope::Project))?);
-        self.rules = rules;
-        Ok(())
+        Ok(rules)
     }
 
-    /// Where the store keeps rules of `scope` for this conversation.
+    /// Where the store keeps rules of `scope` for this conversation. A
+    /// sub-agent's conversation rules are its parent's: "allow always"
+    /// answered for one child holds for the parent and every sibling.
     fn stored_scope(&self, scope: RuleScope) -> StoredScope {
         match scope {
-            RuleScope::Conversation => StoredScope::Conversation(self.record.id.clone()),
+            RuleScope::Conversation => StoredScope::Conversation(
+                self.record
+                    .sub_agent
+                    .as_ref()
+                    .map_or_else(|| self.record.id.clone(), |l| l.parent_id.clone()),
+            ),
             RuleScope::Project => StoredScope::Project(self.record.cwd.clone()),
         }
     }
@@ -522,6 +542,7 @@ impl Actor {
                 usage,
                 cost_usd,
             } => self.sub_agent_finished(result, usage, cost_usd).await,
+            Input::FromSubAgent(kind) => self.sub_agent_event(kind),
             Input::Shell(event) => {
                 let kind = match event {
                     crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
@@ -1204,6 +1225,9 @@ impl Actor {
     /// Sends an event to every attached client (never blocks, never
     /// writes to the store).
     fn emit(&mut self, kind: EventKind) {
+        if self.record.sub_agent.is_some() {
+            self.forward_to_parent(&kind);
+        }
         let now = self.now_ms();
         self.fanout.emit(now, kind);
     }
