@@ -834,3 +834,78 @@ async fn a_childs_shells_are_seen_and_killed_from_the_parent() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A child's request pending at a kill -9 is asked again after the
+/// restart, and a client that attaches to the parent then gets it (naming
+/// the child) and answers it there with AnswerPermission on the parent's id.
+#[tokio::test]
+async fn a_childs_pending_request_reaches_the_parent_after_a_restart() {
+    use super::util::{Attached, is_idle, is_request, request_of};
+    use agent_tests::harness::WAIT;
+    let mut s = Scenario::new()
+        .scripts([
+            spawn("toolu_r", &["[restart-asker] go"]),
+            Script::text("Answered after the crash."),
+        ])
+        .conversation("Ask across a crash [parent7]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    fake.push_for(
+        "[restart-asker]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "b1",
+            "bash",
+            json!({ "command": "echo after-the-crash" }),
+        )),
+    );
+    fake.push_for("[restart-asker]", submit("ran after the crash"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let child = loop {
+        let asking = list_children(&mut client, &id).await.into_iter().find(|c| {
+            c.state.as_ref().map(|s| s.kind) == Some(pb::StateKind::AwaitingPermission as i32)
+        });
+        if let Some(c) = asking {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the child did not ask");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    s.daemon.kill9();
+    s.daemon.restart().await;
+    let mut client = s.daemon.client().await;
+    let mut parent = Attached::open(&mut client, &id, 0, "after-restart").await;
+    let frames = parent.until(WAIT, is_request).await;
+    let request = request_of(frames.last().unwrap());
+    assert_eq!(request.sub_agent_conversation_id, child.id);
+    assert_eq!(request.sub_agent_id, "agent_1_toolu_r");
+    client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: id.clone(),
+            request_id: request.request_id.clone(),
+            decision: pb::PermissionDecision::AllowOnce as i32,
+            client_name: "unary".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rest = parent.until(WAIT, is_idle).await;
+    assert!(
+        rest.iter().any(|m| resolved(m)
+            .is_some_and(|r| r.request_id == request.request_id && r.client_name == "unary")),
+        "{rest:?}"
+    );
+    let asker = requests_of(&fake.requests(), "[restart-asker]");
+    let ran = result_of(asker.last().unwrap(), "b1");
+    assert!(result_text(&ran).contains("after-the-crash"), "{ran}");
+    // A second answer to the same request is refused: the first one won.
+    let again = client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: child.id.clone(),
+            request_id: request.request_id.clone(),
+            decision: pb::PermissionDecision::Deny as i32,
+            ..Default::default()
+        })
+        .await;
+    assert!(again.is_err(), "{again:?}");
+}
