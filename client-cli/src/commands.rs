@@ -923,7 +923,8 @@ async fn shells(ctx: &Ctx, args: ShellsArgs, io: &mut Io) -> Result<Exit, CliErr
                 let list: Vec<Value> = response.shells.iter().map(js::shell_info).collect();
                 print_json(io, &Value::Array(list))?;
             } else {
-                shell_table(&mut io.out, &response.shells, now_ms())
+                let of = Some(conversation.as_str()).filter(|c| !c.is_empty());
+                shell_table(&mut io.out, &response.shells, of, now_ms())
                     .and_then(|()| io.out.flush())
                     .map_err(out_err)?;
             }

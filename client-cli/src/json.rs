@@ -279,6 +279,9 @@ pub fn permission_request(r: &pb::PermissionRequest) -> Value {
         "reason": r.reason,
         "suggested_rule": r.suggested_rule,
         "plan": opt(r.plan.as_ref(), plan),
+        "sub_agent_conversation_id": r.sub_agent_conversation_id,
+        "sub_agent_id": r.sub_agent_id,
+        "sub_agent_description": r.sub_agent_description,
     })
 }
 
@@ -373,6 +376,11 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::PlanStepFailed(_) => "plan_step_failed",
         Event::PlanStepSkipped(_) => "plan_step_skipped",
         Event::PlanSuggested(_) => "plan_suggested",
+        Event::SubAgentStarted(_) => "sub_agent_started",
+        Event::SubAgentStateChanged(_) => "sub_agent_state_changed",
+        Event::SubAgentToolCallBegin(_) => "sub_agent_tool_call_begin",
+        Event::SubAgentToolCallEnd(_) => "sub_agent_tool_call_end",
+        Event::SubAgentFinished(_) => "sub_agent_finished",
     }
 }
 
@@ -499,7 +507,36 @@ fn event_body(event: &Event) -> Value {
             "plan": opt(s.plan.as_ref(), plan),
         }),
         Event::PlanSuggested(s) => json!({"score": s.score, "cues": s.cues}),
+        Event::SubAgentStarted(e) => json!({"sub_agent": opt(e.sub_agent.as_ref(), sub_agent_ref)}),
+        Event::SubAgentStateChanged(e) => json!({
+            "sub_agent": opt(e.sub_agent.as_ref(), sub_agent_ref),
+            "state": opt(e.state.as_ref(), conversation_state),
+        }),
+        Event::SubAgentToolCallBegin(t) | Event::SubAgentToolCallEnd(t) => json!({
+            "sub_agent": opt(t.sub_agent.as_ref(), sub_agent_ref),
+            "tool_use_id": t.tool_use_id,
+            "tool_name": t.tool_name,
+            "summary": t.summary,
+            "is_error": t.is_error,
+            "duration_ms": t.duration_ms,
+        }),
+        Event::SubAgentFinished(f) => json!({
+            "sub_agent": opt(f.sub_agent.as_ref(), sub_agent_ref),
+            "success": f.success,
+            "summary": f.summary,
+            "usage": opt(f.usage.as_ref(), usage),
+            "cost_usd": f.cost_usd,
+        }),
     }
+}
+
+/// Which sub-agent an event is about.
+pub fn sub_agent_ref(r: &pb::SubAgentRef) -> Value {
+    json!({
+        "conversation_id": r.conversation_id,
+        "agent_id": r.agent_id,
+        "description": r.description,
+    })
 }
 
 /// A plan and its steps' statuses.

@@ -550,6 +550,17 @@ impl<W: Write> Renderer<W> {
                 self.end_line()?;
                 self.notice(&plan_suggested_text(s))?;
             }
+            Event::SubAgentStarted(_)
+            | Event::SubAgentStateChanged(_)
+            | Event::SubAgentToolCallBegin(_)
+            | Event::SubAgentToolCallEnd(_)
+            | Event::SubAgentFinished(_) => {
+                if let Some(text) = sub_agent_line(event) {
+                    self.end_line()?;
+                    let text = self.paint(DIM, &text);
+                    self.line(&text)?;
+                }
+            }
             Event::ConversationContinued(c) => {
                 let how = if c.automatic {
                     "continued automatically"
@@ -1209,6 +1220,18 @@ impl<W: Write> Renderer<W> {
         }
         let title = self.paint(YELLOW, &format!("⚠ permission needed: {}", r.tool_name));
         self.line(&title)?;
+        if !r.sub_agent_id.is_empty() {
+            let who = self.paint(
+                BOLD,
+                &format!(
+                    "  asked by sub-agent {} ({}): {}",
+                    r.sub_agent_id,
+                    r.sub_agent_conversation_id,
+                    one_line(&r.sub_agent_description, 120)
+                ),
+            );
+            self.line(&who)?;
+        }
         if !r.summary.is_empty() {
             for line in r.summary.lines() {
                 let line = self.paint(BOLD, line);
@@ -1782,17 +1805,28 @@ pub fn usage_table(out: &mut impl Write, r: &pb::GetUsageResponse) -> io::Result
     )
 }
 
-/// The `agent shells` table.
-pub fn shell_table(out: &mut impl Write, shells: &[pb::ShellInfo], now_ms: i64) -> io::Result<()> {
+/// The `agent shells` table. Listed for conversation `of` (an id or a
+/// prefix of it), a shell of another conversation is one of its
+/// sub-agents': its conversation is marked so.
+pub fn shell_table(
+    out: &mut impl Write,
+    shells: &[pb::ShellInfo],
+    of: Option<&str>,
+    now_ms: i64,
+) -> io::Result<()> {
     if shells.is_empty() {
         return writeln!(out, "no background shells");
     }
     let rows: Vec<[String; 5]> = shells
         .iter()
         .map(|s| {
+            let mut conversation: String = s.conversation_id.chars().take(10).collect();
+            if of.is_some_and(|of| !s.conversation_id.starts_with(of)) {
+                conversation.push_str(" (sub-agent)");
+            }
             [
                 s.id.clone(),
-                s.conversation_id.chars().take(10).collect(),
+                conversation,
                 shell_status_text(s),
                 format_age(now_ms.saturating_sub(s.started_at_ms)),
                 one_line(&s.command, 70),
@@ -1838,6 +1872,64 @@ fn table<const N: usize>(
 
 // ---------------------------------------------------------------------------
 // Small formatting helpers
+
+/// The one line an event about a sub-agent shows on its parent's stream
+/// ("⑂ agent_1_x (fix tests) → cargo test"), or None for another event.
+pub fn sub_agent_line(event: &Event) -> Option<String> {
+    let who = |r: Option<&pb::SubAgentRef>| match r {
+        Some(r) if !r.description.is_empty() => {
+            format!("⑂ {} ({})", r.agent_id, one_line(&r.description, 60))
+        }
+        Some(r) => format!("⑂ {}", r.agent_id),
+        None => "⑂ sub-agent".to_string(),
+    };
+    Some(match event {
+        Event::SubAgentStarted(e) => {
+            let id = e
+                .sub_agent
+                .as_ref()
+                .map_or("", |r| r.conversation_id.as_str());
+            format!("{} started as {id}", who(e.sub_agent.as_ref()))
+        }
+        Event::SubAgentStateChanged(e) => {
+            let state = e.state.as_ref()?;
+            format!("{}: {}", who(e.sub_agent.as_ref()), state_text(state))
+        }
+        Event::SubAgentToolCallBegin(t) => {
+            let what = if t.summary.is_empty() {
+                t.tool_name.clone()
+            } else {
+                t.summary.clone()
+            };
+            format!("{} → {}", who(t.sub_agent.as_ref()), one_line(&what, 120))
+        }
+        Event::SubAgentToolCallEnd(t) => {
+            let mark = if t.is_error { "✗" } else { "✓" };
+            let mut text = format!("{} {mark} {}", who(t.sub_agent.as_ref()), t.tool_name);
+            if !t.summary.is_empty() {
+                text.push_str(": ");
+                text.push_str(&one_line(&t.summary, 100));
+            }
+            text.push_str(&format!(" ({})", format_duration_ms(t.duration_ms)));
+            text
+        }
+        Event::SubAgentFinished(f) => {
+            let outcome = if f.success { "succeeded" } else { "failed" };
+            let mut text = format!("{} {outcome}", who(f.sub_agent.as_ref()));
+            if !f.summary.is_empty() {
+                text.push_str(": ");
+                text.push_str(&one_line(&f.summary, 120));
+            }
+            text.push_str(&format!(
+                " [{} tokens, {}]",
+                tokens_text(f.usage.as_ref()),
+                cost_text(f.cost_usd)
+            ));
+            text
+        }
+        _ => return None,
+    })
+}
 
 /// A state for people: "idle", "waiting for permission", "retrying (2/3)", …
 pub fn state_text(s: &pb::ConversationState) -> String {

@@ -1213,6 +1213,7 @@ impl Session<'_> {
                             crate::render::shell_table(
                                 &mut table,
                                 &shells,
+                                Some(self.config.conversation_id.as_str()),
                                 crate::commands::now_ms(),
                             )
                             .map_err(|e| CliError::io("writing output", e))?;

@@ -78,6 +78,7 @@ fn request(options: &[D]) -> pb::PermissionRequest {
         options: options.iter().map(|d| *d as i32).collect(),
         reason: "edits ask in default mode".into(),
         suggested_rule: "edit(src/**)".into(),
+        ..Default::default()
     }
 }
 
@@ -685,13 +686,28 @@ fn tables() {
         started_at_ms: 0,
         ..Default::default()
     }];
-    shell_table(&mut out, &shells, 5_000).unwrap();
+    shell_table(&mut out, &shells, None, 5_000).unwrap();
     assert_eq!(
         String::from_utf8(out).unwrap(),
         "ID   CONVERSATION  STATE    AGE  COMMAND\nsh1  01JDXYZABC    running  5s   npm run dev\n"
     );
+    // Listed for a parent: a sub-agent's shell is marked.
     let mut out = Vec::new();
-    shell_table(&mut out, &[], 0).unwrap();
+    shell_table(&mut out, &shells, Some("01JDXYZABC"), 5_000).unwrap();
+    assert!(
+        String::from_utf8(out)
+            .unwrap()
+            .contains("01JDXYZABC    running")
+    );
+    let mut out = Vec::new();
+    shell_table(&mut out, &shells, Some("01JDPARENT"), 5_000).unwrap();
+    assert!(
+        String::from_utf8(out)
+            .unwrap()
+            .contains("01JDXYZABC (sub-agent)  running")
+    );
+    let mut out = Vec::new();
+    shell_table(&mut out, &[], None, 0).unwrap();
     assert_eq!(String::from_utf8(out).unwrap(), "no background shells\n");
 }
 
@@ -1161,4 +1177,76 @@ fn listed_ids_are_cut_where_they_still_differ() {
     assert_eq!(unique_prefix_len(["01A", "01B"].into_iter(), 10), 10);
     // The same id twice (a tree lists nothing twice, but a page might).
     assert_eq!(unique_prefix_len(["01M8BRPVD1AAAA"; 2].into_iter(), 10), 10);
+}
+
+#[test]
+fn a_parents_stream_shows_one_line_per_child_event() {
+    let who = || {
+        Some(pb::SubAgentRef {
+            conversation_id: "01CHILD".into(),
+            agent_id: "agent_1_t".into(),
+            description: "fix the tests".into(),
+        })
+    };
+    let call = |summary: &str, is_error: bool| pb::SubAgentToolCall {
+        sub_agent: who(),
+        tool_use_id: "b1".into(),
+        tool_name: "bash".into(),
+        summary: summary.into(),
+        is_error,
+        duration_ms: 2100,
+    };
+    let out = render(vec![
+        E::SubAgentStarted(pb::SubAgentStarted { sub_agent: who() }),
+        E::SubAgentStateChanged(pb::SubAgentStateChanged {
+            sub_agent: who(),
+            state: Some(pb::ConversationState {
+                kind: StateKind::ToolExecuting as i32,
+                ..Default::default()
+            }),
+        }),
+        E::SubAgentToolCallBegin(call("cargo test", false)),
+        E::SubAgentToolCallEnd(call("exit 1", true)),
+        E::SubAgentFinished(pb::SubAgentFinished {
+            sub_agent: who(),
+            success: false,
+            summary: "tests fail\nmore".into(),
+            usage: Some(pb::Usage {
+                input_tokens: 1200,
+                output_tokens: 34,
+                ..Default::default()
+            }),
+            cost_usd: Some(0.04),
+        }),
+    ]);
+    assert_eq!(
+        out,
+        "⑂ agent_1_t (fix the tests) started as 01CHILD\n\
+         ⑂ agent_1_t (fix the tests): running tools\n\
+         ⑂ agent_1_t (fix the tests) → cargo test\n\
+         ⑂ agent_1_t (fix the tests) ✗ bash: exit 1 (2.1s)\n\
+         ⑂ agent_1_t (fix the tests) failed: tests fail [1.2k tokens, $0.04]\n"
+    );
+}
+
+#[test]
+fn a_childs_permission_request_names_the_child() {
+    let out = render(vec![E::PermissionRequested(pb::PermissionRequested {
+        request: Some(pb::PermissionRequest {
+            request_id: "r1".into(),
+            tool_name: "bash".into(),
+            summary: "echo hi".into(),
+            options: vec![D::AllowOnce as i32, D::Deny as i32],
+            sub_agent_conversation_id: "01CHILD".into(),
+            sub_agent_id: "agent_2_t".into(),
+            sub_agent_description: "look around".into(),
+            ..Default::default()
+        }),
+    })]);
+    assert!(
+        out.contains(
+            "⚠ permission needed: bash\n  asked by sub-agent agent_2_t (01CHILD): look around\n"
+        ),
+        "{out}"
+    );
 }

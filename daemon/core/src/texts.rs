@@ -234,3 +234,14 @@ pub fn tool_output_pruned(bytes: usize) -> String {
         crate::prune::size(bytes)
     )
 }
+
+/// The error of a model stream the user aborted (seed 000, Appendix B):
+/// what `LlmError::Cancelled` says in logs and errors.
+pub const ERR_STREAM_ABORTED: &str = "Stream aborted by user";
+
+/// "Error executing {tool}: {error}" (seed 000, Appendix B): the result of
+/// a tool call that failed inside the daemon (the tool panicked), not one
+/// whose own error says what was wrong.
+pub fn tool_execution_error(tool: &str, error: &str) -> String {
+    format!("Error executing {tool}: {error}")
+}

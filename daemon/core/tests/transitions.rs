@@ -671,6 +671,12 @@ fn seed_texts_are_exact() {
         texts::permission_denied("bash"),
         "Permission to use bash has been denied"
     );
+    // Seed 000, Appendix B.
+    assert_eq!(texts::ERR_STREAM_ABORTED, "Stream aborted by user");
+    assert_eq!(
+        texts::tool_execution_error("bash", "it broke"),
+        "Error executing bash: it broke"
+    );
     assert_eq!(
         texts::CONTINUATION_PROMPT,
         "The conversation context is nearly full. Please provide a brief continuation summary that \

@@ -649,3 +649,352 @@ async fn a_recovered_child_holds_its_slot_after_a_crash() {
     assert!(text.contains("succeeded\na result"), "{text}");
     assert!(text.contains("succeeded\nb result"), "{text}");
 }
+
+/// The parent's first reply, slowed down so a client can attach before
+/// the children start.
+fn spawn_slowly(id: &str, prompts: &[&str]) -> Script {
+    let agents: Vec<Value> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| json!({"description": format!("task {}", i + 1), "prompt": p}))
+        .collect();
+    Script::Reply(
+        ReplyScript::new()
+            .tool_use(id, "spawn_agents", json!({ "agents": agents }))
+            .pace(Duration::from_millis(150)),
+    )
+}
+
+/// The sub-agent an event on the parent's stream is about.
+fn sub_agent_of(m: &pb::AttachResponse) -> Option<(&'static str, pb::SubAgentRef)> {
+    use pb::attach_response::Event as E;
+    match &m.event {
+        Some(E::SubAgentStarted(e)) => Some(("started", e.sub_agent.clone()?)),
+        Some(E::SubAgentStateChanged(e)) => Some(("state", e.sub_agent.clone()?)),
+        Some(E::SubAgentToolCallBegin(t)) => Some(("begin", t.sub_agent.clone()?)),
+        Some(E::SubAgentToolCallEnd(t)) => Some(("end", t.sub_agent.clone()?)),
+        Some(E::SubAgentFinished(f)) => Some(("finished", f.sub_agent.clone()?)),
+        _ => None,
+    }
+}
+
+fn resolved(m: &pb::AttachResponse) -> Option<pb::PermissionResolved> {
+    match &m.event {
+        Some(pb::attach_response::Event::PermissionResolved(r)) => Some(r.clone()),
+        _ => None,
+    }
+}
+
+/// Done-when 3: a child's bash permission request reaches a client attached
+/// to the PARENT, naming the child, and that client answers "allow always"
+/// on the parent's stream; the parent's and the child's streams both see
+/// the resolution naming who answered; the sibling then runs the same
+/// command without asking. The parent's stream also shows each child's
+/// start, states, tool calls and end.
+#[tokio::test]
+async fn a_childs_request_is_answered_from_the_parent_and_covers_its_siblings() {
+    use super::util::{Attached, is_idle, is_request, request_of};
+    use agent_tests::harness::WAIT;
+    let s = Scenario::new()
+        .scripts([
+            spawn_slowly("toolu_a", &["[asker] go", "[sibling] go"]),
+            Script::text("Both done."),
+        ])
+        .conversation("Ask through me [parent5]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    let command = "echo sibling-rule-ok";
+    fake.push_for(
+        "[asker]",
+        Script::Reply(ReplyScript::new().tool_use("b1", "bash", json!({ "command": command }))),
+    );
+    fake.push_for("[asker]", submit("asked and ran"));
+    // The sibling asks for the same command only once the first answer is in.
+    let gate = agent_tests::fake_llm::Gate::new();
+    fake.push_for(
+        "[sibling]",
+        Script::Reply(
+            ReplyScript::new()
+                .text("my turn")
+                .tool_use("b2", "bash", json!({ "command": command }))
+                .hold_after(2, gate.clone()),
+        ),
+    );
+    fake.push_for("[sibling]", submit("ran without asking"));
+
+    let mut parent = Attached::open(&mut client, &id, 0, "parent-watcher").await;
+    let mut seen = parent.until(WAIT, is_request).await;
+    let request = request_of(seen.last().unwrap());
+    assert_eq!(request.tool_name, "bash");
+    assert_eq!(request.sub_agent_id, "agent_1_toolu_a");
+    assert_eq!(request.sub_agent_description, "task 1");
+    let child_id = request.sub_agent_conversation_id.clone();
+    assert!(!child_id.is_empty() && child_id != id);
+    // The child's own clients see the same request.
+    let mut child = Attached::open(&mut client, &child_id, 0, "child-watcher").await;
+    let snapshot = child.next(WAIT).await;
+    match &snapshot.event {
+        Some(pb::attach_response::Event::Snapshot(snap)) => {
+            let pending = snap.pending_permission.as_ref().expect("pending");
+            assert_eq!(pending.request_id, request.request_id);
+            assert_eq!(pending.sub_agent_id, "agent_1_toolu_a");
+        }
+        other => panic!("not a snapshot: {other:?}"),
+    }
+    // Answered from the parent's stream: allow always, this conversation.
+    parent
+        .send(pb::attach_request::Frame::Answer(
+            pb::AnswerPermissionFrame {
+                request_id: request.request_id.clone(),
+                decision: pb::PermissionDecision::AllowAlways as i32,
+                scope: pb::RuleScope::Conversation as i32,
+                ..Default::default()
+            },
+        ))
+        .await;
+    for (stream, frames) in [
+        (
+            "parent",
+            parent.until(WAIT, |m| resolved(m).is_some()).await,
+        ),
+        ("child", child.until(WAIT, |m| resolved(m).is_some()).await),
+    ] {
+        let r = resolved(frames.last().unwrap()).unwrap();
+        assert_eq!(r.request_id, request.request_id, "{stream}");
+        assert_eq!(
+            r.decision,
+            pb::PermissionDecision::AllowAlways as i32,
+            "{stream}"
+        );
+        assert_eq!(r.client_name, "parent-watcher", "{stream}");
+        if stream == "parent" {
+            seen.extend(frames);
+        }
+    }
+    gate.open();
+    seen.extend(parent.until(WAIT, is_idle).await);
+
+    // Only the first child asked; the sibling's call ran under the rule.
+    let asked: Vec<String> = seen
+        .iter()
+        .filter(|m| is_request(m))
+        .map(|m| request_of(m).sub_agent_id)
+        .collect();
+    assert!(
+        asked.iter().all(|a| a == "agent_1_toolu_a"),
+        "the sibling asked: {asked:?}"
+    );
+    let sibling = requests_of(&fake.requests(), "[sibling]");
+    assert_eq!(sibling.len(), 2);
+    let ran = result_of(&sibling[1], "b2");
+    assert_ne!(ran["is_error"], true, "{ran}");
+    assert!(result_text(&ran).contains("sibling-rule-ok"), "{ran}");
+    let parent_reqs = requests_of(&fake.requests(), "[parent5]");
+    assert_eq!(parent_reqs.len(), 2);
+    let text = result_text(&result_of(&parent_reqs[1], "toolu_a"));
+    assert!(text.contains("2 succeeded"), "{text}");
+
+    // One line per child event on the parent's stream, naming the child.
+    for agent in ["agent_1_toolu_a", "agent_2_toolu_a"] {
+        let kinds: Vec<&str> = seen
+            .iter()
+            .filter_map(sub_agent_of)
+            .filter(|(_, r)| r.agent_id == agent)
+            .map(|(k, r)| {
+                assert!(!r.conversation_id.is_empty() && r.conversation_id != id);
+                assert!(r.description.starts_with("task "), "{r:?}");
+                k
+            })
+            .collect();
+        for kind in ["started", "state", "begin", "end", "finished"] {
+            assert!(kinds.contains(&kind), "{agent}: no {kind} in {kinds:?}");
+        }
+        let started = kinds.iter().position(|k| *k == "started").unwrap();
+        let finished = kinds.iter().position(|k| *k == "finished").unwrap();
+        assert!(started < finished, "{kinds:?}");
+    }
+    let calls: Vec<pb::SubAgentToolCall> = seen
+        .iter()
+        .filter_map(|m| match &m.event {
+            Some(pb::attach_response::Event::SubAgentToolCallEnd(t)) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        calls
+            .iter()
+            .any(|t| t.tool_name == "bash" && !t.is_error && t.tool_use_id == "b2"),
+        "{calls:?}"
+    );
+    let finished: Vec<pb::SubAgentFinished> = seen
+        .iter()
+        .filter_map(|m| match &m.event {
+            Some(pb::attach_response::Event::SubAgentFinished(f)) => Some(f.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(finished.len(), 2, "{finished:?}");
+    for f in &finished {
+        assert!(f.success);
+        assert!(f.usage.unwrap().output_tokens > 0);
+    }
+    assert!(finished.iter().any(|f| f.summary == "ran without asking"));
+}
+
+/// A child's background shell is listed for its parent (marked with the
+/// child) and killed from there; the child's bash request is answered with
+/// `agent answer PARENT` (the only request pending under it).
+#[tokio::test]
+async fn a_childs_shells_are_seen_and_killed_from_the_parent() {
+    let s = Scenario::new()
+        .scripts([
+            spawn("toolu_sh", &["[shell-child] go"]),
+            Script::text("Shell started."),
+        ])
+        .conversation("Shells below me [parent6]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    let needle = "sleep 27.1828";
+    fake.push_for(
+        "[shell-child]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "bg1",
+            "bash",
+            json!({"command": needle, "run_in_background": true}),
+        )),
+    );
+    fake.push_for("[shell-child]", submit("shell running"));
+    // The child asks; a person answers with the parent's id.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let asking = list_children(&mut client, &id).await.iter().any(|c| {
+            c.state.as_ref().map(|s| s.kind) == Some(pb::StateKind::AwaitingPermission as i32)
+        });
+        if asking {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the child did not ask");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let (ok, out, err) = super::util::agent_out(&s.daemon, &["answer", &id, "y"]).await;
+    assert!(ok, "{out}{err}");
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let child = list_children(&mut client, &id).await.remove(0);
+
+    let listed = client
+        .list_shells(pb::ListShellsRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .shells;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let shell = &listed[0];
+    assert_eq!(shell.conversation_id, child.id, "marked with the child");
+    assert!(shell.command.contains(needle));
+    assert_eq!(shell.status, pb::ShellStatus::Running as i32);
+    // Another conversation's shells are not listed for this one.
+    let other = super::util::create(&mut client, s.work.path(), "").await;
+    let none = client
+        .list_shells(pb::ListShellsRequest {
+            conversation_id: other,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .shells;
+    assert!(none.is_empty(), "{none:?}");
+
+    let (ok, out, err) = super::util::agent_out(&s.daemon, &["shells", &id]).await;
+    assert!(ok, "{err}");
+    let row = out
+        .lines()
+        .find(|l| l.starts_with(&shell.id))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains("(sub-agent)"), "{out}");
+    let (ok, out, err) = super::util::agent_out(&s.daemon, &["shells", "kill", &shell.id]).await;
+    assert!(ok, "{out}{err}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !super::util::processes_matching(needle).is_empty() {
+        assert!(Instant::now() < deadline, "the child's shell still runs");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A child's request pending at a kill -9 is asked again after the
+/// restart, and a client that attaches to the parent then gets it (naming
+/// the child) and answers it there with AnswerPermission on the parent's id.
+#[tokio::test]
+async fn a_childs_pending_request_reaches_the_parent_after_a_restart() {
+    use super::util::{Attached, is_idle, is_request, request_of};
+    use agent_tests::harness::WAIT;
+    let mut s = Scenario::new()
+        .scripts([
+            spawn("toolu_r", &["[restart-asker] go"]),
+            Script::text("Answered after the crash."),
+        ])
+        .conversation("Ask across a crash [parent7]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    fake.push_for(
+        "[restart-asker]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "b1",
+            "bash",
+            json!({ "command": "echo after-the-crash" }),
+        )),
+    );
+    fake.push_for("[restart-asker]", submit("ran after the crash"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let child = loop {
+        let asking = list_children(&mut client, &id).await.into_iter().find(|c| {
+            c.state.as_ref().map(|s| s.kind) == Some(pb::StateKind::AwaitingPermission as i32)
+        });
+        if let Some(c) = asking {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "the child did not ask");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    s.daemon.kill9();
+    s.daemon.restart().await;
+    let mut client = s.daemon.client().await;
+    let mut parent = Attached::open(&mut client, &id, 0, "after-restart").await;
+    let frames = parent.until(WAIT, is_request).await;
+    let request = request_of(frames.last().unwrap());
+    assert_eq!(request.sub_agent_conversation_id, child.id);
+    assert_eq!(request.sub_agent_id, "agent_1_toolu_r");
+    client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: id.clone(),
+            request_id: request.request_id.clone(),
+            decision: pb::PermissionDecision::AllowOnce as i32,
+            client_name: "unary".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let rest = parent.until(WAIT, is_idle).await;
+    assert!(
+        rest.iter().any(|m| resolved(m)
+            .is_some_and(|r| r.request_id == request.request_id && r.client_name == "unary")),
+        "{rest:?}"
+    );
+    let asker = requests_of(&fake.requests(), "[restart-asker]");
+    let ran = result_of(asker.last().unwrap(), "b1");
+    assert!(result_text(&ran).contains("after-the-crash"), "{ran}");
+    // A second answer to the same request is refused: the first one won.
+    let again = client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: child.id.clone(),
+            request_id: request.request_id.clone(),
+            decision: pb::PermissionDecision::Deny as i32,
+            ..Default::default()
+        })
+        .await;
+    assert!(again.is_err(), "{again:?}");
+}

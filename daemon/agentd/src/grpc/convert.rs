@@ -734,6 +734,30 @@ pub fn permission(v: &PermissionView) -> pb::PermissionRequest {
         .then(|| Plan::from_input(&v.ask.input, &v.ask.tool_use_id).ok())
         .flatten()
         .map(|p| plan(&p)),
+        sub_agent_conversation_id: v
+            .sub_agent
+            .as_ref()
+            .map(|r| r.conversation_id.clone())
+            .unwrap_or_default(),
+        sub_agent_id: v
+            .sub_agent
+            .as_ref()
+            .map(|r| r.agent_id.clone())
+            .unwrap_or_default(),
+        sub_agent_description: v
+            .sub_agent
+            .as_ref()
+            .map(|r| r.description.clone())
+            .unwrap_or_default(),
+    }
+}
+
+/// Which sub-agent an event is about.
+pub fn sub_agent_ref(r: &crate::runtime::SubAgentRef) -> pb::SubAgentRef {
+    pb::SubAgentRef {
+        conversation_id: r.conversation_id.clone(),
+        agent_id: r.agent_id.clone(),
+        description: r.description.clone(),
     }
 }
 
@@ -1053,6 +1077,50 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
         EventKind::PlanSuggested { score, cues } => E::PlanSuggested(pb::PlanSuggested {
             score: *score,
             cues: cues.clone(),
+        }),
+        EventKind::SubAgentStarted(r) => E::SubAgentStarted(pb::SubAgentStarted {
+            sub_agent: Some(sub_agent_ref(r)),
+        }),
+        EventKind::SubAgentStateChanged {
+            sub_agent,
+            state: s,
+            max_attempts,
+        } => E::SubAgentStateChanged(pb::SubAgentStateChanged {
+            sub_agent: Some(sub_agent_ref(sub_agent)),
+            state: Some(state(s, *max_attempts)),
+        }),
+        EventKind::SubAgentToolCall {
+            sub_agent,
+            tool_use_id,
+            name,
+            summary,
+            end,
+        } => {
+            let call = pb::SubAgentToolCall {
+                sub_agent: Some(sub_agent_ref(sub_agent)),
+                tool_use_id: tool_use_id.clone(),
+                tool_name: name.clone(),
+                summary: summary.clone(),
+                is_error: end.is_some_and(|(e, _)| e),
+                duration_ms: end.map_or(0, |(_, d)| d),
+            };
+            match end {
+                None => E::SubAgentToolCallBegin(call),
+                Some(_) => E::SubAgentToolCallEnd(call),
+            }
+        }
+        EventKind::SubAgentFinished {
+            sub_agent,
+            success,
+            summary,
+            usage: u,
+            cost_usd,
+        } => E::SubAgentFinished(pb::SubAgentFinished {
+            sub_agent: Some(sub_agent_ref(sub_agent)),
+            success: *success,
+            summary: summary.clone(),
+            usage: Some(usage(u)),
+            cost_usd: *cost_usd,
         }),
     };
     pb::AttachResponse {

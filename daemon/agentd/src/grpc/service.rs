@@ -319,6 +319,7 @@ impl AgentService for Service {
                 summary: crate::tools::summarize_call(&ask.tool_name, &ask.input),
                 diff: None,
                 ask: ask.clone(),
+                sub_agent: crate::runtime::SubAgentRef::of(&record),
             })
         });
         let instructions = self.instructions_for(&record.cwd).await;
@@ -480,7 +481,18 @@ impl AgentService for Service {
                     .map_err(to_status)?,
             )
         };
-        let shells = self.manager.shared().shells.list(conversation.as_deref());
+        let mut shells = self.manager.shared().shells.list(None);
+        if let Some(id) = &conversation {
+            // A conversation's own shells and its sub-agents' (each named
+            // by the child's id).
+            let mut of_children = std::collections::HashMap::new();
+            shells.retain(|r| {
+                r.conversation_id == *id
+                    || *of_children
+                        .entry(r.conversation_id.clone())
+                        .or_insert_with(|| self.manager.is_sub_agent_of(&r.conversation_id, id))
+            });
+        }
         Ok(Response::new(pb::ListShellsResponse {
             shells: shells.iter().map(convert::shell).collect(),
         }))

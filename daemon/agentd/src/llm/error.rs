@@ -63,8 +63,9 @@ pub enum LlmError {
         /// The response's `request-id`.
         request_id: Option<String>,
     },
-    /// The caller's cancellation token fired.
-    #[error("cancelled")]
+    /// The caller's cancellation token fired: the seed's "Stream aborted
+    /// by user".
+    #[error("{}", agentd_core::texts::ERR_STREAM_ABORTED)]
     Cancelled,
     /// The provider cannot be built from its configuration.
     #[error("configuration error: {0}")]
@@ -580,5 +581,7 @@ mod tests {
         );
         assert!(!LlmError::Cancelled.is_retryable());
         assert!(!LlmError::Config("x".into()).is_retryable());
+        // Seed 000, Appendix B.
+        assert_eq!(LlmError::Cancelled.to_string(), "Stream aborted by user");
     }
 }

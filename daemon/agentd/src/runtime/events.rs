@@ -16,6 +16,30 @@ pub struct PermissionView {
     pub summary: String,
     /// Diff preview for edits.
     pub diff: Option<String>,
+    /// Set when a sub-agent asks: which one (its parent's clients see the
+    /// request too, and may answer it).
+    pub sub_agent: Option<SubAgentRef>,
+}
+
+/// Which sub-agent an event is about.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct SubAgentRef {
+    /// The child conversation's id.
+    pub conversation_id: String,
+    /// Its agent id in the parent's call.
+    pub agent_id: String,
+    pub description: String,
+}
+
+impl SubAgentRef {
+    /// The sub-agent `record` is, if it is one.
+    pub fn of(record: &ConversationRecord) -> Option<SubAgentRef> {
+        record.sub_agent.as_ref().map(|link| SubAgentRef {
+            conversation_id: record.id.clone(),
+            agent_id: link.agent_id.clone(),
+            description: link.description.clone(),
+        })
+    }
 }
 
 /// The full picture a joining (or lagging) client starts from.
@@ -261,6 +285,34 @@ pub enum EventKind {
     PlanSuggested {
         score: u32,
         cues: Vec<String>,
+    },
+    /// On a parent's stream (live only): one of its sub-agents started.
+    SubAgentStarted(SubAgentRef),
+    /// On a parent's stream (live only): a sub-agent's state changed.
+    SubAgentStateChanged {
+        sub_agent: SubAgentRef,
+        state: ConvState,
+        max_attempts: u32,
+    },
+    /// On a parent's stream (live only): a sub-agent's tool call began
+    /// (`end` None) or ended.
+    SubAgentToolCall {
+        sub_agent: SubAgentRef,
+        tool_use_id: String,
+        name: String,
+        /// One line for people.
+        summary: String,
+        /// For an end: whether it failed, and its wall time.
+        end: Option<(bool, u64)>,
+    },
+    /// On a parent's stream (live only): a sub-agent ended.
+    SubAgentFinished {
+        sub_agent: SubAgentRef,
+        success: bool,
+        /// The first line of its result.
+        summary: String,
+        usage: Usage,
+        cost_usd: Option<f64>,
     },
 }
 

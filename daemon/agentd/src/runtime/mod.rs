@@ -18,7 +18,9 @@ mod sub_agents;
 pub use actor::{HUB_CAPACITY, Subscription};
 pub use clock::Clock;
 pub use error::RuntimeError;
-pub use events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData, WireCache};
+pub use events::{
+    ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData, SubAgentRef, WireCache,
+};
 
 use crate::config::Config;
 use crate::llm::Provider;
@@ -876,8 +878,11 @@ impl Manager {
     }
 
     /// Answers the pending permission request.
+    /// A conversation waiting for its sub-agents passes the answer to the
+    /// child whose request it names.
     pub async fn answer(&self, id: &str, answer: Answer) -> Result<(), RuntimeError> {
-        self.ask(id, |reply| Command::Answer { answer, reply })
+        let target = self.answer_target(id, &answer.request_id)?;
+        self.ask(&target, |reply| Command::Answer { answer, reply })
             .await?
     }
 

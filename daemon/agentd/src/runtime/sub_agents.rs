@@ -49,6 +49,11 @@ pub(crate) enum SubAgentRequest {
     /// The child `child_id` of `parent_id` was found mid-turn at start-up:
     /// it goes on once it has a slot.
     Resume { child_id: String, parent_id: String },
+    /// A child's event for its parent's clients.
+    Report {
+        parent_id: String,
+        event: Box<super::EventKind>,
+    },
 }
 
 /// A child to start: what the parent's core asked, and the parent as it
@@ -154,6 +159,9 @@ pub(crate) fn start(
                         end.cost_usd,
                     )
                     .await;
+                }
+                SubAgentRequest::Report { parent_id, event } => {
+                    m.report_to_parent(&parent_id, *event).await;
                 }
             }
         }
@@ -277,6 +285,10 @@ async fn spawn_child(
             m.end_unstarted(&child.id).await;
             return;
         }
+        if let Some(me) = super::SubAgentRef::of(&child) {
+            m.report_to_parent(&me_parent(&child), super::EventKind::SubAgentStarted(me))
+                .await;
+        }
         if cancel.is_cancelled() {
             // The cancel came while the task was being sent.
             if let Err(e) = m.cancel(&child.id).await {
@@ -372,5 +384,86 @@ async fn cancel_child(
     }
     if let Err(e) = m.cancel(&child_id).await {
         tracing::warn!(conversation = %child_id, "cancelling the sub-agent failed: {e}");
+    }
+}
+
+/// The parent of a child record ("" for none).
+fn me_parent(child: &ConversationRecord) -> String {
+    child
+        .sub_agent
+        .as_ref()
+        .map(|l| l.parent_id.clone())
+        .unwrap_or_default()
+}
+
+impl Manager {
+    /// Whether conversation `id` is a sub-agent of `parent_id` (false when
+    /// it cannot be read).
+    pub fn is_sub_agent_of(&self, id: &str, parent_id: &str) -> bool {
+        match self.shared.store.conversation(id) {
+            Ok(Some(r)) => r.sub_agent.is_some_and(|l| l.parent_id == parent_id),
+            Ok(None) => false,
+            Err(e) => {
+                tracing::warn!(conversation = %id, "cannot read the conversation: {e}");
+                false
+            }
+        }
+    }
+
+    /// Gives a parent an event of one of its children. A permission
+    /// request loads the parent if it is not live (its clients must be
+    /// able to answer, after a restart too); anything else only reaches a
+    /// live parent (nobody watches one that is not).
+    async fn report_to_parent(&self, parent_id: &str, event: super::EventKind) {
+        let load = matches!(event, super::EventKind::PermissionRequested(_));
+        let input = super::actor::Input::FromSubAgent(event);
+        if load {
+            if let Err(e) = self.send_input(parent_id, input).await {
+                tracing::warn!(conversation = %parent_id, "cannot show a sub-agent's request: {e}");
+            }
+        } else if let Some(tx) = self.actors.lock().await.get(parent_id) {
+            let _ = tx.send(input);
+        }
+    }
+
+    /// The conversation an answer sent to `id` is for: `id` itself, or,
+    /// while `id` waits for its sub-agents, the child whose pending request
+    /// it names (with no request named: the only child asking).
+    pub(super) fn answer_target(
+        &self,
+        id: &str,
+        request_id: &str,
+    ) -> Result<String, super::RuntimeError> {
+        let record = self.record(id)?;
+        let agentd_core::ConvState::AwaitingSubAgents { pending_ids, .. } = &record.state else {
+            return Ok(id.to_string());
+        };
+        let mut asking = Vec::new();
+        for agent_id in pending_ids {
+            let Some(child_id) = self.shared.store.created_by(&create_key(id, agent_id))? else {
+                continue;
+            };
+            let Some(child) = self.shared.store.conversation(&child_id)? else {
+                continue;
+            };
+            if let Some(ask) = child.state.pending_permission()
+                && (request_id.is_empty() || ask.request_id == request_id)
+            {
+                asking.push((child_id, ask.request_id.clone()));
+            }
+        }
+        match asking.len() {
+            0 => Ok(id.to_string()),
+            1 => Ok(asking.remove(0).0),
+            _ => Err(super::RuntimeError::InvalidArgument(format!(
+                "{} sub-agents of conversation {id} are asking for permission; name the request to answer ({})",
+                asking.len(),
+                asking
+                    .iter()
+                    .map(|(_, r)| r.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))),
+        }
     }
 }

@@ -361,8 +361,16 @@ impl Registry {
             .await;
         let mut out = match result {
             Ok(Ok(out)) => out,
+            // A panic is the seed's "Error executing {tool}: {error}"; a
+            // tool's own errors say what was wrong in its words.
+            Ok(Err(e)) if e.0 == TOOL_PANICKED => ToolOutput::error(
+                agentd_core::texts::tool_execution_error(name, TOOL_PANICKED),
+            ),
             Ok(Err(e)) => ToolOutput::error(e.0),
-            Err(_) => ToolOutput::error(format!("{name}: internal error (the tool panicked)")),
+            Err(_) => ToolOutput::error(agentd_core::texts::tool_execution_error(
+                name,
+                TOOL_PANICKED,
+            )),
         };
         // Each tool budgets its own output; this is the backstop that keeps
         // the promise to the model whatever a tool did.
@@ -451,10 +459,13 @@ where
     };
     match joined {
         Ok(result) => result,
-        Err(e) if e.is_panic() => Err(ToolError::new("internal error (the tool panicked)")),
+        Err(e) if e.is_panic() => Err(ToolError::new(TOOL_PANICKED)),
         Err(_) => Ok(cancelled_output()),
     }
 }
+
+/// What a tool that panicked failed with.
+const TOOL_PANICKED: &str = "internal error (the tool panicked)";
 
 /// The result of a tool the user cancelled while it ran.
 pub(crate) fn cancelled_output() -> ToolOutput {

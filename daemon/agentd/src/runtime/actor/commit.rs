@@ -52,8 +52,17 @@ impl Actor {
     pub(super) fn context(&self, event: Option<&Event>) -> ConvContext {
         let cfg = &self.shared.config;
         let cwd = self.record.cwd.display().to_string();
+        // A sub-agent reads the rules afresh: a sibling's "allow always"
+        // (stored in the parent's scope) holds at once.
+        let rules = match self.record.sub_agent {
+            Some(_) => self.read_rules().unwrap_or_else(|e| {
+                tracing::error!(conversation = %self.record.id, "cannot read permission rules: {e}");
+                self.rules.clone()
+            }),
+            None => self.rules.clone(),
+        };
         let mut policy = Policy {
-            rules: self.rules.clone(),
+            rules,
             doom_loop: cfg.doom_loop,
             additional_dirs: self
                 .record

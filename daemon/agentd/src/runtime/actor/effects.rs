@@ -304,6 +304,9 @@ impl Actor {
                 // The commit wrote the rule with the transition.
                 let where_ = match scope {
                     RuleScope::Project => "every conversation in this directory",
+                    RuleScope::Conversation if self.record.sub_agent.is_some() => {
+                        "the parent conversation and all its sub-agents"
+                    }
                     RuleScope::Conversation => "this conversation",
                 };
                 self.emit(EventKind::Notice(format!(
@@ -396,6 +399,7 @@ impl Actor {
             summary: crate::tools::summarize_call(&ask.tool_name, &ask.input),
             diff: crate::tools::preview_diff(&ask.tool_name, &ask.input, &ctx).await,
             ask: ask.clone(),
+            sub_agent: crate::runtime::SubAgentRef::of(&self.record),
         }
     }
 

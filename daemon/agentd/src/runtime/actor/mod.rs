@@ -107,6 +107,10 @@ pub(crate) enum Input {
     /// This sub-agent, found mid-turn at start-up, has its parent's slot:
     /// its recovery goes on (see `sub_agent_recovery`).
     RecoverySlotGranted,
+    /// Something one of this conversation's sub-agents told its own
+    /// clients that the parent's clients see too (see
+    /// `Actor::forward_to_parent`).
+    FromSubAgent(EventKind),
 }
 
 /// A client's request to an actor.
@@ -231,6 +235,9 @@ pub(crate) struct Actor {
     /// A sub-agent found mid-turn at start-up waits for a slot of its
     /// parent's before it goes on (see `sub_agent_recovery`).
     recovery_deferred: bool,
+    /// The permission requests this conversation's sub-agents have pending,
+    /// shown to its clients too (again to each that attaches).
+    child_requests: Vec<PermissionView>,
 }
 
 impl Actor {
@@ -268,6 +275,7 @@ impl Actor {
             auto_continue,
             sub_agents,
             recovery_deferred: false,
+            child_requests: Vec::new(),
         }
     }
 
@@ -296,6 +304,12 @@ impl Actor {
     }
 
     fn load_rules(&mut self) -> Result<(), crate::store::StoreError> {
+        self.rules = self.read_rules()?;
+        Ok(())
+    }
+
+    /// Every permission rule in force now, as the store has them.
+    fn read_rules(&self) -> Result<Vec<Rule>, crate::store::StoreError> {
         let mut rules = self.shared.config.rules.clone();
         for text in &self.record.allow_rules {
             match Rule::parse(text, agentd_core::Action::Allow) {
@@ -308,14 +322,20 @@ impl Actor {
         let store = &self.shared.store;
         rules.extend(store.rules(&self.stored_scope(RuleScope::Conversation))?);
         rules.extend(store.rules(&self.stored_scope(RuleScope::Project))?);
-        self.rules = rules;
-        Ok(())
+        Ok(rules)
     }
 
-    /// Where the store keeps rules of `scope` for this conversation.
+    /// Where the store keeps rules of `scope` for this conversation. A
+    /// sub-agent's conversation rules are its parent's: "allow always"
+    /// answered for one child holds for the parent and every sibling.
     fn stored_scope(&self, scope: RuleScope) -> StoredScope {
         match scope {
-            RuleScope::Conversation => StoredScope::Conversation(self.record.id.clone()),
+            RuleScope::Conversation => StoredScope::Conversation(
+                self.record
+                    .sub_agent
+                    .as_ref()
+                    .map_or_else(|| self.record.id.clone(), |l| l.parent_id.clone()),
+            ),
             RuleScope::Project => StoredScope::Project(self.record.cwd.clone()),
         }
     }
@@ -531,6 +551,7 @@ impl Actor {
                 usage,
                 cost_usd,
             } => self.sub_agent_finished(result, usage, cost_usd).await,
+            Input::FromSubAgent(kind) => self.sub_agent_event(kind),
             Input::Shell(event) => {
                 let kind = match event {
                     crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
@@ -1251,6 +1272,9 @@ impl Actor {
     /// Sends an event to every attached client (never blocks, never
     /// writes to the store).
     fn emit(&mut self, kind: EventKind) {
+        if self.record.sub_agent.is_some() {
+            self.forward_to_parent(&kind);
+        }
         let now = self.now_ms();
         self.fanout.emit(now, kind);
     }

@@ -309,6 +309,8 @@ impl Actor {
                     EventKind::Resumed { after_seq },
                 ))];
                 frames.extend(missed);
+                // Those that asked before a restart are not in the log.
+                frames.extend(self.child_request_frames(now));
                 frames.extend(self.continued_frame(now));
                 return frames;
             }
@@ -319,6 +321,7 @@ impl Actor {
                 .iter()
                 .map(|n| Arc::new(ConvEvent::new(0, now, EventKind::Notice(n.clone())))),
         );
+        frames.extend(self.child_request_frames(now));
         frames.extend(self.continued_frame(now));
         frames
     }
@@ -425,7 +428,14 @@ fn stored_events_after(
                 diff,
             } => (
                 at_ms,
-                EventKind::PermissionRequested(PermissionView { ask, summary, diff }),
+                EventKind::PermissionRequested(PermissionView {
+                    ask,
+                    summary,
+                    diff,
+                    // Replayed on the conversation's own stream, whose
+                    // snapshot names it.
+                    sub_agent: None,
+                }),
             ),
             StoredEvent::PermissionResolved {
                 at_ms,

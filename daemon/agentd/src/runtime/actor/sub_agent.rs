@@ -3,10 +3,12 @@
 
 use super::Actor;
 use crate::runtime::error::RuntimeError;
-use crate::runtime::events::EventKind;
+use crate::runtime::events::ConvEvent;
+use crate::runtime::events::{EventKind, SubAgentRef};
 use crate::runtime::sub_agents::{Spawn, SubAgentRequest};
 use crate::store::SubAgentEnd;
 use agentd_core::{Message, Role, SubAgentOutcome, SubAgentRole, texts};
+use std::sync::Arc;
 
 impl Actor {
     /// The core's view of this conversation as a sub-agent: whether it was
@@ -125,25 +127,37 @@ impl Actor {
             self.record.sub_agents_cost_usd += cost_usd;
             self.record.sub_agents_counted.push(child.clone());
         }
-        let outcome = if result.success {
-            "succeeded"
-        } else {
-            "failed"
-        };
         let line = result
             .result
             .lines()
             .find(|l| !l.trim().is_empty())
             .unwrap_or("");
-        let notice = format!(
-            "sub-agent {} ({child}) {outcome}: {} [{} tokens]",
-            result.agent_id,
-            crate::tools::one_line(line, 100),
-            usage.input_tokens
-                + usage.output_tokens
-                + usage.cache_creation_input_tokens
-                + usage.cache_read_input_tokens
-        );
+        let description = match self.shared.store.conversation(&child) {
+            Ok(Some(r)) => r.sub_agent.map(|l| l.description).unwrap_or_default(),
+            Ok(None) => String::new(),
+            Err(e) => {
+                tracing::warn!(conversation = %self.record.id, "cannot read sub-agent {child}: {e}");
+                String::new()
+            }
+        };
+        let finished = EventKind::SubAgentFinished {
+            sub_agent: SubAgentRef {
+                conversation_id: child.clone(),
+                agent_id: result.agent_id.clone(),
+                description,
+            },
+            success: result.success,
+            summary: crate::tools::one_line(line, 200),
+            usage,
+            cost_usd: Some(cost_usd),
+        };
+        // Its requests are over, answered or not.
+        self.child_requests
+            .retain(|v| v.sub_agent.as_ref().map(|r| r.conversation_id.as_str()) != Some(&child));
+        // A rule it added for the parent's scope holds here from now on.
+        if let Err(e) = self.load_rules() {
+            tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
+        }
         let applied = match self
             .apply(agentd_core::Event::SubAgentFinished { result })
             .await
@@ -168,7 +182,7 @@ impl Actor {
             return;
         }
         if first {
-            self.emit(EventKind::Notice(notice));
+            self.emit(finished);
         }
     }
 
@@ -181,9 +195,6 @@ impl Actor {
         model: Option<String>,
         read_only: bool,
     ) {
-        self.emit(EventKind::Notice(format!(
-            "sub-agent {agent_id} started: {description}"
-        )));
         let _ = self.sub_agents.send(SubAgentRequest::Spawn(Box::new(Spawn {
             parent: self.record.clone(),
             agent_id,
@@ -200,5 +211,102 @@ impl Actor {
             parent_id: self.record.id.clone(),
             agent_ids,
         });
+    }
+}
+
+impl Actor {
+    /// A sub-agent tells its parent's clients what they follow of it: its
+    /// state, one line per tool call, and its permission requests and their
+    /// resolutions (through the manager's sub-agent task, in order).
+    pub(super) fn forward_to_parent(&self, kind: &EventKind) {
+        let Some(link) = &self.record.sub_agent else {
+            return;
+        };
+        let Some(me) = SubAgentRef::of(&self.record) else {
+            return;
+        };
+        let event = match kind {
+            EventKind::StateChanged {
+                state,
+                max_attempts,
+            } => EventKind::SubAgentStateChanged {
+                sub_agent: me,
+                state: state.clone(),
+                max_attempts: *max_attempts,
+            },
+            EventKind::ToolCallBegin {
+                tool_use_id,
+                name,
+                summary,
+                ..
+            } => EventKind::SubAgentToolCall {
+                sub_agent: me,
+                tool_use_id: tool_use_id.clone(),
+                name: name.clone(),
+                summary: crate::tools::one_line(summary, 200),
+                end: None,
+            },
+            EventKind::ToolCallEnd {
+                tool_use_id,
+                name,
+                is_error,
+                summary,
+                duration_ms,
+                ..
+            } => EventKind::SubAgentToolCall {
+                sub_agent: me,
+                tool_use_id: tool_use_id.clone(),
+                name: name.clone(),
+                summary: crate::tools::one_line(summary, 200),
+                end: Some((*is_error, *duration_ms)),
+            },
+            EventKind::PermissionRequested(_) | EventKind::PermissionResolved { .. } => {
+                kind.clone()
+            }
+            _ => return,
+        };
+        let _ = self.sub_agents.send(SubAgentRequest::Report {
+            parent_id: link.parent_id.clone(),
+            event: Box::new(event),
+        });
+    }
+
+    /// What a sub-agent forwarded: its pending permission requests are
+    /// kept (a client that attaches gets them), and every client is told.
+    pub(super) fn sub_agent_event(&mut self, kind: EventKind) {
+        match &kind {
+            EventKind::PermissionRequested(view) => {
+                let id = &view.ask.request_id;
+                self.child_requests.retain(|v| &v.ask.request_id != id);
+                self.child_requests.push(view.clone());
+            }
+            EventKind::PermissionResolved { request_id, .. } => {
+                let known = self.child_requests.len();
+                self.child_requests
+                    .retain(|v| &v.ask.request_id != request_id);
+                if known == self.child_requests.len() {
+                    // Not one of its children's (a stale report): nothing
+                    // this conversation's clients were asked.
+                    return;
+                }
+            }
+            _ => {}
+        }
+        self.emit(kind);
+    }
+
+    /// The sub-agents' pending requests, for a client that attaches with
+    /// a snapshot (addressed to it alone).
+    pub(super) fn child_request_frames(&self, now: i64) -> Vec<Arc<ConvEvent>> {
+        self.child_requests
+            .iter()
+            .map(|v| {
+                Arc::new(ConvEvent::new(
+                    0,
+                    now,
+                    EventKind::PermissionRequested(v.clone()),
+                ))
+            })
+            .collect()
     }
 }
