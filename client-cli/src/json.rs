@@ -139,6 +139,8 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "updated_at_ms": c.updated_at_ms,
         "message_count": c.message_count,
         "mode": mode_json(c.mode),
+        "forked_from": c.forked_from,
+        "forked_at_message": c.forked_at_message,
         "usage": opt(c.usage.as_ref(), usage),
         "last_seq": c.last_seq,
         "additional_dirs": c.additional_dirs,
@@ -305,6 +307,7 @@ pub fn get_conversation_response(r: &pb::GetConversationResponse) -> Value {
         "pending_permission": opt(r.pending_permission.as_ref(), permission_request),
         "instructions": opt(r.instructions.as_ref(), instructions),
         "plan": opt(r.plan.as_ref(), plan),
+        "checkpoints": r.checkpoints.iter().map(checkpoint_turn).collect::<Vec<_>>(),
     })
 }
 
@@ -367,6 +370,8 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::PlanStepFailed(_) => "plan_step_failed",
         Event::PlanStepSkipped(_) => "plan_step_skipped",
         Event::PlanSuggested(_) => "plan_suggested",
+        Event::CodeRewound(_) => "code_rewound",
+        Event::ConversationForked(_) => "conversation_forked",
     }
 }
 
@@ -493,7 +498,44 @@ fn event_body(event: &Event) -> Value {
             "plan": opt(s.plan.as_ref(), plan),
         }),
         Event::PlanSuggested(s) => json!({"score": s.score, "cues": s.cues}),
+        Event::CodeRewound(c) => code_rewound(c),
+        Event::ConversationForked(f) => json!({
+            "message_seq": f.message_seq,
+            "forked_conversation_id": f.forked_conversation_id,
+        }),
     }
+}
+
+/// Files a rewind (or a plan step's rollback) restored.
+pub fn code_rewound(c: &pb::CodeRewound) -> Value {
+    json!({
+        "message_seq": c.message_seq,
+        "restored": c.restored,
+        "removed": c.removed,
+        "skipped": c.skipped,
+        "untracked_commands": c.untracked_commands,
+        "plan_step_id": c.plan_step_id,
+    })
+}
+
+/// What `Rewind` did.
+pub fn rewind_response(r: &pb::RewindResponse) -> Value {
+    json!({
+        "message_seq": r.message_seq,
+        "code": opt(r.code.as_ref(), code_rewound),
+        "forked": opt(r.forked.as_ref(), conversation_summary),
+    })
+}
+
+/// A turn that can be rewound.
+pub fn checkpoint_turn(t: &pb::CheckpointTurn) -> Value {
+    json!({
+        "message_seq": t.message_seq,
+        "tool_calls": t.tool_calls,
+        "files": t.files,
+        "untracked_commands": t.untracked_commands,
+        "at_ms": t.at_ms,
+    })
 }
 
 /// A plan and its steps' statuses.
@@ -796,6 +838,8 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         queued: Vec::new(),
         context_window: o.int("context_window")?,
         parent_conversation_id: o.string("parent_conversation_id")?,
+        forked_from: o.string("forked_from")?,
+        forked_at_message: o.int("forked_at_message")?,
         continued_as: o.string("continued_as")?,
         context_warning: o.boolean("context_warning")?,
         context_tokens: o.int("context_tokens")?,

@@ -8,7 +8,8 @@
 //! ones to recover without reading every record), `meta` (schema version,
 //! whether `mid_turn` has been built), `images` (SHA-256 hex → the image's
 //! bytes: every image once, whatever number of messages refer to it),
-//! `tokens` and `audit` (see [`access`]).
+//! `tokens` and `audit` (see [`access`]), `checkpoints` (see
+//! `crate::checkpoints`).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
 //! callers into one sled flush, made by a thread of its own (fewer hand-offs
@@ -158,6 +159,16 @@ pub struct ConversationRecord {
     /// The children whose usage is counted in `sub_agents_usage`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_agents_counted: Vec<String>,
+    /// A rewind forked this conversation from that one, ending just before
+    /// its message `forked_at` (`agent rewind --conversation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forked_at: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What ties a sub-agent to its parent.
@@ -1005,6 +1016,18 @@ impl Store {
         Ok(Some(out))
     }
 
+    /// The tree the checkpoints keep their records in (`checkpoints`; the
+    /// layout of its keys is `crate::checkpoints`' own).
+    pub(crate) fn checkpoints_tree(&self) -> Result<sled::Tree, StoreError> {
+        Ok(self.db.open_tree("checkpoints")?)
+    }
+
+    /// A number larger than every one handed out before, across restarts
+    /// (sled's id generator): the order of checkpoints.
+    pub(crate) fn next_id(&self) -> Result<u64, StoreError> {
+        Ok(self.db.generate_id()?)
+    }
+
     /// Bytes the database occupies on disk (approximate).
     pub fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
@@ -1090,6 +1113,8 @@ mod tests {
             sub_agents_usage: Usage::default(),
             sub_agents_cost_usd: 0.0,
             sub_agents_counted: Vec::new(),
+            forked_from: None,
+            forked_at: 0,
         }
     }
 
