@@ -303,6 +303,42 @@ pub enum Command {
         /// answered which permission request, when, with which role
         #[arg(long, conflicts_with_all = ["context", "full"])]
         audit: bool,
+        /// List the turns that can be rewound (`agent rewind --to`): each
+        /// user message whose turn changed files, and the files
+        #[arg(long, conflicts_with_all = ["context", "full", "audit"])]
+        checkpoints: bool,
+    },
+
+    /// Rewind a conversation to the start of a turn: its files, its
+    /// transcript, or both
+    ///
+    /// `--code` (the default) puts every file the agent changed since that
+    /// user message back as it was (files it created are removed); it
+    /// refuses, listing them, when someone else changed a file since the
+    /// agent last did, unless `--force`. `bash` changes are tracked only in
+    /// a git work tree. `--conversation` forks a new conversation whose
+    /// transcript ends just before that message; the original stays.
+    /// Refused while a turn runs.
+    Rewind {
+        /// Conversation id or unique prefix
+        #[arg(value_name = "ID")]
+        id: String,
+        /// The user message to rewind to (its number in `agent show`)
+        /// [default: the last user message]
+        #[arg(long, value_name = "MESSAGE")]
+        to: Option<u64>,
+        /// Restore the files (the default)
+        #[arg(long, conflicts_with_all = ["conversation", "both"])]
+        code: bool,
+        /// Fork the conversation before that message instead
+        #[arg(long, conflicts_with = "both")]
+        conversation: bool,
+        /// Restore the files and fork the conversation
+        #[arg(long)]
+        both: bool,
+        /// Restore files even when someone else changed them since
+        #[arg(long)]
+        force: bool,
     },
 
     /// Token usage and cost: the daily ledger, or one conversation's replies
@@ -1150,7 +1186,7 @@ mod tests {
         let cli = parse(&["--json", "show", "01AB"]).unwrap();
         assert!(cli.json);
         assert!(
-            matches!(cli.command.unwrap(), Command::Show { id, context: false, full: false, audit: false } if id == "01AB")
+            matches!(cli.command.unwrap(), Command::Show { id, context: false, full: false, audit: false, checkpoints: false } if id == "01AB")
         );
     }
 

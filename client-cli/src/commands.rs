@@ -108,8 +108,30 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
             id, audit: true, ..
         } => crate::access::audit(ctx.client().await?, id, ctx.json, io).await,
         Command::Show {
+            id,
+            checkpoints: true,
+            ..
+        } => show_checkpoints(&ctx, id, io).await,
+        Command::Show {
             id, context, full, ..
         } => show(&ctx, id, context, full, io).await,
+        Command::Rewind {
+            id,
+            to,
+            code: _,
+            conversation,
+            both,
+            force,
+        } => {
+            let request = pb::RewindRequest {
+                conversation_id: id.clone(),
+                message_seq: to.unwrap_or(0),
+                code: both || !conversation,
+                conversation: both || conversation,
+                force,
+            };
+            rewind(&ctx, request, io).await
+        }
         Command::Token { command } => {
             crate::access::token(ctx.client().await?, command, ctx.json, io).await
         }
@@ -712,6 +734,67 @@ async fn show(
             .map_err(out_err)?,
     }
     Ok(Exit::Ok)
+}
+
+/// `agent show --checkpoints`: the turns that can be rewound.
+async fn show_checkpoints(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
+    let response = ctx
+        .client()
+        .await?
+        .get_conversation(pb::GetConversationRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner();
+    if ctx.json {
+        let turns: Vec<Value> = response
+            .checkpoints
+            .iter()
+            .map(js::checkpoint_turn)
+            .collect();
+        print_json(io, &json!({ "checkpoints": turns }))?;
+    } else {
+        for line in crate::render::checkpoint_lines(&response.checkpoints) {
+            print_line(io, &line)?;
+        }
+    }
+    Ok(Exit::Ok)
+}
+
+/// `agent rewind`.
+async fn rewind(ctx: &Ctx, request: pb::RewindRequest, io: &mut Io) -> Result<Exit, CliError> {
+    let id = request.conversation_id.clone();
+    let response = ctx
+        .client()
+        .await?
+        .rewind(request)
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner();
+    if ctx.json {
+        print_json(io, &js::rewind_response(&response))?;
+        return Ok(Exit::Ok);
+    }
+    for line in rewind_lines(&response) {
+        print_line(io, &line)?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// What `Rewind` did, for people.
+pub(crate) fn rewind_lines(r: &pb::RewindResponse) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(code) = &r.code {
+        lines.extend(crate::render::code_rewound_lines(code));
+    }
+    if let Some(f) = &r.forked {
+        lines.push(format!(
+            "forked as {} (its transcript ends before message {}); `agent attach {}` goes on there",
+            f.id, r.message_seq, f.id
+        ));
+    }
+    lines
 }
 
 async fn usage(

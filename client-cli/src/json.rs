@@ -139,6 +139,8 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "updated_at_ms": c.updated_at_ms,
         "message_count": c.message_count,
         "mode": mode_json(c.mode),
+        "forked_from": c.forked_from,
+        "forked_at_message": c.forked_at_message,
         "usage": opt(c.usage.as_ref(), usage),
         "last_seq": c.last_seq,
         "additional_dirs": c.additional_dirs,
@@ -314,6 +316,7 @@ pub fn get_conversation_response(r: &pb::GetConversationResponse) -> Value {
         "pending_permission": opt(r.pending_permission.as_ref(), permission_request),
         "instructions": opt(r.instructions.as_ref(), instructions),
         "plan": opt(r.plan.as_ref(), plan),
+        "checkpoints": r.checkpoints.iter().map(checkpoint_turn).collect::<Vec<_>>(),
     })
 }
 
@@ -381,6 +384,8 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::SubAgentToolCallBegin(_) => "sub_agent_tool_call_begin",
         Event::SubAgentToolCallEnd(_) => "sub_agent_tool_call_end",
         Event::SubAgentFinished(_) => "sub_agent_finished",
+        Event::CodeRewound(_) => "code_rewound",
+        Event::ConversationForked(_) => "conversation_forked",
     }
 }
 
@@ -527,6 +532,12 @@ fn event_body(event: &Event) -> Value {
             "usage": opt(f.usage.as_ref(), usage),
             "cost_usd": f.cost_usd,
         }),
+
+        Event::CodeRewound(c) => code_rewound(c),
+        Event::ConversationForked(f) => json!({
+            "message_seq": f.message_seq,
+            "forked_conversation_id": f.forked_conversation_id,
+        }),
     }
 }
 
@@ -536,6 +547,38 @@ pub fn sub_agent_ref(r: &pb::SubAgentRef) -> Value {
         "conversation_id": r.conversation_id,
         "agent_id": r.agent_id,
         "description": r.description,
+    })
+}
+
+/// Files a rewind (or a plan step's rollback) restored.
+pub fn code_rewound(c: &pb::CodeRewound) -> Value {
+    json!({
+        "message_seq": c.message_seq,
+        "restored": c.restored,
+        "removed": c.removed,
+        "skipped": c.skipped,
+        "untracked_commands": c.untracked_commands,
+        "plan_step_id": c.plan_step_id,
+    })
+}
+
+/// What `Rewind` did.
+pub fn rewind_response(r: &pb::RewindResponse) -> Value {
+    json!({
+        "message_seq": r.message_seq,
+        "code": opt(r.code.as_ref(), code_rewound),
+        "forked": opt(r.forked.as_ref(), conversation_summary),
+    })
+}
+
+/// A turn that can be rewound.
+pub fn checkpoint_turn(t: &pb::CheckpointTurn) -> Value {
+    json!({
+        "message_seq": t.message_seq,
+        "tool_calls": t.tool_calls,
+        "files": t.files,
+        "untracked_commands": t.untracked_commands,
+        "at_ms": t.at_ms,
     })
 }
 
@@ -839,6 +882,8 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
         queued: Vec::new(),
         context_window: o.int("context_window")?,
         parent_conversation_id: o.string("parent_conversation_id")?,
+        forked_from: o.string("forked_from")?,
+        forked_at_message: o.int("forked_at_message")?,
         continued_as: o.string("continued_as")?,
         context_warning: o.boolean("context_warning")?,
         context_tokens: o.int("context_tokens")?,

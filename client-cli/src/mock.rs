@@ -74,6 +74,7 @@ fn script(fake: &FakeAgent, state: &Arc<Mutex<State>>) {
                 pending_permission: None,
                 instructions: None,
                 plan: None,
+                checkpoints: Vec::new(),
             }),
             None => Err(Status::not_found(format!("conversation {id} not found"))),
         }

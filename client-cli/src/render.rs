@@ -561,6 +561,19 @@ impl<W: Write> Renderer<W> {
                     self.line(&text)?;
                 }
             }
+            Event::CodeRewound(c) => {
+                self.end_line()?;
+                for line in code_rewound_lines(c) {
+                    self.notice(&line)?;
+                }
+            }
+            Event::ConversationForked(f) => {
+                self.end_line()?;
+                self.notice(&format!(
+                    "forked as {} (its transcript ends before message {})",
+                    f.forked_conversation_id, f.message_seq
+                ))?;
+            }
             Event::ConversationContinued(c) => {
                 let how = if c.automatic {
                     "continued automatically"
@@ -1439,6 +1452,62 @@ pub fn checklist_line(step: &pb::PlanStep) -> String {
 }
 
 /// What a client says when the daemon finds a request deserves a plan.
+/// What a rewind (or a plan step's rollback) did to the files, in lines.
+pub fn code_rewound_lines(c: &pb::CodeRewound) -> Vec<String> {
+    let what = if c.plan_step_id.is_empty() {
+        format!("code rewound to before message {}", c.message_seq)
+    } else {
+        format!(
+            "plan step {} failed: its changes rolled back",
+            c.plan_step_id
+        )
+    };
+    let mut lines = vec![format!(
+        "{what}: {} restored, {} removed",
+        c.restored.len(),
+        c.removed.len()
+    )];
+    lines.extend(c.restored.iter().map(|p| format!("  restored {p}")));
+    lines.extend(c.removed.iter().map(|p| format!("  removed  {p}")));
+    lines.extend(
+        c.skipped
+            .iter()
+            .map(|p| format!("  kept     {p} (changed by someone else since)")),
+    );
+    if c.untracked_commands > 0 {
+        lines.push(format!(
+            "  not undone: {} bash command(s) ran outside a git work tree, where their changes are not tracked",
+            c.untracked_commands
+        ));
+    }
+    lines
+}
+
+/// The turns that can be rewound, one line each (`agent show --checkpoints`).
+pub fn checkpoint_lines(turns: &[pb::CheckpointTurn]) -> Vec<String> {
+    if turns.is_empty() {
+        return vec!["no checkpoints: the agent changed no file (or they were pruned)".to_string()];
+    }
+    let mut lines = Vec::new();
+    for t in turns {
+        let mut line = format!(
+            "message {:>4}  {} call(s), {} file(s)",
+            t.message_seq,
+            t.tool_calls,
+            t.files.len()
+        );
+        if t.untracked_commands > 0 {
+            line.push_str(&format!(
+                ", {} untracked bash command(s)",
+                t.untracked_commands
+            ));
+        }
+        lines.push(line);
+        lines.extend(t.files.iter().map(|f| format!("    {f}")));
+    }
+    lines
+}
+
 pub fn plan_suggested_text(s: &pb::PlanSuggested) -> String {
     format!(
         "this looks like a multi-step task ({}); to review a plan before any change, /mode plan and send it again",

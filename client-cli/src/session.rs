@@ -1199,6 +1199,48 @@ impl Session<'_> {
                     }
                 }
             }
+            "rewind" => {
+                let mut request = pb::RewindRequest {
+                    conversation_id: self.config.conversation_id.clone(),
+                    ..Default::default()
+                };
+                for word in arg.split_whitespace() {
+                    match word {
+                        "code" => request.code = true,
+                        "conversation" => request.conversation = true,
+                        "both" => (request.code, request.conversation) = (true, true),
+                        "force" => request.force = true,
+                        n => match n.parse::<u64>() {
+                            Ok(seq) if seq > 0 => request.message_seq = seq,
+                            _ => {
+                                self.show_error(
+                                    "/rewind [MESSAGE] [code|conversation|both] [force]",
+                                )?;
+                                return Ok(None);
+                            }
+                        },
+                    }
+                }
+                if !request.conversation {
+                    request.code = true;
+                }
+                match self.client.rewind(request).await {
+                    Ok(r) => {
+                        let r = r.into_inner();
+                        // Attached clients see the events; this one is told
+                        // the whole answer (and goes to the fork).
+                        for line in crate::commands::rewind_lines(&r) {
+                            self.note(&line)?;
+                        }
+                        if let Some(f) = r.forked {
+                            return Ok(Some(Outcome::Switch(Some(f.id))));
+                        }
+                    }
+                    Err(status) => {
+                        self.show_error(&format!("cannot rewind: {}", status.message()))?
+                    }
+                }
+            }
             "shells" => {
                 let request = pb::ListShellsRequest {
                     conversation_id: self.config.conversation_id.clone(),
@@ -1499,6 +1541,11 @@ pub const SLASH_COMMANDS: &[SlashCommand] = &[
         name: "continue",
         args: "",
         help: "go on in a new conversation seeded with the summary",
+    },
+    SlashCommand {
+        name: "rewind",
+        args: "[MESSAGE] [code|conversation|both] [force]",
+        help: "undo the agent's file changes since a message (default: the last), or fork before it",
     },
     SlashCommand {
         name: "attach",

@@ -103,6 +103,7 @@ pub mod rpc {
         ListTokens: pb::ListTokensRequest => pb::ListTokensResponse;
         RevokeToken: pb::RevokeTokenRequest => pb::RevokeTokenResponse;
         GetAudit: pb::GetAuditRequest => pb::GetAuditResponse;
+        Rewind: pb::RewindRequest => pb::RewindResponse;
     }
 }
 
@@ -371,6 +372,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::GetAuditRequest>,
     ) -> Result<Response<pb::GetAuditResponse>, Status> {
         self.unary::<rpc::GetAudit>(request)
+    }
+
+    async fn rewind(
+        &self,
+        request: Request<pb::RewindRequest>,
+    ) -> Result<Response<pb::RewindResponse>, Status> {
+        self.unary::<rpc::Rewind>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

@@ -592,6 +592,7 @@ fn snapshot_of_a_long_conversation_shows_the_tail() {
 fn transcript_for_show() {
     let response = pb::GetConversationResponse {
         plan: None,
+        checkpoints: Vec::new(),
         conversation: Some(pb::ConversationSummary {
             id: "01JABC".into(),
             state: Some(pb::ConversationState {

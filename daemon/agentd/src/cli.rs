@@ -261,7 +261,26 @@ pub async fn run(
                 fingerprint: fingerprint.clone(),
             }),
     ));
+    let checkpoints = crate::checkpoints::Checkpoints::open(
+        &store,
+        &data_dir.join("checkpoints"),
+        config.checkpoints,
+    )
+    .map_err(StartError::Paths)?;
+    let checkpoints = Arc::new(checkpoints);
+    {
+        // Retention, once at start (and again whenever the stored contents
+        // pass `max_bytes`).
+        let checkpoints = checkpoints.clone();
+        let now = crate::runtime::Clock::System.now_ms();
+        tokio::task::spawn_blocking(move || {
+            if let Err(e) = checkpoints.prune(now) {
+                tracing::warn!("checkpoint retention: {e}");
+            }
+        });
+    }
     let manager = Manager::new(Shared {
+        checkpoints,
         store,
         config,
         provider,

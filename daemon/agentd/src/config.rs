@@ -311,6 +311,33 @@ pub struct PlanSection {
     /// `off`, `suggest` (the default: clients ask whether to plan first) or
     /// `require` (the conversation enters plan mode).
     pub detect: agentd_core::plan::PlanDetect,
+    /// When a step of an approved plan fails, restore the files the agent
+    /// changed since that step started (README "Checkpoints and rewind").
+    pub auto_rollback_on_failure: bool,
+}
+
+/// Checkpoints (README "Checkpoints and rewind"): what the daemon keeps of
+/// files before the agent changes them, and for how long.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CheckpointsSection {
+    /// Record checkpoints at all.
+    pub enabled: bool,
+    /// Bytes of stored file contents kept at most; the oldest checkpoints
+    /// go first.
+    pub max_bytes: u64,
+    /// Days a checkpoint is kept.
+    pub max_age_days: u64,
+}
+
+impl Default for CheckpointsSection {
+    fn default() -> Self {
+        CheckpointsSection {
+            enabled: true,
+            max_bytes: 512 * 1024 * 1024,
+            max_age_days: 30,
+        }
+    }
 }
 
 /// Sub-agents (README "Sub-agents").
@@ -455,6 +482,8 @@ pub struct FileConfig {
     pub plan: PlanSection,
     /// Sub-agents.
     pub sub_agents: SubAgentsSection,
+    /// Checkpoints (README "Checkpoints and rewind").
+    pub checkpoints: CheckpointsSection,
 }
 
 /// The effective configuration.
@@ -508,6 +537,8 @@ pub struct Config {
     pub plan: PlanSection,
     /// Sub-agents.
     pub sub_agents: SubAgentsSection,
+    /// Checkpoints and their retention.
+    pub checkpoints: CheckpointsSection,
 }
 
 impl Config {
@@ -626,6 +657,7 @@ impl Config {
             sub_agents: SubAgentsSection {
                 max_concurrent: file.sub_agents.max_concurrent.max(1),
             },
+            checkpoints: file.checkpoints,
             model,
             provider: file.provider,
             base_url,

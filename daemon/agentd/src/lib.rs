@@ -24,6 +24,7 @@
 //! - [`store`]: sled; the only module that knows keys and trees.
 
 pub mod alloc;
+pub mod checkpoints;
 pub mod cli;
 pub mod config;
 pub mod grpc;

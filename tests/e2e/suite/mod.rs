@@ -25,6 +25,7 @@ mod permissions;
 mod plans;
 mod queue;
 mod remote;
+mod rewind;
 mod settings;
 mod shells;
 mod stock_clients;

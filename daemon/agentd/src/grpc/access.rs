@@ -83,6 +83,8 @@ pub const RULES: &[(&str, Need)] = &[
     ("ListTokens", Need::Local),
     ("RevokeToken", Need::Local),
     ("GetAudit", Need::Role(ClientRole::Viewer)),
+    // Rewriting files and forking the transcript: a driver's.
+    ("Rewind", Need::Role(ClientRole::Driver)),
 ];
 
 /// The agent service's path prefix.

@@ -262,6 +262,8 @@ pub fn summary(
         queued: queued(&r.queued),
         context_window,
         parent_conversation_id: r.parent_id.clone().unwrap_or_default(),
+        forked_from: r.forked_from.clone().unwrap_or_default(),
+        forked_at_message: r.forked_at,
         continued_as: r.continued_as.clone().unwrap_or_default(),
         context_warning: agentd_core::state::should_warn(&r.last_usage, context_window),
         context_tokens: r.last_usage.context_tokens(),
@@ -1122,12 +1124,56 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             usage: Some(usage(u)),
             cost_usd: *cost_usd,
         }),
+
+        EventKind::CodeRewound {
+            message_seq,
+            restored,
+            plan_step_id,
+        } => E::CodeRewound(code_rewound(*message_seq, restored, plan_step_id)),
+        EventKind::ConversationForked {
+            message_seq,
+            forked_id,
+        } => E::ConversationForked(pb::ConversationForked {
+            message_seq: *message_seq,
+            forked_conversation_id: forked_id.clone(),
+        }),
     };
     pb::AttachResponse {
         seq: e.seq,
         at_ms: e.at_ms,
         event: Some(ev),
     }
+}
+
+/// What a restore from the checkpoints did.
+pub fn code_rewound(
+    message_seq: u64,
+    r: &crate::checkpoints::Restored,
+    plan_step_id: &str,
+) -> pb::CodeRewound {
+    let paths = |ps: &[std::path::PathBuf]| ps.iter().map(|p| p.display().to_string()).collect();
+    pb::CodeRewound {
+        message_seq,
+        restored: paths(&r.restored),
+        removed: paths(&r.removed),
+        untracked_commands: u32::try_from(r.untracked_commands).unwrap_or(u32::MAX),
+        plan_step_id: plan_step_id.to_string(),
+        skipped: paths(&r.skipped),
+    }
+}
+
+/// The turns that have checkpoints.
+pub fn checkpoint_turns(turns: &[crate::checkpoints::TurnCheckpoint]) -> Vec<pb::CheckpointTurn> {
+    turns
+        .iter()
+        .map(|t| pb::CheckpointTurn {
+            message_seq: t.turn,
+            tool_calls: t.calls,
+            files: t.files.iter().map(|p| p.display().to_string()).collect(),
+            untracked_commands: t.untracked_commands,
+            at_ms: t.at_ms,
+        })
+        .collect()
 }
 
 /// What happened to a plan, as the event that says so.
@@ -1260,6 +1306,8 @@ pub fn exported_from(
         sub_agents_usage: Usage::default(),
         sub_agents_cost_usd: 0.0,
         sub_agents_counted: Vec::new(),
+        forked_from: non_empty(&c.forked_from),
+        forked_at: c.forked_at_message,
     };
     Ok((record, messages))
 }

@@ -332,6 +332,16 @@ impl AgentService for Service {
             pending_permission: pending,
             instructions: Some(instructions),
             plan: record.plan.as_ref().map(convert::plan),
+            checkpoints: self
+                .manager
+                .shared()
+                .checkpoints
+                .turns(&record.id)
+                .map(|t| convert::checkpoint_turns(&t))
+                .unwrap_or_else(|e| {
+                    tracing::warn!(conversation = %record.id, "cannot list checkpoints: {e}");
+                    Vec::new()
+                }),
         }))
     }
 
@@ -998,6 +1008,38 @@ impl AgentService for Service {
             .map_err(|e| to_status(e.into()))?;
         Ok(Response::new(pb::GetAuditResponse {
             entries: entries.iter().map(convert::audit_entry).collect(),
+        }))
+    }
+
+    async fn rewind(
+        &self,
+        request: Request<pb::RewindRequest>,
+    ) -> Result<Response<pb::RewindResponse>, Status> {
+        let req = request.into_inner();
+        let id = self
+            .manager
+            .resolve(&req.conversation_id)
+            .map_err(to_status)?;
+        let done = self
+            .manager
+            .rewind(
+                &id,
+                crate::runtime::RewindRequest {
+                    to: req.message_seq,
+                    code: req.code,
+                    conversation: req.conversation,
+                    force: req.force,
+                },
+            )
+            .await
+            .map_err(to_status)?;
+        Ok(Response::new(pb::RewindResponse {
+            message_seq: done.message_seq,
+            code: done
+                .code
+                .as_ref()
+                .map(|r| convert::code_rewound(done.message_seq, r, "")),
+            forked: done.forked.as_ref().map(|r| self.summary(r)),
         }))
     }
 }

@@ -314,6 +314,21 @@ pub enum EventKind {
         usage: Usage,
         cost_usd: Option<f64>,
     },
+
+    /// Files were restored from the checkpoints: a rewind to before user
+    /// message `message_seq`, or (`plan_step_id` set) a failed plan step's
+    /// rollback.
+    CodeRewound {
+        message_seq: u64,
+        restored: crate::checkpoints::Restored,
+        plan_step_id: String,
+    },
+    /// A rewind forked the conversation as `forked_id`, ending before
+    /// message `message_seq`.
+    ConversationForked {
+        message_seq: u64,
+        forked_id: String,
+    },
 }
 
 impl ConvEvent {

@@ -13,6 +13,7 @@ pub mod error;
 pub mod events;
 pub mod instructions;
 pub mod prompt;
+mod rewind;
 mod sub_agents;
 
 pub use actor::{HUB_CAPACITY, Subscription};
@@ -21,6 +22,7 @@ pub use error::RuntimeError;
 pub use events::{
     ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData, SubAgentRef, WireCache,
 };
+pub use rewind::{RewindRequest, Rewound};
 
 use crate::config::Config;
 use crate::llm::Provider;
@@ -52,6 +54,8 @@ pub struct Shared {
     pub daemon: DaemonInfo,
     /// MCP servers' connections, shared by the conversations.
     pub mcp: Arc<crate::mcp::Hub>,
+    /// What files were before tools changed them (`agent rewind`).
+    pub checkpoints: Arc<crate::checkpoints::Checkpoints>,
 }
 
 /// What the daemon is and where its files are, as `GetDaemonInfo` reports
@@ -439,18 +443,7 @@ impl Manager {
                 None => id,
             },
             None => {
-                let id = {
-                    let mut generator = self
-                        .next_id
-                        .lock()
-                        .map_err(|_| RuntimeError::ShuttingDown)?;
-                    generator
-                        .generate()
-                        .map_err(|e| {
-                            RuntimeError::InvalidArgument(format!("cannot make an id: {e}"))
-                        })?
-                        .to_string()
-                };
+                let id = self.new_id()?;
                 if let Some(request) = &new.client_request_id {
                     // Before the conversation, so a stored conversation
                     // always has its request remembered (sled keeps a
@@ -502,6 +495,8 @@ impl Manager {
             sub_agents_usage: Usage::default(),
             sub_agents_cost_usd: 0.0,
             sub_agents_counted: Vec::new(),
+            forked_from: None,
+            forked_at: 0,
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).
@@ -520,6 +515,18 @@ impl Manager {
             }
         };
         self.start_with(record, first).await
+    }
+
+    /// A new conversation id (a ULID, increasing within the millisecond).
+    fn new_id(&self) -> Result<String, RuntimeError> {
+        let mut generator = self
+            .next_id
+            .lock()
+            .map_err(|_| RuntimeError::ShuttingDown)?;
+        Ok(generator
+            .generate()
+            .map_err(|e| RuntimeError::InvalidArgument(format!("cannot make an id: {e}")))?
+            .to_string())
     }
 
     /// Starts the actor of a conversation not stored yet with its first

@@ -8,7 +8,8 @@
 //! ones to recover without reading every record), `meta` (schema version,
 //! whether `mid_turn` has been built), `images` (SHA-256 hex → the image's
 //! bytes: every image once, whatever number of messages refer to it),
-//! `tokens` and `audit` (see [`access`]).
+//! `tokens` and `audit` (see [`access`]), `checkpoints` (see
+//! `crate::checkpoints`).
 //! sled 0.34 makes nothing durable until a flush, so every write a client is
 //! told about goes through [`Store::flush`], which group-commits concurrent
 //! callers into one sled flush, made by a thread of its own (fewer hand-offs
@@ -138,7 +139,7 @@ pub struct ConversationRecord {
     /// Requests send the large tool outputs of the messages before this
     /// index as a note (see `agentd_core::prune`); the transcript keeps
     /// them. Only moves forward; 0: nothing pruned.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    #[serde(default, skip_serializing_if = "is_no_index")]
     pub pruned_through: usize,
     /// What people raised this conversation's own budgets by (the daily
     /// budgets' raises are the day's, see `Store::day_raises`).
@@ -163,6 +164,16 @@ pub struct ConversationRecord {
     /// The children whose usage is counted in `sub_agents_usage`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_agents_counted: Vec<String>,
+    /// A rewind forked this conversation from that one, ending just before
+    /// its message `forked_at` (`agent rewind --conversation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forked_at: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// What ties a sub-agent to its parent.
@@ -1010,6 +1021,18 @@ impl Store {
         Ok(Some(out))
     }
 
+    /// The tree the checkpoints keep their records in (`checkpoints`; the
+    /// layout of its keys is `crate::checkpoints`' own).
+    pub(crate) fn checkpoints_tree(&self) -> Result<sled::Tree, StoreError> {
+        Ok(self.db.open_tree("checkpoints")?)
+    }
+
+    /// A number larger than every one handed out before, across restarts
+    /// (sled's id generator): the order of checkpoints.
+    pub(crate) fn next_id(&self) -> Result<u64, StoreError> {
+        Ok(self.db.generate_id()?)
+    }
+
     /// Bytes the database occupies on disk (approximate).
     pub fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
@@ -1057,7 +1080,7 @@ fn group_commit(rx: &mpsc::Receiver<FlushRequest>, log: Option<&std::fs::File>) 
     }
 }
 
-fn is_zero(n: &usize) -> bool {
+fn is_no_index(n: &usize) -> bool {
     *n == 0
 }
 
@@ -1100,6 +1123,8 @@ mod tests {
             sub_agents_usage: Usage::default(),
             sub_agents_cost_usd: 0.0,
             sub_agents_counted: Vec::new(),
+            forked_from: None,
+            forked_at: 0,
         }
     }
 

@@ -607,6 +607,37 @@ pub async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Optio
     Some(diff::unified_all(&changes, ctx))
 }
 
+/// The files a call of a tool that changes files (`write`, `edit`,
+/// `patch`) would change, absolute; empty for other tools and for calls
+/// that would fail before changing anything. Blocking: it reads the files.
+/// The checkpoints record these files' contents before the call runs.
+pub(crate) fn planned_paths(name: &str, input: &Value, ctx: &ToolContext) -> Vec<PathBuf> {
+    let Some(tool) = Tool::from_name(name) else {
+        return Vec::new();
+    };
+    let planned = match tool {
+        Tool::Write => write::plan(input.clone(), ctx),
+        Tool::Edit => edit::plan(input.clone(), ctx),
+        Tool::Patch => patch::plan(input.clone(), ctx),
+        Tool::Bash
+        | Tool::BashOutput
+        | Tool::KillShell
+        | Tool::Read
+        | Tool::Glob
+        | Tool::Grep
+        | Tool::KeywordSearch
+        | Tool::Think
+        | Tool::RequestModeUpgrade
+        | Tool::ProposePlan
+        | Tool::UpdatePlan
+        | Tool::SpawnAgents
+        | Tool::SubmitResult => return Vec::new(),
+    };
+    planned
+        .map(|changes| changes.into_iter().map(|c| c.path).collect())
+        .unwrap_or_default()
+}
+
 /// The first line of `s`, clipped to `max` characters.
 pub(crate) fn one_line(s: &str, max: usize) -> String {
     let first = s.trim_start().lines().next().unwrap_or("");

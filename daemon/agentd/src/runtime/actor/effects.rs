@@ -335,7 +335,17 @@ impl Actor {
             }
             // The plan itself was written by the commit.
             Effect::PlanChanged { plan, change } => {
-                self.emit(EventKind::Plan { change, plan });
+                let step = match &change {
+                    agentd_core::plan::PlanEvent::Step(step) => Some(step.clone()),
+                    _ => None,
+                };
+                self.emit(EventKind::Plan {
+                    change,
+                    plan: plan.clone(),
+                });
+                if let Some(step) = step {
+                    self.plan_step_checkpoint(&plan, &step).await;
+                }
                 None
             }
             Effect::SpawnSubAgent {
@@ -835,8 +845,22 @@ impl Actor {
         let mcp = self.shared.mcp.clone();
         let servers = self.mcp_servers();
         let tx = self.tx.clone();
+        let checkpoints = self.shared.checkpoints.clone();
+        let key = crate::checkpoints::CallKey {
+            conversation_id: self.record.id.clone(),
+            turn: self.turn_message_seq(),
+            tool_use_id: call.id.clone(),
+            at_ms: self.now_ms(),
+        };
         tokio::spawn(async move {
             let started = Instant::now();
+            // What the call may change is recorded (durably) before it
+            // runs, and what it left when it ends (`agent rewind`).
+            let checkpoint = if background {
+                None
+            } else {
+                checkpoints.before(key, &call.name, &call.input, &ctx).await
+            };
             let mut output = if background {
                 crate::tools::run_as_background_shell(&call.input, &ctx).await
             } else if let Called::Mcp { server, tool } = Called::of(&call.name) {
@@ -852,6 +876,9 @@ impl Actor {
             } else {
                 registry.run(&call.name, call.input.clone(), &ctx).await
             };
+            if let Some(pending) = checkpoint {
+                checkpoints.after(pending).await;
+            }
             // The tool's post_tool_use hooks are part of its run: they are
             // stopped with it, and what they add is in its result.
             let mut reports = Vec::new();

@@ -19,6 +19,7 @@
 mod commit;
 mod effects;
 mod replay;
+mod rewind;
 mod sub_agent;
 mod sub_agent_recovery;
 #[cfg(test)]
@@ -183,6 +184,20 @@ pub(crate) enum Command {
         automatic: bool,
         taken: Vec<String>,
         reply: oneshot::Sender<Result<(), RuntimeError>>,
+    },
+    /// Restore the files the agent changed since user message `to` (0: the
+    /// last), or only check that it can be rewound to (`code` false);
+    /// refused while a turn runs. Replies with the message rewound to.
+    Rewind {
+        to: u64,
+        code: bool,
+        force: bool,
+        reply: oneshot::Sender<Result<(u64, Option<crate::checkpoints::Restored>), RuntimeError>>,
+    },
+    /// A rewind forked this conversation: tell the clients.
+    Forked {
+        message_seq: u64,
+        forked_id: String,
     },
 }
 
@@ -802,6 +817,21 @@ impl Actor {
             } => {
                 let _ = reply.send(self.mark_continued(next, hop, automatic, taken).await);
             }
+            Command::Rewind {
+                to,
+                code,
+                force,
+                reply,
+            } => {
+                let _ = reply.send(self.rewind(to, code, force).await);
+            }
+            Command::Forked {
+                message_seq,
+                forked_id,
+            } => self.emit(EventKind::ConversationForked {
+                message_seq,
+                forked_id,
+            }),
         }
     }
 
@@ -1257,6 +1287,16 @@ impl Actor {
             .unwrap_or(0)
     }
 
+    /// The sequence number of the user message whose turn is running: the
+    /// last user message that is not tool results (0: none).
+    pub(super) fn turn_message_seq(&self) -> u64 {
+        self.transcript
+            .iter()
+            .rposition(starts_turn)
+            .map(|i| i as u64 + 1)
+            .unwrap_or(0)
+    }
+
     fn tool_name(&self, tool_use_id: &str) -> String {
         match &self.record.state {
             agentd_core::ConvState::ToolExecuting(run) => run
@@ -1298,6 +1338,16 @@ impl Actor {
             Err(e) => tracing::warn!(conversation = %self.record.id, "event not applied: {e}"),
         }
     }
+}
+
+/// Whether `m` is a user message a person sent (it starts a turn), not
+/// tool results travelling back to the model.
+pub(crate) fn starts_turn(m: &Message) -> bool {
+    m.role == Role::User
+        && !m
+            .content
+            .iter()
+            .any(|b| matches!(b, agentd_core::ContentBlock::ToolResult { .. }))
 }
 
 /// The id of queued message `number`.

@@ -173,6 +173,14 @@ fn rig_with(configure: impl FnOnce(&mut Config)) -> Rig {
         clock: Clock::virtual_at(T0),
         daemon: Default::default(),
         mcp: Arc::new(crate::mcp::Hub::new(Vec::new())),
+        checkpoints: Arc::new(
+            crate::checkpoints::Checkpoints::open(
+                &store,
+                &dir.path().join("checkpoints"),
+                Default::default(),
+            )
+            .unwrap(),
+        ),
     });
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
     Rig {

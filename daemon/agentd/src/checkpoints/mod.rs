@@ -1,0 +1,747 @@
+//! Checkpoints: what files were before the agent changed them, so a person
+//! can rewind a conversation's code to the start of one of its turns.
+//!
+//! Before a tool that changes files runs (`write`, `edit`, `patch`, and
+//! `bash` in the foreground), the tool runner asks [`Checkpoints::before`]
+//! to record what the call may change:
+//! - `write`, `edit`, `patch`: the files they will change, their content
+//!   kept in the content-addressed [`BlobStore`] (or the fact that a file
+//!   did not exist);
+//! - `bash` in a git work tree: a snapshot of the work tree as a git tree
+//!   object (see [`git`]), which leaves the user's index, branches, refs and
+//!   stash alone; when the command ends the two snapshots are compared and
+//!   the prior content of every file it changed is copied into the store;
+//! - `bash` elsewhere: nothing can be known; the record only says that a
+//!   command ran, so a rewind can say its changes are not undone.
+//!
+//! After the call, [`Checkpoints::after`] records what the agent left in
+//! each file (its SHA-256). A rewind refuses, unless forced, when a file's
+//! content now differs from that: someone else changed it since.
+//!
+//! Records live in sled (tree `checkpoints`), keyed by conversation and a
+//! number from sled's id generator, so they keep their order across
+//! restarts; each names the user message whose turn made it (its sequence
+//! number) and the tool call. The record of a call is durable before the
+//! call runs. Calls that changed nothing leave no record. Retention
+//! (`[checkpoints] max_bytes`, `max_age_days`) drops the oldest records and
+//! then the contents no record refers to.
+
+pub mod blobs;
+pub mod git;
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use agentd_core::tools::Tool;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use blobs::BlobStore;
+
+use crate::config::CheckpointsSection;
+use crate::store::Store;
+use crate::tools::ToolContext;
+
+/// A file's content at one moment.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum FileState {
+    /// There was no file.
+    Absent,
+    /// The file held the content with this SHA-256.
+    Content { sha256: String },
+}
+
+/// One file a call changed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileChange {
+    /// Absolute.
+    pub path: PathBuf,
+    /// Before the call (its content is in the blob store).
+    pub before: FileState,
+    /// What the call left (only its hash is kept); None until the call has
+    /// ended, and for good when the daemon stopped while it ran.
+    #[serde(default)]
+    pub after: Option<FileState>,
+}
+
+/// The work-tree snapshots around a `bash` call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitSnapshot {
+    /// The top of the work tree.
+    pub top: PathBuf,
+    /// The tree before the command.
+    pub before_tree: String,
+    /// The tree after it; None until it ended (for good when the daemon
+    /// stopped while it ran: a rewind then compares with the work tree).
+    #[serde(default)]
+    pub after_tree: Option<String>,
+}
+
+/// The checkpoint of one tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Record {
+    pub conversation_id: String,
+    /// The sequence number of the user message whose turn made the call.
+    pub turn: u64,
+    pub tool_use_id: String,
+    pub tool: String,
+    pub at_ms: i64,
+    /// The files it changed.
+    #[serde(default)]
+    pub files: Vec<FileChange>,
+    /// `bash` in a git work tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git: Option<GitSnapshot>,
+    /// `bash` outside a git work tree: what it changed is not known.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub untracked: bool,
+}
+
+/// Which call a checkpoint is for.
+#[derive(Debug, Clone)]
+pub struct CallKey {
+    pub conversation_id: String,
+    /// The sequence number of the user message whose turn this is.
+    pub turn: u64,
+    pub tool_use_id: String,
+    pub at_ms: i64,
+}
+
+/// A checkpoint whose call is running.
+#[derive(Debug)]
+pub struct Pending {
+    id: u64,
+    record: Record,
+    repo: Option<git::Repo>,
+}
+
+/// What a rewind (or a rollback) restores.
+#[derive(Debug, Clone, Copy)]
+pub enum Since {
+    /// Every call of the turns of this user message and later.
+    Turn(u64),
+    /// Every call recorded after this mark (see [`Checkpoints::mark`]).
+    Mark(u64),
+}
+
+/// What a restore did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Restored {
+    /// Files written back to their earlier content.
+    pub restored: Vec<PathBuf>,
+    /// Files the agent created, removed.
+    pub removed: Vec<PathBuf>,
+    /// Files changed by someone else since, left as they are (a rollback
+    /// that may not overwrite them).
+    pub skipped: Vec<PathBuf>,
+    /// `bash` ran outside a git work tree in those turns: its changes are
+    /// not undone.
+    pub untracked_commands: usize,
+}
+
+/// Why a restore did nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RestoreError {
+    /// Files changed by someone other than the agent since it last changed
+    /// them.
+    #[error("changed since by someone other than the agent: {}", list(.0))]
+    ChangedSince(Vec<PathBuf>),
+    /// A stored content or a record could not be read, or a file not
+    /// written.
+    #[error("{0}")]
+    Io(String),
+}
+
+fn list(paths: &[PathBuf]) -> String {
+    paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A checkpointed turn, for listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TurnCheckpoint {
+    /// The user message's sequence number.
+    pub turn: u64,
+    /// Calls recorded.
+    pub calls: u32,
+    /// Files changed, each once, in the order first changed.
+    pub files: Vec<PathBuf>,
+    /// `bash` calls outside a git work tree (not tracked).
+    pub untracked_commands: u32,
+    /// When the first call ran.
+    pub at_ms: i64,
+}
+
+/// The daemon's checkpoints (one for all conversations).
+pub struct Checkpoints {
+    tree: sled::Tree,
+    store: Store,
+    blobs: BlobStore,
+    /// Temporary indexes of git snapshots.
+    scratch: PathBuf,
+    config: CheckpointsSection,
+    /// Held while contents are written and records changed, and while
+    /// retention sweeps: a sweep never removes a content a record is about
+    /// to refer to.
+    lock: std::sync::Mutex<()>,
+    /// Bytes in the blob store (approximately: what was written since the
+    /// last count).
+    bytes: AtomicU64,
+    /// How old an unreferenced content must be before a sweep removes it.
+    sweep_grace: std::time::Duration,
+}
+
+impl std::fmt::Debug for Checkpoints {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Checkpoints")
+            .field("blobs", &self.blobs)
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+const RECORD: u8 = b'c';
+const MARK: u8 = b'm';
+
+fn prefix(kind: u8, conv: &str) -> Vec<u8> {
+    let mut key = Vec::with_capacity(conv.len() + 2);
+    key.push(kind);
+    key.extend_from_slice(conv.as_bytes());
+    key.push(0);
+    key
+}
+
+fn record_key(conv: &str, id: u64) -> Vec<u8> {
+    let mut key = prefix(RECORD, conv);
+    key.extend_from_slice(&id.to_be_bytes());
+    key
+}
+
+fn mark_key(conv: &str, name: &str) -> Vec<u8> {
+    let mut key = prefix(MARK, conv);
+    key.extend_from_slice(name.as_bytes());
+    key
+}
+
+fn id_of(key: &[u8]) -> u64 {
+    let tail = key.len().saturating_sub(8);
+    key.get(tail..)
+        .and_then(|b| <[u8; 8]>::try_from(b).ok())
+        .map(u64::from_be_bytes)
+        .unwrap_or(0)
+}
+
+/// A file's content now, hashed; and its bytes.
+fn read_state(path: &Path) -> Result<(FileState, Option<Vec<u8>>), String> {
+    match std::fs::read(path) {
+        Ok(bytes) => Ok((
+            FileState::Content {
+                sha256: blobs::sha256_hex(&bytes),
+            },
+            Some(bytes),
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((FileState::Absent, None)),
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+fn io_err(e: impl std::fmt::Display) -> String {
+    e.to_string()
+}
+
+impl Checkpoints {
+    /// Opens the checkpoints: records in `store`, contents and scratch
+    /// files under `dir` (`<data dir>/checkpoints`).
+    pub fn open(
+        store: &Store,
+        dir: &Path,
+        config: CheckpointsSection,
+    ) -> Result<Checkpoints, String> {
+        let blobs = BlobStore::open(&dir.join("blobs"))
+            .map_err(|e| format!("{}: {e}", dir.join("blobs").display()))?;
+        let scratch = dir.join("scratch");
+        // Temporary indexes a crash left behind.
+        let _ = std::fs::remove_dir_all(&scratch);
+        let bytes = blobs.total_bytes().unwrap_or(0);
+        Ok(Checkpoints {
+            tree: store.checkpoints_tree().map_err(io_err)?,
+            store: store.clone(),
+            blobs,
+            scratch,
+            config,
+            lock: std::sync::Mutex::new(()),
+            bytes: AtomicU64::new(bytes),
+            sweep_grace: std::time::Duration::from_secs(600),
+        })
+    }
+
+    fn locked(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records what `name` called with `input` may change, before it runs;
+    /// None when it changes no file (or checkpoints are off). A failure is
+    /// logged and the call runs without a checkpoint.
+    pub async fn before(
+        self: &Arc<Self>,
+        key: CallKey,
+        name: &str,
+        input: &Value,
+        ctx: &ToolContext,
+    ) -> Option<Pending> {
+        if !self.config.enabled {
+            return None;
+        }
+        let tool = Tool::from_name(name)?;
+        let mut record = Record {
+            conversation_id: key.conversation_id,
+            turn: key.turn,
+            tool_use_id: key.tool_use_id,
+            tool: name.to_string(),
+            at_ms: key.at_ms,
+            files: Vec::new(),
+            git: None,
+            untracked: false,
+        };
+        let mut repo = None;
+        let result = match tool {
+            Tool::Write | Tool::Edit | Tool::Patch => {
+                let this = self.clone();
+                let (name, input, ctx) = (name.to_string(), input.clone(), ctx.clone());
+                let files = tokio::task::spawn_blocking(move || {
+                    this.keep_before(&crate::tools::planned_paths(&name, &input, &ctx))
+                })
+                .await
+                .map_err(io_err)
+                .and_then(|r| r);
+                files.map(|files| record.files = files)
+            }
+            Tool::Bash if input.get("run_in_background").and_then(Value::as_bool) != Some(true) => {
+                match git::repo_of(&ctx.cwd).await {
+                    Some(found) => match git::snapshot(&found, &self.scratch).await {
+                        Ok(tree) => {
+                            record.git = Some(GitSnapshot {
+                                top: found.top.clone(),
+                                before_tree: tree,
+                                after_tree: None,
+                            });
+                            repo = Some(found);
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    },
+                    None => {
+                        record.untracked = true;
+                        Ok(())
+                    }
+                }
+            }
+            _ => return None,
+        };
+        if let Err(e) = result {
+            tracing::warn!(conversation = %record.conversation_id, "no checkpoint before {name}: {e}");
+            return None;
+        }
+        if record.files.is_empty() && record.git.is_none() && !record.untracked {
+            return None;
+        }
+        let id = match self.store.next_id() {
+            Ok(id) => id,
+            Err(e) => {
+                tracing::warn!("no checkpoint before {name}: {e}");
+                return None;
+            }
+        };
+        if let Err(e) = self.put(id, &record) {
+            tracing::warn!("no checkpoint before {name}: {e}");
+            return None;
+        }
+        // Durable before the call changes anything.
+        if let Err(e) = self.store.flush().await {
+            tracing::warn!("checkpoint before {name} not flushed: {e}");
+        }
+        Some(Pending { id, record, repo })
+    }
+
+    /// Stores the current content of each of `paths`; their changes with
+    /// `after` unknown.
+    fn keep_before(&self, paths: &[PathBuf]) -> Result<Vec<FileChange>, String> {
+        let _guard = self.locked();
+        let mut files = Vec::new();
+        for path in paths {
+            if files.iter().any(|f: &FileChange| &f.path == path) {
+                continue;
+            }
+            let before = self.keep(path)?;
+            files.push(FileChange {
+                path: path.clone(),
+                before,
+                after: None,
+            });
+        }
+        Ok(files)
+    }
+
+    /// Stores `path`'s content now; the caller holds the lock.
+    fn keep(&self, path: &Path) -> Result<FileState, String> {
+        match read_state(path)? {
+            (state, Some(bytes)) => {
+                let (_, written) = self.blobs.put(&bytes).map_err(io_err)?;
+                self.bytes.fetch_add(written, Ordering::Relaxed);
+                Ok(state)
+            }
+            (state, None) => Ok(state),
+        }
+    }
+
+    fn put(&self, id: u64, record: &Record) -> Result<(), String> {
+        let bytes = serde_json::to_vec(record).map_err(io_err)?;
+        self.tree
+            .insert(record_key(&record.conversation_id, id), bytes)
+            .map_err(io_err)?;
+        Ok(())
+    }
+
+    /// Completes the checkpoint of a call that ended: what it left in each
+    /// file. A call that changed nothing leaves no record. Made durable by
+    /// the commit of the call's result, which follows.
+    pub async fn after(self: &Arc<Self>, pending: Pending) {
+        let Pending {
+            id,
+            mut record,
+            repo,
+        } = pending;
+        let conv = record.conversation_id.clone();
+        if let (Some(snap), Some(repo)) = (record.git.as_mut(), repo.as_ref()) {
+            match self.git_changes(repo, &snap.before_tree).await {
+                Ok((tree, changes)) => {
+                    snap.after_tree = Some(tree);
+                    record.files = changes;
+                }
+                Err(e) => {
+                    tracing::warn!(conversation = %conv, "checkpoint after bash: {e}");
+                    return;
+                }
+            }
+        }
+        let this = self.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            for file in &mut record.files {
+                if file.after.is_none() {
+                    file.after = Some(read_state(&file.path)?.0);
+                }
+            }
+            record.files.retain(|f| f.after.as_ref() != Some(&f.before));
+            if record.files.is_empty() && !record.untracked {
+                this.tree
+                    .remove(record_key(&record.conversation_id, id))
+                    .map_err(io_err)?;
+                return Ok(());
+            }
+            this.put(id, &record)
+        })
+        .await
+        .map_err(io_err)
+        .and_then(|r| r);
+        if let Err(e) = done {
+            tracing::warn!(conversation = %conv, "checkpoint after a call: {e}");
+        }
+        if self.bytes.load(Ordering::Relaxed) > self.config.max_bytes {
+            let this = self.clone();
+            let now = record_now_ms();
+            let _ = tokio::task::spawn_blocking(move || this.prune(now)).await;
+        }
+    }
+
+    /// A new snapshot and the files that differ from `before_tree`, their
+    /// earlier contents stored (what is in them now is left for the caller
+    /// to read).
+    async fn git_changes(
+        self: &Arc<Self>,
+        repo: &git::Repo,
+        before_tree: &str,
+    ) -> Result<(String, Vec<FileChange>), String> {
+        let after_tree = git::snapshot(repo, &self.scratch).await?;
+        let changes = git::changes(repo, before_tree, &after_tree).await?;
+        let mut files = Vec::new();
+        for change in changes {
+            let before = if change.existed {
+                let bytes = git::content(repo, before_tree, &change.path).await?;
+                let _guard = self.locked();
+                let (sha256, written) = self.blobs.put(&bytes).map_err(io_err)?;
+                self.bytes.fetch_add(written, Ordering::Relaxed);
+                FileState::Content { sha256 }
+            } else {
+                FileState::Absent
+            };
+            files.push(FileChange {
+                path: repo.top.join(&change.path),
+                before,
+                after: None,
+            });
+        }
+        Ok((after_tree, files))
+    }
+
+    /// Remembers where `name` (a plan step) started: a rollback restores
+    /// what was recorded after it.
+    pub fn mark(&self, conversation_id: &str, name: &str) -> Result<u64, String> {
+        let id = self.store.next_id().map_err(io_err)?;
+        self.tree
+            .insert(mark_key(conversation_id, name), id.to_be_bytes().to_vec())
+            .map_err(io_err)?;
+        Ok(id)
+    }
+
+    /// Where `name` started, if it was marked.
+    pub fn mark_of(&self, conversation_id: &str, name: &str) -> Option<u64> {
+        let value = self.tree.get(mark_key(conversation_id, name)).ok()??;
+        <[u8; 8]>::try_from(value.as_ref())
+            .ok()
+            .map(u64::from_be_bytes)
+    }
+
+    /// Every record of a conversation, oldest first, with its id.
+    pub fn records(&self, conversation_id: &str) -> Result<Vec<(u64, Record)>, String> {
+        let mut out = Vec::new();
+        for item in self.tree.scan_prefix(prefix(RECORD, conversation_id)) {
+            let (k, v) = item.map_err(io_err)?;
+            let record: Record = serde_json::from_slice(&v)
+                .map_err(|e| format!("corrupt checkpoint record: {e}"))?;
+            out.push((id_of(&k), record));
+        }
+        Ok(out)
+    }
+
+    /// The turns of a conversation that have checkpoints, oldest first.
+    pub fn turns(&self, conversation_id: &str) -> Result<Vec<TurnCheckpoint>, String> {
+        let mut turns: BTreeMap<u64, TurnCheckpoint> = BTreeMap::new();
+        for (_, record) in self.records(conversation_id)? {
+            let entry = turns.entry(record.turn).or_insert(TurnCheckpoint {
+                turn: record.turn,
+                calls: 0,
+                files: Vec::new(),
+                untracked_commands: 0,
+                at_ms: record.at_ms,
+            });
+            entry.calls += 1;
+            if record.untracked {
+                entry.untracked_commands += 1;
+            }
+            for f in record.files {
+                if !entry.files.contains(&f.path) {
+                    entry.files.push(f.path);
+                }
+            }
+        }
+        Ok(turns.into_values().collect())
+    }
+
+    /// Restores the files the calls `since` changed to their content
+    /// before the first of them, and drops those records. Refuses when a
+    /// file was changed by someone else since the agent last changed it,
+    /// unless `force` (then it is overwritten) or `skip_changed` (then it is
+    /// left as it is and reported).
+    pub async fn restore(
+        self: &Arc<Self>,
+        conversation_id: &str,
+        since: Since,
+        force: bool,
+        skip_changed: bool,
+    ) -> Result<Restored, RestoreError> {
+        let all = self.records(conversation_id).map_err(RestoreError::Io)?;
+        let mut chosen: Vec<(u64, Record)> = all
+            .into_iter()
+            .filter(|(id, r)| match since {
+                Since::Turn(turn) => r.turn >= turn,
+                Since::Mark(mark) => *id > mark,
+            })
+            .collect();
+        // A bash call the daemon stopped during: compare with now.
+        for (_, record) in &mut chosen {
+            let Some(snap) = &record.git else { continue };
+            if snap.after_tree.is_some() {
+                continue;
+            }
+            if let Some(repo) = git::repo_of(&snap.top).await {
+                let before_tree = snap.before_tree.clone();
+                match self.git_changes(&repo, &before_tree).await {
+                    Ok((_, files)) => record.files = files,
+                    Err(e) => return Err(RestoreError::Io(e)),
+                }
+            }
+        }
+        let this = self.clone();
+        let done = tokio::task::spawn_blocking(move || this.apply(chosen, force, skip_changed))
+            .await
+            .map_err(|e| RestoreError::Io(e.to_string()))??;
+        // The used records' removal, durably.
+        if let Err(e) = self.store.flush().await {
+            tracing::warn!("checkpoints not flushed after a restore: {e}");
+        }
+        Ok(done)
+    }
+
+    fn apply(
+        &self,
+        chosen: Vec<(u64, Record)>,
+        force: bool,
+        skip_changed: bool,
+    ) -> Result<Restored, RestoreError> {
+        let _guard = self.locked();
+        // Per file: its content before the first call, and what the last
+        // call left (None: not known).
+        let mut files: BTreeMap<PathBuf, (FileState, Option<FileState>)> = BTreeMap::new();
+        let mut out = Restored::default();
+        for (_, record) in &chosen {
+            if record.untracked {
+                out.untracked_commands += 1;
+            }
+            for f in &record.files {
+                files
+                    .entry(f.path.clone())
+                    .and_modify(|(_, last)| *last = f.after.clone())
+                    .or_insert((f.before.clone(), f.after.clone()));
+            }
+        }
+        let mut changed = Vec::new();
+        for (path, (_, last)) in &files {
+            let Some(last) = last else { continue };
+            let now = read_state(path).map_err(RestoreError::Io)?.0;
+            if &now != last {
+                changed.push(path.clone());
+            }
+        }
+        if !changed.is_empty() && !force && !skip_changed {
+            return Err(RestoreError::ChangedSince(changed));
+        }
+        // Every content is read before any file is written: a missing one
+        // stops the restore before it changed anything.
+        let mut plan = Vec::new();
+        for (path, (before, _)) in files {
+            if skip_changed && !force && changed.contains(&path) {
+                out.skipped.push(path);
+                continue;
+            }
+            let content = match &before {
+                FileState::Absent => None,
+                FileState::Content { sha256 } => Some(self.blobs.get(sha256).map_err(|e| {
+                    RestoreError::Io(format!(
+                        "the earlier content of {} is gone ({e}); nothing was restored",
+                        path.display()
+                    ))
+                })?),
+            };
+            plan.push((path, content));
+        }
+        for (path, content) in plan {
+            match content {
+                Some(bytes) => {
+                    if let Some(parent) = path.parent() {
+                        std::fs::create_dir_all(parent)
+                            .map_err(|e| RestoreError::Io(format!("{}: {e}", parent.display())))?;
+                    }
+                    std::fs::write(&path, bytes)
+                        .map_err(|e| RestoreError::Io(format!("{}: {e}", path.display())))?;
+                    out.restored.push(path);
+                }
+                None => match std::fs::remove_file(&path) {
+                    Ok(()) => out.removed.push(path),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(RestoreError::Io(format!("{}: {e}", path.display()))),
+                },
+            }
+        }
+        for (id, record) in &chosen {
+            let _ = self.tree.remove(record_key(&record.conversation_id, *id));
+        }
+        Ok(out)
+    }
+
+    /// Retention: drops records older than `max_age_days`, then the oldest
+    /// while the stored contents exceed `max_bytes`, then every content no
+    /// record refers to. Returns the records dropped.
+    pub fn prune(&self, now_ms: i64) -> Result<usize, String> {
+        let _guard = self.locked();
+        let max_age_ms =
+            i64::try_from(self.config.max_age_days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);
+        let mut records = Vec::new();
+        for item in self.tree.scan_prefix([RECORD]) {
+            let (k, v) = item.map_err(io_err)?;
+            match serde_json::from_slice::<Record>(&v) {
+                Ok(r) => records.push((k, r)),
+                Err(_) => {
+                    self.tree.remove(&k).map_err(io_err)?;
+                }
+            }
+        }
+        records.sort_by_key(|(k, r)| (r.at_ms, id_of(k)));
+        let sizes = |r: &Record| -> Vec<String> {
+            r.files
+                .iter()
+                .filter_map(|f| match &f.before {
+                    FileState::Content { sha256 } => Some(sha256.clone()),
+                    FileState::Absent => None,
+                })
+                .collect()
+        };
+        let mut dropped = 0;
+        let mut kept: Vec<(sled::IVec, Record)> = Vec::new();
+        for (k, r) in records {
+            if now_ms.saturating_sub(r.at_ms) > max_age_ms {
+                self.tree.remove(&k).map_err(io_err)?;
+                dropped += 1;
+            } else {
+                kept.push((k, r));
+            }
+        }
+        // Bytes each content takes, counted once.
+        let mut total = 0u64;
+        let mut size_of = std::collections::HashMap::new();
+        for (_, r) in &kept {
+            for sha in sizes(r) {
+                if let std::collections::hash_map::Entry::Vacant(e) = size_of.entry(sha.clone()) {
+                    let len = self.blobs.get(&sha).map(|b| b.len() as u64).unwrap_or(0);
+                    total += len;
+                    e.insert(len);
+                }
+            }
+        }
+        let mut first = 0;
+        while total > self.config.max_bytes && first < kept.len() {
+            let (k, r) = &kept[first];
+            self.tree.remove(k).map_err(io_err)?;
+            dropped += 1;
+            first += 1;
+            let still: HashSet<String> = kept[first..].iter().flat_map(|(_, r)| sizes(r)).collect();
+            for sha in sizes(r) {
+                if !still.contains(&sha)
+                    && let Some(len) = size_of.remove(&sha)
+                {
+                    total = total.saturating_sub(len);
+                }
+            }
+        }
+        let keep: HashSet<String> = kept[first..].iter().flat_map(|(_, r)| sizes(r)).collect();
+        // Contents younger than a few minutes may belong to a call that is
+        // still running, whose record does not name them yet.
+        self.blobs.sweep(&keep, self.sweep_grace).map_err(io_err)?;
+        self.bytes.store(total, Ordering::Relaxed);
+        Ok(dropped)
+    }
+}
+
+/// Unix ms now, for retention (the only clock read here; retention is no
+/// part of a conversation's state).
+fn record_now_ms() -> i64 {
+    crate::runtime::Clock::System.now_ms()
+}
+
+#[cfg(test)]
+mod tests;

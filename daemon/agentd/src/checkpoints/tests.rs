@@ -1,0 +1,260 @@
+#![allow(clippy::unwrap_used)]
+
+use super::*;
+use serde_json::json;
+
+struct Fixture {
+    _data: tempfile::TempDir,
+    _work: tempfile::TempDir,
+    cp: Arc<Checkpoints>,
+    ctx: ToolContext,
+}
+
+fn fixture(config: CheckpointsSection) -> Fixture {
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let store = Store::open(&data.path().join("db")).unwrap();
+    let mut cp = Checkpoints::open(&store, &data.path().join("checkpoints"), config).unwrap();
+    cp.sweep_grace = std::time::Duration::ZERO;
+    let cwd = work.path().canonicalize().unwrap();
+    Fixture {
+        _data: data,
+        ctx: ToolContext::new(cwd),
+        _work: work,
+        cp: Arc::new(cp),
+    }
+}
+
+fn key(turn: u64, id: &str, at_ms: i64) -> CallKey {
+    CallKey {
+        conversation_id: "c1".into(),
+        turn,
+        tool_use_id: id.into(),
+        at_ms,
+    }
+}
+
+impl Fixture {
+    fn path(&self, name: &str) -> PathBuf {
+        self.ctx.cwd.join(name)
+    }
+
+    /// A `write` call as the runner makes it: checkpoint, write, complete.
+    async fn write(&self, turn: u64, id: &str, at_ms: i64, name: &str, content: &str) {
+        let input = json!({"path": name, "content": content});
+        let pending = self
+            .cp
+            .before(key(turn, id, at_ms), "write", &input, &self.ctx)
+            .await;
+        std::fs::write(self.path(name), content).unwrap();
+        if let Some(p) = pending {
+            self.cp.after(p).await;
+        }
+    }
+
+    fn blob_count(&self) -> usize {
+        self.cp.blobs.list().unwrap().len()
+    }
+}
+
+#[tokio::test]
+async fn the_same_prior_content_is_stored_once() {
+    let f = fixture(CheckpointsSection::default());
+    std::fs::write(f.path("a.txt"), "same").unwrap();
+    std::fs::write(f.path("b.txt"), "same").unwrap();
+    f.write(1, "t1", 1, "a.txt", "new a").await;
+    f.write(1, "t2", 2, "b.txt", "new b").await;
+    assert_eq!(f.blob_count(), 1, "two files with one content: one blob");
+    let records = f.cp.records("c1").unwrap();
+    assert_eq!(records.len(), 2);
+    assert!(records[0].0 < records[1].0, "records keep their order");
+    let turns = f.cp.turns("c1").unwrap();
+    assert_eq!(turns.len(), 1);
+    assert_eq!((turns[0].turn, turns[0].calls), (1, 2));
+}
+
+#[tokio::test]
+async fn a_call_that_changes_nothing_leaves_no_record() {
+    let f = fixture(CheckpointsSection::default());
+    std::fs::write(f.path("a.txt"), "one").unwrap();
+    let input = json!({"path": "a.txt", "content": "two"});
+    let pending = f.cp.before(key(1, "t1", 1), "write", &input, &f.ctx).await;
+    // The call failed: the file is as it was.
+    f.cp.after(pending.unwrap()).await;
+    assert!(f.cp.records("c1").unwrap().is_empty());
+    // Tools that change nothing are not checkpointed at all.
+    let read = json!({"path": "a.txt"});
+    assert!(
+        f.cp.before(key(1, "t2", 1), "read", &read, &f.ctx)
+            .await
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn restore_brings_back_every_file_and_removes_created_ones() {
+    let f = fixture(CheckpointsSection::default());
+    std::fs::write(f.path("a.txt"), "a0").unwrap();
+    f.write(1, "t1", 1, "a.txt", "a1").await;
+    f.write(3, "t2", 2, "a.txt", "a2").await;
+    f.write(3, "t3", 3, "new.txt", "created").await;
+    // To before turn 3: a.txt as turn 1 left it, new.txt gone.
+    let done =
+        f.cp.restore("c1", Since::Turn(3), false, false)
+            .await
+            .unwrap();
+    assert_eq!(std::fs::read_to_string(f.path("a.txt")).unwrap(), "a1");
+    assert!(!f.path("new.txt").exists());
+    assert_eq!(done.restored, vec![f.path("a.txt")]);
+    assert_eq!(done.removed, vec![f.path("new.txt")]);
+    // Those records are used up; turn 1's remains.
+    assert_eq!(f.cp.turns("c1").unwrap().len(), 1);
+    f.cp.restore("c1", Since::Turn(1), false, false)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(f.path("a.txt")).unwrap(), "a0");
+}
+
+#[tokio::test]
+async fn restore_refuses_files_changed_by_someone_else_unless_forced() {
+    let f = fixture(CheckpointsSection::default());
+    std::fs::write(f.path("a.txt"), "a0").unwrap();
+    std::fs::write(f.path("b.txt"), "b0").unwrap();
+    f.write(1, "t1", 1, "a.txt", "a1").await;
+    f.write(1, "t2", 2, "b.txt", "b1").await;
+    std::fs::write(f.path("b.txt"), "edited by a person").unwrap();
+    let refused = f.cp.restore("c1", Since::Turn(1), false, false).await;
+    assert_eq!(
+        refused,
+        Err(RestoreError::ChangedSince(vec![f.path("b.txt")]))
+    );
+    // Nothing was touched.
+    assert_eq!(std::fs::read_to_string(f.path("a.txt")).unwrap(), "a1");
+    // A rollback leaves the changed file and restores the rest.
+    let partial =
+        f.cp.restore("c1", Since::Turn(1), false, true)
+            .await
+            .unwrap();
+    assert_eq!(partial.skipped, vec![f.path("b.txt")]);
+    assert_eq!(std::fs::read_to_string(f.path("a.txt")).unwrap(), "a0");
+    assert_eq!(
+        std::fs::read_to_string(f.path("b.txt")).unwrap(),
+        "edited by a person"
+    );
+}
+
+#[tokio::test]
+async fn forced_restore_overwrites_changes_made_since() {
+    let f = fixture(CheckpointsSection::default());
+    std::fs::write(f.path("a.txt"), "a0").unwrap();
+    f.write(1, "t1", 1, "a.txt", "a1").await;
+    std::fs::write(f.path("a.txt"), "theirs").unwrap();
+    f.cp.restore("c1", Since::Turn(1), true, false)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(f.path("a.txt")).unwrap(), "a0");
+}
+
+#[tokio::test]
+async fn marks_restore_only_what_came_after_them() {
+    let f = fixture(CheckpointsSection::default());
+    std::fs::write(f.path("a.txt"), "a0").unwrap();
+    f.write(1, "t1", 1, "a.txt", "a1").await;
+    let mark = f.cp.mark("c1", "plan:p1:2").unwrap();
+    assert_eq!(f.cp.mark_of("c1", "plan:p1:2"), Some(mark));
+    f.write(1, "t2", 2, "a.txt", "a2").await;
+    f.cp.restore("c1", Since::Mark(mark), false, false)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(f.path("a.txt")).unwrap(), "a1");
+}
+
+#[tokio::test]
+async fn retention_drops_the_oldest_checkpoints_and_their_contents() {
+    let f = fixture(CheckpointsSection {
+        max_bytes: 25,
+        ..CheckpointsSection::default()
+    });
+    let now = crate::runtime::Clock::System.now_ms();
+    for (i, name) in ["a.txt", "b.txt", "c.txt"].iter().enumerate() {
+        std::fs::write(f.path(name), format!("prior content {i}")).unwrap();
+    }
+    // 15 bytes of prior content each: after the third only one fits.
+    f.write(1, "t1", now - 3, "a.txt", "x").await;
+    f.write(2, "t2", now - 2, "b.txt", "y").await;
+    f.write(3, "t3", now - 1, "c.txt", "z").await;
+    f.cp.prune(now).unwrap();
+    let left: Vec<String> =
+        f.cp.records("c1")
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| r.tool_use_id)
+            .collect();
+    assert_eq!(left, vec!["t3".to_string()]);
+    assert_eq!(f.blob_count(), 1);
+}
+
+#[tokio::test]
+async fn retention_drops_checkpoints_older_than_max_age() {
+    let f = fixture(CheckpointsSection {
+        max_age_days: 1,
+        ..CheckpointsSection::default()
+    });
+    std::fs::write(f.path("a.txt"), "old").unwrap();
+    let now = crate::runtime::Clock::System.now_ms();
+    f.write(1, "t1", now - 2 * 86_400_000, "a.txt", "x").await;
+    std::fs::write(f.path("b.txt"), "recent").unwrap();
+    f.write(2, "t2", now - 1000, "b.txt", "y").await;
+    assert_eq!(f.cp.prune(now).unwrap(), 1);
+    assert_eq!(f.cp.records("c1").unwrap().len(), 1);
+    assert_eq!(f.blob_count(), 1);
+}
+
+#[tokio::test]
+async fn bash_outside_git_is_recorded_as_not_tracked() {
+    let f = fixture(CheckpointsSection::default());
+    let input = json!({"command": "true"});
+    let pending = f.cp.before(key(1, "t1", 1), "bash", &input, &f.ctx).await;
+    f.cp.after(pending.unwrap()).await;
+    let done =
+        f.cp.restore("c1", Since::Turn(1), false, false)
+            .await
+            .unwrap();
+    assert_eq!(done.untracked_commands, 1);
+}
+
+#[tokio::test]
+async fn bash_in_a_git_work_tree_is_undone_from_its_snapshots() {
+    let f = fixture(CheckpointsSection::default());
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&f.ctx.cwd)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "user.name", "t"]);
+    git(&["config", "user.email", "t@example.com"]);
+    std::fs::write(f.path("tracked.txt"), "v1\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-qm", "one"]);
+    let input = json!({"command": "echo v2 > tracked.txt; echo n > made.txt"});
+    let pending = f.cp.before(key(1, "t1", 1), "bash", &input, &f.ctx).await;
+    std::fs::write(f.path("tracked.txt"), "v2\n").unwrap();
+    std::fs::write(f.path("made.txt"), "n\n").unwrap();
+    f.cp.after(pending.unwrap()).await;
+    let records = f.cp.records("c1").unwrap();
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].1.files.len(), 2);
+    f.cp.restore("c1", Since::Turn(1), false, false)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.path("tracked.txt")).unwrap(),
+        "v1\n"
+    );
+    assert!(!f.path("made.txt").exists());
+}

@@ -1,0 +1,141 @@
+//! The actor's part of a rewind and of a plan step's rollback: restoring
+//! files from the checkpoints while no turn runs (or, for a rollback, while
+//! the turn that failed the step is between tool rounds).
+
+use super::{Actor, starts_turn};
+use crate::checkpoints::{RestoreError, Restored, Since};
+use crate::runtime::RuntimeError;
+use crate::runtime::events::EventKind;
+use agentd_core::ConvState;
+use agentd_core::plan::{Plan, StepChange, StepStatus};
+
+impl Actor {
+    /// `Rewind`'s code part (and the check every rewind makes): the
+    /// message rewound to, and what was restored when `code`.
+    pub(super) async fn rewind(
+        &mut self,
+        to: u64,
+        code: bool,
+        force: bool,
+    ) -> Result<(u64, Option<Restored>), RuntimeError> {
+        let id = self.record.id.clone();
+        let running = !matches!(
+            self.record.state,
+            ConvState::Idle | ConvState::Error { .. } | ConvState::ContextExhausted { .. }
+        ) || self.work.prompt_checking();
+        if running {
+            return Err(RuntimeError::NotAllowed(format!(
+                "conversation {id} is running a turn ({}); cancel it or wait for it to end before rewinding",
+                self.record.state.name()
+            )));
+        }
+        let seq = if to == 0 { self.turn_message_seq() } else { to };
+        let starts = usize::try_from(seq)
+            .ok()
+            .and_then(|s| s.checked_sub(1))
+            .and_then(|i| self.transcript.get(i))
+            .is_some_and(starts_turn);
+        if !starts {
+            return Err(RuntimeError::InvalidArgument(if seq == 0 {
+                format!("conversation {id} has no user message to rewind to")
+            } else {
+                format!(
+                    "message {seq} of conversation {id} is not a user message that started a turn; \
+                     `agent show {id} --checkpoints` lists the turns"
+                )
+            }));
+        }
+        if !code {
+            return Ok((seq, None));
+        }
+        let restored = self
+            .shared
+            .checkpoints
+            .restore(&id, Since::Turn(seq), force, false)
+            .await
+            .map_err(|e| match e {
+                RestoreError::ChangedSince(paths) => RuntimeError::NotAllowed(format!(
+                    "nothing was restored: {} changed since the agent last changed {} (by someone else): {}; \
+                     `--force` overwrites {}",
+                    if paths.len() == 1 { "a file was" } else { "files were" },
+                    if paths.len() == 1 { "it" } else { "them" },
+                    paths
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if paths.len() == 1 { "it" } else { "them" },
+                )),
+                RestoreError::Io(m) => {
+                    RuntimeError::NotAllowed(format!("the files could not be restored: {m}"))
+                }
+            })?;
+        self.emit(EventKind::CodeRewound {
+            message_seq: seq,
+            restored: restored.clone(),
+            plan_step_id: String::new(),
+        });
+        Ok((seq, Some(restored)))
+    }
+
+    /// A plan step started: remember where, so its failure can roll back
+    /// what came after. A step failed and `[plan] auto_rollback_on_failure`
+    /// is on: restore the files the agent changed since it started (files
+    /// someone else changed meanwhile are left alone and named), and say
+    /// so.
+    pub(super) async fn plan_step_checkpoint(&mut self, plan: &Plan, step: &StepChange) {
+        let id = self.record.id.clone();
+        let name = format!("plan:{}:{}", plan.tool_use_id, step.step_id);
+        let checkpoints = self.shared.checkpoints.clone();
+        match step.to {
+            StepStatus::InProgress => {
+                if let Err(e) = checkpoints.mark(&id, &name) {
+                    tracing::warn!(conversation = %id, "cannot mark plan step {}: {e}", step.step_id);
+                }
+            }
+            StepStatus::Failed if self.shared.config.plan.auto_rollback_on_failure => {
+                let Some(mark) = checkpoints.mark_of(&id, &name) else {
+                    return;
+                };
+                let notice = match checkpoints
+                    .restore(&id, Since::Mark(mark), false, true)
+                    .await
+                {
+                    Ok(restored) => {
+                        let text = format!(
+                            "plan step {} failed: {} file(s) restored and {} removed as they were before it started{}",
+                            step.step_id,
+                            restored.restored.len(),
+                            restored.removed.len(),
+                            if restored.skipped.is_empty() {
+                                String::new()
+                            } else {
+                                format!(
+                                    "; left as someone else changed them: {}",
+                                    restored
+                                        .skipped
+                                        .iter()
+                                        .map(|p| p.display().to_string())
+                                        .collect::<Vec<_>>()
+                                        .join(", ")
+                                )
+                            }
+                        );
+                        self.emit(EventKind::CodeRewound {
+                            message_seq: 0,
+                            restored,
+                            plan_step_id: step.step_id.clone(),
+                        });
+                        text
+                    }
+                    Err(e) => format!(
+                        "plan step {} failed and its changes could not be rolled back: {e}",
+                        step.step_id
+                    ),
+                };
+                self.emit(EventKind::Notice(notice));
+            }
+            _ => {}
+        }
+    }
+}
