@@ -1052,6 +1052,38 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             score: *score,
             cues: cues.clone(),
         }),
+        EventKind::CorrectionAttempt {
+            attempt,
+            max_attempts,
+            tool,
+            error,
+            fallback_request,
+            fallback_tools,
+        } => E::CorrectionAttempt(pb::CorrectionAttempt {
+            attempt: *attempt,
+            max_attempts: *max_attempts,
+            tool: tool.clone(),
+            error: error.clone(),
+            fallback_request: fallback_request.clone(),
+            fallback_tools: fallback_tools.clone(),
+        }),
+        EventKind::CorrectionSucceeded { attempts, tool } => {
+            E::CorrectionSuccess(pb::CorrectionSuccess {
+                attempts: *attempts,
+                tool: tool.clone(),
+            })
+        }
+        EventKind::CorrectionFailed {
+            attempts,
+            tool,
+            error,
+            message,
+        } => E::CorrectionFailed(pb::CorrectionFailed {
+            attempts: *attempts,
+            tool: tool.clone(),
+            error: error.clone(),
+            message: message.clone(),
+        }),
     };
     pb::AttachResponse {
         seq: e.seq,
@@ -1189,6 +1221,7 @@ pub fn exported_from(
         sub_agents_usage: Usage::default(),
         sub_agents_cost_usd: 0.0,
         sub_agents_counted: Vec::new(),
+        corrections: agentd_core::Corrections::default(),
     };
     Ok((record, messages))
 }

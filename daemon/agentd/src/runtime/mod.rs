@@ -498,6 +498,7 @@ impl Manager {
             sub_agents_usage: Usage::default(),
             sub_agents_cost_usd: 0.0,
             sub_agents_counted: Vec::new(),
+            corrections: agentd_core::Corrections::default(),
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).

@@ -158,6 +158,11 @@ pub struct ConversationRecord {
     /// The children whose usage is counted in `sub_agents_usage`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_agents_counted: Vec<String>,
+    /// Self-correction tracking (issue 17 point 6): the request the turn
+    /// works on and its open correction chains, written with the state of
+    /// the transition that changed them, so a restart keeps the count.
+    #[serde(default, skip_serializing_if = "agentd_core::Corrections::is_empty")]
+    pub corrections: agentd_core::Corrections,
 }
 
 /// What ties a sub-agent to its parent.
@@ -1090,6 +1095,7 @@ mod tests {
             sub_agents_usage: Usage::default(),
             sub_agents_cost_usd: 0.0,
             sub_agents_counted: Vec::new(),
+            corrections: agentd_core::Corrections::default(),
         }
     }
 
