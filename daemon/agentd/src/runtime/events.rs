@@ -344,7 +344,7 @@ impl ConvEvent {
 
 /// Whether a core notice is stored in the event log (replayed to a client
 /// that resumes, across restarts) rather than sent live only: the context,
-/// budget and self-correction milestones a person must not miss.
+/// budget, plan and self-correction milestones a person must not miss.
 pub fn is_durable(notice: &agentd_core::Notice) -> bool {
     use agentd_core::Notice;
     matches!(
@@ -353,6 +353,7 @@ pub fn is_durable(notice: &agentd_core::Notice) -> bool {
             | Notice::ContinuationStarted { .. }
             | Notice::ContextExhausted { .. }
             | Notice::BudgetStopped { .. }
+            | Notice::PlanSuggested { .. }
             | Notice::CorrectionAttempt { .. }
             | Notice::CorrectionSucceeded { .. }
             | Notice::CorrectionFailed { .. }

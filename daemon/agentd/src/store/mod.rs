@@ -314,6 +314,15 @@ pub enum StoredEvent {
         duration_ms: u64,
         error: Option<String>,
     },
+    /// What happened to the conversation's plan, with the plan as it was
+    /// then (issue 17): replayed to a client that resumes, so a plan's
+    /// events are not live only.
+    PlanChanged {
+        /// Unix ms.
+        at_ms: i64,
+        change: agentd_core::plan::PlanEvent,
+        plan: agentd_core::Plan,
+    },
 }
 
 /// Where a rule added by an "always"/"never" answer applies.
