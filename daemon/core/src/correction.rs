@@ -267,8 +267,7 @@ pub fn assess(
             return Assessment::None;
         };
         let succeeded = calls.iter().find(|call| {
-            let fits = last.fallback_tools.is_empty()
-                || last.fallback_tools.iter().any(|t| *t == call.name);
+            let fits = last.fallback_tools.is_empty() || last.fallback_tools.contains(&call.name);
             fits && result_of(&call.id).is_some_and(|r| !r.is_error)
         });
         return match succeeded {
