@@ -1028,6 +1028,48 @@ pub fn parse_typed_answer(line: &str, offered: &[Decision]) -> Result<TypedAnswe
     })
 }
 
+/// A line typed at a plan approval prompt, understood.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanKey {
+    /// Approve the plan; carry it out in `accept_edits` mode when `edits`,
+    /// else in `default` mode.
+    Approve { edits: bool },
+    /// Reject it; the feedback typed after `r` on the same line, if any.
+    Reject { feedback: Option<String> },
+}
+
+/// What a plan approval prompt shows.
+pub const PLAN_KEYS: &str = "approve the plan? [a] approve  [e] approve, accept edits  [r] reject and say why (a key, then Enter)";
+
+/// Parses a line typed at a plan approval prompt: `a` (approve), `e`
+/// (approve with accept_edits), `r` (reject, optionally followed by the
+/// feedback on the same line), or the `agent plan` action names.
+pub fn parse_plan_key(line: &str) -> Result<PlanKey, String> {
+    let line = line.trim();
+    let (word, rest) = match line.split_once(char::is_whitespace) {
+        Some((word, rest)) => (word, rest.trim()),
+        None => (line, ""),
+    };
+    let key = match word.to_lowercase().replace('-', "_").as_str() {
+        "a" | "approve" => PlanKey::Approve { edits: false },
+        "e" | "approve_edits" => PlanKey::Approve { edits: true },
+        "r" | "reject" => PlanKey::Reject {
+            feedback: Some(rest.to_string()).filter(|f| !f.is_empty()),
+        },
+        "" => return Err("type a, e or r".to_string()),
+        other => {
+            return Err(format!(
+                "`{other}` is not a plan answer; type a (approve), e (approve, accept edits) or r (reject)"
+            ));
+        }
+    };
+    if matches!(key, PlanKey::Approve { .. }) && !rest.is_empty() {
+        // A sentence that starts with "a" is more likely a message.
+        return Err("to approve, type just `a` or `e`".to_string());
+    }
+    Ok(key)
+}
+
 /// The options shown when a request lists none.
 pub fn default_options() -> Vec<Decision> {
     Decision::ALL
@@ -1054,6 +1096,31 @@ pub fn offered_decisions(options: &[i32]) -> Vec<Decision> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn plan_keys_are_understood() {
+        use super::{PlanKey, parse_plan_key};
+        assert_eq!(parse_plan_key("a"), Ok(PlanKey::Approve { edits: false }));
+        assert_eq!(parse_plan_key(" E "), Ok(PlanKey::Approve { edits: true }));
+        assert_eq!(
+            parse_plan_key("approve_edits"),
+            Ok(PlanKey::Approve { edits: true })
+        );
+        assert_eq!(parse_plan_key("r"), Ok(PlanKey::Reject { feedback: None }));
+        assert_eq!(
+            parse_plan_key("r keep the old API"),
+            Ok(PlanKey::Reject {
+                feedback: Some("keep the old API".to_string())
+            })
+        );
+        assert!(parse_plan_key("").is_err());
+        assert!(
+            parse_plan_key("y")
+                .unwrap_err()
+                .contains("not a plan answer")
+        );
+        assert!(parse_plan_key("a sentence").is_err());
+    }
+
     use super::*;
     use clap::CommandFactory;
     use std::path::Path;

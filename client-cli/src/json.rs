@@ -386,6 +386,9 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::SubAgentFinished(_) => "sub_agent_finished",
         Event::CodeRewound(_) => "code_rewound",
         Event::ConversationForked(_) => "conversation_forked",
+        Event::CorrectionAttempt(_) => "correction_attempt",
+        Event::CorrectionSuccess(_) => "correction_success",
+        Event::CorrectionFailed(_) => "correction_failed",
     }
 }
 
@@ -537,6 +540,22 @@ fn event_body(event: &Event) -> Value {
         Event::ConversationForked(f) => json!({
             "message_seq": f.message_seq,
             "forked_conversation_id": f.forked_conversation_id,
+        }),
+
+        Event::CorrectionAttempt(c) => json!({
+            "attempt": c.attempt,
+            "max_attempts": c.max_attempts,
+            "tool": c.tool,
+            "error": c.error,
+            "fallback_request": c.fallback_request,
+            "fallback_tools": c.fallback_tools,
+        }),
+        Event::CorrectionSuccess(c) => json!({"attempts": c.attempts, "tool": c.tool}),
+        Event::CorrectionFailed(c) => json!({
+            "attempts": c.attempts,
+            "tool": c.tool,
+            "error": c.error,
+            "message": c.message,
         }),
     }
 }
@@ -1203,6 +1222,50 @@ mod tests {
         assert_eq!(
             event(&ev)["permission_resolved"]["decision"],
             "deny_and_stop"
+        );
+    }
+
+    #[test]
+    fn correction_events_are_named_with_their_fields() {
+        let at = |event| pb::AttachResponse {
+            seq: 3,
+            at_ms: 4,
+            event: Some(event),
+        };
+        let attempt = event(&at(Event::CorrectionAttempt(pb::CorrectionAttempt {
+            attempt: 2,
+            max_attempts: 3,
+            tool: "edit".into(),
+            error: "old_string was not found in a.txt".into(),
+            fallback_request: "Write it whole.".into(),
+            fallback_tools: vec!["write".into()],
+        })));
+        assert_eq!(
+            attempt,
+            json!({"seq": 3, "at_ms": 4, "type": "correction_attempt",
+                   "correction_attempt": {"attempt": 2, "max_attempts": 3, "tool": "edit",
+                       "error": "old_string was not found in a.txt",
+                       "fallback_request": "Write it whole.", "fallback_tools": ["write"]}})
+        );
+        let success = event(&at(Event::CorrectionSuccess(pb::CorrectionSuccess {
+            attempts: 1,
+            tool: "write".into(),
+        })));
+        assert_eq!(success["type"], "correction_success");
+        assert_eq!(
+            success["correction_success"],
+            json!({"attempts": 1, "tool": "write"})
+        );
+        let failed = event(&at(Event::CorrectionFailed(pb::CorrectionFailed {
+            attempts: 3,
+            tool: "edit".into(),
+            error: "e".into(),
+            message: "Self-correction stopped".into(),
+        })));
+        assert_eq!(failed["type"], "correction_failed");
+        assert_eq!(
+            failed["correction_failed"]["message"],
+            "Self-correction stopped"
         );
     }
 }

@@ -574,6 +574,19 @@ impl<W: Write> Renderer<W> {
                     f.forked_conversation_id, f.message_seq
                 ))?;
             }
+
+            Event::CorrectionAttempt(c) => {
+                self.end_line()?;
+                self.notice(&correction_attempt_text(c))?;
+            }
+            Event::CorrectionSuccess(c) => {
+                self.end_line()?;
+                self.notice(&correction_success_text(c))?;
+            }
+            Event::CorrectionFailed(c) => {
+                self.end_line()?;
+                self.notice(&correction_failed_text(c))?;
+            }
             Event::ConversationContinued(c) => {
                 let how = if c.automatic {
                     "continued automatically"
@@ -1513,6 +1526,45 @@ pub fn plan_suggested_text(s: &pb::PlanSuggested) -> String {
         "this looks like a multi-step task ({}); to review a plan before any change, /mode plan and send it again",
         s.cues.join("; ")
     )
+}
+
+/// One line for a self-correction attempt.
+pub fn correction_attempt_text(c: &pb::CorrectionAttempt) -> String {
+    format!(
+        "self-correction {}/{}: {} failed ({}); asking the model to {}",
+        c.attempt,
+        c.max_attempts,
+        c.tool,
+        one_line(&c.error, 100),
+        one_line(&lower_first(&c.fallback_request), 160)
+    )
+}
+
+/// One line for a self-correction that worked.
+pub fn correction_success_text(c: &pb::CorrectionSuccess) -> String {
+    let attempts = if c.attempts == 1 {
+        "1 attempt".to_string()
+    } else {
+        format!("{} attempts", c.attempts)
+    };
+    format!("self-correction succeeded with {} after {attempts}", c.tool)
+}
+
+/// One line for self-corrections that ran out (the error line that
+/// follows it says the daemon's whole message).
+pub fn correction_failed_text(c: &pb::CorrectionFailed) -> String {
+    format!(
+        "self-correction gave up: {} failed again after {} attempts; the turn ended",
+        c.tool, c.attempts
+    )
+}
+
+fn lower_first(s: &str) -> String {
+    let mut chars = s.trim().chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => String::new(),
+    }
 }
 
 /// The steps as the text a user edits: `id. [kind] title (after a, b)

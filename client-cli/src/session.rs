@@ -21,7 +21,10 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
-use crate::cli::{Decision, TypedAnswer, offered_decisions, parse_typed_answer};
+use crate::cli::{
+    Decision, PLAN_KEYS, PlanKey, TypedAnswer, offered_decisions, parse_plan_key,
+    parse_typed_answer,
+};
 use crate::connect::{Client, connect};
 use crate::error::{CliError, Exit};
 use crate::io::{Input, Interrupts, Io};
@@ -801,8 +804,19 @@ impl Session<'_> {
         }
         if request.plan.is_some() {
             // A plan approval offers no permission decision (not even to
-            // --yes): it is answered with `agent plan`.
+            // --yes). On a terminal a key answers it (a, e, r); elsewhere,
+            // and to edit the steps, `agent plan`.
             let short: String = self.config.conversation_id.chars().take(10).collect();
+            if (self.ui.is_some() || self.input.is_terminal()) && !self.input_closed {
+                self.prompt = Some(Prompt {
+                    request: request.clone(),
+                    offered: Vec::new(),
+                    wants_feedback: false,
+                });
+                self.reading_input = true;
+                self.note(PLAN_KEYS)?;
+                return self.note(&format!("(to edit the steps: agent plan {short} edit)"));
+            }
             return self.note(&format!(
                 "the plan waits for approval: agent plan {short} approve|approve_edits|reject --feedback TEXT|edit"
             ));
@@ -924,6 +938,32 @@ impl Session<'_> {
         .await;
     }
 
+    /// Answers the pending plan approval request with a key's meaning.
+    async fn send_plan_answer(&mut self, request_id: String, key: PlanKey) {
+        self.prompt = None;
+        let answer = match key {
+            PlanKey::Approve { edits } => pb::plan_answer::Answer::Approve(pb::PlanApprove {
+                mode: if edits {
+                    pb::PermissionMode::AcceptEdits
+                } else {
+                    pb::PermissionMode::Default
+                } as i32,
+            }),
+            PlanKey::Reject { feedback } => pb::plan_answer::Answer::Reject(pb::PlanReject {
+                feedback: feedback.unwrap_or_default(),
+            }),
+        };
+        self.send_frame(Frame::Answer(pb::AnswerPermissionFrame {
+            request_id,
+            client_request_id: crate::commands::request_id(),
+            plan_answer: Some(pb::PlanAnswer {
+                answer: Some(answer),
+            }),
+            ..Default::default()
+        }))
+        .await;
+    }
+
     async fn send_frame(&mut self, frame: Frame) {
         if let Some(tx) = &self.tx {
             // A failure means the stream is gone; the reconnect logic takes over.
@@ -963,6 +1003,26 @@ impl Session<'_> {
                 return Ok(None);
             }
             _ => {}
+        }
+        if let Some(prompt) = &mut self.prompt
+            && prompt.request.plan.is_some()
+        {
+            let id = prompt.request.request_id.clone();
+            if prompt.wants_feedback {
+                let feedback = Some(line.trim().to_string()).filter(|f| !f.is_empty());
+                self.send_plan_answer(id, PlanKey::Reject { feedback })
+                    .await;
+                return Ok(None);
+            }
+            match parse_plan_key(&line) {
+                Err(why) => self.show_error(&why)?,
+                Ok(PlanKey::Reject { feedback: None }) => {
+                    prompt.wants_feedback = true;
+                    self.note("what should the plan do differently? (Enter to just reject it)")?;
+                }
+                Ok(key) => self.send_plan_answer(id, key).await,
+            }
+            return Ok(None);
         }
         if let Some(prompt) = &mut self.prompt {
             let id = prompt.request.request_id.clone();

@@ -118,12 +118,58 @@ pub fn decision_of(option_id: &str, offered: &[i32]) -> Option<PermissionDecisio
         .filter(|d| offered.contains(&(*d as i32)))
 }
 
+/// A plan approval request's ACP options: approve (carry it out in
+/// default mode), approve with accept_edits, reject. ACP has no text to
+/// send back, so a rejection carries no feedback (the model is told the
+/// user rejected the plan); editing the steps is `agent plan ID edit`.
+const PLAN_OPTIONS: [(&str, &str, PermissionOptionKind); 3] = [
+    (
+        "approve_plan",
+        "Approve the plan",
+        PermissionOptionKind::AllowOnce,
+    ),
+    (
+        "approve_plan_edits",
+        "Approve the plan and accept its edits",
+        PermissionOptionKind::AllowAlways,
+    ),
+    (
+        "reject_plan",
+        "Reject the plan",
+        PermissionOptionKind::RejectOnce,
+    ),
+];
+
+/// The plan answer an option of a plan approval request stands for.
+pub fn plan_answer_of(option_id: &str) -> Option<pb::PlanAnswer> {
+    let approve = |mode: PermissionMode| {
+        pb::plan_answer::Answer::Approve(pb::PlanApprove { mode: mode as i32 })
+    };
+    let answer = match option_id {
+        "approve_plan" => approve(PermissionMode::Default),
+        "approve_plan_edits" => approve(PermissionMode::AcceptEdits),
+        "reject_plan" => pb::plan_answer::Answer::Reject(pb::PlanReject {
+            feedback: String::new(),
+        }),
+        _ => return None,
+    };
+    Some(pb::PlanAnswer {
+        answer: Some(answer),
+    })
+}
+
 /// The daemon's offered decisions as ACP permission options, in the
 /// daemon's order. Allow once → allow_once, allow always → allow_always,
 /// deny → reject_once, never → reject_always; deny-and-stop is a second
 /// reject_once option (ACP has no feedback text, so the turn just stops),
 /// background a second allow_once.
 pub fn permission_options(request: &pb::PermissionRequest) -> Vec<PermissionOption> {
+    if request.plan.is_some() {
+        return PLAN_OPTIONS
+            .iter()
+            .map(|(id, name, kind)| PermissionOption::new(*id, *name, *kind))
+            .collect();
+    }
     request
         .options
         .iter()
@@ -524,6 +570,53 @@ mod tests {
             ["read_only", "default", "accept_edits", "plan"]
         );
         assert!(ids(mode_state(0, true)).contains(&"bypass".to_string()));
+    }
+
+    #[test]
+    fn a_plan_request_offers_approve_approve_edits_and_reject() {
+        let request = pb::PermissionRequest {
+            tool_name: "propose_plan".into(),
+            plan: Some(pb::Plan::default()),
+            ..Default::default()
+        };
+        let options = permission_options(&request);
+        let got: Vec<(String, PermissionOptionKind)> = options
+            .iter()
+            .map(|o| (o.option_id.0.to_string(), o.kind))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("approve_plan".to_string(), PermissionOptionKind::AllowOnce),
+                (
+                    "approve_plan_edits".to_string(),
+                    PermissionOptionKind::AllowAlways
+                ),
+                ("reject_plan".to_string(), PermissionOptionKind::RejectOnce),
+            ]
+        );
+        let approve = |mode: PermissionMode| {
+            Some(pb::PlanAnswer {
+                answer: Some(pb::plan_answer::Answer::Approve(pb::PlanApprove {
+                    mode: mode as i32,
+                })),
+            })
+        };
+        assert_eq!(
+            plan_answer_of("approve_plan"),
+            approve(PermissionMode::Default)
+        );
+        assert_eq!(
+            plan_answer_of("approve_plan_edits"),
+            approve(PermissionMode::AcceptEdits)
+        );
+        assert!(matches!(
+            plan_answer_of("reject_plan").and_then(|a| a.answer),
+            Some(pb::plan_answer::Answer::Reject(_))
+        ));
+        // A permission option is no plan answer, and the other way round.
+        assert_eq!(plan_answer_of("allow_once"), None);
+        assert_eq!(decision_of("approve_plan", &[]), None);
     }
 
     #[test]

@@ -33,8 +33,8 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{Agent, Client as Editor, Error, RequestCancellationHandle, Stdio};
 use agent_proto::v1::{
-    self as pb, AttachRequest, Role, StateKind, attach_request::Frame, attach_response::Event,
-    content_block::Block,
+    self as pb, AttachRequest, PermissionDecision, Role, StateKind, attach_request::Frame,
+    attach_response::Event, content_block::Block,
 };
 use futures::StreamExt;
 use tokio::sync::oneshot;
@@ -1077,13 +1077,27 @@ async fn ask_permission(
             return;
         }
     };
-    let Some(decision) = map::decision_of(&selected.0, &request.options) else {
+    // A plan approval request is answered with a plan answer, any other
+    // with a decision it offered.
+    let (decision, plan_answer) = if request.plan.is_some() {
+        (
+            PermissionDecision::Unspecified,
+            map::plan_answer_of(&selected.0),
+        )
+    } else {
+        (
+            map::decision_of(&selected.0, &request.options)
+                .unwrap_or(PermissionDecision::Unspecified),
+            None,
+        )
+    };
+    if decision == PermissionDecision::Unspecified && plan_answer.is_none() {
         eprintln!(
             "agent acp: permission request {id}: the editor chose {:?}, which was not offered",
             selected.0
         );
         return;
-    };
+    }
     {
         let mut shared = lock(&live.shared);
         if shared.resolved.contains(&id) {
@@ -1099,6 +1113,7 @@ async fn ask_permission(
                 decision: decision as i32,
                 client_name: bridge.name.clone(),
                 client_request_id: request_id(),
+                plan_answer,
                 ..Default::default()
             })
             .await

@@ -1251,3 +1251,39 @@ fn a_childs_permission_request_names_the_child() {
         "{out}"
     );
 }
+
+#[test]
+fn correction_events_are_one_line_each() {
+    let out = render(vec![
+        E::CorrectionAttempt(pb::CorrectionAttempt {
+            attempt: 1,
+            max_attempts: 3,
+            tool: "edit".into(),
+            error: "old_string was not found in a.txt\nmore".into(),
+            fallback_request: "Read a.txt again and write the whole file with `write`.".into(),
+            fallback_tools: vec!["write".into()],
+        }),
+        E::CorrectionSuccess(pb::CorrectionSuccess {
+            attempts: 1,
+            tool: "write".into(),
+        }),
+        E::CorrectionSuccess(pb::CorrectionSuccess {
+            attempts: 2,
+            tool: "edit".into(),
+        }),
+        E::CorrectionFailed(pb::CorrectionFailed {
+            attempts: 3,
+            tool: "edit".into(),
+            error: "old_string was not found in a.txt".into(),
+            message: "Self-correction stopped: edit failed again after 3 correction attempts (the limit).".into(),
+        }),
+    ]);
+    assert_eq!(
+        out,
+        "! self-correction 1/3: edit failed (old_string was not found in a.txt); asking the model to \
+         read a.txt again and write the whole file with `write`.\n\
+         ! self-correction succeeded with write after 1 attempt\n\
+         ! self-correction succeeded with edit after 2 attempts\n\
+         ! self-correction gave up: edit failed again after 3 attempts; the turn ended\n"
+    );
+}

@@ -864,3 +864,90 @@ fn a_line_that_is_just_an_image_path_attaches_it_whatever_its_name() {
     assert_eq!(image_path(&dir.path().display().to_string()), None);
     assert_eq!(unquote("\"a b.png\""), "a b.png");
 }
+
+fn plan_request() -> pb::PermissionRequest {
+    pb::PermissionRequest {
+        request_id: "plan-p1".into(),
+        tool_name: "propose_plan".into(),
+        tool_use_id: "p1".into(),
+        plan: Some(pb::Plan {
+            intent: "Rename the module".into(),
+            risk: "low".into(),
+            phase: "proposed".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// The plan answer of an Answer frame.
+fn plan_answer_of(frame: Frame) -> pb::plan_answer::Answer {
+    match frame {
+        Frame::Answer(a) => {
+            assert_eq!(a.request_id, "plan-p1");
+            a.plan_answer.and_then(|p| p.answer).expect("a plan answer")
+        }
+        other => panic!("expected an answer, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_plan_is_approved_with_accept_edits_by_one_key() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], true);
+    let mut call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(plan_request()),
+        }),
+    )
+    .await;
+    agent.wait_for_output("[e] approve, accept edits").await;
+    // A permission key is no plan answer; then `e`.
+    agent.type_line("y").await;
+    agent.wait_for_output("not a plan answer").await;
+    agent.type_line("e").await;
+    match plan_answer_of(call.frame().await) {
+        pb::plan_answer::Answer::Approve(a) => {
+            assert_eq!(a.mode, pb::PermissionMode::AcceptEdits as i32);
+        }
+        other => panic!("expected approve, got {other:?}"),
+    }
+    call.send(5, resolved(D::Unspecified, "me", "me@test"))
+        .await;
+    call.send(6, changed(S::Idle)).await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+}
+
+#[tokio::test]
+async fn a_plan_rejected_by_key_asks_for_feedback() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], true);
+    let mut call = open(&mut daemon).await;
+    call.send(
+        4,
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(plan_request()),
+        }),
+    )
+    .await;
+    agent.wait_for_output("[r] reject").await;
+    agent.type_line("r").await;
+    agent
+        .wait_for_output("what should the plan do differently?")
+        .await;
+    agent.type_line("keep the old name as an alias").await;
+    match plan_answer_of(call.frame().await) {
+        pb::plan_answer::Answer::Reject(r) => {
+            assert_eq!(r.feedback, "keep the old name as an alias");
+        }
+        other => panic!("expected reject, got {other:?}"),
+    }
+    call.send(5, resolved(D::Unspecified, "me", "me@test"))
+        .await;
+    call.send(6, changed(S::Idle)).await;
+    let (result, _, _) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+}

@@ -74,6 +74,30 @@ pub enum Notice {
         score: u32,
         cues: Vec<String>,
     },
+    /// A tool failed with the `SELF_CORRECT_ATTEMPT:` signal: the model is
+    /// re-engaged with the fallback request (attempt `attempt` of
+    /// `max_attempts` for the original request).
+    CorrectionAttempt {
+        attempt: u32,
+        max_attempts: u32,
+        /// The tool that failed, and why.
+        tool: String,
+        error: String,
+        /// What the model is asked to do instead.
+        fallback_request: String,
+        /// The tools the fallback uses.
+        fallback_tools: Vec<String>,
+    },
+    /// A fallback tool succeeded after `attempts` correction attempts.
+    CorrectionSucceeded { attempts: u32, tool: String },
+    /// The tool failed with the signal again after the last attempt: the
+    /// turn ends, with `message` for people.
+    CorrectionFailed {
+        attempts: u32,
+        tool: String,
+        error: String,
+        message: String,
+    },
 }
 
 /// A command for the runtime.

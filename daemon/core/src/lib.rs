@@ -18,6 +18,7 @@
 
 pub mod budget;
 pub mod client;
+pub mod correction;
 pub mod effect;
 pub mod event;
 pub mod hooks;
@@ -33,6 +34,7 @@ pub mod transition;
 
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
+pub use correction::{CorrectionSignal, Corrections};
 pub use effect::{Effect, LlmPurpose, Notice, SubAgentOutcome};
 pub use event::{Event, LlmFailure, RuleScope};
 pub use hooks::{HookMatchers, HookVerdict};

@@ -324,6 +324,9 @@ pub struct ConvContext {
     /// Set when this conversation is a sub-agent: no nesting, no mode
     /// upgrade, `submit_result` ends it (REQ-BED-008/009/018).
     pub sub_agent: Option<SubAgentRole>,
+    /// Self-correction tracking: the request the turn works on and its
+    /// open correction chains (persisted with the state).
+    pub corrections: crate::correction::Corrections,
 }
 
 impl Default for ConvContext {
@@ -348,6 +351,7 @@ impl Default for ConvContext {
             plan: None,
             plan_detect: crate::plan::PlanDetect::Off,
             sub_agent: None,
+            corrections: crate::correction::Corrections::default(),
         }
     }
 }

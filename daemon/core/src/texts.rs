@@ -245,3 +245,22 @@ pub const ERR_STREAM_ABORTED: &str = "Stream aborted by user";
 pub fn tool_execution_error(tool: &str, error: &str) -> String {
     format!("Error executing {tool}: {error}")
 }
+
+
+/// The seed's re-engagement prompt (autonomous-plan-and-self-correction.md
+/// §5), sent with the results of a reply whose tool failed with the
+/// `SELF_CORRECT_ATTEMPT:` signal.
+pub fn reengagement_prompt(fallback_request: &str) -> String {
+    format!(
+        "The previous approach failed. Here's a more direct strategy:\n{fallback_request}\n\nPlease generate new tool calls using the suggested approach."
+    )
+}
+
+/// Why a turn ended after its self-corrections ran out: told to the model
+/// (with the results) and to people.
+pub fn correction_failed(attempts: u32, tool: &str, error: &str) -> String {
+    format!(
+        "Self-correction stopped: {tool} failed again after {attempts} correction attempts (the limit). Last error: {}",
+        error.trim().lines().next().unwrap_or_default()
+    )
+}

@@ -5,6 +5,7 @@
 //! REJECT rows included.
 
 use crate::client::ClientInfo;
+use crate::correction::{Assessment, Corrections};
 use crate::effect::{Effect, LlmPurpose, Notice, SubAgentOutcome};
 use crate::event::{Event, LlmFailure, RuleScope};
 use crate::hooks::HookVerdict;
@@ -37,6 +38,9 @@ pub struct Transition {
     /// front) this transition delivered: the runtime removes them from the
     /// queue in the same commit that persists the state.
     pub delivered: usize,
+    /// The self-correction tracking the conversation has now, when it
+    /// changes: persisted in the same commit as the state.
+    pub corrections: Option<Corrections>,
 }
 
 impl Transition {
@@ -46,6 +50,7 @@ impl Transition {
             mode: None,
             effects: Vec::new(),
             delivered: 0,
+            corrections: None,
         }
     }
 
@@ -581,6 +586,9 @@ fn on_user_message(
     match state {
         ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
             let detected = detect_plan(ctx, &text);
+            // The request this turn works on: self-corrections count
+            // against it.
+            let corrections = ctx.corrections.starting(&text);
             // Images first, then the text about them (as Anthropic
             // advises); an image-only message has no text block.
             let mut content: Vec<ContentBlock> =
@@ -595,6 +603,7 @@ fn on_user_message(
                 t.mode = mode;
                 t.effects.insert(0, Effect::Notify { notice });
             }
+            t.corrections = Some(corrections);
             Ok(t)
         }
         ConvState::Cancelling { .. } => Err(Rejected::CancellationInProgress),
@@ -1126,6 +1135,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                             mode: None,
                             effects,
                             delivered: 0,
+                            corrections: None,
                         };
                     }
                 }
@@ -1147,6 +1157,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                     mode: None,
                     effects,
                     delivered: 0,
+                    corrections: None,
                 };
             };
             match verdict {
@@ -1165,6 +1176,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                         mode: None,
                         effects,
                         delivered: 0,
+                        corrections: None,
                     };
                 }
                 Verdict::Allow if Tool::from_name(&call.name) == Some(Tool::SpawnAgents) => {
@@ -1206,6 +1218,7 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
                 mode: None,
                 effects,
                 delivered: 0,
+                corrections: None,
             };
         }
     }
@@ -1224,14 +1237,12 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
             mode: None,
             effects,
             delivered: 0,
+            corrections: None,
         };
     }
     let results = answer_all(&run, |_| texts::SKIPPED_AFTER_INTERRUPT);
-    let append = Effect::AppendMessage {
-        message: Message::user(results.clone(), ctx.now_ms),
-    };
     let mut t = match run.stop_with_feedback.take() {
-        None => next_round(ctx, run.iteration),
+        None => return corrected(ctx, &run, results, effects),
         Some(feedback) if feedback.trim().is_empty() => Transition::new(ConvState::Idle),
         Some(feedback) => {
             // The feedback rides in the same user message as the results.
@@ -1245,9 +1256,89 @@ fn schedule(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
             return t;
         }
     };
-    effects.push(append);
+    effects.push(Effect::AppendMessage {
+        message: Message::user(results, ctx.now_ms),
+    });
     effects.append(&mut t.effects);
     t.effects = effects;
+    t
+}
+
+/// The results of a finished run go back to the model, judged for
+/// self-correction (`correction::assess`): the first `SELF_CORRECT_ATTEMPT`
+/// failure within the limit adds the seed's re-engagement prompt to the
+/// results message; one after the last attempt ends the turn, saying so to
+/// the model and to people; a fallback tool's success closes the chain.
+fn corrected(
+    ctx: &ConvContext,
+    run: &ToolRun,
+    mut blocks: Vec<ContentBlock>,
+    mut effects: Vec<Effect>,
+) -> Transition {
+    let assessment =
+        crate::correction::assess(&ctx.corrections, &run.calls, &run.results, ctx.now_ms);
+    let (notice, corrections, mut t) = match assessment {
+        Assessment::None => (None, None, next_round(ctx, run.iteration)),
+        Assessment::Succeeded {
+            attempts,
+            tool,
+            corrections,
+        } => (
+            Some(Notice::CorrectionSucceeded { attempts, tool }),
+            Some(corrections),
+            next_round(ctx, run.iteration),
+        ),
+        Assessment::Attempt {
+            attempt,
+            max_attempts,
+            signal,
+            corrections,
+        } => {
+            blocks.push(ContentBlock::text(texts::reengagement_prompt(
+                &signal.fallback_request,
+            )));
+            (
+                Some(Notice::CorrectionAttempt {
+                    attempt,
+                    max_attempts,
+                    tool: signal.original_tool,
+                    error: signal.original_error,
+                    fallback_request: signal.fallback_request,
+                    fallback_tools: signal.fallback_tools,
+                }),
+                Some(corrections),
+                next_round(ctx, run.iteration),
+            )
+        }
+        Assessment::Exhausted {
+            attempts,
+            signal,
+            corrections,
+        } => {
+            let message =
+                texts::correction_failed(attempts, &signal.original_tool, &signal.original_error);
+            blocks.push(ContentBlock::text(message.clone()));
+            (
+                Some(Notice::CorrectionFailed {
+                    attempts,
+                    tool: signal.original_tool,
+                    error: signal.original_error,
+                    message: message.clone(),
+                }),
+                Some(corrections),
+                fail(message, ErrorKind::Unknown),
+            )
+        }
+    };
+    effects.push(Effect::AppendMessage {
+        message: Message::user(blocks, ctx.now_ms),
+    });
+    if let Some(notice) = notice {
+        effects.push(Effect::Notify { notice });
+    }
+    effects.append(&mut t.effects);
+    t.effects = effects;
+    t.corrections = corrections;
     t
 }
 
@@ -1829,6 +1920,7 @@ fn spawn(
         mode: None,
         effects,
         delivered: 0,
+        corrections: None,
     }
 }
 

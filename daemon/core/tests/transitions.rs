@@ -75,6 +75,14 @@ fn render(result: &Result<Transition, Rejected>) -> String {
             if t.delivered > 0 {
                 write!(out, " delivered={}", t.delivered).unwrap();
             }
+            if let Some(c) = t.corrections.as_ref().filter(|c| !c.chains.is_empty()) {
+                let chains: Vec<String> = c
+                    .chains
+                    .iter()
+                    .map(|ch| format!("{:?}:{}", ch.original_request, ch.attempts.len()))
+                    .collect();
+                write!(out, " corrections=[{}]", chains.join(" ")).unwrap();
+            }
             for effect in &t.effects {
                 out.push_str("\n+ ");
                 out.push_str(&render_effect(effect));
@@ -368,6 +376,29 @@ fn render_effect(effect: &Effect) -> String {
             Notice::PlanSuggested { score, cues } => {
                 format!("notify plan_suggested score={score} [{}]", cues.join("; "))
             }
+            Notice::CorrectionAttempt {
+                attempt,
+                max_attempts,
+                tool,
+                error,
+                fallback_request,
+                fallback_tools,
+            } => format!(
+                "notify correction_attempt {attempt}/{max_attempts} tool={tool} error={error:?} fallback={fallback_request:?} tools=[{}]",
+                fallback_tools.join(" ")
+            ),
+            Notice::CorrectionSucceeded { attempts, tool } => {
+                format!("notify correction_success after {attempts} tool={tool}")
+            }
+            Notice::CorrectionFailed {
+                attempts,
+                tool,
+                message,
+                ..
+            } => format!(
+                "notify correction_failed after {attempts} tool={tool} {}",
+                render_text(message)
+            ),
         },
         Effect::PlanChanged { plan, change } => {
             format!("plan {} {}", plan.phase.as_str(), wire(change))
@@ -691,6 +722,13 @@ fn seed_texts_are_exact() {
         texts::CONTINUATION_CANCELLED,
         "Continuation cancelled by user."
     );
+    assert_eq!(
+        texts::reengagement_prompt("Write the whole file with `write`."),
+        "The previous approach failed. Here's a more direct strategy:\nWrite the whole file with \
+         `write`.\n\nPlease generate new tool calls using the suggested approach."
+    );
+    assert_eq!(agentd_core::correction::SIGNAL, "SELF_CORRECT_ATTEMPT:");
+    assert_eq!(agentd_core::correction::MAX_CORRECTION_ATTEMPTS, 3);
     assert_eq!(texts::continuation_prompt(&[]), texts::CONTINUATION_PROMPT);
     assert_eq!(
         texts::continuation_prompt(&["bash".to_string(), "write".to_string()]),
@@ -3693,4 +3731,158 @@ fn budget_reached_text_names_the_budget_and_the_amounts() {
         "Budget reached: per_day_usd is $5.00 and $5.10 was spent today, by every conversation. \
 The turn stopped before its next model request; raise the budget to go on."
     );
+}
+
+// ---------------------------------------------------------------------------
+// Self-correction (issue 17 point 6).
+// ---------------------------------------------------------------------------
+
+/// An edit of `id` failing with the signal (as `tools/edit.rs` words it).
+fn edit_failed_with_signal(id: &str) -> Event {
+    let signal = agentd_core::CorrectionSignal {
+        fallback_request: "Read a.txt and write it whole with `write`.".to_string(),
+        original_tool: "edit".to_string(),
+        original_error: "old_string not found in a.txt".to_string(),
+        suggested_approach: "whole-file write".to_string(),
+        fallback_tools: vec!["write".to_string()],
+    };
+    Event::ToolCompleted {
+        result: ToolResult::new(
+            id,
+            format!("old_string not found in a.txt\n\n{}", signal.render()),
+            true,
+        ),
+    }
+}
+
+/// A context whose current request is "fix a.txt" with `attempts` made.
+fn correcting_ctx(attempts: usize) -> ConvContext {
+    let mut corrections = agentd_core::Corrections::default().starting("fix a.txt");
+    if attempts > 0 {
+        let key = corrections.current.as_ref().unwrap().key.clone();
+        corrections
+            .chains
+            .push(agentd_core::correction::CorrectionChain {
+                key,
+                original_request: "fix a.txt".to_string(),
+                attempts: (0..attempts)
+                    .map(|i| agentd_core::correction::CorrectionAttempt {
+                        tool: "edit".to_string(),
+                        error: "old_string not found in a.txt".to_string(),
+                        timestamp_ms: i as i64,
+                        fallback_strategy: "Read a.txt and write it whole with `write`."
+                            .to_string(),
+                        fallback_tools: vec!["write".to_string()],
+                    })
+                    .collect(),
+                max_attempts: 3,
+            });
+    }
+    ConvContext {
+        corrections,
+        ..ctx()
+    }
+}
+
+#[test]
+fn a_signal_failure_re_engages_the_model_with_the_seed_prompt() {
+    let prompt = texts::reengagement_prompt("Read a.txt and write it whole with `write`.");
+    check(
+        tools(1, &[("t1", "edit")], &["t1"], &[]),
+        &correcting_ctx(0),
+        edit_failed_with_signal("t1"),
+        &format!(
+            r#"
+            LlmRequesting attempt=1 iter=2 corrections=["fix a.txt":1]
+            + append user: result t1 ERR "old_string not found in a.txt\n\nSELF_CORRECT_ATTEMPT: Read a.txt and write it whole with `write`.\nSELF_CORRECT_METADATA: {{\"originalTool\":\"edit\",\"originalError\":\"old_string not found in a.txt\",\"suggestedApproach\":\"whole-file write\",\"fallbackTools\":[\"write\"]}}" | text {prompt:?}
+            + notify correction_attempt 1/3 tool=edit error="old_string not found in a.txt" fallback="Read a.txt and write it whole with `write`." tools=[write]
+            + request attempt=1 turn
+            "#
+        ),
+    );
+    // The third attempt is still an attempt.
+    check(
+        tools(3, &[("t1", "edit")], &["t1"], &[]),
+        &correcting_ctx(2),
+        edit_failed_with_signal("t1"),
+        &format!(
+            r#"
+            LlmRequesting attempt=1 iter=4 corrections=["fix a.txt":3]
+            + append user: result t1 ERR "old_string not found in a.txt\n\nSELF_CORRECT_ATTEMPT: Read a.txt and write it whole with `write`.\nSELF_CORRECT_METADATA: {{\"originalTool\":\"edit\",\"originalError\":\"old_string not found in a.txt\",\"suggestedApproach\":\"whole-file write\",\"fallbackTools\":[\"write\"]}}" | text {prompt:?}
+            + notify correction_attempt 3/3 tool=edit error="old_string not found in a.txt" fallback="Read a.txt and write it whole with `write`." tools=[write]
+            + request attempt=1 turn
+            "#
+        ),
+    );
+}
+
+#[test]
+fn the_failure_after_the_last_attempt_ends_the_turn() {
+    let message = "Self-correction stopped: edit failed again after 3 correction attempts (the limit). Last error: old_string not found in a.txt";
+    check(
+        tools(4, &[("t1", "edit")], &["t1"], &[]),
+        &correcting_ctx(3),
+        edit_failed_with_signal("t1"),
+        &format!(
+            r#"
+            Error kind=unknown message={message:?}
+            + append user: result t1 ERR "old_string not found in a.txt\n\nSELF_CORRECT_ATTEMPT: Read a.txt and write it whole with `write`.\nSELF_CORRECT_METADATA: {{\"originalTool\":\"edit\",\"originalError\":\"old_string not found in a.txt\",\"suggestedApproach\":\"whole-file write\",\"fallbackTools\":[\"write\"]}}" | text {message:?}
+            + notify correction_failed after 3 tool=edit {message:?}
+            + notify error kind=unknown {message:?}
+            "#
+        ),
+    );
+}
+
+#[test]
+fn a_fallback_success_closes_the_chain_and_other_results_do_not() {
+    check(
+        tools(2, &[("t2", "write")], &["t2"], &[]),
+        &correcting_ctx(1),
+        done("t2", "wrote a.txt"),
+        r#"
+        LlmRequesting attempt=1 iter=3
+        + append user: result t2 "wrote a.txt"
+        + notify correction_success after 1 tool=write
+        + request attempt=1 turn
+        "#,
+    );
+    // A read is no fallback: the chain stays open, nothing is said.
+    check(
+        tools(2, &[("t2", "read")], &["t2"], &[]),
+        &correcting_ctx(1),
+        done("t2", "contents"),
+        r#"
+        LlmRequesting attempt=1 iter=3
+        + append user: result t2 "contents"
+        + request attempt=1 turn
+        "#,
+    );
+    // Without a chain a success is just a success.
+    check(
+        tools(1, &[("t2", "write")], &["t2"], &[]),
+        &correcting_ctx(0),
+        done("t2", "wrote a.txt"),
+        r#"
+        LlmRequesting attempt=1 iter=2
+        + append user: result t2 "wrote a.txt"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn a_user_message_names_the_request_corrections_count_against() {
+    let t = transition(&ConvState::Idle, &ctx(), user_msg("fix a.txt")).unwrap();
+    let corrections = t.corrections.unwrap();
+    assert_eq!(
+        corrections.current,
+        Some(agentd_core::correction::OriginalRequest::new("fix a.txt"))
+    );
+    assert!(corrections.chains.is_empty());
+    // An open chain of another request is kept.
+    let t = transition(&ConvState::Idle, &correcting_ctx(2), user_msg("other")).unwrap();
+    let corrections = t.corrections.unwrap();
+    assert_eq!(corrections.current.unwrap().text, "other");
+    assert_eq!(corrections.chains.len(), 1);
 }

@@ -1137,6 +1137,39 @@ pub fn event(e: &ConvEvent) -> pb::AttachResponse {
             message_seq: *message_seq,
             forked_conversation_id: forked_id.clone(),
         }),
+
+        EventKind::CorrectionAttempt {
+            attempt,
+            max_attempts,
+            tool,
+            error,
+            fallback_request,
+            fallback_tools,
+        } => E::CorrectionAttempt(pb::CorrectionAttempt {
+            attempt: *attempt,
+            max_attempts: *max_attempts,
+            tool: tool.clone(),
+            error: error.clone(),
+            fallback_request: fallback_request.clone(),
+            fallback_tools: fallback_tools.clone(),
+        }),
+        EventKind::CorrectionSucceeded { attempts, tool } => {
+            E::CorrectionSuccess(pb::CorrectionSuccess {
+                attempts: *attempts,
+                tool: tool.clone(),
+            })
+        }
+        EventKind::CorrectionFailed {
+            attempts,
+            tool,
+            error,
+            message,
+        } => E::CorrectionFailed(pb::CorrectionFailed {
+            attempts: *attempts,
+            tool: tool.clone(),
+            error: error.clone(),
+            message: message.clone(),
+        }),
     };
     pb::AttachResponse {
         seq: e.seq,
@@ -1308,6 +1341,7 @@ pub fn exported_from(
         sub_agents_counted: Vec::new(),
         forked_from: non_empty(&c.forked_from),
         forked_at: c.forked_at_message,
+        corrections: agentd_core::Corrections::default(),
     };
     Ok((record, messages))
 }

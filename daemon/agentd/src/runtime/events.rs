@@ -329,6 +329,28 @@ pub enum EventKind {
         message_seq: u64,
         forked_id: String,
     },
+
+    /// A self-correction attempt: the model is re-engaged.
+    CorrectionAttempt {
+        attempt: u32,
+        max_attempts: u32,
+        tool: String,
+        error: String,
+        fallback_request: String,
+        fallback_tools: Vec<String>,
+    },
+    /// A fallback tool succeeded after `attempts` attempts.
+    CorrectionSucceeded {
+        attempts: u32,
+        tool: String,
+    },
+    /// The corrections ran out: the turn ended.
+    CorrectionFailed {
+        attempts: u32,
+        tool: String,
+        error: String,
+        message: String,
+    },
 }
 
 impl ConvEvent {
@@ -389,8 +411,8 @@ impl ConvEvent {
 }
 
 /// Whether a core notice is stored in the event log (replayed to a client
-/// that resumes, across restarts) rather than sent live only: the context
-/// and budget milestones a person must not miss.
+/// that resumes, across restarts) rather than sent live only: the context,
+/// budget, plan and self-correction milestones a person must not miss.
 pub fn is_durable(notice: &agentd_core::Notice) -> bool {
     use agentd_core::Notice;
     matches!(
@@ -399,6 +421,10 @@ pub fn is_durable(notice: &agentd_core::Notice) -> bool {
             | Notice::ContinuationStarted { .. }
             | Notice::ContextExhausted { .. }
             | Notice::BudgetStopped { .. }
+            | Notice::PlanSuggested { .. }
+            | Notice::CorrectionAttempt { .. }
+            | Notice::CorrectionSucceeded { .. }
+            | Notice::CorrectionFailed { .. }
     )
 }
 
@@ -441,6 +467,35 @@ impl EventKind {
             },
             Notice::BudgetStopped { stop } => EventKind::BudgetStopped { stop },
             Notice::PlanSuggested { score, cues } => EventKind::PlanSuggested { score, cues },
+            Notice::CorrectionAttempt {
+                attempt,
+                max_attempts,
+                tool,
+                error,
+                fallback_request,
+                fallback_tools,
+            } => EventKind::CorrectionAttempt {
+                attempt,
+                max_attempts,
+                tool,
+                error,
+                fallback_request,
+                fallback_tools,
+            },
+            Notice::CorrectionSucceeded { attempts, tool } => {
+                EventKind::CorrectionSucceeded { attempts, tool }
+            }
+            Notice::CorrectionFailed {
+                attempts,
+                tool,
+                error,
+                message,
+            } => EventKind::CorrectionFailed {
+                attempts,
+                tool,
+                error,
+                message,
+            },
         }
     }
 }

@@ -497,6 +497,7 @@ impl Manager {
             sub_agents_counted: Vec::new(),
             forked_from: None,
             forked_at: 0,
+            corrections: agentd_core::Corrections::default(),
         };
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).

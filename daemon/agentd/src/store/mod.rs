@@ -170,6 +170,11 @@ pub struct ConversationRecord {
     pub forked_from: Option<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub forked_at: u64,
+    /// Self-correction tracking (issue 17 point 6): the request the turn
+    /// works on and its open correction chains, written with the state of
+    /// the transition that changed them, so a restart keeps the count.
+    #[serde(default, skip_serializing_if = "agentd_core::Corrections::is_empty")]
+    pub corrections: agentd_core::Corrections,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -324,6 +329,15 @@ pub enum StoredEvent {
         decision: String,
         duration_ms: u64,
         error: Option<String>,
+    },
+    /// What happened to the conversation's plan, with the plan as it was
+    /// then (issue 17): replayed to a client that resumes, so a plan's
+    /// events are not live only.
+    PlanChanged {
+        /// Unix ms.
+        at_ms: i64,
+        change: agentd_core::plan::PlanEvent,
+        plan: agentd_core::Plan,
     },
 }
 
@@ -1125,6 +1139,7 @@ mod tests {
             sub_agents_counted: Vec::new(),
             forked_from: None,
             forked_at: 0,
+            corrections: agentd_core::Corrections::default(),
         }
     }
 

@@ -86,7 +86,9 @@ fn plan_edit(input: Value, ctx: &ToolContext) -> Result<Planned, ToolError> {
         }
     }
     if count == 0 {
-        return Err(ToolError::new(not_found_message(&shown, &content, &old)));
+        let message = not_found_message(&shown, &content, &old);
+        let signal = whole_file_write(&shown, &message);
+        return Err(ToolError::new(message).with_correction(&signal));
     }
     if count > 1 && !input.replace_all {
         return Err(ToolError::new(format!(
@@ -133,6 +135,21 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     );
     out.diff = Some(change.unified(ctx));
     Ok(out)
+}
+
+/// An edit that cannot find its target suggests a whole-file write.
+fn whole_file_write(shown: &str, error: &str) -> agentd_core::CorrectionSignal {
+    agentd_core::CorrectionSignal {
+        fallback_request: format!(
+            "The edit of {shown} could not find its target text. Read {shown} again and \
+             write the whole file with the `write` tool, with the change made, instead of \
+             editing it."
+        ),
+        original_tool: Tool::Edit.name().to_string(),
+        original_error: error.to_string(),
+        suggested_approach: "rewrite the whole file with write".to_string(),
+        fallback_tools: vec![Tool::Write.name().to_string()],
+    }
 }
 
 /// Occurrences of `needle`, overlapping ones included: "aa" in "aaa" is
@@ -233,6 +250,40 @@ mod tests {
         .0;
         assert!(err.contains("not found"), "{err}");
         assert_eq!(file(&ctx), "let x = 1;\n");
+    }
+
+    #[test]
+    fn a_missing_target_suggests_a_whole_file_write() {
+        let (_d, ctx) = setup("let x = 1;\n");
+        let err = run(
+            json!({"path": "f.rs", "old_string": "let y", "new_string": "z"}),
+            &ctx,
+        )
+        .unwrap_err()
+        .0;
+        // The text people and the model read comes first, unchanged.
+        assert!(
+            err.starts_with("old_string was not found in f.rs. Read the file again"),
+            "{err}"
+        );
+        let result = agentd_core::ToolResult::new("t1", err, true);
+        let signal = agentd_core::CorrectionSignal::of("edit", &result).unwrap();
+        assert_eq!(signal.original_tool, "edit");
+        assert!(
+            signal
+                .original_error
+                .starts_with("old_string was not found in f.rs")
+        );
+        assert!(signal.fallback_request.contains("`write`"), "{signal:?}");
+        assert_eq!(signal.fallback_tools, ["write"]);
+        // Other refusals carry no signal: another tool would not help.
+        let err = run(
+            json!({"path": "f.rs", "old_string": "let x", "new_string": "let x"}),
+            &ctx,
+        )
+        .unwrap_err()
+        .0;
+        assert!(!err.contains(agentd_core::correction::SIGNAL), "{err}");
     }
 
     #[test]

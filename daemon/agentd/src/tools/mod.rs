@@ -213,6 +213,13 @@ impl ToolError {
     pub(crate) fn new(message: impl Into<String>) -> Self {
         ToolError(message.into())
     }
+
+    /// This error, with the `SELF_CORRECT_ATTEMPT:` signal and its metadata
+    /// after the text people and the model already read (issue 17): the
+    /// core re-engages the model with the fallback request.
+    pub(crate) fn with_correction(self, signal: &agentd_core::CorrectionSignal) -> Self {
+        ToolError(format!("{}\n\n{}", self.0, signal.render()))
+    }
 }
 
 /// The spec the model sees for `tool`: each tool's file writes its own.

@@ -292,8 +292,17 @@ pub(crate) fn plan(input: Value, ctx: &ToolContext) -> Result<Vec<FileChange>, T
     }
     let mut changes: Vec<FileChange> = Vec::new();
     for file in &files {
-        plan_file(file, ctx, &mut changes)
-            .map_err(|e| ToolError::new(format!("{}\nNo files were changed.", e.0)))?;
+        plan_file(file, ctx, &mut changes).map_err(|e| {
+            // The signal goes before the last line, which says that
+            // nothing changed, as it always has.
+            let e = if e.0.contains(HUNK_NOT_FOUND) {
+                let signal = edit_instead(file.label(), &e.0);
+                e.with_correction(&signal)
+            } else {
+                e
+            };
+            ToolError::new(format!("{}\nNo files were changed.", e.0))
+        })?;
     }
     Ok(changes)
 }
@@ -504,6 +513,28 @@ fn locate(lines: &[&str], needle: &[&str], expected: usize, from: usize) -> Opti
     None
 }
 
+/// What a hunk error says when its context is not in the file: the
+/// failure a patch gets around by editing the file instead.
+const HUNK_NOT_FOUND: &str = "its context and removed lines were not found";
+
+/// A patch whose hunks fail suggests an edit (or a whole-file write).
+fn edit_instead(file: &str, error: &str) -> agentd_core::CorrectionSignal {
+    agentd_core::CorrectionSignal {
+        fallback_request: format!(
+            "The patch did not apply to {file}. Read {file} again and make the change with the \
+             `edit` tool (an exact old_string and new_string), or write the whole file with \
+             `write`."
+        ),
+        original_tool: Tool::Patch.name().to_string(),
+        original_error: error.lines().next().unwrap_or_default().to_string(),
+        suggested_approach: "edit the file directly instead of patching it".to_string(),
+        fallback_tools: vec![
+            Tool::Edit.name().to_string(),
+            Tool::Write.name().to_string(),
+        ],
+    }
+}
+
 fn hunk_error(
     shown: &str,
     n: usize,
@@ -527,7 +558,7 @@ fn hunk_error(
         return ToolError::new(message);
     }
     message.push_str(&format!(
-        "its context and removed lines were not found near line {}.\nThe hunk expects:\n",
+        "{HUNK_NOT_FOUND} near line {}.\nThe hunk expects:\n",
         expected + 1
     ));
     for line in old.iter().take(QUOTE_LINES) {
@@ -665,6 +696,31 @@ index 000..111 100644
         assert!(err.ends_with("No files were changed."), "{err}");
         assert_eq!(read(&ctx, "a.txt"), "one\ntwo\n");
         assert_eq!(read(&ctx, "b.txt"), "three\nfour\n");
+    }
+
+    #[test]
+    fn a_hunk_that_is_not_found_asks_for_an_edit_instead() {
+        let (_d, ctx) = setup(&[("b.txt", "three\nfour\n")]);
+        let patch = "--- a/b.txt\n+++ b/b.txt\n@@ -1,2 +1,2 @@\n three\n-not four\n+FOUR\n";
+        let err = run(json!({"patch": patch}), &ctx).unwrap_err().0;
+        let result = agentd_core::ToolResult::new("t1", err.clone(), true);
+        let signal = agentd_core::CorrectionSignal::of("patch", &result).unwrap();
+        assert_eq!(signal.original_tool, "patch");
+        assert!(
+            signal
+                .original_error
+                .starts_with("patch: hunk 1 of 1 for b.txt"),
+            "{signal:?}"
+        );
+        assert!(signal.fallback_request.contains("`edit`"), "{signal:?}");
+        assert_eq!(signal.fallback_tools, ["edit", "write"]);
+        assert!(err.ends_with("No files were changed."), "{err}");
+        // A hunk applied already is no case for another tool.
+        let (_d, ctx) = setup(&[("b.txt", "three\nFOUR\n")]);
+        let patch = "--- a/b.txt\n+++ b/b.txt\n@@ -1,2 +1,2 @@\n three\n-four\n+FOUR\n";
+        let err = run(json!({"patch": patch}), &ctx).unwrap_err().0;
+        assert!(err.contains("already"), "{err}");
+        assert!(!err.contains(agentd_core::correction::SIGNAL), "{err}");
     }
 
     #[test]

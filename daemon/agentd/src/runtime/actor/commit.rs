@@ -145,6 +145,7 @@ impl Actor {
             budget: self.budget_context(),
             plan: self.record.plan.clone(),
             plan_detect: cfg.plan.detect,
+            corrections: self.record.corrections.clone(),
             sub_agent: self.sub_agent_role(),
         }
     }
@@ -261,6 +262,10 @@ impl Actor {
                 _ => None,
             }) {
                 self.record.plan = Some(plan.clone());
+            }
+            // So is the self-correction tracking.
+            if let Some(corrections) = &t.corrections {
+                self.record.corrections = corrections.clone();
             }
             let appended: Vec<Message> = t
                 .effects

@@ -333,8 +333,16 @@ impl Actor {
                 self.emit(EventKind::from_notice(notice, continuing));
                 None
             }
-            // The plan itself was written by the commit.
+            // The plan itself was written by the commit; the event is
+            // stored so a client that resumes (after a restart too) is
+            // told what happened to it.
             Effect::PlanChanged { plan, change } => {
+                self.persist_event(StoredEvent::PlanChanged {
+                    at_ms: self.now_ms(),
+                    change: change.clone(),
+                    plan: plan.clone(),
+                })
+                .await;
                 let step = match &change {
                     agentd_core::plan::PlanEvent::Step(step) => Some(step.clone()),
                     _ => None,

@@ -471,6 +471,11 @@ fn stored_events_after(
                     client,
                 },
             ),
+            StoredEvent::PlanChanged {
+                at_ms,
+                change,
+                plan,
+            } => (at_ms, EventKind::Plan { change, plan }),
             StoredEvent::HookRan {
                 at_ms,
                 stage,

@@ -941,3 +941,156 @@ async fn a_running_commands_output_reaches_clients_live_and_a_silent_one_sends_n
     let result = tool_results(&rig.transcript(&id)[2]).remove(0);
     assert_eq!(result, format!("{all}[exit code 0]"));
 }
+
+/// The self-correction events among `events`, as short text.
+fn corrections_of<'a>(events: impl IntoIterator<Item = &'a ConvEvent>) -> Vec<String> {
+    events
+        .into_iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::CorrectionAttempt { attempt, tool, .. } => {
+                Some(format!("attempt {attempt} {tool}"))
+            }
+            EventKind::CorrectionSucceeded { attempts, tool } => {
+                Some(format!("success {tool} after {attempts}"))
+            }
+            EventKind::CorrectionFailed { attempts, .. } => {
+                Some(format!("failed after {attempts}"))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_edit_that_misses_re_engages_three_times_then_ends_and_the_events_are_stored() {
+    let rig = rig_with(|c| c.limits.idle_unload_ms = 1_000);
+    let id = rig.conversation(Mode::AcceptEdits).await;
+    std::fs::write(rig.cwd().join("a.txt"), "hello\n").unwrap();
+    for i in 1..=4 {
+        let input =
+            json!({"path": "a.txt", "old_string": format!("missing {i}"), "new_string": "x"});
+        rig.model.push(calls(&[(&format!("e{i}"), "edit", input)]));
+    }
+    rig.model.push(says("never asked"));
+    let mut sub = rig.attach(&id).await;
+    rig.manager
+        .send(&id, "change hello to bye".into())
+        .await
+        .unwrap();
+    let (user_message, ()) = next(&mut sub, |e| {
+        matches!(&e.kind, EventKind::MessageAppended { .. }).then_some(())
+    })
+    .await;
+    // The state that ends the turn is announced with its commit, the
+    // notice when its effect runs, just after.
+    let mut live = Vec::new();
+    loop {
+        let event = sub.live.recv().await.unwrap();
+        let end = matches!(&event.kind, EventKind::CorrectionFailed { .. });
+        live.push(event);
+        if end {
+            break;
+        }
+    }
+    let said = corrections_of(live.iter().map(|e| &**e));
+    assert_eq!(
+        said,
+        [
+            "attempt 1 edit",
+            "attempt 2 edit",
+            "attempt 3 edit",
+            "failed after 3"
+        ]
+    );
+    assert!(matches!(rig.record(&id).state, ConvState::Error { .. }));
+    // Three re-engagements carried the seed's prompt; nothing after the end.
+    let requests = rig.model.requests();
+    assert_eq!(requests.len(), 4);
+    for request in &requests[1..] {
+        let last = request.messages.last().unwrap();
+        let prompt = last.content.iter().find_map(|b| match b {
+            ContentBlock::Text { text } => Some(text.clone()),
+            _ => None,
+        });
+        let prompt = prompt.expect("the re-engagement prompt");
+        assert!(
+            prompt.starts_with("The previous approach failed. Here's a more direct strategy:\nThe edit of a.txt could not find its target text.")
+                && prompt.ends_with("\n\nPlease generate new tool calls using the suggested approach."),
+            "{prompt}"
+        );
+    }
+    assert!(rig.record(&id).corrections.chains.is_empty());
+    // Unloaded and loaded again: a client resuming gets them from the store.
+    rig.manager.detach(&id, sub.client.id.clone()).await;
+    drop(sub);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = rig
+        .manager
+        .subscribe(&id, user_message.seq, client("again"))
+        .await
+        .unwrap();
+    assert!(matches!(again.initial[0].kind, EventKind::Resumed { .. }));
+    assert_eq!(corrections_of(again.initial.iter().map(|e| &**e)), said);
+}
+
+#[tokio::test(start_paused = true)]
+async fn plan_events_are_replayed_from_the_store() {
+    let rig = rig_with(|c| c.limits.idle_unload_ms = 1_000);
+    let id = rig.conversation(Mode::Plan).await;
+    let plan = json!({
+        "intent": "Rename", "risk": "low",
+        "steps": [{"title": "Read", "kind": "analyze"}, {"title": "Rename", "kind": "edit", "depends_on": ["1"]}]
+    });
+    rig.model.push(calls(&[("p1", "propose_plan", plan)]));
+    rig.model.push(calls(&[(
+        "u1",
+        "update_plan",
+        json!({"steps": [{"id": "1", "status": "in_progress"}]}),
+    )]));
+    rig.model.push(says("done"));
+    let mut sub = rig.attach(&id).await;
+    rig.manager.send(&id, "rename it".into()).await.unwrap();
+    let (user_message, ()) = next(&mut sub, |e| {
+        matches!(&e.kind, EventKind::MessageAppended { .. }).then_some(())
+    })
+    .await;
+    assert_eq!(until_asked(&mut sub).await, "propose_plan");
+    rig.manager
+        .answer(
+            &id,
+            Answer {
+                plan: Some(agentd_core::plan::PlanAnswer::Approve {
+                    mode: Mode::AcceptEdits,
+                }),
+                request_id: String::new(),
+                decision: Decision::ApprovePlan,
+                feedback: None,
+                scope: RuleScope::Conversation,
+                by: Some(client("ann@laptop")),
+                client_request_id: None,
+            },
+        )
+        .await
+        .unwrap();
+    until_idle(&mut sub).await;
+    rig.manager.detach(&id, sub.client.id.clone()).await;
+    drop(sub);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let again = rig
+        .manager
+        .subscribe(&id, user_message.seq, client("again"))
+        .await
+        .unwrap();
+    let changes: Vec<String> = again
+        .initial
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Plan { change, .. } => Some(format!("{change:?}")),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(changes.len(), 3, "{changes:?}");
+    assert!(changes[0].starts_with("Generated"), "{changes:?}");
+    assert!(changes[1].starts_with("Confirmed"), "{changes:?}");
+    assert!(changes[2].starts_with("Step"), "{changes:?}");
+}
