@@ -246,7 +246,6 @@ pub fn tool_execution_error(tool: &str, error: &str) -> String {
     format!("Error executing {tool}: {error}")
 }
 
-
 /// The seed's re-engagement prompt (autonomous-plan-and-self-correction.md
 /// §5), sent with the results of a reply whose tool failed with the
 /// `SELF_CORRECT_ATTEMPT:` signal.

@@ -7,6 +7,7 @@ mod cli;
 mod cli_fixes;
 mod continuation;
 mod core_loop;
+mod correction;
 mod crash;
 mod durability;
 mod fake_llm;

@@ -544,3 +544,68 @@ async fn detect_require_enters_plan_mode_and_the_cli_answers_and_shows_the_plan(
     assert!(!ok);
     assert!(err.contains("no permission request"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_events_are_replayed_to_a_client_resuming_after_a_restart() {
+    let s = Scenario::new()
+        .scripts([
+            tool("p1", "propose_plan", four_steps()),
+            update("u1", json!([{"id": "1", "status": "in_progress"}])),
+            update("u2", json!([{"id": "1", "status": "completed"}])),
+            done(),
+        ])
+        .conversation("")
+        .mode(pb::PermissionMode::Plan)
+        .start()
+        .await;
+    let (mut d, mut client, id) = (s.daemon, s.client, s.id);
+    let mut a = Attached::open(&mut client, &id, 0, "A").await;
+    a.next(WAIT).await;
+    send(&mut client, &id, "refactor the greeting module").await;
+    // A resume names the last event it saw: the user's message, stored (a
+    // resume from before the first stored event gets a snapshot instead).
+    let mut live = a
+        .until(WAIT, |m| matches!(m.event, Some(Ev::MessageAppended(_))))
+        .await;
+    let first_seq = live.last().unwrap().seq;
+    // The plan is generated before its approval request is asked.
+    live.extend(a.until(WAIT, is_request).await);
+    a.send(plan_answer(pb::plan_answer::Answer::Approve(
+        pb::PlanApprove {
+            mode: pb::PermissionMode::Default as i32,
+        },
+    )))
+    .await;
+    live.extend(a.until(WAIT, is_idle).await);
+    let plan_events = |frames: &[pb::AttachResponse]| -> Vec<String> {
+        frames
+            .iter()
+            .filter_map(|m| match &m.event {
+                Some(Ev::PlanGenerated(_)) => Some("generated".to_string()),
+                Some(Ev::PlanConfirmed(_)) => Some("confirmed".to_string()),
+                Some(Ev::PlanStepStarted(s)) => Some(format!("started {}", s.step_id)),
+                Some(Ev::PlanStepCompleted(s)) => Some(format!("completed {}", s.step_id)),
+                _ => None,
+            })
+            .collect()
+    };
+    let expected = ["generated", "confirmed", "started 1", "completed 1"];
+    assert_eq!(plan_events(&live), expected);
+    drop(a);
+    d.kill9();
+    d.restart().await;
+    let mut client = d.client().await;
+    let mut b = Attached::open(&mut client, &id, first_seq, "B").await;
+    let replayed = b
+        .until(
+            WAIT,
+            |m| matches!(&m.event, Some(Ev::PlanStepCompleted(s)) if s.step_id == "1"),
+        )
+        .await;
+    assert!(
+        matches!(replayed[0].event, Some(Ev::Resumed(_))),
+        "{:?}",
+        replayed[0]
+    );
+    assert_eq!(plan_events(&replayed), expected);
+}
