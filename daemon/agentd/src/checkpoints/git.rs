@@ -75,8 +75,19 @@ async fn output(mut cmd: Command, what: &str) -> Result<Vec<u8>, String> {
     Ok(out.stdout)
 }
 
+/// Whether `dir` or one of its ancestors has a `.git` (a directory, or a
+/// file as in a linked worktree or a submodule): the test made before
+/// asking git, so a command outside any repository costs no process.
+fn may_be_in_repo(dir: &Path) -> bool {
+    dir.ancestors()
+        .any(|d| d.join(".git").symlink_metadata().is_ok())
+}
+
 /// The work tree `dir` is in, if any (None too when git is missing).
 pub async fn repo_of(dir: &Path) -> Option<Repo> {
+    if !may_be_in_repo(dir) {
+        return None;
+    }
     let mut cmd = git(dir);
     cmd.args(["rev-parse", "--show-toplevel", "--git-path", "index"]);
     let out = output(cmd, "rev-parse").await.ok()?;
@@ -242,6 +253,23 @@ mod tests {
         assert_eq!(run(dir.path(), &["status", "--porcelain"]), status);
         // Nothing is left in the scratch directory.
         assert_eq!(std::fs::read_dir(scratch.path()).unwrap().count(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_repository_is_found_from_below_and_nothing_outside_asks_git() {
+        let dir = repo();
+        let deep = dir.path().join("src/deep");
+        std::fs::create_dir_all(&deep).unwrap();
+        assert!(may_be_in_repo(&deep));
+        let found = repo_of(&deep).await.unwrap();
+        assert_eq!(
+            found.top.canonicalize().unwrap(),
+            dir.path().canonicalize().unwrap()
+        );
+        // No `.git` above it: not a repository, decided without git.
+        let outside = tempfile::tempdir().unwrap();
+        assert!(!may_be_in_repo(outside.path()));
+        assert!(repo_of(outside.path()).await.is_none());
     }
 
     #[tokio::test]

@@ -362,8 +362,12 @@ impl Checkpoints {
             tracing::warn!("no checkpoint before {name}: {e}");
             return None;
         }
-        // Durable before the call changes anything.
-        if let Err(e) = self.store.flush().await {
+        // Durable before the call changes anything. A command outside git
+        // records only that it was not tracked: nothing to restore depends
+        // on it, and the conversation's next commit flushes it.
+        if !record.untracked
+            && let Err(e) = self.store.flush().await
+        {
             tracing::warn!("checkpoint before {name} not flushed: {e}");
         }
         Some(Pending { id, record, repo })
