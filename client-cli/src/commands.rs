@@ -738,15 +738,7 @@ async fn show(
 
 /// `agent show --checkpoints`: the turns that can be rewound.
 async fn show_checkpoints(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
-    let response = ctx
-        .client()
-        .await?
-        .get_conversation(pb::GetConversationRequest {
-            conversation_id: id.clone(),
-        })
-        .await
-        .map_err(|s| CliError::conversation_status(s, &id))?
-        .into_inner();
+    let response = conversation(ctx, &id).await?;
     if ctx.json {
         let turns: Vec<Value> = response
             .checkpoints
