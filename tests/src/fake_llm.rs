@@ -324,6 +324,11 @@ impl FakeLlm {
         lock(&self.shared.scripts).len()
     }
 
+    /// How many requests have arrived so far (without copying them).
+    pub fn request_count(&self) -> usize {
+        lock(&self.shared.requests).len()
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<Recorded> {
         lock(&self.shared.requests).clone()
@@ -334,9 +339,7 @@ impl FakeLlm {
     /// # Panics
     /// On timeout, listing what did arrive.
     pub async fn wait_for_requests(&self, n: usize, timeout: Duration) -> Vec<Recorded> {
-        let done = self
-            .wait_until(timeout, || self.requests().len() >= n)
-            .await;
+        let done = self.wait_until(timeout, || self.request_count() >= n).await;
         let requests = self.requests();
         if !done {
             let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();

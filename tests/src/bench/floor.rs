@@ -50,6 +50,8 @@ fn scripts(tag: &str, rounds: usize) -> Vec<Script> {
 struct Cost {
     wall: Duration,
     cpu: Duration,
+    /// Of `cpu`, what the daemon's threads took (zero for the floor).
+    daemon_cpu: Duration,
 }
 
 /// Runs the scenario.
@@ -93,6 +95,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         let agentd_round = per_round(a1, a21, |c| c.wall);
         let floor_cpu = per_round(f1, f21, |c| c.cpu);
         let agentd_cpu = per_round(a1, a21, |c| c.cpu);
+        let daemon_cpu = per_round(a1, a21, |c| c.daemon_cpu);
         report.sample(
             "floor_round_ms",
             "floor: wall time per round",
@@ -117,6 +120,18 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
             "agentd: CPU per round (daemon + agent run)",
             "ms",
             agentd_cpu,
+        );
+        report.sample(
+            "agentd_daemon_cpu_ms",
+            "  of which the daemon's threads",
+            "ms",
+            daemon_cpu,
+        );
+        report.sample(
+            "agentd_client_cpu_ms",
+            "  of which `agent run`",
+            "ms",
+            agentd_cpu - daemon_cpu,
         );
         report.sample(
             "cpu_over_floor_ms",
@@ -183,6 +198,7 @@ async fn floor_task(fake: &FakeLlm, tag: &str, rounds: usize) -> BenchResult<Cos
     Ok(Cost {
         wall,
         cpu: Duration::from_nanos(cpu_ns),
+        daemon_cpu: Duration::ZERO,
     })
 }
 
@@ -195,7 +211,7 @@ async fn agentd_task(
     rounds: usize,
 ) -> BenchResult<Cost> {
     fake.push_all(scripts(tag, rounds));
-    let requests_before = fake.requests().len();
+    let requests_before = fake.request_count();
     let mut cmd = daemon.agent();
     cmd.arg("run")
         .arg("--allow")
@@ -216,7 +232,7 @@ async fn agentd_task(
             String::from_utf8_lossy(&out.stderr)
         ));
     }
-    let requests = fake.requests().len() - requests_before;
+    let requests = fake.request_count() - requests_before;
     if requests != rounds + 1 {
         return Err(format!(
             "`agent run` made {requests} model requests, not {}",
@@ -226,6 +242,7 @@ async fn agentd_task(
     Ok(Cost {
         wall,
         cpu: client_cpu + daemon_cpu,
+        daemon_cpu,
     })
 }
 

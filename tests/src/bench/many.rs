@@ -70,7 +70,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
             "requests",
             "model requests served",
             "count",
-            fake.requests().len() as f64,
+            fake.request_count() as f64,
         );
         report.sample(
             "baseline_rss_mib",

@@ -23,7 +23,7 @@ pub async fn run(_settings: &Settings) -> BenchResult<Report> {
         (pb::PermissionMode::Default, "default"),
         (pb::PermissionMode::ReadOnly, "read_only"),
     ] {
-        let before = fake.requests().len();
+        let before = fake.request_count();
         client
             .create_conversation(pb::CreateConversationRequest {
                 cwd: daemon.work_dir.display().to_string(),

@@ -550,7 +550,7 @@ async fn agent_run(daemon: &TestDaemon, fake: &FakeLlm) -> BenchResult<RunTimes>
             .timestamps()
             .into(),
     );
-    let before = fake.requests().len();
+    let before = fake.request_count();
     let mut cmd = daemon.agent();
     cmd.arg("--json")
         .arg("run")

@@ -184,7 +184,7 @@ async fn one_run(
     let mut watcher = Attached::open(&daemon.socket, &id, "bench").await?;
     fake.push_all((0..n).map(|round| kind.script(run, round)));
     fake.push(Script::text("Done."));
-    let first_request = fake.requests().len();
+    let first_request = fake.request_count();
 
     let counter = tokio::task::spawn_blocking(move || procfs::SyncCounter::start(pid))
         .await

@@ -100,6 +100,6 @@ async fn main() -> ExitCode {
         eprintln!("fake-llm: cannot wait for Ctrl-C: {e}");
         return ExitCode::FAILURE;
     }
-    println!("fake LLM: served {} request(s)", llm.requests().len());
+    println!("fake LLM: served {} request(s)", llm.request_count());
     ExitCode::SUCCESS
 }
