@@ -400,7 +400,7 @@ impl GrpcSection {
 pub struct StoreSection {
     /// What an acknowledged write survives: `kill` (a killed daemon; the
     /// default) or `power` (a power cut too, at the cost of an `fdatasync`
-    /// per group commit).
+    /// of the journal per flush).
     pub sync: crate::store::Sync,
     /// Bytes of sled's page cache.
     pub cache_bytes: u64,

@@ -180,7 +180,7 @@ pub struct TurnCheckpoint {
 
 /// The daemon's checkpoints (one for all conversations).
 pub struct Checkpoints {
-    tree: sled::Tree,
+    tree: crate::store::Tree,
     store: Store,
     blobs: BlobStore,
     /// Temporary indexes of git snapshots.
@@ -270,7 +270,7 @@ impl Checkpoints {
         let _ = std::fs::remove_dir_all(&scratch);
         let bytes = blobs.total_bytes().unwrap_or(0);
         Ok(Checkpoints {
-            tree: store.checkpoints_tree().map_err(io_err)?,
+            tree: store.checkpoints_tree(),
             store: store.clone(),
             blobs,
             scratch,
@@ -421,6 +421,11 @@ impl Checkpoints {
             mut record,
             repo,
         } = pending;
+        if record.untracked && record.files.is_empty() && record.git.is_none() {
+            // A command outside git: `before` wrote all there is to say,
+            // and no file was read or stored that could need a sweep.
+            return;
+        }
         let conv = record.conversation_id.clone();
         if let (Some(snap), Some(repo)) = (record.git.as_mut(), repo.as_ref()) {
             match self.git_changes(repo, &snap.before_tree).await {

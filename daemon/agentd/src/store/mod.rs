@@ -10,18 +10,22 @@
 //! bytes: every image once, whatever number of messages refer to it),
 //! `tokens` and `audit` (see [`access`]), `checkpoints` (see
 //! `crate::checkpoints`).
-//! sled 0.34 makes nothing durable until a flush, so every write a client is
-//! told about goes through [`Store::flush`], which group-commits concurrent
-//! callers into one sled flush, made by a thread of its own (fewer hand-offs
-//! than sled's `flush_async`, which goes through sled's thread pool).
+//! sled 0.34 makes nothing durable until a flush, and its flush is costly
+//! (a hand-off to its I/O thread pool and back, and a `sync_file_range`).
+//! So every change also goes to the store's journal ([`journal`]), and
+//! every write a client is told about goes through [`Store::flush`]: one
+//! `write(2)` of the changes since the last flush to the journal file.
+//! sled is made durable in the background, and opening the store replays
+//! what the journal holds beyond it.
 
 pub mod access;
+mod journal;
+
+pub use journal::Tree;
 
 use agentd_core::{ConvState, Message, Mode, Usage};
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
-use tokio::sync::oneshot;
 
 /// Bumped when the record layout changes incompatibly.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -366,14 +370,13 @@ impl RuleScope {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Sync {
-    /// A killed daemon: sled's flush writes its log and asks the kernel to
-    /// write it back (`sync_file_range`), so nothing flushed is lost when
-    /// the process dies, but the last flushes may be lost to a power cut or
-    /// a kernel crash.
+    /// A killed daemon: a flush writes the journal (`write(2)`), so nothing
+    /// flushed is lost when the process dies, but the last flushes may be
+    /// lost to a power cut or a kernel crash.
     #[default]
     Kill,
-    /// A power cut: each group commit also calls `fdatasync` on sled's log
-    /// file before anyone is told it is durable.
+    /// A power cut: each flush also calls `fdatasync` on the journal file
+    /// before anyone is told it is durable (concurrent flushes share one).
     Power,
 }
 
@@ -381,42 +384,41 @@ pub enum Sync {
 #[derive(Clone)]
 pub struct Store {
     db: sled::Db,
-    convs: sled::Tree,
-    msgs: sled::Tree,
-    rules: sled::Tree,
-    shells: sled::Tree,
-    events: sled::Tree,
-    mid_turn: sled::Tree,
+    convs: Tree,
+    msgs: Tree,
+    rules: Tree,
+    shells: Tree,
+    events: Tree,
+    mid_turn: Tree,
     /// Token usage per day and model: `YYYY-MM-DD` NUL model → usage.
-    usage_days: sled::Tree,
+    usage_days: Tree,
     /// Raises of the daily budgets, by day (`YYYY-MM-DD`).
-    budget_raises: sled::Tree,
+    budget_raises: Tree,
     /// Conversations created by requests that carried a client request id:
     /// request id → (conversation id, Unix ms).
-    creates: sled::Tree,
+    creates: Tree,
     /// Directories whose project hooks run (`agent trust DIR`): the
     /// absolute path, as key.
-    trusted: sled::Tree,
+    trusted: Tree,
     /// Image bytes by their SHA-256 (lower-case hex): content-addressed,
     /// so an image sent many times, or by many conversations, is kept once.
-    images: sled::Tree,
+    images: Tree,
     /// Bearer tokens of the TCP listener (see [`access`]).
-    tokens: sled::Tree,
+    tokens: Tree,
     /// Who did what, per conversation (see [`access`]).
-    audit: sled::Tree,
+    audit: Tree,
     /// What `mid_turn` holds, so a commit writes it only on a change.
     mid_turn_ids: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
-    flush_tx: mpsc::Sender<FlushRequest>,
+    /// Every tree's changes, written by [`Store::flush`].
+    journal: std::sync::Arc<journal::Journal>,
+    /// The `checkpoints` tree (its keys are `crate::checkpoints`' own).
+    checkpoints: Tree,
     /// Flushes asked for, for tests and benchmarks that count them.
     flushes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Makes every flush fail, for tests of what a failed write undoes.
     #[cfg(test)]
     fail_flushes: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
-
-/// A flush request carries its own handle to the database, so the flush
-/// task holds none while idle and dropping the last `Store` closes the db.
-type FlushRequest = (sled::Db, oneshot::Sender<Result<(), String>>);
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -468,8 +470,8 @@ impl Store {
     }
 
     /// Opens (or creates) the store under `dir` with a page cache of
-    /// `cache_bytes`, and starts its flush thread, which makes each group
-    /// commit as durable as `sync` says.
+    /// `cache_bytes`: replays its journal, and makes each later flush as
+    /// durable as `sync` says.
     pub fn open_with(dir: &Path, sync: Sync, cache_bytes: u64) -> Result<Store, StoreError> {
         let db = sled::Config::new()
             .path(dir)
@@ -491,19 +493,64 @@ impl Store {
                 db.flush()?;
             }
         }
-        let convs = db.open_tree("conversations")?;
-        let msgs = db.open_tree("messages")?;
-        let rules = db.open_tree("rules")?;
-        let shells = db.open_tree("shells")?;
-        let events = db.open_tree("events")?;
-        let mid_turn = db.open_tree("mid_turn")?;
-        let creates = db.open_tree("creates")?;
-        let usage_days = db.open_tree("usage_days")?;
-        let budget_raises = db.open_tree("budget_raises")?;
-        let trusted = db.open_tree("trusted_dirs")?;
-        let images = db.open_tree("images")?;
-        let tokens = db.open_tree("tokens")?;
-        let audit = db.open_tree("audit")?;
+        // The journal replays into the trees by their place in this list:
+        // append to it, never reorder it.
+        let names = [
+            "conversations",
+            "messages",
+            "rules",
+            "shells",
+            "events",
+            "mid_turn",
+            "creates",
+            "usage_days",
+            "budget_raises",
+            "trusted_dirs",
+            "images",
+            "tokens",
+            "audit",
+            "checkpoints",
+        ];
+        let mut trees = Vec::with_capacity(names.len());
+        for name in names {
+            trees.push(db.open_tree(name)?);
+        }
+        let log = match sync {
+            Sync::Kill => None,
+            Sync::Power => Some(power_safe_log(dir)?),
+        };
+        let (journal, replayed) =
+            journal::Journal::open(&dir.join("journal"), &db, &trees, sync, log)?;
+        if replayed > 0 {
+            tracing::info!("replayed {replayed} changes from the store's journal");
+        }
+        let mut trees = trees
+            .into_iter()
+            .enumerate()
+            .map(|(i, tree)| Tree::new(tree, i as u8, journal.clone()));
+        let mut next = || {
+            trees
+                .next()
+                .ok_or_else(|| StoreError::Flush("the store's tree list is short".to_string()))
+        };
+        let (convs, msgs, rules, shells, events, mid_turn, creates) = (
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+        );
+        let (usage_days, budget_raises, trusted, images, tokens, audit, checkpoints) = (
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+            next()?,
+        );
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
@@ -513,6 +560,7 @@ impl Store {
                     mid_turn.insert(k, &[])?;
                 }
             }
+            journal.write_pending()?;
             meta.insert("mid_turn_index", &[1u8])?;
             db.flush()?;
         }
@@ -520,15 +568,6 @@ impl Store {
         for key in mid_turn.iter().keys() {
             mid_turn_ids.insert(String::from_utf8_lossy(&key?).into_owned());
         }
-        let log = match sync {
-            Sync::Kill => None,
-            Sync::Power => Some(power_safe_log(dir)?),
-        };
-        let (flush_tx, flush_rx) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("agentd-flush".to_string())
-            .spawn(move || group_commit(&flush_rx, log.as_ref()))
-            .map_err(|e| StoreError::Flush(format!("cannot start the flush thread: {e}")))?;
         Ok(Store {
             db,
             convs,
@@ -545,7 +584,8 @@ impl Store {
             tokens,
             audit,
             mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
-            flush_tx,
+            journal,
+            checkpoints,
             flushes: Default::default(),
             #[cfg(test)]
             fail_flushes: Default::default(),
@@ -560,21 +600,18 @@ impl Store {
         if self.fail_flushes.load(std::sync::atomic::Ordering::Relaxed) {
             return Err(StoreError::Flush("injected failure".to_string()));
         }
-        let (tx, rx) = oneshot::channel();
-        self.flush_tx
-            .send((self.db.clone(), tx))
-            .map_err(|_| StoreError::Closed)?;
-        // Under paused time (the runtime's unit tests) waiting on another
-        // thread would let tokio jump its clock ahead as if nothing were
-        // happening; a blocking task holds the clock still.
-        #[cfg(test)]
-        let done = tokio::task::spawn_blocking(move || rx.blocking_recv())
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        #[cfg(not(test))]
-        let done = rx.await;
-        done.map_err(|_| StoreError::Closed)?
-            .map_err(StoreError::Flush)
+        match self.journal.sync() {
+            // One write(2) of a few kilobytes: cheaper than any hand-off.
+            Sync::Kill => self.journal.write_pending(),
+            Sync::Power => {
+                let journal = self.journal.clone();
+                // Under paused time (the runtime's unit tests) the blocking
+                // task also holds tokio's clock still.
+                tokio::task::spawn_blocking(move || journal.write_pending())
+                    .await
+                    .map_err(|_| StoreError::Closed)?
+            }
+        }
     }
 
     /// How many flushes were asked for since the store was opened.
@@ -605,9 +642,9 @@ impl Store {
     ///
     /// No sled transaction: a transaction makes sled write its log in
     /// three pieces, each synced on its own, which tripled the cost of
-    /// every flush. Atomicity comes from order instead. sled's log is
-    /// recovered as a prefix (it stops at the first write that did not
-    /// make it), so writing the events, then the messages, then the
+    /// every flush. Atomicity comes from order instead. sled's log, and the
+    /// journal replayed over it, are recovered as a prefix (each
+    /// stops at the first write that did not make it), so writing the events, then the messages, then the
     /// record means that after a crash the record is either the old one or
     /// the new one with everything it refers to. Messages beyond the
     /// record's `message_count` are the torn tail of a commit that never
@@ -1037,8 +1074,8 @@ impl Store {
 
     /// The tree the checkpoints keep their records in (`checkpoints`; the
     /// layout of its keys is `crate::checkpoints`' own).
-    pub(crate) fn checkpoints_tree(&self) -> Result<sled::Tree, StoreError> {
-        Ok(self.db.open_tree("checkpoints")?)
+    pub(crate) fn checkpoints_tree(&self) -> Tree {
+        self.checkpoints.clone()
     }
 
     /// A number larger than every one handed out before, across restarts
@@ -1053,12 +1090,9 @@ impl Store {
     }
 }
 
-/// One flush for every request that arrived while the previous flush ran.
-/// The flush thread: one sled flush for every request waiting when it
-/// starts. Ends when the store is dropped (every sender gone).
 /// sled's log file (`db` in its directory, sled 0.34's layout), opened to
-/// `fdatasync` it after each flush, once the directory entries that lead
-/// to it are durable too.
+/// `fdatasync` it after each sled flush that lets journal files go, once
+/// the directory entries that lead to it are durable too.
 fn power_safe_log(dir: &Path) -> Result<std::fs::File, StoreError> {
     let sync_err = |what: &Path, e: std::io::Error| {
         StoreError::Flush(format!("cannot sync {}: {e}", what.display()))
@@ -1072,26 +1106,6 @@ fn power_safe_log(dir: &Path) -> Result<std::fs::File, StoreError> {
         }
     }
     Ok(log)
-}
-
-fn group_commit(rx: &mpsc::Receiver<FlushRequest>, log: Option<&std::fs::File>) {
-    while let Ok((db, first)) = rx.recv() {
-        let mut waiters = vec![first];
-        waiters.extend(rx.try_iter().map(|(_, w)| w));
-        let mut result = db.flush().map(|_| ()).map_err(|e| e.to_string());
-        drop(db);
-        if let (Ok(()), Some(log)) = (&result, log) {
-            result = log
-                .sync_data()
-                .map_err(|e| format!("fdatasync of the store's log failed: {e}"));
-        }
-        if let Err(e) = &result {
-            tracing::error!("sled flush failed: {e}");
-        }
-        for w in waiters {
-            let _ = w.send(result.clone());
-        }
-    }
 }
 
 fn is_no_index(n: &usize) -> bool {
