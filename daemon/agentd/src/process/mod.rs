@@ -238,7 +238,10 @@ impl Group {
     /// Whether the group is still ours ([`Group::is_ours`]) and has a live
     /// member.
     pub(crate) fn is_alive(&self) -> bool {
-        self.is_ours() && group_alive(self.pgid)
+        // The signal-0 probe before `/proc`: for a command that ended with
+        // its whole group (nearly every one) it answers alone.
+        let pid = self.pgid.as_raw();
+        pid > 1 && pid != nix::unistd::getpid().as_raw() && group_alive(self.pgid) && self.is_ours()
     }
 
     /// Sends `signal` to every process of the group, unless the group is no
