@@ -101,7 +101,18 @@ pub fn main() -> ExitCode {
                 && std::env::var_os("NO_COLOR").is_none(),
         )
         .init();
+    // The config decides the runtime's size, so it is read first.
+    let config = match Config::load(args.config.as_deref(), &env, args.model.clone()) {
+        Ok(config) => config,
+        Err(e) => {
+            let e = StartError::from(e);
+            tracing::error!("{e}");
+            eprintln!("agentd: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(config.runtime.workers())
         .enable_all()
         .on_thread_start(crate::alloc::enable_thread_cache)
         .on_thread_park(crate::alloc::on_idle)
@@ -113,7 +124,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args, shutdown_signal())) {
+    match runtime.block_on(run(args, config, shutdown_signal())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -147,9 +158,9 @@ fn env(key: &str) -> Option<String> {
 /// Starts the daemon and serves until `shutdown` completes.
 pub async fn run(
     args: Args,
+    mut config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> Result<(), StartError> {
-    let mut config = Config::load(args.config.as_deref(), &env, args.model)?;
     config.allow_bypass = args.allow_bypass;
     let data_dir = match args.data_dir {
         Some(d) => d,

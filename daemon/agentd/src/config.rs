@@ -394,6 +394,26 @@ impl GrpcSection {
     }
 }
 
+/// The daemon's async runtime.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RuntimeSection {
+    /// Threads that run the daemon's tasks; 0 (the default) is one per two
+    /// CPUs, at least one: the other CPUs are left to the commands the
+    /// agent runs, the blocking pool (file tools, git) and the clients.
+    pub worker_threads: usize,
+}
+
+impl RuntimeSection {
+    /// The number of worker threads to start.
+    pub fn workers(&self) -> usize {
+        match self.worker_threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
+            n => n,
+        }
+    }
+}
+
 /// Persistence.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -466,6 +486,8 @@ pub struct FileConfig {
     pub models: std::collections::HashMap<String, crate::models::ModelSection>,
     /// Persistence.
     pub store: StoreSection,
+    /// The async runtime.
+    pub runtime: RuntimeSection,
     /// Commands run at points of a turn (README "Hooks").
     pub hooks: crate::hooks::HooksSection,
     /// Context continuation.
@@ -518,6 +540,8 @@ pub struct Config {
     pub user_dir: Option<PathBuf>,
     /// Persistence.
     pub store: StoreSection,
+    /// The async runtime.
+    pub runtime: RuntimeSection,
     /// The user's hooks, checked; a trusted project's are added per
     /// conversation.
     pub hooks: crate::hooks::Hooks,
@@ -646,6 +670,7 @@ impl Config {
             ),
             user_dir: default_config_path(env).and_then(|p| p.parent().map(Path::to_path_buf)),
             store: file.store,
+            runtime: file.runtime,
             hooks,
             hook_timeout_ms: file.hooks.timeout_ms,
             context: file.context,
@@ -758,6 +783,19 @@ mod tests {
         assert_eq!(file.store.sync, crate::store::Sync::Power);
         let wrong = toml::from_str::<FileConfig>("[store]\nsync = \"always\"\n").unwrap_err();
         assert!(wrong.to_string().contains("kill"), "{wrong}");
+    }
+
+    #[test]
+    fn the_runtime_has_one_worker_per_two_cpus_unless_told() {
+        let c = Config::from_parts(toml::from_str("").unwrap(), &env_of(&[]), None).unwrap();
+        assert_eq!(c.runtime.worker_threads, 0);
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        assert_eq!(c.runtime.workers(), (cpus / 2).max(1));
+        let file = toml::from_str("[runtime]\nworker_threads = 3\n").unwrap();
+        let c = Config::from_parts(file, &env_of(&[]), None).unwrap();
+        assert_eq!(c.runtime.workers(), 3);
+        let wrong = toml::from_str::<FileConfig>("[runtime]\nthreads = 3\n").unwrap_err();
+        assert!(wrong.to_string().contains("threads"), "{wrong}");
     }
 
     #[test]
