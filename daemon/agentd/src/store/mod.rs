@@ -524,33 +524,34 @@ impl Store {
         if replayed > 0 {
             tracing::info!("replayed {replayed} changes from the store's journal");
         }
-        let mut trees = trees
+        let trees: Vec<Tree> = trees
             .into_iter()
             .enumerate()
-            .map(|(i, tree)| Tree::new(tree, i as u8, journal.clone()));
-        let mut next = || {
-            trees
-                .next()
-                .ok_or_else(|| StoreError::Flush("the store's tree list is short".to_string()))
+            .map(|(i, tree)| Tree::new(tree, i as u8, journal.clone()))
+            .collect();
+        let Ok(
+            [
+                convs,
+                msgs,
+                rules,
+                shells,
+                events,
+                mid_turn,
+                creates,
+                usage_days,
+                budget_raises,
+                trusted,
+                images,
+                tokens,
+                audit,
+                checkpoints,
+            ],
+        ) = <[Tree; 14]>::try_from(trees)
+        else {
+            return Err(StoreError::Flush(
+                "the store's tree list and its trees differ in number".to_string(),
+            ));
         };
-        let (convs, msgs, rules, shells, events, mid_turn, creates) = (
-            next()?,
-            next()?,
-            next()?,
-            next()?,
-            next()?,
-            next()?,
-            next()?,
-        );
-        let (usage_days, budget_raises, trusted, images, tokens, audit, checkpoints) = (
-            next()?,
-            next()?,
-            next()?,
-            next()?,
-            next()?,
-            next()?,
-            next()?,
-        );
         if meta.get("mid_turn_index")?.is_none() {
             // A store from before the index: build it once.
             for item in convs.iter() {
