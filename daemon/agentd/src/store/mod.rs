@@ -59,7 +59,8 @@ pub enum StoreError {
         found: u32,
         expected: u32,
     },
-    /// The flush task is gone (daemon shutting down).
+    /// A flush could not finish: its blocking task was dropped (the daemon
+    /// is shutting down).
     #[error("store is shutting down")]
     Closed,
     #[error("flush failed: {0}")]
