@@ -228,11 +228,15 @@ impl Group {
     /// any) is someone else's. pids 0 and 1 and our own are never ours:
     /// signalling them would hit the daemon's group or init.
     pub(crate) fn is_ours(&self) -> bool {
+        self.may_be_ours()
+            && !proc_stat(self.pgid.as_raw())
+                .is_some_and(|s| s.is_alive() && Some(s.start_ticks) != self.leader_ticks)
+    }
+
+    /// Not a number that is never ours (0, 1, the daemon's own).
+    fn may_be_ours(&self) -> bool {
         let pid = self.pgid.as_raw();
-        if pid <= 1 || pid == nix::unistd::getpid().as_raw() {
-            return false;
-        }
-        !proc_stat(pid).is_some_and(|s| s.is_alive() && Some(s.start_ticks) != self.leader_ticks)
+        pid > 1 && pid != nix::unistd::getpid().as_raw()
     }
 
     /// Whether the group is still ours ([`Group::is_ours`]) and has a live
@@ -240,8 +244,7 @@ impl Group {
     pub(crate) fn is_alive(&self) -> bool {
         // The signal-0 probe before `/proc`: for a command that ended with
         // its whole group (nearly every one) it answers alone.
-        let pid = self.pgid.as_raw();
-        pid > 1 && pid != nix::unistd::getpid().as_raw() && group_alive(self.pgid) && self.is_ours()
+        self.may_be_ours() && group_alive(self.pgid) && self.is_ours()
     }
 
     /// Sends `signal` to every process of the group, unless the group is no

@@ -51,7 +51,12 @@ const HEADER: usize = 8;
 pub(super) struct Journal {
     dir: PathBuf,
     sync: Sync,
-    state: Mutex<State>,
+    /// Changes applied to sled and not yet written, in sled's order: every
+    /// tree change takes this lock around its sled write.
+    pending: Mutex<Vec<u8>>,
+    /// The file; held by one flush at a time, across its write (and sync),
+    /// so tree changes never wait for I/O.
+    file: Mutex<FileState>,
     /// Rotations for the checkpoint thread: flush sled, then remove the
     /// files numbered up to this one.
     rotated: mpsc::Sender<(sled::Db, u64)>,
@@ -60,13 +65,11 @@ pub(super) struct Journal {
     rotate_bytes: u64,
 }
 
-struct State {
+struct FileState {
     file: File,
     number: u64,
     /// Bytes written to `file` (where a failed write is cut back to).
     written: u64,
-    /// Changes applied to sled and not yet written.
-    pending: Vec<u8>,
 }
 
 impl Journal {
@@ -123,11 +126,11 @@ impl Journal {
         let journal = Journal {
             dir: dir.to_path_buf(),
             sync,
-            state: Mutex::new(State {
+            pending: Mutex::new(Vec::new()),
+            file: Mutex::new(FileState {
                 file,
                 number,
                 written: 0,
-                pending: Vec::new(),
             }),
             rotated,
             db: db.clone(),
@@ -141,56 +144,58 @@ impl Journal {
         self.sync
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn pending(&self) -> MutexGuard<'_, Vec<u8>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Writes the pending changes (and syncs them with `sync = "power"`).
     /// Blocking: a `write(2)` of a few kilobytes, or an `fdatasync`.
     pub(super) fn write_pending(&self) -> Result<(), StoreError> {
-        let mut state = self.lock();
-        if state.pending.is_empty() {
-            // Whoever took them wrote (and synced) them before letting go.
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        // Whatever an earlier flush took was written (and synced) before
+        // it let go of the file.
+        let mut taken = std::mem::take(&mut *self.pending());
+        if taken.is_empty() {
             return Ok(());
         }
-        let State {
-            file,
-            written,
-            pending,
-            ..
-        } = &mut *state;
-        let result = file.write_all(pending).and_then(|()| match self.sync {
-            Sync::Power => file.sync_data(),
+        let result = file.file.write_all(&taken).and_then(|()| match self.sync {
+            Sync::Power => file.file.sync_data(),
             Sync::Kill => Ok(()),
         });
         if let Err(e) = result {
-            // The changes stay pending (sled has them; the journal must
-            // have them in the same order), and whatever part was written
-            // is cut off so the next write does not follow a torn record.
-            if let Err(cut) = file.set_len(*written) {
+            // Whatever part was written is cut off, so the next write does
+            // not follow a torn record, and the changes go back in front of
+            // those made since (sled has them all; the journal must have
+            // them in the same order).
+            if let Err(cut) = file.file.set_len(file.written) {
                 tracing::error!("cannot cut a failed journal write back: {cut}");
             }
+            let mut pending = self.pending();
+            taken.extend_from_slice(&pending);
+            *pending = taken;
             return Err(StoreError::Flush(format!(
                 "writing the journal in {} failed: {e}",
                 self.dir.display()
             )));
         }
-        *written += pending.len() as u64;
-        if pending.capacity() > KEEP_CAPACITY {
-            // An image went through: give its room back.
-            *pending = Vec::new();
-        } else {
-            pending.clear();
+        file.written += taken.len() as u64;
+        if taken.capacity() <= KEEP_CAPACITY {
+            // The buffer is used again (one that an image grew is dropped).
+            let mut pending = self.pending();
+            if pending.is_empty() {
+                taken.clear();
+                *pending = taken;
+            }
         }
-        if *written >= self.rotate_bytes {
-            self.rotate(&mut state)?;
+        if file.written >= self.rotate_bytes {
+            self.rotate(&mut file)?;
         }
         Ok(())
     }
 
     /// Starts the next file; the checkpoint thread flushes sled and then
     /// removes this one.
-    fn rotate(&self, state: &mut State) -> Result<(), StoreError> {
+    fn rotate(&self, state: &mut FileState) -> Result<(), StoreError> {
         let file = create(&self.dir, state.number + 1, self.sync)?;
         let old = state.number;
         state.file = file;
@@ -235,18 +240,18 @@ impl Tree {
         value: V,
     ) -> sled::Result<Option<IVec>> {
         let (key, value) = (key.as_ref(), value.into());
-        let mut state = self.journal.lock();
+        let mut pending = self.journal.pending();
         let old = self.tree.insert(key, value.clone())?;
-        Journal::record(&mut state.pending, self.id, INSERT, key, &value);
+        Journal::record(&mut pending, self.id, INSERT, key, &value);
         Ok(old)
     }
 
     pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<Option<IVec>> {
         let key = key.as_ref();
-        let mut state = self.journal.lock();
+        let mut pending = self.journal.pending();
         let old = self.tree.remove(key)?;
         if old.is_some() {
-            Journal::record(&mut state.pending, self.id, REMOVE, key, &[]);
+            Journal::record(&mut pending, self.id, REMOVE, key, &[]);
         }
         Ok(old)
     }
@@ -258,18 +263,18 @@ impl Tree {
         mut f: F,
     ) -> sled::Result<Option<IVec>> {
         let key = key.as_ref();
-        let mut state = self.journal.lock();
+        let mut pending = self.journal.pending();
         let old = self.tree.get(key)?;
         match f(old.as_deref()) {
             Some(new) => {
                 let new = IVec::from(new);
                 self.tree.insert(key, new.clone())?;
-                Journal::record(&mut state.pending, self.id, INSERT, key, &new);
+                Journal::record(&mut pending, self.id, INSERT, key, &new);
                 Ok(Some(new))
             }
             None => {
                 if self.tree.remove(key)?.is_some() {
-                    Journal::record(&mut state.pending, self.id, REMOVE, key, &[]);
+                    Journal::record(&mut pending, self.id, REMOVE, key, &[]);
                 }
                 Ok(None)
             }
@@ -542,8 +547,8 @@ mod tests {
         a.journal.write_pending().unwrap();
         a.trees[0].insert("torn", "no").unwrap();
         let torn = {
-            let state = a.journal.lock();
-            state.pending[..state.pending.len() - 3].to_vec()
+            let pending = a.journal.pending();
+            pending[..pending.len() - 3].to_vec()
         };
         let second = tempfile::tempdir().unwrap();
         copy_journal(first.path(), second.path());
