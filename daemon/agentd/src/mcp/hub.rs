@@ -314,7 +314,15 @@ impl Hub {
                 arguments: Some(arguments),
                 task: None,
             };
-            match peer.call_tool(params).await {
+            let answer = peer.call_tool(params).await;
+            // rmcp handles a notification on a task of its own, so one the
+            // server sent before this answer (`tools/list_changed`) may not
+            // have been seen yet when the answer wakes us first (always so
+            // on a one-worker runtime). Letting the runtime's queued tasks
+            // run first keeps the server's order: the next request then
+            // lists the changed tools.
+            tokio::task::yield_now().await;
+            match answer {
                 Ok(result) => Ok(super::result::to_output(server, tool, result, images)),
                 Err(rmcp::ServiceError::McpError(e)) => Err(format!(
                     "tool `{tool}` failed: {} (code {})",
