@@ -56,6 +56,7 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
         pass_socket: cli.socket.is_some(),
         autostart: !cli.no_autostart,
         json: cli.json,
+        connected: std::sync::Mutex::new(None),
     };
     if let Some(message) = cli.misspelt_command() {
         return Err(CliError::Input(message));
@@ -171,6 +172,10 @@ pub(crate) struct Ctx {
     pass_socket: bool,
     autostart: bool,
     json: bool,
+    /// The connection the command made first, which its later calls share
+    /// (a client is a handle on one HTTP/2 connection): `agent run` creates
+    /// the conversation and attaches over one connection, not two.
+    connected: std::sync::Mutex<Option<Client>>,
 }
 
 impl Ctx {
@@ -183,15 +188,55 @@ impl Ctx {
         }
     }
 
+    /// A client on the command's connection, connecting (or starting the
+    /// daemon) the first time.
     pub(crate) async fn client(&self) -> Result<Client, CliError> {
-        connect_or_start(&self.socket, self.pass_socket, self.autostart).await
+        if let Some(client) = self.shared().clone() {
+            return Ok(client);
+        }
+        let client = connect_or_start(&self.socket, self.pass_socket, self.autostart).await?;
+        *self.shared() = Some(client.clone());
+        Ok(client)
+    }
+
+    /// A client on a new connection, for a call whose connection broke.
+    async fn reconnect(&self) -> Result<Client, CliError> {
+        self.shared().take();
+        self.client().await
+    }
+
+    fn shared(&self) -> std::sync::MutexGuard<'_, Option<Client>> {
+        self.connected
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 
 /// A fresh client request id: the daemon answers a retry carrying it with
 /// the first attempt's outcome instead of doing it twice.
+///
+/// A ULID of the time and 80 bits from std's per-process random hash keys
+/// (seeded by the OS when the process starts), the pid and a counter. Not
+/// `Ulid::new()`: its generator probes the CPU's features on first use,
+/// a dozen `cpuid` instructions, each a trap to the hypervisor on a VM
+/// (6 µs apiece measured on the 2-vCPU test machine), in every `agent`
+/// process. The id only has to be unique, not secret.
 pub(crate) fn request_id() -> String {
-    ulid::Ulid::new().to_string()
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let count = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let keys = std::hash::RandomState::new();
+    let word = |part: u64| {
+        let mut hasher = keys.build_hasher();
+        hasher.write_u64(part);
+        hasher.write_u32(std::process::id());
+        hasher.write_u64(count);
+        hasher.finish()
+    };
+    let random = (u128::from(word(0)) << 64 | u128::from(word(1))) & ((1u128 << 80) - 1);
+    let ms = u64::try_from(now_ms()).unwrap_or(0);
+    ulid::Ulid::from_parts(ms, random).to_string()
 }
 
 /// Pause before the one retry of a call whose connection broke.
@@ -208,7 +253,7 @@ where
     match call(ctx.client().await?).await {
         Err(status) if status.code() == tonic::Code::Unavailable => {
             tokio::time::sleep(RETRY_PAUSE).await;
-            Ok(call(ctx.client().await?)
+            Ok(call(ctx.reconnect().await?)
                 .await
                 .map(tonic::Response::into_inner))
         }
@@ -233,11 +278,18 @@ fn print_line(io: &mut Io, text: &str) -> Result<(), CliError> {
 }
 
 /// This client's name as the other clients see it: the one given with
-/// `--name`, else `user@host:pid`.
+/// `--name`, else `user@host:pid`. Worked out once per process: every call
+/// and every session of a command carries it, and finding the user can
+/// mean reading the password database.
 pub fn client_name() -> String {
     if let Some(name) = crate::remote::chosen_name() {
         return name;
     }
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(default_client_name).clone()
+}
+
+fn default_client_name() -> String {
     let pid = std::process::id();
     let user = std::env::var("USER")
         .ok()

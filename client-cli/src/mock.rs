@@ -187,6 +187,11 @@ impl Daemon {
         self.server = serve(&self.socket, self.fake.clone(), self.connections.clone());
     }
 
+    /// How many connections clients have opened so far.
+    pub fn connections(&self) -> usize {
+        lock(&self.connections).len()
+    }
+
     /// The canned answers, to fill in.
     pub fn state(&self) -> std::sync::MutexGuard<'_, State> {
         lock(&self.state)

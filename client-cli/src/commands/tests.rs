@@ -308,3 +308,22 @@ fn mcp_args_are_commands_or_urls() {
         assert!(mcp_server_arg(bad).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn request_ids_are_distinct_ulids_of_now() {
+    let before = u64::try_from(now_ms()).unwrap();
+    let ids: Vec<String> = (0..1000).map(|_| request_id()).collect();
+    let after = u64::try_from(now_ms()).unwrap();
+    let unique: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(unique.len(), ids.len(), "a request id repeated");
+    for id in &ids {
+        let ulid = ulid::Ulid::from_string(id).unwrap();
+        assert!((before..=after).contains(&ulid.timestamp_ms()), "{id}");
+    }
+    // The random part differs in more than the low bits.
+    let randoms: std::collections::HashSet<u128> = ids
+        .iter()
+        .map(|id| ulid::Ulid::from_string(id).unwrap().random() >> 40)
+        .collect();
+    assert!(randoms.len() > 990, "{}", randoms.len());
+}

@@ -180,6 +180,8 @@ async fn run_ends_at_once_when_the_turn_already_finished() {
     let (result, out, _) = agent.finish().await;
     assert_eq!(result.unwrap(), Exit::Ok);
     assert_eq!(out, "Hi there.\n");
+    // Creating the conversation and attaching to it share one connection.
+    assert_eq!(daemon.connections(), 1);
 }
 
 #[tokio::test]
