@@ -199,8 +199,9 @@ impl Ctx {
         Ok(client)
     }
 
-    /// A client on a new connection, for a call whose connection broke.
-    async fn reconnect(&self) -> Result<Client, CliError> {
+    /// A client on a new connection (which later calls share), for a call
+    /// whose connection broke or may have.
+    pub(crate) async fn reconnect(&self) -> Result<Client, CliError> {
         self.shared().take();
         self.client().await
     }

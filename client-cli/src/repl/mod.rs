@@ -192,7 +192,11 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                 view_only: false,
                 sent_prompt,
             };
-            let client = ctx.client().await?;
+            // Each session on a fresh connection, as the person may stay
+            // for hours: the one opened before may be broken by now (a
+            // session reconnects on its own connection when the daemon
+            // restarts, and this one would fail its next call).
+            let client = ctx.reconnect().await?;
             let (outcome, left) =
                 session_outcome(client, config, &mut ui_io, Some(link.clone())).await?;
             match outcome {
