@@ -604,7 +604,7 @@ fn tail_start(text: &[u8], lines: usize) -> usize {
 
 /// `agent completions SHELL`: the completion script on stdout.
 pub fn completions(shell: clap_complete::Shell, io: &mut Io) -> Result<Exit, CliError> {
-    let mut command = Cli::command();
+    let mut command = whole_command();
     clap_complete::generate(shell, &mut command, "agent", &mut io.out);
     io.out.flush().map_err(out_err)?;
     Ok(Exit::Ok)
@@ -613,7 +613,7 @@ pub fn completions(shell: clap_complete::Shell, io: &mut Io) -> Result<Exit, Cli
 /// `agent man [--out DIR]`: `agent.1` on stdout, or every page (`agent.1`,
 /// `agent-run.1`, `agent-daemon-stop.1`, …) written into DIR.
 pub fn man(out: Option<PathBuf>, io: &mut Io) -> Result<Exit, CliError> {
-    let command = Cli::command();
+    let command = whole_command();
     match out {
         None => {
             clap_mangen::Man::new(command)
@@ -632,6 +632,54 @@ pub fn man(out: Option<PathBuf>, io: &mut Io) -> Result<Exit, CliError> {
         }
     }
     Ok(Exit::Ok)
+}
+
+/// Every command, argument and subcommand, built, as completions and man
+/// pages show them. The subcommands' own parts are made when the tree is
+/// built (`defer` in [`crate::cli::Command`]), after clap has copied the
+/// tree under `help` (for `agent help daemon stop`): their subcommands are
+/// added to that copy here.
+fn whole_command() -> clap::Command {
+    let mut command = Cli::command();
+    command.build();
+    let nested: Vec<(String, Vec<clap::Command>)> = command
+        .get_subcommands()
+        .filter(|sub| sub.get_name() != "help" && sub.has_subcommands())
+        .map(|sub| {
+            let under = format!("{} help {}", command.get_name(), sub.get_name());
+            let copies = help_copies(sub, &under);
+            (sub.get_name().to_string(), copies)
+        })
+        .collect();
+    command.mut_subcommand("help", |help| {
+        nested.into_iter().fold(help, |help, (name, copies)| {
+            help.mut_subcommand(name, |copy| copy.subcommands(copies))
+        })
+    })
+}
+
+/// The subcommands of `command` as clap copies them under `help`: name,
+/// description and subcommands, no arguments, no `help` of their own;
+/// `under` is their parent's command line.
+fn help_copies(command: &clap::Command, under: &str) -> Vec<clap::Command> {
+    command
+        .get_subcommands()
+        .filter(|sub| sub.get_name() != "help")
+        .map(|sub| {
+            let bin_name = format!("{under} {}", sub.get_name());
+            let mut copy = clap::Command::new(sub.get_name().to_string())
+                .hide(sub.is_hide_set())
+                .disable_help_flag(true)
+                .disable_version_flag(true)
+                .disable_help_subcommand(true)
+                .subcommands(help_copies(sub, &bin_name))
+                .bin_name(bin_name);
+            if let Some(about) = sub.get_about() {
+                copy = copy.about(about.clone());
+            }
+            copy
+        })
+        .collect()
 }
 
 /// Writes the page of `command` and of each subcommand, depth first.
@@ -689,6 +737,41 @@ mod tests {
         }
     }
 
+    /// The subcommands' own parts are built late (`defer`): completions still
+    /// know `agent help budget raise`, and each subcommand's arguments.
+    #[test]
+    fn completions_know_the_whole_tree_under_help_too() {
+        for shell in [
+            clap_complete::Shell::Bash,
+            clap_complete::Shell::Zsh,
+            clap_complete::Shell::Fish,
+            clap_complete::Shell::Elvish,
+            clap_complete::Shell::PowerShell,
+        ] {
+            let (mut io, out) = captured();
+            completions(shell, &mut io).unwrap();
+            let text = out.out.text();
+            let under_help = match shell {
+                clap_complete::Shell::Bash => "agent__subcmd__help__subcmd__budget__subcmd__raise",
+                clap_complete::Shell::Zsh => {
+                    "_agent__subcmd__help__subcmd__budget__subcmd__raise_commands"
+                }
+                clap_complete::Shell::Fish => {
+                    "__fish_agent_using_subcommand help; and __fish_seen_subcommand_from budget\" -f -a \"raise\""
+                }
+                clap_complete::Shell::Elvish => "'agent;help;budget;raise'",
+                _ => "'agent;help;budget;raise'",
+            };
+            assert!(
+                text.contains(under_help),
+                "{shell:?} lacks {under_help}:\n{text}"
+            );
+            for arg in ["steps-file", "drop-all", "add-dir"] {
+                assert!(text.contains(arg), "{shell:?} lacks {arg}");
+            }
+        }
+    }
+
     #[test]
     fn man_pages_cover_every_subcommand() {
         let (mut io, out) = captured();
@@ -713,6 +796,17 @@ mod tests {
         }
         let run = std::fs::read_to_string(dir.path().join("agent-run.1")).unwrap();
         assert!(run.contains("PROMPT"), "{run}");
+        // Each page says what its subcommand does (the variant's doc comment,
+        // not the doc comment of the type holding its arguments).
+        for (name, says) in [
+            ("agent-run.1", "Start a new conversation with PROMPT"),
+            ("agent-shells.1", "List background shells"),
+            ("agent-budget.1", "Answer a budget that holds"),
+            ("agent-daemon.1", "Stop, restart or inspect the daemon"),
+        ] {
+            let text = std::fs::read_to_string(dir.path().join(name)).unwrap();
+            assert!(text.contains(says), "{name} does not say {says:?}:\n{text}");
+        }
     }
 
     #[test]

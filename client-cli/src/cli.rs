@@ -164,8 +164,13 @@ fn edit_distance(a: &str, b: &str) -> usize {
     row[b.len()]
 }
 
+// `defer`: a subcommand's arguments are made only for the subcommand that
+// runs (help, completions and man pages build the whole tree). Making all
+// ~460 of them for every command cost `agent run` 0.27 ms of CPU and 58
+// page faults (BENCHMARKS.md, 2026-11-26, client start).
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Start a new conversation with PROMPT and stream it until the turn ends
     ///
@@ -471,7 +476,7 @@ pub enum Command {
     },
 }
 
-/// `agent daemon …`.
+// `agent daemon …`.
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
     /// Stop the daemon cleanly (SIGTERM) and wait until it has exited
@@ -491,7 +496,7 @@ pub enum DaemonCommand {
     },
 }
 
-/// How a new conversation is set up (`agent run`, and `agent` alone).
+// How a new conversation is set up (`agent run`, and `agent` alone).
 #[derive(Debug, Default, Clone, Args)]
 pub struct NewArgs {
     /// Model to use [default: the daemon's]
@@ -513,7 +518,8 @@ pub struct NewArgs {
     pub add_dirs: Vec<PathBuf>,
 }
 
-/// `agent run`.
+// `agent run`. (No doc comments on the argument types of subcommands: with
+// `defer`, clap would show them as the subcommand's description.)
 #[derive(Debug, Args)]
 pub struct RunArgs {
     /// Working directory of the conversation [default: the current directory]
@@ -547,7 +553,7 @@ pub struct RunArgs {
     pub prompt: Vec<String>,
 }
 
-/// `agent attach`.
+// `agent attach`.
 #[derive(Debug, Args)]
 pub struct AttachArgs {
     /// DANGEROUS: answer "allow once" to every permission request this client
@@ -565,7 +571,7 @@ pub struct AttachArgs {
     pub id: String,
 }
 
-/// `agent answer`.
+// `agent answer`.
 #[derive(Debug, Args)]
 pub struct AnswerArgs {
     /// Conversation id or unique prefix
@@ -603,7 +609,7 @@ pub enum PlanAction {
     Edit,
 }
 
-/// `agent plan`.
+// `agent plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
     /// Conversation id or unique prefix
@@ -624,7 +630,7 @@ pub struct PlanArgs {
     pub steps_file: Option<std::path::PathBuf>,
 }
 
-/// `agent shells`.
+// `agent shells`.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct ShellsArgs {
@@ -641,8 +647,7 @@ pub struct ShellsArgs {
     pub conversation: Option<String>,
 }
 
-/// `agent shells output|kill`.
-/// `agent budget …`.
+// `agent budget …`.
 #[derive(Debug, Subcommand)]
 pub enum BudgetCommand {
     /// Raise the budget that was reached and let the turn go on
@@ -664,7 +669,7 @@ pub enum BudgetCommand {
     },
 }
 
-/// `agent token …`.
+// `agent token …`.
 #[derive(Debug, Subcommand)]
 pub enum TokenCommand {
     /// Make a token; its text is printed once (on stdout), keep it in a
@@ -740,7 +745,7 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
     }
 }
 
-/// `agent mcp …`.
+// `agent mcp …`.
 #[derive(Debug, Subcommand)]
 pub enum McpCommand {
     /// List MCP servers: state (not started / running / crashed), restarts,
@@ -748,6 +753,7 @@ pub enum McpCommand {
     Ls,
 }
 
+// `agent shells output|kill`.
 #[derive(Debug, Subcommand)]
 pub enum ShellsCommand {
     /// Write a shell's output (raw bytes) to stdout
