@@ -651,10 +651,17 @@ fn whole_command() -> clap::Command {
             (sub.get_name().to_string(), copies)
         })
         .collect();
-    command.mut_subcommand("help", |help| {
-        nested.into_iter().fold(help, |help, (name, copies)| {
-            help.mut_subcommand(name, |copy| copy.subcommands(copies))
-        })
+    // In place, in clap's order; a copy that is not there is left alone.
+    command.mut_subcommands(|sub| {
+        if sub.get_name() != "help" {
+            return sub;
+        }
+        sub.mut_subcommands(
+            |copy| match nested.iter().find(|(name, _)| name == copy.get_name()) {
+                Some((_, copies)) => copy.subcommands(copies.clone()),
+                None => copy,
+            },
+        )
     })
 }
 
