@@ -656,12 +656,13 @@ fn whole_command() -> clap::Command {
         if sub.get_name() != "help" {
             return sub;
         }
-        sub.mut_subcommands(
-            |copy| match nested.iter().find(|(name, _)| name == copy.get_name()) {
-                Some((_, copies)) => copy.subcommands(copies.clone()),
-                None => copy,
-            },
-        )
+        sub.mut_subcommands(|copy| {
+            match nested.iter().find(|(name, _)| name == copy.get_name()) {
+                // Only where clap copied none (they did not exist yet).
+                Some((_, copies)) if !copy.has_subcommands() => copy.subcommands(copies.clone()),
+                _ => copy,
+            }
+        })
     })
 }
 
