@@ -113,9 +113,18 @@ pub struct CallKey {
 /// A checkpoint whose call is running.
 #[derive(Debug)]
 pub struct Pending {
-    id: u64,
+    /// The record's id; None until it is written (a command outside git,
+    /// see [`Checkpoints::started`]).
+    id: Option<u64>,
     record: Record,
     repo: Option<git::Repo>,
+}
+
+impl Pending {
+    /// Whether the record waits for [`Checkpoints::started`].
+    pub fn unwritten(&self) -> bool {
+        self.id.is_none()
+    }
 }
 
 /// What a rewind (or a rollback) restores.
@@ -351,26 +360,53 @@ impl Checkpoints {
         if record.files.is_empty() && record.git.is_none() && !record.untracked {
             return None;
         }
-        let id = match self.store.next_id() {
-            Ok(id) => id,
-            Err(e) => {
-                tracing::warn!("no checkpoint before {name}: {e}");
-                return None;
-            }
-        };
-        if let Err(e) = self.put(id, &record) {
-            tracing::warn!("no checkpoint before {name}: {e}");
-            return None;
+        if record.untracked {
+            // A command outside git records only that it was not tracked:
+            // nothing to restore depends on it, so it is not written (nor
+            // flushed) before the command starts; see `started`.
+            return Some(Pending {
+                id: None,
+                record,
+                repo,
+            });
         }
-        // Durable before the call changes anything. A command outside git
-        // records only that it was not tracked: nothing to restore depends
-        // on it, and the conversation's next commit flushes it.
-        if !record.untracked
-            && let Err(e) = self.store.flush().await
-        {
+        let id = self.write(&record, name)?;
+        // Durable before the call changes anything.
+        if let Err(e) = self.store.flush().await {
             tracing::warn!("checkpoint before {name} not flushed: {e}");
         }
-        Some(Pending { id, record, repo })
+        Some(Pending {
+            id: Some(id),
+            record,
+            repo,
+        })
+    }
+
+    /// Writes the record of a command outside git once the command has
+    /// started (its caller polls the command first), so that the write is
+    /// not on the path to its start. The conversation's next commit
+    /// flushes it, as it would have flushed a record written before.
+    pub fn started(&self, pending: &mut Pending) {
+        if pending.id.is_none() {
+            pending.id = self.write(&pending.record, &pending.record.tool);
+        }
+    }
+
+    /// Stores `record` under a new id; a failure is logged (the call runs
+    /// without a checkpoint).
+    fn write(&self, record: &Record, name: &str) -> Option<u64> {
+        let written = self
+            .store
+            .next_id()
+            .map_err(io_err)
+            .and_then(|id| self.put(id, record).map(|()| id));
+        match written {
+            Ok(id) => Some(id),
+            Err(e) => {
+                tracing::warn!(conversation = %record.conversation_id, "no checkpoint before {name}: {e}");
+                None
+            }
+        }
     }
 
     /// Stores the current content of each of `paths`; their changes with
@@ -421,8 +457,12 @@ impl Checkpoints {
             mut record,
             repo,
         } = pending;
+        let Some(id) = id else {
+            // Never written (`started` was not reached, or failed).
+            return;
+        };
         if record.untracked && record.files.is_empty() && record.git.is_none() {
-            // A command outside git: `before` wrote all there is to say,
+            // A command outside git: `started` wrote all there is to say,
             // and no file was read or stored that could need a sweep.
             return;
         }

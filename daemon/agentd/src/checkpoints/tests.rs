@@ -214,13 +214,32 @@ async fn retention_drops_checkpoints_older_than_max_age() {
 async fn bash_outside_git_is_recorded_as_not_tracked() {
     let f = fixture(CheckpointsSection::default());
     let input = json!({"command": "true"});
-    let pending = f.cp.before(key(1, "t1", 1), "bash", &input, &f.ctx).await;
-    f.cp.after(pending.unwrap()).await;
+    let mut pending =
+        f.cp.before(key(1, "t1", 1), "bash", &input, &f.ctx)
+            .await
+            .unwrap();
+    // Nothing is written before the command starts: the record waits for
+    // `started`, which the tool task calls once the command runs.
+    assert!(pending.unwritten());
+    assert!(f.cp.records("c1").unwrap().is_empty());
+    f.cp.started(&mut pending);
+    assert!(!pending.unwritten());
+    assert_eq!(f.cp.records("c1").unwrap().len(), 1);
+    f.cp.after(pending).await;
     let done =
         f.cp.restore("c1", Since::Turn(1), false, false)
             .await
             .unwrap();
     assert_eq!(done.untracked_commands, 1);
+}
+
+#[tokio::test]
+async fn bash_outside_git_that_never_started_leaves_no_record() {
+    let f = fixture(CheckpointsSection::default());
+    let input = json!({"command": "true"});
+    let pending = f.cp.before(key(1, "t1", 1), "bash", &input, &f.ctx).await;
+    f.cp.after(pending.unwrap()).await;
+    assert!(f.cp.records("c1").unwrap().is_empty());
 }
 
 #[tokio::test]

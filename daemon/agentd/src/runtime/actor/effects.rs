@@ -864,25 +864,35 @@ impl Actor {
             let started = Instant::now();
             // What the call may change is recorded (durably) before it
             // runs, and what it left when it ends (`agent rewind`).
-            let checkpoint = if background {
+            let mut checkpoint = if background {
                 None
             } else {
                 checkpoints.before(key, &call.name, &call.input, &ctx).await
             };
-            let mut output = if background {
-                crate::tools::run_as_background_shell(&call.input, &ctx).await
-            } else if let Called::Mcp { server, tool } = Called::of(&call.name) {
-                let mut out = mcp
-                    .call(&servers, server, tool, call.input.clone(), &ctx)
-                    .await;
-                // The registry's backstop, for what a server sent.
-                if out.content.len() > ctx.limits.max_output_bytes {
-                    out.content =
-                        crate::truncate::truncate(&out.content, ctx.limits.max_output_bytes);
+            let run = async {
+                if background {
+                    crate::tools::run_as_background_shell(&call.input, &ctx).await
+                } else if let Called::Mcp { server, tool } = Called::of(&call.name) {
+                    let mut out = mcp
+                        .call(&servers, server, tool, call.input.clone(), &ctx)
+                        .await;
+                    // The registry's backstop, for what a server sent.
+                    if out.content.len() > ctx.limits.max_output_bytes {
+                        out.content =
+                            crate::truncate::truncate(&out.content, ctx.limits.max_output_bytes);
+                    }
+                    out
+                } else {
+                    registry.run(&call.name, call.input.clone(), &ctx).await
                 }
-                out
-            } else {
-                registry.run(&call.name, call.input.clone(), &ctx).await
+            };
+            let mut output = match checkpoint.as_mut().filter(|p| p.unwritten()) {
+                // A command outside git: it starts on the first poll of
+                // `run`, and its record is written right after.
+                Some(pending) => {
+                    tokio::join!(biased; run, async { checkpoints.started(pending) }).0
+                }
+                None => run.await,
             };
             if let Some(pending) = checkpoint {
                 checkpoints.after(pending).await;
