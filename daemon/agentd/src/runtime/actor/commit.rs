@@ -74,8 +74,19 @@ impl Actor {
         };
         // The policy judges paths as the tools will use them: resolved,
         // symbolic links followed. That needs the file system, so it is
-        // done here, for the calls this event may schedule.
+        // done here, for the calls this event may schedule: a transition
+        // judges only calls neither running nor finished (the one after a
+        // command's end usually none); the effects' hooks (no event) see
+        // every call of the run.
         let mut calls: Vec<ToolCall> = match &self.record.state {
+            ConvState::ToolExecuting(run) if event.is_some() => {
+                let pending = run.pending_ids();
+                run.calls
+                    .iter()
+                    .filter(|c| pending.contains(&c.id))
+                    .cloned()
+                    .collect()
+            }
             ConvState::ToolExecuting(run) => run.calls.clone(),
             _ => Vec::new(),
         };
