@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release --quiet
+# Only what the demo runs: every release binary is linked whole (LTO).
+cargo build --release --quiet -p agentd -p agent-cli -p agent-tests --bin agentd --bin agent --bin fake-llm
 demo=$(mktemp -d "${TMPDIR:-/tmp}/agentd-demo.XXXXXX")
 git clone --quiet . "$demo/repo"
 
