@@ -863,7 +863,9 @@ impl Actor {
         tokio::spawn(async move {
             let started = Instant::now();
             // What the call may change is recorded (durably) before it
-            // runs, and what it left when it ends (`agent rewind`).
+            // runs, and what it left when it ends (`agent rewind`); a
+            // command outside git, which only leaves a note that it ran
+            // untracked, as it starts.
             let mut checkpoint = if background {
                 None
             } else {
