@@ -167,7 +167,7 @@ fn edit_distance(a: &str, b: &str) -> usize {
 // `defer`: a subcommand's arguments are made only for the subcommand that
 // runs (help, completions and man pages build the whole tree). Making all
 // ~460 of them for every command cost `agent run` 0.27 ms of CPU and 58
-// page faults (BENCHMARKS.md, 2026-11-26, client start).
+// page faults (BENCHMARKS.md, 2026-11-26, evening).
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 #[command(defer = true)]

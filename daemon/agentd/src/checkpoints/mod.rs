@@ -370,7 +370,7 @@ impl Checkpoints {
                 repo,
             });
         }
-        let id = self.write(&record, name)?;
+        let id = self.write(&record)?;
         // Durable before the call changes anything.
         if let Err(e) = self.store.flush().await {
             tracing::warn!("checkpoint before {name} not flushed: {e}");
@@ -388,13 +388,13 @@ impl Checkpoints {
     /// flushes it, as it would have flushed a record written before.
     pub fn started(&self, pending: &mut Pending) {
         if pending.id.is_none() {
-            pending.id = self.write(&pending.record, &pending.record.tool);
+            pending.id = self.write(&pending.record);
         }
     }
 
     /// Stores `record` under a new id; a failure is logged (the call runs
     /// without a checkpoint).
-    fn write(&self, record: &Record, name: &str) -> Option<u64> {
+    fn write(&self, record: &Record) -> Option<u64> {
         let written = self
             .store
             .next_id()
@@ -403,7 +403,7 @@ impl Checkpoints {
         match written {
             Ok(id) => Some(id),
             Err(e) => {
-                tracing::warn!(conversation = %record.conversation_id, "no checkpoint before {name}: {e}");
+                tracing::warn!(conversation = %record.conversation_id, "no checkpoint before {}: {e}", record.tool);
                 None
             }
         }
