@@ -292,6 +292,7 @@ pub async fn run(
     }
     let manager = Manager::new(Shared {
         checkpoints,
+        rings: Default::default(),
         store,
         config,
         provider,

@@ -16,7 +16,7 @@ pub mod prompt;
 mod rewind;
 mod sub_agents;
 
-pub use actor::{HUB_CAPACITY, Subscription};
+pub use actor::{HUB_CAPACITY, Rings, Subscription};
 pub use clock::Clock;
 pub use error::RuntimeError;
 pub use events::{
@@ -56,6 +56,8 @@ pub struct Shared {
     pub mcp: Arc<crate::mcp::Hub>,
     /// What files were before tools changed them (`agent rewind`).
     pub checkpoints: Arc<crate::checkpoints::Checkpoints>,
+    /// The conversations' fan-out rings, one made ahead.
+    pub rings: Arc<Rings>,
 }
 
 /// What the daemon is and where its files are, as `GetDaemonInfo` reports

@@ -41,7 +41,7 @@ use replay::Fanout;
 use std::sync::Arc;
 use tokio::sync::{broadcast, mpsc, oneshot};
 
-pub use replay::HUB_CAPACITY;
+pub use replay::{HUB_CAPACITY, Rings};
 
 /// What an actor receives.
 pub(crate) enum Input {
@@ -723,7 +723,7 @@ impl Actor {
                 client,
                 reply,
             } => {
-                let live = self.fanout.subscribe();
+                let live = self.fanout.subscribe(&self.shared.rings);
                 let initial = self.initial_frames(after_seq, &client);
                 self.fanout.clients.push(client.clone());
                 let _ = reply.send(Subscription {
@@ -737,7 +737,9 @@ impl Actor {
                 if let Some(pos) = self.fanout.clients.iter().position(|c| c.id == client_id) {
                     let client = self.fanout.clients.remove(pos);
                     self.emit(EventKind::ClientDetached(client));
-                    self.fanout.drop_hub_if_unwatched();
+                    if let Some(ring) = self.fanout.unwatched_hub() {
+                        self.shared.rings.recycle(ring);
+                    }
                 }
             }
             Command::Resync { client_id, reply } => {

@@ -30,6 +30,59 @@ pub(super) fn reservation_from(next_seq: u64) -> u64 {
     next_seq + SEQ_RESERVE
 }
 
+/// The hub rings of the daemon's conversations, one made ahead.
+///
+/// A ring of [`HUB_CAPACITY`] slots costs about 0.1 ms to make (its slots
+/// are written one by one, on fresh pages) and a few tens of µs to free,
+/// and a conversation made its ring when its first client attached, on the
+/// actor, while the first model reply was due: `agent run` paid both on
+/// every task (issue 20). So the actor takes a spare made earlier, and a
+/// ring given up when its last client leaves is freed, and the next spare
+/// made, on the blocking pool. At most one spare waits (320 KB), and only
+/// once some client has attached and left: a daemon nobody attached to
+/// holds none.
+#[derive(Debug, Default)]
+pub struct Rings {
+    spare: std::sync::Mutex<Option<broadcast::Sender<Arc<ConvEvent>>>>,
+}
+
+impl Rings {
+    /// A ring nobody has used: the spare if one is waiting, else a new one.
+    fn take(&self) -> broadcast::Sender<Arc<ConvEvent>> {
+        let spare = match self.spare.lock() {
+            Ok(mut spare) => spare.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        spare.unwrap_or_else(|| broadcast::channel(HUB_CAPACITY).0)
+    }
+
+    /// Frees `old` (a ring nobody watches any more) and makes the next
+    /// spare, off the actor's thread. Outside a runtime (shutting down)
+    /// the ring is freed here and no spare is made.
+    pub(super) fn recycle(self: &Arc<Self>, old: broadcast::Sender<Arc<ConvEvent>>) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let rings = self.clone();
+        runtime.spawn_blocking(move || {
+            drop(old);
+            let mut spare = match rings.spare.lock() {
+                Ok(spare) => spare,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if spare.is_none() {
+                *spare = Some(broadcast::channel(HUB_CAPACITY).0);
+            }
+        });
+    }
+
+    /// Whether a spare is waiting.
+    #[cfg(test)]
+    pub(super) fn has_spare(&self) -> bool {
+        self.spare.lock().is_ok_and(|spare| spare.is_some())
+    }
+}
+
 /// Numbers events and sends them to the replay buffer and the hub, or holds
 /// them back while a commit is not yet flushed.
 pub(super) struct Fanout {
@@ -70,19 +123,20 @@ impl Fanout {
         self.next_seq + SEQ_RESERVE / 2 > reserved
     }
 
-    pub(super) fn subscribe(&mut self) -> broadcast::Receiver<Arc<ConvEvent>> {
-        self.hub
-            .get_or_insert_with(|| broadcast::channel(HUB_CAPACITY).0)
-            .subscribe()
+    /// A receiver of the hub; the first one takes its ring from `rings`.
+    pub(super) fn subscribe(&mut self, rings: &Rings) -> broadcast::Receiver<Arc<ConvEvent>> {
+        self.hub.get_or_insert_with(|| rings.take()).subscribe()
     }
 
-    /// Frees the hub's ring once the last client has detached (the next
-    /// one to attach makes a new one): a conversation nobody watches holds
+    /// Gives up the hub's ring once the last client has detached (the next
+    /// one to attach takes another): a conversation nobody watches holds
     /// no ring while it stays loaded. Every receiver belongs to a client in
     /// `clients` until its Detach, so none is left behind.
-    pub(super) fn drop_hub_if_unwatched(&mut self) {
+    pub(super) fn unwatched_hub(&mut self) -> Option<broadcast::Sender<Arc<ConvEvent>>> {
         if self.clients.is_empty() {
-            self.hub = None;
+            self.hub.take()
+        } else {
+            None
         }
     }
 
@@ -663,7 +717,7 @@ mod tests {
     #[test]
     fn held_events_are_published_only_when_released() {
         let mut fanout = Fanout::new(1);
-        let mut rx = fanout.subscribe();
+        let mut rx = fanout.subscribe(&Rings::default());
         fanout.hold();
         fanout.emit(0, EventKind::Notice("a".into()));
         assert!(rx.try_recv().is_err(), "held until the flush");
@@ -675,23 +729,47 @@ mod tests {
     fn the_ring_is_freed_when_the_last_client_leaves_and_made_again_for_the_next() {
         let mut fanout = Fanout::new(1);
         let client = |id: &str| ClientInfo::local(id, "c", agentd_core::ClientRole::Driver);
-        let first = fanout.subscribe();
+        let first = fanout.subscribe(&Rings::default());
         fanout.clients.push(client("a"));
-        fanout.drop_hub_if_unwatched();
-        assert!(fanout.hub.is_some(), "a client still watches");
+        assert!(fanout.unwatched_hub().is_none(), "a client still watches");
+        assert!(fanout.hub.is_some());
         fanout.clients.clear();
         drop(first);
-        fanout.drop_hub_if_unwatched();
+        assert!(fanout.unwatched_hub().is_some());
         assert!(fanout.hub.is_none());
-        let mut next = fanout.subscribe();
+        let mut next = fanout.subscribe(&Rings::default());
         fanout.emit(0, EventKind::Notice("after".into()));
         assert_eq!(next.try_recv().unwrap().seq, 1);
+    }
+
+    #[tokio::test]
+    async fn a_ring_given_up_makes_the_spare_the_next_conversation_takes() {
+        let rings = Arc::new(Rings::default());
+        let mut watched = Fanout::new(1);
+        let rx = watched.subscribe(&rings);
+        assert!(!rings.has_spare(), "nobody has left yet: no spare");
+        watched.emit(0, EventKind::Notice("for the first conversation".into()));
+        drop(rx);
+        let ring = watched.unwatched_hub().expect("nobody watches");
+        rings.recycle(ring);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !rings.has_spare() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        assert!(rings.has_spare(), "the next ring is made off the actor");
+        let mut next = Fanout::new(1);
+        let mut rx = next.subscribe(&rings);
+        assert!(!rings.has_spare(), "the spare was taken");
+        next.emit(0, EventKind::Notice("for the second".into()));
+        let got = rx.try_recv().unwrap();
+        assert!(matches!(&got.kind, EventKind::Notice(t) if t == "for the second"));
+        assert!(rx.try_recv().is_err(), "a fresh ring: nothing of the first");
     }
 
     #[test]
     fn discarded_events_give_their_numbers_back() {
         let mut fanout = Fanout::new(1);
-        let mut rx = fanout.subscribe();
+        let mut rx = fanout.subscribe(&Rings::default());
         fanout.hold();
         fanout.emit(0, EventKind::Notice("lost".into()));
         fanout.discard_held(1);

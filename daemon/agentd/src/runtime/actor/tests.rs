@@ -181,6 +181,7 @@ fn rig_with(configure: impl FnOnce(&mut Config)) -> Rig {
             )
             .unwrap(),
         ),
+        rings: Default::default(),
     });
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
     Rig {
