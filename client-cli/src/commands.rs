@@ -290,17 +290,26 @@ pub fn client_name() -> String {
     NAME.get_or_init(default_client_name).clone()
 }
 
+/// The user named by the environment, as a login sets it.
+fn env_user() -> Option<String> {
+    user_from_env(|key| std::env::var(key).ok())
+}
+
+/// `USER`, else `LOGNAME`, as `var` reads them; empty ones do not count.
+fn user_from_env(var: impl Fn(&str) -> Option<String>) -> Option<String> {
+    ["USER", "LOGNAME"]
+        .into_iter()
+        .find_map(|key| var(key).filter(|u| !u.is_empty()))
+}
+
 fn default_client_name() -> String {
     let pid = std::process::id();
-    let user = std::env::var("USER")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .or_else(|| {
-            nix::unistd::User::from_uid(nix::unistd::getuid())
-                .ok()
-                .flatten()
-                .map(|u| u.name)
-        });
+    let user = env_user().or_else(|| {
+        nix::unistd::User::from_uid(nix::unistd::getuid())
+            .ok()
+            .flatten()
+            .map(|u| u.name)
+    });
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
@@ -353,7 +362,9 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
     };
     let conversation = create_conversation(ctx, request).await?;
     let client = ctx.client().await?;
-    writeln!(io.err, "conversation {}", conversation.id)
+    // One write: stderr is unbuffered, and `writeln!` would make three.
+    io.err
+        .write_all(format!("conversation {}\n", conversation.id).as_bytes())
         .and_then(|()| io.err.flush())
         .map_err(out_err)?;
     if ctx.json {

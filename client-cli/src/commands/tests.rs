@@ -297,6 +297,32 @@ fn client_names_say_who_and_where() {
 }
 
 #[test]
+fn the_user_comes_from_user_then_logname() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |key: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    assert_eq!(
+        user_from_env(env(&[("USER", "ann"), ("LOGNAME", "bob")])).as_deref(),
+        Some("ann")
+    );
+    assert_eq!(
+        user_from_env(env(&[("USER", ""), ("LOGNAME", "bob")])).as_deref(),
+        Some("bob")
+    );
+    assert_eq!(
+        user_from_env(env(&[("LOGNAME", "bob")])).as_deref(),
+        Some("bob")
+    );
+    assert_eq!(user_from_env(env(&[("USER", "")])), None);
+    assert_eq!(user_from_env(env(&[])), None);
+}
+
+#[test]
 fn mcp_args_are_commands_or_urls() {
     let s = mcp_server_arg("fs=npx -y 'my server' .").unwrap();
     assert_eq!((s.name.as_str(), s.command.as_str()), ("fs", "npx"));
