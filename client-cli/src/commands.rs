@@ -302,22 +302,28 @@ fn user_from_env(var: impl Fn(&str) -> Option<String>) -> Option<String> {
         .find_map(|key| var(key).filter(|u| !u.is_empty()))
 }
 
+/// `user@host:pid`, the user as the environment names it. Without `USER`
+/// and `LOGNAME` (cron, services, containers) it is `agent@host:pid`: the
+/// user database is not asked. On the local socket every client is the
+/// daemon's own user (its directory is private), so the lookup (nsswitch,
+/// the password file, nscd, or a directory service over the network)
+/// would tell the others nothing, and it cost every command 0.1 ms or
+/// more before its first call (issue 20).
 fn default_client_name() -> String {
-    let pid = std::process::id();
-    let user = env_user().or_else(|| {
-        nix::unistd::User::from_uid(nix::unistd::getuid())
-            .ok()
-            .flatten()
-            .map(|u| u.name)
-    });
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|h| h.into_string().ok())
         .filter(|h| !h.is_empty());
+    name_from(env_user(), host, std::process::id())
+}
+
+/// A client's name from its user, host and pid, each as far as known.
+fn name_from(user: Option<String>, host: Option<String>, pid: u32) -> String {
     match (user, host) {
         (Some(user), Some(host)) => format!("{user}@{host}:{pid}"),
         (Some(user), None) => format!("{user}:{pid}"),
-        (None, _) => format!("agent-{pid}"),
+        (None, Some(host)) => format!("agent@{host}:{pid}"),
+        (None, None) => format!("agent-{pid}"),
     }
 }
 

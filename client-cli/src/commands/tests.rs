@@ -323,6 +323,15 @@ fn the_user_comes_from_user_then_logname() {
 }
 
 #[test]
+fn names_say_user_host_and_pid_as_far_as_known() {
+    let some = |s: &str| Some(s.to_string());
+    assert_eq!(name_from(some("ann"), some("box"), 7), "ann@box:7");
+    assert_eq!(name_from(some("ann"), None, 7), "ann:7");
+    assert_eq!(name_from(None, some("box"), 7), "agent@box:7");
+    assert_eq!(name_from(None, None, 7), "agent-7");
+}
+
+#[test]
 fn mcp_args_are_commands_or_urls() {
     let s = mcp_server_arg("fs=npx -y 'my server' .").unwrap();
     assert_eq!((s.name.as_str(), s.command.as_str()), ("fs", "npx"));
