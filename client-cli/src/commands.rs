@@ -366,6 +366,26 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
         additional_dirs,
         client_request_id: request_id(),
     };
+    let on_terminal = io.tty && !ctx.json && !args.yes;
+    let mut config = SessionConfig {
+        kind: SessionKind::Run,
+        conversation_id: String::new(),
+        socket: ctx.socket.clone(),
+        yes: args.yes,
+        json: ctx.json,
+        client_name: client_name(),
+        view_only: false,
+        sent_prompt: Some(prompt),
+        create: None,
+    };
+    if !on_terminal {
+        // Created on the Attach stream itself: the daemon subscribes this
+        // client before the first turn starts, with no round trip between
+        // creating and attaching (issue 20). The session says which
+        // conversation it is once the snapshot names it.
+        config.create = Some(request);
+        return run_session(ctx.client().await?, config, io).await;
+    }
     let conversation = create_conversation(ctx, request).await?;
     let client = ctx.client().await?;
     // One write: stderr is unbuffered, and `writeln!` would make three.
@@ -373,26 +393,8 @@ async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, CliError> {
         .write_all(format!("conversation {}\n", conversation.id).as_bytes())
         .and_then(|()| io.err.flush())
         .map_err(out_err)?;
-    if ctx.json {
-        print_json(
-            io,
-            &json!({"type": "conversation_created", "conversation": js::conversation_summary(&conversation)}),
-        )?;
-    }
-    let config = SessionConfig {
-        kind: SessionKind::Run,
-        conversation_id: conversation.id,
-        socket: ctx.socket.clone(),
-        yes: args.yes,
-        json: ctx.json,
-        client_name: client_name(),
-        view_only: false,
-        sent_prompt: Some(prompt),
-    };
-    if io.tty && !ctx.json && !config.yes {
-        return crate::repl::on_terminal(client, config, io).await;
-    }
-    run_session(client, config, io).await
+    config.conversation_id = conversation.id;
+    crate::repl::on_terminal(client, config, io).await
 }
 
 /// Creates a conversation (with its first message), retried once if the
@@ -455,6 +457,7 @@ async fn attach(ctx: &Ctx, args: AttachArgs, io: &mut Io) -> Result<Exit, CliErr
         client_name: client_name(),
         view_only: args.view_only,
         sent_prompt: None,
+        create: None,
     };
     if io.tty && !ctx.json && !config.yes {
         return crate::repl::on_terminal(client, config, io).await;

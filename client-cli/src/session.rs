@@ -76,6 +76,11 @@ pub struct SessionConfig {
     pub view_only: bool,
     /// The prompt `run` sent, so it is not echoed back.
     pub sent_prompt: Option<String>,
+    /// `run`: the conversation to create, on the stream itself (the
+    /// Attach stream's `create` frame), until its snapshot names it; a
+    /// stream broken before that creates it again under the same request
+    /// id, which the daemon answers with the first one's conversation.
+    pub create: Option<pb::CreateConversationRequest>,
 }
 
 /// Where a session writes.
@@ -174,10 +179,15 @@ pub(crate) async fn session_outcome(
         interrupts,
         ..
     } = io;
-    let (human, json_out, color): (&mut Output, Option<&mut Output>, bool) = if config.json {
-        (&mut **err, Some(&mut **out), false)
+    let (human, json_out, notes, color): (
+        &mut Output,
+        Option<&mut Output>,
+        Option<&mut Output>,
+        bool,
+    ) = if config.json {
+        (&mut **err, Some(&mut **out), None, false)
     } else {
-        (&mut **out, None, *color)
+        (&mut **out, None, Some(&mut **err), *color)
     };
     let mut render = Renderer::new(human, color)
         .with_screen(*width, *truecolor)
@@ -202,6 +212,7 @@ pub(crate) async fn session_outcome(
         client,
         render,
         json_out,
+        notes,
         input,
         interrupts,
         tx: None,
@@ -226,6 +237,7 @@ pub(crate) async fn session_outcome(
         ui,
         follow: false,
         continuing: None,
+        first_turn_pending: false,
     };
     let outcome = session.run().await;
     let _ = session.render.end_line();
@@ -235,6 +247,13 @@ pub(crate) async fn session_outcome(
     Ok((outcome, detached))
 }
 
+/// Whether a daemon refused an Attach stream because it does not know the
+/// `create` frame (older than it: a frame it cannot decode has no body).
+fn knows_no_create_frame(status: &tonic::Status) -> bool {
+    status.code() == Code::InvalidArgument
+        && status.message() == "the first Attach frame must be `subscribe`"
+}
+
 struct Session<'a> {
     config: SessionConfig,
     client: Client,
@@ -242,6 +261,9 @@ struct Session<'a> {
     render: Renderer<&'a mut Output>,
     /// With --json: stdout, one event per line.
     json_out: Option<&'a mut Output>,
+    /// stderr when it is not `render`'s (without --json): where `run`
+    /// says which conversation it created.
+    notes: Option<&'a mut Output>,
     input: &'a mut Input,
     interrupts: &'a mut Interrupts,
     /// Frames to the daemon on the current stream.
@@ -288,6 +310,9 @@ struct Session<'a> {
     /// The conversation's context is exhausted: whether the daemon
     /// continues it by itself (`run` then follows it), once known.
     continuing: Option<bool>,
+    /// `run` created the conversation on its stream and its first turn has
+    /// not started yet: the snapshot's idle state is not the end.
+    first_turn_pending: bool,
 }
 
 impl Session<'_> {
@@ -314,16 +339,24 @@ impl Session<'_> {
     /// Subscribes and handles one stream until it ends.
     async fn stream_once(&mut self) -> Result<StreamEnd, CliError> {
         let (tx, rx) = mpsc::channel(32);
-        let subscribe = Frame::Subscribe(pb::Subscribe {
-            conversation_id: self.config.conversation_id.clone(),
-            after_seq: self.last_seq,
-            client_name: self.config.client_name.clone(),
-            role: if self.config.view_only {
-                pb::ClientRole::Viewer as i32
-            } else {
-                pb::ClientRole::Unspecified as i32
-            },
-        });
+        let role = if self.config.view_only {
+            pb::ClientRole::Viewer as i32
+        } else {
+            pb::ClientRole::Unspecified as i32
+        };
+        let subscribe = match &self.config.create {
+            Some(create) => Frame::Create(pb::CreateAndSubscribe {
+                create: Some(create.clone()),
+                client_name: self.config.client_name.clone(),
+                role,
+            }),
+            None => Frame::Subscribe(pb::Subscribe {
+                conversation_id: self.config.conversation_id.clone(),
+                after_seq: self.last_seq,
+                client_name: self.config.client_name.clone(),
+                role,
+            }),
+        };
         // The receiver is alive: this cannot fail.
         let _ = tx
             .send(AttachRequest {
@@ -353,6 +386,13 @@ impl Session<'_> {
         }
         let mut inbound = match self.client.attach(ReceiverStream::new(rx)).await {
             Ok(response) => response.into_inner(),
+            Err(status) if self.config.create.is_some() && knows_no_create_frame(&status) => {
+                // A daemon started before it knew the `create` frame (it
+                // runs on until restarted after an upgrade): create the
+                // conversation as before, then subscribe to it.
+                self.create_first().await?;
+                return Ok(StreamEnd::Resubscribe);
+            }
             Err(status) => return self.stream_error(status, false),
         };
         let mut delivered = false;
@@ -375,6 +415,15 @@ impl Session<'_> {
                         if std::mem::take(&mut self.follow) {
                             return Ok(StreamEnd::Resubscribe);
                         }
+                    }
+                    Some(Err(status))
+                        if !delivered
+                            && self.config.create.is_some()
+                            && knows_no_create_frame(&status) =>
+                    {
+                        // As above, the refusal sent on the stream.
+                        self.create_first().await?;
+                        return Ok(StreamEnd::Resubscribe);
                     }
                     Some(Err(status)) => return self.stream_error(status, delivered),
                     None => {
@@ -490,6 +539,9 @@ impl Session<'_> {
                 }
             }
             self.own_client_id.clone_from(&s.your_client_id);
+            if self.config.create.take().is_some() {
+                self.created(s)?;
+            }
         }
         if let Event::Error(e) = event
             && ev.seq == 0
@@ -717,8 +769,67 @@ impl Session<'_> {
         written.map_err(|e| CliError::io("writing output", e))
     }
 
+    /// `run` created the conversation on its stream: says which one (on
+    /// stderr; with --json also as a `conversation_created` line), and
+    /// waits for its first turn when nothing was sent to it yet.
+    fn created(&mut self, s: &pb::Snapshot) -> Result<(), CliError> {
+        let Some(conversation) = &s.conversation else {
+            return Err(CliError::Server(
+                "the daemon's snapshot names no conversation".to_string(),
+            ));
+        };
+        self.first_turn_pending = s.messages.is_empty() && conversation.message_count == 0;
+        self.say_created(conversation)
+    }
+
+    /// `run` against a daemon that knows no `create` frame: the
+    /// conversation made by CreateConversation (its first turn started
+    /// before this client subscribes, whose snapshot then shows it).
+    async fn create_first(&mut self) -> Result<(), CliError> {
+        let Some(request) = self.config.create.take() else {
+            return Ok(());
+        };
+        let conversation = self
+            .client
+            .create_conversation(request)
+            .await
+            .map_err(CliError::status)?
+            .into_inner()
+            .conversation
+            .ok_or_else(|| CliError::Server("the daemon returned no conversation".to_string()))?;
+        self.config.conversation_id.clone_from(&conversation.id);
+        self.say_created(&conversation)
+    }
+
+    /// Says which conversation `run` created (on stderr; with --json also
+    /// as a `conversation_created` line).
+    fn say_created(&mut self, conversation: &pb::ConversationSummary) -> Result<(), CliError> {
+        let line = format!("conversation {}\n", conversation.id);
+        let notes: &mut Output = match self.notes.as_deref_mut() {
+            Some(notes) => notes,
+            None => &mut **self.render.writer(),
+        };
+        notes
+            .write_all(line.as_bytes())
+            .and_then(|()| notes.flush())
+            .map_err(|e| CliError::io("writing output", e))?;
+        if let Some(out) = self.json_out.as_mut() {
+            let value = serde_json::json!({
+                "type": "conversation_created",
+                "conversation": crate::json::conversation_summary(conversation),
+            });
+            writeln!(out, "{value}")
+                .and_then(|()| out.flush())
+                .map_err(|e| CliError::io("writing output", e))?;
+        }
+        Ok(())
+    }
+
     fn set_state(&mut self, state: &pb::ConversationState) {
         self.state = StateKind::try_from(state.kind).unwrap_or(StateKind::Unspecified);
+        if self.state != StateKind::Idle {
+            self.first_turn_pending = false;
+        }
         self.error_kind = state.error_kind;
         self.error_message.clone_from(&state.error_message);
         if self.state == StateKind::Idle {
@@ -748,6 +859,7 @@ impl Session<'_> {
     fn finished(&self, state_event: bool) -> Option<Outcome> {
         match self.config.kind {
             SessionKind::Run if state_event => match self.state {
+                StateKind::Idle if self.first_turn_pending => None,
                 StateKind::Idle if self.interrupted => Some(Outcome::Interrupted),
                 StateKind::Idle if self.feedback_pending => None,
                 StateKind::Idle => Some(Outcome::Idle),

@@ -477,6 +477,17 @@ impl AttachCall {
         }
     }
 
+    /// The client's next frame, which must be a create.
+    ///
+    /// # Panics
+    /// As [`frame`](Self::frame) does, and when it is another frame.
+    pub async fn create(&mut self) -> pb::CreateAndSubscribe {
+        match self.frame().await {
+            Frame::Create(create) => create,
+            other => panic!("expected a create frame, got {other:?}"),
+        }
+    }
+
     /// Sends one event (the client may have gone; that is for the test to
     /// notice).
     pub async fn send(&self, seq: u64, event: pb::attach_response::Event) {

@@ -191,6 +191,7 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
                 client_name: client_name(),
                 view_only: false,
                 sent_prompt,
+                create: None,
             };
             // Each session on a fresh connection, as the person may stay
             // for hours: the one opened before may be broken by now (a

@@ -104,10 +104,21 @@ async fn open(daemon: &mut Daemon) -> AttachCall {
 
 async fn open_with(daemon: &mut Daemon, prompt: &str) -> AttachCall {
     let mut call = daemon.attach_call().await;
-    let sub = call.subscribe().await;
-    assert_eq!(sub.conversation_id, CONV_ID);
-    assert_eq!(sub.after_seq, 0);
-    assert!(!sub.client_name.is_empty());
+    match call.frame().await {
+        // Without a terminal `run` creates the conversation on its stream.
+        Frame::Create(create) => {
+            assert_eq!(create.create.unwrap().prompt, prompt);
+            assert!(!create.client_name.is_empty());
+            assert!(daemon.requests::<rpc::CreateConversation>().is_empty());
+        }
+        // On a terminal it creates it first, then subscribes.
+        Frame::Subscribe(sub) => {
+            assert_eq!(sub.conversation_id, CONV_ID);
+            assert_eq!(sub.after_seq, 0);
+            assert!(!sub.client_name.is_empty());
+        }
+        other => panic!("expected a create or subscribe frame, got {other:?}"),
+    }
     call.send(
         3,
         snapshot(S::AwaitingLlm, vec![user_text(1, prompt)], None),
@@ -128,7 +139,14 @@ async fn run_streams_the_reply_and_exits_when_idle() {
         ],
         false,
     );
-    let call = open_with(&mut daemon, "say hi").await;
+    let mut call = daemon.attach_call().await;
+    let create = call.create().await;
+    assert_eq!(create.role, pb::ClientRole::Unspecified as i32);
+    call.send(
+        3,
+        snapshot(S::AwaitingLlm, vec![user_text(1, "say hi")], None),
+    )
+    .await;
     call.send(4, E::ReplyBegin(pb::ReplyBegin { attempt: 1 }))
         .await;
     call.send(5, delta("Hello")).await;
@@ -141,7 +159,9 @@ async fn run_streams_the_reply_and_exits_when_idle() {
     // The prompt is not echoed; the reply is shown once.
     assert_eq!(out, "Hello world\n");
     assert_eq!(err, format!("conversation {CONV_ID}\n"));
-    let mut created = daemon.requests::<rpc::CreateConversation>();
+    // Created on the Attach stream, not by CreateConversation.
+    assert!(daemon.requests::<rpc::CreateConversation>().is_empty());
+    let mut created = vec![create.create.unwrap()];
     let canonical = dir.path().canonicalize().unwrap();
     // A fresh request id (a ULID) makes the create safe to retry.
     let request_id = std::mem::take(&mut created[0].client_request_id);
@@ -167,7 +187,7 @@ async fn run_ends_at_once_when_the_turn_already_finished() {
     let mut daemon = Daemon::start().await;
     let agent = daemon.agent(&["run", "hi"], false);
     let mut call = daemon.attach_call().await;
-    call.subscribe().await;
+    call.create().await;
     call.send(
         3,
         snapshot(
@@ -182,6 +202,79 @@ async fn run_ends_at_once_when_the_turn_already_finished() {
     assert_eq!(out, "Hi there.\n");
     // Creating the conversation and attaching to it share one connection.
     assert_eq!(daemon.connections(), 1);
+}
+
+#[tokio::test]
+async fn run_created_on_its_stream_waits_for_the_first_turn_and_creates_again_after_a_break() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let mut call = daemon.attach_call().await;
+    let first = call.create().await.create.unwrap();
+    // Broken before any snapshot named the conversation: the same request
+    // again, which the daemon answers with what the first one made.
+    call.fail(Status::unavailable("daemon restarting")).await;
+    let mut call = daemon.attach_call().await;
+    let again = call.create().await.create.unwrap();
+    assert_eq!(again, first);
+    // The conversation before its first turn: idle and empty, not the end.
+    call.send(3, snapshot(S::Idle, vec![], None)).await;
+    call.send(4, appended(user_text(1, "hi"))).await;
+    call.send(5, changed(S::AwaitingLlm)).await;
+    call.send(6, appended(assistant_text(2, "Hi."))).await;
+    call.send(7, changed(S::Idle)).await;
+    let (result, out, err) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok, "{out}");
+    assert!(out.ends_with("Hi.\n"), "{out}");
+    assert_eq!(err, format!("conversation {CONV_ID}\n"));
+    // Once named, a broken stream resumes it instead of creating again.
+    let agent = daemon.agent(&["run", "hi"], false);
+    let mut call = daemon.attach_call().await;
+    call.create().await;
+    call.send(3, snapshot(S::Idle, vec![], None)).await;
+    call.send(4, appended(user_text(1, "hi"))).await;
+    call.fail(Status::unavailable("daemon restarting")).await;
+    let mut call = daemon.attach_call().await;
+    let sub = call.subscribe().await;
+    assert_eq!((sub.conversation_id.as_str(), sub.after_seq), (CONV_ID, 4));
+    call.send(5, changed(S::AwaitingLlm)).await;
+    call.send(6, changed(S::Idle)).await;
+    let (result, _, err) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert_eq!(err, format!("conversation {CONV_ID}\n"), "said once");
+}
+
+#[tokio::test]
+async fn run_against_a_daemon_without_the_create_frame_creates_then_subscribes() {
+    let mut daemon = Daemon::start().await;
+    let agent = daemon.agent(&["run", "hi"], false);
+    let mut call = daemon.attach_call().await;
+    let create = call.create().await.create.unwrap();
+    // What a daemon older than the frame answers (it decodes no body).
+    call.fail(Status::invalid_argument(
+        "the first Attach frame must be `subscribe`",
+    ))
+    .await;
+    let mut call = daemon.attach_call().await;
+    let sub = call.subscribe().await;
+    assert_eq!((sub.conversation_id.as_str(), sub.after_seq), (CONV_ID, 0));
+    assert_eq!(
+        daemon.requests::<rpc::CreateConversation>(),
+        vec![create],
+        "the same request, by CreateConversation"
+    );
+    call.send(
+        3,
+        snapshot(
+            S::Idle,
+            vec![user_text(1, "hi"), assistant_text(2, "Hi.")],
+            None,
+        ),
+    )
+    .await;
+    let (result, out, err) = agent.finish().await;
+    assert_eq!(result.unwrap(), Exit::Ok);
+    assert_eq!(out, "Hi.\n");
+    assert_eq!(err, format!("conversation {CONV_ID}\n"));
 }
 
 #[tokio::test]
@@ -814,6 +907,7 @@ async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
         client_name: "me".into(),
         view_only: false,
         sent_prompt: None,
+        create: None,
     };
     let session = tokio::spawn(async move {
         session_outcome(client, config, &mut io, None)

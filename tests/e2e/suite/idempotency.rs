@@ -241,3 +241,90 @@ async fn a_stale_expected_turn_is_refused_and_the_current_one_accepted() {
         "{long:?}"
     );
 }
+
+/// Opens an Attach stream whose first frame creates the conversation.
+async fn attach_creating(
+    client: &mut agent_proto::v1::agent_service_client::AgentServiceClient<
+        tonic::transport::Channel,
+    >,
+    create: pb::CreateConversationRequest,
+) -> Result<Attached, tonic::Status> {
+    let (tx, rx) = tokio::sync::mpsc::channel(16);
+    tx.send(super::util::frame(Frame::Create(pb::CreateAndSubscribe {
+        create: Some(create),
+        client_name: "creator".into(),
+        role: pb::ClientRole::Unspecified as i32,
+    })))
+    .await
+    .unwrap();
+    let rx = client
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await?
+        .into_inner();
+    Ok(Attached { tx, rx })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attach_that_creates_sees_the_first_turn_whole_and_a_retry_joins_the_same() {
+    let s = Scenario::new()
+        .scripts([Script::text("hello from the model")])
+        .start()
+        .await;
+    let (mut client, work) = (s.client, s.work);
+    let create = pb::CreateConversationRequest {
+        cwd: work.path().to_str().unwrap().into(),
+        prompt: "hi".into(),
+        client_request_id: "create-1".into(),
+        ..Default::default()
+    };
+    let mut a = attach_creating(&mut client, create.clone()).await.unwrap();
+    // First the snapshot of the conversation before its first turn: it
+    // names the conversation, and nothing of the turn is missed.
+    let first = a.next(WAIT).await;
+    let Some(Ev::Snapshot(snap)) = &first.event else {
+        panic!("expected the snapshot first, got {first:?}");
+    };
+    let id = snap.conversation.as_ref().unwrap().id.clone();
+    assert!(snap.messages.is_empty(), "{snap:?}");
+    assert!(snap.clients.iter().any(|c| c.name == "creator"));
+    let frames = a.until(WAIT, is_idle).await;
+    let prompt_at = frames.iter().position(|f| {
+        matches!(&f.event, Some(Ev::MessageAppended(m))
+            if m.message.as_ref().is_some_and(|m| m.role == pb::Role::User as i32))
+    });
+    let reply_at = frames.iter().position(|f| {
+        matches!(&f.event, Some(Ev::MessageAppended(m))
+            if m.message.as_ref().is_some_and(|m| m.role == pb::Role::Assistant as i32))
+    });
+    assert!(
+        prompt_at.is_some() && prompt_at < reply_at,
+        "the prompt, then the reply: {frames:?}"
+    );
+    assert_eq!(user_texts(&mut client, &id).await, vec!["hi"]);
+
+    // The same request again joins the conversation the first one made.
+    let mut again = attach_creating(&mut client, create.clone()).await.unwrap();
+    let snap = again.next(WAIT).await;
+    let Some(Ev::Snapshot(snap)) = &snap.event else {
+        panic!("expected a snapshot, got {snap:?}");
+    };
+    assert_eq!(snap.conversation.as_ref().unwrap().id, id);
+    assert_eq!(snap.messages.len(), 2, "the turn that ran: {snap:?}");
+    let listed = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    assert_eq!(listed.len(), 1, "created once: {listed:?}");
+
+    // A request CreateConversation would refuse is refused the same way.
+    let bad = pb::CreateConversationRequest {
+        cwd: "relative/dir".into(),
+        prompt: "hi".into(),
+        ..Default::default()
+    };
+    let refused = attach_creating(&mut client, bad).await.err().unwrap();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused}");
+    assert!(refused.message().contains("absolute"), "{refused}");
+}

@@ -220,13 +220,17 @@ fn validate_dir(raw_path: &str, what: &str) -> Result<PathBuf, Status> {
     Ok(canonical)
 }
 
-#[tonic::async_trait]
-impl AgentService for Service {
-    async fn create_conversation(
-        &self,
-        request: Request<pb::CreateConversationRequest>,
-    ) -> Result<Response<pb::CreateConversationResponse>, Status> {
-        let req = request.into_inner();
+/// What a create request makes: the conversation, and its first prompt
+/// with its images (none when the request has neither).
+type Creation = (
+    NewConversation,
+    Option<(String, Vec<crate::images::StagedImage>)>,
+);
+
+impl Service {
+    /// A CreateConversation request checked and turned into what the
+    /// manager creates (also the Attach stream's `create` frame).
+    fn new_conversation(&self, req: pb::CreateConversationRequest) -> Result<Creation, Status> {
         if req.cwd.is_empty() {
             return Err(Status::invalid_argument("cwd is required"));
         }
@@ -257,26 +261,33 @@ impl AgentService for Service {
         check_text(self.limits(), "prompt", &prompt)?;
         // Checked before anything is made: a refused image creates nothing.
         let images = convert::uploads(&self.manager.shared().config.images.limits(), req.images)?;
-        let record = self
-            .manager
-            .create(
-                NewConversation {
-                    cwd,
-                    model: req.model,
-                    mode: (req.mode != pb::PermissionMode::Unspecified as i32)
-                        .then(|| convert::mode_from(req.mode))
-                        .transpose()?,
-                    allow_rules: req.allow_rules,
-                    additional_dirs,
-                    mcp_servers,
-                    client_request_id: convert::client_request_id_from(req.client_request_id)?,
-                    parent: None,
-                    sub_agent: None,
-                },
-                (!prompt.is_empty() || !images.is_empty()).then_some((prompt, images)),
-            )
-            .await
-            .map_err(to_status)?;
+        Ok((
+            NewConversation {
+                cwd,
+                model: req.model,
+                mode: (req.mode != pb::PermissionMode::Unspecified as i32)
+                    .then(|| convert::mode_from(req.mode))
+                    .transpose()?,
+                allow_rules: req.allow_rules,
+                additional_dirs,
+                mcp_servers,
+                client_request_id: convert::client_request_id_from(req.client_request_id)?,
+                parent: None,
+                sub_agent: None,
+            },
+            (!prompt.is_empty() || !images.is_empty()).then_some((prompt, images)),
+        ))
+    }
+}
+
+#[tonic::async_trait]
+impl AgentService for Service {
+    async fn create_conversation(
+        &self,
+        request: Request<pb::CreateConversationRequest>,
+    ) -> Result<Response<pb::CreateConversationResponse>, Status> {
+        let (new, prompt) = self.new_conversation(request.into_inner())?;
+        let record = self.manager.create(new, prompt).await.map_err(to_status)?;
         Ok(Response::new(pb::CreateConversationResponse {
             conversation: Some(self.summary(&record)),
         }))
@@ -716,28 +727,52 @@ impl AgentService for Service {
                 ));
             }
         };
-        let Some(pb::attach_request::Frame::Subscribe(sub)) = first.frame else {
-            return Err(Status::invalid_argument(
-                "the first Attach frame must be `subscribe`",
-            ));
-        };
-        let id = self
-            .manager
-            .resolve(&sub.conversation_id)
-            .map_err(to_status)?;
-        let name =
-            if sub.client_name.trim().is_empty() && who.name.is_none() && who.remote.is_none() {
+        let name_of = |given: String| {
+            if given.trim().is_empty() && who.name.is_none() && who.remote.is_none() {
                 "anonymous".to_string()
             } else {
-                sub.client_name
-            };
-        let asked = convert::role_from(sub.role)?;
-        let client = who.client(String::new(), &name, asked);
-        let subscription = self
-            .manager
-            .subscribe(&id, sub.after_seq, client)
-            .await
-            .map_err(to_status)?;
+                given
+            }
+        };
+        let (id, subscription) = match first.frame {
+            Some(pb::attach_request::Frame::Subscribe(sub)) => {
+                let id = self
+                    .manager
+                    .resolve(&sub.conversation_id)
+                    .map_err(to_status)?;
+                let asked = convert::role_from(sub.role)?;
+                let client = who.client(String::new(), &name_of(sub.client_name), asked);
+                let subscription = self
+                    .manager
+                    .subscribe(&id, sub.after_seq, client)
+                    .await
+                    .map_err(to_status)?;
+                (id, subscription)
+            }
+            Some(pb::attach_request::Frame::Create(create)) => {
+                // Creating drives the conversation: as CreateConversation,
+                // it needs a driver, whatever role the stream then asks.
+                access::check_role(
+                    who.role,
+                    agentd_core::ClientRole::Driver,
+                    "CreateConversation",
+                )?;
+                let asked = convert::role_from(create.role)?;
+                let client = who.client(String::new(), &name_of(create.client_name), asked);
+                let (new, prompt) = self.new_conversation(create.create.unwrap_or_default())?;
+                let (record, subscription) = self
+                    .manager
+                    .create_attached(new, prompt, client)
+                    .await
+                    .map_err(to_status)?;
+                (record.id, subscription)
+            }
+            _ => {
+                return Err(Status::invalid_argument(
+                    "the first Attach frame must be `subscribe` or `create`",
+                ));
+            }
+        };
         let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
         let client = subscription.client.clone();
         tokio::spawn(forward(
@@ -1250,7 +1285,7 @@ async fn read_frames(
             },
         };
         let kind = match &frame.frame {
-            Some(Frame::Subscribe(_)) => Some(FrameKind::Subscribe),
+            Some(Frame::Subscribe(_) | Frame::Create(_)) => Some(FrameKind::Subscribe),
             Some(Frame::Send(_)) => Some(FrameKind::Send),
             Some(Frame::Answer(_)) => Some(FrameKind::Answer),
             Some(Frame::Cancel(_)) => Some(FrameKind::Cancel),
@@ -1273,7 +1308,9 @@ async fn read_frames(
             }
         }
         let outcome: Result<(), Status> = match frame.frame {
-            Some(Frame::Subscribe(_)) => Err(Status::invalid_argument("already subscribed")),
+            Some(Frame::Subscribe(_) | Frame::Create(_)) => {
+                Err(Status::invalid_argument("already subscribed"))
+            }
             Some(Frame::Send(s)) => {
                 let images = convert::uploads(&manager.shared().config.images.limits(), s.images);
                 if s.text.trim().is_empty() && images.as_ref().is_ok_and(Vec::is_empty) {

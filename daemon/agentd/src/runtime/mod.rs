@@ -416,6 +416,48 @@ impl Manager {
         new: NewConversation,
         prompt: Option<(String, Vec<crate::images::StagedImage>)>,
     ) -> Result<ConversationRecord, RuntimeError> {
+        Ok(self.create_with(new, prompt, None).await?.0)
+    }
+
+    /// Creates a conversation as [`Manager::create`] does and subscribes
+    /// `client` to it from its very first event (as `subscribe` with
+    /// `after_seq` 0 would right after), before the first turn starts: the
+    /// Attach stream's `create` frame. A retried request subscribes to the
+    /// conversation the first one made.
+    pub async fn create_attached(
+        &self,
+        new: NewConversation,
+        prompt: Option<(String, Vec<crate::images::StagedImage>)>,
+        client: ClientInfo,
+    ) -> Result<(ConversationRecord, Subscription), RuntimeError> {
+        let client = ClientInfo {
+            id: format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed)),
+            ..client
+        };
+        match self.create_with(new, prompt, Some(client.clone())).await? {
+            (record, Some(subscription)) => Ok((record, subscription)),
+            (record, None) => {
+                let subscription = self
+                    .ask(&record.id, |reply| Command::Subscribe {
+                        after_seq: 0,
+                        client,
+                        reply,
+                    })
+                    .await?;
+                Ok((record, subscription))
+            }
+        }
+    }
+
+    /// [`Manager::create`]; with `client`, subscribed before the first
+    /// command when this call starts the conversation's actor (None when
+    /// the conversation was there already, or starts without a turn).
+    async fn create_with(
+        &self,
+        new: NewConversation,
+        prompt: Option<(String, Vec<crate::images::StagedImage>)>,
+        client: Option<ClientInfo>,
+    ) -> Result<(ConversationRecord, Option<Subscription>), RuntimeError> {
         if new.mode == Some(Mode::Bypass) && !self.shared.config.allow_bypass {
             return Err(RuntimeError::NotAllowed(
                 "bypass mode is not allowed: start agentd with --allow-bypass".into(),
@@ -439,7 +481,7 @@ impl Manager {
         let id = match remembered {
             Some(id) => match self.shared.store.conversation(&id)? {
                 // A retry: the first attempt's conversation.
-                Some(record) => return Ok(record),
+                Some(record) => return Ok((record, None)),
                 // The first attempt was cut short before its conversation
                 // was stored: make it now, under the id it was given.
                 None => id,
@@ -514,10 +556,10 @@ impl Manager {
             (None, None) => {
                 self.shared.store.commit(&record, &[])?;
                 self.shared.store.flush().await?;
-                return Ok(record);
+                return Ok((record, None));
             }
         };
-        self.start_with(record, first).await
+        self.start_with(record, first, client).await
     }
 
     /// A new conversation id (a ULID, increasing within the millisecond).
@@ -539,7 +581,8 @@ impl Manager {
         &self,
         record: ConversationRecord,
         first: First,
-    ) -> Result<ConversationRecord, RuntimeError> {
+        client: Option<ClientInfo>,
+    ) -> Result<(ConversationRecord, Option<Subscription>), RuntimeError> {
         let id = record.id.clone();
         let (tx, rx) = mpsc::unbounded_channel();
         let actor = Actor::new(
@@ -573,15 +616,31 @@ impl Manager {
                 }
             }
         };
-        {
+        let subscribed = {
             let mut actors = self.actors.lock().await;
             actors.live.insert(id.clone(), tx.clone());
             tokio::spawn(actor.run());
+            // The actor takes its commands in order: the client is there
+            // for every event of the first turn.
+            let subscribed = client.map(|client| {
+                let (reply, subscribed) = oneshot::channel();
+                let _ = tx.send(Input::Command(Command::Subscribe {
+                    after_seq: 0,
+                    client,
+                    reply,
+                }));
+                subscribed
+            });
             tx.send(Input::Command(first))
                 .map_err(|_| RuntimeError::ShuttingDown)?;
-        }
+            subscribed
+        };
+        let subscription = match subscribed {
+            Some(subscribed) => Some(subscribed.await.map_err(|_| RuntimeError::ShuttingDown)?),
+            None => None,
+        };
         match done.await.map_err(|_| RuntimeError::ShuttingDown)? {
-            Ok(_) => self.record(&id),
+            Ok(_) => Ok((self.record(&id)?, subscription)),
             Err(e) => {
                 self.actors.lock().await.live.remove(&id);
                 Err(e)
