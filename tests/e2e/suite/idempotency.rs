@@ -4,7 +4,7 @@
 //! expected turn is stale is refused.
 
 use super::util::user_texts;
-use super::util::{Attached, get, is_idle, tool, wait_state};
+use super::util::{Attached, get, is_idle, listed, tool, wait_state};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_proto::v1::attach_response::Event as Ev;
@@ -150,12 +150,7 @@ async fn a_create_retried_with_its_id_returns_the_first_conversation_and_sends_o
         .unwrap();
     assert_eq!(first.id, again.id);
     wait_state(&mut client, &first.id, pb::StateKind::Idle).await;
-    let listed = client
-        .list_conversations(pb::ListConversationsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .conversations;
+    let listed = listed(&mut client).await;
     assert_eq!(listed.len(), 1);
     assert_eq!(fake.requests().len(), 1);
 }
@@ -310,12 +305,7 @@ async fn an_attach_that_creates_sees_the_first_turn_whole_and_a_retry_joins_the_
     };
     assert_eq!(snap.conversation.as_ref().unwrap().id, id);
     assert_eq!(snap.messages.len(), 2, "the turn that ran: {snap:?}");
-    let listed = client
-        .list_conversations(pb::ListConversationsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .conversations;
+    let listed = listed(&mut client).await;
     assert_eq!(listed.len(), 1, "created once: {listed:?}");
 
     // A request CreateConversation would refuse is refused the same way.

@@ -21,6 +21,16 @@ pub fn tool(id: &str, name: &str, input: Value) -> Script {
     Script::Reply(ReplyScript::new().tool_use(id, name, input))
 }
 
+/// The daemon's conversations (the first page of ListConversations).
+pub async fn listed(client: &mut AgentServiceClient<Channel>) -> Vec<pb::ConversationSummary> {
+    client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations
+}
+
 /// A fresh directory, for a conversation besides the scenario's.
 pub fn workdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()

@@ -430,20 +430,11 @@ impl Manager {
         prompt: Option<(String, Vec<crate::images::StagedImage>)>,
         client: ClientInfo,
     ) -> Result<(ConversationRecord, Subscription), RuntimeError> {
-        let client = ClientInfo {
-            id: format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed)),
-            ..client
-        };
+        let client = self.numbered(client);
         match self.create_with(new, prompt, Some(client.clone())).await? {
             (record, Some(subscription)) => Ok((record, subscription)),
             (record, None) => {
-                let subscription = self
-                    .ask(&record.id, |reply| Command::Subscribe {
-                        after_seq: 0,
-                        client,
-                        reply,
-                    })
-                    .await?;
+                let subscription = self.join(&record.id, 0, client).await?;
                 Ok((record, subscription))
             }
         }
@@ -962,10 +953,24 @@ impl Manager {
         after_seq: u64,
         client: ClientInfo,
     ) -> Result<Subscription, RuntimeError> {
-        let client = ClientInfo {
+        self.join(id, after_seq, self.numbered(client)).await
+    }
+
+    /// `client` with the next client id.
+    fn numbered(&self, client: ClientInfo) -> ClientInfo {
+        ClientInfo {
             id: format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed)),
             ..client
-        };
+        }
+    }
+
+    /// Subscribes a numbered client.
+    async fn join(
+        &self,
+        id: &str,
+        after_seq: u64,
+        client: ClientInfo,
+    ) -> Result<Subscription, RuntimeError> {
         self.ask(id, |reply| Command::Subscribe {
             after_seq,
             client,
