@@ -19,6 +19,11 @@ if ! command -v rg >/dev/null 2>&1; then
 fi
 
 cargo build --release -p agent-tests --bins
+# The binary itself, not `cargo run`: cargo puts five of its build
+# directories on LD_LIBRARY_PATH, and every process the bench starts (the
+# client, the floor, each `bash`) would search them for every library it
+# loads: 0.25-0.3 ms more per process start (BENCHMARKS.md, 2026-11-27).
+bench="${CARGO_TARGET_DIR:-target}/release/agent-bench"
 
 echo "date: $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
@@ -26,7 +31,7 @@ echo "nproc: $(nproc)"
 echo "memory: $(free -h | awk '/^Mem:/ {print $2}')"
 echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //')"
 echo "uptime: $(uptime)"
-echo "command: cargo run --release -p agent-tests --bin agent-bench -- $scenario $*"
+echo "command: $bench $scenario $*"
 echo
 
-exec cargo run --release -q -p agent-tests --bin agent-bench -- "$scenario" "$@"
+exec "$bench" "$scenario" "$@"
