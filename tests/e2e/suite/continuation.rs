@@ -723,12 +723,7 @@ async fn kill9_during_an_automatic_hop_makes_the_continuation_once() {
     };
     let r = wait_state(&mut client, &next, pb::StateKind::Idle).await;
     assert_eq!(summary_of(&r).parent_conversation_id, id);
-    let listed = client
-        .list_conversations(pb::ListConversationsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .conversations;
+    let listed = super::util::listed(&mut client).await;
     assert_eq!(listed.len(), 2, "one continuation, not two: {listed:#?}");
     let reqs = fake.requests();
     assert_eq!(

@@ -128,12 +128,7 @@ async fn login_doctor_and_restart_and_the_key_is_never_shown() {
     assert!(ok);
     assert!(export.contains("Hello there."), "{export}");
     seen.push(("export", export));
-    let listed = client
-        .list_conversations(pb::ListConversationsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .conversations;
+    let listed = super::util::listed(&mut client).await;
     assert_eq!(listed.len(), 1);
     let id = listed[0].id.clone();
 

@@ -101,12 +101,7 @@ async fn three_children_run_concurrently_and_report_in_order() {
         "{text}"
     );
     // In the order asked, each with its conversation's id and result.
-    let list = client
-        .list_conversations(pb::ListConversationsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .conversations;
+    let list = super::util::listed(&mut client).await;
     let mut last = 0;
     let mut child_ids = Vec::new();
     for k in 1..=3 {
@@ -347,12 +342,7 @@ async fn children_cannot_nest_are_reminded_and_fail_on_a_full_context() {
         "{text}"
     );
     // The failed child is in the error state, like any failed conversation.
-    let list = client
-        .list_conversations(pb::ListConversationsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .conversations;
+    let list = super::util::listed(&mut client).await;
     let huge_child = list
         .iter()
         .find(|c| c.agent_id == "agent_3_toolu_p")
@@ -414,12 +404,7 @@ async fn cancelling_the_parent_cancels_every_child() {
         .await
         .unwrap();
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
-    let list = client
-        .list_conversations(pb::ListConversationsRequest::default())
-        .await
-        .unwrap()
-        .into_inner()
-        .conversations;
+    let list = super::util::listed(&mut client).await;
     let children: Vec<String> = list
         .iter()
         .filter(|c| c.sub_agent_parent_id == id)
@@ -550,12 +535,8 @@ async fn list_children(
     >,
     parent: &str,
 ) -> Vec<pb::ConversationSummary> {
-    client
-        .list_conversations(pb::ListConversationsRequest::default())
+    super::util::listed(client)
         .await
-        .unwrap()
-        .into_inner()
-        .conversations
         .into_iter()
         .filter(|c| c.sub_agent_parent_id == parent)
         .collect()
