@@ -242,6 +242,13 @@ async fn remote_calls_need_tls_a_valid_token_the_pinned_certificate_and_the_role
         !ok && err.contains("AnswerPermission needs the approver role; this client is a viewer"),
         "{err}"
     );
+    // `run` creates on its Attach stream: refused as CreateConversation is.
+    let (ok, _, err) = remote(d, &at, &viewer, &["run", "hello"]).await;
+    assert!(
+        !ok && err
+            .contains("the Attach `create` frame needs the driver role; this client is a viewer"),
+        "{err}"
+    );
 
     // The driver sends over TCP; the turn asks for permission.
     let (ok, _, err) = remote(d, &at, &driver, &["send", &id, "first, from afar"]).await;

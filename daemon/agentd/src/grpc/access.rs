@@ -115,6 +115,7 @@ pub fn need(path: &str) -> (Need, &str) {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameKind {
     Subscribe,
+    Create,
     Send,
     Answer,
     Cancel,
@@ -126,6 +127,7 @@ pub enum FrameKind {
 pub fn frame_need(frame: FrameKind) -> (ClientRole, &'static str) {
     match frame {
         FrameKind::Subscribe => (ClientRole::Viewer, "the Attach `subscribe` frame"),
+        FrameKind::Create => (ClientRole::Driver, "the Attach `create` frame"),
         FrameKind::Send => (ClientRole::Driver, "the Attach `send` frame"),
         FrameKind::Answer => (ClientRole::Approver, "the Attach `answer` frame"),
         FrameKind::Cancel => (ClientRole::Driver, "the Attach `cancel` frame"),
@@ -702,6 +704,7 @@ mod tests {
         assert_eq!(frame_need(FrameKind::Answer).0, unary("AnswerPermission"));
         assert_eq!(frame_need(FrameKind::Cancel).0, unary("CancelConversation"));
         assert_eq!(frame_need(FrameKind::Subscribe).0, unary("Attach"));
+        assert_eq!(frame_need(FrameKind::Create).0, unary("CreateConversation"));
     }
 
     #[test]

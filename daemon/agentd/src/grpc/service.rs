@@ -750,13 +750,10 @@ impl AgentService for Service {
                 (id, subscription)
             }
             Some(pb::attach_request::Frame::Create(create)) => {
-                // Creating drives the conversation: as CreateConversation,
-                // it needs a driver, whatever role the stream then asks.
-                access::check_role(
-                    who.role,
-                    agentd_core::ClientRole::Driver,
-                    "CreateConversation",
-                )?;
+                // What CreateConversation needs, whatever role the stream
+                // then asks for.
+                let (needed, what) = access::frame_need(FrameKind::Create);
+                access::check_role(who.role, needed, what)?;
                 let asked = convert::role_from(create.role)?;
                 let client = who.client(String::new(), &name_of(create.client_name), asked);
                 let (new, prompt) = self.new_conversation(create.create.unwrap_or_default())?;
@@ -1285,7 +1282,8 @@ async fn read_frames(
             },
         };
         let kind = match &frame.frame {
-            Some(Frame::Subscribe(_) | Frame::Create(_)) => Some(FrameKind::Subscribe),
+            Some(Frame::Subscribe(_)) => Some(FrameKind::Subscribe),
+            Some(Frame::Create(_)) => Some(FrameKind::Create),
             Some(Frame::Send(_)) => Some(FrameKind::Send),
             Some(Frame::Answer(_)) => Some(FrameKind::Answer),
             Some(Frame::Cancel(_)) => Some(FrameKind::Cancel),

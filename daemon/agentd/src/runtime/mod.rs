@@ -633,6 +633,12 @@ impl Manager {
         match done.await.map_err(|_| RuntimeError::ShuttingDown)? {
             Ok(_) => Ok((self.record(&id)?, subscription)),
             Err(e) => {
+                if let Some(subscription) = &subscription {
+                    // Nobody will read it: the conversation was not made.
+                    let _ = tx.send(Input::Command(Command::Detach {
+                        client_id: subscription.client.id.clone(),
+                    }));
+                }
                 self.actors.lock().await.live.remove(&id);
                 Err(e)
             }
