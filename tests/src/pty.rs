@@ -154,6 +154,10 @@ struct Shared {
     changed: Condvar,
     /// Set by `Drop`: the reader thread ends at its next tick.
     stop: AtomicBool,
+    /// Tests: the reader thread reads nothing while set (a reader the
+    /// scheduler has not run yet).
+    #[cfg(test)]
+    paused: AtomicBool,
 }
 
 struct Term {
@@ -282,6 +286,8 @@ impl PtySession {
             }),
             changed: Condvar::new(),
             stop: AtomicBool::new(false),
+            #[cfg(test)]
+            paused: AtomicBool::new(false),
         });
         let mut session = PtySession {
             shared: Arc::clone(&shared),
@@ -588,10 +594,11 @@ impl PtySession {
         }
     }
 
-    /// Waits for the program to exit, then for what it wrote to reach the
-    /// screen (the terminal's end of file, or, when something it left
-    /// behind holds the terminal open, a pause in the output). Once the
-    /// program has exited, whatever is left in its process group is killed.
+    /// Waits for the program to exit, then reads what it wrote that the
+    /// reader thread has not read yet, so all of it is on the screen; when
+    /// something it left behind still holds the terminal open, waits for a
+    /// pause in the output too. Once the program has exited, whatever is
+    /// left in its process group is killed.
     /// Returns the same status when called again.
     ///
     /// # Errors
@@ -608,8 +615,18 @@ impl PtySession {
             }
             std::thread::sleep(Duration::from_millis(10));
         };
-        // Drain: the last output may still be on its way through the kernel.
+        // What the program wrote before it exited is in the kernel's buffer
+        // now: read it here rather than trust the reader thread to have
+        // been scheduled since (on a loaded machine it may not have been,
+        // and the output may have paused long before the exit).
         let mut term = self.term();
+        let replies = drain(&mut term, &self.master);
+        if !replies.is_empty() {
+            let _ = rustix::io::write(&self.master, &replies);
+        }
+        self.shared.changed.notify_all();
+        // Then, when something the program left behind still holds the
+        // terminal open, a pause in what it writes.
         loop {
             let now = Instant::now();
             let calm_at = term.last_output + DRAIN_QUIET;
@@ -845,26 +862,33 @@ fn make_controlling_terminal(cmd: &mut Command) {
 fn read_loop(shared: &Shared, master: &OwnedFd) {
     let mut buf = vec![0u8; 64 * 1024];
     let tick = timespec(READER_TICK);
-    let closed = loop {
+    let stopped = loop {
         if shared.stop.load(Ordering::Acquire) {
-            break Closed::Error("the session was dropped".to_string());
+            break Some(Closed::Error("the session was dropped".to_string()));
         }
         let mut fds = [PollFd::new(master, PollFlags::IN)];
         match poll(&mut fds, Some(&tick)) {
             Ok(0) | Err(Errno::INTR) => continue,
             Ok(_) => {}
-            Err(e) => break Closed::Error(format!("poll: {e}")),
+            Err(e) => break Some(Closed::Error(format!("poll: {e}"))),
         }
-        match rustix::io::read(master, &mut buf[..]) {
-            // EIO is how Linux says every holder of the slave closed it.
-            Ok(0) | Err(Errno::IO) => break Closed::Eof,
-            Ok(n) => {
-                let replies = {
-                    let mut term = shared.term.lock().unwrap_or_else(PoisonError::into_inner);
-                    term.parser.process(&buf[..n]);
-                    term.last_output = Instant::now();
-                    std::mem::take(&mut term.parser.callbacks_mut().pending)
-                };
+        #[cfg(test)]
+        if shared.paused.load(Ordering::Acquire) {
+            std::thread::sleep(READER_TICK);
+            continue;
+        }
+        // Read under the lock: `wait_exit` reads the rest itself, and the
+        // screen must take the chunks in the order they were written.
+        let (read, replies) = {
+            let mut term = shared.term.lock().unwrap_or_else(PoisonError::into_inner);
+            let read = read_chunk(&mut term, master, &mut buf);
+            (
+                read,
+                std::mem::take(&mut term.parser.callbacks_mut().pending),
+            )
+        };
+        match read {
+            Read::Some => {
                 shared.changed.notify_all();
                 if !replies.is_empty() {
                     // Best effort: a few bytes into an input buffer that is
@@ -872,14 +896,64 @@ fn read_loop(shared: &Shared, master: &OwnedFd) {
                     let _ = rustix::io::write(master, &replies);
                 }
             }
-            Err(Errno::AGAIN | Errno::INTR) => {}
-            Err(e) => break Closed::Error(format!("read: {e}")),
+            Read::Nothing => {}
+            Read::Closed => break None,
         }
     };
-    let mut term = shared.term.lock().unwrap_or_else(PoisonError::into_inner);
-    term.closed = Some(closed);
-    drop(term);
+    if let Some(why) = stopped {
+        let mut term = shared.term.lock().unwrap_or_else(PoisonError::into_inner);
+        term.closed.get_or_insert(why);
+    }
     shared.changed.notify_all();
+}
+
+/// What one read of the master gave.
+enum Read {
+    /// Output, now on the screen.
+    Some,
+    /// Nothing to read now.
+    Nothing,
+    /// Nothing will be read again; `closed` says why.
+    Closed,
+}
+
+/// Reads one chunk of the program's output into the screen, without
+/// waiting (the master is non-blocking).
+fn read_chunk(term: &mut Term, master: &OwnedFd, buf: &mut [u8]) -> Read {
+    if term.closed.is_some() {
+        return Read::Closed;
+    }
+    let read = loop {
+        match rustix::io::read(master, &mut *buf) {
+            Err(Errno::INTR) => {}
+            other => break other,
+        }
+    };
+    match read {
+        // EIO is how Linux says every holder of the slave closed it.
+        Ok(0) | Err(Errno::IO) => {
+            term.closed = Some(Closed::Eof);
+            Read::Closed
+        }
+        Ok(n) => {
+            term.parser.process(&buf[..n]);
+            term.last_output = Instant::now();
+            Read::Some
+        }
+        Err(Errno::AGAIN) => Read::Nothing,
+        Err(e) => {
+            term.closed = Some(Closed::Error(format!("read: {e}")));
+            Read::Closed
+        }
+    }
+}
+
+/// Reads everything the program's terminal holds now into the screen;
+/// returns the answers to queries it found.
+fn drain(term: &mut Term, master: &OwnedFd) -> Vec<u8> {
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Read::Some = read_chunk(term, master, &mut buf) {}
+    std::mem::take(&mut term.parser.callbacks_mut().pending)
 }
 
 fn timespec(d: Duration) -> Timespec {

@@ -154,7 +154,15 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         .unwrap();
         term.ctrl_c().unwrap();
         term.wait_for("cancelling the turn", WAIT).unwrap();
-        term.wait_for("/help", WAIT).unwrap();
+        // The turn ends: the prompt (the last line) is idle again.
+        term.wait_until("an idle prompt", WAIT, |screen| {
+            screen
+                .contents()
+                .lines()
+                .rfind(|l| !l.trim().is_empty())
+                .is_some_and(|l| l.starts_with('›') && !l.contains("Ctrl-C cancels"))
+        })
+        .unwrap();
         // Ctrl-D leaves; the conversation stays.
         term.ctrl_d().unwrap();
         let status = term.wait_exit(WAIT).unwrap();

@@ -44,6 +44,25 @@ fn the_program_sees_a_terminal_of_the_given_size() {
     assert_eq!(big.size(), (160, 45));
 }
 
+/// On a loaded machine the reader thread may not have run since the
+/// program's last write, and its output before may have paused long
+/// before it exited: what it wrote is on the screen all the same once
+/// `wait_exit` returns.
+#[test]
+fn what_was_written_just_before_the_exit_is_on_the_screen() {
+    let term = PtySession::spawn(sh("echo ready; read line; echo last words"), 80, 24).unwrap();
+    term.wait_for("ready", T).unwrap();
+    term.shared.paused.store(true, Ordering::Release);
+    {
+        let mut state = term.term();
+        let long_ago = state.last_output.checked_sub(DRAIN_QUIET * 10);
+        state.last_output = long_ago.unwrap_or(state.last_output);
+    }
+    term.send("go\r").unwrap();
+    assert!(term.wait_exit(T).unwrap().success());
+    assert!(term.screen().contains("last words"), "{}", term.dump());
+}
+
 #[test]
 fn escape_sequences_are_interpreted_not_shown() {
     let term = PtySession::spawn(
