@@ -72,6 +72,8 @@ pub struct Recorded {
     pub headers: Vec<(String, String)>,
     /// The body as JSON; a JSON string of the raw text when it is not JSON.
     pub body: serde_json::Value,
+    /// `body` is still to be parsed from `raw_body` (see [`RequestBody`]).
+    pub(crate) unparsed: bool,
     /// The body's bytes as they came.
     pub raw_body: bytes::Bytes,
     /// When the request's head had been read (the handler started), before
@@ -181,15 +183,17 @@ impl Shared {
 
     /// The queued script, else the responder's answer to `body`, else the
     /// default.
-    pub(crate) fn next_script(&self, body: &serde_json::Value) -> Option<Script> {
-        let first = first_user_text(body);
+    pub(crate) fn next_script(&self, body: &mut RequestBody) -> Option<Script> {
         {
             let mut routed = lock(&self.routed);
-            if let Some((_, queue)) = routed
-                .iter_mut()
-                .find(|(marker, _)| first.contains(marker.as_str()))
-            {
-                return queue.pop_front().or_else(|| lock(&self.default).clone());
+            if !routed.is_empty() {
+                let first = first_user_text(body.tree());
+                if let Some((_, queue)) = routed
+                    .iter_mut()
+                    .find(|(marker, _)| first.contains(marker.as_str()))
+                {
+                    return queue.pop_front().or_else(|| lock(&self.default).clone());
+                }
             }
         }
         if let Some(queued) = lock(&self.scripts).pop_front() {
@@ -198,7 +202,7 @@ impl Shared {
         // Cloned out so the responder runs without any lock held.
         let responder = lock(&self.responder).clone();
         match responder {
-            Some(respond) => Some(respond(body)),
+            Some(respond) => Some(respond(body.tree())),
             None => lock(&self.default).clone(),
         }
     }
@@ -331,7 +335,12 @@ impl FakeLlm {
 
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<Recorded> {
-        lock(&self.shared.requests).clone()
+        let mut requests = lock(&self.shared.requests);
+        for request in requests.iter_mut().filter(|r| r.unparsed) {
+            request.body = parse_body(&request.raw_body);
+            request.unparsed = false;
+        }
+        requests.clone()
     }
 
     /// Waits until at least `n` requests have arrived and returns them all.
@@ -430,6 +439,77 @@ pub fn script_file(path: &str) -> Result<Vec<Script>, String> {
             Ok(Script::Reply(reply))
         })
         .collect()
+}
+
+/// A request's body, parsed into a JSON tree only when something reads
+/// it: a route, a responder, the prompt cache, an image check, or a test
+/// through [`FakeLlm::requests`]. agentd's bodies carry about 8 KB of tool
+/// schemas that a reply does not depend on; building their tree before
+/// every answer cost the fake some 60 µs a request, which the benchmarks
+/// counted as agentd's time.
+pub(crate) struct RequestBody {
+    raw: bytes::Bytes,
+    tree: Option<serde_json::Value>,
+}
+
+impl RequestBody {
+    pub(crate) fn new(raw: bytes::Bytes) -> RequestBody {
+        RequestBody { raw, tree: None }
+    }
+
+    /// The whole body as JSON (see [`Recorded::body`]).
+    pub(crate) fn tree(&mut self) -> &serde_json::Value {
+        self.tree.get_or_insert_with(|| parse_body(&self.raw))
+    }
+
+    /// Whether the request asked for a stream, and its model: read without
+    /// building the tree when the body is well-formed.
+    pub(crate) fn stream_and_model(&mut self) -> (bool, String) {
+        #[derive(serde::Deserialize)]
+        struct Head<'a> {
+            stream: Option<bool>,
+            #[serde(borrow)]
+            model: Option<std::borrow::Cow<'a, str>>,
+        }
+        if self.tree.is_none()
+            && let Ok(head) = serde_json::from_slice::<Head>(&self.raw)
+        {
+            let model = head.model.as_deref().unwrap_or(DEFAULT_MODEL);
+            return (head.stream == Some(true), model.to_string());
+        }
+        let tree = self.tree();
+        let stream = tree.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
+        let model = tree
+            .get("model")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or(DEFAULT_MODEL);
+        (stream, model.to_string())
+    }
+
+    /// Whether the body may carry an image block: a block's type is the
+    /// JSON string `"image"` (Anthropic) or `"image_url"` (OpenAI), which
+    /// only an escape (`\u…`) could hide from a look at the bytes.
+    pub(crate) fn may_carry_images(&self) -> bool {
+        let has = |needle: &[u8]| self.raw.windows(needle.len()).any(|w| w == needle);
+        has(b"\"image\"") || has(b"\"image_url\"") || has(b"\\u")
+    }
+
+    /// The tree if something built it; else `raw` is parsed when read.
+    pub(crate) fn into_record(self) -> (serde_json::Value, bool) {
+        match self.tree {
+            Some(tree) => (tree, false),
+            None => (serde_json::Value::Null, true),
+        }
+    }
+}
+
+/// The model a reply names when the request named none.
+const DEFAULT_MODEL: &str = "claude-fake";
+
+/// A body as JSON; a JSON string of the raw text when it is not JSON.
+fn parse_body(raw: &[u8]) -> serde_json::Value {
+    serde_json::from_slice(raw)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(raw).into_owned()))
 }
 
 /// The text of the first user message of a request body (Anthropic: a

@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::plan::{Plan, Step};
 use super::script::{Fault, Gate, Script, error_body};
-use super::{Recorded, Shared, anthropic, lock, openai};
+use super::{Recorded, RequestBody, Shared, anthropic, lock, openai};
 
 /// Request bodies larger than this are refused (a whole conversation fits).
 const MAX_BODY: usize = 256 * 1024 * 1024;
@@ -52,40 +52,39 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
             return json_response(seq, 400, &[], &body);
         }
     };
-    let body = serde_json::from_slice(&bytes).unwrap_or_else(|_| {
-        serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
-    });
+    let mut body = RequestBody::new(bytes.clone());
     let format = match (parts.method.as_str(), path.as_str()) {
         ("POST", "/v1/messages") => Some(Format::Anthropic),
         ("POST", "/v1/chat/completions") => Some(Format::OpenAi),
         _ => None,
     };
-    let stream = body.get("stream").and_then(serde_json::Value::as_bool) == Some(true);
-    let model = body
-        .get("model")
-        .and_then(serde_json::Value::as_str)
-        .unwrap_or("claude-fake")
-        .to_string();
+    let (stream, model) = body.stream_and_model();
     // Chosen before the request is recorded so a responder sees the body
     // without a copy; a request to an unknown path takes no script.
-    let script = format.map(|_| shared.next_script(&body));
+    let script = format.map(|_| shared.next_script(&mut body));
     // Only a request that gets a reply reads or fills the prompt cache.
     let replied = matches!(script, Some(Some(Script::Reply(_))));
     let cached = match (format, lock(&shared.prompt_cache).as_mut()) {
-        (Some(Format::Anthropic), Some(cache)) if replied => Some(cache.request(&body)),
+        (Some(Format::Anthropic), Some(cache)) if replied => Some(cache.request(body.tree())),
         _ => None,
     };
-    let images = format.map(|f| super::images::received(f, &body));
+    let images = match format {
+        Some(f) if body.may_carry_images() => Some(super::images::received(f, body.tree())),
+        Some(_) => Some(Ok(Vec::new())),
+        None => None,
+    };
     let (images, image_error) = match images {
         Some(Ok(images)) => (images, None),
         Some(Err(e)) => (Vec::new(), Some(e)),
         None => (Vec::new(), None),
     };
+    let (body, unparsed) = body.into_record();
     let record = shared.record(Recorded {
         path: path.clone(),
         headers,
         body,
-        raw_body: bytes.clone(),
+        unparsed,
+        raw_body: bytes,
         arrived_at,
         received_at: SystemTime::now(),
         replied_at: None,

@@ -532,6 +532,34 @@ async fn requests_are_recorded_in_order() {
     assert_eq!(llm.requests().len(), 2);
 }
 
+/// A reply depends on a few fields read without the whole JSON tree; the
+/// tree a test reads is the body all the same, and a body that is not JSON,
+/// or whose `stream` is not a bool, is answered and recorded as before.
+#[tokio::test]
+async fn odd_bodies_are_answered_and_recorded_whole() {
+    let llm = FakeLlm::start().await;
+    llm.set_default(Some(Script::text("ok")));
+    let reply: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/v1/messages", llm.base_url()))
+        .body("not json")
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reply["model"], "claude-fake", "{reply}");
+    let mut odd = anthropic_request(true);
+    odd["stream"] = json!("yes");
+    odd["tools"] = json!([{"name": "t", "description": "an image tool", "input_schema": {}}]);
+    let reply: serde_json::Value = post(&llm, "/v1/messages", &odd).await.json().await.unwrap();
+    assert_eq!(reply["model"], "claude-test", "{reply}");
+    let requests = llm.requests();
+    assert_eq!(requests[0].body, json!("not json"));
+    assert_eq!(requests[1].body, odd);
+    assert!(requests[1].images.is_empty());
+}
+
 #[tokio::test]
 #[should_panic(expected = "fake LLM: expected 1 request(s)")]
 async fn wait_for_requests_panics_on_timeout() {
