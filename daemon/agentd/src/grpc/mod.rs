@@ -40,6 +40,9 @@ pub enum ServeError {
     /// Reflection could not be set up.
     #[error("gRPC reflection failed: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    /// The server's task panicked or was cancelled.
+    #[error("gRPC server stopped: {0}")]
+    Stopped(String),
 }
 
 /// Serves the agent service (plus health and reflection) on `incoming`
@@ -98,21 +101,46 @@ where
         .serve_with_incoming_shutdown(incoming, async {
             let _ = server_stopped.await;
         });
-    tokio::pin!(server);
+    // On the runtime's workers, not on the thread that waits for the
+    // daemon to end: there, every connection was accepted on that thread
+    // (woken by the worker that saw the socket ready) and handed back to a
+    // worker, two thread switches before a client's first request was read.
+    let mut server = Server(tokio::spawn(server));
     tokio::select! {
-        r = &mut server => return Ok(r?),
+        r = &mut server => return r,
         _ = shutdown => {}
     }
     tracing::info!("shutting down");
     stop.cancel();
     manager.shutdown().await;
     let _ = stop_server.send(());
-    match tokio::time::timeout(SHUTDOWN_GRACE, server).await {
-        Ok(r) => Ok(r?),
+    match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+        Ok(r) => r,
         Err(_) => {
             tracing::warn!("clients held connections open; stopped without waiting for them");
             Ok(())
         }
+    }
+}
+
+/// The spawned server: its result when it ends, and stopped (with every
+/// connection) when dropped.
+struct Server(tokio::task::JoinHandle<Result<(), tonic::transport::Error>>);
+
+impl Future for Server {
+    type Output = Result<(), ServeError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
+            Ok(served) => Ok(served?),
+            Err(e) => Err(ServeError::Stopped(e.to_string())),
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
