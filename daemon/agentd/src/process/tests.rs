@@ -176,6 +176,29 @@ async fn a_grandchild_is_killed_with_the_group() {
     let _ = spawned.child.wait().await;
 }
 
+/// The start time a spawn names its group with is the one `/proc` gives
+/// the leader, whether it came from the clock around the spawn or, when
+/// the spawn crossed a tick, from `/proc` itself.
+#[tokio::test]
+async fn a_spawned_group_has_its_leaders_start_time() {
+    let dir = tempfile::tempdir().unwrap();
+    for _ in 0..20 {
+        let mut spawned = spawn_bash("sleep 30", dir.path(), OnDrop::Kill).unwrap();
+        let piped = spawn_piped("sleep 30", dir.path()).unwrap();
+        for group in [spawned.group, piped.group] {
+            let pid = group.pgid().as_raw();
+            let stat = proc_stat(pid).expect("the leader is not reaped yet");
+            assert_eq!(group.leader_ticks(), Some(stat.start_ticks), "pid {pid}");
+            group.signal(Signal::SIGKILL);
+        }
+        let _ = spawned.child.wait().await;
+    }
+    // The clock is the one start times are counted on: this process
+    // started before now.
+    let own = proc_stat(std::process::id().try_into().unwrap()).unwrap();
+    assert!(own.start_ticks <= boot_ticks().unwrap());
+}
+
 #[tokio::test]
 async fn a_start_time_mismatch_refuses_to_signal() {
     let dir = tempfile::tempdir().unwrap();
