@@ -105,9 +105,11 @@ where
     // daemon to end: there, every connection was accepted on that thread
     // (woken by the worker that saw the socket ready) and handed back to a
     // worker, two thread switches before a client's first request was read.
-    let mut server = Server(tokio::spawn(server));
+    // Dropped (on the timeout below, or with this future), it stops the
+    // server and every connection, as dropping the server's future did.
+    let mut server = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(server));
     tokio::select! {
-        r = &mut server => return r,
+        r = &mut server => return served(r),
         _ = shutdown => {}
     }
     tracing::info!("shutting down");
@@ -115,7 +117,7 @@ where
     manager.shutdown().await;
     let _ = stop_server.send(());
     match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
-        Ok(r) => r,
+        Ok(r) => served(r),
         Err(_) => {
             tracing::warn!("clients held connections open; stopped without waiting for them");
             Ok(())
@@ -123,24 +125,13 @@ where
     }
 }
 
-/// The spawned server: its result when it ends, and stopped (with every
-/// connection) when dropped.
-struct Server(tokio::task::JoinHandle<Result<(), tonic::transport::Error>>);
-
-impl Future for Server {
-    type Output = Result<(), ServeError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        Pin::new(&mut self.0).poll(cx).map(|joined| match joined {
-            Ok(served) => Ok(served?),
-            Err(e) => Err(ServeError::Stopped(e.to_string())),
-        })
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        self.0.abort();
+/// How the server's task ended.
+fn served(
+    joined: Result<Result<(), tonic::transport::Error>, tokio::task::JoinError>,
+) -> Result<(), ServeError> {
+    match joined {
+        Ok(served) => Ok(served?),
+        Err(e) => Err(ServeError::Stopped(e.to_string())),
     }
 }
 
