@@ -471,7 +471,10 @@ impl RequestBody {
             #[serde(borrow)]
             model: Option<std::borrow::Cow<'a, str>>,
         }
+        // An object only: serde would also read a struct from an array.
+        let object = self.raw.trim_ascii_start().first() == Some(&b'{');
         if self.tree.is_none()
+            && object
             && let Ok(head) = serde_json::from_slice::<Head>(&self.raw)
         {
             let model = head.model.as_deref().unwrap_or(DEFAULT_MODEL);

@@ -554,10 +554,19 @@ async fn odd_bodies_are_answered_and_recorded_whole() {
     odd["tools"] = json!([{"name": "t", "description": "an image tool", "input_schema": {}}]);
     let reply: serde_json::Value = post(&llm, "/v1/messages", &odd).await.json().await.unwrap();
     assert_eq!(reply["model"], "claude-test", "{reply}");
+    // An array is no request object, whatever serde could read from it.
+    let array = json!([true, "claude-array"]);
+    let reply: serde_json::Value = post(&llm, "/v1/messages", &array)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reply["model"], "claude-fake", "{reply}");
     let requests = llm.requests();
     assert_eq!(requests[0].body, json!("not json"));
     assert_eq!(requests[1].body, odd);
     assert!(requests[1].images.is_empty());
+    assert_eq!(requests[2].body, array);
 }
 
 #[tokio::test]
