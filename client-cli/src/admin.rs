@@ -7,7 +7,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_proto::v1 as pb;
-use clap::CommandFactory;
 use serde_json::json;
 
 use crate::cli::{Cli, DaemonCommand};
@@ -640,7 +639,7 @@ pub fn man(out: Option<PathBuf>, io: &mut Io) -> Result<Exit, CliError> {
 /// tree under `help` (for `agent help daemon stop`): their subcommands are
 /// added to that copy here.
 fn whole_command() -> clap::Command {
-    let mut command = Cli::command();
+    let mut command = Cli::documented_command();
     command.build();
     let nested: Vec<(String, Vec<clap::Command>)> = command
         .get_subcommands()

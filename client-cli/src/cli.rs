@@ -1,7 +1,7 @@
 //! The command line: every flag and subcommand of `agent`, as clap types.
 //!
 //! Parsing is kept apart from running so it can be tested with
-//! `Cli::try_parse_from` and reused by tests that drive the client in-process.
+//! `Cli::parse_args` and reused by tests that drive the client in-process.
 
 use std::path::PathBuf;
 
@@ -9,6 +9,10 @@ use agent_proto::v1::{PermissionDecision, PermissionMode};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 /// `agent`: the terminal client of agentd, the coding-agent daemon.
+///
+/// Parse with [`Cli::parse_args`], not clap's `Parser::try_parse_from`: the
+/// options under "Global options" are the top level's, and only
+/// `parse_args` lets the subcommand on the command line take them too.
 #[derive(Debug, Parser)]
 #[command(
     name = "agent",
@@ -28,7 +32,6 @@ pub struct Cli {
     /// else ~/.local/state/agentd/run/agentd.sock]
     #[arg(
         long,
-        global = true,
         env = "AGENTD_SOCKET",
         value_name = "PATH",
         help_heading = "Global options"
@@ -37,11 +40,11 @@ pub struct Cli {
 
     /// Machine-readable output: JSON (streaming commands print one object per
     /// event per line)
-    #[arg(long, global = true, help_heading = "Global options")]
+    #[arg(long, help_heading = "Global options")]
     pub json: bool,
 
     /// Do not start agentd when no daemon answers on the socket
-    #[arg(long, global = true, help_heading = "Global options")]
+    #[arg(long, help_heading = "Global options")]
     pub no_autostart: bool,
 
     /// Talk to the daemon on another machine, at HOST:PORT (its `agentd
@@ -49,7 +52,6 @@ pub struct Cli {
     /// --fingerprint. The local socket is not used
     #[arg(
         long,
-        global = true,
         env = "AGENT_REMOTE",
         value_name = "HOST:PORT",
         requires_all = ["token_file", "fingerprint"],
@@ -61,7 +63,6 @@ pub struct Cli {
     /// create` on the daemon's machine prints one)
     #[arg(
         long,
-        global = true,
         env = "AGENT_TOKEN_FILE",
         value_name = "FILE",
         help_heading = "Global options"
@@ -73,7 +74,6 @@ pub struct Cli {
     /// shows it); any other certificate is refused
     #[arg(
         long,
-        global = true,
         env = "AGENT_FINGERPRINT",
         value_name = "SHA256:…",
         help_heading = "Global options"
@@ -84,7 +84,6 @@ pub struct Cli {
     /// [default: user@host:pid]
     #[arg(
         long,
-        global = true,
         env = "AGENT_CLIENT_NAME",
         value_name = "NAME",
         help_heading = "Global options"
@@ -95,7 +94,6 @@ pub struct Cli {
     /// terminal, `NO_COLOR` is unset or empty and `TERM` is not `dumb`
     #[arg(
         long,
-        global = true,
         value_enum,
         value_name = "WHEN",
         default_value_t = ColorWhen::Auto,
@@ -125,7 +123,63 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
+/// The top level's options that every subcommand takes too (clap's ids).
+///
+/// They are not clap `global` options: clap copies a global option into
+/// every one of the 29 subcommands each time `agent` starts, eight options
+/// 232 times, which cost a one-round `agent run` about 50 page faults and
+/// 0.1 ms (BENCHMARKS.md, 2026-11-27, later). [`Cli::parse_args`] gives
+/// them to the one subcommand the command line names, as global options
+/// of that subcommand (so its own subcommands take them too, and a value
+/// given there reaches the top level, where [`Cli`] reads it).
+const GLOBAL_OPTIONS: [&str; 8] = [
+    "socket",
+    "json",
+    "no_autostart",
+    "remote",
+    "token_file",
+    "fingerprint",
+    "name",
+    "color",
+];
+
 impl Cli {
+    /// Parses a command line (the program's name first), with the global
+    /// options taken anywhere: `agent --json ls` and `agent ls --json`.
+    pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString>,
+    {
+        use clap::{CommandFactory, FromArgMatches};
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let mut command = Cli::command();
+        if let Some(name) = named_subcommand(&command, args.get(1..).unwrap_or_default()) {
+            let options: Vec<clap::Arg> = global_options(&command).collect();
+            if let Some(sub) = command
+                .get_subcommands_mut()
+                .find(|sub| sub.get_name() == name)
+            {
+                *sub = std::mem::take(sub).args(options);
+            }
+        }
+        let matches = command.try_get_matches_from_mut(args)?;
+        Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
+    }
+
+    /// The whole command as help pages, completions and man pages show it:
+    /// the global options marked global, so every subcommand lists them.
+    pub fn documented_command() -> clap::Command {
+        use clap::CommandFactory;
+        Cli::command().mut_args(|arg| {
+            if GLOBAL_OPTIONS.contains(&arg.get_id().as_str()) {
+                arg.global(true)
+            } else {
+                arg
+            }
+        })
+    }
+
     /// A one-word prompt that looks like a misspelt subcommand (`agent lss`):
     /// the message that says so, instead of starting a session with it.
     pub fn misspelt_command(&self) -> Option<String> {
@@ -144,6 +198,59 @@ impl Cli {
              word starts a session only when it is not this close to a command: add a word)"
         ))
     }
+}
+
+/// Copies of the top level's global options, marked global.
+fn global_options(command: &clap::Command) -> impl Iterator<Item = clap::Arg> + '_ {
+    command
+        .get_arguments()
+        .filter(|arg| GLOBAL_OPTIONS.contains(&arg.get_id().as_str()))
+        .map(|arg| arg.clone().global(true))
+}
+
+/// The subcommand a command line (without the program's name) runs, as
+/// clap will find it: the first word that is not an option or an option's
+/// value, when it names a subcommand (`help NAME`: NAME). `None` for an
+/// interactive session (no word, or a prompt).
+fn named_subcommand(command: &clap::Command, words: &[std::ffi::OsString]) -> Option<String> {
+    let takes_value = |arg: Option<&clap::Arg>| arg.is_some_and(|a| a.get_action().takes_values());
+    let mut words = words.iter();
+    let mut after_help = false;
+    while let Some(word) = words.next() {
+        let word = word.to_str()?;
+        if word == "--" {
+            return None;
+        }
+        if let Some(long) = word.strip_prefix("--") {
+            if !long.contains('=')
+                && takes_value(command.get_arguments().find(|a| a.get_long() == Some(long)))
+            {
+                words.next();
+            }
+            continue;
+        }
+        if let Some(shorts) = word.strip_prefix('-').filter(|s| !s.is_empty()) {
+            // `-xy`: flags, up to one that takes a value (the rest of the
+            // word, else the next word).
+            for (at, c) in shorts.char_indices() {
+                if takes_value(command.get_arguments().find(|a| a.get_short() == Some(c))) {
+                    if at + c.len_utf8() == shorts.len() {
+                        words.next();
+                    }
+                    break;
+                }
+            }
+            continue;
+        }
+        if word == "help" && !after_help {
+            after_help = true;
+            continue;
+        }
+        return command
+            .find_subcommand(word)
+            .map(|sub| sub.get_name().to_string());
+    }
+    None
 }
 
 /// Levenshtein distance, for telling a misspelt command from a prompt.
@@ -1132,12 +1239,13 @@ mod tests {
     use std::path::Path;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
-        Cli::try_parse_from(std::iter::once("agent").chain(args.iter().copied()))
+        Cli::parse_args(std::iter::once("agent").chain(args.iter().copied()))
     }
 
     #[test]
     fn the_command_definition_is_consistent() {
         Cli::command().debug_assert();
+        Cli::documented_command().debug_assert();
     }
 
     #[test]
@@ -1261,6 +1369,73 @@ mod tests {
         assert!(
             matches!(cli.command.unwrap(), Command::Show { id, context: false, full: false, audit: false, checkpoints: false } if id == "01AB")
         );
+    }
+
+    #[test]
+    fn global_options_reach_nested_subcommands_and_help() {
+        // Under a subcommand's own subcommand, and given at both levels.
+        let cli = parse(&["daemon", "status", "--json", "--socket", "/d.sock"]).unwrap();
+        assert!(cli.json);
+        assert_eq!(cli.socket, Some(PathBuf::from("/d.sock")));
+        assert!(matches!(
+            cli.command,
+            Some(Command::Daemon {
+                command: DaemonCommand::Status
+            })
+        ));
+        let cli = parse(&["--color", "never", "daemon", "--color", "always", "stop"]).unwrap();
+        assert_eq!(cli.color, ColorWhen::Always);
+        // An option's value that names a subcommand is a value: `ls` runs,
+        // and takes the global options after it.
+        let cli = parse(&["--name", "run", "ls", "--json"]).unwrap();
+        assert_eq!(cli.name.as_deref(), Some("run"));
+        assert!(cli.json && matches!(cli.command, Some(Command::Ls { .. })));
+        // A short flag and an option's `=` value are skipped alike.
+        let cli = parse(&["--socket=/x", "-c", "ls", "--no-autostart"]).unwrap();
+        assert!(cli.no_autostart && cli.continue_last);
+        assert_eq!(cli.socket, Some(PathBuf::from("/x")));
+        // A prompt is not a subcommand; an option after it is the top level's.
+        let cli = parse(&["fix the bug", "--json"]).unwrap();
+        assert!(cli.json && cli.command.is_none());
+        assert_eq!(cli.prompt.as_deref(), Some("fix the bug"));
+        // --remote still needs its two companions where it is given.
+        let err = parse(&["ls", "--remote", "h:1"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        assert!(
+            parse(&[
+                "ls",
+                "--remote",
+                "h:1",
+                "--token-file",
+                "/t",
+                "--fingerprint",
+                "f"
+            ])
+            .is_ok()
+        );
+        // Help, asked either way, lists them.
+        for words in [
+            &["run", "--help"][..],
+            &["help", "run"],
+            &["daemon", "stop", "--help"],
+            &["help", "daemon", "stop"],
+        ] {
+            let help = parse(words).unwrap_err();
+            assert_eq!(
+                help.kind(),
+                clap::error::ErrorKind::DisplayHelp,
+                "{words:?}"
+            );
+            let text = help.to_string();
+            assert!(
+                text.contains("Global options") && text.contains("--no-autostart"),
+                "{words:?}: {text}"
+            );
+        }
+        // Unknown options are still refused, with the global ones suggested.
+        let err = parse(&["ls", "--jsno"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
+        assert!(err.to_string().contains("--json"), "{err}");
     }
 
     #[test]

@@ -49,8 +49,6 @@ pub mod session;
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
-use clap::Parser;
-
 pub use cli::Cli;
 pub use commands::{client_name, execute};
 pub use connect::{Client, connect, connect_or_start};
@@ -62,7 +60,7 @@ pub use io::Io;
 /// one `agent: <message>` line on stderr, and returns the exit status
 /// (0 ok, 1 error, 2 usage, 3 context exhausted, 130 interrupted).
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         // `--version` also asks the daemon for its own (see admin::version).
         Err(e) if e.kind() == clap::error::ErrorKind::DisplayVersion => {

@@ -217,7 +217,7 @@ impl Daemon {
             self.socket.display().to_string(),
         ];
         argv.extend(args.iter().map(|a| a.to_string()));
-        let cli = <Cli as clap::Parser>::try_parse_from(argv).expect("valid command line");
+        let cli = Cli::parse_args(argv).expect("valid command line");
         let (lines, lines_rx) = mpsc::channel(16);
         let (ctrl_c, ctrl_c_rx) = mpsc::channel(4);
         let (mut io, captured) = Io::captured(lines_rx, terminal, ctrl_c_rx);

@@ -255,7 +255,7 @@ async fn shell_output_is_raw_bytes() {
 async fn no_daemon_and_no_autostart() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("nothing.sock");
-    let cli = <Cli as clap::Parser>::try_parse_from([
+    let cli = Cli::parse_args([
         "agent",
         "--no-autostart",
         "--socket",
