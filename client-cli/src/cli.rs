@@ -127,8 +127,8 @@ pub struct Cli {
 ///
 /// They are not clap `global` options: clap copies a global option into
 /// every one of the 29 subcommands each time `agent` starts, eight options
-/// 232 times, which cost a one-round `agent run` about 50 page faults and
-/// 0.1 ms (BENCHMARKS.md, 2026-11-27, later). [`Cli::parse_args`] gives
+/// 232 times, which cost a one-round `agent run` 35 of its ~335 page
+/// faults (BENCHMARKS.md, 2026-11-27, later). [`Cli::parse_args`] gives
 /// them to the one subcommand the command line names, as global options
 /// of that subcommand (so its own subcommands take them too, and a value
 /// given there reaches the top level, where [`Cli`] reads it).
