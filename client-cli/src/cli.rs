@@ -217,7 +217,10 @@ fn named_subcommand(command: &clap::Command, words: &[std::ffi::OsString]) -> Op
     let mut words = words.iter();
     let mut after_help = false;
     while let Some(word) = words.next() {
-        let word = word.to_str()?;
+        // Lossy: a path in `--socket=…` need not be UTF-8, and no
+        // subcommand name has a replacement character.
+        let word = word.to_string_lossy();
+        let word = word.as_ref();
         if word == "--" {
             return None;
         }
@@ -1394,6 +1397,15 @@ mod tests {
         let cli = parse(&["--socket=/x", "-c", "ls", "--no-autostart"]).unwrap();
         assert!(cli.no_autostart && cli.continue_last);
         assert_eq!(cli.socket, Some(PathBuf::from("/x")));
+        // A value that is not UTF-8 does not hide the subcommand after it.
+        #[cfg(unix)]
+        {
+            use std::os::unix::ffi::OsStrExt;
+            let socket = std::ffi::OsStr::from_bytes(b"--socket=/s\xff.sock");
+            let args = ["agent".as_ref(), socket, "ls".as_ref(), "--json".as_ref()];
+            let cli = Cli::parse_args(args).unwrap();
+            assert!(cli.json && matches!(cli.command, Some(Command::Ls { .. })));
+        }
         // A prompt is not a subcommand; an option after it is the top level's.
         let cli = parse(&["fix the bug", "--json"]).unwrap();
         assert!(cli.json && cli.command.is_none());
