@@ -4,9 +4,9 @@
 //! `startup-symbols.txt` (next to this file) lists the functions of the
 //! release client that one `agent run`, `agent ls` and `agent show` run
 //! (`tests/orderfile.sh` writes it from callgrind). Linked first, in one
-//! stretch of `.text`, they are paged in by a few faults instead of ~50
-//! spread over 3 MB, and the kernel maps (and at exit unmaps) a fifth of
-//! the pages (BENCHMARKS.md, 2026-11-27, later). Names that are not in the
+//! stretch of `.text`, they are paged in by ~18 faults instead of ~50
+//! spread over 3 MB, and the kernel maps (and at exit unmaps) about a
+//! quarter of the text pages (BENCHMARKS.md, 2026-11-27, later). Names that are not in the
 //! binary (another toolchain, other dependency versions) are skipped by
 //! the linker, so a stale list costs nothing but the gain.
 //!
