@@ -124,7 +124,15 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args, config, shutdown_signal())) {
+    // Caught from here on, before the socket is bound: a SIGTERM that
+    // arrives while the daemon starts (a client may already have its
+    // answer from the server's worker) stops it cleanly once it serves,
+    // where the default action killed it and left its socket behind.
+    let shutdown = {
+        let _runtime = runtime.enter();
+        shutdown_signal()
+    };
+    match runtime.block_on(run(args, config, shutdown)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
@@ -134,20 +142,33 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Completes on SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
+/// Installs the SIGINT and SIGTERM handlers now and completes on the
+/// first of them, even one that arrived before it was polled. Called
+/// within the runtime.
+pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
+    use tokio::signal::unix::{Signal, SignalKind, signal};
+    let install = |kind: SignalKind, name: &str| match signal(kind) {
+        Ok(stream) => Some(stream),
         Err(e) => {
-            tracing::error!("cannot install the SIGTERM handler: {e}");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+            tracing::error!("cannot install the {name} handler: {e}");
+            None
         }
     };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
-        _ = term.recv() => tracing::info!("SIGTERM received"),
+    let mut interrupt = install(SignalKind::interrupt(), "SIGINT");
+    let mut terminate = install(SignalKind::terminate(), "SIGTERM");
+    async fn received(stream: Option<&mut Signal>) {
+        match stream {
+            Some(stream) => {
+                stream.recv().await;
+            }
+            None => std::future::pending().await,
+        }
+    }
+    async move {
+        tokio::select! {
+            _ = received(interrupt.as_mut()) => tracing::info!("SIGINT received"),
+            _ = received(terminate.as_mut()) => tracing::info!("SIGTERM received"),
+        }
     }
 }
 

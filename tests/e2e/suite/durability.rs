@@ -1,5 +1,6 @@
-//! Crash safety at the edges: an unreadable store is moved aside, and
-//! export / import round-trip conversations exactly.
+//! Crash safety at the edges: an unreadable store is moved aside, a
+//! SIGTERM at any moment stops the daemon cleanly, and export / import
+//! round-trip conversations exactly.
 
 use super::util::{Attached, assert_valid_chain, get, is_idle, send, text_of_message, wait_state};
 use agent_proto::v1 as pb;
@@ -116,6 +117,31 @@ async fn export_and_import_round_trip_a_conversation_exactly() {
         .await
         .unwrap();
     assert!(out.status.success());
+}
+
+/// A SIGTERM the moment the socket accepts a connection, while the daemon
+/// may still be starting, stops it cleanly: exit status 0 and the socket
+/// removed, not the default action's death with the socket left behind
+/// (an autostarted daemon stopped that way failed a CI run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sigterm_while_the_daemon_starts_stops_it_cleanly() {
+    let fake = agent_tests::fake_llm::FakeLlm::start().await;
+    let mut d = TestDaemon::start(&fake).await;
+    for round in 1..=3 {
+        let status = d.terminate().await;
+        assert!(
+            status.success(),
+            "start {round}: the daemon ended with {status}. Log:\n{}",
+            d.log()
+        );
+        assert!(
+            !d.socket.exists(),
+            "start {round}: the socket was left behind"
+        );
+        if round < 3 {
+            d.restart().await;
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
