@@ -151,6 +151,15 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
             "ms",
             ms(a1.wall),
         );
+        // What the daemon and the client add to one task, whatever the
+        // host's speed: the target above is absolute, and process starts
+        // and page faults cost severalfold more on some hosts than others.
+        report.sample(
+            "task1_over_floor_ms",
+            &format!("agent run − floor, whole task, N = {SMALL}"),
+            "ms",
+            ms(a1.wall) - ms(f1.wall),
+        );
         report.sample(
             "floor_task21_ms",
             &format!("floor: whole task, N = {LARGE}"),
