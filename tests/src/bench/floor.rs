@@ -152,8 +152,9 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
             ms(a1.wall),
         );
         // What the daemon and the client add to one task, whatever the
-        // host's speed: the target above is absolute, and process starts
-        // and page faults cost severalfold more on some hosts than others.
+        // host's speed: the 5 ms target (set below) is absolute, and
+        // process starts and page faults cost more on some hosts than on
+        // others (the floor's own task: 3.0 ms on one, 4.0–4.9 on another).
         report.sample(
             "task1_over_floor_ms",
             &format!("agent run − floor, whole task, N = {SMALL}"),
