@@ -6,9 +6,10 @@
 //! (`tests/orderfile.sh` writes it from callgrind). Linked first, in one
 //! stretch of `.text`, they are paged in by ~18 faults instead of ~50
 //! spread over 3 MB, and the kernel maps (and at exit unmaps) about a
-//! quarter of the text pages (BENCHMARKS.md, 2026-11-27, later). Names that are not in the
-//! binary (another toolchain, other dependency versions) are skipped by
-//! the linker, so a stale list costs nothing but the gain.
+//! quarter of the text pages (BENCHMARKS.md, 2026-11-27, later). Names
+//! that are not in the binary (another toolchain, other dependency
+//! versions) are skipped by the linker, so a stale list costs nothing but
+//! the gain.
 //!
 //! Only release builds get it, and only when the linker takes lld's
 //! `--symbol-ordering-file` (rustc's default `rust-lld` on x86_64 Linux);
