@@ -102,7 +102,11 @@ pub fn main() -> ExitCode {
     };
     let mut io = Io::stdio(cli.color);
     let json = cli.json;
-    let result = runtime.block_on(execute(cli, &mut io));
+    // Boxed: the command's future is some 15 KB (the largest of all the
+    // commands'), and `block_on` passes it down by value through several
+    // frames, each a fresh copy on fresh stack pages: 30 of a one-round
+    // `agent run`'s ~250 page faults were stack (issue 20).
+    let result = runtime.block_on(Box::pin(execute(cli, &mut io)));
     let _ = io.out.flush();
     let code = match result {
         Ok(exit) => exit.code(),
