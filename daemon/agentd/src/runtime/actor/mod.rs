@@ -242,6 +242,11 @@ pub(crate) struct Actor {
     /// The hooks of this conversation: the user's, and its project's if
     /// the project is trusted. Read again at every user message.
     hooks: Arc<Hooks>,
+    /// Whether `hooks` were read when the actor started and no input has
+    /// been waited for since: a message that was already waiting then (the
+    /// first message of a new conversation) uses that reading instead of
+    /// looking up the same files again.
+    hooks_fresh: bool,
     /// Where to ask the manager to continue this conversation by itself
     /// once its context is exhausted (`[context] auto_continue`).
     auto_continue: mpsc::UnboundedSender<String>,
@@ -287,6 +292,7 @@ impl Actor {
             fanout,
             work: Work::default(),
             hooks: Arc::new(Hooks::default()),
+            hooks_fresh: false,
             auto_continue,
             sub_agents,
             recovery_deferred: false,
@@ -369,11 +375,16 @@ impl Actor {
             tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
         }
         self.load_hooks();
+        self.hooks_fresh = true;
         if let Some(ask) = self.record.state.pending_permission().cloned() {
             self.pending_view = Some(self.permission_view(&ask).await);
         }
         let idle_after = std::time::Duration::from_millis(self.shared.config.limits.idle_unload_ms);
         loop {
+            if self.rx.is_empty() {
+                // What comes next arrives after the hooks were read.
+                self.hooks_fresh = false;
+            }
             let input = if self.is_idle() {
                 match tokio::time::timeout(idle_after, self.rx.recv()).await {
                     Ok(input) => input,
@@ -638,7 +649,9 @@ impl Actor {
                     }
                     None => {}
                 }
-                self.load_hooks();
+                if !std::mem::take(&mut self.hooks_fresh) {
+                    self.load_hooks();
+                }
                 let session_start = if self.transcript.is_empty() {
                     self.hooks.all_of(Stage::SessionStart)
                 } else {
