@@ -101,6 +101,13 @@ pub fn stamp(dirs: &[PathBuf]) -> Stamp {
 /// their text in all (0: none are read). A file that cannot be read is
 /// left out and logged.
 pub fn load(dirs: &[PathBuf], max_bytes: usize) -> Instructions {
+    read(&stamp(dirs), max_bytes)
+}
+
+/// Reads the instruction files `stamp` found (as [`load`] does), without
+/// looking for them again: the actor stamps the files at every turn and
+/// reads them only when the stamp changed.
+pub fn read(stamp: &Stamp, max_bytes: usize) -> Instructions {
     let mut out = Instructions::default();
     if max_bytes == 0 {
         return out;
@@ -109,20 +116,28 @@ pub fn load(dirs: &[PathBuf], max_bytes: usize) -> Instructions {
     let mut sections = Vec::new();
     let mut total = 0u64;
     let mut kept = 0usize;
-    for (path, meta) in dirs.iter().filter_map(|dir| file_in(dir)) {
-        let (text, read) = match read_at_most(&path, budget) {
+    for (path, stamped, ..) in &stamp.0 {
+        let limit = budget;
+        let (text, read) = match read_at_most(path, limit) {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!("cannot read instructions {}: {e}", path.display());
                 continue;
             }
         };
-        total += meta.len();
+        // The file's size as read: what the stamp says unless it changed
+        // since (then the next turn's stamp differs and it is read again).
+        let len = if read < limit {
+            read as u64
+        } else {
+            (*stamped).max(read as u64)
+        };
+        total += len;
         out.sources.push(Source {
             path: path.clone(),
-            bytes: meta.len(),
+            bytes: len,
         });
-        if (read as u64) < meta.len() {
+        if (read as u64) < len {
             out.truncated = true;
         }
         budget = budget.saturating_sub(read);
@@ -268,5 +283,23 @@ mod tests {
         assert_eq!(one, stamp(&dirs));
         write(&t.path().join("AGENTS.md"), "two, longer");
         assert_ne!(one, stamp(&dirs));
+    }
+
+    #[test]
+    fn files_are_read_as_they_are_when_they_changed_after_the_stamp() {
+        let t = tempfile::tempdir().unwrap();
+        let dirs = vec![t.path().to_path_buf()];
+        let file = t.path().join("AGENTS.md");
+        write(&file, &"long ".repeat(20));
+        let stamped = stamp(&dirs);
+        // Shorter now than stamped: its text as it is, not "truncated".
+        write(&file, "short");
+        let got = read(&stamped, 1000);
+        assert!(got.text.ends_with("\n\nshort"), "{}", got.text);
+        assert!(!got.truncated);
+        assert_eq!(got.sources[0].bytes, 5);
+        // Gone now: left out (and logged).
+        std::fs::remove_file(&file).unwrap();
+        assert_eq!(read(&stamped, 1000), Instructions::default());
     }
 }

@@ -665,7 +665,7 @@ impl Actor {
         {
             return;
         }
-        let found = instructions::load(&dirs, config.instructions.max_bytes);
+        let found = instructions::read(&stamp, config.instructions.max_bytes);
         let changed = match &self.work.instructions {
             Some((_, before)) => *before != found,
             None => !found.sources.is_empty(),
