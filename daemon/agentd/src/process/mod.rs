@@ -15,9 +15,11 @@
 //! Both the `bash` tool and the background shells build on this module;
 //! neither imports the other's process code.
 
+use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::os::fd::OwnedFd;
-use std::path::Path;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -94,7 +96,22 @@ pub(crate) fn spawn_bash(
     cwd: &Path,
     on_drop: OnDrop,
 ) -> Result<Spawned, SpawnError> {
-    let mut cmd = bash_command(command, cwd);
+    let (program, remembered) = bash_program();
+    match spawn_bash_with(&program, command, cwd, on_drop) {
+        Err(SpawnError::Start { source, .. }) if remembered && moved_away(&program, &source) => {
+            spawn_bash_with(&find_bash(), command, cwd, on_drop)
+        }
+        other => other,
+    }
+}
+
+fn spawn_bash_with(
+    program: &OsStr,
+    command: &str,
+    cwd: &Path,
+    on_drop: OnDrop,
+) -> Result<Spawned, SpawnError> {
+    let mut cmd = bash_command(program, command, cwd);
     cmd.kill_on_drop(on_drop == OnDrop::Kill);
     let read_end = attach_output_pipe(&mut cmd).map_err(SpawnError::Pipe)?;
     let before = boot_ticks();
@@ -144,7 +161,17 @@ pub(crate) struct Piped {
 /// with their complaints on stderr. The shell is killed if the handle is
 /// dropped; its group is the caller's to terminate.
 pub(crate) fn spawn_piped(command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
-    let mut cmd = bash_command(command, cwd);
+    let (program, remembered) = bash_program();
+    match spawn_piped_with(&program, command, cwd) {
+        Err(SpawnError::Start { source, .. }) if remembered && moved_away(&program, &source) => {
+            spawn_piped_with(&find_bash(), command, cwd)
+        }
+        other => other,
+    }
+}
+
+fn spawn_piped_with(program: &OsStr, command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
+    let mut cmd = bash_command(program, command, cwd);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -165,10 +192,71 @@ pub(crate) fn spawn_piped(command: &str, cwd: &Path) -> Result<Piped, SpawnError
     })
 }
 
+/// Where `bash` was found on the daemon's `PATH`, once for all commands.
+///
+/// Started by name, the new process looked for it itself, and every
+/// directory of `PATH` before bash's costs a failed `execve` (each sets up
+/// and drops a whole new address space): with bash in the ninth directory,
+/// as on the machine the benchmarks run on, about 60 µs of every command's
+/// start, the daemon's worker waiting in `vfork` meanwhile (issue 20).
+/// The daemon's `PATH` does not change; a bash that moved away since is
+/// looked for again ([`moved_away`]).
+static BASH: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// The program to start for `bash`, and whether it is the remembered one:
+/// see [`find_bash`].
+fn bash_program() -> (OsString, bool) {
+    let known = BASH.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    match known {
+        Some(path) => (path.into_os_string(), true),
+        None => (find_bash(), false),
+    }
+}
+
+/// Looks for bash on the daemon's `PATH` now and remembers where it is;
+/// the bare name when it cannot be told from here (see [`find_in_path`]),
+/// and the new process searches.
+fn find_bash() -> OsString {
+    let found = std::env::var_os("PATH").and_then(|path| find_in_path(&path, "bash"));
+    let mut known = BASH.lock().unwrap_or_else(|p| p.into_inner());
+    known.clone_from(&found);
+    found.map_or_else(|| OsString::from("bash"), PathBuf::into_os_string)
+}
+
+/// Whether starting the remembered `program` failed because it is not
+/// there any more (not, say, because the command's directory is missing):
+/// then it is looked for again.
+fn moved_away(program: &OsStr, error: &std::io::Error) -> bool {
+    error.kind() == std::io::ErrorKind::NotFound && !Path::new(program).is_file()
+}
+
+/// The first executable file `name` in the directories of `path` (a `PATH`
+/// value), as `execvp` would pick it. None when there is none, or when a
+/// directory before it is relative (`.`, or an empty entry): that one is
+/// looked up in each command's own working directory, so only the new
+/// process can search it.
+fn find_in_path(path: &OsStr, name: &str) -> Option<PathBuf> {
+    for dir in std::env::split_paths(path) {
+        if !dir.is_absolute() {
+            return None;
+        }
+        let candidate = dir.join(name);
+        if std::fs::metadata(&candidate)
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        {
+            return Some(candidate);
+        }
+    }
+    None
+}
+
 /// `bash -c command` in its own process group, without stdin.
-fn bash_command(command: &str, cwd: &Path) -> tokio::process::Command {
-    let mut cmd = tokio::process::Command::new("bash");
-    cmd.arg("-c")
+fn bash_command(program: &OsStr, command: &str, cwd: &Path) -> tokio::process::Command {
+    let mut cmd = tokio::process::Command::new(program);
+    // `$0`, and the name bash's own messages start with ("bash: line 1:
+    // …"), as when it is found by name.
+    cmd.arg0("bash")
+        .arg("-c")
         .arg(command)
         .current_dir(cwd)
         .stdin(Stdio::null())

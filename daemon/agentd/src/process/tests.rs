@@ -79,7 +79,7 @@ async fn spawns_bash_in_a_group_of_its_own() {
 
 #[test]
 fn daemon_credentials_are_not_passed_on() {
-    let cmd = bash_command("env", Path::new("/"));
+    let cmd = bash_command(OsStr::new("bash"), "env", Path::new("/"));
     let removed: Vec<_> = cmd
         .as_std()
         .get_envs()
@@ -89,6 +89,60 @@ fn daemon_credentials_are_not_passed_on() {
     for name in SECRET_ENV {
         assert!(removed.iter().any(|r| r == name), "{name} is passed on");
     }
+}
+
+#[test]
+fn bash_is_found_on_path_as_execvp_would() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second, third) = (
+        dir.path().join("first"),
+        dir.path().join("second"),
+        dir.path().join("third"),
+    );
+    for d in [&first, &second, &third] {
+        std::fs::create_dir(d).unwrap();
+    }
+    // Not executable, a directory: skipped.
+    std::fs::write(first.join("bash"), "").unwrap();
+    std::fs::create_dir(second.join("bash")).unwrap();
+    std::fs::write(third.join("bash"), "").unwrap();
+    std::fs::set_permissions(third.join("bash"), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = std::env::join_paths([&first, &second, &third]).unwrap();
+    assert_eq!(find_in_path(&path, "bash"), Some(third.join("bash")));
+    assert_eq!(find_in_path(&path, "zsh"), None);
+    // A relative directory before it is searched from each command's own
+    // directory: left to the new process.
+    let relative = std::env::join_paths([Path::new("."), third.as_path()]).unwrap();
+    assert_eq!(find_in_path(&relative, "bash"), None);
+    let empty = std::env::join_paths([Path::new(""), third.as_path()]).unwrap();
+    assert_eq!(find_in_path(&empty, "bash"), None);
+}
+
+#[tokio::test]
+async fn a_remembered_bash_that_moved_away_is_looked_for_again() {
+    let dir = tempfile::tempdir().unwrap();
+    *BASH.lock().unwrap() = Some(dir.path().join("gone/bash"));
+    let spawned = spawn_bash("echo $0 ok", dir.path(), OnDrop::Kill).unwrap();
+    assert_eq!(read_all(spawned.output).await, "bash ok\n");
+    let found = BASH.lock().unwrap().clone();
+    // Another test may have moved it away meanwhile; any path it holds is
+    // a real bash.
+    assert!(found.as_ref().is_none_or(|p| p.is_file()), "{found:?}");
+    // Hooks' commands too.
+    *BASH.lock().unwrap() = Some(dir.path().join("gone/bash"));
+    let mut piped = spawn_piped("echo $0 ok", dir.path()).unwrap();
+    let mut out = String::new();
+    piped
+        .child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .await
+        .unwrap();
+    assert_eq!(out, "bash ok\n");
+    assert!(piped.child.wait().await.unwrap().success());
 }
 
 #[tokio::test]
