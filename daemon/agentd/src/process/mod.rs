@@ -96,13 +96,7 @@ pub(crate) fn spawn_bash(
     cwd: &Path,
     on_drop: OnDrop,
 ) -> Result<Spawned, SpawnError> {
-    let (program, remembered) = bash_program();
-    match spawn_bash_with(&program, command, cwd, on_drop) {
-        Err(SpawnError::Start { source, .. }) if remembered && moved_away(&program, &source) => {
-            spawn_bash_with(&find_bash(), command, cwd, on_drop)
-        }
-        other => other,
-    }
+    with_bash(|program| spawn_bash_with(program, command, cwd, on_drop))
 }
 
 fn spawn_bash_with(
@@ -161,13 +155,7 @@ pub(crate) struct Piped {
 /// with their complaints on stderr. The shell is killed if the handle is
 /// dropped; its group is the caller's to terminate.
 pub(crate) fn spawn_piped(command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
-    let (program, remembered) = bash_program();
-    match spawn_piped_with(&program, command, cwd) {
-        Err(SpawnError::Start { source, .. }) if remembered && moved_away(&program, &source) => {
-            spawn_piped_with(&find_bash(), command, cwd)
-        }
-        other => other,
-    }
+    with_bash(|program| spawn_piped_with(program, command, cwd))
 }
 
 fn spawn_piped_with(program: &OsStr, command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
@@ -202,6 +190,18 @@ fn spawn_piped_with(program: &OsStr, command: &str, cwd: &Path) -> Result<Piped,
 /// The daemon's `PATH` does not change; a bash that moved away since is
 /// looked for again ([`moved_away`]).
 static BASH: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Starts bash with `spawn`: by the remembered path, and once more by a
+/// fresh lookup when that bash moved away.
+fn with_bash<T>(spawn: impl Fn(&OsStr) -> Result<T, SpawnError>) -> Result<T, SpawnError> {
+    let (program, remembered) = bash_program();
+    match spawn(&program) {
+        Err(SpawnError::Start { source, .. }) if remembered && moved_away(&program, &source) => {
+            spawn(&find_bash())
+        }
+        other => other,
+    }
+}
 
 /// The program to start for `bash`, and whether it is the remembered one:
 /// see [`find_bash`].
