@@ -1199,7 +1199,7 @@ async fn import(ctx: &Ctx, file: Option<PathBuf>, io: &mut Io) -> Result<Exit, C
     let conversations = parse_export(&text).map_err(|e| CliError::Input(format!("{name}: {e}")))?;
     if conversations.is_empty() {
         // An empty backup (from a daemon with nothing in it) restores nothing.
-        return report_import(ctx, io, 0, &[]);
+        return report_import(ctx, io, &pb::ImportConversationsResponse::default());
     }
     let response = ctx
         .client()
@@ -1208,17 +1208,20 @@ async fn import(ctx: &Ctx, file: Option<PathBuf>, io: &mut Io) -> Result<Exit, C
         .await
         .map_err(CliError::status)?
         .into_inner();
-    report_import(ctx, io, response.imported, &response.skipped_ids)
+    report_import(ctx, io, &response)
 }
 
 fn report_import(
     ctx: &Ctx,
     io: &mut Io,
-    imported: u64,
-    skipped: &[String],
+    response: &pb::ImportConversationsResponse,
 ) -> Result<Exit, CliError> {
+    let (imported, skipped) = (response.imported, &response.skipped_ids);
     if ctx.json {
-        print_json(io, &json!({"imported": imported, "skipped_ids": skipped}))?;
+        print_json(
+            io,
+            &json!({"imported": imported, "skipped_ids": skipped, "notices": response.notices}),
+        )?;
     } else {
         let plural = if imported == 1 { "" } else { "s" };
         print_line(io, &format!("imported {imported} conversation{plural}"))?;
@@ -1227,6 +1230,9 @@ fn report_import(
                 io,
                 &format!("skipped (already present): {}", skipped.join(", ")),
             )?;
+        }
+        for notice in &response.notices {
+            print_line(io, notice)?;
         }
     }
     Ok(Exit::Ok)

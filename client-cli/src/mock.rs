@@ -106,6 +106,7 @@ fn script(fake: &FakeAgent, state: &Arc<Mutex<State>>) {
         Ok(pb::ImportConversationsResponse {
             imported: all.len() as u64,
             skipped_ids: vec![],
+            notices: vec![],
         })
     });
 }

@@ -182,6 +182,12 @@ impl TestDaemon {
         self.spawn().await;
     }
 
+    /// The arguments after `--socket/--data-dir/--config` of the next
+    /// [`restart`](Self::restart) (a daemon started again with other flags).
+    pub fn set_args(&mut self, args: Vec<String>) {
+        self.opts.args = args;
+    }
+
     /// The daemon's process id.
     ///
     /// # Panics

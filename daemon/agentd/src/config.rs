@@ -460,6 +460,10 @@ pub struct RemoteSection {
     pub cert_file: Option<PathBuf>,
     /// The PEM private key of `cert_file`.
     pub key_file: Option<PathBuf>,
+    /// The directories remote clients may work in (a conversation's
+    /// working directory and the directories it adds must lie in one);
+    /// the daemon user's home when empty. See `grpc::admission`.
+    pub roots: Vec<PathBuf>,
 }
 
 /// The config file's schema.

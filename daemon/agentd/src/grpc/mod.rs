@@ -9,6 +9,7 @@
 //! `grpc/` names a generated type (the test below checks it).
 
 pub mod access;
+mod admission;
 mod authority;
 pub mod convert;
 mod hpack;

@@ -2,6 +2,7 @@
 //! id prefixes, and hands the work to the runtime.
 
 use super::access::{self, Access, Caller, FrameKind};
+use super::admission::{self, Grants, Source};
 use super::convert::{self, to_status};
 use super::outbox::{Due, Outbox};
 use crate::config::GrpcSection;
@@ -86,7 +87,7 @@ impl Service {
             .trusted_dirs()
             .map_err(|e| to_status(e.into()))?;
         Ok(Response::new(pb::TrustedDirectories {
-            paths: dirs.iter().map(|d| d.display().to_string()).collect(),
+            paths: dirs.iter().map(|(d, _)| d.display().to_string()).collect(),
             changed,
         }))
     }
@@ -228,9 +229,33 @@ type Creation = (
 );
 
 impl Service {
-    /// A CreateConversation request checked and turned into what the
-    /// manager creates (also the Attach stream's `create` frame).
-    fn new_conversation(&self, req: pb::CreateConversationRequest) -> Result<Creation, Status> {
+    /// Refuses a request from `source` that carries a grant it may not
+    /// give (see `admission`).
+    fn admit(&self, source: Source, grants: &Grants) -> Result<(), Status> {
+        admission::admit(source, &self.roots_for(source), grants)
+    }
+
+    /// The directories `source` may work in, looked up only for a remote
+    /// one (the others are held to no roots).
+    fn roots_for(&self, source: Source) -> Vec<PathBuf> {
+        match source {
+            Source::Remote | Source::Import { remote: true } => admission::remote_roots(
+                &self.manager.shared().config.remote.roots,
+                std::env::var_os("HOME")
+                    .as_deref()
+                    .map(std::path::Path::new),
+            ),
+            Source::Local | Source::Import { remote: false } => Vec::new(),
+        }
+    }
+
+    /// A CreateConversation request from `who` checked and turned into
+    /// what the manager creates (also the Attach stream's `create` frame).
+    fn new_conversation(
+        &self,
+        who: &Caller,
+        req: pb::CreateConversationRequest,
+    ) -> Result<Creation, Status> {
         if req.cwd.is_empty() {
             return Err(Status::invalid_argument("cwd is required"));
         }
@@ -240,6 +265,25 @@ impl Service {
             .iter()
             .map(|d| validate_dir(d, "additional directory"))
             .collect::<Result<Vec<_>, _>>()?;
+        let mode = (req.mode != pb::PermissionMode::Unspecified as i32)
+            .then(|| convert::mode_from(req.mode))
+            .transpose()?;
+        let server_names: Vec<String> = req.mcp_servers.iter().map(|s| s.name.clone()).collect();
+        let mut dirs = vec![(cwd.as_path(), "cwd")];
+        dirs.extend(
+            additional_dirs
+                .iter()
+                .map(|d| (d.as_path(), "additional directory")),
+        );
+        self.admit(
+            Source::of(who),
+            &Grants {
+                mode,
+                allow_rules: &req.allow_rules,
+                mcp_servers: &server_names,
+                dirs: &dirs,
+            },
+        )?;
         let mut mcp_servers = Vec::with_capacity(req.mcp_servers.len());
         for s in &req.mcp_servers {
             let spec = convert::mcp_server_from(s)?;
@@ -265,9 +309,7 @@ impl Service {
             NewConversation {
                 cwd,
                 model: req.model,
-                mode: (req.mode != pb::PermissionMode::Unspecified as i32)
-                    .then(|| convert::mode_from(req.mode))
-                    .transpose()?,
+                mode,
                 allow_rules: req.allow_rules,
                 additional_dirs,
                 mcp_servers,
@@ -280,13 +322,84 @@ impl Service {
     }
 }
 
+impl Service {
+    /// Holds an imported record to what an import may grant (see
+    /// `admission`): its directories are checked as a create's are (and
+    /// made canonical), a refused directory refuses the import, and every
+    /// other refused grant is taken away; returns what was taken, one line
+    /// each, for the reply.
+    fn imported_grants(
+        &self,
+        who: &Caller,
+        record: &mut crate::store::ConversationRecord,
+    ) -> Result<Vec<String>, Status> {
+        let id = record.id.clone();
+        let in_record = |status: Status| {
+            Status::new(
+                status.code(),
+                format!("conversation {id}: {}", status.message()),
+            )
+        };
+        record.cwd = validate_dir(&record.cwd.to_string_lossy(), "cwd").map_err(in_record)?;
+        record.additional_dirs = record
+            .additional_dirs
+            .iter()
+            .map(|d| validate_dir(&d.to_string_lossy(), "additional directory"))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(in_record)?;
+        let source = Source::import(who);
+        let server_names: Vec<String> = record.mcp_servers.iter().map(|s| s.name.clone()).collect();
+        let mut dirs = vec![(record.cwd.as_path(), "cwd")];
+        dirs.extend(
+            record
+                .additional_dirs
+                .iter()
+                .map(|d| (d.as_path(), "additional directory")),
+        );
+        let grants = Grants {
+            mode: Some(record.mode),
+            allow_rules: &record.allow_rules,
+            mcp_servers: &server_names,
+            dirs: &dirs,
+        };
+        let refused = admission::refusals(source, &self.roots_for(source), &grants);
+        let mut notices = Vec::new();
+        for refusal in refused {
+            let what = refusal.describe(source);
+            match refusal {
+                admission::Refusal::Dir { .. } => {
+                    return Err(Status::permission_denied(format!(
+                        "conversation {id}: {what}"
+                    )));
+                }
+                admission::Refusal::Mode(_) => {
+                    record.mode = agentd_core::Mode::Default;
+                    notices.push(format!(
+                        "conversation {id}: {what}; its mode is now default"
+                    ));
+                }
+                admission::Refusal::AllowRules(_) => {
+                    record.allow_rules.clear();
+                    notices.push(format!("conversation {id}: {what}; they were dropped"));
+                }
+                admission::Refusal::McpServers(_) => {
+                    record.mcp_servers.clear();
+                    notices.push(format!("conversation {id}: {what}; they were dropped"));
+                }
+            }
+        }
+        Ok(notices)
+    }
+}
+
 #[tonic::async_trait]
 impl AgentService for Service {
     async fn create_conversation(
         &self,
         request: Request<pb::CreateConversationRequest>,
     ) -> Result<Response<pb::CreateConversationResponse>, Status> {
-        let (new, prompt) = self.new_conversation(request.into_inner())?;
+        let who = caller(&request)?;
+        let (new, prompt) = self.new_conversation(&who, request.into_inner())?;
         let record = self.manager.create(new, prompt).await.map_err(to_status)?;
         Ok(Response::new(pb::CreateConversationResponse {
             conversation: Some(self.summary(&record)),
@@ -399,6 +512,7 @@ impl AgentService for Service {
         &self,
         request: Request<pb::UpdateConversationRequest>,
     ) -> Result<Response<pb::UpdateConversationResponse>, Status> {
+        let who = caller(&request)?;
         let req = request.into_inner();
         let id = self
             .manager
@@ -416,6 +530,19 @@ impl AgentService for Service {
                 .collect::<Result<Vec<_>, _>>()?,
             by: display_name(&req.client_name),
         };
+        let dirs: Vec<_> = settings
+            .add_dirs
+            .iter()
+            .map(|d| (d.as_path(), "additional directory"))
+            .collect();
+        self.admit(
+            Source::of(&who),
+            &Grants {
+                mode: settings.mode,
+                dirs: &dirs,
+                ..Grants::default()
+            },
+        )?;
         let record = self
             .manager
             .update(&id, settings)
@@ -474,7 +601,9 @@ impl AgentService for Service {
             .manager
             .resolve(&req.conversation_id)
             .map_err(to_status)?;
-        let client = answerer(&who, req.client_name, "agent answer");
+        let client = self
+            .manager
+            .numbered(answerer(&who, req.client_name, "agent answer"));
         let answer = convert::answer_from(
             req.request_id,
             req.decision,
@@ -610,7 +739,12 @@ impl AgentService for Service {
                     dir.display()
                 )));
             }
-            store.trust_dir(&dir)
+            // The walk reads the disk: off the runtime's threads.
+            let under = dir.clone();
+            let pinned = tokio::task::spawn_blocking(move || crate::hooks::pins_under(&under))
+                .await
+                .map_err(|e| Status::internal(format!("looking for project files failed: {e}")))?;
+            store.trust_dir(&dir, pinned)
         } else {
             // A directory that is gone can still be untrusted by its name.
             let dir = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
@@ -652,7 +786,10 @@ impl AgentService for Service {
         let answer = crate::runtime::BudgetAnswer {
             raise: req.raise,
             raise_by: req.raise_by,
-            by: Some(answerer(&who, req.client_name, "agent budget")),
+            by: Some(
+                self.manager
+                    .numbered(answerer(&who, req.client_name, "agent budget")),
+            ),
         };
         let record = self
             .manager
@@ -756,7 +893,8 @@ impl AgentService for Service {
                 access::check_role(who.role, needed, what)?;
                 let asked = convert::role_from(create.role)?;
                 let client = who.client(String::new(), &name_of(create.client_name), asked);
-                let (new, prompt) = self.new_conversation(create.create.unwrap_or_default())?;
+                let (new, prompt) =
+                    self.new_conversation(&who, create.create.unwrap_or_default())?;
                 let (record, subscription) = self
                     .manager
                     .create_attached(new, prompt, client)
@@ -935,9 +1073,11 @@ impl AgentService for Service {
         &self,
         request: Request<Streaming<pb::ExportedConversation>>,
     ) -> Result<Response<pb::ImportConversationsResponse>, Status> {
+        let who = caller(&request)?;
         let mut inbound = request.into_inner();
         let mut imported = 0;
         let mut skipped_ids = Vec::new();
+        let mut notices = Vec::new();
         let mut read = 0usize;
         loop {
             read += 1;
@@ -955,7 +1095,8 @@ impl AgentService for Service {
                     return Err(status);
                 }
             };
-            let (record, messages) = convert::exported_from(&item)?;
+            let (mut record, messages) = convert::exported_from(&item)?;
+            notices.extend(self.imported_grants(&who, &mut record)?);
             let images = convert::exported_images(&item)?;
             let id = record.id.clone();
             if self
@@ -972,6 +1113,7 @@ impl AgentService for Service {
         Ok(Response::new(pb::ImportConversationsResponse {
             imported,
             skipped_ids,
+            notices,
         }))
     }
 

@@ -727,6 +727,27 @@ impl Manager {
             .ok_or_else(|| RuntimeError::NotFound(id.to_string()))
     }
 
+    /// `record` as it may run under this daemon: one stored in bypass mode
+    /// by a daemon that allowed it (or brought in some other way) goes
+    /// back to the default mode when this one was started without
+    /// `--allow-bypass`, and is stored so.
+    fn held_to_bypass_rule(
+        &self,
+        mut record: ConversationRecord,
+    ) -> Result<ConversationRecord, RuntimeError> {
+        let config = &self.shared.config;
+        if record.mode == Mode::Bypass && !config.allow_bypass {
+            tracing::warn!(
+                conversation = %record.id,
+                "bypass mode turned off: agentd runs without --allow-bypass; the mode is now {}",
+                config.default_mode.as_str()
+            );
+            record.mode = config.default_mode;
+            self.shared.store.commit(&record, &[])?;
+        }
+        Ok(record)
+    }
+
     /// Conversations newest first, older than `before` when given, at most
     /// `limit` (0: all); and whether older ones remain.
     pub fn list(
@@ -763,7 +784,7 @@ impl Manager {
                 }
                 actors.unloads
             };
-            let record = self.record(id)?;
+            let record = self.held_to_bypass_rule(self.record(id)?)?;
             let transcript = self
                 .shared
                 .store
@@ -962,8 +983,9 @@ impl Manager {
         self.join(id, after_seq, self.numbered(client)).await
     }
 
-    /// `client` with the next client id.
-    fn numbered(&self, client: ClientInfo) -> ClientInfo {
+    /// `client` with the next client id (an attached client's, or that of
+    /// a unary call that answers: every resolution names its client).
+    pub fn numbered(&self, client: ClientInfo) -> ClientInfo {
         ClientInfo {
             id: format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed)),
             ..client
