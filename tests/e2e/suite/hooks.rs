@@ -569,3 +569,87 @@ echo '{"context": "(the user is on call today)"}'"#,
         "{runs:?}"
     );
 }
+
+/// Issue 39, point 3: trust is checked on the canonical directory (an
+/// imported `cwd` of `<trusted>/../evil` is not under `<trusted>`), and
+/// holds for the project file as it was when trusted: after a change (a
+/// `git pull`) its hooks stop, the user is told how to trust it again, and
+/// they run once it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trust_holds_for_the_canonical_directory_and_the_file_as_it_was_trusted() {
+    let s = Scenario::new()
+        .scripts((0..4).map(|_| Script::text("noted")))
+        .start()
+        .await;
+    let (mut client, d) = (s.client, s.daemon);
+    let base = s.work.path().canonicalize().unwrap();
+    let (trusted, evil) = (base.join("trusted"), base.join("evil"));
+    for (dir, marker) in [(&trusted, "trusted-ran"), (&evil, "evil-ran")] {
+        std::fs::create_dir_all(dir.join(".agentd")).unwrap();
+        let touch = format!("touch {}", base.join(marker).display());
+        std::fs::write(
+            dir.join(".agentd/config.toml"),
+            hook("user_prompt_submit", None, &touch, None),
+        )
+        .unwrap();
+    }
+    let (ok, out, err) = agent_out(&d, &["trust", &trusted.display().to_string()]).await;
+    assert!(ok, "{out}{err}");
+
+    // An import whose cwd climbs out of the trusted directory.
+    let dotted = format!("{}/../evil", trusted.display());
+    let id = "01JDXYZABCDEFGHJKMNPQRSTV9";
+    client
+        .import_conversations(futures::stream::iter([pb::ExportedConversation {
+            conversation: Some(pb::ConversationSummary {
+                id: id.to_string(),
+                cwd: dotted,
+                model: "claude-test".to_string(),
+                mode: pb::PermissionMode::Default as i32,
+                ..Default::default()
+            }),
+            ..Default::default()
+        }]))
+        .await
+        .unwrap();
+    let mut a = Attached::open(&mut client, id, 0, "A").await;
+    send(&mut client, id, "one").await;
+    a.until(WAIT, is_idle).await;
+    assert!(
+        !base.join("evil-ran").exists(),
+        "an untrusted project's hook ran"
+    );
+
+    // In the trusted project its hook runs.
+    let mine = super::util::create(&mut client, &trusted, "").await;
+    let mut b = Attached::open(&mut client, &mine, 0, "B").await;
+    send(&mut client, &mine, "two").await;
+    b.until(WAIT, is_idle).await;
+    assert!(base.join("trusted-ran").exists());
+
+    // Changed after the trust: refused, and the user is told what to do.
+    std::fs::remove_file(base.join("trusted-ran")).unwrap();
+    let changed = format!("touch {}", base.join("changed-ran").display());
+    std::fs::write(
+        trusted.join(".agentd/config.toml"),
+        hook("user_prompt_submit", None, &changed, None),
+    )
+    .unwrap();
+    send(&mut client, &mine, "three").await;
+    let frames = b.until(WAIT, is_idle).await;
+    assert!(
+        !base.join("changed-ran").exists(),
+        "a changed hook ran unasked"
+    );
+    let seen = format!("{frames:?}");
+    assert!(
+        seen.contains("it changed since its directory was trusted")
+            && seen.contains(&format!("run `agent trust {}`", trusted.display())),
+        "{seen}"
+    );
+    let (ok, out, err) = agent_out(&d, &["trust", &trusted.display().to_string()]).await;
+    assert!(ok, "{out}{err}");
+    send(&mut client, &mine, "four").await;
+    b.until(WAIT, is_idle).await;
+    assert!(base.join("changed-ran").exists(), "trusted again, it runs");
+}

@@ -16,6 +16,7 @@
 
 mod runner;
 
+use crate::store::{FilePin, TrustRecord};
 use agentd_core::hooks::{HookMatchers, HookVerdict, matcher_matches};
 use agentd_core::{Action, Policy, Rule, ToolCall};
 use serde::Deserialize;
@@ -242,43 +243,65 @@ impl Hooks {
     }
 
     /// The user's hooks (from the config file) plus those of the project
-    /// `cwd` belongs to when a directory at or above it is in `trusted`.
-    /// A project file that cannot be read or checked is reported in the
+    /// `cwd` belongs to when a directory at or above it is in `trusted`
+    /// and the project's file is as it was pinned when trusted (same bytes,
+    /// same owner). `cwd` is made canonical first, so `<trusted>/../x` is
+    /// not under `<trusted>`. A project file that cannot be read or
+    /// checked, or that changed since it was trusted, is reported in the
     /// second value and contributes nothing.
     pub fn for_conversation(
         user: &Hooks,
         section_timeout_ms: u64,
         cwd: &Path,
-        trusted: &[PathBuf],
+        trusted: &[(PathBuf, TrustRecord)],
     ) -> (Hooks, Option<String>) {
         let mut hooks = user.clone();
-        let Some(file) = project_file(cwd) else {
+        let Ok(cwd) = std::fs::canonicalize(cwd) else {
+            return (hooks, None);
+        };
+        let Some(file) = project_file(&cwd) else {
             return (hooks, None);
         };
         let Some(project) = file.parent().and_then(Path::parent) else {
             return (hooks, None);
         };
-        if !trusted.iter().any(|t| project.starts_with(t)) {
+        let covering: Vec<&(PathBuf, TrustRecord)> = trusted
+            .iter()
+            .filter(|(dir, _)| project.starts_with(dir))
+            .collect();
+        if covering.is_empty() {
             return (hooks, None);
         }
-        let loaded = std::fs::read_to_string(&file)
-            .map_err(|e| e.to_string())
+        let loaded = read_pinned(&file, covering.iter().map(|(_, t)| t))
+            .map_err(|why| (why, true))
             .and_then(|text| {
-                toml::from_str::<ProjectFile>(&text).map_err(|e| e.message().to_string())
+                toml::from_str::<ProjectFile>(&text).map_err(|e| (e.message().to_string(), false))
             })
-            .and_then(|parsed| Hooks::compile(&parsed.hooks, section_timeout_ms));
+            .and_then(|parsed| {
+                Hooks::compile(&parsed.hooks, section_timeout_ms).map_err(|e| (e, false))
+            });
         match loaded {
             Ok(more) => {
                 hooks.hooks.extend(more);
                 (hooks, None)
             }
-            Err(e) => (
-                hooks,
-                Some(format!(
-                    "project hooks in {} are ignored: {e}",
-                    file.display()
-                )),
-            ),
+            Err((e, unpinned)) => {
+                let again = if unpinned {
+                    format!(
+                        "; read it, then run `agent trust {}` to trust it as it is now",
+                        project.display()
+                    )
+                } else {
+                    String::new()
+                };
+                (
+                    hooks,
+                    Some(format!(
+                        "project hooks in {} are ignored: {e}{again}",
+                        file.display()
+                    )),
+                )
+            }
         }
     }
 
@@ -335,6 +358,86 @@ impl Hooks {
 }
 
 /// The nearest `.agentd/config.toml` at or above `cwd`.
+/// The text of the project file `file` when one of `trusts` pinned it as
+/// it is now (its bytes and owner), read once so what is checked is what
+/// is parsed; else why not.
+fn read_pinned<'a>(
+    file: &Path,
+    trusts: impl Iterator<Item = &'a TrustRecord>,
+) -> Result<String, String> {
+    use std::os::unix::fs::MetadataExt;
+    let bytes = std::fs::read(file).map_err(|e| e.to_string())?;
+    let uid = std::fs::metadata(file).map_err(|e| e.to_string())?.uid();
+    let pins: Vec<&FilePin> = trusts
+        .flat_map(|t| t.pinned.iter())
+        .filter(|p| p.path == file)
+        .collect();
+    if pins.is_empty() {
+        return Err("it was not there when its directory was trusted".into());
+    }
+    let sha256 = sha256_hex(&bytes);
+    if !pins.iter().any(|p| p.sha256 == sha256) {
+        return Err("it changed since its directory was trusted".into());
+    }
+    if !pins.iter().any(|p| p.sha256 == sha256 && p.uid == uid) {
+        return Err(format!(
+            "its owner changed since its directory was trusted (now uid {uid})"
+        ));
+    }
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8".to_string())
+}
+
+/// Most project files one `agent trust` pins: a directory with more
+/// projects than this is better trusted project by project.
+const MAX_PINS: usize = 256;
+/// How deep under a trusted directory project files are looked for.
+const PIN_DEPTH: usize = 8;
+
+/// The project files at or under `dir` (canonical) as they are now, for
+/// `agent trust`: ripgrep's walker, honouring `.gitignore` so `target/`
+/// and `node_modules/` are not searched, symbolic links not followed, at
+/// most [`PIN_DEPTH`] levels and [`MAX_PINS`] files.
+pub fn pins_under(dir: &Path) -> Vec<FilePin> {
+    use std::os::unix::fs::MetadataExt;
+    let walk = ignore::WalkBuilder::new(dir)
+        .hidden(false)
+        .parents(false)
+        .require_git(false)
+        .max_depth(Some(PIN_DEPTH))
+        .filter_entry(|e| e.file_name() != ".git")
+        .build();
+    let mut pins = Vec::new();
+    for entry in walk.flatten() {
+        let path = entry.path();
+        if !path.ends_with(PROJECT_FILE) {
+            continue;
+        }
+        let (Ok(bytes), Ok(meta)) = (std::fs::read(path), std::fs::symlink_metadata(path)) else {
+            continue;
+        };
+        if !meta.is_file() {
+            continue;
+        }
+        pins.push(FilePin {
+            path: path.to_path_buf(),
+            sha256: sha256_hex(&bytes),
+            uid: meta.uid(),
+        });
+        if pins.len() == MAX_PINS {
+            break;
+        }
+    }
+    pins
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 fn project_file(cwd: &Path) -> Option<PathBuf> {
     cwd.ancestors()
         .map(|d| d.join(PROJECT_FILE))

@@ -123,18 +123,99 @@ fn a_project_file_counts_only_under_a_trusted_directory() {
     let (hooks, problem) = Hooks::for_conversation(&user, 1000, &sub, &[]);
     assert!(hooks.hooks.is_empty() && problem.is_none());
     let elsewhere = root.path().join("other");
-    let (hooks, _) = Hooks::for_conversation(&user, 1000, &sub, &[elsewhere]);
+    let (hooks, _) = Hooks::for_conversation(&user, 1000, &sub, &[trusting(&elsewhere)]);
     assert!(hooks.hooks.is_empty());
-    let (hooks, problem) =
-        Hooks::for_conversation(&user, 1000, &sub, std::slice::from_ref(&project));
+    let (hooks, problem) = Hooks::for_conversation(&user, 1000, &sub, &[trusting(&project)]);
     assert!(problem.is_none());
     assert_eq!(hooks.all_of(Stage::Stop).len(), 1);
     // A parent trusted counts too; a broken file is reported, not used.
     std::fs::write(project.join(PROJECT_FILE), "[hooks]\nmodel = 1\n").unwrap();
-    let trusted = [root.path().canonicalize().unwrap()];
+    let trusted = [trusting(&root.path().canonicalize().unwrap())];
     let (hooks, problem) = Hooks::for_conversation(&user, 1000, &sub, &trusted);
     assert!(hooks.hooks.is_empty());
     assert!(problem.unwrap().contains("are ignored"));
+}
+
+/// A directory trusted now, as `agent trust` records it.
+fn trusting(dir: &Path) -> (PathBuf, TrustRecord) {
+    (
+        dir.to_path_buf(),
+        TrustRecord {
+            pinned: pins_under(dir),
+        },
+    )
+}
+
+#[test]
+fn a_trusted_project_file_counts_only_as_it_was_when_trusted() {
+    let root = tempfile::tempdir().unwrap();
+    let trusted_dir = root.path().canonicalize().unwrap().join("trusted");
+    let project = trusted_dir.join("repo");
+    let evil = root.path().canonicalize().unwrap().join("evil");
+    for dir in [&project, &evil] {
+        std::fs::create_dir_all(dir.join(".agentd")).unwrap();
+        std::fs::write(
+            dir.join(PROJECT_FILE),
+            "[[hooks.stop]]\ncommand = \"echo here\"\n",
+        )
+        .unwrap();
+    }
+    let user = Hooks::default();
+    let trust = [trusting(&trusted_dir)];
+    let (hooks, problem) = Hooks::for_conversation(&user, 1000, &project, &trust);
+    assert_eq!((hooks.all_of(Stage::Stop).len(), problem), (1, None));
+
+    // `<trusted>/../evil` is not under `<trusted>`.
+    let dotted = trusted_dir.join("../evil");
+    let (hooks, problem) = Hooks::for_conversation(&user, 1000, &dotted, &trust);
+    assert!(hooks.hooks.is_empty() && problem.is_none(), "{problem:?}");
+
+    // Changed after it was trusted (a `git pull`): refused until trusted again.
+    std::fs::write(
+        project.join(PROJECT_FILE),
+        "[[hooks.stop]]\ncommand = \"echo changed\"\n",
+    )
+    .unwrap();
+    let (hooks, problem) = Hooks::for_conversation(&user, 1000, &project, &trust);
+    assert!(hooks.hooks.is_empty());
+    let problem = problem.unwrap();
+    assert!(
+        problem.contains("it changed since its directory was trusted")
+            && problem.contains(&format!("run `agent trust {}`", project.display())),
+        "{problem}"
+    );
+    let again = [trusting(&trusted_dir)];
+    let (hooks, problem) = Hooks::for_conversation(&user, 1000, &project, &again);
+    assert_eq!((hooks.all_of(Stage::Stop).len(), problem), (1, None));
+
+    // A project that appeared after the trust (a repository cloned there).
+    let cloned = trusted_dir.join("cloned");
+    std::fs::create_dir_all(cloned.join(".agentd")).unwrap();
+    std::fs::write(
+        cloned.join(PROJECT_FILE),
+        "[[hooks.stop]]\ncommand = \"id\"\n",
+    )
+    .unwrap();
+    let (hooks, problem) = Hooks::for_conversation(&user, 1000, &cloned, &again);
+    assert!(hooks.hooks.is_empty());
+    assert!(
+        problem
+            .unwrap()
+            .contains("it was not there when its directory was trusted"),
+    );
+
+    // Another owner's file with the same bytes (root may hand it over).
+    let file = project.join(PROJECT_FILE);
+    if std::os::unix::fs::chown(&file, Some(54_321), None).is_ok() {
+        let (hooks, problem) = Hooks::for_conversation(&user, 1000, &project, &again);
+        assert!(hooks.hooks.is_empty());
+        assert!(problem.unwrap().contains("its owner changed"));
+    }
+
+    // A directory trusted before files were pinned pins nothing.
+    let legacy = [(trusted_dir.clone(), TrustRecord::default())];
+    let (hooks, problem) = Hooks::for_conversation(&user, 1000, &project, &legacy);
+    assert!(hooks.hooks.is_empty() && problem.is_some());
 }
 
 #[tokio::test]

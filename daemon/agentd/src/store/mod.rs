@@ -449,6 +449,27 @@ fn message_prefix(conv_id: &str) -> Vec<u8> {
     key
 }
 
+/// What trusting a directory pinned.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustRecord {
+    /// The project hooks files at or under the directory when it was
+    /// trusted.
+    #[serde(default)]
+    pub pinned: Vec<FilePin>,
+}
+
+/// A file as it was when the user trusted it: its hooks run only while it
+/// still is (a `git pull` that changes it, or another repository cloned at
+/// the same path, needs a new `agent trust`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilePin {
+    pub path: PathBuf,
+    /// Lowercase hex SHA-256 of its bytes.
+    pub sha256: String,
+    /// Its owner's uid.
+    pub uid: u32,
+}
+
 fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
     serde_json::from_slice(bytes).map_err(|e| StoreError::Corrupt {
         key: String::from_utf8_lossy(key).into_owned(),
@@ -959,12 +980,15 @@ impl Store {
         Ok(old.len())
     }
 
-    /// Adds a permission rule to a scope (idempotent; not yet durable).
-    /// Trusts `dir` (absolute): hooks in its projects' `.agentd/config.toml`
-    /// run. Not flushed. Returns whether it was new.
-    pub fn trust_dir(&self, dir: &Path) -> Result<bool, StoreError> {
+    /// Trusts `dir` (absolute, canonical) with the project hooks files
+    /// found under it now (`pinned`): each file's hooks run while it is as
+    /// pinned. Trusting again pins the files as they are now.
+    /// Not flushed. Returns whether anything changed.
+    pub fn trust_dir(&self, dir: &Path, pinned: Vec<FilePin>) -> Result<bool, StoreError> {
         let key = dir.as_os_str().as_encoded_bytes();
-        Ok(self.trusted.insert(key, &[])?.is_none())
+        let value = encode("trusted", &TrustRecord { pinned })?;
+        let old = self.trusted.insert(key, value.as_slice())?;
+        Ok(old.is_none_or(|old| *old != *value))
     }
 
     /// No longer trusts `dir`. Not flushed. Returns whether it was trusted.
@@ -973,13 +997,20 @@ impl Store {
         Ok(self.trusted.remove(key)?.is_some())
     }
 
-    /// The trusted directories, in path order.
-    pub fn trusted_dirs(&self) -> Result<Vec<std::path::PathBuf>, StoreError> {
+    /// The trusted directories, in path order, each with what was pinned
+    /// when it was trusted. A directory trusted before files were pinned
+    /// (an empty value) has no pin.
+    pub fn trusted_dirs(&self) -> Result<Vec<(PathBuf, TrustRecord)>, StoreError> {
         use std::os::unix::ffi::OsStrExt;
         let mut out = Vec::new();
-        for key in self.trusted.iter().keys() {
-            let key = key?;
-            out.push(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(&key)));
+        for entry in self.trusted.iter() {
+            let (key, value) = entry?;
+            let record = if value.is_empty() {
+                TrustRecord::default()
+            } else {
+                decode(&key, &value)?
+            };
+            out.push((PathBuf::from(std::ffi::OsStr::from_bytes(&key)), record));
         }
         Ok(out)
     }
