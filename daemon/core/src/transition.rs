@@ -197,8 +197,9 @@ fn end_of_sub_agent(
 /// conversation at the first chance, all of them, in order, each as a text
 /// block:
 /// - at a model request boundary (a transition that appends a user message
-///   and asks the model: tool results, a stop hook's reason, a new turn),
-///   after what that message already says;
+///   and asks the model: tool results, a stop hook's reason), after what
+///   that message already says; in a new turn, before the new message
+///   (they were sent before it);
 /// - when a turn ends normally (the state becomes Idle), as the user
 ///   message that starts the next turn.
 ///
@@ -238,7 +239,14 @@ fn deliver_queued(
             _ => None,
         });
         if let Some(message) = user_message {
-            message.content.extend(queued());
+            if matches!(before, ConvState::Idle | ConvState::Error { .. }) {
+                // A new message after a cancel or a failure: the queued
+                // ones were sent first, so they come first.
+                let own = std::mem::take(&mut message.content);
+                message.content = queued().chain(own).collect();
+            } else {
+                message.content.extend(queued());
+            }
             t.delivered = ctx.queued.len();
         }
         return t;

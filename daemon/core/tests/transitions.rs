@@ -3538,7 +3538,7 @@ fn queued_messages_stay_queued_after_a_cancel_and_go_with_the_next_message() {
         user_msg("go on"),
         r#"
         LlmRequesting attempt=1 iter=1 delivered=1
-        + append user: text "go on" | text "kept"
+        + append user: text "kept" | text "go on"
         + request attempt=1 turn
         "#,
     );

@@ -264,3 +264,55 @@ async fn a_full_queue_refuses_clearly_and_can_be_emptied() {
     let summary = get(&mut client, &id).await.conversation.unwrap();
     assert!(summary.queued.is_empty(), "{summary:?}");
 }
+
+/// Issue 39, point 11: messages queued during a turn that is then
+/// cancelled go before the next message sent, in send order, each its own
+/// text block, in the request and in the stored transcript alike (the CLI
+/// steps of the report: `send` during a slow turn, `cancel`, `send`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_queued_before_a_cancel_go_before_the_next_message() {
+    let slow = ReplyScript::new()
+        .deltas(40, "word ")
+        .pace(Duration::from_millis(100));
+    let s = Scenario::new()
+        .conversation("")
+        .scripts([slow.into(), Script::text("all three")])
+        .start()
+        .await;
+    let (fake, daemon, mut client, id) = (s.fake, s.daemon, s.client, s.id);
+    let mut watcher = Attached::open(&mut client, &id, 0, "watcher").await;
+    send(&mut client, &id, "write a poem").await;
+    watcher
+        .until(WAIT, |m| matches!(m.event, Some(Ev::TextDelta(_))))
+        .await;
+    for text in ["FIRST", "THIRD"] {
+        let (ok, out, err) = agent_out(&daemon, &["send", &id, text]).await;
+        assert!(ok && out.contains("queued in"), "{out}{err}");
+    }
+    let (ok, _, err) = agent_out(&daemon, &["cancel", &id]).await;
+    assert!(ok, "{err}");
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let (ok, _, err) = agent_out(&daemon, &["send", &id, "SECOND"]).await;
+    assert!(ok, "{err}");
+    let requests = fake.wait_for_requests(2, WAIT).await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let blocks = last_message_blocks(&requests[1]);
+    let texts: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+    let sent: Vec<&str> = texts
+        .iter()
+        .copied()
+        .filter(|t| ["FIRST", "THIRD", "SECOND"].contains(t))
+        .collect();
+    assert_eq!(sent, ["FIRST", "THIRD", "SECOND"], "{blocks:#?}");
+    let (ok, shown, err) = agent_out(&daemon, &["show", &id]).await;
+    assert!(ok, "{err}");
+    let at = |t: &str| {
+        shown
+            .find(t)
+            .unwrap_or_else(|| panic!("{t} is not shown:\n{shown}"))
+    };
+    assert!(
+        at("FIRST") < at("THIRD") && at("THIRD") < at("SECOND"),
+        "{shown}"
+    );
+}
