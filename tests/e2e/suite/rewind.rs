@@ -247,3 +247,108 @@ async fn rewind_outside_git_says_commands_are_not_tracked_and_is_refused_mid_tur
     assert!(refused.message().contains("running a turn"), "{refused:?}");
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
 }
+
+/// Issue 39, point 9: a rewind never writes or removes through a symbolic
+/// link that now stands where the agent worked (nothing outside the
+/// working directory changes, and it says why); a file someone else
+/// changed between two of the agent's calls is refused by name unless
+/// forced; and a stored copy that no longer matches its hash is never
+/// written back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rewind_never_writes_through_a_link_refuses_others_changes_and_checks_each_copy() {
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "w1",
+                "write",
+                json!({"path": "sub/made.txt", "content": "agent's\n"}),
+            ),
+            Script::text("made"),
+            tool("w2", "write", json!({"path": "f.txt", "content": "one\n"})),
+            Script::text("first"),
+            tool("w3", "write", json!({"path": "f.txt", "content": "two\n"})),
+            Script::text("second"),
+        ])
+        .start()
+        .await;
+    let (d, work) = (s.daemon, s.work);
+    let mut client = s.client;
+    let dir = work.path().canonicalize().unwrap();
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let outside = outside.path().canonicalize().unwrap();
+    std::fs::write(outside.join("made.txt"), "theirs\n").unwrap();
+    let id = create_with(
+        &mut client,
+        &dir,
+        "make it",
+        MUTATING,
+        pb::PermissionMode::Unspecified,
+    )
+    .await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    assert!(dir.join("sub/made.txt").exists());
+
+    // `sub` replaced by a link to a directory outside the working directory.
+    std::fs::rename(dir.join("sub"), dir.join("sub.old")).unwrap();
+    std::os::unix::fs::symlink(&outside, dir.join("sub")).unwrap();
+    for force in [false, true] {
+        let mut args = vec!["rewind", id.as_str()];
+        if force {
+            args.push("--force");
+        }
+        let (ok, out, err) = agent_out(&d, &args).await;
+        assert!(!ok, "{out}");
+        assert!(
+            err.contains("symbolic link") && err.contains("nothing was restored"),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(outside.join("made.txt")).unwrap(),
+            "theirs\n",
+            "a file outside the working directory changed"
+        );
+    }
+    std::fs::remove_file(dir.join("sub")).unwrap();
+    std::fs::rename(dir.join("sub.old"), dir.join("sub")).unwrap();
+
+    // Two calls on f.txt with someone else's change between them.
+    let first_turn = get(&mut client, &id).await.messages.len() as u64 + 1;
+    send(&mut client, &id, "first").await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    std::fs::write(dir.join("f.txt"), "the user's edit\n").unwrap();
+    send(&mut client, &id, "second").await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let to = first_turn.to_string();
+    let (ok, out, err) = agent_out(&d, &["rewind", &id, "--to", &to]).await;
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("changed since the agent last changed it (by someone else)")
+            && err.contains("f.txt"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(dir.join("f.txt")).unwrap(), "two\n");
+
+    // A stored copy that is damaged: refused, nothing written.
+    let blobs = d.data_dir.join("checkpoints/blobs");
+    let mut damaged = 0;
+    for shard in std::fs::read_dir(&blobs).unwrap() {
+        for blob in std::fs::read_dir(shard.unwrap().path()).unwrap() {
+            let blob = blob.unwrap().path();
+            let bytes = std::fs::read(&blob).unwrap();
+            if bytes == b"the user's edit\n" {
+                std::fs::write(&blob, &bytes[..3]).unwrap();
+                damaged += 1;
+            }
+        }
+    }
+    assert_eq!(
+        damaged, 1,
+        "the user's edit was kept before the second call"
+    );
+    // The last turn's call kept the user's edit: rewinding it needs that copy.
+    let (ok, out, err) = agent_out(&d, &["rewind", &id, "--force"]).await;
+    assert!(!ok, "{out}");
+    assert!(err.contains("damaged"), "{err}");
+    assert_eq!(std::fs::read_to_string(dir.join("f.txt")).unwrap(), "two\n");
+}

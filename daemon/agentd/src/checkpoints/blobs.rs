@@ -70,9 +70,22 @@ impl BlobStore {
         Ok((sha, bytes.len() as u64))
     }
 
-    /// The content stored under `sha256`.
+    /// The content whose SHA-256 is `sha256`; a stored copy whose bytes
+    /// no longer hash to it (truncated, damaged) is an error, never
+    /// returned.
     pub fn get(&self, sha256: &str) -> io::Result<Vec<u8>> {
-        std::fs::read(self.path_of(sha256)?)
+        let bytes = std::fs::read(self.path_of(sha256)?)?;
+        let found = sha256_hex(&bytes);
+        if found != sha256 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "the stored copy is damaged ({} bytes whose SHA-256 is {found})",
+                    bytes.len()
+                ),
+            ));
+        }
+        Ok(bytes)
     }
 
     /// Every stored content: (SHA-256, bytes).

@@ -26,6 +26,7 @@
 //! (`[checkpoints] max_bytes`, `max_age_days`) drops the oldest records and
 //! then the contents no record refers to.
 
+mod beneath;
 pub mod blobs;
 pub mod git;
 
@@ -648,24 +649,58 @@ impl Checkpoints {
         // call left (None: not known).
         let mut files: BTreeMap<PathBuf, (FileState, Option<FileState>)> = BTreeMap::new();
         let mut out = Restored::default();
+        let mut changed = Vec::new();
         for (_, record) in &chosen {
             if record.untracked {
                 out.untracked_commands += 1;
             }
             for f in &record.files {
-                files
-                    .entry(f.path.clone())
-                    .and_modify(|(_, last)| *last = f.after.clone())
-                    .or_insert((f.before.clone(), f.after.clone()));
+                match files.get_mut(&f.path) {
+                    Some((_, last)) => {
+                        // Between two calls of the agent someone else
+                        // changed the file: it was not as the first left it
+                        // when the second began.
+                        if last.as_ref().is_some_and(|l| *l != f.before)
+                            && !changed.contains(&f.path)
+                        {
+                            changed.push(f.path.clone());
+                        }
+                        *last = f.after.clone();
+                    }
+                    None => {
+                        files.insert(f.path.clone(), (f.before.clone(), f.after.clone()));
+                    }
+                }
             }
         }
-        let mut changed = Vec::new();
+        // Where a link now stands on a file's path nothing is written.
+        let mut unusable = Vec::new();
         for (path, (_, last)) in &files {
-            let Some(last) = last else { continue };
-            let now = read_state(path).map_err(RestoreError::Io)?.0;
-            if &now != last {
+            let now = match beneath::read(path).map_err(RestoreError::Io)? {
+                beneath::Found::Absent => FileState::Absent,
+                beneath::Found::File(bytes) => FileState::Content {
+                    sha256: blobs::sha256_hex(&bytes),
+                },
+                beneath::Found::Other(why) => {
+                    unusable.push((path.clone(), why));
+                    continue;
+                }
+            };
+            if last.as_ref().is_some_and(|last| &now != last) && !changed.contains(path) {
                 changed.push(path.clone());
             }
+        }
+        if !unusable.is_empty() && !skip_changed {
+            let why: Vec<String> = unusable.into_iter().map(|(_, why)| why).collect();
+            return Err(RestoreError::Io(format!(
+                "nothing was restored: {}",
+                why.join("; ")
+            )));
+        }
+        for (path, _) in unusable {
+            // A rollback leaves such a file alone, as one changed since.
+            files.remove(&path);
+            out.skipped.push(path);
         }
         if !changed.is_empty() && !force && !skip_changed {
             return Err(RestoreError::ChangedSince(changed));
@@ -692,19 +727,14 @@ impl Checkpoints {
         for (path, content) in plan {
             match content {
                 Some(bytes) => {
-                    if let Some(parent) = path.parent() {
-                        std::fs::create_dir_all(parent)
-                            .map_err(|e| RestoreError::Io(format!("{}: {e}", parent.display())))?;
-                    }
-                    std::fs::write(&path, bytes)
-                        .map_err(|e| RestoreError::Io(format!("{}: {e}", path.display())))?;
+                    beneath::write(&path, &bytes).map_err(RestoreError::Io)?;
                     out.restored.push(path);
                 }
-                None => match std::fs::remove_file(&path) {
-                    Ok(()) => out.removed.push(path),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                    Err(e) => return Err(RestoreError::Io(format!("{}: {e}", path.display()))),
-                },
+                None => {
+                    if beneath::remove(&path).map_err(RestoreError::Io)? {
+                        out.removed.push(path);
+                    }
+                }
             }
         }
         for (id, record) in &chosen {
