@@ -19,6 +19,7 @@
 //! listens, used to test the harness itself; `agent-fuzz` runs the
 //! randomized long runs of [`fuzz`].
 
+pub mod attack;
 pub mod bench;
 pub mod crash;
 pub mod fake_llm;
