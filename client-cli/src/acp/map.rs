@@ -268,6 +268,33 @@ pub fn text_content(text: impl Into<String>) -> ToolCallContent {
     ToolCallContent::from(ContentBlock::from(text.into()))
 }
 
+/// What the editor is told when another client answered the question it
+/// was asked (its question is withdrawn): who, with which role, and the
+/// answer. None when nobody answered (the daemon withdrew it: a cancel).
+pub fn answered_elsewhere(r: &pb::PermissionResolved) -> Option<String> {
+    if r.client_id.is_empty() {
+        return None;
+    }
+    let who = if r.client_name.is_empty() {
+        &r.client_id
+    } else {
+        &r.client_name
+    };
+    let role = pb::ClientRole::try_from(r.client_role)
+        .ok()
+        .and_then(|role| role.as_str_name().strip_prefix("CLIENT_ROLE_"))
+        .map(str::to_lowercase)
+        .unwrap_or_else(|| "client".to_string());
+    let answer = pb::PermissionDecision::try_from(r.decision)
+        .ok()
+        .and_then(|d| d.as_str_name().strip_prefix("PERMISSION_DECISION_"))
+        .map(|d| d.to_lowercase().replace('_', " "))
+        .unwrap_or_else(|| "answered".to_string());
+    Some(format!(
+        "\n[permission answered by {who} ({role}): {answer}]\n"
+    ))
+}
+
 /// A unified diff the daemon made (a patch, a permission preview), shown
 /// as a fenced block when no structured diff exists.
 pub fn unified_diff_content(diff: &str) -> ToolCallContent {

@@ -790,15 +790,24 @@ impl Pump {
                 }
             }
             Event::PermissionResolved(r) => {
-                let mut shared = self.shared();
-                shared.resolved.insert(r.request_id.clone());
-                let here = shared.answered_here.contains(&r.request_id);
-                if let Some(asked) = shared.asked.remove(&r.request_id)
-                    && !here
-                {
-                    // Another client (or the cancel) came first: the
-                    // editor's question is withdrawn.
-                    let _ = asked.cancel();
+                let withdrawn = {
+                    let mut shared = self.shared();
+                    shared.resolved.insert(r.request_id.clone());
+                    let here = shared.answered_here.contains(&r.request_id);
+                    match shared.asked.remove(&r.request_id) {
+                        Some(asked) if !here => {
+                            // Another client (or the cancel) came first: the
+                            // editor's question is withdrawn.
+                            let _ = asked.cancel();
+                            true
+                        }
+                        _ => false,
+                    }
+                };
+                if let Some(note) = withdrawn.then(|| map::answered_elsewhere(&r)).flatten() {
+                    self.notify(SessionUpdate::AgentMessageChunk(ContentChunk::new(
+                        ContentBlock::from(note),
+                    )));
                 }
             }
             Event::SettingsChanged(s) => {

@@ -578,3 +578,77 @@ async fn the_editors_mcp_servers_become_the_conversations() {
         .expect_err("SSE is refused");
     assert!(refused.message.contains("SSE"), "{refused:?}");
 }
+
+/// Issue 39, point 12: when another client answers first, the editor's
+/// question is withdrawn and the editor is told who answered, with which
+/// role and what; the resolution names that client even though it answered
+/// with the unary AnswerPermission.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_editor_is_told_who_answered_first() {
+    let s = Scenario::new()
+        .scripts([
+            tool("b1", "bash", json!({"command": "echo never > never.txt"})),
+            Script::text("understood"),
+        ])
+        .start()
+        .await;
+    let mut editor = Editor::start(&s.daemon).await;
+    let created = editor
+        .cx
+        .send_request(NewSessionRequest::new(s.work.path().to_path_buf()))
+        .block_task()
+        .await
+        .expect("session/new");
+    let session = created.session_id.0.to_string();
+    let mut client = s.client.clone();
+    let mut watcher = Attached::open(&mut client, &session, 0, "watcher").await;
+    let turn = tokio::spawn(
+        editor
+            .cx
+            .send_request(prompt("run it", &session))
+            .block_task(),
+    );
+    let (_request, responder) = editor.asked().await;
+    client
+        .answer_permission(pb::AnswerPermissionRequest {
+            conversation_id: session.clone(),
+            decision: pb::PermissionDecision::Deny as i32,
+            client_name: "reviewer@desk".to_string(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    tokio::time::timeout(WAIT, responder.cancellation().cancelled())
+        .await
+        .expect("the question is withdrawn");
+    responder
+        .respond(RequestPermissionResponse::new(
+            RequestPermissionOutcome::Cancelled,
+        ))
+        .unwrap();
+    let told = editor
+        .updates_until(|u| {
+            matches!(u, SessionUpdate::AgentMessageChunk(c)
+                if chunk_text(c).contains("permission answered by"))
+        })
+        .await;
+    assert!(
+        agent_text(&told).contains("[permission answered by reviewer@desk (driver): deny]"),
+        "{told:#?}"
+    );
+    let frames = watcher
+        .until(WAIT, |m| matches!(m.event, Some(Ev::PermissionResolved(_))))
+        .await;
+    let Some(Ev::PermissionResolved(resolved)) = frames.last().and_then(|m| m.event.clone()) else {
+        panic!("no resolution: {frames:#?}")
+    };
+    assert!(!resolved.client_id.is_empty(), "{resolved:?}");
+    assert_eq!(resolved.client_name, "reviewer@desk");
+    let stop = tokio::time::timeout(WAIT, turn)
+        .await
+        .expect("the prompt returns")
+        .unwrap()
+        .expect("session/prompt succeeds");
+    assert_eq!(stop.stop_reason, StopReason::EndTurn);
+    assert!(!s.work.path().join("never.txt").exists());
+}
