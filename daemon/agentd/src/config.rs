@@ -642,6 +642,7 @@ impl Config {
             hooks: crate::hooks::Hooks::compile(&file.hooks.lists(), file.hooks.timeout_ms)
                 .map_err(ConfigError::Invalid)?,
             max_stop_continuations: file.hooks.max_stop_continuations,
+            problem: None,
         };
         let mcp_servers = file.mcp.specs().map_err(ConfigError::Invalid)?;
         let budget = file.budget.amounts()?;

@@ -653,3 +653,52 @@ async fn trust_holds_for_the_canonical_directory_and_the_file_as_it_was_trusted(
     b.until(WAIT, is_idle).await;
     assert!(base.join("changed-ran").exists(), "trusted again, it runs");
 }
+
+/// Issue 39, point 10: a trusted project file that holds more than hooks
+/// (an `[mcp]` section) is not used, and the client — not only the daemon's
+/// log — is told why, from the conversation's first turn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_file_with_an_mcp_section_is_refused_and_the_client_is_told() {
+    let s = Scenario::new().script(Script::text("noted")).start().await;
+    let (mut client, d) = (s.client, s.daemon);
+    let project = s.work.path().canonicalize().unwrap();
+    std::fs::create_dir_all(project.join(".agentd")).unwrap();
+    let touch = format!("touch {}", project.join("hook-ran").display());
+    std::fs::write(
+        project.join(".agentd/config.toml"),
+        format!(
+            "{}\n[mcp.servers.x]\ncommand = \"sh\"\n",
+            hook("user_prompt_submit", None, &touch, None)
+        ),
+    )
+    .unwrap();
+    let (ok, out, err) = agent_out(&d, &["trust", &project.display().to_string()]).await;
+    assert!(ok, "{out}{err}");
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(super::util::frame(pb::attach_request::Frame::Create(
+        pb::CreateAndSubscribe {
+            create: Some(pb::CreateConversationRequest {
+                cwd: project.display().to_string(),
+                prompt: "hello".to_string(),
+                ..Default::default()
+            }),
+            client_name: "A".to_string(),
+            ..Default::default()
+        },
+    )))
+    .await
+    .unwrap();
+    let rx = client
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut a = Attached { tx, rx };
+    let frames = a.until(WAIT, is_idle).await;
+    let seen = format!("{frames:?}");
+    assert!(
+        seen.contains("project hooks in") && seen.contains("mcp"),
+        "the client is told: {seen}"
+    );
+    assert!(!project.join("hook-ran").exists());
+}

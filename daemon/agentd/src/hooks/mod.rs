@@ -185,6 +185,9 @@ pub struct Hook {
 pub struct Hooks {
     pub hooks: Vec<Hook>,
     pub max_stop_continuations: u32,
+    /// Why the project's file contributes nothing, when it does not (see
+    /// [`Hooks::for_conversation`]): told to clients with each message.
+    pub problem: Option<String>,
 }
 
 impl Hooks {

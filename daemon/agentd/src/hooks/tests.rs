@@ -72,6 +72,7 @@ fn calls_and_notifications_select_their_hooks() {
         )
         .unwrap(),
         max_stop_continuations: 3,
+        problem: None,
     };
     let policy = Policy::new(agentd_core::Mode::Default, "/w");
     let names = |call: &ToolCall| -> Vec<String> {

@@ -301,7 +301,8 @@ impl Actor {
     }
 
     /// Reads the conversation's hooks again (the user's, plus the trusted
-    /// project's); a project file that cannot be used is reported.
+    /// project's); a project file that cannot be used is logged and kept
+    /// with them, for [`Actor::tell_hooks_problem`].
     fn load_hooks(&mut self) {
         let cfg = &self.shared.config;
         let trusted = match self.shared.store.trusted_dirs() {
@@ -311,13 +312,23 @@ impl Actor {
                 Vec::new()
             }
         };
-        let (hooks, problem) =
+        let (mut hooks, problem) =
             Hooks::for_conversation(&cfg.hooks, cfg.hook_timeout_ms, &self.record.cwd, &trusted);
-        if let Some(problem) = problem {
+        if let Some(problem) = &problem {
             tracing::warn!(conversation = %self.record.id, "{problem}");
+        }
+        hooks.problem = problem;
+        self.hooks = Arc::new(hooks);
+    }
+
+    /// Tells the clients why the project's hooks are not used, with the
+    /// message they are not used for: the hooks read when the actor
+    /// started are used by a first message no client could have seen a
+    /// notice before.
+    fn tell_hooks_problem(&mut self) {
+        if let Some(problem) = self.hooks.problem.clone() {
             self.emit(EventKind::Notice(problem));
         }
-        self.hooks = Arc::new(hooks);
     }
 
     fn now_ms(&self) -> i64 {
@@ -652,6 +663,7 @@ impl Actor {
                 if !std::mem::take(&mut self.hooks_fresh) {
                     self.load_hooks();
                 }
+                self.tell_hooks_problem();
                 let session_start = if self.transcript.is_empty() {
                     self.hooks.all_of(Stage::SessionStart)
                 } else {
