@@ -86,10 +86,7 @@ impl std::fmt::Display for Summary {
 struct Bearer(Option<tonic::metadata::AsciiMetadataValue>);
 
 impl tonic::service::Interceptor for Bearer {
-    fn call(
-        &mut self,
-        mut r: tonic::Request<()>,
-    ) -> Result<tonic::Request<()>, tonic::Status> {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(value) = &self.0 {
             r.metadata_mut().insert("authorization", value.clone());
         }

@@ -8,7 +8,9 @@
 //! when it is loaded again.
 
 use super::remote::{LISTEN, listening, raw, secret, token};
-use super::util::{agent_out, done, frame, get, listed, send, tool, wait_state, workdir};
+use super::util::{
+    agent_out, create_with, done, frame, get, listed, send, tool, wait_state, workdir,
+};
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
 use agent_tests::fake_llm::FakeLlm;
@@ -333,19 +335,14 @@ async fn a_bypass_conversation_asks_again_once_the_daemon_no_longer_allows_bypas
     .await;
     let work = workdir();
     let mut client = d.client().await;
-    let id = client
-        .create_conversation(pb::CreateConversationRequest {
-            cwd: work.path().display().to_string(),
-            prompt: "hello".to_string(),
-            mode: pb::PermissionMode::Bypass as i32,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .conversation
-        .unwrap()
-        .id;
+    let id = create_with(
+        &mut client,
+        work.path(),
+        "hello",
+        &[],
+        pb::PermissionMode::Bypass,
+    )
+    .await;
     wait_state(&mut client, &id, pb::StateKind::Idle).await;
 
     d.terminate().await;
