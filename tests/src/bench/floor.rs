@@ -12,9 +12,16 @@
 //! answer cancel out; CPU the same way: the floor process, against the
 //! daemon's threads plus the `agent` process (the `bash` children's own CPU,
 //! the same `echo` for both, is left out of both).
+//!
+//! Both run in the same directory, in each of the places users work
+//! (issue 44): a plain directory (`--part plain`), a git repository of one
+//! committed file (`git-1`) and a generated one of 20,200 files, about
+//! 160 MB (`git-20k`); `--part git-100k` runs a 101,000-file repository
+//! too (reported, no target). Without `--part` the first three run.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -54,9 +61,104 @@ struct Cost {
     daemon_cpu: Duration,
 }
 
+/// A place the tasks run in: its name (the part, and the prefix of its
+/// metrics but for the plain directory's, which keep the names they had)
+/// and the directory.
+struct Place {
+    name: &'static str,
+    dir: PathBuf,
+}
+
+impl Place {
+    fn key(&self, metric: &str) -> String {
+        if self.name == "plain" {
+            metric.to_string()
+        } else {
+            format!("{}/{metric}", self.name)
+        }
+    }
+}
+
+/// Runs `git ARGS` in `dir`.
+fn git(dir: &Path, args: &[&str]) -> BenchResult<()> {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .stdin(Stdio::null())
+        .output()
+        .ctx("running git")?;
+    if !out.status.success() {
+        return Err(format!(
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(())
+}
+
+/// A git repository in `dir` with `files` committed files of about 8 KiB
+/// each, 101 to a directory (one file: at the top).
+fn repository(dir: &Path, files: usize) -> BenchResult<()> {
+    std::fs::create_dir_all(dir).ctx("making the repository")?;
+    git(dir, &["init", "-q", "-b", "main"])?;
+    git(dir, &["config", "user.name", "Bench"])?;
+    git(dir, &["config", "user.email", "bench@example.com"])?;
+    let line = "the quick brown fox jumps over the lazy dog, again and again\n";
+    for i in 0..files {
+        let path = if files == 1 {
+            dir.join("README.md")
+        } else {
+            dir.join(format!("src/m{:04}/f{:03}.rs", i / 101, i % 101))
+        };
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).ctx("making a directory")?;
+        }
+        let mut text = format!("// file {i}\n");
+        while text.len() < 8 * 1024 {
+            text.push_str(line);
+        }
+        std::fs::write(&path, text).ctx("writing a file")?;
+    }
+    git(dir, &["add", "-A"])?;
+    git(dir, &["commit", "-qm", "generated"])?;
+    Ok(())
+}
+
+/// The places this run measures, made under `base`.
+fn places(settings: &Settings, base: &Path) -> BenchResult<Vec<Place>> {
+    let sizes: [(&'static str, Option<usize>); 4] = [
+        ("plain", None),
+        ("git-1", Some(1)),
+        ("git-20k", Some(settings.size(20_200, 2_020))),
+        ("git-100k", Some(settings.size(101_000, 10_100))),
+    ];
+    let mut out = Vec::new();
+    for (name, files) in sizes {
+        let wanted = match settings.part.as_deref() {
+            Some(part) => part == name,
+            None => name != "git-100k",
+        };
+        if !wanted {
+            continue;
+        }
+        let dir = base.join(name);
+        match files {
+            None => std::fs::create_dir_all(&dir).ctx("making the plain directory")?,
+            Some(n) => repository(&dir, n)?,
+        }
+        out.push(Place { name, dir });
+    }
+    if out.is_empty() {
+        return Err("--part: the floor's parts are plain, git-1, git-20k and git-100k".into());
+    }
+    Ok(out)
+}
+
 /// Runs the scenario.
 pub async fn run(settings: &Settings) -> BenchResult<Report> {
     let mut report = Report::new("floor");
+    let base = tempfile::tempdir().ctx("making the places")?;
+    let places = places(settings, base.path())?;
     let fake = FakeLlm::start().await;
     let daemon = super::start_daemon(&fake).await;
     let daemon_pid = daemon.pid();
@@ -66,6 +168,10 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         settings.runs.max(7)
     };
     report.note(format!(
+        "places: {}; metrics of a git repository are prefixed with its name",
+        places.iter().map(|p| p.name).collect::<Vec<_>>().join(", ")
+    ));
+    report.note(format!(
         "task: `echo round-K` with the shell tool N times, then an answer; N = {SMALL} and \
          {LARGE}; {reps} repetitions, floor and agentd interleaved; per round = (cost of N = \
          {LARGE} − cost of N = {SMALL}) / {}; agentd = the daemon with `agent run --allow bash` \
@@ -74,120 +180,148 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
          both (the same `echo` either way)",
         LARGE - SMALL
     ));
-    // One of each first, so neither pays a cold start inside the numbers.
-    floor_task(&fake, "warm-floor", SMALL).await?;
-    agentd_task(&fake, &daemon, daemon_pid, "warm-agentd", SMALL).await?;
+    // One of each first in each place, so neither pays a cold start
+    // (nor git its first look at a work tree) inside the numbers.
+    for place in &places {
+        floor_task(&fake, &place.dir, "warm-floor", SMALL).await?;
+        agentd_task(&fake, &daemon, daemon_pid, &place.dir, "warm-agentd", SMALL).await?;
+    }
     for rep in 0..reps {
-        let mut floor = [None; 2];
-        let mut agentd = [None; 2];
-        for (i, n) in [SMALL, LARGE].into_iter().enumerate() {
-            floor[i] = Some(floor_task(&fake, &format!("f{rep}_{n}"), n).await?);
-            agentd[i] =
-                Some(agentd_task(&fake, &daemon, daemon_pid, &format!("a{rep}_{n}"), n).await?);
+        for place in &places {
+            let tag = format!("{}{rep}", place.name);
+            let mut floor = [None; 2];
+            let mut agentd = [None; 2];
+            for (i, n) in [SMALL, LARGE].into_iter().enumerate() {
+                floor[i] = Some(floor_task(&fake, &place.dir, &format!("f{tag}_{n}"), n).await?);
+                agentd[i] = Some(
+                    agentd_task(
+                        &fake,
+                        &daemon,
+                        daemon_pid,
+                        &place.dir,
+                        &format!("a{tag}_{n}"),
+                        n,
+                    )
+                    .await?,
+                );
+            }
+            let ([Some(f1), Some(f21)], [Some(a1), Some(a21)]) = (floor, agentd) else {
+                return Err("a task did not run".to_string());
+            };
+            sample(&mut report, place, [f1, f21], [a1, a21]);
         }
-        let ([Some(f1), Some(f21)], [Some(a1), Some(a21)]) = (floor, agentd) else {
-            return Err("a task did not run".to_string());
-        };
-        let per_round = |small: Cost, large: Cost, pick: fn(Cost) -> Duration| {
-            (ms(pick(large)) - ms(pick(small))) / (LARGE - SMALL) as f64
-        };
-        let floor_round = per_round(f1, f21, |c| c.wall);
-        let agentd_round = per_round(a1, a21, |c| c.wall);
-        let floor_cpu = per_round(f1, f21, |c| c.cpu);
-        let agentd_cpu = per_round(a1, a21, |c| c.cpu);
-        let daemon_cpu = per_round(a1, a21, |c| c.daemon_cpu);
-        report.sample(
-            "floor_round_ms",
-            "floor: wall time per round",
-            "ms",
-            floor_round,
-        );
-        report.sample(
-            "agentd_round_ms",
-            "agentd + agent run: wall time per round",
-            "ms",
-            agentd_round,
-        );
-        report.sample(
-            "round_ratio",
-            "agentd per round / floor per round",
-            "×",
-            agentd_round / floor_round,
-        );
-        report.sample("floor_cpu_ms", "floor: CPU per round", "ms", floor_cpu);
-        report.sample(
-            "agentd_cpu_ms",
-            "agentd: CPU per round (daemon + agent run)",
-            "ms",
-            agentd_cpu,
-        );
-        report.sample(
-            "agentd_daemon_cpu_ms",
-            "  of which the daemon's threads",
-            "ms",
-            daemon_cpu,
-        );
-        report.sample(
-            "agentd_client_cpu_ms",
-            "  of which `agent run`",
-            "ms",
-            agentd_cpu - daemon_cpu,
-        );
-        report.sample(
-            "cpu_over_floor_ms",
-            "agentd CPU per round − floor CPU per round",
-            "ms",
-            agentd_cpu - floor_cpu,
-        );
-        report.sample(
-            "floor_task1_ms",
-            &format!("floor: whole task, N = {SMALL}"),
-            "ms",
-            ms(f1.wall),
-        );
-        report.sample(
-            "agentd_task1_ms",
-            &format!("agent run: whole task, N = {SMALL} (daemon up)"),
-            "ms",
-            ms(a1.wall),
-        );
-        // What the daemon and the client add to one task, whatever the
-        // host's speed: the 5 ms target (set below) is absolute, and
-        // process starts and page faults cost more on some hosts than on
-        // others (the floor's own task: 3.0 ms on one, 4.0–4.9 on another).
-        report.sample(
-            "task1_over_floor_ms",
-            &format!("agent run − floor, whole task, N = {SMALL}"),
-            "ms",
-            ms(a1.wall) - ms(f1.wall),
-        );
-        report.sample(
-            "floor_task21_ms",
-            &format!("floor: whole task, N = {LARGE}"),
-            "ms",
-            ms(f21.wall),
-        );
-        report.sample(
-            "agentd_task21_ms",
-            &format!("agent run: whole task, N = {LARGE}"),
-            "ms",
-            ms(a21.wall),
-        );
     }
     report.set_target("round_ratio", Target::AtMost(1.5));
     report.set_target("cpu_over_floor_ms", Target::AtMost(1.0));
     report.set_target("agentd_task1_ms", Target::AtMost(5.0));
+    report.set_target("git-1/round_ratio", Target::AtMost(1.2));
+    report.set_target("git-1/cpu_over_floor_ms", Target::AtMost(1.0));
+    report.set_target("git-20k/round_ratio", Target::AtMost(1.5));
     Ok(report)
 }
 
+/// One repetition's numbers in `place`: the floor's and agentd's tasks of
+/// the two sizes.
+fn sample(report: &mut Report, place: &Place, [f1, f21]: [Cost; 2], [a1, a21]: [Cost; 2]) {
+    let mut sample = |metric: &str, label: &str, unit: &str, value: f64| {
+        report.sample(&place.key(metric), label, unit, value);
+    };
+    let per_round = |small: Cost, large: Cost, pick: fn(Cost) -> Duration| {
+        (ms(pick(large)) - ms(pick(small))) / (LARGE - SMALL) as f64
+    };
+    let floor_round = per_round(f1, f21, |c| c.wall);
+    let agentd_round = per_round(a1, a21, |c| c.wall);
+    let floor_cpu = per_round(f1, f21, |c| c.cpu);
+    let agentd_cpu = per_round(a1, a21, |c| c.cpu);
+    let daemon_cpu = per_round(a1, a21, |c| c.daemon_cpu);
+    sample(
+        "floor_round_ms",
+        "floor: wall time per round",
+        "ms",
+        floor_round,
+    );
+    sample(
+        "agentd_round_ms",
+        "agentd + agent run: wall time per round",
+        "ms",
+        agentd_round,
+    );
+    sample(
+        "round_ratio",
+        "agentd per round / floor per round",
+        "×",
+        agentd_round / floor_round,
+    );
+    sample("floor_cpu_ms", "floor: CPU per round", "ms", floor_cpu);
+    sample(
+        "agentd_cpu_ms",
+        "agentd: CPU per round (daemon + agent run)",
+        "ms",
+        agentd_cpu,
+    );
+    sample(
+        "agentd_daemon_cpu_ms",
+        "  of which the daemon's threads",
+        "ms",
+        daemon_cpu,
+    );
+    sample(
+        "agentd_client_cpu_ms",
+        "  of which `agent run`",
+        "ms",
+        agentd_cpu - daemon_cpu,
+    );
+    sample(
+        "cpu_over_floor_ms",
+        "agentd CPU per round − floor CPU per round",
+        "ms",
+        agentd_cpu - floor_cpu,
+    );
+    sample(
+        "floor_task1_ms",
+        &format!("floor: whole task, N = {SMALL}"),
+        "ms",
+        ms(f1.wall),
+    );
+    sample(
+        "agentd_task1_ms",
+        &format!("agent run: whole task, N = {SMALL} (daemon up)"),
+        "ms",
+        ms(a1.wall),
+    );
+    // What the daemon and the client add to one task, whatever the
+    // host's speed: the 5 ms target (set below) is absolute, and
+    // process starts and page faults cost more on some hosts than on
+    // others (the floor's own task: 3.0 ms on one, 4.0–4.9 on another).
+    sample(
+        "task1_over_floor_ms",
+        &format!("agent run − floor, whole task, N = {SMALL}"),
+        "ms",
+        ms(a1.wall) - ms(f1.wall),
+    );
+    sample(
+        "floor_task21_ms",
+        &format!("floor: whole task, N = {LARGE}"),
+        "ms",
+        ms(f21.wall),
+    );
+    sample(
+        "agentd_task21_ms",
+        &format!("agent run: whole task, N = {LARGE}"),
+        "ms",
+        ms(a21.wall),
+    );
+}
+
 /// The floor loop on one task, as a process of its own.
-async fn floor_task(fake: &FakeLlm, tag: &str, rounds: usize) -> BenchResult<Cost> {
+async fn floor_task(fake: &FakeLlm, dir: &Path, tag: &str, rounds: usize) -> BenchResult<Cost> {
     fake.push_all(scripts(tag, rounds));
     let exe = std::env::current_exe().ctx("finding agent-bench")?;
     let mut cmd = Command::new(exe);
     cmd.arg("--floor-loop")
         .arg(fake.addr().to_string())
         .arg(format!("run echo round-K {rounds} times"))
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -217,6 +351,7 @@ async fn agentd_task(
     fake: &FakeLlm,
     daemon: &crate::harness::TestDaemon,
     daemon_pid: u32,
+    dir: &Path,
     tag: &str,
     rounds: usize,
 ) -> BenchResult<Cost> {
@@ -227,6 +362,7 @@ async fn agentd_task(
         .arg("--allow")
         .arg("bash")
         .arg(format!("run echo round-K {rounds} times"))
+        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
