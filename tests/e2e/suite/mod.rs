@@ -27,6 +27,7 @@ mod plans;
 mod queue;
 mod remote;
 mod rewind;
+mod secrets;
 mod settings;
 mod shells;
 mod stock_clients;
