@@ -189,6 +189,7 @@ pub async fn run(
             StartError::Paths("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into())
         })?,
     };
+    let default_socket = args.socket.is_none();
     let (socket, runtime_dir) = match args.socket {
         Some(s) => (s, None),
         None => {
@@ -311,6 +312,23 @@ pub async fn run(
             }
         });
     }
+    let own_files = Arc::new(crate::tools::OwnFiles::new(
+        [
+            Some(data_dir.clone()),
+            Some(socket.clone()),
+            // The default socket's directory is agentd's own; one given
+            // with --socket may be any directory.
+            default_socket
+                .then(|| socket.parent().map(Path::to_path_buf))
+                .flatten(),
+            credentials.config_file().map(Path::to_path_buf),
+            credentials.credentials_file().map(Path::to_path_buf),
+            config.user_dir.clone(),
+            log_file(),
+        ]
+        .into_iter()
+        .flatten(),
+    ));
     let manager = Manager::new(Shared {
         checkpoints,
         rings: Default::default(),
@@ -331,6 +349,7 @@ pub async fn run(
             executable: std::env::current_exe().ok(),
             args: std::env::args().skip(1).collect(),
             credentials: Some(credentials),
+            own_files,
         },
     });
     let forward_to = manager.clone();

@@ -4,11 +4,11 @@
 //! tool reads agentd's own files, and a key that reaches a tool's output
 //! anyway is redacted before it is stored or sent.
 
-use super::util::{MUTATING, agent_out, create_with, tool, wait_state};
+use super::util::{MUTATING, agent_out, create_with, result_of, tool, wait_state};
 use agent_proto::v1 as pb;
-use agent_tests::fake_llm::Script;
+use agent_tests::fake_llm::{ReplyScript, Script};
 use agent_tests::harness::Scenario;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::path::Path;
 
 /// The credentials the daemon is given in these tests, each long enough to
@@ -183,4 +183,140 @@ async fn mcp_servers_and_hooks_do_not_inherit_the_daemons_credentials() {
         .map(|l| format!("{l}\n"))
         .collect();
     assert_no_credentials(&without_given, "the MCP server");
+}
+
+/// The key in the daemon's environment, and the one `agent login` wrote.
+const ENV_KEY: &str = "sk-env-key-0123456789abcdef";
+const LOGIN_KEY: &str = "sk-login-key-0123456789abcdef";
+
+fn text_of(result: &Value) -> String {
+    match &result["content"] {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// Every file under `dir`, with its bytes.
+fn all_files(dir: &Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            all_files(&entry.path(), out);
+        } else if kind.is_file() {
+            out.push((
+                entry.path(),
+                std::fs::read(entry.path()).unwrap_or_default(),
+            ));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_tool_reads_agentds_own_files_and_a_key_a_command_prints_is_redacted() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scenario::new()
+        .env("ANTHROPIC_API_KEY", ENV_KEY)
+        .scripts([
+            Script::Reply(
+                ReplyScript::new()
+                    .tool_use(
+                        "r1",
+                        "read",
+                        json!({"path": "xdg/config/agentd/credentials.toml"}),
+                    )
+                    .tool_use("r2", "read", json!({"path": "/proc/self/environ"}))
+                    .tool_use("r3", "read", json!({"path": "innocent-link"}))
+                    .tool_use("g1", "glob", json!({"pattern": "**/*.toml"}))
+                    .tool_use("g2", "grep", json!({"pattern": "api_key"}))
+                    .tool_use(
+                        "b1",
+                        "bash",
+                        json!({"command": "cat xdg/config/agentd/credentials.toml leak.txt"}),
+                    ),
+            ),
+            Script::text("done"),
+        ])
+        .start()
+        .await;
+    let (d, fake) = (s.daemon, s.fake);
+    let mut client = s.client;
+    // The conversation works in the directory that holds all of the
+    // daemon's files, as a conversation in $HOME does.
+    let home = d.dir.path().canonicalize().unwrap();
+    let credentials = d.user_config_dir().join("credentials.toml");
+    std::fs::create_dir_all(credentials.parent().unwrap()).unwrap();
+    std::fs::write(
+        &credentials,
+        format!("[anthropic]\napi_key = \"{LOGIN_KEY}\"\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&credentials, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::os::unix::fs::symlink(&credentials, home.join("innocent-link")).unwrap();
+    std::fs::write(home.join("leak.txt"), format!("env key: {ENV_KEY}\n")).unwrap();
+    std::fs::write(home.join("work/project.toml"), "api_key = \"not one\"\n").unwrap();
+
+    let id = client
+        .create_conversation(pb::CreateConversationRequest {
+            cwd: home.display().to_string(),
+            prompt: "look around".to_string(),
+            allow_rules: MUTATING.iter().map(|r| r.to_string()).collect(),
+            additional_dirs: vec!["/proc".to_string()],
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .conversation
+        .unwrap()
+        .id;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let requests = fake.requests();
+    let last = requests.last().unwrap();
+    for id in ["r1", "r2", "r3"] {
+        let result = result_of(last, id);
+        assert_eq!(result["is_error"], true, "{id}: {result}");
+        assert!(
+            text_of(&result).contains("no tool may read"),
+            "{id}: {result}"
+        );
+    }
+    let glob = text_of(&result_of(last, "g1"));
+    assert!(glob.contains("work/project.toml"), "{glob}");
+    assert!(
+        !glob.contains("credentials.toml") && !glob.contains("config.toml"),
+        "{glob}"
+    );
+    assert!(glob.contains("agentd's own"), "{glob}");
+    let grep = text_of(&result_of(last, "g2"));
+    assert!(grep.contains("work/project.toml"), "{grep}");
+    assert!(!grep.contains("credentials.toml"), "{grep}");
+    let bash = text_of(&result_of(last, "b1"));
+    assert_eq!(
+        bash.matches("[redacted: ANTHROPIC_API_KEY]").count(),
+        2,
+        "{bash}"
+    );
+
+    // Nothing of either key went to the model, into the store or into an
+    // export.
+    for request in &requests {
+        let body = String::from_utf8_lossy(&request.raw_body);
+        for key in [ENV_KEY, LOGIN_KEY] {
+            assert!(!body.contains(key), "a request body holds {key}: {body}");
+        }
+    }
+    let (ok, exported, err) = agent_out(&d, &["export", &id]).await;
+    assert!(ok, "{err}");
+    let mut stored = Vec::new();
+    all_files(&d.data_dir, &mut stored);
+    for key in [ENV_KEY, LOGIN_KEY] {
+        assert!(!exported.contains(key), "the export holds {key}");
+        for (path, bytes) in &stored {
+            assert!(
+                !bytes.windows(key.len()).any(|w| w == key.as_bytes()),
+                "{} holds {key}",
+                path.display()
+            );
+        }
+    }
 }

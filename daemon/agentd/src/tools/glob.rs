@@ -73,7 +73,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         hidden: true,
         overrides: None,
     };
-    walk::files(&root, &options, &ctx.cancel, || {
+    let skipped = walk::files(&root, &options, &ctx.own_files, &ctx.cancel, || {
         let mut sink = walk::Collector::new(&found);
         let (matcher, root) = (&matcher, &root);
         move |entry: &ignore::DirEntry| {
@@ -105,7 +105,10 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let total = found.len();
     if total == 0 {
-        return Ok(no_match(&input.pattern, &root_shown));
+        return Ok(walk::own_note(
+            no_match(&input.pattern, &root_shown),
+            skipped,
+        ));
     }
     let budget = ctx.limits.content_budget();
     let mut out = String::new();
@@ -130,7 +133,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     } else {
         format!("{total} files")
     };
-    Ok(ToolOutput::ok(out, summary))
+    Ok(walk::own_note(ToolOutput::ok(out, summary), skipped))
 }
 
 fn no_match(pattern: &str, dir: &str) -> ToolOutput {
@@ -249,6 +252,30 @@ mod tests {
         assert_eq!(lines(&out), ["src/main.rs"]);
         let out = run(json!({"pattern": "*.yml"}), &ctx).unwrap();
         assert_eq!(lines(&out), [".github/ci.yml"]);
+    }
+
+    #[test]
+    fn a_walk_leaves_agentds_own_files_out_and_says_so() {
+        let (dir, mut ctx) = setup();
+        let data = dir.path().join("src/agentd-data");
+        std::fs::create_dir_all(data.join("db")).unwrap();
+        std::fs::write(data.join("db/store.rs"), "secret").unwrap();
+        ctx.own_files = std::sync::Arc::new(crate::tools::OwnFiles::new([data]));
+        let out = run(json!({"pattern": "**/*.rs"}), &ctx).unwrap();
+        assert_eq!(
+            out.content.lines().filter(|l| l.ends_with(".rs")).count(),
+            2,
+            "{}",
+            out.content
+        );
+        assert!(out.content.contains("agentd's own"), "{}", out.content);
+        let grep = crate::tools::grep::run(json!({"pattern": "secret"}), &ctx).unwrap();
+        assert!(grep.content.starts_with("No matches"), "{}", grep.content);
+        assert!(grep.content.contains("agentd's own"), "{}", grep.content);
+        // A walk that does not pass them has no note.
+        let out = run(json!({"pattern": "*.rs", "path": "src/lib"}), &ctx).unwrap();
+        assert_eq!(out.content, "src/lib/mod.rs\n");
+        assert!(!out.content.contains("agentd's own"), "{}", out.content);
     }
 
     #[test]
