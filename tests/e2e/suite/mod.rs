@@ -9,6 +9,7 @@ mod continuation;
 mod core_loop;
 mod correction;
 mod crash;
+mod data_dir;
 mod durability;
 mod fake_llm;
 mod foundation;
