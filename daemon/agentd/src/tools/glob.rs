@@ -3,7 +3,7 @@
 //! Results come newest first: the files the user is working on are the
 //! recently modified ones, and those are what the model usually looks for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
@@ -78,11 +78,9 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         let (matcher, root) = (&matcher, &root);
         move |entry: &ignore::DirEntry| {
             let path = entry.path();
+            // Matched as bytes: a name that is not UTF-8 is found too.
             let hit = if by_name {
-                entry
-                    .file_name()
-                    .to_str()
-                    .is_some_and(|n| matcher.is_match(n))
+                matcher.is_match(Path::new(entry.file_name()))
             } else {
                 path.strip_prefix(root)
                     .is_ok_and(|rel| matcher.is_match(rel))
@@ -126,6 +124,18 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         out.push_str(&format!(
             "… [{} more files not shown; {total} in all. Narrow the pattern or path]\n",
             total - shown
+        ));
+    }
+    let not_utf8 = found
+        .iter()
+        .take(shown)
+        .filter(|(_, path)| path.to_str().is_none())
+        .count();
+    if not_utf8 > 0 {
+        out.push_str(&format!(
+            "[{not_utf8} of these names are not valid UTF-8: what is not is shown as U+FFFD \
+             (\u{FFFD}), so the name as shown does not open the file; reach it with bash (`ls`, \
+             a glob)]\n"
         ));
     }
     let summary = if total == 1 {
@@ -276,6 +286,30 @@ mod tests {
         let out = run(json!({"pattern": "*.rs", "path": "src/lib"}), &ctx).unwrap();
         assert_eq!(out.content, "src/lib/mod.rs\n");
         assert!(!out.content.contains("agentd's own"), "{}", out.content);
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_listed_and_said_to_be() {
+        use std::os::unix::ffi::OsStrExt;
+        let (dir, ctx) = setup();
+        let odd = std::ffi::OsStr::from_bytes(b"odd\xffname.rs");
+        std::fs::write(dir.path().join("src").join(odd), "x").unwrap();
+        for pattern in ["*.rs", "src/*.rs"] {
+            let out = run(json!({"pattern": pattern}), &ctx).unwrap();
+            assert!(
+                out.content.contains("src/odd\u{FFFD}name.rs\n"),
+                "{pattern}: {}",
+                out.content
+            );
+            assert!(
+                out.content
+                    .contains("[1 of these names are not valid UTF-8"),
+                "{pattern}: {}",
+                out.content
+            );
+        }
+        let out = run(json!({"pattern": "*.md"}), &ctx).unwrap();
+        assert!(!out.content.contains("UTF-8"), "{}", out.content);
     }
 
     #[test]
