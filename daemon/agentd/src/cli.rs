@@ -189,6 +189,7 @@ pub async fn run(
             StartError::Paths("neither XDG_DATA_HOME nor HOME is set; pass --data-dir".into())
         })?,
     };
+    let default_socket = args.socket.is_none();
     let (socket, runtime_dir) = match args.socket {
         Some(s) => (s, None),
         None => {
@@ -201,6 +202,10 @@ pub async fn run(
     };
 
     listener::create_private_dir(&data_dir)?;
+    // The store, checkpoint copies and command output live here: a
+    // directory others can enter (one made before, or by someone else) is
+    // refused like the socket's.
+    listener::check_private_dir(&data_dir, listener::DATA_DIRECTORY)?;
     let _lock = lock_data_dir(&data_dir).await?;
     let db_dir = data_dir.join("db");
     let (store, notices) = open_or_quarantine(&data_dir, &db_dir, &config.store)?;
@@ -293,12 +298,16 @@ pub async fn run(
                 fingerprint: fingerprint.clone(),
             }),
     ));
-    let checkpoints = crate::checkpoints::Checkpoints::open(
+    let mut checkpoints = crate::checkpoints::Checkpoints::open(
         &store,
         &data_dir.join("checkpoints"),
         config.checkpoints,
     )
     .map_err(StartError::Paths)?;
+    if stores_aside(&data_dir) {
+        // Their records are in a store moved aside, which may come back.
+        checkpoints = checkpoints.keep_unreferenced();
+    }
     let checkpoints = Arc::new(checkpoints);
     {
         // Retention, once at start (and again whenever the stored contents
@@ -311,6 +320,23 @@ pub async fn run(
             }
         });
     }
+    let own_files = Arc::new(crate::tools::OwnFiles::new(
+        [
+            Some(data_dir.clone()),
+            Some(socket.clone()),
+            // The default socket's directory is agentd's own; one given
+            // with --socket may be any directory.
+            default_socket
+                .then(|| socket.parent().map(Path::to_path_buf))
+                .flatten(),
+            credentials.config_file().map(Path::to_path_buf),
+            credentials.credentials_file().map(Path::to_path_buf),
+            config.user_dir.clone(),
+            log_file(),
+        ]
+        .into_iter()
+        .flatten(),
+    ));
     let manager = Manager::new(Shared {
         checkpoints,
         rings: Default::default(),
@@ -331,6 +357,7 @@ pub async fn run(
             executable: std::env::current_exe().ok(),
             args: std::env::args().skip(1).collect(),
             credentials: Some(credentials),
+            own_files,
         },
     });
     let forward_to = manager.clone();
@@ -425,7 +452,7 @@ fn open_or_quarantine(
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|d| d.as_secs())
                 .unwrap_or(0);
-            let aside = data_dir.join(format!("db.unreadable-{secs}"));
+            let aside = data_dir.join(format!("{STORE_ASIDE}{secs}"));
             std::fs::rename(db_dir, &aside).map_err(|source| StartError::Io {
                 what: format!(
                     "cannot move the unreadable store {} aside",
@@ -434,9 +461,9 @@ fn open_or_quarantine(
                 source,
             })?;
             let notice = format!(
-                "the store in {} could not be opened ({e}); it was moved to {} and agentd started with an empty store. Restore conversations from a backup with `agent import`.",
-                db_dir.display(),
-                aside.display()
+                "the store in {db} could not be opened ({e}); it was moved to {aside} and agentd started with an empty store. To go back to the old store: `agent daemon stop`, then `mv {db} {db}.new && mv {aside} {db}`, and start agentd again. Checkpoint copies are kept while {aside} exists. Or restore conversations from a backup with `agent import`.",
+                db = db_dir.display(),
+                aside = aside.display()
             );
             tracing::error!("!!! {notice}");
             eprintln!("agentd: WARNING: {notice}");
@@ -447,6 +474,24 @@ fn open_or_quarantine(
             Ok((store, vec![notice]))
         }
     }
+}
+
+/// How a store moved aside is named in the data directory: this and the
+/// time it was moved, in Unix seconds.
+const STORE_ASIDE: &str = "db.unreadable-";
+
+/// Whether `data_dir` holds a store moved aside ([`open_or_quarantine`]):
+/// then checkpoint copies no record of the current store names may still
+/// be wanted, and none is removed.
+fn stores_aside(data_dir: &Path) -> bool {
+    std::fs::read_dir(data_dir).is_ok_and(|entries| {
+        entries.flatten().any(|entry| {
+            entry
+                .file_name()
+                .to_str()
+                .is_some_and(|name| name.starts_with(STORE_ASIDE))
+        })
+    })
 }
 
 /// Takes the data directory's lock file (held for the daemon's life) so a
@@ -510,6 +555,17 @@ async fn lock_data_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, StartError
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_moved_aside_is_seen_in_the_data_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("db")).unwrap();
+        std::fs::create_dir(dir.path().join("checkpoints")).unwrap();
+        assert!(!stores_aside(dir.path()));
+        std::fs::create_dir(dir.path().join(format!("{STORE_ASIDE}1700000000"))).unwrap();
+        assert!(stores_aside(dir.path()));
+        assert!(!stores_aside(&dir.path().join("missing")));
+    }
 
     /// Takes the data directory's lock the way another holder would (its
     /// own open file description), with `pid` written as its writer.

@@ -28,10 +28,19 @@ fn is_sha256(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// Creates `dir` and its missing parents with mode 0700.
+fn private_dir(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
 impl BlobStore {
     /// Opens (or creates) the store in `dir`.
     pub fn open(dir: &Path) -> io::Result<BlobStore> {
-        std::fs::create_dir_all(dir)?;
+        private_dir(dir)?;
         Ok(BlobStore {
             dir: dir.to_path_buf(),
         })
@@ -61,11 +70,22 @@ impl BlobStore {
             return Ok((sha, 0));
         }
         let parent = path.parent().unwrap_or(&self.dir);
-        std::fs::create_dir_all(parent)?;
+        private_dir(parent)?;
         // Written aside and renamed, so a crash never leaves a blob whose
-        // content does not match its name.
+        // content does not match its name. Only the user may read it: it is
+        // a copy of one of their files.
         let tmp = parent.join(format!(".{sha}.{}", std::process::id()));
-        std::fs::write(&tmp, bytes)?;
+        {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            file.write_all(bytes)?;
+        }
         std::fs::rename(&tmp, &path)?;
         Ok((sha, bytes.len() as u64))
     }

@@ -11,6 +11,10 @@
 //! rewind never depends on those objects.
 //! Ignored files are not in a snapshot, so `bash` changes to them are not
 //! tracked; neither are submodules and symbolic links.
+//!
+//! The repository is not trusted: git runs without its fsmonitor, hooks and
+//! filter drivers (see [`HARDENING`] and `FilterDrivers`), and without the
+//! daemon's credentials in its environment.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -35,8 +39,11 @@ pub struct TreeChange {
     pub existed: bool,
 }
 
-/// Variables that would point git elsewhere than the directory it runs in.
-const GIT_ENV: [&str; 6] = [
+/// Variables that would point git elsewhere than the directory it runs in,
+/// or give it settings of the daemon's environment over ours.
+const GIT_ENV: [&str; 8] = [
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
     "GIT_DIR",
     "GIT_WORK_TREE",
     "GIT_INDEX_FILE",
@@ -45,11 +52,104 @@ const GIT_ENV: [&str; 6] = [
     "GIT_CEILING_DIRECTORIES",
 ];
 
+/// Settings given to every git the snapshot runs, over whatever the
+/// repository's config says: a repository must not make the daemon run
+/// its programs. `core.fsmonitor` names a program `git add` (and any
+/// command that reads the index) would start; no hook runs for the
+/// commands used here, but `core.hooksPath` points nowhere in case one
+/// ever does. The filter drivers are the other way in: see
+/// [`FilterDrivers`].
+const HARDENING: [(&str, &str); 2] = [("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null")];
+
+/// The filter drivers (`filter.<name>.clean`, `.smudge`, `.process`) that
+/// git's config defines for a repository, in any scope (system, global,
+/// the repository's own, included files). `.gitattributes` in the work
+/// tree or `.git/info/attributes` can apply any of them to any file, and
+/// `git add` would run its `clean` command, `cat-file --filters` its
+/// `smudge`. Each one found is overridden with an empty command (git then
+/// stores and returns the bytes as they are) and `required = false`,
+/// through `GIT_CONFIG_KEY_n`/`GIT_CONFIG_VALUE_n`, which take precedence
+/// over every config file and, unlike `-c name=value`, need no parsing of
+/// a name that may itself contain `=`. A driver that is not defined in
+/// the config cannot run, so overriding every defined one stops all of
+/// them. What a rewind restores is then exactly the bytes that were in
+/// the work tree.
+///
+/// Only a config changed between the listing and the `git add` (by a
+/// command running in the background in that repository at that very
+/// moment) could slip a new driver in.
+#[derive(Debug, Default)]
+struct FilterDrivers(Vec<String>);
+
+impl FilterDrivers {
+    /// Lists the drivers git's config defines for the repository `dir`.
+    /// Reading the config runs no program.
+    async fn of(dir: &Path) -> Result<FilterDrivers, String> {
+        let mut cmd = git(dir);
+        cmd.args(["config", "-z", "--name-only", "--get-regexp", r"^filter\."]);
+        let out = cmd
+            .output()
+            .await
+            .map_err(|e| format!("git config: cannot run git: {e}"))?;
+        // 1: no such variable, nothing to override.
+        match out.status.code() {
+            Some(0) => {}
+            Some(1) => return Ok(FilterDrivers::default()),
+            _ => {
+                return Err(format!(
+                    "git config failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ));
+            }
+        }
+        let mut names: Vec<String> = out
+            .stdout
+            .split(|&b| b == 0)
+            .filter_map(|key| {
+                let key = std::str::from_utf8(key).ok()?;
+                let (name, _variable) = key.strip_prefix("filter.")?.rsplit_once('.')?;
+                Some(name.to_string())
+            })
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(FilterDrivers(names))
+    }
+
+    /// Makes `cmd` run with every listed driver disabled and with
+    /// [`HARDENING`].
+    fn disable_in(&self, cmd: &mut Command) {
+        let mut settings: Vec<(String, &str)> = HARDENING
+            .iter()
+            .map(|(key, value)| (key.to_string(), *value))
+            .collect();
+        for name in &self.0 {
+            for (variable, value) in [
+                ("clean", ""),
+                ("smudge", ""),
+                ("process", ""),
+                ("required", "false"),
+            ] {
+                settings.push((format!("filter.{name}.{variable}"), value));
+            }
+        }
+        cmd.env("GIT_CONFIG_COUNT", settings.len().to_string());
+        for (i, (key, value)) in settings.into_iter().enumerate() {
+            cmd.env(format!("GIT_CONFIG_KEY_{i}"), key)
+                .env(format!("GIT_CONFIG_VALUE_{i}"), value);
+        }
+    }
+}
+
+/// `git -C dir`, with nothing to answer prompts, the daemon's credentials
+/// withheld and [`HARDENING`] applied.
 fn git(dir: &Path) -> Command {
     let mut cmd = Command::new("git");
-    cmd.arg("-C")
-        .arg(dir)
-        .stdin(Stdio::null())
+    cmd.arg("-C").arg(dir);
+    for (key, value) in HARDENING {
+        cmd.arg("-c").arg(format!("{key}={value}"));
+    }
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .env("GIT_OPTIONAL_LOCKS", "0")
@@ -58,7 +158,17 @@ fn git(dir: &Path) -> Command {
     for name in GIT_ENV {
         cmd.env_remove(name);
     }
+    crate::process::withhold_secrets(cmd.as_std_mut());
     cmd
+}
+
+/// [`git`] with every filter driver of the repository disabled: for a
+/// command that would run one (`cat-file --filters`).
+async fn git_without_filters(dir: &Path) -> Result<Command, String> {
+    let drivers = FilterDrivers::of(dir).await?;
+    let mut cmd = git(dir);
+    drivers.disable_in(&mut cmd);
+    Ok(cmd)
 }
 
 async fn output(mut cmd: Command, what: &str) -> Result<Vec<u8>, String> {
@@ -125,11 +235,16 @@ async fn snapshot_with(repo: &Repo, tmp: &Path) -> Result<String, String> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("cannot copy {}: {e}", repo.index.display())),
     }
+    // Both read work-tree files (`write-tree` hashes again an entry whose
+    // stat cannot tell it changed), so both would run a filter.
+    let drivers = FilterDrivers::of(&repo.top).await?;
     let mut add = git(&repo.top);
+    drivers.disable_in(&mut add);
     add.env("GIT_INDEX_FILE", tmp)
         .args(["add", "-A", "--", "."]);
     output(add, "add").await?;
     let mut write = git(&repo.top);
+    drivers.disable_in(&mut write);
     write.env("GIT_INDEX_FILE", tmp).arg("write-tree");
     let out = output(write, "write-tree").await?;
     let id = String::from_utf8_lossy(&out).trim().to_string();
@@ -185,10 +300,10 @@ fn parse_raw(out: &[u8]) -> Vec<TreeChange> {
     changes
 }
 
-/// The content of `path` in `tree`, as checked out (git's filters
-/// applied, e.g. line endings).
+/// The content of `path` in `tree`, as checked out (git's own conversions
+/// applied, e.g. line endings; no filter driver: see [`FilterDrivers`]).
 pub async fn content(repo: &Repo, tree: &str, path: &str) -> Result<Vec<u8>, String> {
-    let mut cmd = git(&repo.top);
+    let mut cmd = git_without_filters(&repo.top).await?;
     cmd.args(["cat-file", "--filters"])
         .arg(format!("{tree}:{path}"));
     output(cmd, "cat-file").await
@@ -281,6 +396,54 @@ mod tests {
         let b = snapshot(&repo, scratch.path()).await.unwrap();
         assert_eq!(a, b);
         assert!(changes(&repo, &a, &b).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_repository_cannot_make_the_snapshot_run_its_programs() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = repo();
+        let tools = tempfile::tempdir().unwrap();
+        let marker = tools.path().join("ran");
+        let script = |name: &str, body: &str| {
+            let path = tools.path().join(name);
+            std::fs::write(
+                &path,
+                format!("#!/bin/sh\necho {name} >> {}\n{body}", marker.display()),
+            )
+            .unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            path.display().to_string()
+        };
+        let fsmonitor = script("fsmonitor", "");
+        let clean = script("clean", "tr a-z A-Z");
+        let smudge = script("smudge", "cat");
+        let process = script("process", "cat");
+        run(dir.path(), &["config", "core.fsmonitor", &fsmonitor]);
+        run(dir.path(), &["config", "filter.up.clean", &clean]);
+        run(dir.path(), &["config", "filter.up.smudge", &smudge]);
+        run(dir.path(), &["config", "filter.up.required", "true"]);
+        run(dir.path(), &["config", "filter.odd=name.process", &process]);
+        std::fs::write(
+            dir.path().join(".gitattributes"),
+            "*.txt filter=up\n*.md filter=odd=name\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("a.txt"), "lower\n").unwrap();
+        std::fs::write(dir.path().join("b.md"), "md\n").unwrap();
+        let scratch = tempfile::tempdir().unwrap();
+        let repo = repo_of(dir.path()).await.unwrap();
+        let before = snapshot(&repo, scratch.path()).await.unwrap();
+        std::fs::write(dir.path().join("a.txt"), "changed\n").unwrap();
+        let after = snapshot(&repo, scratch.path()).await.unwrap();
+        assert_eq!(changes(&repo, &before, &after).await.unwrap().len(), 1);
+        // The bytes of the work tree, not what the clean filter makes.
+        assert_eq!(content(&repo, &before, "a.txt").await.unwrap(), b"lower\n");
+        assert_eq!(content(&repo, &before, "b.md").await.unwrap(), b"md\n");
+        assert!(
+            !marker.exists(),
+            "ran: {}",
+            std::fs::read_to_string(&marker).unwrap_or_default()
+        );
     }
 
     #[tokio::test]

@@ -205,6 +205,10 @@ pub struct Checkpoints {
     bytes: AtomicU64,
     /// How old an unreferenced content must be before a sweep removes it.
     sweep_grace: std::time::Duration,
+    /// Whether retention removes contents no record refers to: not while a
+    /// store moved aside at start may be put back (see
+    /// [`Checkpoints::keep_unreferenced`]).
+    sweep: bool,
 }
 
 impl std::fmt::Debug for Checkpoints {
@@ -288,7 +292,17 @@ impl Checkpoints {
             lock: std::sync::Mutex::new(()),
             bytes: AtomicU64::new(bytes),
             sweep_grace: std::time::Duration::from_secs(600),
+            sweep: true,
         })
+    }
+
+    /// Keeps every stored content, referred to or not, for this daemon's
+    /// life: the store these checkpoints are recorded in is not the one
+    /// the contents were stored for (an unreadable store was moved aside
+    /// at start, and the user may put it back).
+    pub fn keep_unreferenced(mut self) -> Checkpoints {
+        self.sweep = false;
+        self
     }
 
     fn locked(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -746,6 +760,10 @@ impl Checkpoints {
     /// Retention: drops records older than `max_age_days`, then the oldest
     /// while the stored contents exceed `max_bytes`, then every content no
     /// record refers to. Returns the records dropped.
+    ///
+    /// Unreferenced contents stay when no record at all was found: an empty
+    /// record tree next to stored contents is a store that was replaced
+    /// (moved aside, or a fresh one), not contents nobody needs.
     pub fn prune(&self, now_ms: i64) -> Result<usize, String> {
         let _guard = self.locked();
         let max_age_ms =
@@ -760,6 +778,7 @@ impl Checkpoints {
                 }
             }
         }
+        let any_records = !records.is_empty();
         records.sort_by_key(|(k, r)| (r.at_ms, id_of(k)));
         let sizes = |r: &Record| -> Vec<String> {
             r.files
@@ -810,7 +829,9 @@ impl Checkpoints {
         let keep: HashSet<String> = kept[first..].iter().flat_map(|(_, r)| sizes(r)).collect();
         // Contents younger than a few minutes may belong to a call that is
         // still running, whose record does not name them yet.
-        self.blobs.sweep(&keep, self.sweep_grace).map_err(io_err)?;
+        if self.sweep && any_records {
+            self.blobs.sweep(&keep, self.sweep_grace).map_err(io_err)?;
+        }
         self.bytes.store(total, Ordering::Relaxed);
         Ok(dropped)
     }

@@ -277,3 +277,33 @@ async fn bash_in_a_git_work_tree_is_undone_from_its_snapshots() {
     );
     assert!(!f.path("made.txt").exists());
 }
+
+#[tokio::test]
+async fn contents_of_a_replaced_store_are_not_swept() {
+    // Contents stored for records the store no longer has: the store was
+    // moved aside (or is new). Retention keeps them.
+    let f = fixture(CheckpointsSection::default());
+    f.cp.blobs.put(b"from the old store").unwrap();
+    let now = record_now_ms();
+    f.cp.prune(now).unwrap();
+    assert_eq!(f.blob_count(), 1, "an empty store sweeps nothing");
+
+    // With records, unreferenced contents go, unless the daemon started
+    // with a store moved aside.
+    std::fs::write(f.path("a.txt"), "one").unwrap();
+    f.write(1, "t1", now, "a.txt", "two").await;
+    assert_eq!(f.blob_count(), 2);
+    let checkpoints_dir = f._data.path().join("checkpoints");
+    let mut kept = Checkpoints::open(&f.cp.store, &checkpoints_dir, CheckpointsSection::default())
+        .unwrap()
+        .keep_unreferenced();
+    kept.sweep_grace = std::time::Duration::ZERO;
+    kept.prune(now).unwrap();
+    assert_eq!(
+        f.blob_count(),
+        2,
+        "kept while a moved-aside store may come back"
+    );
+    f.cp.prune(now).unwrap();
+    assert_eq!(f.blob_count(), 1, "otherwise the unreferenced one is swept");
+}

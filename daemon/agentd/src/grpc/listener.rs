@@ -10,11 +10,13 @@ use std::path::{Path, PathBuf};
 pub enum ListenError {
     /// A directory that other users could enter or change.
     #[error(
-        "{what} {path} must be a directory owned by you (uid {uid}) with mode 0700; it is owned by uid {owner} with mode {mode:o}. Fix it with `chmod 700 {path}` or choose another --socket"
+        "{what} {path} must be a directory owned by you (uid {uid}) with mode 0700; it is owned by uid {owner} with mode {mode:o}. Fix it with `chmod 700 {path}` or choose another {option}"
     )]
     Insecure {
         /// Which directory.
         what: &'static str,
+        /// The option that chooses another one.
+        option: &'static str,
         path: PathBuf,
         /// Our uid.
         uid: u32,
@@ -47,6 +49,8 @@ pub fn peer_allowed(peer_uid: u32, our_uid: u32) -> bool {
 }
 
 /// Checks that `dir` is ours and private (no group/other permissions).
+/// One that is not is refused, not fixed (as ssh does): its contents may
+/// already have been read or planted, and only its owner can tell.
 pub fn check_private_dir(dir: &Path, what: &'static str) -> Result<(), ListenError> {
     let meta = std::fs::metadata(dir).map_err(io_err(dir))?;
     let uid = nix::unistd::geteuid().as_raw();
@@ -54,6 +58,11 @@ pub fn check_private_dir(dir: &Path, what: &'static str) -> Result<(), ListenErr
     if !meta.is_dir() || meta.uid() != uid || mode & 0o077 != 0 {
         return Err(ListenError::Insecure {
             what,
+            option: if what == DATA_DIRECTORY {
+                "--data-dir"
+            } else {
+                "--socket"
+            },
             path: dir.to_path_buf(),
             uid,
             owner: meta.uid(),
@@ -62,6 +71,9 @@ pub fn check_private_dir(dir: &Path, what: &'static str) -> Result<(), ListenErr
     }
     Ok(())
 }
+
+/// What [`check_private_dir`] calls the daemon's data directory.
+pub const DATA_DIRECTORY: &str = "data directory";
 
 /// Creates `dir` (and missing parents) with mode 0700.
 pub fn create_private_dir(dir: &Path) -> Result<(), ListenError> {

@@ -218,6 +218,27 @@ impl Sources {
         })
     }
 
+    /// Every key these sources hold now (the config file's, the
+    /// credentials file's, the environment's), each named by the variable
+    /// it would be in: what tool results must never show. A file that
+    /// cannot be read or parsed gives none.
+    pub fn keys(&self) -> Vec<(&'static str, String)> {
+        let name = match self.provider {
+            ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
+            ProviderKind::Openai => "OPENAI_API_KEY",
+        };
+        let files = [
+            (Source::ConfigFile, self.config_file.as_deref()),
+            (Source::CredentialsFile, self.credentials_file.as_deref()),
+        ];
+        files
+            .into_iter()
+            .filter_map(|(source, path)| self.file_key(path?, source).ok().flatten())
+            .chain(self.env_key.clone())
+            .map(|key| (name, key))
+            .collect()
+    }
+
     /// The key in the file at `path` (none when the file does not exist),
     /// from the cache when the file did not change since it was read.
     fn file_key(&self, path: &Path, source: Source) -> Result<Option<String>, CredentialsError> {

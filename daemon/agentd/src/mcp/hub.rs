@@ -43,9 +43,6 @@ const STDERR_LINES: usize = 5;
 /// How long a stdio server gets between SIGTERM and SIGKILL.
 const KILL_GRACE: Duration = Duration::from_millis(1_000);
 
-/// Environment variables a server never inherits from the daemon.
-const WITHHELD_ENV: &[&str] = &["ANTHROPIC_API_KEY", "OPENAI_API_KEY"];
-
 /// Where a server is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerState {
@@ -568,9 +565,9 @@ impl Slot {
                     .stderr(std::process::Stdio::piped())
                     .process_group(0)
                     .kill_on_drop(true);
-                for k in WITHHELD_ENV {
-                    cmd.env_remove(k);
-                }
+                // Inherited credentials are withheld; what the user wrote
+                // in this server's own `env` table is given as written.
+                crate::process::withhold_secrets(cmd.as_std_mut());
                 cmd.envs(env);
                 let mut child = cmd
                     .spawn()

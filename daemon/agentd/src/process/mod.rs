@@ -36,14 +36,74 @@ pub(crate) const KILL_WAIT: Duration = Duration::from_millis(500);
 /// process that left the group (setsid) and kept the pipe open makes this
 /// wait matter.
 pub(crate) const DRAIN: Duration = Duration::from_millis(500);
-/// Variables holding the daemon's credentials, removed from every command's
-/// environment.
+/// Names of variables that may hold one of the daemon's credentials: the
+/// API keys and tokens of the providers (`ANTHROPIC_API_KEY`,
+/// `ANTHROPIC_AUTH_TOKEN`, `OPENAI_API_KEY`, ...) and remote-access tokens
+/// (`AGENTD_TOKEN`, `AGENTD_TOKEN_FILE`, ...). Every variable with one of
+/// these prefixes is withheld, not only the names known today: the
+/// providers add new credential variables now and then, and a list of
+/// exact names would let the next one through. What this also removes
+/// (`ANTHROPIC_BASE_URL`, `OPENAI_ORG_ID`, ...) configures the daemon's own
+/// requests and is no command's business either; a command that needs one
+/// sets it itself.
+const SECRET_PREFIXES: [&str; 3] = ["ANTHROPIC_", "OPENAI_", "AGENTD_TOKEN"];
+
+/// The credential variables known by name: always removed, whether or not
+/// the daemon has them (a test or a caller can then see they are).
 const SECRET_ENV: [&str; 4] = [
     "ANTHROPIC_API_KEY",
     "ANTHROPIC_AUTH_TOKEN",
     "OPENAI_API_KEY",
     "AGENTD_TOKEN",
 ];
+
+/// Whether the variable `name` may hold one of the daemon's credentials
+/// (see [`SECRET_PREFIXES`]).
+pub(crate) fn is_secret_var(name: &OsStr) -> bool {
+    let name = name.as_encoded_bytes();
+    SECRET_PREFIXES
+        .iter()
+        .any(|prefix| name.starts_with(prefix.as_bytes()))
+}
+
+/// The daemon's own variables that [`is_secret_var`] names, read once: the
+/// daemon's environment does not change while it runs.
+fn inherited_secret_vars() -> &'static [OsString] {
+    static NAMES: std::sync::OnceLock<Vec<OsString>> = std::sync::OnceLock::new();
+    NAMES.get_or_init(|| {
+        std::env::vars_os()
+            .map(|(name, _)| name)
+            .filter(|name| is_secret_var(name))
+            .collect()
+    })
+}
+
+/// Keeps the daemon's credentials out of a child: removes from `cmd`
+/// every variable [`is_secret_var`] names, both those the child would
+/// inherit from the daemon and those already set on `cmd`. Every process
+/// the daemon starts goes through here (bash commands and background
+/// shells, hooks, MCP stdio servers, git); it is the one function, so
+/// there is one list.
+///
+/// Call it after the command's environment is set (`env`, `envs`,
+/// `env_clear`): it works on whatever environment `cmd` would give. The
+/// one deliberate exception is an MCP server's own `env` table, which the
+/// user wrote in the config for that server: it is applied after this
+/// call, so a server the user hands a key to explicitly gets it (see
+/// `mcp/hub.rs`).
+pub(crate) fn withhold_secrets(cmd: &mut std::process::Command) {
+    let set: Vec<OsString> = cmd
+        .get_envs()
+        .filter(|(name, value)| value.is_some() && is_secret_var(name))
+        .map(|(name, _)| name.to_os_string())
+        .collect();
+    for name in SECRET_ENV {
+        cmd.env_remove(name);
+    }
+    for name in set.iter().chain(inherited_secret_vars()) {
+        cmd.env_remove(name);
+    }
+}
 
 /// What happens to a command when the [`Spawned::child`] handle is dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -268,9 +328,7 @@ fn bash_command(program: &OsStr, command: &str, cwd: &Path) -> tokio::process::C
         .env("PAGER", "cat");
     // The daemon's own credentials are not the command's business: a
     // command could print them into the transcript.
-    for name in SECRET_ENV {
-        cmd.env_remove(name);
-    }
+    withhold_secrets(cmd.as_std_mut());
     cmd
 }
 

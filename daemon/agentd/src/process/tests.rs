@@ -92,6 +92,40 @@ fn daemon_credentials_are_not_passed_on() {
 }
 
 #[test]
+fn every_credential_variable_is_withheld_also_when_set_on_the_command() {
+    let mut cmd = std::process::Command::new("env");
+    cmd.env("ANTHROPIC_AUTH_TOKEN", "a")
+        .env("ANTHROPIC_CUSTOM_HEADERS", "x-api-key: b")
+        .env("OPENAI_ORG_ID", "c")
+        .env("AGENTD_TOKEN_FILE", "/t")
+        .env("KEEP_ME", "d")
+        .env("MY_ANTHROPIC_NOTE", "e");
+    withhold_secrets(&mut cmd);
+    let envs: std::collections::HashMap<String, Option<String>> = cmd
+        .get_envs()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                v.map(|v| v.to_string_lossy().into_owned()),
+            )
+        })
+        .collect();
+    for gone in [
+        "ANTHROPIC_AUTH_TOKEN",
+        "ANTHROPIC_CUSTOM_HEADERS",
+        "OPENAI_ORG_ID",
+        "AGENTD_TOKEN_FILE",
+        "ANTHROPIC_API_KEY",
+        "OPENAI_API_KEY",
+        "AGENTD_TOKEN",
+    ] {
+        assert_eq!(envs.get(gone), Some(&None), "{gone} is passed on");
+    }
+    assert_eq!(envs.get("KEEP_ME"), Some(&Some("d".to_string())));
+    assert_eq!(envs.get("MY_ANTHROPIC_NOTE"), Some(&Some("e".to_string())));
+}
+
+#[test]
 fn bash_is_found_on_path_as_execvp_would() {
     use std::os::unix::fs::PermissionsExt;
     let dir = tempfile::tempdir().unwrap();

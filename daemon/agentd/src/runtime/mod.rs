@@ -76,6 +76,8 @@ pub struct DaemonInfo {
     pub args: Vec<String>,
     /// Where the API key comes from.
     pub credentials: Option<Arc<crate::llm::credentials::Sources>>,
+    /// The daemon's own files and directories, which no file tool touches.
+    pub own_files: Arc<crate::tools::OwnFiles>,
 }
 
 /// Parameters of a new conversation.

@@ -3,7 +3,7 @@
 //! Results come newest first: the files the user is working on are the
 //! recently modified ones, and those are what the model usually looks for.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
@@ -73,16 +73,14 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         hidden: true,
         overrides: None,
     };
-    walk::files(&root, &options, &ctx.cancel, || {
+    let skipped = walk::files(&root, &options, &ctx.own_files, &ctx.cancel, || {
         let mut sink = walk::Collector::new(&found);
         let (matcher, root) = (&matcher, &root);
         move |entry: &ignore::DirEntry| {
             let path = entry.path();
+            // Matched as bytes: a name that is not UTF-8 is found too.
             let hit = if by_name {
-                entry
-                    .file_name()
-                    .to_str()
-                    .is_some_and(|n| matcher.is_match(n))
+                matcher.is_match(Path::new(entry.file_name()))
             } else {
                 path.strip_prefix(root)
                     .is_ok_and(|rel| matcher.is_match(rel))
@@ -105,7 +103,10 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
     let total = found.len();
     if total == 0 {
-        return Ok(no_match(&input.pattern, &root_shown));
+        return Ok(walk::own_note(
+            no_match(&input.pattern, &root_shown),
+            skipped,
+        ));
     }
     let budget = ctx.limits.content_budget();
     let mut out = String::new();
@@ -125,12 +126,24 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
             total - shown
         ));
     }
+    let not_utf8 = found
+        .iter()
+        .take(shown)
+        .filter(|(_, path)| path.to_str().is_none())
+        .count();
+    if not_utf8 > 0 {
+        out.push_str(&format!(
+            "[{not_utf8} of these names are not valid UTF-8: what is not is shown as U+FFFD \
+             (\u{FFFD}), so the name as shown does not open the file; reach it with bash (`ls`, \
+             a glob)]\n"
+        ));
+    }
     let summary = if total == 1 {
         "1 file".to_string()
     } else {
         format!("{total} files")
     };
-    Ok(ToolOutput::ok(out, summary))
+    Ok(walk::own_note(ToolOutput::ok(out, summary), skipped))
 }
 
 fn no_match(pattern: &str, dir: &str) -> ToolOutput {
@@ -249,6 +262,54 @@ mod tests {
         assert_eq!(lines(&out), ["src/main.rs"]);
         let out = run(json!({"pattern": "*.yml"}), &ctx).unwrap();
         assert_eq!(lines(&out), [".github/ci.yml"]);
+    }
+
+    #[test]
+    fn a_walk_leaves_agentds_own_files_out_and_says_so() {
+        let (dir, mut ctx) = setup();
+        let data = dir.path().join("src/agentd-data");
+        std::fs::create_dir_all(data.join("db")).unwrap();
+        std::fs::write(data.join("db/store.rs"), "secret").unwrap();
+        ctx.own_files = std::sync::Arc::new(crate::tools::OwnFiles::new([data]));
+        let out = run(json!({"pattern": "**/*.rs"}), &ctx).unwrap();
+        assert_eq!(
+            out.content.lines().filter(|l| l.ends_with(".rs")).count(),
+            2,
+            "{}",
+            out.content
+        );
+        assert!(out.content.contains("agentd's own"), "{}", out.content);
+        let grep = crate::tools::grep::run(json!({"pattern": "secret"}), &ctx).unwrap();
+        assert!(grep.content.starts_with("No matches"), "{}", grep.content);
+        assert!(grep.content.contains("agentd's own"), "{}", grep.content);
+        // A walk that does not pass them has no note.
+        let out = run(json!({"pattern": "*.rs", "path": "src/lib"}), &ctx).unwrap();
+        assert_eq!(out.content, "src/lib/mod.rs\n");
+        assert!(!out.content.contains("agentd's own"), "{}", out.content);
+    }
+
+    #[test]
+    fn names_that_are_not_utf8_are_listed_and_said_to_be() {
+        use std::os::unix::ffi::OsStrExt;
+        let (dir, ctx) = setup();
+        let odd = std::ffi::OsStr::from_bytes(b"odd\xffname.rs");
+        std::fs::write(dir.path().join("src").join(odd), "x").unwrap();
+        for pattern in ["*.rs", "src/*.rs"] {
+            let out = run(json!({"pattern": pattern}), &ctx).unwrap();
+            assert!(
+                out.content.contains("src/odd\u{FFFD}name.rs\n"),
+                "{pattern}: {}",
+                out.content
+            );
+            assert!(
+                out.content
+                    .contains("[1 of these names are not valid UTF-8"),
+                "{pattern}: {}",
+                out.content
+            );
+        }
+        let out = run(json!({"pattern": "*.md"}), &ctx).unwrap();
+        assert!(!out.content.contains("UTF-8"), "{}", out.content);
     }
 
     #[test]

@@ -116,7 +116,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     let collected = AtomicUsize::new(0);
     let capped = AtomicBool::new(false);
     let results: Mutex<Vec<FileHits>> = Mutex::new(Vec::new());
-    walk::files(&root, &options, &ctx.cancel, || {
+    let skipped = walk::files(&root, &options, &ctx.own_files, &ctx.cancel, || {
         let mut searcher = walk::searcher(if mode == Mode::Content { context } else { 0 });
         let matcher = matcher.clone();
         let mut sink = walk::Collector::new(&results);
@@ -145,10 +145,11 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     let files = results.len();
     let matches: u64 = results.iter().map(|r| r.matches).sum();
     if files == 0 {
-        return Ok(ToolOutput::ok(
+        let none = ToolOutput::ok(
             format!("No matches for `{}` in {root_shown}.", input.pattern),
             "no matches".to_string(),
-        ));
+        );
+        return Ok(walk::own_note(none, skipped));
     }
 
     let mut out = String::new();
@@ -191,7 +192,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         (_, true) => format!("{matches} matches in {files} files"),
         (_, false) => format!("{matches}+ matches in {files}+ files (capped)"),
     };
-    Ok(ToolOutput::ok(out, summary))
+    Ok(walk::own_note(ToolOutput::ok(out, summary), skipped))
 }
 
 /// Splits "*.rs, *.toml" into separate globs, leaving braces alone.

@@ -94,30 +94,38 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         .map_err(|e| ToolError::new(format!("keyword_search: {e}")))?;
 
     let results: Mutex<Vec<Scored>> = Mutex::new(Vec::new());
-    walk::files(&root, &WalkOptions::default(), &ctx.cancel, || {
-        let mut searcher = walk::searcher(0);
-        let matcher = matcher.clone();
-        let mut sink = walk::Collector::new(&results);
-        let (terms, root) = (&terms, &root);
-        move |entry: &ignore::DirEntry| {
-            if let Some(scored) = score_file(&mut searcher, &matcher, entry.path(), root, terms) {
-                sink.push(scored);
+    let skipped = walk::files(
+        &root,
+        &WalkOptions::default(),
+        &ctx.own_files,
+        &ctx.cancel,
+        || {
+            let mut searcher = walk::searcher(0);
+            let matcher = matcher.clone();
+            let mut sink = walk::Collector::new(&results);
+            let (terms, root) = (&terms, &root);
+            move |entry: &ignore::DirEntry| {
+                if let Some(scored) = score_file(&mut searcher, &matcher, entry.path(), root, terms)
+                {
+                    sink.push(scored);
+                }
+                WalkState::Continue
             }
-            WalkState::Continue
-        }
-    });
+        },
+    );
     if ctx.cancel.is_cancelled() {
         return Ok(super::cancelled_output());
     }
     let mut results = results.into_inner().unwrap_or_else(|p| p.into_inner());
     if results.is_empty() {
-        return Ok(ToolOutput::ok(
+        let none = ToolOutput::ok(
             format!(
                 "No files in {root_shown} contain any of: {}.",
                 terms.join(", ")
             ),
             "no matches".to_string(),
-        ));
+        );
+        return Ok(walk::own_note(none, skipped));
     }
     results.sort_by(|a, b| {
         b.terms
@@ -145,7 +153,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         }
     }
     let summary = format!("{} files match", results.len());
-    Ok(ToolOutput::ok(out, summary))
+    Ok(walk::own_note(ToolOutput::ok(out, summary), skipped))
 }
 
 fn score_file(

@@ -29,10 +29,14 @@ mod keyword_search;
 mod kill_shell;
 mod live;
 pub use live::{LiveOutput, OutputChunk, OutputPreview};
+mod own;
+pub use own::OwnFiles;
 mod patch;
 mod paths;
 pub use paths::resolve_real;
 mod read;
+mod redact;
+pub use redact::Redactor;
 mod think;
 use crate::truncate;
 mod walk;
@@ -120,6 +124,9 @@ pub struct ToolContext {
     /// The limits images a tool returns must meet, when the model takes
     /// images; None: it does not, and `read` refuses image files.
     pub images: Option<agentd_core::ImageLimits>,
+    /// agentd's own files, which no file tool touches (`/proc/*/environ`
+    /// is refused also when this is empty).
+    pub own_files: Arc<OwnFiles>,
 }
 
 impl ToolContext {
@@ -136,6 +143,7 @@ impl ToolContext {
             live: None,
             model: String::new(),
             images: None,
+            own_files: Arc::default(),
         }
     }
 

@@ -44,6 +44,11 @@ pub(crate) fn resolve(ctx: &ToolContext, raw: &str) -> Result<PathBuf, ToolError
     let lexical = normalize(&joined);
     let resolved = canonicalize_lenient(&lexical, 0)
         .map_err(|e| ToolError::new(format!("cannot resolve path `{raw}`: {e}")))?;
+    // Before the working directory: agentd's own files are refused also
+    // inside it, and whatever the allow rules or the mode say.
+    if let Some(why) = ctx.own_files.refusal(&resolved) {
+        return Err(ToolError::new(format!("path `{raw}`: {why}")));
+    }
     if allowed_roots(ctx)
         .iter()
         .any(|root| resolved.starts_with(root))
@@ -115,6 +120,12 @@ pub(crate) fn normalize(path: &Path) -> PathBuf {
         }
     }
     out
+}
+
+/// Where the absolute `path` really points: `..` resolved, symbolic links
+/// followed, also when it does not exist yet.
+pub(crate) fn resolve_path(path: &Path) -> io::Result<PathBuf> {
+    canonicalize_lenient(&normalize(path), 0)
 }
 
 /// `canonicalize` that also works for paths that do not exist yet.
@@ -209,6 +220,35 @@ mod tests {
             resolve(&ctx, "inner_link").unwrap(),
             ctx.cwd.join("real.txt")
         );
+    }
+
+    #[test]
+    fn agentds_own_files_are_refused_inside_the_allowed_directories_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = ctx_in(dir.path());
+        let data = ctx.cwd.join("data");
+        std::fs::create_dir_all(data.join("db")).unwrap();
+        std::fs::write(ctx.cwd.join("credentials.toml"), "k").unwrap();
+        symlink(&data, ctx.cwd.join("innocent")).unwrap();
+        ctx.own_files = std::sync::Arc::new(super::super::OwnFiles::new([
+            data.clone(),
+            ctx.cwd.join("credentials.toml"),
+        ]));
+        ctx.additional_dirs.push(PathBuf::from("/proc"));
+        for raw in [
+            "data",
+            "data/db/conf",
+            "innocent/db",
+            "./credentials.toml",
+            "/proc/self/environ",
+            "/proc/thread-self/environ",
+            "/proc/self/root/proc/self/environ",
+        ] {
+            let err = resolve(&ctx, raw).unwrap_err().0;
+            assert!(err.contains("no tool may read"), "{raw}: {err}");
+        }
+        assert!(resolve(&ctx, "other.toml").is_ok());
+        assert!(resolve(&ctx, "/proc/self/status").is_ok());
     }
 
     #[test]

@@ -7,7 +7,8 @@
 //! followed, so a link cannot lead a search outside the allowed directories.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use grep_searcher::{BinaryDetection, Searcher, SearcherBuilder};
 
@@ -15,7 +16,7 @@ use ignore::overrides::Override;
 use ignore::{DirEntry, WalkBuilder, WalkState};
 use tokio_util::sync::CancellationToken;
 
-use super::{ToolContext, ToolError, paths};
+use super::{OwnFiles, ToolContext, ToolError, ToolOutput, paths};
 
 /// Which files a walk yields.
 #[derive(Debug, Clone, Default)]
@@ -55,22 +56,34 @@ pub(crate) fn searcher(context_lines: usize) -> Searcher {
 /// when it is a file), in parallel. `make` builds one visitor per worker
 /// thread, so visitors keep per-thread state (a searcher, a buffer) without
 /// locking. A visitor returns `WalkState::Quit` to stop the whole walk; the
-/// walk also stops when `cancel` fires.
+/// walk also stops when `cancel` fires. agentd's own files (`own`) are
+/// left out; the answer says whether any were (see [`own_note`]).
+#[must_use = "say when agentd's own files were left out"]
 pub(crate) fn files<'s, M, V>(
     root: &Path,
     options: &WalkOptions,
+    own: &Arc<OwnFiles>,
     cancel: &CancellationToken,
     mut make: M,
-) where
+) -> bool
+where
     M: FnMut() -> V,
     V: FnMut(&DirEntry) -> WalkState + Send + 's,
 {
+    let skipped = Arc::new(AtomicBool::new(false));
     let mut builder = WalkBuilder::new(root);
+    let (own, skipped_own) = (own.clone(), skipped.clone());
     builder
         .hidden(!options.hidden)
         .require_git(false)
         .follow_links(false)
-        .filter_entry(|entry| entry.file_name() != ".git");
+        .filter_entry(move |entry| {
+            if own.contains(entry.path()) {
+                skipped_own.store(true, Ordering::Relaxed);
+                return false;
+            }
+            entry.file_name() != ".git"
+        });
     if let Some(overrides) = &options.overrides {
         builder.overrides(overrides.clone());
     }
@@ -89,6 +102,22 @@ pub(crate) fn files<'s, M, V>(
             }
         })
     });
+    skipped.load(Ordering::Relaxed)
+}
+
+/// Adds to a walk's result that agentd's own files were left out, when
+/// they were (`skipped`, what [`files`] answered).
+pub(crate) fn own_note(mut output: ToolOutput, skipped: bool) -> ToolOutput {
+    if skipped {
+        if !output.content.is_empty() && !output.content.ends_with('\n') {
+            output.content.push('\n');
+        }
+        output.content.push_str(
+            "[agentd's own configuration and data below this directory were left out: no tool \
+             may read them]\n",
+        );
+    }
+    output
 }
 
 /// Gathers a worker's results and hands them to the shared list in batches,

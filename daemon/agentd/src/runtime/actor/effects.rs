@@ -444,6 +444,7 @@ impl Actor {
                 .lookup(&self.record.model)
                 .images
                 .then(|| config.images.limits()),
+            own_files: self.shared.daemon.own_files.clone(),
         }
     }
 
@@ -836,12 +837,18 @@ impl Actor {
         };
         let env = self.hook_env(cancel.clone());
         let mut ctx = self.tool_context(cancel);
+        // The daemon's keys never leave in a result (tools/redact.rs).
+        let redactor = Arc::new(crate::tools::Redactor::of_daemon(
+            self.shared.daemon.credentials.as_deref(),
+        ));
         if !background {
             // The sink only posts to the mailbox, which never blocks; the
             // actor drops what arrives for a call that is over.
             let mailbox = self.tx.clone();
             let tool_use_id = call.id.clone();
-            ctx.live = Some(crate::tools::LiveOutput::new(move |chunk| {
+            let redactor = redactor.clone();
+            ctx.live = Some(crate::tools::LiveOutput::new(move |mut chunk| {
+                redactor.chunk(&mut chunk);
                 let _ = mailbox.send(Input::ToolOutput {
                     call: id,
                     tool_use_id: tool_use_id.clone(),
@@ -896,6 +903,7 @@ impl Actor {
                 }
                 None => run.await,
             };
+            redactor.output(&mut output);
             if let Some(pending) = checkpoint {
                 checkpoints.after(pending).await;
             }
@@ -911,6 +919,7 @@ impl Actor {
                     output.content.push_str(&text);
                 }
                 reports = ran;
+                redactor.output(&mut output);
             }
             let _ = tx.send(Input::ToolDone {
                 call: id,
