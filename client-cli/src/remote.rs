@@ -154,6 +154,27 @@ pub async fn channel(address: &str, fingerprint: &str) -> Result<Channel, String
 }
 
 async fn pinned_channel(address: &str, fingerprint: [u8; 32]) -> Result<Channel, String> {
+    let connector = pinned_connector(fingerprint)?;
+    let address = address.to_string();
+    // The URI is required by the API; the connector does the connecting
+    // (TCP, then TLS).
+    Endpoint::from_static("http://agentd.remote")
+        .connect_timeout(Duration::from_secs(10))
+        .connect_with_connector(tower::service_fn(move |_| {
+            let address = address.clone();
+            let connector = connector.clone();
+            async move {
+                let tcp = tokio::net::TcpStream::connect(&address).await?;
+                let tls = pinned_handshake(&connector, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        }))
+        .await
+        .map_err(|e| crate::connect::error_chain(&e))
+}
+
+/// TLS (ALPN `h2`) trusting only the certificate with `fingerprint`.
+fn pinned_connector(fingerprint: [u8; 32]) -> Result<tokio_rustls::TlsConnector, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = Arc::new(Pinned {
         fingerprint,
@@ -166,28 +187,31 @@ async fn pinned_channel(address: &str, fingerprint: [u8; 32]) -> Result<Channel,
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let address = address.to_string();
-    // The URI is required by the API; the connector does the connecting
-    // (TCP, then TLS).
-    Endpoint::from_static("http://agentd.remote")
-        .connect_timeout(Duration::from_secs(10))
-        .connect_with_connector(tower::service_fn(move |_| {
-            let address = address.clone();
-            let connector = connector.clone();
-            async move {
-                let tcp = tokio::net::TcpStream::connect(&address).await?;
-                let _ = tcp.set_nodelay(true);
-                // The name is not checked (the fingerprint is); rustls
-                // needs one all the same.
-                let name = ServerName::try_from("agentd")
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-                let tls = connector.connect(name, tcp).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
-            }
-        }))
-        .await
-        .map_err(|e| crate::connect::error_chain(&e))
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+async fn pinned_handshake(
+    connector: &tokio_rustls::TlsConnector,
+    tcp: tokio::net::TcpStream,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let _ = tcp.set_nodelay(true);
+    // The name is not checked (the fingerprint is); rustls needs one all
+    // the same.
+    let name = ServerName::try_from("agentd")
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    connector.connect(name, tcp).await
+}
+
+/// The TLS handshake alone on a connection made already, trusting only
+/// the certificate with `fingerprint` (as the daemon prints it).
+pub async fn handshake(
+    tcp: tokio::net::TcpStream,
+    fingerprint: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let connector =
+        pinned_connector(parse_fingerprint(fingerprint).map_err(std::io::Error::other)?)
+            .map_err(std::io::Error::other)?;
+    pinned_handshake(&connector, tcp).await
 }
 
 /// Trusts exactly the certificate with the pinned SHA-256, and checks that

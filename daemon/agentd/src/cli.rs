@@ -200,6 +200,9 @@ pub async fn run(
         }
     };
 
+    // Every connection, file and pipe is a descriptor: the hard limit is
+    // the daemon's to use (remote connections get at most half of it).
+    let nofile = crate::grpc::limits::raise_nofile();
     listener::create_private_dir(&data_dir)?;
     let _lock = lock_data_dir(&data_dir).await?;
     let db_dir = data_dir.join("db");
@@ -279,7 +282,8 @@ pub async fn run(
             let identity = crate::grpc::remote::identity(&data_dir.join("tls"), configured)?;
             let fingerprint = identity.fingerprint.clone();
             let bound = crate::grpc::remote::bind(address, identity).await?;
-            Some((bound, fingerprint))
+            let limits = crate::grpc::remote::Limits::new(&config.remote, nofile);
+            Some((bound, fingerprint, limits))
         }
         None => None,
     };
@@ -288,7 +292,7 @@ pub async fn run(
         crate::runtime::Clock::System,
         remote
             .as_ref()
-            .map(|(bound, fingerprint)| crate::grpc::access::Listening {
+            .map(|(bound, fingerprint, _)| crate::grpc::access::Listening {
                 address: bound.address.to_string(),
                 fingerprint: fingerprint.clone(),
             }),
@@ -367,7 +371,7 @@ pub async fn run(
     }
     let result = crate::grpc::serve(
         listener::incoming(listener),
-        remote.map(|(bound, _)| bound),
+        remote.map(|(bound, _, limits)| (bound, limits)),
         access,
         manager,
         shutdown,

@@ -26,6 +26,7 @@ mod permissions;
 mod plans;
 mod queue;
 mod remote;
+mod remote_limits;
 mod rewind;
 mod settings;
 mod shells;

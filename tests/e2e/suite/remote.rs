@@ -16,11 +16,11 @@ use std::time::Duration;
 use tonic::transport::Channel;
 
 /// The daemon listens on an ephemeral port of 127.0.0.1.
-const LISTEN: &str = "[remote]\nlisten = \"127.0.0.1:0\"";
+pub(super) const LISTEN: &str = "[remote]\nlisten = \"127.0.0.1:0\"";
 
 /// The TCP listener's address and certificate fingerprint, as the local
 /// socket tells them.
-async fn listening(client: &mut AgentServiceClient<Channel>) -> (String, String) {
+pub(super) async fn listening(client: &mut AgentServiceClient<Channel>) -> (String, String) {
     let r = client
         .list_tokens(pb::ListTokensRequest {})
         .await
@@ -33,7 +33,7 @@ async fn listening(client: &mut AgentServiceClient<Channel>) -> (String, String)
 
 /// `agent token create` on the local socket; the token's text is written
 /// to a file, whose path is returned.
-async fn token(d: &TestDaemon, role: &str, name: &str, extra: &[&str]) -> PathBuf {
+pub(super) async fn token(d: &TestDaemon, role: &str, name: &str, extra: &[&str]) -> PathBuf {
     let mut args = vec!["token", "create", "--role", role, "--name", name];
     args.extend_from_slice(extra);
     let (ok, out, err) = agent_out(d, &args).await;
@@ -50,7 +50,7 @@ async fn token(d: &TestDaemon, role: &str, name: &str, extra: &[&str]) -> PathBu
 }
 
 /// Runs `agent --remote ADDR --token-file FILE --fingerprint FP ARGS…`.
-async fn remote(
+pub(super) async fn remote(
     d: &TestDaemon,
     (address, fingerprint): &(String, String),
     token: &std::path::Path,
@@ -72,7 +72,7 @@ async fn remote(
 
 /// A gRPC client over TLS to the listener that sends `authorization` as it
 /// is given (or none).
-async fn raw(
+pub(super) async fn raw(
     (address, fingerprint): &(String, String),
     authorization: Option<&str>,
 ) -> AgentServiceClient<
@@ -94,7 +94,7 @@ async fn raw(
     })
 }
 
-fn secret(file: &std::path::Path) -> String {
+pub(super) fn secret(file: &std::path::Path) -> String {
     std::fs::read_to_string(file).unwrap().trim().to_string()
 }
 

@@ -552,7 +552,11 @@ pub struct AccessService<S> {
 
 /// The caller of `request`, or why it may not call.
 fn admit(access: &Access, request: &http::Request<Body>) -> Result<Caller, Status> {
-    let Some(peer) = request.extensions().get::<Peer>().copied() else {
+    let Some(peer) = request
+        .extensions()
+        .get::<super::ConnInfo>()
+        .map(|info| info.peer)
+    else {
         return Err(Status::internal("a request from an unknown connection"));
     };
     let name = request
@@ -596,16 +600,56 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        // A remote connection is busy while this call is in progress: until
+        // its response's body ends (or the call is dropped unanswered).
+        let busy = request
+            .extensions()
+            .get::<super::ConnInfo>()
+            .and_then(|info| info.activity.as_ref())
+            .map(|activity| activity.call());
         match admit(&self.access, &request) {
             Ok(caller) => {
                 request.extensions_mut().insert(caller);
                 // The clone that was made ready is the one that serves.
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
-                Box::pin(inner.call(request))
+                let call = inner.call(request);
+                match busy {
+                    None => Box::pin(call),
+                    Some(busy) => Box::pin(async move {
+                        let response = call.await?;
+                        Ok(response.map(|body| Body::new(Busy { body, _busy: busy })))
+                    }),
+                }
             }
             Err(status) => Box::pin(async move { Ok(status.into_http()) }),
         }
+    }
+}
+
+/// A response body that keeps its connection counted busy until it ends.
+struct Busy {
+    body: Body,
+    _busy: super::limits::CallGuard,
+}
+
+impl http_body::Body for Busy {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 

@@ -5,6 +5,7 @@
 //! do is the access layer's business (`access.rs`).
 
 use super::Conn;
+use super::limits;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest, Sha256};
@@ -17,11 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-
-/// How long a client may take over its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once; more connections wait to be accepted.
-const MAX_HANDSHAKES: usize = 64;
 
 /// Why the TCP listener cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -184,51 +180,126 @@ pub async fn bind(address: &str, identity: Identity) -> Result<RemoteListener, R
     })
 }
 
+/// How the TCP listener limits its clients (`[remote]`).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Remote connections at once, handshaking or served.
+    pub max_connections: usize,
+    /// From the connection to the end of the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// How long a connection with no call in progress is kept.
+    pub idle_timeout: Duration,
+    /// Handshakes in progress per address.
+    pub max_handshakes_per_address: usize,
+}
+
+impl Limits {
+    /// The configured limits, the connection cap lowered to half of
+    /// `nofile` (the open-file limit) when that is less.
+    pub fn new(config: &crate::config::RemoteSection, nofile: Option<u64>) -> Limits {
+        let max_connections = limits::connection_cap(config.max_connections, nofile);
+        if max_connections < config.max_connections {
+            tracing::warn!(
+                "remote.max_connections lowered from {} to {max_connections}: the open-file limit is {}",
+                config.max_connections,
+                nofile.unwrap_or(0)
+            );
+        }
+        Limits {
+            max_connections,
+            handshake_timeout: Duration::from_millis(config.handshake_timeout_ms),
+            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+            max_handshakes_per_address: config.max_handshakes_per_address,
+        }
+    }
+}
+
 impl RemoteListener {
     /// The connections that completed a TLS handshake. Handshakes run
-    /// side by side (a slow or silent client holds up no other); one that
-    /// fails (a plaintext client, a client that refused our certificate)
-    /// or takes over 10 s is logged and dropped.
-    pub fn incoming(self) -> impl tokio_stream::Stream<Item = Result<Conn, std::io::Error>> {
+    /// side by side (a slow or silent client holds up no other). A
+    /// connection is closed at once when `max_connections` are open or its
+    /// address has `max_handshakes_per_address` handshakes in progress,
+    /// and when its handshake fails or takes longer than
+    /// `handshake_timeout`; those are logged per address per minute.
+    pub fn incoming(
+        self,
+        limits: Limits,
+    ) -> impl tokio_stream::Stream<Item = Result<Conn, std::io::Error>> {
         let (tx, rx) = mpsc::channel(16);
-        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let handshakes = Arc::new(limits::Handshakes::default());
+        let tally = Arc::new(limits::Tally::default());
         tokio::spawn(async move {
+            let mut backoff = limits::Backoff::new("TCP");
+            let mut report = tokio::time::interval(limits::REPORT_EVERY);
+            report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    return;
-                };
                 let (tcp, peer) = tokio::select! {
                     accepted = self.listener.accept() => match accepted {
-                        Ok(a) => a,
+                        Ok(a) => {
+                            backoff.accepted();
+                            a
+                        }
                         Err(e) => {
-                            tracing::warn!("cannot accept a TCP connection: {e}");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
+                            let pause = backoff.failed(&e);
+                            tokio::select! {
+                                _ = tokio::time::sleep(pause) => continue,
+                                _ = tx.closed() => return,
+                            }
                         }
                     },
+                    _ = report.tick() => {
+                        tally.report();
+                        continue;
+                    }
                     _ = tx.closed() => return,
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tally.count(
+                        peer.ip(),
+                        "connections closed at once (remote.max_connections are open)",
+                        &format!("{} open", limits.max_connections),
+                    );
+                    continue;
+                };
+                let Some(handshaking) =
+                    handshakes.start(peer.ip(), limits.max_handshakes_per_address)
+                else {
+                    tally.count(
+                        peer.ip(),
+                        "connections closed at once (remote.max_handshakes_per_address in progress)",
+                        &format!("{} handshakes in progress", limits.max_handshakes_per_address),
+                    );
+                    continue;
                 };
                 let _ = tcp.set_nodelay(true);
                 let acceptor = self.acceptor.clone();
                 let tx = tx.clone();
+                let tally = tally.clone();
+                let (handshake_timeout, idle_timeout) =
+                    (limits.handshake_timeout, limits.idle_timeout);
                 tokio::spawn(async move {
-                    let _permit = permit;
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    let done = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await;
+                    drop(handshaking);
+                    let failed = match done {
                         Ok(Ok(tls)) => {
-                            let _ = tx
-                                .send(Ok(Conn::Remote {
-                                    tls: Box::new(tls),
-                                    peer,
-                                }))
-                                .await;
+                            let idle =
+                                limits::IdleTimer::new(limits::Activity::new(), idle_timeout);
+                            let conn = Conn::Remote {
+                                tls: Box::new(tls),
+                                peer,
+                                idle,
+                                _slot: slot,
+                            };
+                            let _ = tx.send(Ok(conn)).await;
+                            return;
                         }
-                        Ok(Err(e)) => {
-                            tracing::info!(peer = %peer, "TLS handshake failed: {e}");
-                        }
+                        Ok(Err(e)) => e.to_string(),
                         Err(_) => {
-                            tracing::info!(peer = %peer, "TLS handshake timed out");
+                            format!("no handshake within {} ms", handshake_timeout.as_millis())
                         }
-                    }
+                    };
+                    tally.count(peer.ip(), "failed TLS handshakes", &failed);
                 });
             }
         });
