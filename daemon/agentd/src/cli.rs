@@ -88,12 +88,13 @@ pub enum StartError {
 /// Runs the daemon as the `agentd` binary does.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    let log = crate::logfile::LogWriter::for_stderr();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("agentd=info")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(log.clone())
         // Colour only for a person at a terminal: an autostarted daemon's
         // stderr is `agentd.log`, and escape codes there are noise.
         .with_ansi(
@@ -103,7 +104,10 @@ pub fn main() -> ExitCode {
         .init();
     // The config decides the runtime's size, so it is read first.
     let config = match Config::load(args.config.as_deref(), &env, args.model.clone()) {
-        Ok(config) => config,
+        Ok(config) => {
+            log.set_max_bytes(config.log.max_bytes);
+            config
+        }
         Err(e) => {
             let e = StartError::from(e);
             tracing::error!("{e}");
@@ -331,7 +335,7 @@ pub async fn run(
             started: Some(std::time::Instant::now()),
             socket: std::path::absolute(&socket).unwrap_or_else(|_| socket.clone()),
             data_dir: std::path::absolute(&data_dir).unwrap_or_else(|_| data_dir.clone()),
-            log_file: log_file(),
+            log_file: crate::logfile::stderr_file(),
             executable: std::env::current_exe().ok(),
             args: std::env::args().skip(1).collect(),
             credentials: Some(credentials),
@@ -384,17 +388,6 @@ pub async fn run(
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)
-}
-
-/// The file standard error goes to, when it is a regular file (an
-/// autostarted daemon's `agentd.log`, or a redirection): `agent daemon
-/// logs` reads it.
-fn log_file() -> Option<PathBuf> {
-    let target = std::fs::read_link("/proc/self/fd/2").ok()?;
-    std::fs::metadata(&target)
-        .ok()
-        .filter(std::fs::Metadata::is_file)
-        .map(|_| target)
 }
 
 /// Opens the store. A store that cannot be read (sled 0.34 has known
