@@ -27,6 +27,7 @@ mod plans;
 mod queue;
 mod remote;
 mod remote_limits;
+mod remote_sessions;
 mod rewind;
 mod settings;
 mod shells;

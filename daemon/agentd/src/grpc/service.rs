@@ -525,6 +525,7 @@ impl AgentService for Service {
         &self,
         request: Request<pb::ReadShellOutputRequest>,
     ) -> Result<Response<Self::ReadShellOutputStream>, Status> {
+        let session = caller(&request)?.session;
         let mut req = request.into_inner();
         // Fail fast on an unknown id, before the stream starts.
         req.shell_id = self.resolve_shell(&req.shell_id)?;
@@ -552,12 +553,18 @@ impl AgentService for Service {
                     finished: last.then(|| convert::shell(&record)),
                 };
                 offset += got;
-                if tx.send(Ok(frame)).await.is_err() || last {
+                let frame = access::session_check(session.as_ref()).map(|()| frame);
+                let refused = frame.is_err();
+                if tx.send(frame).await.is_err() || last || refused {
                     return;
                 }
                 if got == 0 {
                     tokio::select! {
                         _ = shells.wait_output(&req.shell_id, offset) => {}
+                        status = access::session_ended(session.as_ref()) => {
+                            let _ = tx.send(Err(status)).await;
+                            return;
+                        }
                         _ = shutdown.cancelled() => return,
                         _ = tx.closed() => return,
                     }
@@ -778,11 +785,12 @@ impl AgentService for Service {
             subscription,
             tx.clone(),
             self.shutdown.clone(),
+            who.session.clone(),
         ));
         tokio::spawn(read_frames(
             self.manager.clone(),
             id,
-            client,
+            (client, who.session),
             inbound,
             tx,
             self.shutdown.clone(),
@@ -879,6 +887,7 @@ impl AgentService for Service {
         &self,
         request: Request<pb::ExportConversationsRequest>,
     ) -> Result<Response<Self::ExportConversationsStream>, Status> {
+        let session = caller(&request)?.session;
         let req = request.into_inner();
         let ids: Vec<String> = if req.conversation_ids.is_empty() {
             self.manager.ids().map_err(to_status)?
@@ -894,6 +903,10 @@ impl AgentService for Service {
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
             for id in ids {
+                if let Err(status) = access::session_check(session.as_ref()) {
+                    let _ = tx.send(Err(status)).await;
+                    break;
+                }
                 let item = manager.record(&id).and_then(|r| {
                     let messages = manager.messages(&r)?;
                     let images = manager.images_of(messages.iter().map(|(_, m)| m))?;
@@ -935,6 +948,7 @@ impl AgentService for Service {
         &self,
         request: Request<Streaming<pb::ExportedConversation>>,
     ) -> Result<Response<pb::ImportConversationsResponse>, Status> {
+        let session = caller(&request)?.session;
         let mut inbound = request.into_inner();
         let mut imported = 0;
         let mut skipped_ids = Vec::new();
@@ -955,6 +969,7 @@ impl AgentService for Service {
                     return Err(status);
                 }
             };
+            access::session_check(session.as_ref())?;
             let (record, messages) = convert::exported_from(&item)?;
             let images = convert::exported_images(&item)?;
             let id = record.id.clone();
@@ -1090,6 +1105,7 @@ async fn forward(
     sub: crate::runtime::Subscription,
     tx: super::wire::FrameTx,
     shutdown: CancellationToken,
+    session: Option<access::Session>,
 ) {
     let client_id = sub.client.id.clone();
     let mut live = sub.live;
@@ -1106,6 +1122,8 @@ async fn forward(
     tokio::pin!(hold);
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
+    let ended = access::session_ended(session.as_ref());
+    tokio::pin!(ended);
     loop {
         // Everything the hub has ready, without waiting.
         while hub_open && !out.is_full() {
@@ -1175,6 +1193,13 @@ async fn forward(
                     0,
                     EventKind::Notice("agentd is shutting down".to_string()),
                 ))));
+                break;
+            }
+            // The token was revoked or expired: the stream ends, saying so.
+            status = &mut ended => {
+                // Within a bound: a client that reads nothing does not
+                // keep the stream open.
+                let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(Err(status))).await;
                 break;
             }
             _ = &mut hold, if holding => {}
@@ -1247,7 +1272,7 @@ fn queue(out: &mut Outbox, last: &mut u64, ev: Arc<ConvEvent>) {
 async fn read_frames(
     manager: Arc<Manager>,
     id: String,
-    client: crate::runtime::ClientInfo,
+    (client, session): (crate::runtime::ClientInfo, Option<access::Session>),
     mut inbound: Streaming<pb::AttachRequest>,
     tx: super::wire::FrameTx,
     shutdown: CancellationToken,
@@ -1256,8 +1281,11 @@ async fn read_frames(
     let limits = &manager.shared().config.grpc;
     loop {
         let frame = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => break,
             _ = tx.closed() => break,
+            // The stream's forwarding task ends it with the reason.
+            _ = access::session_ended(session.as_ref()) => break,
             m = inbound.message() => match m {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
@@ -1290,6 +1318,12 @@ async fn read_frames(
             Some(Frame::Budget(_)) => Some(FrameKind::Budget),
             None => None,
         };
+        // Nothing is done, or recorded, under a token revoked or expired
+        // since the stream began.
+        if let Err(status) = access::session_check(session.as_ref()) {
+            let _ = tx.try_send(Err(status));
+            break;
+        }
         if let Some(kind) = kind {
             let (needed, what) = access::frame_need(kind);
             if let Err(refused) = access::check_role(client.role, needed, what) {

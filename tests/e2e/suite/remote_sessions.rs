@@ -1,0 +1,149 @@
+//! What a token's revocation or expiry does to what it opened before
+//! (issue 39, point 5): an Attach stream over TCP ends with
+//! UNAUTHENTICATED, nothing it sends afterwards is done or recorded in the
+//! audit; and the smaller points of 10 about remote callers.
+
+use super::remote::{LISTEN, listening, raw, secret, token};
+use super::util::{agent_out, done, user_texts, wait_state};
+use agent_proto::v1 as pb;
+use agent_proto::v1::attach_response::Event as Ev;
+use agent_tests::harness::{Scenario, WAIT};
+use std::time::{Duration, Instant};
+
+/// The id of the token called `name`.
+async fn token_id(
+    client: &mut agent_proto::v1::agent_service_client::AgentServiceClient<
+        tonic::transport::Channel,
+    >,
+    name: &str,
+) -> String {
+    let tokens = client
+        .list_tokens(pb::ListTokensRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .tokens;
+    tokens.into_iter().find(|t| t.name == name).unwrap().id
+}
+
+fn send(text: &str) -> pb::AttachRequest {
+    pb::AttachRequest {
+        frame: Some(pb::attach_request::Frame::Send(pb::SendMessageFrame {
+            text: text.into(),
+            ..Default::default()
+        })),
+    }
+}
+
+/// Reads `stream` until it ends with an error status, which is returned
+/// (None when it ends without one or `limit` passes).
+async fn ending(
+    stream: &mut tonic::Streaming<pb::AttachResponse>,
+    limit: Duration,
+) -> Option<tonic::Status> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.message()).await {
+            Err(_) | Ok(Ok(None)) => return None,
+            Ok(Err(status)) => return Some(status),
+            Ok(Ok(Some(_))) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_or_expiring_a_token_ends_its_live_streams() {
+    let s = Scenario::new()
+        .scripts([done(), done(), done()])
+        .config(LISTEN)
+        .conversation("")
+        .start()
+        .await;
+    let (mut client, d, id) = (s.client.clone(), &s.daemon, s.id.clone());
+    let at = listening(&mut client).await;
+    let driver = token(d, "driver", "pilot", &[]).await;
+    let brief = token(d, "viewer", "brief", &["--expires", "3s"]).await;
+
+    // A driver attached over TCP sends a message.
+    let mut remote = raw(&at, Some(&format!("Bearer {}", secret(&driver)))).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pb::AttachRequest {
+        frame: Some(pb::attach_request::Frame::Subscribe(pb::Subscribe {
+            conversation_id: id.clone(),
+            client_name: "pilot@laptop".into(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let mut stream = remote
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let first = stream.message().await.unwrap().unwrap();
+    assert!(matches!(first.event, Some(Ev::Snapshot(_))), "{first:?}");
+    tx.send(send("before the revocation")).await.unwrap();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    tokio::time::timeout(WAIT, async {
+        while !user_texts(&mut client, &id)
+            .await
+            .contains(&"before the revocation".to_string())
+        {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .unwrap();
+
+    // A viewer whose token expires in 3 s watches too.
+    let mut watcher = raw(&at, Some(&format!("Bearer {}", secret(&brief)))).await;
+    let (_watch_tx, watch_rx) = tokio::sync::mpsc::channel(4);
+    _watch_tx
+        .send(pb::AttachRequest {
+            frame: Some(pb::attach_request::Frame::Subscribe(pb::Subscribe {
+                conversation_id: id.clone(),
+                ..Default::default()
+            })),
+        })
+        .await
+        .unwrap();
+    let mut watching = watcher
+        .attach(tokio_stream::wrappers::ReceiverStream::new(watch_rx))
+        .await
+        .unwrap()
+        .into_inner();
+
+    // Revoked on the daemon's machine: the driver's stream ends, saying so.
+    let pilot = token_id(&mut client, "pilot").await;
+    let revoked_at = Instant::now();
+    let (ok, _, err) = agent_out(d, &["token", "revoke", &pilot]).await;
+    assert!(ok, "{err}");
+    // Whatever it sends from now on is neither done nor recorded.
+    let _ = tx.send(send("after the revocation")).await;
+    let ended = ending(&mut stream, WAIT).await;
+    let took = revoked_at.elapsed();
+    let status = ended.expect("the revoked token's stream did not end with a status");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    assert!(
+        status.message().contains("(pilot) was revoked"),
+        "{status:?}"
+    );
+    let _ = tx.send(send("after the end")).await;
+
+    // The expired token's stream ends too.
+    let status = ending(&mut watching, WAIT)
+        .await
+        .expect("the expired token's stream did not end with a status");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    assert!(status.message().contains("(brief) expired"), "{status:?}");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let texts = user_texts(&mut client, &id).await;
+    assert_eq!(texts, vec!["before the revocation".to_string()]);
+    let (ok, audit, err) = agent_out(d, &["show", "--audit", &id]).await;
+    assert!(ok, "{err}");
+    assert!(audit.contains("before the revocation"), "{audit}");
+    assert!(!audit.contains("after the"), "{audit}");
+    eprintln!("the revoked token's stream ended {took:?} after `agent token revoke` began");
+}
