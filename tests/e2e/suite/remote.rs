@@ -367,8 +367,12 @@ async fn remote_calls_need_tls_a_valid_token_the_pinned_certificate_and_the_role
     );
 }
 
+/// Issue 39, point 10: the lockout once refused a valid token too, so one
+/// client with an old token file locked out everyone behind the same
+/// address. The token is checked first: only calls without a valid one
+/// are refused outright.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_address_that_keeps_failing_is_refused_even_with_a_good_token() {
+async fn an_address_that_keeps_failing_is_refused_but_a_good_token_still_passes() {
     let s = Scenario::new().config(LISTEN).start().await;
     let (mut client, d) = (s.client.clone(), &s.daemon);
     let at = listening(&mut client).await;
@@ -387,17 +391,25 @@ async fn an_address_that_keeps_failing_is_refused_even_with_a_good_token() {
         let s = wrong.list_conversations(list.clone()).await.unwrap_err();
         assert_eq!(s.code(), tonic::Code::Unauthenticated);
     }
-    let s = raw(&at, Some(&bearer))
-        .await
-        .list_conversations(list.clone())
-        .await
-        .unwrap_err();
+    let s = wrong.list_conversations(list.clone()).await.unwrap_err();
     assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
     assert!(
         s.message()
             .contains("too many failed authentication attempts from 127.0.0.1"),
         "{s:?}"
     );
+    let none = raw(&at, None)
+        .await
+        .list_conversations(list.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(none.code(), tonic::Code::ResourceExhausted, "{none:?}");
+    // A valid token from the same address is served.
+    let served = raw(&at, Some(&bearer))
+        .await
+        .list_conversations(list.clone())
+        .await;
+    assert!(served.is_ok(), "{served:?}");
     // The local socket is not affected.
     assert!(client.list_conversations(list).await.is_ok());
 }

@@ -9,8 +9,9 @@
 //! every stored token's in constant time, and a missing, wrong, revoked or
 //! expired token is refused (UNAUTHENTICATED, saying which). Failed
 //! attempts are counted per peer address: past [`MAX_FAILURES`] within
-//! [`FAILURE_WINDOW`] the address is refused outright until the window
-//! has passed. Revoking a token, or its expiry, ends every
+//! [`FAILURE_WINDOW`] the address's calls without a valid token are
+//! refused outright (RESOURCE_EXHAUSTED) until the window has passed; a
+//! valid token always passes. Revoking a token, or its expiry, ends every
 //! stream and long call made with it ([`Session`]).
 
 use crate::runtime::Clock;
@@ -538,7 +539,9 @@ impl Access {
             Peer::Remote(addr) => addr,
         };
         let now = Instant::now();
-        self.limit.check(addr.ip(), now)?;
+        // The token first: a valid one always passes, whatever others
+        // from the same address (a shared NAT, a client with an old token
+        // file) got wrong.
         match self.verify(authorization) {
             Ok(token) => Ok(Caller {
                 role: token.role,
@@ -553,6 +556,7 @@ impl Access {
                 name,
             }),
             Err(refused) => {
+                self.limit.check(addr.ip(), now)?;
                 self.limit.failed(addr.ip(), now);
                 tracing::warn!(peer = %addr, "refused a call: {}", refused.message());
                 Err(refused)
@@ -915,6 +919,28 @@ mod tests {
         assert_eq!(
             access.authenticate(Peer::Local, None, None).unwrap().role,
             ClientRole::Driver
+        );
+    }
+
+    #[test]
+    fn a_valid_token_passes_where_its_address_is_locked_out() {
+        let (_dir, access) = access();
+        let peer = Peer::Remote("192.0.2.1:4000".parse().unwrap());
+        let (_, secret) = access.create(ClientRole::Viewer, "good", None).unwrap();
+        for _ in 0..MAX_FAILURES {
+            let s = access
+                .authenticate(peer, Some(&bearer("agentd_bad")), None)
+                .unwrap_err();
+            assert_eq!(s.code(), tonic::Code::Unauthenticated);
+        }
+        let locked = access
+            .authenticate(peer, Some(&bearer("agentd_bad")), None)
+            .unwrap_err();
+        assert_eq!(locked.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            access
+                .authenticate(peer, Some(&bearer(&secret)), None)
+                .is_ok()
         );
     }
 
