@@ -108,6 +108,7 @@ impl Remote {
     /// `fingerprint`.
     pub fn new(address: &str, token_file: &Path, fingerprint: &str) -> Result<Remote, CliError> {
         let fingerprint = parse_fingerprint(fingerprint).map_err(CliError::Input)?;
+        check_private(token_file)?;
         let token = std::fs::read_to_string(token_file).map_err(|e| {
             CliError::Input(format!(
                 "cannot read the token file {}: {e}",
@@ -144,6 +145,25 @@ impl Remote {
     pub async fn connect(&self) -> Result<Channel, String> {
         pinned_channel(&self.address, self.fingerprint).await
     }
+}
+
+/// Refuses a token file that others may read or change, as ssh refuses
+/// such a private key: the token is a password, and anyone who can read
+/// the file can act with its role.
+fn check_private(token_file: &Path) -> Result<(), CliError> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(token_file) else {
+        // Reading it says why.
+        return Ok(());
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        let path = token_file.display();
+        return Err(CliError::Input(format!(
+            "the token file {path} is accessible by others (mode {mode:03o}): anyone who can read it can act with its token. Run `chmod 600 {path}` (and revoke the token if others may have read it)"
+        )));
+    }
+    Ok(())
 }
 
 /// A channel to the daemon at `address` over TLS, trusting only the
@@ -316,9 +336,19 @@ mod tests {
     #[test]
     fn a_token_file_is_read_trimmed_and_checked() {
         let dir = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
         let file = dir.path().join("t");
         let fp = format!("SHA256:{}", "00".repeat(32));
         std::fs::write(&file, "agentd_abc\n").unwrap();
+        let mode = |m| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(m)).unwrap();
+        // Readable by others: refused, as ssh refuses such a key.
+        for open in [0o644, 0o640, 0o604, 0o620] {
+            mode(open);
+            let refused = Remote::new("h:1", &file, &fp).unwrap_err().to_string();
+            assert!(refused.contains("chmod 600"), "{refused}");
+            assert!(refused.contains(&format!("mode {open:03o}")), "{refused}");
+        }
+        mode(0o600);
         let remote = Remote::new("h:1", &file, &fp).unwrap();
         assert_eq!(remote.authorization(), "Bearer agentd_abc");
         assert!(

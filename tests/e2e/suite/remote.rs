@@ -31,21 +31,29 @@ pub(super) async fn listening(client: &mut AgentServiceClient<Channel>) -> (Stri
     (r.listen_address, r.fingerprint)
 }
 
-/// `agent token create` on the local socket; the token's text is written
-/// to a file, whose path is returned.
+/// `agent token create --out FILE` on the local socket; the file's path
+/// is returned (it is created 0600: the client refuses a token file
+/// others can read).
 pub(super) async fn token(d: &TestDaemon, role: &str, name: &str, extra: &[&str]) -> PathBuf {
-    let mut args = vec!["token", "create", "--role", role, "--name", name];
+    use std::os::unix::fs::PermissionsExt;
+    let file = d.dir.path().join(format!("{name}.token"));
+    let path = file.to_str().unwrap();
+    let mut args = vec![
+        "token", "create", "--role", role, "--name", name, "--out", path,
+    ];
     args.extend_from_slice(extra);
     let (ok, out, err) = agent_out(d, &args).await;
     assert!(ok, "token create failed: {err}");
-    let secret = out.trim();
+    assert!(out.is_empty(), "the token is not printed: {out}");
+    assert!(err.contains("written to"), "{err}");
+    let secret = std::fs::read_to_string(&file).unwrap();
+    let secret = secret.trim();
     assert!(
         secret.starts_with("agentd_") && secret.len() >= 64 + 7,
-        "{out}"
+        "{secret}"
     );
-    assert!(err.contains("shown only this once"), "{err}");
-    let file = d.dir.path().join(format!("{name}.token"));
-    std::fs::write(&file, secret).unwrap();
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", file.display());
     file
 }
 

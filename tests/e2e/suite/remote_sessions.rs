@@ -147,3 +147,73 @@ async fn revoking_or_expiring_a_token_ends_its_live_streams() {
     assert!(!audit.contains("after the"), "{audit}");
     eprintln!("the revoked token's stream ended {took:?} after `agent token revoke` began");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_files_are_private_and_the_client_refuses_one_that_is_not() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scenario::new().config(LISTEN).start().await;
+    let (mut client, d) = (s.client.clone(), &s.daemon);
+    let at = listening(&mut client).await;
+    // Printed on stdout without --out, as before.
+    let (ok, printed, err) = agent_out(
+        d,
+        &["token", "create", "--role", "viewer", "--name", "shown"],
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(printed.trim().starts_with("agentd_"), "{printed}");
+    // A token file others can read is refused, saying how to fix it.
+    let loose = d.dir.path().join("loose.token");
+    std::fs::write(&loose, printed.trim()).unwrap();
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, _, err) = super::remote::remote(d, &at, &loose, &["ls"]).await;
+    assert!(!ok, "a world-readable token file was used");
+    assert!(
+        err.contains("is accessible by others (mode 644)")
+            && err.contains(&format!("chmod 600 {}", loose.display())),
+        "{err}"
+    );
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (ok, _, err) = super::remote::remote(d, &at, &loose, &["ls"]).await;
+    assert!(ok, "{err}");
+    // --out over a file others could read leaves a private one.
+    let (ok, _, err) = agent_out(
+        d,
+        &[
+            "token",
+            "create",
+            "--role",
+            "viewer",
+            "--out",
+            loose.to_str().unwrap(),
+        ],
+    )
+    .await;
+    std::fs::set_permissions(&loose, std::fs::Permissions::from_mode(0o644)).unwrap();
+    assert!(ok, "{err}");
+    let (ok, _, err) = agent_out(
+        d,
+        &[
+            "token",
+            "create",
+            "--role",
+            "viewer",
+            "--out",
+            loose.to_str().unwrap(),
+        ],
+    )
+    .await;
+    assert!(ok, "{err}");
+    let mode = std::fs::metadata(&loose).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (ok, _, err) = super::remote::remote(d, &at, &loose, &["ls"]).await;
+    assert!(ok, "{err}");
+    // Nothing else is left beside it.
+    let left: Vec<_> = std::fs::read_dir(d.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
