@@ -372,6 +372,17 @@ pub async fn run(
             "agentd: listening on {} (TLS); certificate fingerprint {}",
             listening.address, listening.fingerprint
         );
+        if let Some((bound, _, _)) = &remote
+            && bound.address.ip().is_unspecified()
+        {
+            let warning = format!(
+                "listening on {} reaches every network this machine is on, not only this machine: anyone who can reach port {} can try tokens (listen on 127.0.0.1 or one interface's address to limit it)",
+                bound.address,
+                bound.address.port()
+            );
+            tracing::warn!("{warning}");
+            eprintln!("agentd: WARNING: {warning}");
+        }
     }
     let result = crate::grpc::serve(
         listener::incoming(listener),

@@ -217,3 +217,73 @@ async fn token_files_are_private_and_the_client_refuses_one_that_is_not() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_driver_has_the_model_checked_and_not_often() {
+    let s = Scenario::new()
+        .scripts([done(), done(), done(), done()])
+        .config(LISTEN)
+        .start()
+        .await;
+    let (mut client, d) = (s.client.clone(), &s.daemon);
+    let at = listening(&mut client).await;
+    let viewer = token(d, "viewer", "watcher", &[]).await;
+    let driver = token(d, "driver", "pilot", &[]).await;
+    let check = pb::GetDaemonInfoRequest { check_model: true };
+    let requests = || s.fake.requests().len();
+    let before = requests();
+    // A viewer sees the daemon's info, but makes no paid request.
+    let mut watching = raw(&at, Some(&format!("Bearer {}", secret(&viewer)))).await;
+    assert!(
+        watching
+            .get_daemon_info(pb::GetDaemonInfoRequest { check_model: false })
+            .await
+            .is_ok()
+    );
+    let refused = watching.get_daemon_info(check).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("needs the driver role"),
+        "{refused:?}"
+    );
+    assert_eq!(requests(), before, "the viewer made a model request");
+    // A driver may, once per 10 s.
+    let mut driving = raw(&at, Some(&format!("Bearer {}", secret(&driver)))).await;
+    let answered = driving.get_daemon_info(check).await.unwrap().into_inner();
+    assert!(answered.model_check.as_ref().is_some_and(|c| c.ok), "{answered:?}");
+    let again = driving.get_daemon_info(check).await.unwrap_err();
+    assert_eq!(again.code(), tonic::Code::ResourceExhausted, "{again:?}");
+    assert!(again.message().contains("try again in"), "{again:?}");
+    assert_eq!(requests(), before + 1);
+    // The local user is not limited (`agent doctor` twice in a row).
+    for _ in 0..2 {
+        let local = client.get_daemon_info(check).await.unwrap().into_inner();
+        assert!(local.model_check.is_some_and(|c| c.ok));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listening_on_every_interface_is_warned_about() {
+    let s = Scenario::new()
+        .config("[remote]\nlisten = \"0.0.0.0:0\"")
+        .start()
+        .await;
+    let log = s.daemon.log();
+    let warning = log
+        .lines()
+        .find(|l| l.starts_with("agentd: WARNING: listening on 0.0.0.0:"))
+        .unwrap_or_else(|| panic!("no warning on standard error:\n{log}"));
+    assert!(
+        warning.contains("reaches every network this machine is on"),
+        "{warning}"
+    );
+    // And in the log proper.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("WARN") && l.contains("reaches every network")),
+        "{log}"
+    );
+    // An address of one interface is not warned about.
+    let local = Scenario::new().config(LISTEN).start().await;
+    assert!(!local.daemon.log().contains("reaches every network"));
+}

@@ -212,6 +212,11 @@ impl PartialEq for Session {
 impl Eq for Session {}
 
 impl Session {
+    /// The token's id.
+    pub fn token_id(&self) -> &str {
+        &self.id
+    }
+
     /// UNAUTHENTICATED once the token was revoked or expired.
     pub fn check(&self) -> Result<(), Status> {
         if self.revoked.is_cancelled() {

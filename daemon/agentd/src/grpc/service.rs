@@ -32,6 +32,8 @@ pub struct Service {
     shutdown: CancellationToken,
     /// Tokens and the TCP listener's identity.
     access: Arc<Access>,
+    /// Who may ask for a model check, and how often.
+    model_checks: Arc<super::info::ModelChecks>,
 }
 
 /// Who made `request`, as the access layer found (it admitted the call
@@ -63,6 +65,7 @@ impl Service {
             manager,
             shutdown,
             access,
+            model_checks: Default::default(),
         }
     }
 
@@ -639,7 +642,11 @@ impl AgentService for Service {
         &self,
         request: Request<pb::GetDaemonInfoRequest>,
     ) -> Result<Response<pb::GetDaemonInfoResponse>, Status> {
+        let who = caller(&request)?;
         let check_model = request.into_inner().check_model;
+        if check_model {
+            self.model_checks.admit(&who, std::time::Instant::now())?;
+        }
         Ok(Response::new(
             super::info::daemon_info(&self.manager, check_model).await,
         ))
