@@ -276,6 +276,8 @@ pub async fn run(
     }
     let mcp = Arc::new(crate::mcp::Hub::new(config.mcp_servers.clone()));
     let listen = args.listen.clone().or_else(|| config.remote.listen.clone());
+    // Said in the start line when the certificate's fingerprint changed.
+    let mut cert_notice = String::new();
     let remote = match &listen {
         Some(address) => {
             let configured = config
@@ -283,8 +285,17 @@ pub async fn run(
                 .cert_file
                 .as_deref()
                 .zip(config.remote.key_file.as_deref());
-            let identity = crate::grpc::remote::identity(&data_dir.join("tls"), configured)?;
+            let names = crate::grpc::remote::cert_names(address, &config.remote.cert_names);
+            let identity =
+                crate::grpc::remote::identity(&data_dir.join("tls"), configured, &names)?;
             let fingerprint = identity.fingerprint.clone();
+            if let Some(lacking) = &identity.remade_for {
+                cert_notice = format!(
+                    " (NEW: the certificate was made again to name {} as well; clients must pin this fingerprint)",
+                    lacking.join(", ")
+                );
+                tracing::warn!("certificate fingerprint changed{cert_notice}");
+            }
             let bound = crate::grpc::remote::bind(address, identity).await?;
             let limits = crate::grpc::remote::Limits::new(&config.remote, nofile);
             Some((bound, fingerprint, limits))
@@ -369,7 +380,7 @@ pub async fn run(
         // On standard error as a plain line too, for the person who
         // started it to copy (clients pin it with --fingerprint).
         eprintln!(
-            "agentd: listening on {} (TLS); certificate fingerprint {}",
+            "agentd: listening on {} (TLS); certificate fingerprint {}{cert_notice}",
             listening.address, listening.fingerprint
         );
         if let Some((bound, _, _)) = &remote

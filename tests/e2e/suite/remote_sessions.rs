@@ -250,7 +250,10 @@ async fn only_a_driver_has_the_model_checked_and_not_often() {
     // A driver may, once per 10 s.
     let mut driving = raw(&at, Some(&format!("Bearer {}", secret(&driver)))).await;
     let answered = driving.get_daemon_info(check).await.unwrap().into_inner();
-    assert!(answered.model_check.as_ref().is_some_and(|c| c.ok), "{answered:?}");
+    assert!(
+        answered.model_check.as_ref().is_some_and(|c| c.ok),
+        "{answered:?}"
+    );
     let again = driving.get_daemon_info(check).await.unwrap_err();
     assert_eq!(again.code(), tonic::Code::ResourceExhausted, "{again:?}");
     assert!(again.message().contains("try again in"), "{again:?}");
@@ -286,4 +289,65 @@ async fn listening_on_every_interface_is_warned_about() {
     // An address of one interface is not warned about.
     let local = Scenario::new().config(LISTEN).start().await;
     assert!(!local.daemon.log().contains("reaches every network"));
+}
+
+/// The DER bytes of the first certificate in the PEM file `path`.
+fn certificate_der(path: &std::path::Path) -> Vec<u8> {
+    use base64::Engine;
+    let pem = std::fs::read_to_string(path).unwrap();
+    let body: String = pem
+        .lines()
+        .skip_while(|l| !l.starts_with("-----BEGIN CERTIFICATE"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("-----END"))
+        .collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_certificate_names_the_listen_address_and_the_configured_names() {
+    let s = Scenario::new()
+        .config(&format!("{LISTEN}\ncert_names = [\"work.example\"]"))
+        .start()
+        .await;
+    let mut d = s.daemon;
+    let cert = d.data_dir.join("tls/cert.pem");
+    let der = certificate_der(&cert);
+    // A SAN of IP 127.0.0.1 (tag 7, four octets) and of DNS work.example
+    // (tag 2).
+    let ip = [0x87, 4, 127, 0, 0, 1];
+    assert!(der.windows(ip.len()).any(|w| w == ip), "no 127.0.0.1 SAN");
+    let mut dns = vec![0x82, 12];
+    dns.extend_from_slice(b"work.example");
+    assert!(der.windows(dns.len()).any(|w| w == dns.as_slice()));
+    let first = s.client.clone().list_tokens(pb::ListTokensRequest {}).await;
+    let first = first.unwrap().into_inner().fingerprint;
+    // Restarted with the same names: the same certificate.
+    d.terminate().await;
+    d.restart().await;
+    let again = d.client().await.list_tokens(pb::ListTokensRequest {}).await;
+    assert_eq!(again.unwrap().into_inner().fingerprint, first);
+    assert!(!d.log().contains("NEW: the certificate"), "{}", d.log());
+    // A new name: made again, and the start line says so.
+    let config = std::fs::read_to_string(&d.config_path).unwrap().replace(
+        "cert_names = [\"work.example\"]",
+        "cert_names = [\"work.example\", \"other.example\"]",
+    );
+    std::fs::write(&d.config_path, config).unwrap();
+    d.terminate().await;
+    d.restart().await;
+    let changed = d.client().await.list_tokens(pb::ListTokensRequest {}).await;
+    let changed = changed.unwrap().into_inner().fingerprint;
+    assert_ne!(changed, first);
+    let log = d.log();
+    let start = log
+        .lines()
+        .find(|l| l.contains(&format!("certificate fingerprint {changed}")))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(
+        start.contains("NEW: the certificate was made again to name other.example"),
+        "{start}"
+    );
 }
