@@ -351,3 +351,74 @@ async fn the_certificate_names_the_listen_address_and_the_configured_names() {
         "{start}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn revoking_a_token_ends_its_shell_output_follow() {
+    use super::util::tool;
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "b1",
+                "bash",
+                serde_json::json!({"command": "echo started; sleep 60", "run_in_background": true}),
+            ),
+            done(),
+        ])
+        .config(LISTEN)
+        .start()
+        .await;
+    let (mut client, d, work) = (s.client.clone(), &s.daemon, &s.work);
+    let cwd = work.path().display().to_string();
+    let (ok, _, err) = agent_out(d, &["run", "--allow", "bash", "--cwd", &cwd, "start it"]).await;
+    assert!(ok, "{err}");
+    let shells = client
+        .list_shells(pb::ListShellsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .shells;
+    let sid = shells[0].id.clone();
+    let at = listening(&mut client).await;
+    let viewer = token(d, "viewer", "follower", &[]).await;
+    let mut remote = raw(&at, Some(&format!("Bearer {}", secret(&viewer)))).await;
+    let mut output = remote
+        .read_shell_output(pb::ReadShellOutputRequest {
+            shell_id: sid.clone(),
+            offset: 0,
+            follow: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("started") {
+        let chunk = tokio::time::timeout(WAIT, output.message())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.extend_from_slice(&chunk.data);
+    }
+    let id = token_id(&mut client, "follower").await;
+    let (ok, _, err) = agent_out(d, &["token", "revoke", &id]).await;
+    assert!(ok, "{err}");
+    let ended = tokio::time::timeout(WAIT, async {
+        loop {
+            match output.message().await {
+                Ok(Some(_)) => {}
+                Ok(None) => return None,
+                Err(status) => return Some(status),
+            }
+        }
+    })
+    .await
+    .expect("the follow went on after the revocation");
+    let status = ended.expect("the follow ended without saying why");
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "{status:?}");
+    assert!(
+        status.message().contains("(follower) was revoked"),
+        "{status:?}"
+    );
+    let (ok, _, err) = agent_out(d, &["shells", "kill", &sid]).await;
+    assert!(ok, "{err}");
+}
