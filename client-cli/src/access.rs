@@ -62,6 +62,55 @@ fn token_json(t: &pb::TokenInfo) -> Value {
     })
 }
 
+/// The file `agent token create --out FILE` writes: a temporary file
+/// beside it (0600) until the token is in it, then renamed over FILE (so a
+/// file that was readable by others is replaced, not rewritten).
+struct TokenFile {
+    path: std::path::PathBuf,
+    temp: std::path::PathBuf,
+    file: std::fs::File,
+}
+
+impl TokenFile {
+    fn create(path: &std::path::Path) -> Result<TokenFile, CliError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let name = path
+            .file_name()
+            .ok_or_else(|| CliError::Input(format!("--out {}: not a file name", path.display())))?
+            .to_string_lossy();
+        let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&temp)
+            .map_err(|e| CliError::io(format!("cannot create {}", temp.display()), e))?;
+        Ok(TokenFile {
+            path: path.to_path_buf(),
+            temp,
+            file,
+        })
+    }
+
+    fn keep(mut self, secret: &str) -> std::io::Result<()> {
+        let written = writeln!(self.file, "{secret}")
+            .and_then(|()| self.file.sync_all())
+            .and_then(|()| std::fs::rename(&self.temp, &self.path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+        written
+    }
+}
+
+impl Drop for TokenFile {
+    fn drop(&mut self) {
+        // Not kept (the call failed): nothing is left behind. After a
+        // rename there is no temporary file to remove.
+        let _ = std::fs::remove_file(&self.temp);
+    }
+}
+
 /// `agent token …`.
 pub async fn token(
     mut client: Client,
@@ -74,7 +123,11 @@ pub async fn token(
             role,
             name,
             expires,
+            out,
         } => {
+            // The file is made (0600) before the token, so a token is
+            // never made that cannot be kept.
+            let file = out.as_deref().map(TokenFile::create).transpose()?;
             let role = match role {
                 TokenRole::Viewer => pb::ClientRole::Viewer,
                 TokenRole::Approver => pb::ClientRole::Approver,
@@ -90,7 +143,30 @@ pub async fn token(
                 .map_err(CliError::status)?
                 .into_inner();
             let token = response.token.unwrap_or_default();
-            if json {
+            if let Some(file) = file {
+                let path = file.path.clone();
+                file.keep(&response.secret).map_err(|e| {
+                    CliError::Input(format!(
+                        "token {} was made but cannot be written to {}: {e}; revoke it with `agent token revoke {}`",
+                        token.id,
+                        path.display(),
+                        token.id
+                    ))
+                })?;
+                if json {
+                    let mut value = token_json(&token);
+                    value["file"] = json!(path.display().to_string());
+                    writeln!(io.out, "{value}").map_err(out_err)?;
+                } else {
+                    eprintln!(
+                        "agent: token {} ({}, {}) written to {} (mode 0600); it is shown nowhere else",
+                        token.id,
+                        token.name,
+                        role_name(token.role),
+                        path.display()
+                    );
+                }
+            } else if json {
                 let mut value = token_json(&token);
                 value["secret"] = json!(response.secret);
                 writeln!(io.out, "{value}").map_err(out_err)?;

@@ -797,6 +797,10 @@ pub enum TokenCommand {
         /// unit) [default: never expires]
         #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
         expires: Option<u64>,
+        /// Write the token to FILE (created with mode 0600, replacing one
+        /// there) instead of printing it
+        #[arg(long, value_name = "FILE")]
+        out: Option<PathBuf>,
     },
     /// List the tokens (never their text), and the listener's address and
     /// certificate fingerprint

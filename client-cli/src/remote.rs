@@ -108,6 +108,7 @@ impl Remote {
     /// `fingerprint`.
     pub fn new(address: &str, token_file: &Path, fingerprint: &str) -> Result<Remote, CliError> {
         let fingerprint = parse_fingerprint(fingerprint).map_err(CliError::Input)?;
+        check_private(token_file)?;
         let token = std::fs::read_to_string(token_file).map_err(|e| {
             CliError::Input(format!(
                 "cannot read the token file {}: {e}",
@@ -146,6 +147,25 @@ impl Remote {
     }
 }
 
+/// Refuses a token file that others may read or change, as ssh refuses
+/// such a private key: the token is a password, and anyone who can read
+/// the file can act with its role.
+fn check_private(token_file: &Path) -> Result<(), CliError> {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = std::fs::metadata(token_file) else {
+        // Reading it says why.
+        return Ok(());
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        let path = token_file.display();
+        return Err(CliError::Input(format!(
+            "the token file {path} is accessible by others (mode {mode:03o}): anyone who can read it can act with its token. Run `chmod 600 {path}` (and revoke the token if others may have read it)"
+        )));
+    }
+    Ok(())
+}
+
 /// A channel to the daemon at `address` over TLS, trusting only the
 /// certificate with `fingerprint` (as the daemon prints it). It carries no
 /// token: a [`crate::Client`] adds it to every call.
@@ -154,6 +174,27 @@ pub async fn channel(address: &str, fingerprint: &str) -> Result<Channel, String
 }
 
 async fn pinned_channel(address: &str, fingerprint: [u8; 32]) -> Result<Channel, String> {
+    let connector = pinned_connector(fingerprint)?;
+    let address = address.to_string();
+    // The URI is required by the API; the connector does the connecting
+    // (TCP, then TLS).
+    Endpoint::from_static("http://agentd.remote")
+        .connect_timeout(Duration::from_secs(10))
+        .connect_with_connector(tower::service_fn(move |_| {
+            let address = address.clone();
+            let connector = connector.clone();
+            async move {
+                let tcp = tokio::net::TcpStream::connect(&address).await?;
+                let tls = pinned_handshake(&connector, tcp).await?;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
+            }
+        }))
+        .await
+        .map_err(|e| crate::connect::error_chain(&e))
+}
+
+/// TLS (ALPN `h2`) trusting only the certificate with `fingerprint`.
+fn pinned_connector(fingerprint: [u8; 32]) -> Result<tokio_rustls::TlsConnector, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = Arc::new(Pinned {
         fingerprint,
@@ -166,28 +207,31 @@ async fn pinned_channel(address: &str, fingerprint: [u8; 32]) -> Result<Channel,
         .with_custom_certificate_verifier(verifier)
         .with_no_client_auth();
     config.alpn_protocols = vec![b"h2".to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-    let address = address.to_string();
-    // The URI is required by the API; the connector does the connecting
-    // (TCP, then TLS).
-    Endpoint::from_static("http://agentd.remote")
-        .connect_timeout(Duration::from_secs(10))
-        .connect_with_connector(tower::service_fn(move |_| {
-            let address = address.clone();
-            let connector = connector.clone();
-            async move {
-                let tcp = tokio::net::TcpStream::connect(&address).await?;
-                let _ = tcp.set_nodelay(true);
-                // The name is not checked (the fingerprint is); rustls
-                // needs one all the same.
-                let name = ServerName::try_from("agentd")
-                    .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
-                let tls = connector.connect(name, tcp).await?;
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tls))
-            }
-        }))
-        .await
-        .map_err(|e| crate::connect::error_chain(&e))
+    Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
+}
+
+async fn pinned_handshake(
+    connector: &tokio_rustls::TlsConnector,
+    tcp: tokio::net::TcpStream,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let _ = tcp.set_nodelay(true);
+    // The name is not checked (the fingerprint is); rustls needs one all
+    // the same.
+    let name = ServerName::try_from("agentd")
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    connector.connect(name, tcp).await
+}
+
+/// The TLS handshake alone on a connection made already, trusting only
+/// the certificate with `fingerprint` (as the daemon prints it).
+pub async fn handshake(
+    tcp: tokio::net::TcpStream,
+    fingerprint: &str,
+) -> std::io::Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>> {
+    let connector =
+        pinned_connector(parse_fingerprint(fingerprint).map_err(std::io::Error::other)?)
+            .map_err(std::io::Error::other)?;
+    pinned_handshake(&connector, tcp).await
 }
 
 /// Trusts exactly the certificate with the pinned SHA-256, and checks that
@@ -292,9 +336,19 @@ mod tests {
     #[test]
     fn a_token_file_is_read_trimmed_and_checked() {
         let dir = tempfile::tempdir().unwrap();
+        use std::os::unix::fs::PermissionsExt;
         let file = dir.path().join("t");
         let fp = format!("SHA256:{}", "00".repeat(32));
         std::fs::write(&file, "agentd_abc\n").unwrap();
+        let mode = |m| std::fs::set_permissions(&file, std::fs::Permissions::from_mode(m)).unwrap();
+        // Readable by others: refused, as ssh refuses such a key.
+        for open in [0o644, 0o640, 0o604, 0o620] {
+            mode(open);
+            let refused = Remote::new("h:1", &file, &fp).unwrap_err().to_string();
+            assert!(refused.contains("chmod 600"), "{refused}");
+            assert!(refused.contains(&format!("mode {open:03o}")), "{refused}");
+        }
+        mode(0o600);
         let remote = Remote::new("h:1", &file, &fp).unwrap();
         assert_eq!(remote.authorization(), "Bearer agentd_abc");
         assert!(

@@ -88,12 +88,13 @@ pub enum StartError {
 /// Runs the daemon as the `agentd` binary does.
 pub fn main() -> ExitCode {
     let args = Args::parse();
+    let log = crate::logfile::LogWriter::for_stderr();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("agentd=info")),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(log.clone())
         // Colour only for a person at a terminal: an autostarted daemon's
         // stderr is `agentd.log`, and escape codes there are noise.
         .with_ansi(
@@ -103,7 +104,10 @@ pub fn main() -> ExitCode {
         .init();
     // The config decides the runtime's size, so it is read first.
     let config = match Config::load(args.config.as_deref(), &env, args.model.clone()) {
-        Ok(config) => config,
+        Ok(config) => {
+            log.set_max_bytes(config.log.max_bytes);
+            config
+        }
         Err(e) => {
             let e = StartError::from(e);
             tracing::error!("{e}");
@@ -201,6 +205,9 @@ pub async fn run(
         }
     };
 
+    // Every connection, file and pipe is a descriptor: the hard limit is
+    // the daemon's to use (remote connections get at most half of it).
+    let nofile = crate::grpc::limits::raise_nofile();
     listener::create_private_dir(&data_dir)?;
     // The store, checkpoint copies and command output live here: a
     // directory others can enter (one made before, or by someone else) is
@@ -274,6 +281,8 @@ pub async fn run(
     }
     let mcp = Arc::new(crate::mcp::Hub::new(config.mcp_servers.clone()));
     let listen = args.listen.clone().or_else(|| config.remote.listen.clone());
+    // Said in the start line when the certificate's fingerprint changed.
+    let mut cert_notice = String::new();
     let remote = match &listen {
         Some(address) => {
             let configured = config
@@ -281,10 +290,20 @@ pub async fn run(
                 .cert_file
                 .as_deref()
                 .zip(config.remote.key_file.as_deref());
-            let identity = crate::grpc::remote::identity(&data_dir.join("tls"), configured)?;
+            let names = crate::grpc::remote::cert_names(address, &config.remote.cert_names);
+            let identity =
+                crate::grpc::remote::identity(&data_dir.join("tls"), configured, &names)?;
             let fingerprint = identity.fingerprint.clone();
+            if let Some(lacking) = &identity.remade_for {
+                cert_notice = format!(
+                    " (NEW: the certificate was made again to name {} as well; clients must pin this fingerprint)",
+                    lacking.join(", ")
+                );
+                tracing::warn!("certificate fingerprint changed{cert_notice}");
+            }
             let bound = crate::grpc::remote::bind(address, identity).await?;
-            Some((bound, fingerprint))
+            let limits = crate::grpc::remote::Limits::new(&config.remote, nofile);
+            Some((bound, fingerprint, limits))
         }
         None => None,
     };
@@ -293,7 +312,7 @@ pub async fn run(
         crate::runtime::Clock::System,
         remote
             .as_ref()
-            .map(|(bound, fingerprint)| crate::grpc::access::Listening {
+            .map(|(bound, fingerprint, _)| crate::grpc::access::Listening {
                 address: bound.address.to_string(),
                 fingerprint: fingerprint.clone(),
             }),
@@ -332,7 +351,7 @@ pub async fn run(
             credentials.config_file().map(Path::to_path_buf),
             credentials.credentials_file().map(Path::to_path_buf),
             config.user_dir.clone(),
-            log_file(),
+            crate::logfile::stderr_file(),
         ]
         .into_iter()
         .flatten(),
@@ -353,7 +372,7 @@ pub async fn run(
             started: Some(std::time::Instant::now()),
             socket: std::path::absolute(&socket).unwrap_or_else(|_| socket.clone()),
             data_dir: std::path::absolute(&data_dir).unwrap_or_else(|_| data_dir.clone()),
-            log_file: log_file(),
+            log_file: crate::logfile::stderr_file(),
             executable: std::env::current_exe().ok(),
             args: std::env::args().skip(1).collect(),
             credentials: Some(credentials),
@@ -388,13 +407,24 @@ pub async fn run(
         // On standard error as a plain line too, for the person who
         // started it to copy (clients pin it with --fingerprint).
         eprintln!(
-            "agentd: listening on {} (TLS); certificate fingerprint {}",
+            "agentd: listening on {} (TLS); certificate fingerprint {}{cert_notice}",
             listening.address, listening.fingerprint
         );
+        if let Some((bound, _, _)) = &remote
+            && bound.address.ip().is_unspecified()
+        {
+            let warning = format!(
+                "listening on {} reaches every network this machine is on, not only this machine: anyone who can reach port {} can try tokens (listen on 127.0.0.1 or one interface's address to limit it)",
+                bound.address,
+                bound.address.port()
+            );
+            tracing::warn!("{warning}");
+            eprintln!("agentd: WARNING: {warning}");
+        }
     }
     let result = crate::grpc::serve(
         listener::incoming(listener),
-        remote.map(|(bound, _)| bound),
+        remote.map(|(bound, _, limits)| (bound, limits)),
         access,
         manager,
         shutdown,
@@ -407,17 +437,6 @@ pub async fn run(
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)
-}
-
-/// The file standard error goes to, when it is a regular file (an
-/// autostarted daemon's `agentd.log`, or a redirection): `agent daemon
-/// logs` reads it.
-fn log_file() -> Option<PathBuf> {
-    let target = std::fs::read_link("/proc/self/fd/2").ok()?;
-    std::fs::metadata(&target)
-        .ok()
-        .filter(std::fs::Metadata::is_file)
-        .map(|_| target)
 }
 
 /// Opens the store. A store that cannot be read (sled 0.34 has known

@@ -450,7 +450,7 @@ impl StoreSection {
 
 /// The TCP listener for remote clients (`[remote]`; README "Remote use").
 /// Off unless `listen` (or `agentd --listen`) names an address.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RemoteSection {
     /// `ADDR:PORT` to listen on, TLS only, every call with a bearer token.
@@ -460,10 +460,92 @@ pub struct RemoteSection {
     pub cert_file: Option<PathBuf>,
     /// The PEM private key of `cert_file`.
     pub key_file: Option<PathBuf>,
+    /// Names (DNS names or IP addresses) the self-signed certificate
+    /// names besides `localhost`, `agentd` and the listen address.
+    pub cert_names: Vec<String>,
+    /// Remote connections open at once (handshaking or served); more are
+    /// closed as they are accepted. Never more than half the daemon's
+    /// file descriptors, so the Unix socket always has room.
+    pub max_connections: usize,
+    /// How long a client may take from its connection to the end of its
+    /// TLS handshake.
+    pub handshake_timeout_ms: u64,
+    /// How long a remote connection with no call in progress is kept.
+    pub idle_timeout_ms: u64,
+    /// TLS handshakes one address may have in progress at once; more are
+    /// closed as they are accepted.
+    pub max_handshakes_per_address: usize,
     /// The directories remote clients may work in (a conversation's
     /// working directory and the directories it adds must lie in one);
     /// the daemon user's home when empty. See `grpc::admission`.
     pub roots: Vec<PathBuf>,
+}
+
+impl Default for RemoteSection {
+    fn default() -> RemoteSection {
+        RemoteSection {
+            listen: None,
+            cert_file: None,
+            key_file: None,
+            cert_names: Vec::new(),
+            max_connections: 256,
+            handshake_timeout_ms: 2_000,
+            idle_timeout_ms: 300_000,
+            max_handshakes_per_address: 8,
+            roots: Vec::new(),
+        }
+    }
+}
+
+impl RemoteSection {
+    fn validate(&self) -> Result<(), ConfigError> {
+        if self.cert_file.is_some() != self.key_file.is_some() {
+            return Err(ConfigError::Invalid(
+                "remote.cert_file and remote.key_file go together: give both or neither".into(),
+            ));
+        }
+        for (key, value) in [
+            ("max_connections", self.max_connections as u64),
+            ("handshake_timeout_ms", self.handshake_timeout_ms),
+            ("idle_timeout_ms", self.idle_timeout_ms),
+            (
+                "max_handshakes_per_address",
+                self.max_handshakes_per_address as u64,
+            ),
+        ] {
+            if value == 0 {
+                return Err(ConfigError::Invalid(format!(
+                    "remote.{key} must be at least 1"
+                )));
+            }
+        }
+        for name in &self.cert_names {
+            if name.trim().is_empty() || name.contains(char::is_whitespace) {
+                return Err(ConfigError::Invalid(format!(
+                    "remote.cert_names: {name:?} is not a host name or address"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The daemon's own log (`[log]`): when its standard error is a regular
+/// file (an autostarted daemon's `agentd.log`, or a redirection), the file
+/// is kept under `max_bytes`: past it, it becomes `<file>.1` (replacing
+/// the one before) and a new file is started.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LogSection {
+    pub max_bytes: u64,
+}
+
+impl Default for LogSection {
+    fn default() -> LogSection {
+        LogSection {
+            max_bytes: 10 * 1024 * 1024,
+        }
+    }
 }
 
 /// The config file's schema.
@@ -504,6 +586,8 @@ pub struct FileConfig {
     pub images: ImagesSection,
     /// The TCP listener (README "Remote use").
     pub remote: RemoteSection,
+    /// The daemon's log file.
+    pub log: LogSection,
     /// Plans (README "Plans").
     pub plan: PlanSection,
     /// Sub-agents.
@@ -561,6 +645,8 @@ pub struct Config {
     pub images: ImagesSection,
     /// The TCP listener (`--listen` overrides `listen`).
     pub remote: RemoteSection,
+    /// The daemon's log file.
+    pub log: LogSection,
     /// Plans.
     pub plan: PlanSection,
     /// Sub-agents.
@@ -646,10 +732,12 @@ impl Config {
         };
         let mcp_servers = file.mcp.specs().map_err(ConfigError::Invalid)?;
         let budget = file.budget.amounts()?;
-        if file.remote.cert_file.is_some() != file.remote.key_file.is_some() {
-            return Err(ConfigError::Invalid(
-                "remote.cert_file and remote.key_file go together: give both or neither".into(),
-            ));
+        file.remote.validate()?;
+        if file.log.max_bytes < 64 * 1024 {
+            return Err(ConfigError::Invalid(format!(
+                "log.max_bytes must be at least 65536, got {}",
+                file.log.max_bytes
+            )));
         }
         let default_mode = file.permissions.mode.unwrap_or_default();
         if default_mode == agentd_core::Mode::Bypass {
@@ -684,6 +772,7 @@ impl Config {
             budget,
             images: file.images,
             remote: file.remote,
+            log: file.log,
             sub_agents: SubAgentsSection {
                 max_concurrent: file.sub_agents.max_concurrent.max(1),
             },

@@ -31,6 +31,7 @@ pub mod grpc;
 pub mod hooks;
 pub mod images;
 pub mod llm;
+pub mod logfile;
 pub mod mcp;
 pub mod models;
 pub mod process;

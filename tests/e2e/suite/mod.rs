@@ -28,6 +28,8 @@ mod permissions;
 mod plans;
 mod queue;
 mod remote;
+mod remote_limits;
+mod remote_sessions;
 mod rewind;
 mod secrets;
 mod settings;

@@ -31,26 +31,34 @@ pub(super) async fn listening(client: &mut AgentServiceClient<Channel>) -> (Stri
     (r.listen_address, r.fingerprint)
 }
 
-/// `agent token create` on the local socket; the token's text is written
-/// to a file, whose path is returned.
+/// `agent token create --out FILE` on the local socket; the file's path
+/// is returned (it is created 0600: the client refuses a token file
+/// others can read).
 pub(super) async fn token(d: &TestDaemon, role: &str, name: &str, extra: &[&str]) -> PathBuf {
-    let mut args = vec!["token", "create", "--role", role, "--name", name];
+    use std::os::unix::fs::PermissionsExt;
+    let file = d.dir.path().join(format!("{name}.token"));
+    let path = file.to_str().unwrap();
+    let mut args = vec![
+        "token", "create", "--role", role, "--name", name, "--out", path,
+    ];
     args.extend_from_slice(extra);
     let (ok, out, err) = agent_out(d, &args).await;
     assert!(ok, "token create failed: {err}");
-    let secret = out.trim();
+    assert!(out.is_empty(), "the token is not printed: {out}");
+    assert!(err.contains("written to"), "{err}");
+    let secret = std::fs::read_to_string(&file).unwrap();
+    let secret = secret.trim();
     assert!(
         secret.starts_with("agentd_") && secret.len() >= 64 + 7,
-        "{out}"
+        "{secret}"
     );
-    assert!(err.contains("shown only this once"), "{err}");
-    let file = d.dir.path().join(format!("{name}.token"));
-    std::fs::write(&file, secret).unwrap();
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", file.display());
     file
 }
 
 /// Runs `agent --remote ADDR --token-file FILE --fingerprint FP ARGS…`.
-async fn remote(
+pub(super) async fn remote(
     d: &TestDaemon,
     (address, fingerprint): &(String, String),
     token: &std::path::Path,
@@ -367,8 +375,12 @@ async fn remote_calls_need_tls_a_valid_token_the_pinned_certificate_and_the_role
     );
 }
 
+/// Issue 39, point 10: the lockout once refused a valid token too, so one
+/// client with an old token file locked out everyone behind the same
+/// address. The token is checked first: only calls without a valid one
+/// are refused outright.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_address_that_keeps_failing_is_refused_even_with_a_good_token() {
+async fn an_address_that_keeps_failing_is_refused_but_a_good_token_still_passes() {
     let s = Scenario::new().config(LISTEN).start().await;
     let (mut client, d) = (s.client.clone(), &s.daemon);
     let at = listening(&mut client).await;
@@ -387,17 +399,25 @@ async fn an_address_that_keeps_failing_is_refused_even_with_a_good_token() {
         let s = wrong.list_conversations(list.clone()).await.unwrap_err();
         assert_eq!(s.code(), tonic::Code::Unauthenticated);
     }
-    let s = raw(&at, Some(&bearer))
-        .await
-        .list_conversations(list.clone())
-        .await
-        .unwrap_err();
+    let s = wrong.list_conversations(list.clone()).await.unwrap_err();
     assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
     assert!(
         s.message()
             .contains("too many failed authentication attempts from 127.0.0.1"),
         "{s:?}"
     );
+    let none = raw(&at, None)
+        .await
+        .list_conversations(list.clone())
+        .await
+        .unwrap_err();
+    assert_eq!(none.code(), tonic::Code::ResourceExhausted, "{none:?}");
+    // A valid token from the same address is served.
+    let served = raw(&at, Some(&bearer))
+        .await
+        .list_conversations(list.clone())
+        .await;
+    assert!(served.is_ok(), "{served:?}");
     // The local socket is not affected.
     assert!(client.list_conversations(list).await.is_ok());
 }

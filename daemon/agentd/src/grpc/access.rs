@@ -9,8 +9,10 @@
 //! every stored token's in constant time, and a missing, wrong, revoked or
 //! expired token is refused (UNAUTHENTICATED, saying which). Failed
 //! attempts are counted per peer address: past [`MAX_FAILURES`] within
-//! [`FAILURE_WINDOW`] the address is refused outright until the window
-//! has passed.
+//! [`FAILURE_WINDOW`] the address's calls without a valid token are
+//! refused outright (RESOURCE_EXHAUSTED) until the window has passed; a
+//! valid token always passes. Revoking a token, or its expiry, ends every
+//! stream and long call made with it ([`Session`]).
 
 use crate::runtime::Clock;
 use crate::store::Store;
@@ -23,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
+use tokio_util::sync::CancellationToken;
 use tonic::Status;
 use tonic::body::Body;
 use tonic::codegen::BoxFuture;
@@ -183,6 +186,86 @@ pub struct Caller {
     pub remote: Option<(String, SocketAddr)>,
     /// The name the client gave in its metadata, if any.
     pub name: Option<String>,
+    /// A remote caller's token, for as long as it stays valid: a stream
+    /// or long call ends when it is revoked or expires.
+    pub session: Option<Session>,
+}
+
+/// The token a remote call was made with, while it is valid. Streams and
+/// long calls check it before acting on each frame and wait on
+/// [`Session::ended`] alongside their work.
+#[derive(Debug, Clone)]
+pub struct Session {
+    id: String,
+    name: String,
+    revoked: CancellationToken,
+    expires_at_ms: Option<i64>,
+    clock: Clock,
+}
+
+impl PartialEq for Session {
+    fn eq(&self, other: &Session) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for Session {}
+
+impl Session {
+    /// The token's id.
+    pub fn token_id(&self) -> &str {
+        &self.id
+    }
+
+    /// UNAUTHENTICATED once the token was revoked or expired.
+    pub fn check(&self) -> Result<(), Status> {
+        if self.revoked.is_cancelled() {
+            return Err(unauthenticated(format!(
+                "token {} ({}) was revoked; this stream is closed",
+                self.id, self.name
+            )));
+        }
+        if let Some(expires) = self.expires_at_ms
+            && self.clock.now_ms() >= expires
+        {
+            return Err(unauthenticated(format!(
+                "token {} ({}) expired; this stream is closed",
+                self.id, self.name
+            )));
+        }
+        Ok(())
+    }
+
+    /// Completes, with the refusal to end the stream with, when the token
+    /// is revoked or expires.
+    pub async fn ended(&self) -> Status {
+        loop {
+            if let Err(status) = self.check() {
+                return status;
+            }
+            let left = self.expires_at_ms.map(|at| {
+                Duration::from_millis(u64::try_from(at - self.clock.now_ms()).unwrap_or(0))
+            });
+            tokio::select! {
+                _ = self.revoked.cancelled() => {}
+                _ = tokio::time::sleep(left.unwrap_or(Duration::MAX)), if left.is_some() => {}
+            }
+        }
+    }
+}
+
+/// [`Session::ended`] of a caller that has a session; never for a local
+/// one.
+pub async fn session_ended(session: Option<&Session>) -> Status {
+    match session {
+        Some(session) => session.ended().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// [`Session::check`] of a caller that has a session.
+pub fn session_check(session: Option<&Session>) -> Result<(), Status> {
+    session.map_or(Ok(()), Session::check)
 }
 
 impl Caller {
@@ -294,6 +377,9 @@ pub struct Access {
     store: Store,
     clock: Clock,
     limit: RateLimit,
+    /// Per token id, cancelled when the token is revoked (and kept so, so
+    /// a call authenticated just before the revocation sees it too).
+    revoked: Mutex<HashMap<String, CancellationToken>>,
     /// Set when the daemon listens on TCP.
     pub listening: Option<Listening>,
 }
@@ -324,6 +410,7 @@ impl Access {
             store,
             clock,
             limit: RateLimit::default(),
+            revoked: Mutex::new(HashMap::new()),
             listening,
         }
     }
@@ -411,7 +498,23 @@ impl Access {
                 .put_token(&token)
                 .map_err(|e| Status::internal(format!("cannot store the token: {e}")))?;
         }
+        // Every stream and long call of the token ends.
+        self.revocation(&token.id).cancel();
         Ok(token)
+    }
+
+    /// The cancellation of token `id`'s sessions.
+    fn revocation(&self, id: &str) -> CancellationToken {
+        match self.revoked.lock() {
+            Ok(mut revoked) => revoked.entry(id.to_string()).or_default().clone(),
+            // Unreachable in practice (nothing panics holding it); a
+            // session that cannot be tracked is ended at once.
+            Err(_) => {
+                let ended = CancellationToken::new();
+                ended.cancel();
+                ended
+            }
+        }
     }
 
     /// Makes every token change so far durable.
@@ -435,19 +538,30 @@ impl Access {
                     role: ClientRole::Driver,
                     remote: None,
                     name,
+                    session: None,
                 });
             }
             Peer::Remote(addr) => addr,
         };
         let now = Instant::now();
-        self.limit.check(addr.ip(), now)?;
+        // The token first: a valid one always passes, whatever others
+        // from the same address (a shared NAT, a client with an old token
+        // file) got wrong.
         match self.verify(authorization) {
             Ok(token) => Ok(Caller {
                 role: token.role,
+                session: Some(Session {
+                    revoked: self.revocation(&token.id),
+                    id: token.id,
+                    name: token.name.clone(),
+                    expires_at_ms: token.expires_at_ms,
+                    clock: self.clock,
+                }),
                 remote: Some((token.name, addr)),
                 name,
             }),
             Err(refused) => {
+                self.limit.check(addr.ip(), now)?;
                 self.limit.failed(addr.ip(), now);
                 tracing::warn!(peer = %addr, "refused a call: {}", refused.message());
                 Err(refused)
@@ -552,7 +666,11 @@ pub struct AccessService<S> {
 
 /// The caller of `request`, or why it may not call.
 fn admit(access: &Access, request: &http::Request<Body>) -> Result<Caller, Status> {
-    let Some(peer) = request.extensions().get::<Peer>().copied() else {
+    let Some(peer) = request
+        .extensions()
+        .get::<super::ConnInfo>()
+        .map(|info| info.peer)
+    else {
         return Err(Status::internal("a request from an unknown connection"));
     };
     let name = request
@@ -596,16 +714,56 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        // A remote connection is busy while this call is in progress: until
+        // its response's body ends (or the call is dropped unanswered).
+        let busy = request
+            .extensions()
+            .get::<super::ConnInfo>()
+            .and_then(|info| info.activity.as_ref())
+            .map(|activity| activity.call());
         match admit(&self.access, &request) {
             Ok(caller) => {
                 request.extensions_mut().insert(caller);
                 // The clone that was made ready is the one that serves.
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
-                Box::pin(inner.call(request))
+                let call = inner.call(request);
+                match busy {
+                    None => Box::pin(call),
+                    Some(busy) => Box::pin(async move {
+                        let response = call.await?;
+                        Ok(response.map(|body| Body::new(Busy { body, _busy: busy })))
+                    }),
+                }
             }
             Err(status) => Box::pin(async move { Ok(status.into_http()) }),
         }
+    }
+}
+
+/// A response body that keeps its connection counted busy until it ends.
+struct Busy {
+    body: Body,
+    _busy: super::limits::CallGuard,
+}
+
+impl http_body::Body for Busy {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -770,6 +928,77 @@ mod tests {
     }
 
     #[test]
+    fn a_valid_token_passes_where_its_address_is_locked_out() {
+        let (_dir, access) = access();
+        let peer = Peer::Remote("192.0.2.1:4000".parse().unwrap());
+        let (_, secret) = access.create(ClientRole::Viewer, "good", None).unwrap();
+        for _ in 0..MAX_FAILURES {
+            let s = access
+                .authenticate(peer, Some(&bearer("agentd_bad")), None)
+                .unwrap_err();
+            assert_eq!(s.code(), tonic::Code::Unauthenticated);
+        }
+        let locked = access
+            .authenticate(peer, Some(&bearer("agentd_bad")), None)
+            .unwrap_err();
+        assert_eq!(locked.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            access
+                .authenticate(peer, Some(&bearer(&secret)), None)
+                .is_ok()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_revocation_ends_the_sessions_authenticated_before_it() {
+        let (_dir, access) = access();
+        let peer = Peer::Remote("192.0.2.1:4000".parse().unwrap());
+        let (token, secret) = access.create(ClientRole::Driver, "pilot", None).unwrap();
+        let caller = access
+            .authenticate(peer, Some(&bearer(&secret)), None)
+            .unwrap();
+        let session = caller.session.clone().unwrap();
+        assert!(session.check().is_ok());
+        let waiting = tokio::spawn(async move { session.ended().await });
+        access.revoke(&token.id).unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status.code(), tonic::Code::Unauthenticated);
+        assert!(
+            status.message().contains("(pilot) was revoked"),
+            "{status:?}"
+        );
+        assert!(caller.session.unwrap().check().is_err());
+        // A session that expires ends on its own.
+        let (_, brief) = access
+            .create(
+                ClientRole::Viewer,
+                "brief",
+                Some(Duration::from_millis(200)),
+            )
+            .unwrap();
+        let session = access
+            .authenticate(peer, Some(&bearer(&brief)), None)
+            .unwrap()
+            .session
+            .unwrap();
+        let status = tokio::time::timeout(Duration::from_secs(5), session.ended())
+            .await
+            .unwrap();
+        assert!(status.message().contains("(brief) expired"), "{status:?}");
+        // The local socket has no session.
+        assert!(
+            access
+                .authenticate(Peer::Local, None, None)
+                .unwrap()
+                .session
+                .is_none()
+        );
+    }
+
+    #[test]
     fn an_address_that_keeps_failing_is_refused_until_its_window_passes() {
         let limit = RateLimit::default();
         let ip: IpAddr = "192.0.2.7".parse().unwrap();
@@ -799,6 +1028,7 @@ mod tests {
             role: ClientRole::Approver,
             remote: Some(("laptop".into(), "192.0.2.1:4000".parse().unwrap())),
             name: None,
+            session: None,
         };
         let c = remote.client("c1".into(), "", Some(ClientRole::Driver));
         assert_eq!((c.name.as_str(), c.role), ("laptop", ClientRole::Approver));

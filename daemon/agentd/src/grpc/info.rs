@@ -15,6 +15,52 @@ use tokio_util::sync::CancellationToken;
 
 /// How long the model check waits for an answer.
 const MODEL_CHECK_TIMEOUT: Duration = Duration::from_secs(30);
+/// A remote caller's model checks are at most one per this long.
+pub(super) const MODEL_CHECK_EVERY: Duration = Duration::from_secs(10);
+
+/// Who may have the daemon make a model request with its key, and how
+/// often: the local user always; a remote caller only with a driver's
+/// token, one check per token per [`MODEL_CHECK_EVERY`] (a viewer could
+/// otherwise spend the owner's money).
+#[derive(Debug, Default)]
+pub(super) struct ModelChecks {
+    last: std::sync::Mutex<std::collections::HashMap<String, Instant>>,
+}
+
+impl ModelChecks {
+    pub(super) fn admit(
+        &self,
+        who: &super::access::Caller,
+        now: Instant,
+    ) -> Result<(), tonic::Status> {
+        let Some(session) = &who.session else {
+            return Ok(());
+        };
+        super::access::check_role(
+            who.role,
+            agentd_core::ClientRole::Driver,
+            "GetDaemonInfo with check_model (a model request paid by the daemon's owner)",
+        )?;
+        let Ok(mut last) = self.last.lock() else {
+            return Err(tonic::Status::internal(
+                "the model check's lock is poisoned",
+            ));
+        };
+        if let Some(at) = last.get(session.token_id()) {
+            let since = now.saturating_duration_since(*at);
+            if since < MODEL_CHECK_EVERY {
+                return Err(tonic::Status::resource_exhausted(format!(
+                    "one model check per {} s per token; try again in {} s",
+                    MODEL_CHECK_EVERY.as_secs(),
+                    (MODEL_CHECK_EVERY - since).as_secs().max(1)
+                )));
+            }
+        }
+        last.retain(|_, at| now.saturating_duration_since(*at) < MODEL_CHECK_EVERY);
+        last.insert(session.token_id().to_string(), now);
+        Ok(())
+    }
+}
 
 /// The answer to `GetDaemonInfo`.
 pub(super) async fn daemon_info(manager: &Manager, check_model: bool) -> pb::GetDaemonInfoResponse {

@@ -147,29 +147,41 @@ fn listener_owner_alive(stream: &std::os::unix::net::UnixStream) -> bool {
 }
 
 /// The accepted connections of `listener` whose peer is our own user;
-/// others are logged and dropped.
+/// others are logged and dropped. Accepting never fails: when it does (no
+/// file descriptor left), the loop pauses, longer each time, and tries
+/// again; it never spins.
 pub fn incoming(
     listener: tokio::net::UnixListener,
 ) -> impl tokio_stream::Stream<Item = Result<tokio::net::UnixStream, std::io::Error>> {
-    use tokio_stream::StreamExt;
     let our_uid = nix::unistd::geteuid().as_raw();
-    tokio_stream::wrappers::UnixListenerStream::new(listener).filter(move |conn| match conn {
-        Ok(stream) => match stream.peer_cred() {
-            Ok(cred) if peer_allowed(cred.uid(), our_uid) => true,
-            Ok(cred) => {
-                tracing::warn!(
-                    "refused a connection from uid {} (not our user)",
-                    cred.uid()
-                );
-                false
-            }
-            Err(e) => {
-                tracing::warn!("refused a connection whose peer is unknown: {e}");
-                false
+    let backoff = super::limits::Backoff::new("the Unix socket");
+    futures::stream::unfold(
+        (listener, backoff),
+        move |(listener, mut backoff)| async move {
+            loop {
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => {
+                        backoff.accepted();
+                        stream
+                    }
+                    Err(e) => {
+                        tokio::time::sleep(backoff.failed(&e)).await;
+                        continue;
+                    }
+                };
+                match stream.peer_cred() {
+                    Ok(cred) if peer_allowed(cred.uid(), our_uid) => {
+                        return Some((Ok(stream), (listener, backoff)));
+                    }
+                    Ok(cred) => tracing::warn!(
+                        "refused a connection from uid {} (not our user)",
+                        cred.uid()
+                    ),
+                    Err(e) => tracing::warn!("refused a connection whose peer is unknown: {e}"),
+                }
             }
         },
-        Err(_) => true,
-    })
+    )
 }
 
 #[cfg(test)]

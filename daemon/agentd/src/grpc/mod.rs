@@ -14,6 +14,7 @@ mod authority;
 pub mod convert;
 mod hpack;
 mod info;
+pub mod limits;
 pub mod listener;
 mod outbox;
 pub mod remote;
@@ -54,7 +55,7 @@ pub enum ServeError {
 /// `access` first (see `access.rs`).
 pub async fn serve<S>(
     incoming: S,
-    remote: Option<remote::RemoteListener>,
+    remote: Option<(remote::RemoteListener, remote::Limits)>,
     access: Arc<access::Access>,
     manager: Arc<Manager>,
     shutdown: impl Future<Output = ()> + Send,
@@ -82,7 +83,7 @@ where
     let svc = service::Service::new(manager.clone(), stop.clone(), access.clone());
     let remote: Pin<Box<dyn tokio_stream::Stream<Item = Result<Conn, std::io::Error>> + Send>> =
         match remote {
-            Some(listener) => Box::pin(listener.incoming()),
+            Some((listener, limits)) => Box::pin(listener.incoming(limits)),
             None => Box::pin(tokio_stream::pending()),
         };
     let incoming = tokio_stream::StreamExt::merge(lenient(incoming), remote);
@@ -147,23 +148,43 @@ where
 }
 
 /// A connection the daemon serves: on the Unix socket, or over TCP after
-/// the TLS handshake. Its connect info ([`access::Peer`]) tells the access
+/// the TLS handshake. Its connect info ([`ConnInfo`]) tells the access
 /// layer which.
 pub enum Conn {
     Local(authority::LenientAuthority<tokio::net::UnixStream>),
     Remote {
         tls: Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
         peer: std::net::SocketAddr,
+        /// Closes the connection once it has had no call for the idle
+        /// timeout.
+        idle: limits::IdleTimer,
+        /// Its place among `remote.max_connections`, given back when the
+        /// connection is dropped.
+        _slot: tokio::sync::OwnedSemaphorePermit,
     },
 }
 
-impl tonic::transport::server::Connected for Conn {
-    type ConnectInfo = access::Peer;
+/// What the access layer knows of a request's connection.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub peer: access::Peer,
+    /// A remote connection's calls in progress (for its idle timeout).
+    pub activity: Option<Arc<limits::Activity>>,
+}
 
-    fn connect_info(&self) -> access::Peer {
+impl tonic::transport::server::Connected for Conn {
+    type ConnectInfo = ConnInfo;
+
+    fn connect_info(&self) -> ConnInfo {
         match self {
-            Conn::Local(_) => access::Peer::Local,
-            Conn::Remote { peer, .. } => access::Peer::Remote(*peer),
+            Conn::Local(_) => ConnInfo {
+                peer: access::Peer::Local,
+                activity: None,
+            },
+            Conn::Remote { peer, idle, .. } => ConnInfo {
+                peer: access::Peer::Remote(*peer),
+                activity: Some(idle.activity().clone()),
+            },
         }
     }
 }
@@ -176,7 +197,14 @@ impl AsyncRead for Conn {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             Conn::Local(c) => Pin::new(c).poll_read(cx, buf),
-            Conn::Remote { tls, .. } => Pin::new(tls.as_mut()).poll_read(cx, buf),
+            Conn::Remote { tls, idle, .. } => match Pin::new(tls.as_mut()).poll_read(cx, buf) {
+                Poll::Pending if idle.expired(cx) => {
+                    // Read as ended: the server closes the connection.
+                    tracing::debug!("closing a remote connection idle for the idle timeout");
+                    Poll::Ready(Ok(()))
+                }
+                other => other,
+            },
         }
     }
 }

@@ -5,6 +5,7 @@
 //! do is the access layer's business (`access.rs`).
 
 use super::Conn;
+use super::limits;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest, Sha256};
@@ -17,11 +18,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
-
-/// How long a client may take over its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Handshakes in progress at once; more connections wait to be accepted.
-const MAX_HANDSHAKES: usize = 64;
 
 /// Why the TCP listener cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +43,9 @@ pub struct Identity {
     key: PrivateKeyDer<'static>,
     /// "SHA256:<64 hex digits>" of the first certificate.
     pub fingerprint: String,
+    /// Set when the daemon's own certificate was made again because it
+    /// did not name every name asked for: the names it lacked.
+    pub remade_for: Option<Vec<String>>,
 }
 
 impl std::fmt::Debug for Identity {
@@ -62,16 +61,62 @@ pub fn fingerprint(der: &[u8]) -> String {
     format!("SHA256:{}", super::access::hex(&Sha256::digest(der)))
 }
 
+/// The names the daemon's own certificate gives: `localhost`, `agentd`,
+/// the listen address's host (its IP; for 0.0.0.0 or [::] this machine's
+/// host name) and the configured `extra` ones.
+pub fn cert_names(listen: &str, extra: &[String]) -> Vec<String> {
+    let mut names = vec!["localhost".to_string(), "agentd".to_string()];
+    let host = match listen.parse::<SocketAddr>() {
+        Ok(addr) if addr.ip().is_unspecified() => {
+            std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+        }
+        Ok(addr) => Some(addr.ip().to_string()),
+        // HOST:PORT with a host name.
+        Err(_) => listen
+            .rsplit_once(':')
+            .map(|(host, _)| host.trim_matches(|c| c == '[' || c == ']').to_string()),
+    };
+    for name in host.into_iter().chain(extra.iter().cloned()) {
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
 /// The configured certificate and key (PEM files), or the daemon's own
-/// under `dir` (`cert.pem`, `key.pem` mode 0600), made on first use.
-pub fn identity(dir: &Path, configured: Option<(&Path, &Path)>) -> Result<Identity, RemoteError> {
+/// under `dir` (`cert.pem`, `key.pem` mode 0600, and `names`, the names it
+/// gives), made on first use and again when it does not give all of
+/// `names`.
+pub fn identity(
+    dir: &Path,
+    configured: Option<(&Path, &Path)>,
+    names: &[String],
+) -> Result<Identity, RemoteError> {
+    let mut remade_for = None;
     let (cert_path, key_path) = match configured {
         Some((c, k)) => (c.to_path_buf(), k.to_path_buf()),
         None => {
             let cert = dir.join("cert.pem");
             let key = dir.join("key.pem");
             if !cert.exists() || !key.exists() {
-                generate(dir, &cert, &key)?;
+                generate(dir, &cert, &key, names)?;
+            } else {
+                // A certificate made before names were recorded gave these.
+                let had = std::fs::read_to_string(dir.join(NAMES_FILE))
+                    .unwrap_or_else(|_| "localhost\nagentd\n".to_string());
+                let had: Vec<&str> = had.lines().map(str::trim).collect();
+                let lacking: Vec<String> = names
+                    .iter()
+                    .filter(|n| !had.contains(&n.as_str()))
+                    .cloned()
+                    .collect();
+                if !lacking.is_empty() {
+                    generate(dir, &cert, &key, names)?;
+                    remade_for = Some(lacking);
+                }
             }
             (cert, key)
         }
@@ -101,24 +146,42 @@ pub fn identity(dir: &Path, configured: Option<(&Path, &Path)>) -> Result<Identi
         chain,
         key,
         fingerprint,
+        remade_for,
     })
 }
 
-/// Makes a self-signed certificate and its key, the key readable by us
-/// only.
-fn generate(dir: &Path, cert: &Path, key: &Path) -> Result<(), RemoteError> {
+/// Beside the daemon's own certificate: the names it gives, one a line.
+const NAMES_FILE: &str = "names";
+
+/// Makes a self-signed certificate giving `names` and its key, the key
+/// readable by us only.
+fn generate(dir: &Path, cert: &Path, key: &Path, names: &[String]) -> Result<(), RemoteError> {
     super::listener::create_private_dir(dir)
         .map_err(|e| RemoteError::Certificate(e.to_string()))?;
-    let names = vec!["localhost".to_string(), "agentd".to_string()];
-    let made = rcgen::generate_simple_self_signed(names)
-        .map_err(|e| RemoteError::Certificate(format!("cannot make a certificate: {e}")))?;
+    let made = rcgen::generate_simple_self_signed(names.to_vec()).map_err(|e| {
+        RemoteError::Certificate(format!(
+            "cannot make a certificate for {}: {e}",
+            names.join(", ")
+        ))
+    })?;
     write_private(
         key,
         made.signing_key.serialize_pem().as_bytes(),
         "private key",
     )?;
     write_private(cert, made.cert.pem().as_bytes(), "certificate")?;
-    tracing::info!("made a self-signed TLS certificate in {}", cert.display());
+    let mut listed = names.join("\n");
+    listed.push('\n');
+    write_private(
+        &dir.join(NAMES_FILE),
+        listed.as_bytes(),
+        "certificate names",
+    )?;
+    tracing::info!(
+        "made a self-signed TLS certificate in {} for {}",
+        cert.display(),
+        names.join(", ")
+    );
     Ok(())
 }
 
@@ -184,51 +247,126 @@ pub async fn bind(address: &str, identity: Identity) -> Result<RemoteListener, R
     })
 }
 
+/// How the TCP listener limits its clients (`[remote]`).
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Remote connections at once, handshaking or served.
+    pub max_connections: usize,
+    /// From the connection to the end of the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// How long a connection with no call in progress is kept.
+    pub idle_timeout: Duration,
+    /// Handshakes in progress per address.
+    pub max_handshakes_per_address: usize,
+}
+
+impl Limits {
+    /// The configured limits, the connection cap lowered to half of
+    /// `nofile` (the open-file limit) when that is less.
+    pub fn new(config: &crate::config::RemoteSection, nofile: Option<u64>) -> Limits {
+        let max_connections = limits::connection_cap(config.max_connections, nofile);
+        if max_connections < config.max_connections {
+            tracing::warn!(
+                "remote.max_connections lowered from {} to {max_connections}: the open-file limit is {}",
+                config.max_connections,
+                nofile.unwrap_or(0)
+            );
+        }
+        Limits {
+            max_connections,
+            handshake_timeout: Duration::from_millis(config.handshake_timeout_ms),
+            idle_timeout: Duration::from_millis(config.idle_timeout_ms),
+            max_handshakes_per_address: config.max_handshakes_per_address,
+        }
+    }
+}
+
 impl RemoteListener {
     /// The connections that completed a TLS handshake. Handshakes run
-    /// side by side (a slow or silent client holds up no other); one that
-    /// fails (a plaintext client, a client that refused our certificate)
-    /// or takes over 10 s is logged and dropped.
-    pub fn incoming(self) -> impl tokio_stream::Stream<Item = Result<Conn, std::io::Error>> {
+    /// side by side (a slow or silent client holds up no other). A
+    /// connection is closed at once when `max_connections` are open or its
+    /// address has `max_handshakes_per_address` handshakes in progress,
+    /// and when its handshake fails or takes longer than
+    /// `handshake_timeout`; those are logged per address per minute.
+    pub fn incoming(
+        self,
+        limits: Limits,
+    ) -> impl tokio_stream::Stream<Item = Result<Conn, std::io::Error>> {
         let (tx, rx) = mpsc::channel(16);
-        let permits = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+        let handshakes = Arc::new(limits::Handshakes::default());
+        let tally = Arc::new(limits::Tally::default());
         tokio::spawn(async move {
+            let mut backoff = limits::Backoff::new("TCP");
+            let mut report = tokio::time::interval(limits::REPORT_EVERY);
+            report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                let Ok(permit) = permits.clone().acquire_owned().await else {
-                    return;
-                };
                 let (tcp, peer) = tokio::select! {
                     accepted = self.listener.accept() => match accepted {
-                        Ok(a) => a,
+                        Ok(a) => {
+                            backoff.accepted();
+                            a
+                        }
                         Err(e) => {
-                            tracing::warn!("cannot accept a TCP connection: {e}");
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                            continue;
+                            let pause = backoff.failed(&e);
+                            tokio::select! {
+                                _ = tokio::time::sleep(pause) => continue,
+                                _ = tx.closed() => return,
+                            }
                         }
                     },
+                    _ = report.tick() => {
+                        tally.report();
+                        continue;
+                    }
                     _ = tx.closed() => return,
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tally.count(
+                        peer.ip(),
+                        "connections closed at once (remote.max_connections are open)",
+                        &format!("{} open", limits.max_connections),
+                    );
+                    continue;
+                };
+                let Some(handshaking) =
+                    handshakes.start(peer.ip(), limits.max_handshakes_per_address)
+                else {
+                    tally.count(
+                        peer.ip(),
+                        "connections closed at once (remote.max_handshakes_per_address in progress)",
+                        &format!("{} handshakes in progress", limits.max_handshakes_per_address),
+                    );
+                    continue;
                 };
                 let _ = tcp.set_nodelay(true);
                 let acceptor = self.acceptor.clone();
                 let tx = tx.clone();
+                let tally = tally.clone();
+                let (handshake_timeout, idle_timeout) =
+                    (limits.handshake_timeout, limits.idle_timeout);
                 tokio::spawn(async move {
-                    let _permit = permit;
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
+                    let done = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await;
+                    drop(handshaking);
+                    let failed = match done {
                         Ok(Ok(tls)) => {
-                            let _ = tx
-                                .send(Ok(Conn::Remote {
-                                    tls: Box::new(tls),
-                                    peer,
-                                }))
-                                .await;
+                            let idle =
+                                limits::IdleTimer::new(limits::Activity::new(), idle_timeout);
+                            let conn = Conn::Remote {
+                                tls: Box::new(tls),
+                                peer,
+                                idle,
+                                _slot: slot,
+                            };
+                            let _ = tx.send(Ok(conn)).await;
+                            return;
                         }
-                        Ok(Err(e)) => {
-                            tracing::info!(peer = %peer, "TLS handshake failed: {e}");
-                        }
+                        Ok(Err(e)) => e.to_string(),
                         Err(_) => {
-                            tracing::info!(peer = %peer, "TLS handshake timed out");
+                            format!("no handshake within {} ms", handshake_timeout.as_millis())
                         }
-                    }
+                    };
+                    tally.count(peer.ip(), "failed TLS handshakes", &failed);
                 });
             }
         });
@@ -245,8 +383,10 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = tempfile::tempdir().unwrap();
         let tls = dir.path().join("tls");
-        let first = identity(&tls, None).unwrap();
-        let again = identity(&tls, None).unwrap();
+        let names = cert_names("127.0.0.1:7443", &[]);
+        let first = identity(&tls, None, &names).unwrap();
+        let again = identity(&tls, None, &names).unwrap();
+        assert!(again.remade_for.is_none());
         assert_eq!(first.fingerprint, again.fingerprint, "kept across restarts");
         assert!(first.fingerprint.starts_with("SHA256:"));
         assert_eq!(first.fingerprint.len(), "SHA256:".len() + 64);
@@ -259,13 +399,68 @@ mod tests {
         let configured = identity(
             dir.path(),
             Some((&tls.join("cert.pem"), &tls.join("key.pem"))),
+            &names,
         )
         .unwrap();
         assert_eq!(configured.fingerprint, first.fingerprint);
         let missing = identity(
             dir.path(),
             Some((&dir.path().join("no.pem"), &tls.join("key.pem"))),
+            &names,
         );
         assert!(missing.unwrap_err().to_string().contains("no.pem"));
+    }
+
+    /// Whether `der` holds the SAN of `ip` (context tag 7, its octets).
+    fn names_ip(der: &[u8], ip: [u8; 4]) -> bool {
+        let san = [0x87, 4, ip[0], ip[1], ip[2], ip[3]];
+        der.windows(san.len()).any(|w| w == san)
+    }
+
+    /// Whether `der` holds the SAN of DNS name `name` (context tag 2).
+    fn names_dns(der: &[u8], name: &str) -> bool {
+        let mut san = vec![0x82, name.len() as u8];
+        san.extend_from_slice(name.as_bytes());
+        der.windows(san.len()).any(|w| w == san.as_slice())
+    }
+
+    #[test]
+    fn the_certificate_names_the_listen_address_and_is_made_again_for_new_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = dir.path().join("tls");
+        let names = cert_names("127.0.0.1:7443", &[]);
+        assert_eq!(names, ["localhost", "agentd", "127.0.0.1"]);
+        let first = identity(&tls, None, &names).unwrap();
+        let der = first.chain[0].as_ref();
+        assert!(names_ip(der, [127, 0, 0, 1]));
+        assert!(names_dns(der, "localhost") && names_dns(der, "agentd"));
+        // A configured name the certificate lacks: made again, saying so.
+        let more = cert_names(
+            "127.0.0.1:7443",
+            &["work.example".to_string(), "192.0.2.7".to_string()],
+        );
+        let second = identity(&tls, None, &more).unwrap();
+        assert_eq!(
+            second.remade_for,
+            Some(vec!["work.example".to_string(), "192.0.2.7".to_string()])
+        );
+        assert_ne!(second.fingerprint, first.fingerprint);
+        let der = second.chain[0].as_ref();
+        assert!(names_dns(der, "work.example") && names_ip(der, [192, 0, 2, 7]));
+        // Fewer names than it gives: kept.
+        let kept = identity(&tls, None, &names).unwrap();
+        assert_eq!(kept.fingerprint, second.fingerprint);
+        assert!(kept.remade_for.is_none());
+        // A certificate made before names were recorded gave only
+        // localhost and agentd.
+        std::fs::remove_file(tls.join(NAMES_FILE)).unwrap();
+        let old = identity(&tls, None, &names).unwrap();
+        assert_eq!(old.remade_for, Some(vec!["127.0.0.1".to_string()]));
+        // A wildcard address names this machine.
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert!(cert_names("0.0.0.0:7443", &[]).contains(&host.trim().to_string()));
+        assert!(cert_names("[::]:7443", &[]).contains(&host.trim().to_string()));
+        assert_eq!(cert_names("[::1]:7443", &[])[2], "::1");
+        assert_eq!(cert_names("box.lan:7443", &[])[2], "box.lan");
     }
 }

@@ -33,6 +33,8 @@ pub struct Service {
     shutdown: CancellationToken,
     /// Tokens and the TCP listener's identity.
     access: Arc<Access>,
+    /// Who may ask for a model check, and how often.
+    model_checks: Arc<super::info::ModelChecks>,
 }
 
 /// Who made `request`, as the access layer found (it admitted the call
@@ -64,6 +66,7 @@ impl Service {
             manager,
             shutdown,
             access,
+            model_checks: Default::default(),
         }
     }
 
@@ -654,6 +657,7 @@ impl AgentService for Service {
         &self,
         request: Request<pb::ReadShellOutputRequest>,
     ) -> Result<Response<Self::ReadShellOutputStream>, Status> {
+        let session = caller(&request)?.session;
         let mut req = request.into_inner();
         // Fail fast on an unknown id, before the stream starts.
         req.shell_id = self.resolve_shell(&req.shell_id)?;
@@ -681,12 +685,18 @@ impl AgentService for Service {
                     finished: last.then(|| convert::shell(&record)),
                 };
                 offset += got;
-                if tx.send(Ok(frame)).await.is_err() || last {
+                let frame = access::session_check(session.as_ref()).map(|()| frame);
+                let refused = frame.is_err();
+                if tx.send(frame).await.is_err() || last || refused {
                     return;
                 }
                 if got == 0 {
                     tokio::select! {
                         _ = shells.wait_output(&req.shell_id, offset) => {}
+                        status = access::session_ended(session.as_ref()) => {
+                            let _ = tx.send(Err(status)).await;
+                            return;
+                        }
                         _ = shutdown.cancelled() => return,
                         _ = tx.closed() => return,
                     }
@@ -766,7 +776,11 @@ impl AgentService for Service {
         &self,
         request: Request<pb::GetDaemonInfoRequest>,
     ) -> Result<Response<pb::GetDaemonInfoResponse>, Status> {
+        let who = caller(&request)?;
         let check_model = request.into_inner().check_model;
+        if check_model {
+            self.model_checks.admit(&who, std::time::Instant::now())?;
+        }
         Ok(Response::new(
             super::info::daemon_info(&self.manager, check_model).await,
         ))
@@ -916,11 +930,12 @@ impl AgentService for Service {
             subscription,
             tx.clone(),
             self.shutdown.clone(),
+            who.session.clone(),
         ));
         tokio::spawn(read_frames(
             self.manager.clone(),
             id,
-            client,
+            (client, who.session),
             inbound,
             tx,
             self.shutdown.clone(),
@@ -1017,6 +1032,7 @@ impl AgentService for Service {
         &self,
         request: Request<pb::ExportConversationsRequest>,
     ) -> Result<Response<Self::ExportConversationsStream>, Status> {
+        let session = caller(&request)?.session;
         let req = request.into_inner();
         let ids: Vec<String> = if req.conversation_ids.is_empty() {
             self.manager.ids().map_err(to_status)?
@@ -1032,6 +1048,10 @@ impl AgentService for Service {
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
             for id in ids {
+                if let Err(status) = access::session_check(session.as_ref()) {
+                    let _ = tx.send(Err(status)).await;
+                    break;
+                }
                 let item = manager.record(&id).and_then(|r| {
                     let messages = manager.messages(&r)?;
                     let images = manager.images_of(messages.iter().map(|(_, m)| m))?;
@@ -1074,6 +1094,7 @@ impl AgentService for Service {
         request: Request<Streaming<pb::ExportedConversation>>,
     ) -> Result<Response<pb::ImportConversationsResponse>, Status> {
         let who = caller(&request)?;
+        let session = who.session.clone();
         let mut inbound = request.into_inner();
         let mut imported = 0;
         let mut skipped_ids = Vec::new();
@@ -1095,6 +1116,7 @@ impl AgentService for Service {
                     return Err(status);
                 }
             };
+            access::session_check(session.as_ref())?;
             let (mut record, messages) = convert::exported_from(&item)?;
             notices.extend(self.imported_grants(&who, &mut record)?);
             let images = convert::exported_images(&item)?;
@@ -1232,6 +1254,7 @@ async fn forward(
     sub: crate::runtime::Subscription,
     tx: super::wire::FrameTx,
     shutdown: CancellationToken,
+    session: Option<access::Session>,
 ) {
     let client_id = sub.client.id.clone();
     let mut live = sub.live;
@@ -1248,6 +1271,8 @@ async fn forward(
     tokio::pin!(hold);
     let cancelled = shutdown.cancelled();
     tokio::pin!(cancelled);
+    let ended = access::session_ended(session.as_ref());
+    tokio::pin!(ended);
     loop {
         // Everything the hub has ready, without waiting.
         while hub_open && !out.is_full() {
@@ -1317,6 +1342,13 @@ async fn forward(
                     0,
                     EventKind::Notice("agentd is shutting down".to_string()),
                 ))));
+                break;
+            }
+            // The token was revoked or expired: the stream ends, saying so.
+            status = &mut ended => {
+                // Within a bound: a client that reads nothing does not
+                // keep the stream open.
+                let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(Err(status))).await;
                 break;
             }
             _ = &mut hold, if holding => {}
@@ -1389,7 +1421,7 @@ fn queue(out: &mut Outbox, last: &mut u64, ev: Arc<ConvEvent>) {
 async fn read_frames(
     manager: Arc<Manager>,
     id: String,
-    client: crate::runtime::ClientInfo,
+    (client, session): (crate::runtime::ClientInfo, Option<access::Session>),
     mut inbound: Streaming<pb::AttachRequest>,
     tx: super::wire::FrameTx,
     shutdown: CancellationToken,
@@ -1398,8 +1430,11 @@ async fn read_frames(
     let limits = &manager.shared().config.grpc;
     loop {
         let frame = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => break,
             _ = tx.closed() => break,
+            // The stream's forwarding task ends it with the reason.
+            _ = access::session_ended(session.as_ref()) => break,
             m = inbound.message() => match m {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
@@ -1432,6 +1467,12 @@ async fn read_frames(
             Some(Frame::Budget(_)) => Some(FrameKind::Budget),
             None => None,
         };
+        // Nothing is done, or recorded, under a token revoked or expired
+        // since the stream began.
+        if let Err(status) = access::session_check(session.as_ref()) {
+            let _ = tx.try_send(Err(status));
+            break;
+        }
         if let Some(kind) = kind {
             let (needed, what) = access::frame_need(kind);
             if let Err(refused) = access::check_role(client.role, needed, what) {
