@@ -399,7 +399,7 @@ async fn the_daemons_log_file_is_kept_under_its_cap() {
     let d = TestDaemon::start_with(
         &fake,
         DaemonOptions {
-            extra_config: format!("{LISTEN}\n\n[log]\nmax_bytes = 65536\n"),
+            extra_config: format!("{LISTEN}\n\n[log]\nmax_bytes = 16384\n"),
             ..Default::default()
         },
     )
@@ -407,9 +407,9 @@ async fn the_daemons_log_file_is_kept_under_its_cap() {
     let mut client = d.client().await;
     let at = listening(&mut client).await;
     let target: SocketAddr = at.0.parse().unwrap();
-    // Each address's first failed handshake is a line of about 200 bytes:
-    // 600 addresses write more than the cap.
-    for i in 0..600u32 {
+    // Each address's first failed handshake is a line of about 200 bytes
+    // (for the first 256 addresses of a minute): more than the 16 KiB cap.
+    for i in 0..300u32 {
         let from = Ipv4Addr::new(127, 0, 2 + (i / 250) as u8, 1 + (i % 250) as u8);
         let mut tcp = connect_from(from, target).await.unwrap();
         use tokio::io::AsyncWriteExt;
@@ -423,8 +423,8 @@ async fn the_daemons_log_file_is_kept_under_its_cap() {
     let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
     let older = d.log_path.with_extension("log.1");
     assert!(size(&older) > 0, "no {} was started", older.display());
-    assert!(size(&older) <= 65536, "{}", size(&older));
-    assert!(size(&d.log_path) <= 65536, "{}", size(&d.log_path));
+    assert!(size(&older) <= 16384, "{}", size(&older));
+    assert!(size(&d.log_path) <= 16384, "{}", size(&d.log_path));
     // Standard error follows the new file.
     let stderr = std::fs::read_link(format!("/proc/{}/fd/2", d.pid())).unwrap();
     assert_eq!(stderr, d.log_path);
@@ -440,4 +440,45 @@ async fn the_daemons_log_file_is_kept_under_its_cap() {
         size(&d.log_path),
         size(&older)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_redirected_without_append_loses_no_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("redirected.log");
+    let script = dir.path().join("redirecting-agentd");
+    // `2> FILE` opens the file to write at its own offset, not to append.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nexec '{}' \"$@\" 2> '{}'\n",
+            daemon_bin().display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let d = TestDaemon::start_with(
+        &fake,
+        DaemonOptions {
+            extra_config: LISTEN.to_string(),
+            daemon_bin: Some(script),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = d.client().await;
+    listening(&mut client).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    // The log's lines (appended) and the start line (written to standard
+    // error) are all there.
+    for needle in [
+        "API key from the environment",
+        "agentd listening socket=",
+        "agentd: listening on 127.0.0.1:",
+    ] {
+        assert!(text.contains(needle), "{needle} missing:\n{text}");
+    }
 }
