@@ -733,9 +733,9 @@ impl Config {
         let mcp_servers = file.mcp.specs().map_err(ConfigError::Invalid)?;
         let budget = file.budget.amounts()?;
         file.remote.validate()?;
-        if file.log.max_bytes < 64 * 1024 {
+        if file.log.max_bytes < 16 * 1024 {
             return Err(ConfigError::Invalid(format!(
-                "log.max_bytes must be at least 65536, got {}",
+                "log.max_bytes must be at least 16384, got {}",
                 file.log.max_bytes
             )));
         }
@@ -927,6 +927,40 @@ mod tests {
         assert_eq!(
             (c.grpc.max_text_bytes, c.grpc.max_frame_bytes),
             (100, 65_536)
+        );
+    }
+
+    #[test]
+    fn remote_limits_and_the_log_cap_have_defaults_and_bad_values_are_refused() {
+        let c = Config::from_parts(FileConfig::default(), &env_of(&[]), None).unwrap();
+        assert_eq!(c.remote.max_connections, 256);
+        assert_eq!(c.remote.handshake_timeout_ms, 2_000);
+        assert_eq!(c.remote.idle_timeout_ms, 300_000);
+        assert_eq!(c.remote.max_handshakes_per_address, 8);
+        assert_eq!(c.log.max_bytes, 10 * 1024 * 1024);
+        let refused = |text: &str| {
+            Config::from_parts(toml::from_str(text).unwrap(), &env_of(&[]), None)
+                .unwrap_err()
+                .to_string()
+        };
+        for key in [
+            "max_connections",
+            "handshake_timeout_ms",
+            "idle_timeout_ms",
+            "max_handshakes_per_address",
+        ] {
+            let zero = refused(&format!("[remote]\n{key} = 0\n"));
+            assert!(
+                zero.contains(&format!("remote.{key} must be at least 1")),
+                "{zero}"
+            );
+        }
+        let name = refused("[remote]\ncert_names = [\"two words\"]\n");
+        assert!(name.contains("remote.cert_names"), "{name}");
+        let log = refused("[log]\nmax_bytes = 100\n");
+        assert!(
+            log.contains("log.max_bytes must be at least 16384"),
+            "{log}"
         );
     }
 

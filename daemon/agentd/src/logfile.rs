@@ -52,10 +52,18 @@ impl LogWriter {
     /// can be opened again (at the default size until
     /// [`LogWriter::set_max_bytes`]).
     pub fn for_stderr() -> LogWriter {
-        match stderr_file().and_then(|path| CappedLog::open(&path, DEFAULT_MAX, true).ok()) {
-            Some(log) => LogWriter::Capped(log),
-            None => LogWriter::Stderr,
+        let Some(log) =
+            stderr_file().and_then(|path| CappedLog::open(&path, DEFAULT_MAX, true).ok())
+        else {
+            return LogWriter::Stderr;
+        };
+        // Standard error (and output, when it is the same file) become
+        // this file, opened to append: `2> FILE` opened it to write at its
+        // own offset, over the lines appended since.
+        if let Ok(state) = log.state.lock() {
+            state.redirect();
         }
+        LogWriter::Capped(log)
     }
 
     /// Applies `[log] max_bytes`.
@@ -105,15 +113,28 @@ impl State {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
-        let file = append(&self.path)?;
-        if self.redirect_std {
-            nix::unistd::dup2_stderr(&file).map_err(std::io::Error::from)?;
-            if is_same_file(std::io::stdout(), &self.file) {
-                nix::unistd::dup2_stdout(&file).map_err(std::io::Error::from)?;
-            }
-        }
-        self.file = file;
+        let old = std::mem::replace(&mut self.file, append(&self.path)?);
+        self.redirect_from(&old);
         Ok(())
+    }
+
+    /// Points standard error, and standard output when it was open on
+    /// `was` too, at the file.
+    fn redirect_from(&self, was: &File) {
+        if !self.redirect_std {
+            return;
+        }
+        let out_too = is_same_file(std::io::stdout(), was);
+        let _ = nix::unistd::dup2_stderr(&self.file);
+        if out_too {
+            let _ = nix::unistd::dup2_stdout(&self.file);
+        }
+    }
+
+    /// Points standard error (and output, when it is the same file) at
+    /// the file.
+    fn redirect(&self) {
+        self.redirect_from(&self.file);
     }
 }
 

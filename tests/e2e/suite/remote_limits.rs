@@ -326,3 +326,159 @@ async fn a_flood_of_failed_handshakes_is_logged_in_a_few_lines() {
     let (ok, _, err) = super::remote::remote(d, &at, &driver, &["ls"]).await;
     assert!(ok, "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_with_a_stream_open_is_not_idle() {
+    use super::remote::raw;
+    use super::util::{done, user_texts};
+    let s = agent_tests::harness::Scenario::new()
+        .scripts([done()])
+        .config(&format!("{LISTEN}\nidle_timeout_ms = 1000\n"))
+        .conversation("")
+        .start()
+        .await;
+    let (mut client, d, id) = (s.client.clone(), &s.daemon, s.id.clone());
+    let at = listening(&mut client).await;
+    let driver = token(d, "driver", "pilot", &[]).await;
+    let mut remote = raw(&at, Some(&format!("Bearer {}", secret(&driver)))).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    tx.send(pb::AttachRequest {
+        frame: Some(pb::attach_request::Frame::Subscribe(pb::Subscribe {
+            conversation_id: id.clone(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let mut stream = remote
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    stream.message().await.unwrap().unwrap();
+    // Three idle timeouts pass with nothing sent either way.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tx.send(pb::AttachRequest {
+        frame: Some(pb::attach_request::Frame::Send(pb::SendMessageFrame {
+            text: "still here".into(),
+            ..Default::default()
+        })),
+    })
+    .await
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !user_texts(&mut client, &id)
+        .await
+        .contains(&"still here".to_string())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the stream's frame never arrived"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Once the stream ends, the connection is idle and closed: a new call
+    // on the same channel reconnects and is served.
+    drop((tx, stream));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        remote
+            .list_conversations(pb::ListConversationsRequest::default())
+            .await
+            .is_ok()
+    );
+    assert!(
+        d.log().contains("closing a remote connection idle"),
+        "the connection was not closed as idle after its stream ended"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemons_log_file_is_kept_under_its_cap() {
+    let fake = FakeLlm::start().await;
+    let d = TestDaemon::start_with(
+        &fake,
+        DaemonOptions {
+            extra_config: format!("{LISTEN}\n\n[log]\nmax_bytes = 16384\n"),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = d.client().await;
+    let at = listening(&mut client).await;
+    let target: SocketAddr = at.0.parse().unwrap();
+    // Each address's first failed handshake is a line of about 200 bytes
+    // (for the first 256 addresses of a minute): more than the 16 KiB cap.
+    for i in 0..300u32 {
+        let from = Ipv4Addr::new(127, 0, 2 + (i / 250) as u8, 1 + (i % 250) as u8);
+        let mut tcp = connect_from(from, target).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        let _ = tcp.write_all(b"not TLS\r\n\r\n").await;
+        assert!(
+            closed_within(&mut tcp, Duration::from_secs(10))
+                .await
+                .is_some()
+        );
+    }
+    let size = |p: &std::path::Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let older = d.log_path.with_extension("log.1");
+    assert!(size(&older) > 0, "no {} was started", older.display());
+    assert!(size(&older) <= 16384, "{}", size(&older));
+    assert!(size(&d.log_path) <= 16384, "{}", size(&d.log_path));
+    // Standard error follows the new file.
+    let stderr = std::fs::read_link(format!("/proc/{}/fd/2", d.pid())).unwrap();
+    assert_eq!(stderr, d.log_path);
+    // And the daemon still answers.
+    assert!(
+        client
+            .list_conversations(pb::ListConversationsRequest::default())
+            .await
+            .is_ok()
+    );
+    eprintln!(
+        "log kept at {} bytes and {} bytes in .1",
+        size(&d.log_path),
+        size(&older)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_redirected_without_append_loses_no_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let fake = FakeLlm::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("redirected.log");
+    let script = dir.path().join("redirecting-agentd");
+    // `2> FILE` opens the file to write at its own offset, not to append.
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\nexec '{}' \"$@\" 2> '{}'\n",
+            daemon_bin().display(),
+            log.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let d = TestDaemon::start_with(
+        &fake,
+        DaemonOptions {
+            extra_config: LISTEN.to_string(),
+            daemon_bin: Some(script),
+            ..Default::default()
+        },
+    )
+    .await;
+    let mut client = d.client().await;
+    listening(&mut client).await;
+    let text = std::fs::read_to_string(&log).unwrap();
+    // The log's lines (appended) and the start line (written to standard
+    // error) are all there.
+    for needle in [
+        "API key from the environment",
+        "agentd listening socket=",
+        "agentd: listening on 127.0.0.1:",
+    ] {
+        assert!(text.contains(needle), "{needle} missing:\n{text}");
+    }
+}

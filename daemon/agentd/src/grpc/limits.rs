@@ -48,14 +48,15 @@ pub fn connection_cap(configured: usize, nofile: Option<u64>) -> usize {
     configured.min(half).max(1)
 }
 
-/// Whether an accept error means the process or the system ran out of
-/// something (descriptors, memory): the listener stays readable, so
-/// trying again at once would spin.
-fn out_of_resources(e: &std::io::Error) -> bool {
+/// Whether an accept error is one connection's (gone before it was
+/// accepted): the next may be fine. Any other (descriptors or memory run
+/// out, anything unexpected) leaves the listener readable, so trying again
+/// at once would spin.
+fn one_connections(e: &std::io::Error) -> bool {
     use nix::errno::Errno;
     matches!(
         e.raw_os_error().map(Errno::from_raw),
-        Some(Errno::EMFILE | Errno::ENFILE | Errno::ENOBUFS | Errno::ENOMEM)
+        Some(Errno::ECONNABORTED | Errno::ECONNRESET | Errno::EPROTO | Errno::EINTR)
     )
 }
 
@@ -90,7 +91,7 @@ impl Backoff {
                 self.what
             );
         }
-        if !out_of_resources(e) {
+        if one_connections(e) {
             return Duration::ZERO;
         }
         self.pause = (self.pause * 2).clamp(FIRST_PAUSE, LONGEST_PAUSE);
@@ -117,7 +118,13 @@ impl Backoff {
 #[derive(Debug, Default)]
 pub struct Tally {
     counts: Mutex<HashMap<(IpAddr, &'static str), Counted>>,
+    /// Events from addresses beyond [`TALLIED_ADDRESSES`] this minute (a
+    /// peer with many addresses), per kind: counted together.
+    others: Mutex<HashMap<&'static str, Counted>>,
 }
+
+/// Addresses whose events are logged and counted one by one each minute.
+const TALLIED_ADDRESSES: usize = 256;
 
 #[derive(Debug)]
 struct Counted {
@@ -132,11 +139,24 @@ impl Tally {
         let Ok(mut counts) = self.counts.lock() else {
             return;
         };
+        let full = counts.len() >= TALLIED_ADDRESSES;
         match counts.get_mut(&(ip, what)) {
             Some(c) => {
                 c.since_report += 1;
                 c.last.clear();
                 c.last.push_str(detail);
+            }
+            None if full => {
+                drop(counts);
+                if let Ok(mut others) = self.others.lock() {
+                    let c = others.entry(what).or_insert(Counted {
+                        since_report: 0,
+                        last: String::new(),
+                    });
+                    c.since_report += 1;
+                    c.last.clear();
+                    c.last.push_str(detail);
+                }
             }
             None => {
                 tracing::info!(
@@ -171,6 +191,16 @@ impl Tally {
             c.since_report = 0;
             true
         });
+        drop(counts);
+        if let Ok(mut others) = self.others.lock() {
+            for (what, c) in others.drain() {
+                tracing::info!(
+                    "{} more {what} from other addresses in the last minute (over {TALLIED_ADDRESSES} addresses; the last: {})",
+                    c.since_report,
+                    c.last
+                );
+            }
+        }
     }
 }
 
@@ -338,6 +368,22 @@ mod tests {
         assert_eq!(b.failed(&emfile), FIRST_PAUSE);
         let reset = std::io::Error::from_raw_os_error(nix::errno::Errno::ECONNABORTED as i32);
         assert_eq!(b.failed(&reset), Duration::ZERO);
+    }
+
+    #[test]
+    fn a_peer_with_many_addresses_is_counted_together_past_a_bound() {
+        let tally = Tally::default();
+        for i in 0..1000u32 {
+            let ip = IpAddr::from([10, 0, (i / 250) as u8, (i % 250) as u8]);
+            tally.count(ip, "failed TLS handshakes", "x");
+        }
+        assert_eq!(tally.counts.lock().unwrap().len(), TALLIED_ADDRESSES);
+        let others = tally.others.lock().unwrap()["failed TLS handshakes"].since_report;
+        assert_eq!(others, 1000 - TALLIED_ADDRESSES as u64);
+        tally.report();
+        assert!(tally.others.lock().unwrap().is_empty());
+        // The quiet addresses are forgotten at the report.
+        assert!(tally.counts.lock().unwrap().is_empty());
     }
 
     #[test]
