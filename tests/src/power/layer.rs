@@ -73,7 +73,7 @@ pub struct Cut {
     /// Writes undone (not covered by a later sync of their file).
     pub undone: usize,
     /// Files the undone writes touched.
-    pub files: usize,
+    pub files: std::collections::BTreeSet<PathBuf>,
     /// Undone writes whose file is gone or was replaced (left alone).
     pub skipped: usize,
     /// Bytes by which the files shrank.
@@ -160,7 +160,6 @@ pub fn cut(log: &Path) -> Result<Cut, String> {
         at = body + path_len + old_len;
     }
     report.writes = writes.len();
-    let mut files = std::collections::HashSet::new();
     for w in writes.iter().rev() {
         let durable =
             synced.get(&(w.dev, w.ino)).is_some_and(|&upto| w.at < upto) || w.at < synced_all;
@@ -187,9 +186,8 @@ pub fn cut(log: &Path) -> Result<Cut, String> {
             .and_then(|()| file.set_len(w.old_size))
             .map_err(|e| format!("cannot undo a write to {}: {e}", w.path.display()))?;
         report.truncated += meta.len().saturating_sub(w.old_size);
-        files.insert(w.path.clone());
+        report.files.insert(w.path.clone());
     }
-    report.files = files.len();
     match std::fs::remove_file(log) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}

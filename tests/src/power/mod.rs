@@ -23,8 +23,11 @@
 //!    quarantine), every conversation whose creation was acknowledged
 //!    exists, every acknowledged prompt is present at its sequence
 //!    number, every message seen at rest after the previous restart is
-//!    present unchanged, every model request is a prefix of the stored
-//!    transcript, and the tools' effects match (no `bash` call ran twice).
+//!    present unchanged, every message an attached client was shown is
+//!    present unchanged and no event number reached a client twice (the
+//!    crash test's observers and ledger), every model request is a prefix
+//!    of the stored transcript, and the tools' effects match (no `bash`
+//!    call ran twice).
 //!    With `sync = "kill"`: what README allows — the store comes back
 //!    consistent, only older (or, had it not opened, quarantined, which
 //!    is counted): losses are the last messages of a conversation, never a
@@ -40,6 +43,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use agent_proto::v1 as pb;
@@ -51,6 +55,7 @@ use tokio::task::JoinHandle;
 use tonic::transport::Channel;
 
 use crate::crash::check::{self, RequestKey};
+use crate::crash::ledger::{self, Ledger};
 use crate::crash::responder::{self, Tag};
 use crate::fake_llm::FakeLlm;
 use crate::harness::{DaemonOptions, TestDaemon, connect_uds};
@@ -165,6 +170,8 @@ pub struct Summary {
     pub undone: usize,
     /// Model requests checked against the stored transcripts.
     pub requests: usize,
+    /// Frames the attached observers received (`sync = "power"`).
+    pub frames: u64,
     /// Conversations at the end.
     pub conversations: usize,
 }
@@ -194,7 +201,8 @@ impl Summary {
             "{} cuts; {} turns started, {} prompts and {} creations acknowledged; \
              {} conversations; {} expected messages checked after the cuts, {} lost \
              ({} acknowledged prompts, {} acknowledged conversations) in {} cuts; \
-             {} quarantined stores; layer: {} writes logged, {} undone; {} model requests checked",
+             {} quarantined stores; layer: {} writes logged, {} undone; {} model requests checked; \
+             {} attach frames",
             self.cuts,
             self.turns_started,
             self.prompts_acked,
@@ -208,7 +216,8 @@ impl Summary {
             self.quarantines,
             self.writes,
             self.undone,
-            self.requests
+            self.requests,
+            self.frames
         )
     }
 }
@@ -274,6 +283,9 @@ struct Run {
     unacked: HashSet<u64>,
     requests_checked: usize,
     quarantined: usize,
+    /// What clients were shown (attached observers, `sync = "power"`).
+    ledger: Arc<Ledger>,
+    observers: Arc<Mutex<Vec<JoinHandle<()>>>>,
     summary: Summary,
 }
 
@@ -307,6 +319,8 @@ pub async fn run(opts: PowerOptions) -> Result<Summary, String> {
         unacked: HashSet::new(),
         requests_checked: 0,
         quarantined: 0,
+        ledger: Arc::new(Ledger::default()),
+        observers: Arc::default(),
         summary: Summary::default(),
     };
     run.summary.seed = run.opts.seed;
@@ -315,6 +329,7 @@ pub async fn run(opts: PowerOptions) -> Result<Summary, String> {
         Ok(()) => {
             run.summary.elapsed = started.elapsed();
             run.summary.conversations = run.convs.len();
+            run.summary.frames = run.ledger.frames();
             Ok(run.summary)
         }
         Err(e) => Err(format!(
@@ -386,6 +401,7 @@ impl Run {
             acked += usize::from(outcome.acked.is_some());
             self.record(kind, tag, outcome);
         }
+        self.stop_observers().await;
         AssertUnwindSafe(self.daemon.restart())
             .catch_unwind()
             .await
@@ -397,6 +413,7 @@ impl Run {
         self.settle().await?;
         let settled = settle.elapsed();
         let (checked, lost) = self.check(quarantined).await?;
+        self.start_observers()?;
         let rest = self.opts.rest.unwrap_or(match self.opts.sync {
             SyncMode::Kill => Duration::from_secs(1),
             SyncMode::Power => Duration::ZERO,
@@ -405,13 +422,13 @@ impl Run {
         if self.opts.progress {
             println!(
                 "cut {n}/{}: {started} turns started ({acked} prompts acknowledged), power cut after {} ms: \
-                 {} writes logged, {} undone in {} files ({} bytes cut off); at rest {:.2} s after restart; \
+                 {} writes logged, {} undone in {} ({} bytes cut off); at rest {:.2} s after restart; \
                  {} conversations, {checked} expected messages checked, {lost} lost{}",
                 self.opts.cuts,
                 delay.as_millis(),
                 cut.writes,
                 cut.undone,
-                cut.files,
+                names(&cut.files, &self.daemon.data_dir),
                 cut.truncated,
                 settled.as_secs_f64(),
                 self.convs.len(),
@@ -460,10 +477,42 @@ impl Run {
         actions
     }
 
-    #[allow(clippy::type_complexity)]
+    /// Attaches an observer to every conversation (with `sync = "power"`,
+    /// where everything a client is shown must survive).
+    fn start_observers(&mut self) -> Result<(), String> {
+        if self.opts.sync != SyncMode::Power {
+            return Ok(());
+        }
+        let client = self.client()?;
+        let mut observers = lock(&self.observers);
+        for conv in &self.convs {
+            observers.push(tokio::spawn(ledger::observe(
+                client.clone(),
+                conv.id.clone(),
+                self.ledger.clone(),
+            )));
+        }
+        Ok(())
+    }
+
+    /// The observers end when the daemon dies; give them a moment to read
+    /// what was already sent, then stop them regardless.
+    async fn stop_observers(&mut self) {
+        let observers: Vec<_> = lock(&self.observers).drain(..).collect();
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(500);
+        for handle in observers {
+            let abort = handle.abort_handle();
+            if tokio::time::timeout_at(deadline, handle).await.is_err() {
+                abort.abort();
+            }
+        }
+    }
+
     fn start(&mut self, kind: Kind, tag: Tag) -> Result<(Kind, Tag, JoinHandle<Outcome>), String> {
         let mut client = self.client()?;
         let text = tag.prompt();
+        let observe = (self.opts.sync == SyncMode::Power)
+            .then(|| (self.ledger.clone(), self.observers.clone()));
         let task = match &kind {
             Kind::Send { conv } => {
                 let id = self.convs[*conv].id.clone();
@@ -504,6 +553,11 @@ impl Run {
                         return outcome;
                     };
                     outcome.created = Some(id.clone());
+                    if let Some((ledger, observers)) = observe {
+                        let observer =
+                            tokio::spawn(ledger::observe(client.clone(), id.clone(), ledger));
+                        lock(&observers).push(observer);
+                    }
                     if with_prompt {
                         outcome.acked = Some(1);
                     } else {
@@ -643,6 +697,9 @@ impl Run {
     /// how many expected messages were checked and how many were lost.
     async fn check(&mut self, quarantined: bool) -> Result<(usize, usize), String> {
         let power = self.opts.sync == SyncMode::Power;
+        if let Some(v) = self.ledger.violation() {
+            return Err(v);
+        }
         let mut client = self.client()?;
         let (mut checked, mut lost, mut lost_prompts) = (0, 0, 0);
         let mut transcripts: HashMap<u64, (String, Vec<pb::Message>)> = HashMap::new();
@@ -723,6 +780,7 @@ impl Run {
             if power {
                 let cwd = self.daemon.work_dir.join(format!("c{}", conv.label));
                 check::effects(id, &cwd, &messages)?;
+                self.ledger.check(id, &messages)?;
             }
             transcripts.insert(conv.label, (id.clone(), messages));
         }
@@ -830,6 +888,24 @@ fn unexplained(status: &tonic::Status, what: &str) -> Option<String> {
         Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal => None,
         _ => Some(format!("{what} was refused: {status}")),
     }
+}
+
+/// File names under `dir`, for a progress line.
+fn names(files: &std::collections::BTreeSet<PathBuf>, dir: &Path) -> String {
+    let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
+    let names: Vec<String> = files
+        .iter()
+        .map(|f| f.strip_prefix(&dir).unwrap_or(f).display().to_string())
+        .collect();
+    if names.is_empty() {
+        "no file".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn tail(text: &str, lines: usize) -> String {
