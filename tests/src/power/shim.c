@@ -241,6 +241,9 @@ static int sync_flags(int fd) {
             return call;                                                       \
         }                                                                      \
         pthread_mutex_lock(&mu);                                               \
+        /* The length now, not before the lock: another thread may have    \
+         * appended in between. */                                         \
+        fstat(fd, &st);                                                        \
         uint64_t at = (pos) < 0 ? current_offset(fd, &st) : (uint64_t)(pos);   \
         log_range(fd, &st, path, path_len, at, (uint64_t)(len));               \
         int synced = sync_flags(fd);                                           \
@@ -298,6 +301,7 @@ ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off, int f
             return call;                                                       \
         }                                                                      \
         pthread_mutex_lock(&mu);                                               \
+        fstat(fd, &st);                                                        \
         uint64_t size = (uint64_t)st.st_size, want = (uint64_t)(len);          \
         if (want < size)                                                       \
             log_range(fd, &st, path, path_len, want, size - want);             \
