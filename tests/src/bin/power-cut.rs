@@ -10,7 +10,8 @@
 //! ```
 //!
 //! Defaults: 20 cuts, a seed from the clock, `--sync power`, 3 turns
-//! started before each cut, no time budget (with one, no cut starts after
+//! started before each cut, 25 % of the restarts cut again within 300 ms
+//! (`--recovery-cuts PERCENT`), no time budget (with one, no cut starts after
 //! it and the summary says how many were made). It prints the seed first;
 //! `--seed` repeats a run's plan. Exits 0 after the summary line, 1 with a
 //! description of the first violation (the daemon's directory is kept and
@@ -23,7 +24,7 @@ use agent_tests::crash;
 use agent_tests::power::{self, PowerOptions, SyncMode};
 
 const USAGE: &str = "usage: power-cut [--cuts N] [--seed S] [--sync power|kill] \
-[--budget-secs T] [--conversations C] [--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--rest-ms MS] [--quiet]";
+[--budget-secs T] [--conversations C] [--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--rest-ms MS] [--recovery-cuts PERCENT] [--quiet]";
 
 fn parse(args: &[String]) -> Result<PowerOptions, String> {
     let mut opts = PowerOptions {
@@ -61,6 +62,7 @@ fn parse(args: &[String]) -> Result<PowerOptions, String> {
             "--min-delay-ms" => opts.min_delay = Duration::from_millis(number()?),
             "--max-delay-ms" => opts.max_delay = Duration::from_millis(number()?),
             "--rest-ms" => opts.rest = Some(Duration::from_millis(number()?)),
+            "--recovery-cuts" => opts.double_cut = number()?.min(100) as f64 / 100.0,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }

@@ -14,8 +14,10 @@
 //!    noted;
 //! 2. wait a random time, SIGKILL the daemon and undo every write the
 //!    layer logged that no `fsync`/`fdatasync` covered (the power cut);
-//! 3. restart the daemon on what is left, wait until every conversation is
-//!    at rest;
+//! 3. restart the daemon on what is left (sometimes cutting the power
+//!    again during its recovery, which replays the journal into sled,
+//!    makes sled durable and removes the journal files), wait until every
+//!    conversation is at rest;
 //! 4. check. Always: a conversation appears only if its creation was
 //!    asked for; each transcript is valid (sequence numbers gap-free from
 //!    1, a valid chain, every turn ended), no conversation in Error or
@@ -49,6 +51,7 @@ use std::time::{Duration, Instant};
 use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_client::AgentServiceClient;
 use futures::FutureExt as _;
+use nix::sys::signal::{self, Signal};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinHandle;
@@ -98,6 +101,9 @@ pub struct PowerOptions {
     pub min_delay: Duration,
     /// Longest wait between starting the turns and the cut.
     pub max_delay: Duration,
+    /// Chance that the restarted daemon loses the power again within
+    /// 300 ms, during its recovery.
+    pub double_cut: f64,
     /// No new cut is started after this long (the run then ends with the
     /// cuts made, and says so).
     pub budget: Option<Duration>,
@@ -127,6 +133,7 @@ impl Default for PowerOptions {
             max_rounds: 4,
             min_delay: Duration::from_millis(20),
             max_delay: Duration::from_millis(1500),
+            double_cut: 0.25,
             budget: None,
             rest: None,
             settle_timeout: Duration::from_secs(60),
@@ -143,6 +150,8 @@ pub struct Summary {
     pub sync: Option<SyncMode>,
     /// Power cuts made.
     pub cuts: usize,
+    /// Of which during a recovery.
+    pub recovery_cuts: usize,
     /// Whether the time budget ended the run before `cuts`.
     pub budget_reached: bool,
     pub elapsed: Duration,
@@ -198,12 +207,13 @@ impl Summary {
     /// The counters, one line.
     pub fn details(&self) -> String {
         format!(
-            "{} cuts; {} turns started, {} prompts and {} creations acknowledged; \
+            "{} cuts ({} during recovery); {} turns started, {} prompts and {} creations acknowledged; \
              {} conversations; {} expected messages checked after the cuts, {} lost \
              ({} acknowledged prompts, {} acknowledged conversations) in {} cuts; \
              {} quarantined stores; layer: {} writes logged, {} undone; {} model requests checked; \
              {} attach frames",
             self.cuts,
+            self.recovery_cuts,
             self.turns_started,
             self.prompts_acked,
             self.creations_acked,
@@ -382,14 +392,7 @@ impl Run {
             .rng
             .random_range(self.opts.min_delay..=self.opts.max_delay.max(self.opts.min_delay));
         tokio::time::sleep(delay).await;
-        // The power goes: the daemon stops at once, and the disk keeps only
-        // what was synced.
-        self.daemon.kill9();
-        self.client = None;
-        let cut = layer::cut(&self.log)?;
-        self.summary.cuts += 1;
-        self.summary.writes += cut.writes;
-        self.summary.undone += cut.undone;
+        let cut = self.cut()?;
         let mut acked = 0;
         for (kind, tag, task) in tasks {
             let outcome = task
@@ -402,11 +405,21 @@ impl Run {
             self.record(kind, tag, outcome);
         }
         self.stop_observers().await;
-        AssertUnwindSafe(self.daemon.restart())
-            .catch_unwind()
-            .await
-            .map_err(|p| format!("the daemon did not restart: {}", panic_text(&p)))?;
-        self.connect().await?;
+        self.restart().await?;
+        let mut again = String::new();
+        if self.summary.cuts < self.opts.cuts && self.rng.random_bool(self.opts.double_cut) {
+            let delay = self.rng.random_range(0..=300);
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            let second = self.cut()?;
+            self.summary.recovery_cuts += 1;
+            again = format!(
+                ", again {delay} ms into recovery ({} writes logged, {} undone in {})",
+                second.writes,
+                second.undone,
+                names(&second.files, &self.daemon.data_dir)
+            );
+            self.restart().await?;
+        }
         let quarantined = self.quarantine()?;
         let settle = Instant::now();
         self.adopt().await?;
@@ -422,7 +435,7 @@ impl Run {
         if self.opts.progress {
             println!(
                 "cut {n}/{}: {started} turns started ({acked} prompts acknowledged), power cut after {} ms: \
-                 {} writes logged, {} undone in {} ({} bytes cut off); at rest {:.2} s after restart; \
+                 {} writes logged, {} undone in {} ({} bytes cut off){again}; at rest {:.2} s after restart; \
                  {} conversations, {checked} expected messages checked, {lost} lost{}",
                 self.opts.cuts,
                 delay.as_millis(),
@@ -475,6 +488,45 @@ impl Run {
         }
         self.summary.turns_started += actions.len();
         actions
+    }
+
+    /// The power goes: the daemon and every process it started stop at
+    /// once, and the disk keeps only what was synced.
+    fn cut(&mut self) -> Result<layer::Cut, String> {
+        // Frozen first, so no process of the tree starts another while the
+        // tree is read; then all killed. (Killing only the daemon would let
+        // a command it was starting outlive the "power" holding the data
+        // directory's lock, whose file no longer names a writer: the
+        // daemon refuses to start, which no real power cut can cause.)
+        let root = nix::unistd::Pid::from_raw(self.daemon.pid() as i32);
+        let _ = signal::kill(root, Signal::SIGSTOP);
+        let mut tree = Vec::new();
+        for _ in 0..3 {
+            for pid in descendants(root) {
+                if !tree.contains(&pid) {
+                    let _ = signal::kill(pid, Signal::SIGSTOP);
+                    tree.push(pid);
+                }
+            }
+        }
+        for pid in tree {
+            let _ = signal::kill(pid, Signal::SIGKILL);
+        }
+        self.daemon.kill9();
+        self.client = None;
+        let cut = layer::cut(&self.log)?;
+        self.summary.cuts += 1;
+        self.summary.writes += cut.writes;
+        self.summary.undone += cut.undone;
+        Ok(cut)
+    }
+
+    async fn restart(&mut self) -> Result<(), String> {
+        AssertUnwindSafe(self.daemon.restart())
+            .catch_unwind()
+            .await
+            .map_err(|p| format!("the daemon did not restart: {}", panic_text(&p)))?;
+        self.connect().await
     }
 
     /// Attaches an observer to every conversation (with `sync = "power"`,
@@ -851,6 +903,48 @@ impl Run {
             ),
         }
     }
+}
+
+/// The processes below `root` (children, theirs, …), from `/proc`.
+fn descendants(root: nix::unistd::Pid) -> Vec<nix::unistd::Pid> {
+    let mut parent_of = Vec::new();
+    if let Ok(entries) = std::fs::read_dir("/proc") {
+        for entry in entries.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            // `pid (comm) state ppid …`; comm may hold spaces and parentheses.
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|p| p.parse::<i32>().ok());
+            if let Some(ppid) = ppid {
+                parent_of.push((pid, ppid));
+            }
+        }
+    }
+    let mut found = vec![root.as_raw()];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        for &(pid, ppid) in &parent_of {
+            if ppid == parent && !found.contains(&pid) {
+                found.push(pid);
+            }
+        }
+        i += 1;
+    }
+    found[1..]
+        .iter()
+        .map(|&p| nix::unistd::Pid::from_raw(p))
+        .collect()
 }
 
 async fn list(
