@@ -2,24 +2,29 @@
 //! every unsynced write to the data directory overwrote, and [`cut`], which
 //! undoes those writes after the process was killed.
 //!
-//! Why a preload shim and not a FUSE file system (or LazyFS, which is not
-//! packaged in Debian, crates.io, PyPI or npm): the store writes its files
-//! only through a handful of libc calls (`write`/`writev` on the journal,
-//! `pwrite64` and `ftruncate64` from sled, `fsync`/`fdatasync`, and
-//! `sync_file_range`, which is no barrier; `nm -D test-agentd` and
-//! `strace -f` list them, and a writable shared `mmap` of a tracked file
-//! makes [`cut`] fail instead of passing silently), so interposing them
-//! models data loss exactly at the granularity the store's durability
-//! depends on, with no daemon in between, no mount (no `/dev/fuse`,
-//! root or `fusermount` needed in CI) and no copy of the data. What it does
-//! not model, where a FUSE layer would: metadata. Creating, renaming and
-//! removing files count as durable at once, so a lost directory entry (a
-//! new journal file whose directory was not synced) is never simulated —
-//! weaker than a real power cut. It also keeps all or nothing of the
-//! unsynced writes (the file as of its last sync), not a torn or reordered
-//! subset of pages; and a file replaced by another of the same inode
-//! number at the same path between a write and the cut would be undone
-//! onto the new one (the store never reuses a file name).
+//! Why a preload shim and not a FUSE file system or LazyFS (the field's
+//! tool, a C++ FUSE file system: not in Debian bookworm, PyPI or npm, and
+//! the crates.io crate of that name is an unrelated HTTP file system;
+//! `fuse3` alone would mean writing the layer anyway, as a daemon with a
+//! mount): the store writes its files only through a handful of libc calls
+//! (`write`/`writev` on the journal, `pwrite64` and `ftruncate64` from sled,
+//! `fsync`/`fdatasync`, and `sync_file_range`, which is no barrier; `nm -D
+//! test-agentd` and `strace -f` list them, and a writable shared `mmap` of a
+//! tracked file makes [`cut`] fail instead of passing silently), so
+//! interposing them models data loss exactly at the granularity the store's
+//! durability depends on (sled 0.34's own flush is `pwrite64` +
+//! `sync_file_range`; only its background flusher, every 500 ms, and the
+//! store's `sync = "power"` paths call `fsync`/`fdatasync`), with no process
+//! in between, no mount (no `/dev/fuse`, root or `fusermount` needed in CI)
+//! and no copy of the data. What it does not model, where a FUSE layer
+//! would: metadata. Creating, renaming and removing files count as durable
+//! at once, so a lost directory entry (a new journal file whose directory
+//! was not synced) is never simulated — weaker than a real power cut. It
+//! also keeps all or nothing of the unsynced writes (the file as of its last
+//! sync), not a torn or reordered subset of pages; and a file replaced by
+//! another of the same inode number at the same path between a write and the
+//! cut would be undone onto the new one (the store never reuses a file
+//! name).
 //!
 //! The shim is compiled by `tests/build.rs` (the C compiler the `cc` crate
 //! finds), so the project's own build installs it.

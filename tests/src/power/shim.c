@@ -9,7 +9,8 @@
  * file's writes logged before it are durable. sync_file_range is NOT a
  * marker: it starts writeback but flushes neither the disk's cache nor the
  * file's size, so it is no durability barrier. A "power cut" is a SIGKILL
- * of the process followed by `agent_tests::power::undo::cut`, which undoes,
+ * of the process (and all it started) followed by
+ * `agent_tests::power::layer::cut`, which undoes,
  * newest first, every logged write not covered by a later marker of its
  * file: each file is left exactly as of its last sync.
  *
