@@ -215,29 +215,37 @@ mod tests {
 
     /// Runs `scenario` in a child under the layer, then cuts.
     fn run(scenario: &str) -> (tempfile::TempDir, Cut) {
+        run_all(&[scenario])
+    }
+
+    /// Runs the scenarios one after the other, each in a child under the
+    /// layer (as a daemon restarted without a cut), then cuts.
+    fn run_all(scenarios: &[&str]) -> (tempfile::TempDir, Cut) {
         let root = tempfile::tempdir().unwrap();
         let data = root.path().join("data");
         let log = root.path().join("undo.log");
         std::fs::create_dir(&data).unwrap();
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "power::layer::tests::child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(SCENARIO, scenario)
-            .envs(env(&data, &log))
-            .current_dir(root.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(log.exists(), "the shim logged nothing");
+        for scenario in scenarios {
+            let out = Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "power::layer::tests::child",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(SCENARIO, scenario)
+                .envs(env(&data, &log))
+                .current_dir(root.path())
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        assert!(log.exists(), "the shim was not loaded");
         let report = cut(&log).unwrap();
         assert!(!log.exists());
         (root, report)
@@ -297,6 +305,27 @@ mod tests {
                 g.write_all(b"x").unwrap();
                 g.sync_all().unwrap();
             }
+            "sync-later" => {
+                let f = OpenOptions::new()
+                    .append(true)
+                    .open(data.join("j.log"))
+                    .unwrap();
+                f.sync_data().unwrap();
+            }
+            "other-file" => {
+                let mut f = std::fs::File::create(data.join("other")).unwrap();
+                f.write_all(b"o").unwrap();
+                f.sync_all().unwrap();
+            }
+            "tool" => {
+                // A program the process starts runs without the layer.
+                assert!(std::env::var_os("LD_PRELOAD").is_none());
+                let status = Command::new("sh")
+                    .args(["-c", "printf x >> data/by-a-tool"])
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+            }
             other => panic!("unknown scenario {other}"),
         }
         // What the process reads is what it wrote (the page cache).
@@ -332,5 +361,25 @@ mod tests {
         let (root, _) = run("synced");
         assert_eq!(read(&root, "s"), b"hEllo");
         assert_eq!(read(&root, "t"), b"x");
+    }
+
+    #[test]
+    fn the_log_spans_restarts_and_a_later_sync_covers_earlier_writes() {
+        // The page cache outlives a process: a sync by the next one makes
+        // the first one's writes durable too, a sync of another file does
+        // not.
+        let (root, _) = run_all(&["append", "sync-later"]);
+        assert_eq!(read(&root, "j.log"), b"one;two;three;");
+        let (root, report) = run_all(&["append", "other-file"]);
+        assert_eq!(read(&root, "j.log"), b"one;");
+        assert_eq!(read(&root, "other"), b"o");
+        assert_eq!(report.undone, 2);
+    }
+
+    #[test]
+    fn programs_the_process_starts_are_not_on_the_layer() {
+        let (root, report) = run("tool");
+        assert_eq!(read(&root, "by-a-tool"), b"x");
+        assert_eq!(report.writes, 0);
     }
 }
