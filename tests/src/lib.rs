@@ -25,4 +25,5 @@ pub mod crash;
 pub mod fake_llm;
 pub mod fuzz;
 pub mod harness;
+pub mod power;
 pub mod pty;

@@ -1,6 +1,8 @@
 //! Crash safety at the edges: an unreadable store is moved aside, a
-//! SIGTERM at any moment stops the daemon cleanly, and export / import
-//! round-trip conversations exactly.
+//! SIGTERM at any moment stops the daemon cleanly, export / import
+//! round-trip conversations exactly, and short runs of the power-cut
+//! program (`agent_tests::power`; the `power-cut` binary runs long ones)
+//! for both `[store] sync` modes.
 
 use super::util::{Attached, assert_valid_chain, get, is_idle, send, text_of_message, wait_state};
 use agent_proto::v1 as pb;
@@ -244,4 +246,56 @@ async fn idle_conversations_are_unloaded_and_load_again_on_use() {
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
     assert_eq!(reqs[1].body["messages"].as_array().unwrap().len(), 3);
+}
+
+/// A few power cuts with `sync = "power"`: every acknowledged prompt and
+/// every message seen at rest survives the loss of all unsynced writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_power_cut_run_with_sync_power_loses_nothing_acknowledged() {
+    use agent_tests::power::{self, PowerOptions, SyncMode};
+    let seed = agent_tests::crash::seed_from_clock();
+    // Printed first, so a failure can be repeated with
+    // `target/debug/power-cut --sync power --seed SEED`.
+    println!("power-cut seed {seed}");
+    let opts = PowerOptions {
+        cuts: 6,
+        seed,
+        sync: SyncMode::Power,
+        max_delay: Duration::from_millis(800),
+        budget: Some(Duration::from_secs(12)),
+        ..PowerOptions::default()
+    };
+    let summary = power::run(opts).await.unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", summary.details());
+    println!("{summary}");
+    assert!(summary.cuts >= 3, "{summary}");
+    assert!(
+        summary.prompts_acked > 0 && summary.undone > 0,
+        "{}",
+        summary.details()
+    );
+    assert_eq!(summary.lost, 0);
+}
+
+/// A few power cuts with `sync = "kill"`: the store comes back consistent,
+/// and whatever is lost is the end of a conversation, never a hole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_power_cut_run_with_sync_kill_loses_only_the_last_turns() {
+    use agent_tests::power::{self, PowerOptions, SyncMode};
+    let seed = agent_tests::crash::seed_from_clock();
+    println!("power-cut seed {seed}");
+    let opts = PowerOptions {
+        cuts: 4,
+        seed,
+        sync: SyncMode::Kill,
+        max_delay: Duration::from_millis(1000),
+        rest: Some(Duration::from_millis(700)),
+        budget: Some(Duration::from_secs(12)),
+        ..PowerOptions::default()
+    };
+    let summary = power::run(opts).await.unwrap_or_else(|e| panic!("{e}"));
+    println!("{}", summary.details());
+    println!("{summary}");
+    assert!(summary.cuts >= 2, "{summary}");
+    assert!(summary.undone > 0, "{}", summary.details());
 }
