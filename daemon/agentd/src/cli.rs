@@ -320,22 +320,12 @@ pub async fn run(
             }
         });
     }
-    let own_files = Arc::new(crate::tools::OwnFiles::new(
-        [
-            Some(data_dir.clone()),
-            Some(socket.clone()),
-            // The default socket's directory is agentd's own; one given
-            // with --socket may be any directory.
-            default_socket
-                .then(|| socket.parent().map(Path::to_path_buf))
-                .flatten(),
-            credentials.config_file().map(Path::to_path_buf),
-            credentials.credentials_file().map(Path::to_path_buf),
-            config.user_dir.clone(),
-            log_file(),
-        ]
-        .into_iter()
-        .flatten(),
+    let own_files = Arc::new(own_files(
+        &data_dir,
+        &socket,
+        default_socket,
+        &credentials,
+        config.user_dir.as_deref(),
     ));
     let manager = Manager::new(Shared {
         checkpoints,
@@ -407,6 +397,35 @@ pub async fn run(
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)
+}
+
+/// agentd's own files and directories, which no file tool touches: the
+/// data directory, the socket (and its directory when it is the default
+/// one, agentd's own; one given with --socket may be any directory), the
+/// config and credentials files, the user's config directory and the log.
+fn own_files(
+    data_dir: &Path,
+    socket: &Path,
+    default_socket: bool,
+    credentials: &Sources,
+    user_dir: Option<&Path>,
+) -> crate::tools::OwnFiles {
+    let socket_dir = socket.parent().filter(|_| default_socket);
+    let paths = [
+        Some(data_dir),
+        Some(socket),
+        socket_dir,
+        credentials.config_file(),
+        credentials.credentials_file(),
+        user_dir,
+    ];
+    crate::tools::OwnFiles::new(
+        paths
+            .into_iter()
+            .flatten()
+            .map(Path::to_path_buf)
+            .chain(log_file()),
+    )
 }
 
 /// The file standard error goes to, when it is a regular file (an
