@@ -325,7 +325,7 @@ pub async fn run(
         &socket,
         default_socket,
         &credentials,
-        config.user_dir.as_deref(),
+        &config,
     ));
     let manager = Manager::new(Shared {
         checkpoints,
@@ -402,13 +402,14 @@ pub async fn run(
 /// agentd's own files and directories, which no file tool touches: the
 /// data directory, the socket (and its directory when it is the default
 /// one, agentd's own; one given with --socket may be any directory), the
-/// config and credentials files, the user's config directory and the log.
+/// config and credentials files, the user's config directory, a configured
+/// TLS private key and the log.
 fn own_files(
     data_dir: &Path,
     socket: &Path,
     default_socket: bool,
     credentials: &Sources,
-    user_dir: Option<&Path>,
+    config: &Config,
 ) -> crate::tools::OwnFiles {
     let socket_dir = socket.parent().filter(|_| default_socket);
     let paths = [
@@ -417,7 +418,8 @@ fn own_files(
         socket_dir,
         credentials.config_file(),
         credentials.credentials_file(),
-        user_dir,
+        config.user_dir.as_deref(),
+        config.remote.key_file.as_deref(),
     ];
     crate::tools::OwnFiles::new(
         paths
@@ -574,6 +576,45 @@ async fn lock_data_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, StartError
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_daemons_own_files_are_every_place_it_keeps_something() {
+        let top = tempfile::tempdir().unwrap();
+        let top = top.path().canonicalize().unwrap();
+        let home = top.display().to_string();
+        let env = |k: &str| match k {
+            "XDG_CONFIG_HOME" => Some(format!("{home}/config")),
+            _ => None,
+        };
+        let mut file = crate::config::FileConfig::default();
+        file.remote.cert_file = Some(top.join("tls/cert.pem"));
+        file.remote.key_file = Some(top.join("tls/key.pem"));
+        let config = Config::from_parts(file, &env, None).unwrap();
+        let credentials = Sources::new(
+            ProviderKind::Anthropic,
+            Some(top.join("agentd.toml")),
+            config.user_dir.as_ref().map(|d| d.join(CREDENTIALS_FILE)),
+            &env,
+        );
+        let socket = top.join("run/agentd/agentd.sock");
+        let own = own_files(&top.join("data"), &socket, true, &credentials, &config);
+        for path in [
+            "data/db/conf",
+            "run/agentd/agentd.log",
+            "config/agentd/credentials.toml",
+            "config/agentd/AGENTS.md",
+            "agentd.toml",
+            "tls/key.pem",
+        ] {
+            assert!(own.refusal(&top.join(path)).is_some(), "{path}");
+        }
+        assert!(own.refusal(&top.join("tls/cert.pem")).is_none());
+        assert!(own.refusal(&top.join("project/src/main.rs")).is_none());
+        // A socket given with --socket: its directory may be anyone's.
+        let own = own_files(&top.join("data"), &socket, false, &credentials, &config);
+        assert!(own.refusal(&socket).is_some());
+        assert!(own.refusal(&top.join("run/agentd/notes.txt")).is_none());
+    }
 
     #[test]
     fn a_store_moved_aside_is_seen_in_the_data_directory() {
