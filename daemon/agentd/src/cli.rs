@@ -339,22 +339,12 @@ pub async fn run(
             }
         });
     }
-    let own_files = Arc::new(crate::tools::OwnFiles::new(
-        [
-            Some(data_dir.clone()),
-            Some(socket.clone()),
-            // The default socket's directory is agentd's own; one given
-            // with --socket may be any directory.
-            default_socket
-                .then(|| socket.parent().map(Path::to_path_buf))
-                .flatten(),
-            credentials.config_file().map(Path::to_path_buf),
-            credentials.credentials_file().map(Path::to_path_buf),
-            config.user_dir.clone(),
-            crate::logfile::stderr_file(),
-        ]
-        .into_iter()
-        .flatten(),
+    let own_files = Arc::new(own_files(
+        &data_dir,
+        &socket,
+        default_socket,
+        &credentials,
+        &config,
     ));
     let manager = Manager::new(Shared {
         checkpoints,
@@ -437,6 +427,37 @@ pub async fn run(
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)
+}
+
+/// agentd's own files and directories, which no file tool touches: the
+/// data directory, the socket (and its directory when it is the default
+/// one, agentd's own; one given with --socket may be any directory), the
+/// config and credentials files, the user's config directory, a configured
+/// TLS private key and the log.
+fn own_files(
+    data_dir: &Path,
+    socket: &Path,
+    default_socket: bool,
+    credentials: &Sources,
+    config: &Config,
+) -> crate::tools::OwnFiles {
+    let socket_dir = socket.parent().filter(|_| default_socket);
+    let paths = [
+        Some(data_dir),
+        Some(socket),
+        socket_dir,
+        credentials.config_file(),
+        credentials.credentials_file(),
+        config.user_dir.as_deref(),
+        config.remote.key_file.as_deref(),
+    ];
+    crate::tools::OwnFiles::new(
+        paths
+            .into_iter()
+            .flatten()
+            .map(Path::to_path_buf)
+            .chain(crate::logfile::stderr_file()),
+    )
 }
 
 /// Opens the store. A store that cannot be read (sled 0.34 has known
@@ -574,6 +595,45 @@ async fn lock_data_dir(dir: &Path) -> Result<nix::fcntl::Flock<File>, StartError
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_daemons_own_files_are_every_place_it_keeps_something() {
+        let top = tempfile::tempdir().unwrap();
+        let top = top.path().canonicalize().unwrap();
+        let home = top.display().to_string();
+        let env = |k: &str| match k {
+            "XDG_CONFIG_HOME" => Some(format!("{home}/config")),
+            _ => None,
+        };
+        let mut file = crate::config::FileConfig::default();
+        file.remote.cert_file = Some(top.join("tls/cert.pem"));
+        file.remote.key_file = Some(top.join("tls/key.pem"));
+        let config = Config::from_parts(file, &env, None).unwrap();
+        let credentials = Sources::new(
+            ProviderKind::Anthropic,
+            Some(top.join("agentd.toml")),
+            config.user_dir.as_ref().map(|d| d.join(CREDENTIALS_FILE)),
+            &env,
+        );
+        let socket = top.join("run/agentd/agentd.sock");
+        let own = own_files(&top.join("data"), &socket, true, &credentials, &config);
+        for path in [
+            "data/db/conf",
+            "run/agentd/agentd.log",
+            "config/agentd/credentials.toml",
+            "config/agentd/AGENTS.md",
+            "agentd.toml",
+            "tls/key.pem",
+        ] {
+            assert!(own.refusal(&top.join(path)).is_some(), "{path}");
+        }
+        assert!(own.refusal(&top.join("tls/cert.pem")).is_none());
+        assert!(own.refusal(&top.join("project/src/main.rs")).is_none());
+        // A socket given with --socket: its directory may be anyone's.
+        let own = own_files(&top.join("data"), &socket, false, &credentials, &config);
+        assert!(own.refusal(&socket).is_some());
+        assert!(own.refusal(&top.join("run/agentd/notes.txt")).is_none());
+    }
 
     #[test]
     fn a_store_moved_aside_is_seen_in_the_data_directory() {

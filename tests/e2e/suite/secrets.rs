@@ -320,3 +320,85 @@ async fn no_tool_reads_agentds_own_files_and_a_key_a_command_prints_is_redacted(
         }
     }
 }
+
+/// The first `sh-…` id in `text`.
+fn shell_id(text: &str) -> Option<String> {
+    let start = text.find("sh-")?;
+    let id: String = text[start..]
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+        .collect();
+    Some(id)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_in_background_shell_output_or_an_mcp_result_is_redacted() {
+    let config = format!(
+        "[mcp.servers.t]\ncommand = {}\nargs = [\"stdio\"]\n",
+        toml_str(env!("CARGO_BIN_EXE_test-mcp-server"))
+    );
+    let responder: agent_tests::fake_llm::Responder = std::sync::Arc::new(|body: &Value| {
+        let turns = body["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|m| m["role"] == "assistant").count())
+            .unwrap_or(0);
+        let id = shell_id(&body["messages"].to_string()).unwrap_or_default();
+        match turns {
+            0 => tool(
+                "b1",
+                "bash",
+                json!({"command": "cat leak.txt", "run_in_background": true}),
+            ),
+            1 => tool("w1", "bash", json!({"command": "sleep 1.5"})),
+            2 => tool("o1", "bash_output", json!({"shell_id": id})),
+            3 => tool(
+                "m1",
+                "mcp__t__echo",
+                json!({"text": format!("the key is {ENV_KEY}")}),
+            ),
+            _ => Script::text("done"),
+        }
+    });
+    let s = Scenario::new()
+        .env("ANTHROPIC_API_KEY", ENV_KEY)
+        .config(&config)
+        .responder(responder)
+        .start()
+        .await;
+    let (fake, work) = (s.fake, s.work);
+    let mut client = s.client;
+    let dir = work.path().canonicalize().unwrap();
+    std::fs::write(dir.join("leak.txt"), format!("env key: {ENV_KEY}\n")).unwrap();
+    let mut allow = MUTATING.to_vec();
+    allow.push("mcp__t__echo");
+    let id = create_with(
+        &mut client,
+        &dir,
+        "go",
+        &allow,
+        pb::PermissionMode::Unspecified,
+    )
+    .await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let requests = fake.requests();
+    let last = requests.last().unwrap();
+    let shell = text_of(&result_of(last, "o1"));
+    assert!(
+        shell.contains("env key: [redacted: ANTHROPIC_API_KEY]"),
+        "{shell}"
+    );
+    let mcp = text_of(&result_of(last, "m1"));
+    assert!(mcp.contains("[redacted: ANTHROPIC_API_KEY]"), "{mcp}");
+    // The model's own request may hold the key it wrote; no result does.
+    for request in &requests {
+        for block in request.body["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+            .filter(|b| b["type"] == "tool_result")
+        {
+            assert!(!block.to_string().contains(ENV_KEY), "{block}");
+        }
+    }
+}

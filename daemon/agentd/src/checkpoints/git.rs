@@ -58,7 +58,10 @@ const GIT_ENV: [&str; 8] = [
 /// command that reads the index) would start; no hook runs for the
 /// commands used here, but `core.hooksPath` points nowhere in case one
 /// ever does. The filter drivers are the other way in: see
-/// [`FilterDrivers`].
+/// [`FilterDrivers`]. Nothing else the commands used here read from the
+/// config names a program (`core.untrackedCache` and `core.preloadIndex`
+/// only change how git itself reads the work tree; `core.sshCommand`,
+/// `diff.external`, `core.pager` belong to commands not run here).
 const HARDENING: [(&str, &str); 2] = [("core.fsmonitor", "false"), ("core.hooksPath", "/dev/null")];
 
 /// The filter drivers (`filter.<name>.clean`, `.smudge`, `.process`) that

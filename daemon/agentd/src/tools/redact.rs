@@ -86,6 +86,9 @@ impl Redactor {
     /// Replaces every key in a live chunk of output, and also a piece of
     /// one at either edge (at least [`MIN_EDGE_BYTES`]): a key the
     /// coalescer cut between two chunks would otherwise go out in halves.
+    /// A chunk that merely ends with the start of a key (`sk-a…`) loses
+    /// that piece in the live view; the result, which is what is stored,
+    /// is redacted whole by [`Redactor::output`].
     pub fn chunk(&self, chunk: &mut OutputChunk) {
         self.text(&mut chunk.text);
         for (value, replacement) in &self.secrets {
