@@ -1035,7 +1035,7 @@ async fn cancel(
 }
 
 /// A refusal a dying daemon does not explain (a broken connection does).
-fn unexplained(status: &tonic::Status, what: &str) -> Option<String> {
+pub(crate) fn unexplained(status: &tonic::Status, what: &str) -> Option<String> {
     use tonic::Code;
     match status.code() {
         Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal => None,
@@ -1043,11 +1043,11 @@ fn unexplained(status: &tonic::Status, what: &str) -> Option<String> {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
+pub(crate) fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
     payload
         .downcast_ref::<String>()
         .cloned()
@@ -1055,7 +1055,7 @@ fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
         .unwrap_or_else(|| "(a panic without a message)".to_string())
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+pub(crate) fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

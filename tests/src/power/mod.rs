@@ -45,7 +45,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use agent_proto::v1 as pb;
@@ -60,6 +60,7 @@ use tonic::transport::Channel;
 use crate::crash::check::{self, RequestKey};
 use crate::crash::ledger::{self, Ledger};
 use crate::crash::responder::{self, Tag};
+use crate::crash::{copy_dir, lock, panic_text, unexplained};
 use crate::fake_llm::FakeLlm;
 use crate::harness::{DaemonOptions, TestDaemon, connect_uds};
 
@@ -975,15 +976,6 @@ async fn send(
     }
 }
 
-/// A refusal a dying daemon does not explain (a broken connection does).
-fn unexplained(status: &tonic::Status, what: &str) -> Option<String> {
-    use tonic::Code;
-    match status.code() {
-        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::Internal => None,
-        _ => Some(format!("{what} was refused: {status}")),
-    }
-}
-
 /// File names under `dir`, for a progress line.
 fn names(files: &std::collections::BTreeSet<PathBuf>, dir: &Path) -> String {
     let dir = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
@@ -998,34 +990,7 @@ fn names(files: &std::collections::BTreeSet<PathBuf>, dir: &Path) -> String {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-fn panic_text(payload: &Box<dyn std::any::Any + Send>) -> String {
-    payload
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-        .unwrap_or_else(|| "(a panic without a message)".to_string())
-}
-
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
-    std::fs::create_dir_all(to)?;
-    for entry in std::fs::read_dir(from)? {
-        let entry = entry?;
-        let kind = entry.file_type()?;
-        let target = to.join(entry.file_name());
-        if kind.is_dir() {
-            copy_dir(&entry.path(), &target)?;
-        } else if kind.is_file() {
-            std::fs::copy(entry.path(), target)?;
-        }
-    }
-    Ok(())
 }
