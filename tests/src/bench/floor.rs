@@ -224,7 +224,11 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
 /// the two sizes.
 fn sample(report: &mut Report, place: &Place, [f1, f21]: [Cost; 2], [a1, a21]: [Cost; 2]) {
     let mut sample = |metric: &str, label: &str, unit: &str, value: f64| {
-        report.sample(&place.key(metric), label, unit, value);
+        let label = match place.name {
+            "plain" => label.to_string(),
+            name => format!("{name}: {}", label.trim_start()),
+        };
+        report.sample(&place.key(metric), &label, unit, value);
     };
     let per_round = |small: Cost, large: Cost, pick: fn(Cost) -> Duration| {
         (ms(pick(large)) - ms(pick(small))) / (LARGE - SMALL) as f64
