@@ -3,26 +3,15 @@
 //! stay as they were, a file someone else changed stops the rewind unless
 //! forced, and a rewound conversation can be forked before a message.
 
-use super::util::{MUTATING, agent_out, create_with, get, send, text_of_message, tool, wait_state};
+use super::util::{
+    MUTATING, agent_out, create_with, get, git, send, text_of_message, tool, wait_state,
+};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::Script;
 use agent_tests::harness::Scenario;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::Path;
-
-/// Runs git in `dir`; never refreshes the index behind the test's back.
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// What the user's repository looks like to them: status, stash, branches,
 /// and the index file's bytes.

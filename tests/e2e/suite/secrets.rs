@@ -4,7 +4,7 @@
 //! tool reads agentd's own files, and a key that reaches a tool's output
 //! anyway is redacted before it is stored or sent.
 
-use super::util::{MUTATING, agent_out, create_with, result_of, tool, wait_state};
+use super::util::{MUTATING, agent_out, create_with, git, result_of, tool, wait_state};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{ReplyScript, Script};
 use agent_tests::harness::Scenario;
@@ -15,18 +15,6 @@ use std::path::Path;
 /// be told apart from anything else.
 const AUTH_TOKEN: &str = "auth-token-0123456789abcdef";
 const AGENTD_TOKEN: &str = "agentd-token-0123456789abcdef";
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
-}
 
 /// Writes an executable shell script that appends its name and its whole
 /// environment to `marker`, then runs `then`.
