@@ -85,7 +85,23 @@ impl Store {
 
     /// Appends an entry to a conversation's audit trail. Not flushed.
     pub fn put_audit(&self, conv_id: &str, record: &AuditRecord) -> Result<(), StoreError> {
-        let n = self.db.generate_id()?;
+        // Above the conversation's last entry too: sled's generator can
+        // hand out an id again after a daemon killed before sled saved
+        // its counter, and an entry would replace an older one.
+        let generated = self.db.generate_id()?;
+        let last = match self.audit.scan_prefix(message_prefix(conv_id)).next_back() {
+            Some(item) => {
+                let (key, _) = item?;
+                key.len()
+                    .checked_sub(8)
+                    .and_then(|tail| key.get(tail..))
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                    .map(u64::from_be_bytes)
+                    .unwrap_or(0)
+            }
+            None => 0,
+        };
+        let n = generated.max(last.saturating_add(1));
         self.audit
             .insert(message_key(conv_id, n), encode(conv_id, record)?)?;
         Ok(())
@@ -135,6 +151,22 @@ mod tests {
         store.put_audit("A", &entry("other")).unwrap();
         store.put_audit("A1", &entry("two")).unwrap();
         assert_eq!(store.audit("A1").unwrap(), vec![entry("one"), entry("two")]);
+        // An entry numbered above what the generator hands out now (as
+        // after a kill before sled saved its counter): the next one still
+        // comes after it and replaces nothing.
+        let ahead = u64::MAX / 2;
+        store
+            .audit
+            .insert(
+                message_key("A1", ahead),
+                encode("A1", &entry("ahead")).unwrap(),
+            )
+            .unwrap();
+        store.put_audit("A1", &entry("three")).unwrap();
+        assert_eq!(
+            store.audit("A1").unwrap(),
+            vec![entry("one"), entry("two"), entry("ahead"), entry("three")]
+        );
         assert_eq!(store.audit("A").unwrap(), vec![entry("other")]);
     }
 }

@@ -1111,8 +1111,10 @@ impl Store {
         self.checkpoints.clone()
     }
 
-    /// A number larger than every one handed out before, across restarts
-    /// (sled's id generator): the order of checkpoints.
+    /// A number larger than every one handed out before (sled's id
+    /// generator) — but not across a daemon killed before sled saved its
+    /// counter: callers that order by it keep their own floor (see
+    /// `Checkpoints::next_id`, `put_audit`).
     pub(crate) fn next_id(&self) -> Result<u64, StoreError> {
         Ok(self.db.generate_id()?)
     }
