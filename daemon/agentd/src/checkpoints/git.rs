@@ -16,6 +16,7 @@
 //! filter drivers (see [`HARDENING`] and `FilterDrivers`), and without the
 //! daemon's credentials in its environment.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
@@ -226,12 +227,14 @@ pub async fn repo_of(dir: &Path) -> Option<Repo> {
 pub async fn snapshot(repo: &Repo, scratch: &Path) -> Result<String, String> {
     std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
     let tmp = scratch.join(format!("index-{}", ulid::Ulid::new()));
-    let result = snapshot_with(repo, &tmp).await;
+    let result = snapshot_into(repo, &tmp).await;
     let _ = std::fs::remove_file(&tmp);
     result
 }
 
-async fn snapshot_with(repo: &Repo, tmp: &Path) -> Result<String, String> {
+/// [`snapshot`], through the index file `tmp`, which is left for
+/// [`update`].
+pub async fn snapshot_into(repo: &Repo, tmp: &Path) -> Result<String, String> {
     match std::fs::copy(&repo.index, tmp) {
         Ok(_) => {}
         // A repository without commits or staged files has no index yet.
@@ -249,12 +252,73 @@ async fn snapshot_with(repo: &Repo, tmp: &Path) -> Result<String, String> {
     let mut write = git(&repo.top);
     drivers.disable_in(&mut write);
     write.env("GIT_INDEX_FILE", tmp).arg("write-tree");
-    let out = output(write, "write-tree").await?;
+    tree_id(output(write, "write-tree").await?)
+}
+
+fn tree_id(out: Vec<u8>) -> Result<String, String> {
     let id = String::from_utf8_lossy(&out).trim().to_string();
     if id.is_empty() || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(format!("git write-tree printed {id:?}"));
     }
     Ok(id)
+}
+
+/// A new tree from the index `index` (left by [`snapshot_into`] or an
+/// earlier update) with only `paths` read again from the work tree: added,
+/// changed, or removed when they are gone. The same hardening as a
+/// snapshot; the index is changed in place.
+pub async fn update(repo: &Repo, index: &Path, paths: &[&str]) -> Result<String, String> {
+    if !index.exists() {
+        return Err(format!("{} is gone", index.display()));
+    }
+    let drivers = FilterDrivers::of(&repo.top).await?;
+    let mut input = Vec::new();
+    for path in paths {
+        input.extend_from_slice(path.as_bytes());
+        input.push(0);
+    }
+    let mut cmd = git(&repo.top);
+    drivers.disable_in(&mut cmd);
+    cmd.env("GIT_INDEX_FILE", index)
+        .args(["update-index", "--add", "--remove", "-z", "--stdin"]);
+    let out = with_input(cmd, input, "update-index").await?;
+    if !out.status.success() {
+        return Err(format!(
+            "git update-index failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let mut write = git(&repo.top);
+    drivers.disable_in(&mut write);
+    write.env("GIT_INDEX_FILE", index).arg("write-tree");
+    tree_id(output(write, "write-tree").await?)
+}
+
+/// Runs `cmd` with `input` on its standard input; its output whatever its
+/// exit status.
+async fn with_input(
+    mut cmd: Command,
+    input: Vec<u8>,
+    what: &str,
+) -> Result<std::process::Output, String> {
+    use tokio::io::AsyncWriteExt;
+    cmd.stdin(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("git {what}: cannot run git: {e}"))?;
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| format!("git {what}: no stdin"))?;
+    let writer = async move {
+        let written = stdin.write_all(&input).await;
+        drop(stdin);
+        written
+    };
+    let (written, out) = tokio::join!(writer, child.wait_with_output());
+    let out = out.map_err(|e| format!("git {what}: {e}"))?;
+    written.map_err(|e| format!("git {what}: {e}"))?;
+    Ok(out)
 }
 
 /// The regular files that differ between trees `before` and `after`.
@@ -310,6 +374,79 @@ pub async fn content(repo: &Repo, tree: &str, path: &str) -> Result<Vec<u8>, Str
     cmd.args(["cat-file", "--filters"])
         .arg(format!("{tree}:{path}"));
     output(cmd, "cat-file").await
+}
+
+/// Which of `paths` (relative to the top) are files of `tree`.
+pub async fn existing(repo: &Repo, tree: &str, paths: &[&str]) -> Result<HashSet<String>, String> {
+    let mut found = HashSet::new();
+    // Within what one command line may carry.
+    for chunk in paths.chunks(512) {
+        let mut cmd = git(&repo.top);
+        cmd.args([
+            "--literal-pathspecs",
+            "ls-tree",
+            "-z",
+            "--name-only",
+            tree,
+            "--",
+        ])
+        .args(chunk);
+        let out = output(cmd, "ls-tree").await?;
+        found.extend(
+            out.split(|&b| b == 0)
+                .filter(|p| !p.is_empty())
+                .map(|p| String::from_utf8_lossy(p).into_owned()),
+        );
+    }
+    Ok(found)
+}
+
+/// Which of `paths` (relative to the top; a directory ends in `/`) git
+/// ignores. A path in the user's index is never ignored.
+pub async fn ignored(repo: &Repo, paths: &[&str]) -> Result<HashSet<String>, String> {
+    if paths.is_empty() {
+        return Ok(HashSet::new());
+    }
+    let mut input = Vec::new();
+    for path in paths {
+        input.extend_from_slice(path.as_bytes());
+        input.push(0);
+    }
+    let mut cmd = git(&repo.top);
+    cmd.args(["check-ignore", "-z", "--stdin"]);
+    let out = with_input(cmd, input, "check-ignore").await?;
+    // 1: none of them is ignored.
+    if !matches!(out.status.code(), Some(0 | 1)) {
+        return Err(format!(
+            "git check-ignore failed: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(out
+        .stdout
+        .split(|&b| b == 0)
+        .filter(|p| !p.is_empty())
+        .map(|p| String::from_utf8_lossy(p).into_owned())
+        .collect())
+}
+
+/// The contents of `paths` (files of `tree`), as [`content`] gives them.
+/// The filter drivers are listed again for each batch, right before use:
+/// a command may have defined one since the last look.
+pub async fn contents(repo: &Repo, tree: &str, paths: &[&str]) -> Result<Vec<Vec<u8>>, String> {
+    if paths.is_empty() {
+        return Ok(Vec::new());
+    }
+    let drivers = FilterDrivers::of(&repo.top).await?;
+    let mut out = Vec::with_capacity(paths.len());
+    for path in paths {
+        let mut cmd = git(&repo.top);
+        drivers.disable_in(&mut cmd);
+        cmd.args(["cat-file", "--filters"])
+            .arg(format!("{tree}:{path}"));
+        out.push(output(cmd, "cat-file").await?);
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -388,6 +525,27 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         assert!(!may_be_in_repo(outside.path()));
         assert!(repo_of(outside.path()).await.is_none());
+    }
+
+    #[tokio::test]
+    async fn an_update_of_the_changed_paths_gives_the_tree_a_snapshot_would() {
+        let dir = repo();
+        let scratch = tempfile::tempdir().unwrap();
+        let repo = repo_of(dir.path()).await.unwrap();
+        let index = scratch.path().join("kept");
+        let first = snapshot_into(&repo, &index).await.unwrap();
+        std::fs::write(dir.path().join("a.txt"), "two\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/new.txt"), "new\n").unwrap();
+        std::fs::remove_file(dir.path().join("staged.txt")).unwrap();
+        let updated = update(&repo, &index, &["a.txt", "sub/new.txt", "staged.txt"])
+            .await
+            .unwrap();
+        assert_ne!(updated, first);
+        assert_eq!(updated, snapshot(&repo, scratch.path()).await.unwrap());
+        // An index that is gone is said so (the caller then snapshots).
+        std::fs::remove_file(&index).unwrap();
+        assert!(update(&repo, &index, &["a.txt"]).await.is_err());
     }
 
     #[tokio::test]

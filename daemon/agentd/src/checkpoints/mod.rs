@@ -7,10 +7,14 @@
 //! - `write`, `edit`, `patch`: the files they will change, their content
 //!   kept in the content-addressed [`BlobStore`] (or the fact that a file
 //!   did not exist);
-//! - `bash` in a git work tree: a snapshot of the work tree as a git tree
-//!   object (see [`git`]), which leaves the user's index, branches, refs and
-//!   stash alone; when the command ends the two snapshots are compared and
-//!   the prior content of every file it changed is copied into the store;
+//! - `bash` in a git work tree: what the paths changed since the work
+//!   tree's base (a snapshot as a git tree object, see [`git`], taken at
+//!   most once per turn) held when the command started; when it ends, the
+//!   work tree's inotify watch names the files it changed, whose earlier
+//!   contents are in the store already (see `tracked.rs`). The user's
+//!   index, branches, refs and stash are left alone. Where the work tree
+//!   cannot be watched, a snapshot before and after the command are
+//!   compared instead;
 //! - `bash` elsewhere: nothing can be known; the record only says that a
 //!   command ran, so a rewind can say its changes are not undone.
 //!
@@ -29,8 +33,10 @@
 mod beneath;
 pub mod blobs;
 pub mod git;
+mod tracked;
+mod watch;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -79,6 +85,13 @@ pub struct GitSnapshot {
     /// stopped while it ran: a rewind then compares with the work tree).
     #[serde(default)]
     pub after_tree: Option<String>,
+    /// `before_tree` is the work tree's base, not a snapshot taken when
+    /// the call started: the record's `files` say what the paths changed
+    /// since the base held then (see `tracked.rs`). Only a call the
+    /// daemon stopped during keeps this; an ended call's record names
+    /// its files and no snapshot.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub since_base: bool,
 }
 
 /// The checkpoint of one tool call.
@@ -119,6 +132,12 @@ pub struct Pending {
     id: Option<u64>,
     record: Record,
     repo: Option<git::Repo>,
+    /// Its work tree's watch and the call's number there.
+    tracked: Option<(
+        Arc<tokio::sync::Mutex<tracked::WorkTree>>,
+        u64,
+        tracked::Running,
+    )>,
 }
 
 impl Pending {
@@ -209,6 +228,25 @@ pub struct Checkpoints {
     /// store moved aside at start may be put back (see
     /// [`Checkpoints::keep_unreferenced`]).
     sweep: bool,
+    /// The git work tree of each directory commands ran in.
+    repos: std::sync::Mutex<HashMap<PathBuf, git::Repo>>,
+    /// The highest record or mark id in use (see [`Checkpoints::next_id`]).
+    last_id: AtomicU64,
+    /// The watched work trees, by top.
+    trees: std::sync::Mutex<HashMap<PathBuf, Arc<tokio::sync::Mutex<tracked::WorkTree>>>>,
+}
+
+/// A watched work tree no call used for this long is let go (its watches
+/// freed); the next call there starts with a new base.
+const IDLE_TREE: std::time::Duration = std::time::Duration::from_secs(600);
+
+impl tracked::Keep for Checkpoints {
+    fn keep_bytes(&self, bytes: &[u8]) -> Result<String, String> {
+        let _guard = self.locked();
+        let (sha256, written) = self.blobs.put(bytes).map_err(io_err)?;
+        self.bytes.fetch_add(written, Ordering::Relaxed);
+        Ok(sha256)
+    }
 }
 
 impl std::fmt::Debug for Checkpoints {
@@ -251,6 +289,23 @@ fn id_of(key: &[u8]) -> u64 {
         .unwrap_or(0)
 }
 
+/// The highest id of the records and marks in `tree` (0: none).
+fn highest_id(tree: &crate::store::Tree) -> u64 {
+    let mut highest = 0;
+    for item in tree.iter() {
+        let Ok((key, value)) = item else { continue };
+        let id = match key.first() {
+            Some(&RECORD) => id_of(&key),
+            Some(&MARK) => <[u8; 8]>::try_from(value.as_ref())
+                .map(u64::from_be_bytes)
+                .unwrap_or(0),
+            _ => 0,
+        };
+        highest = highest.max(id);
+    }
+    highest
+}
+
 /// A file's content now, hashed; and its bytes.
 fn read_state(path: &Path) -> Result<(FileState, Option<Vec<u8>>), String> {
     match std::fs::read(path) {
@@ -283,8 +338,10 @@ impl Checkpoints {
         // Temporary indexes a crash left behind.
         let _ = std::fs::remove_dir_all(&scratch);
         let bytes = blobs.total_bytes().unwrap_or(0);
+        let tree = store.checkpoints_tree();
+        let last_id = highest_id(&tree);
         Ok(Checkpoints {
-            tree: store.checkpoints_tree(),
+            tree,
             store: store.clone(),
             blobs,
             scratch,
@@ -293,6 +350,9 @@ impl Checkpoints {
             bytes: AtomicU64::new(bytes),
             sweep_grace: std::time::Duration::from_secs(600),
             sweep: true,
+            repos: std::sync::Mutex::new(HashMap::new()),
+            last_id: AtomicU64::new(last_id),
+            trees: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -303,6 +363,25 @@ impl Checkpoints {
     pub fn keep_unreferenced(mut self) -> Checkpoints {
         self.sweep = false;
         self
+    }
+
+    /// A new id for a record or a mark, above every one in use. The
+    /// store's generator alone can hand out an id again after a daemon
+    /// killed before sled saved its counter; a rewind would then take a
+    /// newer record for an older one (or one would replace the other).
+    fn next_id(&self) -> Result<u64, crate::store::StoreError> {
+        let generated = self.store.next_id()?;
+        let mut last = self.last_id.load(Ordering::Acquire);
+        loop {
+            let id = generated.max(last.saturating_add(1));
+            match self
+                .last_id
+                .compare_exchange(last, id, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return Ok(id),
+                Err(now) => last = now,
+            }
+        }
     }
 
     fn locked(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -334,6 +413,7 @@ impl Checkpoints {
             untracked: false,
         };
         let mut repo = None;
+        let mut tracked = None;
         let result = match tool {
             Tool::Write | Tool::Edit | Tool::Patch => {
                 let this = self.clone();
@@ -347,19 +427,52 @@ impl Checkpoints {
                 files.map(|files| record.files = files)
             }
             Tool::Bash if input.get("run_in_background").and_then(Value::as_bool) != Some(true) => {
-                match git::repo_of(&ctx.cwd).await {
-                    Some(found) => match git::snapshot(&found, &self.scratch).await {
-                        Ok(tree) => {
-                            record.git = Some(GitSnapshot {
-                                top: found.top.clone(),
-                                before_tree: tree,
-                                after_tree: None,
-                            });
-                            repo = Some(found);
-                            Ok(())
+                match self.repo_of(&ctx.cwd).await {
+                    Some(found) => {
+                        let tree = self.work_tree(&found);
+                        let start = tree.lock().await.start(&self.scratch, &**self).await;
+                        match start {
+                            Ok(tracked::Start::Watched {
+                                base,
+                                seq,
+                                states,
+                                running,
+                            }) => {
+                                record.files = states
+                                    .into_iter()
+                                    .map(|(path, before)| FileChange {
+                                        path: found.top.join(path),
+                                        before,
+                                        after: None,
+                                    })
+                                    .collect();
+                                record.git = Some(GitSnapshot {
+                                    top: found.top.clone(),
+                                    before_tree: base,
+                                    after_tree: None,
+                                    since_base: true,
+                                });
+                                tracked = Some((tree, seq, running));
+                                Ok(())
+                            }
+                            Ok(tracked::Start::Snapshots) => {
+                                match git::snapshot(&found, &self.scratch).await {
+                                    Ok(tree) => {
+                                        record.git = Some(GitSnapshot {
+                                            top: found.top.clone(),
+                                            before_tree: tree,
+                                            after_tree: None,
+                                            since_base: false,
+                                        });
+                                        repo = Some(found);
+                                        Ok(())
+                                    }
+                                    Err(e) => Err(e),
+                                }
+                            }
+                            Err(e) => Err(e),
                         }
-                        Err(e) => Err(e),
-                    },
+                    }
                     None => {
                         record.untracked = true;
                         Ok(())
@@ -383,8 +496,10 @@ impl Checkpoints {
                 id: None,
                 record,
                 repo,
+                tracked,
             });
         }
+        // (A failure drops `tracked`: the call no longer counts as running.)
         let id = self.write(&record)?;
         // Durable before the call changes anything.
         if let Err(e) = self.store.flush().await {
@@ -394,7 +509,56 @@ impl Checkpoints {
             id: Some(id),
             record,
             repo,
+            tracked,
         })
+    }
+
+    /// The git work tree `dir` is in (remembered while its `.git` stays).
+    async fn repo_of(&self, dir: &Path) -> Option<git::Repo> {
+        let known = self
+            .repos
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(dir)
+            .cloned();
+        if let Some(repo) = known
+            && repo.top.join(".git").symlink_metadata().is_ok()
+        {
+            return Some(repo);
+        }
+        let found = git::repo_of(dir).await;
+        let mut repos = self.repos.lock().unwrap_or_else(|p| p.into_inner());
+        match &found {
+            Some(repo) => {
+                repos.insert(dir.to_path_buf(), repo.clone());
+            }
+            None => {
+                repos.remove(dir);
+            }
+        }
+        found
+    }
+
+    /// The watched work tree of `repo`; work trees unused for a while are
+    /// let go.
+    fn work_tree(&self, repo: &git::Repo) -> Arc<tokio::sync::Mutex<tracked::WorkTree>> {
+        let mut trees = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+        trees.retain(|top, tree| {
+            top == &repo.top
+                || Arc::strong_count(tree) > 1
+                || tree
+                    .try_lock()
+                    .map_or(true, |t| !t.idle() || t.last_used.elapsed() < IDLE_TREE)
+        });
+        trees
+            .entry(repo.top.clone())
+            .or_insert_with(|| {
+                Arc::new(tokio::sync::Mutex::new(tracked::WorkTree::new(
+                    repo.clone(),
+                    &self.scratch,
+                )))
+            })
+            .clone()
     }
 
     /// Writes the record of a command outside git once the command has
@@ -411,7 +575,6 @@ impl Checkpoints {
     /// without a checkpoint).
     fn write(&self, record: &Record) -> Option<u64> {
         let written = self
-            .store
             .next_id()
             .map_err(io_err)
             .and_then(|id| self.put(id, record).map(|()| id));
@@ -471,6 +634,7 @@ impl Checkpoints {
             id,
             mut record,
             repo,
+            tracked,
         } = pending;
         let Some(id) = id else {
             // Never written (`started` was not reached, or failed).
@@ -482,7 +646,22 @@ impl Checkpoints {
             return;
         }
         let conv = record.conversation_id.clone();
-        if let (Some(snap), Some(repo)) = (record.git.as_mut(), repo.as_ref()) {
+        if let Some((tree, seq, running)) = tracked {
+            let ended = tree.lock().await.end(seq, &self.scratch, &**self).await;
+            drop(running);
+            match ended {
+                Ok(files) => {
+                    record.git = None;
+                    record.files = files;
+                }
+                Err(e) => {
+                    // The record stays as written before the call: a
+                    // rewind compares with the work tree, as after a crash.
+                    tracing::warn!(conversation = %conv, "checkpoint after bash: {e}");
+                    return;
+                }
+            }
+        } else if let (Some(snap), Some(repo)) = (record.git.as_mut(), repo.as_ref()) {
             match self.git_changes(repo, &snap.before_tree).await {
                 Ok((tree, changes)) => {
                     snap.after_tree = Some(tree);
@@ -494,8 +673,8 @@ impl Checkpoints {
                 }
             }
         }
-        let this = self.clone();
-        let done = tokio::task::spawn_blocking(move || {
+        let reads = record.files.iter().any(|f| f.after.is_none());
+        let mut finish = move |this: &Checkpoints| {
             for file in &mut record.files {
                 if file.after.is_none() {
                     file.after = Some(read_state(&file.path)?.0);
@@ -509,10 +688,17 @@ impl Checkpoints {
                 return Ok(());
             }
             this.put(id, &record)
-        })
-        .await
-        .map_err(io_err)
-        .and_then(|r| r);
+        };
+        let done = if reads {
+            let this = self.clone();
+            tokio::task::spawn_blocking(move || finish(&this))
+                .await
+                .map_err(io_err)
+                .and_then(|r| r)
+        } else {
+            // No file to read: only the record to write (or drop).
+            finish(self)
+        };
         if let Err(e) = done {
             tracing::warn!(conversation = %conv, "checkpoint after a call: {e}");
         }
@@ -556,7 +742,7 @@ impl Checkpoints {
     /// Remembers where `name` (a plan step) started: a rollback restores
     /// what was recorded after it.
     pub fn mark(&self, conversation_id: &str, name: &str) -> Result<u64, String> {
-        let id = self.store.next_id().map_err(io_err)?;
+        let id = self.next_id().map_err(io_err)?;
         self.tree
             .insert(mark_key(conversation_id, name), id.to_be_bytes().to_vec())
             .map_err(io_err)?;
@@ -631,6 +817,23 @@ impl Checkpoints {
         for (_, record) in &mut chosen {
             let Some(snap) = &record.git else { continue };
             if snap.after_tree.is_some() {
+                continue;
+            }
+            if snap.since_base {
+                let found = match git::repo_of(&snap.top).await {
+                    Some(repo) => {
+                        tracked::interrupted(
+                            &repo,
+                            &snap.before_tree,
+                            &record.files,
+                            &self.scratch,
+                            &**self,
+                        )
+                        .await
+                    }
+                    None => Ok(Vec::new()),
+                };
+                record.files = found.map_err(RestoreError::Io)?;
                 continue;
             }
             if let Some(repo) = git::repo_of(&snap.top).await {
@@ -826,14 +1029,34 @@ impl Checkpoints {
                 }
             }
         }
-        let keep: HashSet<String> = kept[first..].iter().flat_map(|(_, r)| sizes(r)).collect();
+        let mut keep: HashSet<String> = kept[first..].iter().flat_map(|(_, r)| sizes(r)).collect();
+        // The watched work trees' histories name contents a later call's
+        // record will refer to; a tree busy now is swept next time.
+        let live = self.live_contents();
+        if let Some(live) = &live {
+            keep.extend(live.iter().cloned());
+        }
         // Contents younger than a few minutes may belong to a call that is
         // still running, whose record does not name them yet.
-        if self.sweep && any_records {
+        if self.sweep && any_records && live.is_some() {
             self.blobs.sweep(&keep, self.sweep_grace).map_err(io_err)?;
         }
         self.bytes.store(total, Ordering::Relaxed);
         Ok(dropped)
+    }
+}
+
+impl Checkpoints {
+    /// Every content the watched work trees' histories refer to; None
+    /// when one of them is in use.
+    fn live_contents(&self) -> Option<HashSet<String>> {
+        let trees = self.trees.lock().unwrap_or_else(|p| p.into_inner());
+        let mut out = HashSet::new();
+        for tree in trees.values() {
+            let tree = tree.try_lock().ok()?;
+            out.extend(tree.contents().map(str::to_string));
+        }
+        Some(out)
     }
 }
 

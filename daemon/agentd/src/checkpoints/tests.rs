@@ -307,3 +307,276 @@ async fn contents_of_a_replaced_store_are_not_swept() {
     f.cp.prune(now).unwrap();
     assert_eq!(f.blob_count(), 1, "otherwise the unreferenced one is swept");
 }
+
+/// A git repository in the fixture's work directory: `tracked.txt` and
+/// `other.txt` committed, `*.log` ignored.
+fn git_repo(f: &Fixture) {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&f.ctx.cwd)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["config", "user.name", "t"]);
+    git(&["config", "user.email", "t@example.com"]);
+    std::fs::write(f.path("tracked.txt"), "v1\n").unwrap();
+    std::fs::write(f.path("other.txt"), "o1\n").unwrap();
+    std::fs::write(f.path(".gitignore"), "*.log\n").unwrap();
+    git(&["add", "."]);
+    git(&["commit", "-qm", "one"]);
+}
+
+impl Fixture {
+    /// A foreground `bash` call whose command is `change`, done here.
+    async fn bash(&self, turn: u64, id: &str, change: impl FnOnce(&Path)) {
+        let input = json!({"command": "…"});
+        let pending = self
+            .cp
+            .before(key(turn, id, record_now_ms()), "bash", &input, &self.ctx)
+            .await;
+        change(&self.ctx.cwd);
+        self.cp.after(pending.unwrap()).await;
+    }
+
+    fn read(&self, name: &str) -> String {
+        std::fs::read_to_string(self.path(name)).unwrap()
+    }
+
+    /// Each record's tool call and files (relative), in order.
+    fn recorded(&self) -> Vec<(String, Vec<String>)> {
+        self.cp
+            .records("c1")
+            .unwrap()
+            .into_iter()
+            .map(|(_, r)| {
+                let files = r
+                    .files
+                    .iter()
+                    .map(|f| {
+                        f.path
+                            .strip_prefix(&self.ctx.cwd)
+                            .unwrap()
+                            .display()
+                            .to_string()
+                    })
+                    .collect();
+                (r.tool_use_id, files)
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn each_bash_call_in_git_is_credited_with_its_own_changes_only() {
+    let f = fixture(CheckpointsSection::default());
+    git_repo(&f);
+    f.bash(1, "t1", |d| {
+        std::fs::write(d.join("tracked.txt"), "v2\n").unwrap();
+        std::fs::write(d.join("made.txt"), "m\n").unwrap();
+        std::fs::write(d.join("build.log"), "ignored\n").unwrap();
+    })
+    .await;
+    // Someone else, between two calls.
+    std::fs::write(f.path("other.txt"), "theirs\n").unwrap();
+    f.bash(1, "t2", |d| {
+        std::fs::write(d.join("tracked.txt"), "v3\n").unwrap()
+    })
+    .await;
+    f.bash(1, "t3", |_| {}).await;
+    // Retention keeps what the work tree's history still needs.
+    f.cp.prune(record_now_ms()).unwrap();
+    assert_eq!(
+        f.recorded(),
+        [
+            (
+                "t1".to_string(),
+                vec!["made.txt".to_string(), "tracked.txt".to_string()]
+            ),
+            ("t2".to_string(), vec!["tracked.txt".to_string()]),
+        ]
+    );
+    let done =
+        f.cp.restore("c1", Since::Turn(1), false, false)
+            .await
+            .unwrap();
+    assert_eq!(done.removed, [f.path("made.txt")]);
+    assert_eq!(f.read("tracked.txt"), "v1\n");
+    assert!(!f.path("made.txt").exists());
+    assert_eq!(f.read("other.txt"), "theirs\n", "not the agent's to undo");
+    assert_eq!(f.read("build.log"), "ignored\n");
+}
+
+#[tokio::test]
+async fn a_file_changed_by_someone_else_between_two_calls_is_refused_by_name() {
+    let f = fixture(CheckpointsSection::default());
+    git_repo(&f);
+    f.bash(1, "t1", |d| {
+        std::fs::write(d.join("tracked.txt"), "v2\n").unwrap()
+    })
+    .await;
+    std::fs::write(f.path("tracked.txt"), "theirs\n").unwrap();
+    f.bash(2, "t2", |d| {
+        std::fs::write(d.join("tracked.txt"), "v3\n").unwrap()
+    })
+    .await;
+    let err =
+        f.cp.restore("c1", Since::Turn(1), false, false)
+            .await
+            .unwrap_err();
+    assert_eq!(err, RestoreError::ChangedSince(vec![f.path("tracked.txt")]));
+    // Only the later turn: the content it started from comes back.
+    f.cp.restore("c1", Since::Turn(2), false, false)
+        .await
+        .unwrap();
+    assert_eq!(f.read("tracked.txt"), "theirs\n");
+}
+
+#[tokio::test]
+async fn new_directories_and_moved_ones_are_undone_too() {
+    let f = fixture(CheckpointsSection::default());
+    git_repo(&f);
+    std::fs::create_dir_all(f.path("src/deep")).unwrap();
+    std::fs::write(f.path("src/deep/lib.rs"), "lib\n").unwrap();
+    f.bash(1, "t1", |d| {
+        std::fs::create_dir_all(d.join("gen/inner")).unwrap();
+        std::fs::write(d.join("gen/inner/out.rs"), "gen\n").unwrap();
+    })
+    .await;
+    // A directory moved: inotify cannot say what moved with it.
+    f.bash(1, "t2", |d| {
+        std::fs::rename(d.join("src/deep"), d.join("deeper")).unwrap();
+    })
+    .await;
+    f.bash(1, "t3", |d| {
+        std::fs::write(d.join("deeper/lib.rs"), "edited\n").unwrap()
+    })
+    .await;
+    f.cp.restore("c1", Since::Turn(1), false, false)
+        .await
+        .unwrap();
+    assert!(!f.path("gen/inner/out.rs").exists());
+    assert_eq!(f.read("src/deep/lib.rs"), "lib\n");
+    assert!(!f.path("deeper/lib.rs").exists());
+}
+
+#[tokio::test]
+async fn a_bash_call_the_daemon_stopped_during_is_compared_with_the_work_tree() {
+    let f = fixture(CheckpointsSection::default());
+    git_repo(&f);
+    f.bash(1, "t1", |d| {
+        std::fs::write(d.join("tracked.txt"), "v2\n").unwrap()
+    })
+    .await;
+    let input = json!({"command": "…"});
+    let pending = f.cp.before(key(1, "t2", 2), "bash", &input, &f.ctx).await;
+    assert!(pending.is_some());
+    std::fs::write(f.path("tracked.txt"), "v3\n").unwrap();
+    std::fs::write(f.path("other.txt"), "o2\n").unwrap();
+    std::fs::write(f.path("half.txt"), "h\n").unwrap();
+    // The daemon is killed: the call never ends; a new one restores.
+    std::mem::forget(pending);
+    let restarted = Arc::new(
+        Checkpoints::open(
+            &f.cp.store,
+            &f._data.path().join("checkpoints"),
+            CheckpointsSection::default(),
+        )
+        .unwrap(),
+    );
+    restarted
+        .restore("c1", Since::Turn(1), false, false)
+        .await
+        .unwrap();
+    assert_eq!(f.read("tracked.txt"), "v1\n");
+    assert_eq!(f.read("other.txt"), "o1\n");
+    assert!(!f.path("half.txt").exists());
+}
+
+#[tokio::test]
+async fn a_new_base_after_many_changes_keeps_every_call_undoable() {
+    let f = fixture(CheckpointsSection::default());
+    git_repo(&f);
+    // More paths than the history keeps: the next call takes a new base
+    // from the old one's index and the changed paths.
+    f.bash(1, "t1", |d| {
+        std::fs::create_dir_all(d.join("many")).unwrap();
+        for i in 0..70 {
+            std::fs::write(d.join(format!("many/f{i}.txt")), format!("{i}\n")).unwrap();
+        }
+    })
+    .await;
+    f.bash(2, "t2", |d| {
+        std::fs::write(d.join("many/f3.txt"), "changed\n").unwrap();
+        std::fs::write(d.join("tracked.txt"), "v2\n").unwrap();
+        std::fs::remove_file(d.join("many/f4.txt")).unwrap();
+    })
+    .await;
+    let recorded = f.recorded();
+    assert_eq!(recorded.len(), 2);
+    assert_eq!(recorded[0].1.len(), 70);
+    assert_eq!(recorded[1].1, ["many/f3.txt", "many/f4.txt", "tracked.txt"]);
+    f.cp.restore("c1", Since::Turn(2), false, false)
+        .await
+        .unwrap();
+    assert_eq!(f.read("many/f3.txt"), "3\n");
+    assert_eq!(f.read("many/f4.txt"), "4\n");
+    assert_eq!(f.read("tracked.txt"), "v1\n");
+    f.cp.restore("c1", Since::Turn(1), false, false)
+        .await
+        .unwrap();
+    assert!(!f.path("many/f0.txt").exists());
+    assert!(!f.path("many/f69.txt").exists());
+}
+
+#[tokio::test]
+async fn ids_stay_above_every_record_after_a_restart() {
+    // sled's generator can repeat ids after a kill before it saved its
+    // counter; a reopened checkpoints never goes below what is stored.
+    let f = fixture(CheckpointsSection::default());
+    std::fs::write(f.path("a.txt"), "one").unwrap();
+    let ahead = u64::MAX / 2;
+    let record = Record {
+        conversation_id: "c1".into(),
+        turn: 1,
+        tool_use_id: "old".into(),
+        tool: "write".into(),
+        at_ms: record_now_ms(),
+        files: vec![FileChange {
+            path: f.path("a.txt"),
+            before: FileState::Absent,
+            after: Some(FileState::Absent),
+        }],
+        git: None,
+        untracked: false,
+    };
+    f.cp.put(ahead, &record).unwrap();
+    let reopened = Arc::new(
+        Checkpoints::open(
+            &f.cp.store,
+            &f._data.path().join("checkpoints"),
+            CheckpointsSection::default(),
+        )
+        .unwrap(),
+    );
+    let input = json!({"path": "a.txt", "content": "two"});
+    let pending = reopened
+        .before(key(2, "new", record_now_ms()), "write", &input, &f.ctx)
+        .await
+        .unwrap();
+    std::fs::write(f.path("a.txt"), "two").unwrap();
+    reopened.after(pending).await;
+    let ids: Vec<(u64, String)> = reopened
+        .records("c1")
+        .unwrap()
+        .into_iter()
+        .map(|(id, r)| (id, r.tool_use_id))
+        .collect();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(ids[0], (ahead, "old".to_string()));
+    assert!(ids[1].0 > ahead && ids[1].1 == "new", "{ids:?}");
+    assert!(reopened.mark("c1", "step").unwrap() > ids[1].0);
+}
