@@ -18,6 +18,11 @@
 //! committed file (`git-1`) and a generated one of 20,200 files, about
 //! 160 MB (`git-20k`); `--part git-100k` runs a 101,000-file repository
 //! too (reported, no target). Without `--part` the first three run.
+//!
+//! In a git repository three more costs are reported, agentd alone (see
+//! `checkpoint_costs`): a turn after a turn that changed a file
+//! (`turn_after_change_ms`), a turn whose first call takes the work tree's
+//! new base (`turn_base_ms`), and a `write` round (`write_round_ms`).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -35,16 +40,43 @@ use crate::fake_llm::{FakeLlm, ReplyScript, Script, parse_sse};
 const SMALL: usize = 1;
 const LARGE: usize = 21;
 
-/// The scripted turn of one task: `rounds` bash calls, then the answer.
-fn scripts(tag: &str, rounds: usize) -> Vec<Script> {
+/// What each round of a task asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Call {
+    /// `echo round-K` with the shell tool: the round the floor makes.
+    Echo,
+    /// A shell command that rewrites this many files (issue 44: what a
+    /// later call pays for them).
+    Churn(usize),
+    /// The `write` tool, rewriting one file.
+    Write,
+}
+
+impl Call {
+    fn tool(self) -> &'static str {
+        match self {
+            Call::Echo | Call::Churn(_) => "bash",
+            Call::Write => "write",
+        }
+    }
+
+    fn input(self, tag: &str, k: usize) -> Value {
+        match self {
+            Call::Echo => json!({"command": format!("echo round-{k}")}),
+            Call::Churn(files) => json!({"command": format!(
+                "mkdir -p churn && for i in $(seq {files}); do echo {tag}-{k} > churn/f$i.txt; done"
+            )}),
+            Call::Write => json!({"path": "written.txt", "content": format!("{tag} round {k}\n")}),
+        }
+    }
+}
+
+/// The scripted turn of one task: `rounds` calls, then the answer.
+fn scripts(tag: &str, rounds: usize, call: Call) -> Vec<Script> {
     let mut out: Vec<Script> = (0..rounds)
         .map(|k| {
             ReplyScript::new()
-                .tool_use(
-                    &format!("toolu_{tag}_{k}"),
-                    "bash",
-                    json!({"command": format!("echo round-{k}")}),
-                )
+                .tool_use(&format!("toolu_{tag}_{k}"), call.tool(), call.input(tag, k))
                 .into()
         })
         .collect();
@@ -184,7 +216,16 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     // (nor git its first look at a work tree) inside the numbers.
     for place in &places {
         floor_task(&fake, &place.dir, "warm-floor", SMALL).await?;
-        agentd_task(&fake, &daemon, daemon_pid, &place.dir, "warm-agentd", SMALL).await?;
+        agentd_task(
+            &fake,
+            &daemon,
+            daemon_pid,
+            &place.dir,
+            "warm-agentd",
+            SMALL,
+            Call::Echo,
+        )
+        .await?;
     }
     for rep in 0..reps {
         for place in &places {
@@ -201,6 +242,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
                         &place.dir,
                         &format!("a{tag}_{n}"),
                         n,
+                        Call::Echo,
                     )
                     .await?,
                 );
@@ -209,6 +251,9 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
                 return Err("a task did not run".to_string());
             };
             sample(&mut report, place, [f1, f21], [a1, a21]);
+            if place.name != "plain" {
+                checkpoint_costs(&mut report, &fake, &daemon, place, &tag, a1).await?;
+            }
         }
     }
     report.set_target("round_ratio", Target::AtMost(1.5));
@@ -217,6 +262,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     report.set_target("git-1/round_ratio", Target::AtMost(1.2));
     report.set_target("git-1/cpu_over_floor_ms", Target::AtMost(1.0));
     report.set_target("git-20k/round_ratio", Target::AtMost(1.5));
+    report.set_target("git-20k/turn_base_ms", Target::AtMost(60.0));
     Ok(report)
 }
 
@@ -317,9 +363,91 @@ fn sample(report: &mut Report, place: &Place, [f1, f21]: [Cost; 2], [a1, a21]: [
     );
 }
 
+/// What checkpoints cost in a git repository beyond the echo round (a1:
+/// this repetition's one-round echo task), each as a one-round task:
+/// - a turn after a turn that changed a file (its first call reads that
+///   file's new content, written by someone else as far as it knows);
+/// - a turn after one that changed 65 files: its first call takes the
+///   work tree's new base (the history holds more than 64 paths);
+/// - and a `write` round (N = 1 and 21, as the echo rounds).
+async fn checkpoint_costs(
+    report: &mut Report,
+    fake: &FakeLlm,
+    daemon: &crate::harness::TestDaemon,
+    place: &Place,
+    tag: &str,
+    a1: Cost,
+) -> BenchResult<()> {
+    let pid = daemon.pid();
+    let dir = &place.dir;
+    let one = Call::Churn(1);
+    agentd_task(fake, daemon, pid, dir, &format!("c{tag}a"), SMALL, one).await?;
+    let after = agentd_task(fake, daemon, pid, dir, &format!("c{tag}b"), SMALL, one).await?;
+    report.sample(
+        &place.key("turn_after_change_ms"),
+        &format!(
+            "{}: a turn after a turn that changed a file − an echo turn",
+            place.name
+        ),
+        "ms",
+        ms(after.wall) - ms(a1.wall),
+    );
+    let many = Call::Churn(65);
+    agentd_task(fake, daemon, pid, dir, &format!("c{tag}c"), SMALL, many).await?;
+    let base = agentd_task(fake, daemon, pid, dir, &format!("c{tag}d"), SMALL, one).await?;
+    report.sample(
+        &place.key("turn_base_ms"),
+        &format!(
+            "{}: a turn that takes a new base (after 65 files changed) − an echo turn",
+            place.name
+        ),
+        "ms",
+        ms(base.wall) - ms(a1.wall),
+    );
+    let mut write = [None; 2];
+    for (i, n) in [SMALL, LARGE].into_iter().enumerate() {
+        write[i] = Some(
+            agentd_task(
+                fake,
+                daemon,
+                pid,
+                dir,
+                &format!("w{tag}_{n}"),
+                n,
+                Call::Write,
+            )
+            .await?,
+        );
+    }
+    let [Some(w1), Some(w21)] = write else {
+        return Err("a task did not run".to_string());
+    };
+    report.sample(
+        &place.key("write_round_ms"),
+        &format!(
+            "{}: agentd + agent run: wall time per `write` round",
+            place.name
+        ),
+        "ms",
+        (ms(w21.wall) - ms(w1.wall)) / (LARGE - SMALL) as f64,
+    );
+    // The next echo task must not be the one that takes the new base.
+    agentd_task(
+        fake,
+        daemon,
+        pid,
+        dir,
+        &format!("s{tag}"),
+        SMALL,
+        Call::Echo,
+    )
+    .await?;
+    Ok(())
+}
+
 /// The floor loop on one task, as a process of its own.
 async fn floor_task(fake: &FakeLlm, dir: &Path, tag: &str, rounds: usize) -> BenchResult<Cost> {
-    fake.push_all(scripts(tag, rounds));
+    fake.push_all(scripts(tag, rounds, Call::Echo));
     let exe = std::env::current_exe().ctx("finding agent-bench")?;
     let mut cmd = Command::new(exe);
     cmd.arg("--floor-loop")
@@ -358,13 +486,14 @@ async fn agentd_task(
     dir: &Path,
     tag: &str,
     rounds: usize,
+    call: Call,
 ) -> BenchResult<Cost> {
-    fake.push_all(scripts(tag, rounds));
+    fake.push_all(scripts(tag, rounds, call));
     let requests_before = fake.request_count();
     let mut cmd = daemon.agent();
     cmd.arg("run")
         .arg("--allow")
-        .arg("bash")
+        .arg(call.tool())
         .arg(format!("run echo round-K {rounds} times"))
         .current_dir(dir)
         .stdin(Stdio::null())
