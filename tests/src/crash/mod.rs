@@ -40,6 +40,7 @@
 
 pub mod check;
 pub mod ledger;
+pub mod repo;
 pub mod responder;
 
 use std::collections::hash_map::Entry;
@@ -478,6 +479,7 @@ impl Run {
                     turn: conv.turns,
                     rounds,
                     spawn,
+                    git: false,
                 };
                 if cancel_after.is_some() && !cancel_child {
                     conv.cancelled.insert(tag.turn);
@@ -497,6 +499,7 @@ impl Run {
                     turn: 1,
                     rounds,
                     spawn,
+                    git: false,
                 };
                 let with_prompt = self.rng.random_bool(0.5);
                 actions.push(Action {
