@@ -2,11 +2,13 @@
 //! tool that changes anything; the proposal is an approval request every
 //! attached client sees; approve (with a mode), reject with feedback and
 //! edit reach the model; the steps' progress is a stream of events, the
-//! plan and its statuses survive a kill -9, and a step whose dependency
-//! failed is skipped.
+//! plan and its statuses survive a kill -9, a step whose dependency
+//! failed is skipped, and with `[plan] auto_rollback_on_failure` a failed
+//! step's changes are put back.
 
 use super::util::{
-    Attached, agent_out, done, get, is_idle, is_request, request_of, send, tool, wait_state,
+    Attached, MUTATING, agent_out, assert_same_files, done, get, git, git_user_state, is_idle,
+    is_request, relative_to, request_of, send, tool, tree_files, wait_state,
 };
 use agent_proto::v1 as pb;
 use agent_proto::v1::attach_request::Frame;
@@ -608,4 +610,238 @@ async fn plan_events_are_replayed_to_a_client_resuming_after_a_restart() {
         replayed[0]
     );
     assert_eq!(plan_events(&replayed), expected);
+}
+
+/// A git repository for a plan to change: three committed files, a staged
+/// change and an untracked file of the user's.
+fn plan_repo(dir: &std::path::Path) {
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["config", "user.name", "Test User"]);
+    git(dir, &["config", "user.email", "test@example.com"]);
+    std::fs::write(dir.join("greet.txt"), "hello\n").unwrap();
+    std::fs::write(dir.join("readme.txt"), "The greeting says hello.\n").unwrap();
+    std::fs::write(dir.join("log.txt"), "first entry\n").unwrap();
+    std::fs::write(dir.join("staged.txt"), "staged v1\n").unwrap();
+    git(dir, &["add", "."]);
+    git(dir, &["commit", "-qm", "first"]);
+    std::fs::write(dir.join("staged.txt"), "staged v2\n").unwrap();
+    git(dir, &["add", "staged.txt"]);
+    std::fs::write(dir.join("notes.txt"), "the user's untracked notes\n").unwrap();
+}
+
+/// A plan whose first step completes after a `write`, and whose second
+/// changes files with `edit`, `write` and a `bash` command (a tracked file
+/// changed, two files created, one in a new directory) and then fails; the
+/// third depends on the second.
+fn failing_plan() -> Vec<Script> {
+    vec![
+        tool(
+            "p1",
+            "propose_plan",
+            json!({
+                "intent": "Change the greeting",
+                "risk": "low",
+                "steps": [
+                    {"title": "Write the new greeting", "kind": "edit", "files": ["greet.txt"]},
+                    {"title": "Update the readme and the log", "kind": "edit",
+                     "files": ["readme.txt", "log.txt"], "depends_on": ["1"]},
+                    {"title": "Run the tests", "kind": "test", "depends_on": ["2"]}
+                ]
+            }),
+        ),
+        update("u1", json!([{"id": "1", "status": "in_progress"}])),
+        tool(
+            "w1",
+            "write",
+            json!({"path": "greet.txt", "content": "hello, plan\n"}),
+        ),
+        update(
+            "u2",
+            json!([{"id": "1", "status": "completed"}, {"id": "2", "status": "in_progress"}]),
+        ),
+        tool(
+            "e1",
+            "edit",
+            json!({"path": "readme.txt", "old_string": "says hello", "new_string": "says hello, plan"}),
+        ),
+        tool(
+            "w2",
+            "write",
+            json!({"path": "greet.txt", "content": "hello again\n"}),
+        ),
+        tool(
+            "b1",
+            "bash",
+            json!({"command": "echo appended by step 2 >> log.txt && echo made > made.txt \
+                               && mkdir -p sub && echo deep > sub/new.txt && echo bash ran"}),
+        ),
+        update(
+            "u3",
+            json!([{"id": "2", "status": "failed", "note": "the tests fail"}]),
+        ),
+        done(),
+    ]
+}
+
+/// What a run of [`failing_plan`] left.
+struct FailedStep {
+    s: agent_tests::harness::Started<String>,
+    /// The frames an attached client saw from its approval to the end of
+    /// the turn.
+    frames: Vec<pb::AttachResponse>,
+    /// The repository before the plan.
+    before: std::collections::BTreeMap<String, Vec<u8>>,
+    git_before: super::util::GitUserState,
+}
+
+/// Runs [`failing_plan`] in a git repository, with `config` added to the
+/// daemon's.
+async fn run_failing_plan(config: &str) -> FailedStep {
+    let mut s = Scenario::new()
+        .config(config)
+        .scripts(failing_plan())
+        .conversation("")
+        .allow(MUTATING)
+        .mode(pb::PermissionMode::Plan)
+        .start()
+        .await;
+    let dir = s.work.path().to_path_buf();
+    plan_repo(&dir);
+    let before = tree_files(&dir);
+    let git_before = git_user_state(&dir);
+    let id = s.id.clone();
+    let mut a = Attached::open(&mut s.client, &id, 0, "A").await;
+    send(&mut s.client, &id, "change the greeting").await;
+    a.until(WAIT, is_request).await;
+    a.send(plan_answer(pb::plan_answer::Answer::Approve(
+        pb::PlanApprove {
+            mode: pb::PermissionMode::Default as i32,
+        },
+    )))
+    .await;
+    let frames = a.until(WAIT, is_idle).await;
+    assert_eq!(
+        step_events(&frames),
+        [
+            in_order("started", "1"),
+            in_order("completed", "1"),
+            in_order("started", "2"),
+            in_order("failed", "2"),
+            in_order("skipped", "3"),
+        ]
+    );
+    // Every call of the step ran and succeeded.
+    let reqs = s.fake.requests();
+    let last = reqs.last().unwrap();
+    for call in ["w1", "e1", "w2", "b1"] {
+        let (text, is_error) = result_text(last, call);
+        assert!(!is_error, "{call}: {text}");
+    }
+    assert!(result_text(last, "b1").0.contains("bash ran"));
+    FailedStep {
+        s,
+        frames,
+        before,
+        git_before,
+    }
+}
+
+fn code_rewound(frames: &[pb::AttachResponse]) -> Vec<(u64, pb::CodeRewound)> {
+    frames
+        .iter()
+        .filter_map(|m| match &m.event {
+            Some(Ev::CodeRewound(c)) => Some((m.seq, c.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn notices(frames: &[pb::AttachResponse]) -> Vec<String> {
+    frames
+        .iter()
+        .filter_map(|m| match &m.event {
+            Some(Ev::Notice(n)) => Some(n.message.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Issue 44: with `[plan] auto_rollback_on_failure`, a failed
+/// step's changes — by `edit`, `write` and `bash` in a git repository — are
+/// put back byte for byte as they were when the step started (what the
+/// step before it did stays; what it created is removed), the user's index
+/// and refs are untouched, and the client is told by a `code_rewound` event
+/// that names the step and a notice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_step_is_rolled_back_when_auto_rollback_is_on() {
+    let run = run_failing_plan("[plan]\nauto_rollback_on_failure = true\n").await;
+    let dir = run.s.work.path();
+    let mut want = run.before.clone();
+    want.insert("greet.txt".into(), b"hello, plan\n".to_vec());
+    assert_same_files(&tree_files(dir), &want, "after the rollback");
+    assert_eq!(git_user_state(dir), run.git_before);
+
+    // The client was told, after the step failed: the files by name.
+    let rewound = code_rewound(&run.frames);
+    assert_eq!(rewound.len(), 1, "{rewound:?}");
+    let (seq, c) = &rewound[0];
+    let failed_at = run
+        .frames
+        .iter()
+        .find(|m| matches!(&m.event, Some(Ev::PlanStepFailed(s)) if s.step_id == "2"))
+        .unwrap()
+        .seq;
+    assert!(*seq > failed_at, "the rollback is told after the failure");
+    assert_eq!(c.plan_step_id, "2");
+    assert_eq!(c.message_seq, 0);
+    let names = |paths: &[String]| {
+        let mut v: Vec<String> = paths.iter().map(|p| relative_to(dir, p)).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        names(&c.restored),
+        ["greet.txt", "log.txt", "readme.txt"],
+        "{c:?}"
+    );
+    assert_eq!(names(&c.removed), ["made.txt", "sub/new.txt"], "{c:?}");
+    assert!(c.skipped.is_empty(), "{c:?}");
+    assert_eq!(c.untracked_commands, 0);
+    let told = notices(&run.frames);
+    assert!(
+        told.iter()
+            .any(|n| n.contains("plan step 2 failed")
+                && n.contains("3 file(s) restored and 2 removed")),
+        "{told:?}"
+    );
+}
+
+/// The same failed step with the option off (the default): nothing is
+/// rolled back and nothing says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_step_is_left_as_it_is_when_auto_rollback_is_off() {
+    let mut run = run_failing_plan("").await;
+    let dir = run.s.work.path().to_path_buf();
+    let mut want = run.before.clone();
+    want.insert("greet.txt".into(), b"hello again\n".to_vec());
+    want.insert(
+        "readme.txt".into(),
+        b"The greeting says hello, plan.\n".to_vec(),
+    );
+    want.insert(
+        "log.txt".into(),
+        b"first entry\nappended by step 2\n".to_vec(),
+    );
+    want.insert("made.txt".into(), b"made\n".to_vec());
+    want.insert("sub/new.txt".into(), b"deep\n".to_vec());
+    assert_same_files(&tree_files(&dir), &want, "after the failed step");
+    assert_eq!(git_user_state(&dir), run.git_before);
+    assert!(code_rewound(&run.frames).is_empty());
+    let told = notices(&run.frames);
+    assert!(!told.iter().any(|n| n.contains("plan step")), "{told:?}");
+    // The turn's checkpoints are all still there for a rewind.
+    let id = run.s.id.clone();
+    let r = get(&mut run.s.client, &id).await;
+    assert_eq!(r.checkpoints.len(), 1, "{:?}", r.checkpoints);
+    assert_eq!(r.checkpoints[0].message_seq, 1);
 }

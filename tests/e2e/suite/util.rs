@@ -348,3 +348,93 @@ pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
     assert!(out.status.success(), "git {args:?}: {out:?}");
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Every file under `dir` (recursively, `.git` left out) and its bytes, by
+/// its path relative to `dir`.
+pub fn tree_files(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fn walk(
+        root: &std::path::Path,
+        dir: &std::path::Path,
+        out: &mut std::collections::BTreeMap<String, Vec<u8>>,
+    ) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() && path != root.join(".git") {
+                walk(root, &path, out);
+            } else if kind.is_file() {
+                let rel = path.strip_prefix(root).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&path).unwrap());
+            }
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// Fails with the paths that differ (at most 20 of them) when two
+/// [`tree_files`] listings differ, instead of printing every byte of both.
+#[track_caller]
+pub fn assert_same_files(
+    got: &std::collections::BTreeMap<String, Vec<u8>>,
+    want: &std::collections::BTreeMap<String, Vec<u8>>,
+    what: &str,
+) {
+    if got == want {
+        return;
+    }
+    let mut diffs = Vec::new();
+    for (path, bytes) in want {
+        match got.get(path) {
+            None => diffs.push(format!("{path}: missing")),
+            Some(b) if b != bytes => diffs.push(format!(
+                "{path}: holds {:?}, expected {:?}",
+                String::from_utf8_lossy(b),
+                String::from_utf8_lossy(bytes)
+            )),
+            Some(_) => {}
+        }
+    }
+    for path in got.keys().filter(|p| !want.contains_key(*p)) {
+        diffs.push(format!("{path}: should not exist"));
+    }
+    let n = diffs.len();
+    diffs.truncate(20);
+    panic!("{what}: {n} file(s) differ:\n  {}", diffs.join("\n  "));
+}
+
+/// What a person's repository holds besides the work tree, which nothing
+/// the agent or a rewind does may change: the index file's bytes, HEAD,
+/// every ref (branches, tags, the stash) and the stash list.
+#[derive(Debug, PartialEq, Eq)]
+pub struct GitUserState {
+    pub index: Vec<u8>,
+    pub head: String,
+    pub refs: String,
+    pub stash: String,
+}
+
+pub fn git_user_state(dir: &std::path::Path) -> GitUserState {
+    // The index first: nothing run after may have rewritten it.
+    let index = std::fs::read(dir.join(".git/index")).unwrap();
+    GitUserState {
+        index,
+        head: git(dir, &["symbolic-ref", "HEAD"]) + &git(dir, &["rev-parse", "HEAD"]),
+        refs: git(dir, &["for-each-ref", "--format=%(refname) %(objectname)"]),
+        stash: git(dir, &["stash", "list"]),
+    }
+}
+
+/// A path the daemon reported (absolute), relative to the working
+/// directory `dir` (given as the daemon was, or canonical).
+pub fn relative_to(dir: &std::path::Path, reported: &str) -> String {
+    let path = std::path::Path::new(reported);
+    let canonical = dir.canonicalize().unwrap();
+    path.strip_prefix(dir)
+        .or_else(|_| path.strip_prefix(&canonical))
+        .unwrap_or_else(|_| panic!("{reported} is not under {}", dir.display()))
+        .display()
+        .to_string()
+}

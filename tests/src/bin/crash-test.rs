@@ -13,10 +13,20 @@
 //! summary line, 1 with a description of the first violation (the daemon's
 //! directory is kept and named), 2 on a usage error.
 //!
+//! One conversation works in a git repository: its commands change the
+//! repository's files, and after every restart its code is rewound to its
+//! first message and the repository checked (`--no-git` leaves it out).
+//!
 //! `--tolerate-non-atomic-create` counts instead of failing when a
 //! conversation created with a prompt is left without it by a kill (a bug
 //! this program found and the daemon fixed); it exists to keep a long run
 //! going while another such bug is hunted.
+//!
+//! `--tolerate-checkpoint-id-reuse` counts instead of failing when a rewind
+//! of the git conversation does not give its repository back after a
+//! daemon run shorter than a second was killed: an open daemon bug (a run
+//! killed before sled's first flush hands out checkpoint ids the next run
+//! hands out again; see `CrashOptions::tolerate_checkpoint_id_reuse`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -25,7 +35,7 @@ use agent_tests::crash::{self, CrashOptions};
 
 const USAGE: &str = "usage: crash-test [--kills N] [--seed S] [--conversations C] \
 [--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--spawns PERCENT] \
-[--tolerate-non-atomic-create] [--quiet]";
+[--no-git] [--tolerate-non-atomic-create] [--tolerate-checkpoint-id-reuse] [--quiet]";
 
 fn parse(args: &[String]) -> Result<CrashOptions, String> {
     let mut opts = CrashOptions {
@@ -36,6 +46,14 @@ fn parse(args: &[String]) -> Result<CrashOptions, String> {
     while let Some(flag) = it.next() {
         if flag == "--quiet" {
             opts.progress = false;
+            continue;
+        }
+        if flag == "--no-git" {
+            opts.git = false;
+            continue;
+        }
+        if flag == "--tolerate-checkpoint-id-reuse" {
+            opts.tolerate_checkpoint_id_reuse = true;
             continue;
         }
         if flag == "--tolerate-non-atomic-create" {

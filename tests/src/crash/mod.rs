@@ -14,7 +14,12 @@
 //!    end with `submit_result` (a success or a failure) or without it (they
 //!    are reminded once, then their last text counts), at most
 //!    `sub_agents_max_concurrent` of a call at once; a cancel then goes to
-//!    the parent (every child is cancelled) or to one running child;
+//!    the parent (every child is cancelled) or to one running child; and
+//!    (unless `git` is off) a turn of the git conversation, which works in
+//!    a git repository ([`repo`]) whose files its `bash` calls change —
+//!    tracked ones appended to, overwritten, deleted and renamed, untracked
+//!    ones created — with a sleep between their changes, so that kills land
+//!    between a call's checkpoint and its end;
 //! 2. wait a random time and SIGKILL the daemon (sometimes again, during
 //!    its recovery);
 //! 3. restart it, and wait until every conversation in the store is at rest;
@@ -32,7 +37,12 @@
 //!    ends (or by a cancel's text), no child orphaned (each names a spawn
 //!    call of an existing parent, holds the task it asked for and has
 //!    ended), every child's transcript valid, and each child's usage
-//!    counted once in its parent's.
+//!    counted once in its parent's; and for the git conversation, once
+//!    the commands a kill left running have ended: a rewind of its code to
+//!    its first message succeeds (nothing is "changed by someone else")
+//!    and puts the repository back as it was made, byte for byte, with
+//!    every file its commands created removed and the index, HEAD, refs
+//!    and stash untouched (its next turn then starts from there).
 //!
 //! Every random choice comes from the seed; the moment a SIGKILL lands
 //! depends on timing too, so a seed reproduces the plan, not the exact
@@ -40,6 +50,7 @@
 
 pub mod check;
 pub mod ledger;
+pub mod repo;
 pub mod responder;
 
 use std::collections::hash_map::Entry;
@@ -96,6 +107,10 @@ pub struct CrashOptions {
     /// `[sub_agents] max_concurrent` of the daemon (below three, so some
     /// children wait for a slot).
     pub sub_agents_max_concurrent: usize,
+    /// Whether one conversation works in a git repository, has a turn in
+    /// every round and is rewound to its first message after every
+    /// restart (see [`repo`]).
+    pub git: bool,
     /// How long conversations get to come to rest after a restart.
     pub settle_timeout: Duration,
     /// Print a line per kill.
@@ -105,6 +120,17 @@ pub struct CrashOptions {
     /// known daemon bug (`CreateConversation` persists the conversation,
     /// then sends the prompt, so a kill in between leaves it empty).
     pub tolerate_non_atomic_create: bool,
+    /// Count, instead of failing on, a rewind of the git conversation that
+    /// does not give its repository back after a daemon run that lived
+    /// less than [`SHORT_RUN`] ended in a kill: a known daemon bug.
+    /// Checkpoint records are keyed by sled's `generate_id`, whose counter
+    /// a run makes durable only with sled's next flush (up to half a second
+    /// after it starts); killed before that, the next run hands out the same
+    /// ids again, and a new checkpoint of the conversation overwrites an
+    /// earlier one (that change is never undone) or sorts before it (the
+    /// rewind refuses: "changed since … by someone else"). The test then
+    /// puts the repository back itself and goes on.
+    pub tolerate_checkpoint_id_reuse: bool,
     /// Where to copy the daemon's directory (data, log, work) when a check
     /// fails; the system temporary directory when `None`.
     pub keep_dir: Option<PathBuf>,
@@ -126,9 +152,11 @@ impl Default for CrashOptions {
             faults: 0.05,
             spawns: 0.3,
             sub_agents_max_concurrent: 2,
+            git: true,
             settle_timeout: Duration::from_secs(60),
             progress: true,
             tolerate_non_atomic_create: false,
+            tolerate_checkpoint_id_reuse: false,
             keep_dir: None,
             daemon: DaemonOptions::default(),
         }
@@ -188,6 +216,17 @@ pub struct Summary {
     /// Conversations created with a prompt that hold no message (counted
     /// when tolerated, see [`CrashOptions::tolerate_non_atomic_create`]).
     pub empty_creations: usize,
+    /// Rewinds of the git conversation checked.
+    pub git_rewinds: usize,
+    /// Files those rewinds put back or removed.
+    pub git_files: usize,
+    /// Calls of the git conversation that were running when the daemon
+    /// was killed.
+    pub git_interrupted: usize,
+    /// Rewinds of the git conversation that failed after a short daemon
+    /// run (counted when tolerated, see
+    /// [`CrashOptions::tolerate_checkpoint_id_reuse`]).
+    pub git_id_reuse: usize,
 }
 
 impl fmt::Display for Summary {
@@ -210,7 +249,7 @@ impl Summary {
              {} cancelled, {} sub-agents ({} spawn calls answered, {} sub-agents cancelled alone), \
              {} messages ({} acknowledged to clients), \
              {} model requests ({} repeated, {} streams cut), \
-             {} tools interrupted, {} skipped, {} attach frames{}",
+             {} tools interrupted, {} skipped, {} attach frames{}{}{}",
             self.kills,
             self.recovery_kills,
             self.conversations,
@@ -228,6 +267,15 @@ impl Summary {
             self.restarted_tools,
             self.skipped_tools,
             self.frames,
+            if self.git_rewinds > 0 {
+                format!(
+                    "; git conversation: {} rewinds checked ({} files put back or removed), \
+                     {} of its calls interrupted by a kill",
+                    self.git_rewinds, self.git_files, self.git_interrupted
+                )
+            } else {
+                String::new()
+            },
             if self.empty_creations > 0 {
                 format!(
                     "; KNOWN BUG tolerated: {} conversation(s) created with a prompt hold no message",
@@ -235,10 +283,26 @@ impl Summary {
                 )
             } else {
                 String::new()
+            },
+            if self.git_id_reuse > 0 {
+                format!(
+                    "; KNOWN BUG tolerated: {} rewind(s) of the git conversation after a daemon run \
+                     killed within {} s of its start did not give the repository back \
+                     (checkpoint ids reused)",
+                    self.git_id_reuse,
+                    SHORT_RUN.as_secs()
+                )
+            } else {
+                String::new()
             }
         )
     }
 }
+
+/// A daemon run shorter than this, ended by a kill, may have handed out
+/// checkpoint ids the next run hands out again (see
+/// [`CrashOptions::tolerate_checkpoint_id_reuse`]).
+pub const SHORT_RUN: Duration = Duration::from_secs(1);
 
 /// Runs the crash test. `Err` describes the first violation (and where the
 /// daemon's directory was kept).
@@ -267,6 +331,9 @@ pub async fn run(mut opts: CrashOptions) -> Result<Summary, String> {
         seen_requests: HashMap::new(),
         observers: Arc::default(),
         unacked_creations: HashMap::new(),
+        git: None,
+        daemon_started: Instant::now(),
+        short_run: false,
         summary: Summary::default(),
     };
     run.summary.seed = run.opts.seed;
@@ -300,6 +367,20 @@ struct Conv {
     dirty: bool,
     /// Turns a cancel was sent for (they may end early).
     cancelled: HashSet<u64>,
+    /// Messages whose tools' effects a rewind undid (the first ones): the
+    /// effects are checked in those after them.
+    effects_from: usize,
+}
+
+/// The conversation that works in a git repository.
+#[derive(Debug)]
+struct GitConv {
+    /// Its index in `convs`.
+    conv: usize,
+    /// The repository (its working directory).
+    dir: PathBuf,
+    /// The repository as it was made: what every rewind gives back.
+    made: repo::RepoState,
 }
 
 /// One turn to start.
@@ -356,12 +437,22 @@ struct Run {
     /// Labels of conversations whose creation with a prompt was not
     /// acknowledged (they may exist; if so, with their prompt).
     unacked_creations: HashMap<u64, bool>,
+    /// The git conversation, when there is one.
+    git: Option<GitConv>,
+    /// When the running daemon started.
+    daemon_started: Instant,
+    /// Whether a daemon run shorter than [`SHORT_RUN`] was killed since
+    /// the git conversation was last checked.
+    short_run: bool,
     summary: Summary,
 }
 
 impl Run {
     async fn all(&mut self) -> Result<(), String> {
         self.connect().await?;
+        if self.opts.git {
+            self.start_git().await?;
+        }
         while self.summary.kills < self.opts.kills {
             self.round().await?;
         }
@@ -413,6 +504,7 @@ impl Run {
         self.settle().await?;
         let settled = settle.elapsed();
         let (convs, requests) = self.check().await?;
+        self.check_git().await?;
         if self.opts.progress {
             println!(
                 "{kills}/{}: {n_actions} turns started ({acked} acknowledged), killed after {} ms{again}; \
@@ -442,8 +534,9 @@ impl Run {
     /// Which turns to start: new turns in conversations that are still in
     /// use, and new conversations.
     fn plan(&mut self) -> Vec<Action> {
+        let git = self.git.as_ref().map(|g| g.conv);
         let mut candidates: Vec<usize> = (0..self.convs.len())
-            .filter(|&i| self.convs[i].turns < self.convs[i].life)
+            .filter(|&i| self.convs[i].turns < self.convs[i].life && Some(i) != git)
             .collect();
         let crowded = candidates.len() > 3 * self.opts.conversations;
         let mut actions = Vec::new();
@@ -478,6 +571,7 @@ impl Run {
                     turn: conv.turns,
                     rounds,
                     spawn,
+                    git: false,
                 };
                 if cancel_after.is_some() && !cancel_child {
                     conv.cancelled.insert(tag.turn);
@@ -497,6 +591,7 @@ impl Run {
                     turn: 1,
                     rounds,
                     spawn,
+                    git: false,
                 };
                 let with_prompt = self.rng.random_bool(0.5);
                 actions.push(Action {
@@ -506,6 +601,36 @@ impl Run {
                     cancel_child,
                 });
             }
+        }
+        if let Some(i) = git {
+            // A turn of the git conversation in every round (never with
+            // sub-agents: they would change its files in their own
+            // conversations, which its rewind does not undo).
+            let rounds = self.rng.random_range(2..=self.opts.max_rounds.max(2));
+            let cancel_after = self.rng.random_bool(self.opts.cancels).then(|| {
+                self.rng.random_range(
+                    Duration::ZERO..=self.opts.max_delay.max(Duration::from_millis(1)),
+                )
+            });
+            let conv = &mut self.convs[i];
+            conv.turns += 1;
+            conv.dirty = true;
+            let tag = Tag {
+                conv: conv.label,
+                turn: conv.turns,
+                rounds,
+                spawn: 0,
+                git: true,
+            };
+            if cancel_after.is_some() {
+                conv.cancelled.insert(tag.turn);
+            }
+            actions.push(Action {
+                kind: Kind::Send { conv: i },
+                tag,
+                cancel_after,
+                cancel_child: false,
+            });
         }
         self.summary.turns_started += actions.len();
         actions
@@ -606,11 +731,13 @@ impl Run {
             life,
             dirty: true,
             cancelled,
+            effects_from: 0,
         });
     }
 
     /// SIGKILLs the daemon; the observers' streams end with it.
     fn kill(&mut self) {
+        self.short_run |= self.daemon_started.elapsed() < SHORT_RUN;
         self.daemon.kill9();
         self.summary.kills += 1;
         self.client = None;
@@ -629,10 +756,23 @@ impl Run {
                 abort.abort();
             }
         }
+        if let Some(git) = &self.git {
+            // A command the kill left running changes files until it
+            // ends: before the daemon is back, or a rewind would take its
+            // late changes for someone else's.
+            let left = repo::wait_until_quiet(&git.dir, Duration::from_secs(10)).await;
+            if !left.is_empty() {
+                return Err(format!(
+                    "processes {left:?} still run in {} 10 s after the kill",
+                    git.dir.display()
+                ));
+            }
+        }
         AssertUnwindSafe(self.daemon.restart())
             .catch_unwind()
             .await
             .map_err(|p| format!("the daemon did not restart: {}", panic_text(&p)))?;
+        self.daemon_started = Instant::now();
         self.connect().await?;
         let mut client = self.client()?;
         let all = client
@@ -675,6 +815,7 @@ impl Run {
                 life: 0,
                 dirty: true,
                 cancelled: HashSet::new(),
+                effects_from: 0,
             });
         }
         if self.summary.kills > 0 {
@@ -833,7 +974,8 @@ impl Run {
             .daemon
             .work_dir
             .join(format!("c{}", self.convs[i].label));
-        check::effects(&id, &cwd, &r.messages)?;
+        let from = self.convs[i].effects_from.min(r.messages.len());
+        check::effects(&id, &cwd, &r.messages[from..])?;
         Ok((id, r.messages))
     }
 
@@ -922,11 +1064,13 @@ impl Run {
             self.summary.spawns_answered += answered;
             self.summary.messages += messages.len();
             self.summary.acknowledged += self.ledger.acknowledged(&id);
+            let git = self.git.as_ref().is_some_and(|g| g.conv == i);
             for m in &messages {
                 for b in check::blocks_of(m) {
                     if let check::Block::ToolResult { content, .. } = b {
                         if content == check::texts::RESTARTED_WHILE_RUNNING {
                             self.summary.restarted_tools += 1;
+                            self.summary.git_interrupted += usize::from(git);
                         } else if content == check::texts::SKIPPED_DUE_TO_RESTART {
                             self.summary.skipped_tools += 1;
                         }
@@ -936,6 +1080,153 @@ impl Run {
         }
         self.summary.conversations = self.convs.len();
         self.summary.requests = self.requests_checked;
+        Ok(())
+    }
+
+    /// Makes the git conversation's repository and creates the
+    /// conversation (without a prompt: its turns come with the rounds).
+    async fn start_git(&mut self) -> Result<(), String> {
+        let label = self.next_label;
+        self.next_label += 1;
+        let dir = self.daemon.work_dir.join(format!("c{label}"));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let made = repo::create(&dir, self.opts.seed)?;
+        let mut client = self.client()?;
+        let request = pb::CreateConversationRequest {
+            cwd: dir.display().to_string(),
+            allow_rules: ALLOW_RULES.iter().map(|r| r.to_string()).collect(),
+            mode: pb::PermissionMode::Default as i32,
+            ..Default::default()
+        };
+        let id = client
+            .create_conversation(request)
+            .await
+            .map_err(|e| format!("cannot create the git conversation: {e}"))?
+            .into_inner()
+            .conversation
+            .map(|c| c.id)
+            .ok_or("CreateConversation answered without a conversation")?;
+        lock(&self.observers).push(tokio::spawn(ledger::observe(
+            client,
+            id.clone(),
+            self.ledger.clone(),
+        )));
+        self.convs.push(Conv {
+            id,
+            label,
+            turns: 0,
+            life: u64::MAX,
+            dirty: false,
+            cancelled: HashSet::new(),
+            effects_from: 0,
+        });
+        self.git = Some(GitConv {
+            conv: self.convs.len() - 1,
+            dir,
+            made,
+        });
+        Ok(())
+    }
+
+    /// Rewinds the git conversation's code to its first message and checks
+    /// that its repository is as it was made (the conversation at rest).
+    async fn check_git(&mut self) -> Result<(), String> {
+        let Some(git) = &self.git else {
+            return Ok(());
+        };
+        let (i, dir, made) = (git.conv, git.dir.clone(), git.made.clone());
+        let id = self.convs[i].id.clone();
+        let left = repo::wait_until_quiet(&dir, Duration::from_secs(10)).await;
+        if !left.is_empty() {
+            return Err(format!(
+                "processes {left:?} still run in {} after the conversations came to rest",
+                dir.display()
+            ));
+        }
+        let mut client = self.client()?;
+        let messages = client
+            .get_conversation(pb::GetConversationRequest {
+                conversation_id: id.clone(),
+            })
+            .await
+            .map_err(|e| format!("GetConversation {id} failed: {e}"))?
+            .into_inner()
+            .messages
+            .len();
+        let failure = match self.rewind_git(&mut client, &id, messages, false).await {
+            Err(e) => Some(e),
+            Ok(()) => repo::difference(&made, &repo::state(&dir)?).map(|why| {
+                format!(
+                    "the git conversation {id}: after a rewind to its first message its repository {} \
+                     is not as it was made: {why}",
+                    dir.display()
+                )
+            }),
+        };
+        if let Some(failure) = failure {
+            if !(self.opts.tolerate_checkpoint_id_reuse && self.short_run) {
+                return Err(failure);
+            }
+            // The known bug: the records left are used up by a forced
+            // rewind, and the test puts the files back itself; the index
+            // and the refs must be untouched all the same.
+            self.summary.git_id_reuse += 1;
+            let _ = self.rewind_git(&mut client, &id, messages, true).await;
+            repo::put_back(&dir, &made)?;
+            if let Some(why) = repo::difference(&made, &repo::state(&dir)?) {
+                return Err(format!(
+                    "{failure}; and with its files put back by the test: {why}"
+                ));
+            }
+        }
+        self.short_run = false;
+        // The effects of the calls so far are undone; those of the next
+        // turns are checked.
+        self.convs[i].effects_from = messages;
+        Ok(())
+    }
+
+    /// Rewinds the git conversation's code (of `messages` messages) to its
+    /// first message; checks what the daemon says it did.
+    async fn rewind_git(
+        &mut self,
+        client: &mut AgentServiceClient<Channel>,
+        id: &str,
+        messages: usize,
+        force: bool,
+    ) -> Result<(), String> {
+        if messages == 0 {
+            return Ok(());
+        }
+        let rewound = client
+            .rewind(pb::RewindRequest {
+                conversation_id: id.to_string(),
+                message_seq: 1,
+                code: true,
+                force,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                format!(
+                    "the git conversation {id}: its code could not be rewound to its first message: {}",
+                    e.message()
+                )
+            })?
+            .into_inner()
+            .code
+            .unwrap_or_default();
+        if rewound.untracked_commands > 0 || !rewound.skipped.is_empty() {
+            return Err(format!(
+                "the git conversation {id}: its rewind says {} command(s) ran outside git and skipped {:?}",
+                rewound.untracked_commands, rewound.skipped
+            ));
+        }
+        if !force {
+            self.summary.git_rewinds += 1;
+            self.summary.git_files += rewound.restored.len() + rewound.removed.len();
+        }
         Ok(())
     }
 

@@ -7,7 +7,9 @@
 //! While the turn has had fewer than `K` rounds, the reply asks for one to
 //! three tools (`bash` with a short sleep, `write`, `read`, `think`, with
 //! inputs that never repeat, so the doom-loop guard stays quiet); then it
-//! ends the turn with text. Replies stream slowly enough (a few ms per SSE
+//! ends the turn with text. A turn tagged `g=1` works in the git repository
+//! of [`super::repo`]: most of its calls are `bash` commands that change
+//! the repository's files (see [`git_busy`]). Replies stream slowly enough (a few ms per SSE
 //! event) for a kill to land in the middle of one. What a reply contains is
 //! a function of the seed, the tag and the round, so a run is reproducible.
 
@@ -33,6 +35,9 @@ pub struct Tag {
     /// Sub-agents one of the turn's rounds spawns (`spawn_agents`); 0 for
     /// none.
     pub spawn: u32,
+    /// The turn works in the git repository of [`super::repo`]: its
+    /// commands change tracked files and create untracked ones.
+    pub git: bool,
 }
 
 impl Tag {
@@ -43,8 +48,9 @@ impl Tag {
         } else {
             String::new()
         };
+        let git = if self.git { " g=1" } else { "" };
         format!(
-            "[crash c={} t={} k={}{spawn}] Please do {} rounds of busy work, then stop.",
+            "[crash c={} t={} k={}{spawn}{git}] Please do {} rounds of busy work, then stop.",
             self.conv, self.turn, self.rounds, self.rounds
         )
     }
@@ -53,7 +59,8 @@ impl Tag {
     pub fn parse(text: &str) -> Option<Tag> {
         let rest = text.strip_prefix("[crash ")?;
         let inner = &rest[..rest.find(']')?];
-        let (mut conv, mut turn, mut rounds, mut spawn) = (None, None, None, Some(0));
+        let (mut conv, mut turn, mut rounds, mut spawn, mut git) =
+            (None, None, None, Some(0), Some(false));
         for part in inner.split_whitespace() {
             let (key, value) = part.split_once('=')?;
             match key {
@@ -61,6 +68,13 @@ impl Tag {
                 "t" => turn = value.parse().ok(),
                 "k" => rounds = value.parse().ok(),
                 "s" => spawn = value.parse().ok(),
+                "g" => {
+                    git = match value {
+                        "1" => Some(true),
+                        "0" => Some(false),
+                        _ => None,
+                    }
+                }
                 _ => return None,
             }
         }
@@ -69,6 +83,7 @@ impl Tag {
             turn: turn?,
             rounds: rounds?,
             spawn: spawn?,
+            git: git?,
         })
     }
 
@@ -333,7 +348,11 @@ pub fn reply(seed: u64, tag: Tag, round: u32) -> ReplyScript {
         let stamp = format!("c{}-t{}-r{}-{}", tag.conv, tag.turn, round, j);
         let path = format!("t{}_r{}_{}.txt", tag.turn, round, j);
         let limit = 1000 + tag.turn * 100 + u64::from(round) * 4 + j;
-        let (name, input) = busy(&mut rng, &stamp, &path, limit);
+        let (name, input) = if tag.git && rng.random_bool(0.7) {
+            git_busy(&mut rng, &stamp)
+        } else {
+            busy(&mut rng, &stamp, &path, limit)
+        };
         script = script.tool_use(&id, name, input);
     }
     script.pace(pace)
@@ -421,6 +440,46 @@ fn busy(rng: &mut StdRng, stamp: &str, path: &str, limit: u64) -> (&'static str,
     }
 }
 
+/// One `bash` call of a git turn (in the repository of [`super::repo`]):
+/// it appends `stamp` to `log.txt` (a tracked file, so `check::effects`
+/// finds each successful call's stamp once), makes one or two changes of
+/// the repository's files, sleeps (a kill then finds it between its
+/// checkpoint and its end, its first changes made), and, after the sleep,
+/// makes one more. The changes: a tracked file appended to, overwritten,
+/// deleted or renamed (the same few files again and again, so calls and
+/// turns change what earlier ones changed), and untracked files created,
+/// some in a directory of their own. Every command succeeds whatever
+/// earlier calls left.
+pub fn git_busy(rng: &mut StdRng, stamp: &str) -> (&'static str, Value) {
+    let change = |rng: &mut StdRng| {
+        let tracked = format!("src/f{:02}.txt", rng.random_range(0..super::repo::TRACKED));
+        match rng.random_range(0..10) {
+            0..=2 => format!("echo {stamp} edit >> {tracked}"),
+            3 => format!("printf '{stamp}\\001\\377\\n' > {tracked}"),
+            4 => format!("rm -f {tracked}"),
+            5 => format!("{{ mv -f {tracked} {tracked}.moved 2>/dev/null || true; }}"),
+            6..=7 => format!("echo {stamp} new > {stamp}.new"),
+            _ => format!("mkdir -p made/{stamp} && echo {stamp} deep > made/{stamp}/file.txt"),
+        }
+    };
+    let first = change(rng);
+    let second = if rng.random_bool(0.5) {
+        format!(" && {}", change(rng))
+    } else {
+        String::new()
+    };
+    let sleep = if rng.random_bool(0.2) {
+        format!("0.{}", rng.random_range(1..=3))
+    } else {
+        format!("0.0{}", rng.random_range(1..=9))
+    };
+    let last = change(rng);
+    (
+        "bash",
+        json!({"command": format!("echo {stamp} >> log.txt && {first}{second} && sleep {sleep} && {last}")}),
+    )
+}
+
 /// The responder for the fake LLM. With `faults` > 0, that share of model
 /// rounds fails its first attempt (a 529, or an `overloaded_error` in the
 /// middle of the stream) so the daemon retries; the next attempt at the
@@ -499,11 +558,43 @@ mod tests {
             turn: 3,
             rounds: 5,
             spawn: 0,
+            git: false,
         };
         assert_eq!(Tag::parse(&tag.prompt()), Some(tag));
         assert_eq!(Tag::parse("hello"), None);
         assert_eq!(Tag::parse("[crash c=1 t=2]"), None);
         assert_eq!(Tag::parse("[crash c=1 t=x k=2]"), None);
+    }
+
+    #[test]
+    fn git_turns_round_trip_and_their_commands_log_their_stamp_first() {
+        let tag = Tag {
+            conv: 2,
+            turn: 1,
+            rounds: 3,
+            spawn: 0,
+            git: true,
+        };
+        assert!(tag.prompt().starts_with("[crash c=2 t=1 k=3 g=1]"));
+        assert_eq!(Tag::parse(&tag.prompt()), Some(tag));
+        assert_eq!(Tag::parse("[crash c=2 t=1 k=3 g=2]"), None);
+        let mut rng = StdRng::seed_from_u64(5);
+        for n in 0..50 {
+            let stamp = format!("c2-t1-r0-{n}");
+            let (name, input) = git_busy(&mut rng, &stamp);
+            assert_eq!(name, "bash");
+            let command = input["command"].as_str().unwrap();
+            // `check::effects` finds a call's stamp after the first `echo`.
+            assert!(
+                command.starts_with(&format!("echo {stamp} >> log.txt && ")),
+                "{command}"
+            );
+            assert!(command.contains(" && sleep 0."), "{command}");
+        }
+        let git_replies = (0..tag.rounds)
+            .map(|round| format!("{:?}", reply(3, tag, round)))
+            .collect::<String>();
+        assert!(git_replies.contains("log.txt && "), "{git_replies}");
     }
 
     #[test]
@@ -513,6 +604,7 @@ mod tests {
             turn: 1,
             rounds: 1,
             spawn: 0,
+            git: false,
         };
         let new = Tag { turn: 2, ..old };
         let tool = json!({"role": "assistant", "content": [
@@ -537,6 +629,7 @@ mod tests {
             turn: 1,
             rounds: 2,
             spawn: 0,
+            git: false,
         };
         let a = format!("{:?}", reply(7, tag, 1));
         assert_eq!(a, format!("{:?}", reply(7, tag, 1)));
@@ -552,6 +645,7 @@ mod tests {
             turn: 2,
             rounds: 3,
             spawn: 3,
+            git: false,
         };
         assert_eq!(Tag::parse(&tag.prompt()), Some(tag));
         let children = SubTag::children(9, tag);

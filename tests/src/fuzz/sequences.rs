@@ -217,6 +217,7 @@ impl Shared {
             turn: conv.turns,
             rounds,
             spawn: 0,
+            git: false,
         })
     }
 
@@ -726,6 +727,7 @@ async fn create(shared: &Shared, c: &mut AgentServiceClient<Channel>, rng: &mut 
         turn: 1,
         rounds: rng.random_range(1..=4),
         spawn: 0,
+        git: false,
     };
     let mode = *[
         pb::PermissionMode::Default,

@@ -471,6 +471,7 @@ impl Run {
                     turn: conv.turns,
                     rounds,
                     spawn: 0,
+                    git: false,
                 };
                 actions.push((Kind::Send { conv: i }, tag));
             } else {
@@ -482,6 +483,7 @@ impl Run {
                     turn: 1,
                     rounds,
                     spawn: 0,
+                    git: false,
                 };
                 let with_prompt = self.rng.random_bool(0.5);
                 actions.push((Kind::Create { cwd, with_prompt }, tag));
