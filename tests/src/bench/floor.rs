@@ -262,7 +262,9 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     report.set_target("git-1/round_ratio", Target::AtMost(1.2));
     report.set_target("git-1/cpu_over_floor_ms", Target::AtMost(1.0));
     report.set_target("git-20k/round_ratio", Target::AtMost(1.5));
-    report.set_target("git-20k/turn_base_ms", Target::AtMost(60.0));
+    // The first mutating call of a turn (issue 44: "the turn's snapshot
+    // ≤ 60 ms"); a new base is reported without a target.
+    report.set_target("git-20k/turn_after_change_ms", Target::AtMost(60.0));
     Ok(report)
 }
 

@@ -649,6 +649,15 @@ impl Checkpoints {
         if let Some((tree, seq, running)) = tracked {
             let ended = tree.lock().await.end(seq, &self.scratch, &**self).await;
             drop(running);
+            if tree.lock().await.base_due() {
+                let this = self.clone();
+                tokio::spawn(async move {
+                    let mut tree = tree.lock().await;
+                    if let Err(e) = tree.refresh(&this.scratch, &*this).await {
+                        tracing::debug!("checkpoints: no new base: {e}");
+                    }
+                });
+            }
             match ended {
                 Ok(files) => {
                     record.git = None;

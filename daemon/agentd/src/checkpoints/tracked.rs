@@ -189,10 +189,7 @@ impl WorkTree {
             return Ok(Start::Snapshots);
         }
         self.look_or_lose(keep).await?;
-        let stale = self.base.is_none()
-            || self.lost
-            || self.history.len() > MAX_HISTORY
-            || self.base_at.elapsed() > MAX_BASE_AGE;
+        let stale = self.stale();
         if stale {
             if self.running() > 0 {
                 // The running calls' numbers refer to this base.
@@ -266,6 +263,34 @@ impl WorkTree {
             }
         }
         Ok(changes)
+    }
+
+    /// Whether the next call should take a new base.
+    fn stale(&self) -> bool {
+        self.base.is_none()
+            || self.lost
+            || self.history.len() > MAX_HISTORY
+            || self.base_at.elapsed() > MAX_BASE_AGE
+    }
+
+    /// Whether a new base is due and can be taken now (no call running):
+    /// the caller takes it after a call ended, while the model answers,
+    /// rather than on the next call's path.
+    pub fn base_due(&self) -> bool {
+        !self.unwatchable && self.watch.is_some() && self.idle() && self.stale()
+    }
+
+    /// Takes the new base [`WorkTree::base_due`] said is due.
+    pub async fn refresh(
+        &mut self,
+        scratch: &Path,
+        keep: &(dyn Keep + Sync),
+    ) -> Result<(), String> {
+        if !self.base_due() {
+            return Ok(());
+        }
+        self.look_or_lose(keep).await?;
+        self.rebase(scratch, keep).await
     }
 
     /// A new watch of the work tree; failing, the work tree is not
