@@ -48,12 +48,6 @@ async fn a_short_crash_run_passes() {
         conversations: 3,
         max_rounds: 4,
         max_delay: Duration::from_millis(300),
-        // An open daemon bug: a daemon killed within its first half second
-        // hands out checkpoint ids again after the restart, so the git
-        // conversation's rewind may then not give its repository back (see
-        // `CrashOptions::tolerate_checkpoint_id_reuse`). Counted, not
-        // failed, until it is fixed; every other rewind is checked.
-        tolerate_checkpoint_id_reuse: true,
         ..CrashOptions::default()
     };
     match crash::run(opts).await {

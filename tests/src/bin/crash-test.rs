@@ -21,12 +21,6 @@
 //! conversation created with a prompt is left without it by a kill (a bug
 //! this program found and the daemon fixed); it exists to keep a long run
 //! going while another such bug is hunted.
-//!
-//! `--tolerate-checkpoint-id-reuse` counts instead of failing when a rewind
-//! of the git conversation does not give its repository back after a
-//! daemon run shorter than a second was killed: an open daemon bug (a run
-//! killed before sled's first flush hands out checkpoint ids the next run
-//! hands out again; see `CrashOptions::tolerate_checkpoint_id_reuse`).
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -35,7 +29,7 @@ use agent_tests::crash::{self, CrashOptions};
 
 const USAGE: &str = "usage: crash-test [--kills N] [--seed S] [--conversations C] \
 [--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--spawns PERCENT] \
-[--no-git] [--tolerate-non-atomic-create] [--tolerate-checkpoint-id-reuse] [--quiet]";
+[--no-git] [--tolerate-non-atomic-create] [--quiet]";
 
 fn parse(args: &[String]) -> Result<CrashOptions, String> {
     let mut opts = CrashOptions {
@@ -50,10 +44,6 @@ fn parse(args: &[String]) -> Result<CrashOptions, String> {
         }
         if flag == "--no-git" {
             opts.git = false;
-            continue;
-        }
-        if flag == "--tolerate-checkpoint-id-reuse" {
-            opts.tolerate_checkpoint_id_reuse = true;
             continue;
         }
         if flag == "--tolerate-non-atomic-create" {

@@ -120,17 +120,6 @@ pub struct CrashOptions {
     /// known daemon bug (`CreateConversation` persists the conversation,
     /// then sends the prompt, so a kill in between leaves it empty).
     pub tolerate_non_atomic_create: bool,
-    /// Count, instead of failing on, a rewind of the git conversation that
-    /// does not give its repository back after a daemon run that lived
-    /// less than [`SHORT_RUN`] ended in a kill: a known daemon bug.
-    /// Checkpoint records are keyed by sled's `generate_id`, whose counter
-    /// a run makes durable only with sled's next flush (up to half a second
-    /// after it starts); killed before that, the next run hands out the same
-    /// ids again, and a new checkpoint of the conversation overwrites an
-    /// earlier one (that change is never undone) or sorts before it (the
-    /// rewind refuses: "changed since … by someone else"). The test then
-    /// puts the repository back itself and goes on.
-    pub tolerate_checkpoint_id_reuse: bool,
     /// Where to copy the daemon's directory (data, log, work) when a check
     /// fails; the system temporary directory when `None`.
     pub keep_dir: Option<PathBuf>,
@@ -156,7 +145,6 @@ impl Default for CrashOptions {
             settle_timeout: Duration::from_secs(60),
             progress: true,
             tolerate_non_atomic_create: false,
-            tolerate_checkpoint_id_reuse: false,
             keep_dir: None,
             daemon: DaemonOptions::default(),
         }
@@ -223,10 +211,6 @@ pub struct Summary {
     /// Calls of the git conversation that were running when the daemon
     /// was killed.
     pub git_interrupted: usize,
-    /// Rewinds of the git conversation that failed after a short daemon
-    /// run (counted when tolerated, see
-    /// [`CrashOptions::tolerate_checkpoint_id_reuse`]).
-    pub git_id_reuse: usize,
 }
 
 impl fmt::Display for Summary {
@@ -249,7 +233,7 @@ impl Summary {
              {} cancelled, {} sub-agents ({} spawn calls answered, {} sub-agents cancelled alone), \
              {} messages ({} acknowledged to clients), \
              {} model requests ({} repeated, {} streams cut), \
-             {} tools interrupted, {} skipped, {} attach frames{}{}{}",
+             {} tools interrupted, {} skipped, {} attach frames{}{}",
             self.kills,
             self.recovery_kills,
             self.conversations,
@@ -283,26 +267,10 @@ impl Summary {
                 )
             } else {
                 String::new()
-            },
-            if self.git_id_reuse > 0 {
-                format!(
-                    "; KNOWN BUG tolerated: {} rewind(s) of the git conversation after a daemon run \
-                     killed within {} s of its start did not give the repository back \
-                     (checkpoint ids reused)",
-                    self.git_id_reuse,
-                    SHORT_RUN.as_secs()
-                )
-            } else {
-                String::new()
             }
         )
     }
 }
-
-/// A daemon run shorter than this, ended by a kill, may have handed out
-/// checkpoint ids the next run hands out again (see
-/// [`CrashOptions::tolerate_checkpoint_id_reuse`]).
-pub const SHORT_RUN: Duration = Duration::from_secs(1);
 
 /// Runs the crash test. `Err` describes the first violation (and where the
 /// daemon's directory was kept).
@@ -332,8 +300,6 @@ pub async fn run(mut opts: CrashOptions) -> Result<Summary, String> {
         observers: Arc::default(),
         unacked_creations: HashMap::new(),
         git: None,
-        daemon_started: Instant::now(),
-        short_run: false,
         summary: Summary::default(),
     };
     run.summary.seed = run.opts.seed;
@@ -439,11 +405,6 @@ struct Run {
     unacked_creations: HashMap<u64, bool>,
     /// The git conversation, when there is one.
     git: Option<GitConv>,
-    /// When the running daemon started.
-    daemon_started: Instant,
-    /// Whether a daemon run shorter than [`SHORT_RUN`] was killed since
-    /// the git conversation was last checked.
-    short_run: bool,
     summary: Summary,
 }
 
@@ -737,7 +698,6 @@ impl Run {
 
     /// SIGKILLs the daemon; the observers' streams end with it.
     fn kill(&mut self) {
-        self.short_run |= self.daemon_started.elapsed() < SHORT_RUN;
         self.daemon.kill9();
         self.summary.kills += 1;
         self.client = None;
@@ -772,7 +732,6 @@ impl Run {
             .catch_unwind()
             .await
             .map_err(|p| format!("the daemon did not restart: {}", panic_text(&p)))?;
-        self.daemon_started = Instant::now();
         self.connect().await?;
         let mut client = self.client()?;
         let all = client
@@ -1154,33 +1113,14 @@ impl Run {
             .into_inner()
             .messages
             .len();
-        let failure = match self.rewind_git(&mut client, &id, messages, false).await {
-            Err(e) => Some(e),
-            Ok(()) => repo::difference(&made, &repo::state(&dir)?).map(|why| {
-                format!(
-                    "the git conversation {id}: after a rewind to its first message its repository {} \
-                     is not as it was made: {why}",
-                    dir.display()
-                )
-            }),
-        };
-        if let Some(failure) = failure {
-            if !(self.opts.tolerate_checkpoint_id_reuse && self.short_run) {
-                return Err(failure);
-            }
-            // The known bug: the records left are used up by a forced
-            // rewind, and the test puts the files back itself; the index
-            // and the refs must be untouched all the same.
-            self.summary.git_id_reuse += 1;
-            let _ = self.rewind_git(&mut client, &id, messages, true).await;
-            repo::put_back(&dir, &made)?;
-            if let Some(why) = repo::difference(&made, &repo::state(&dir)?) {
-                return Err(format!(
-                    "{failure}; and with its files put back by the test: {why}"
-                ));
-            }
+        self.rewind_git(&mut client, &id, messages).await?;
+        if let Some(why) = repo::difference(&made, &repo::state(&dir)?) {
+            return Err(format!(
+                "the git conversation {id}: after a rewind to its first message its repository {} \
+                 is not as it was made: {why}",
+                dir.display()
+            ));
         }
-        self.short_run = false;
         // The effects of the calls so far are undone; those of the next
         // turns are checked.
         self.convs[i].effects_from = messages;
@@ -1194,7 +1134,6 @@ impl Run {
         client: &mut AgentServiceClient<Channel>,
         id: &str,
         messages: usize,
-        force: bool,
     ) -> Result<(), String> {
         if messages == 0 {
             return Ok(());
@@ -1204,7 +1143,6 @@ impl Run {
                 conversation_id: id.to_string(),
                 message_seq: 1,
                 code: true,
-                force,
                 ..Default::default()
             })
             .await
@@ -1223,10 +1161,8 @@ impl Run {
                 rewound.untracked_commands, rewound.skipped
             ));
         }
-        if !force {
-            self.summary.git_rewinds += 1;
-            self.summary.git_files += rewound.restored.len() + rewound.removed.len();
-        }
+        self.summary.git_rewinds += 1;
+        self.summary.git_files += rewound.restored.len() + rewound.removed.len();
         Ok(())
     }
 
