@@ -248,6 +248,87 @@ async fn idle_conversations_are_unloaded_and_load_again_on_use() {
     assert_eq!(reqs[1].body["messages"].as_array().unwrap().len(), 3);
 }
 
+/// A client that resumes after a restart, from any event it saw, is sent
+/// exactly the durable events after it, as they were sent live: the store
+/// keeps a commit's events under one key (issue 44), and a resume from
+/// inside a commit gets the rest of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_from_inside_a_commit_after_a_restart_gets_exactly_the_rest() {
+    use pb::attach_response::Event as Ev;
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().text("Running it.").tool_use(
+                "t1",
+                "bash",
+                json!({"command": "echo hi"}),
+            )),
+            Script::Reply(ReplyScript::new().text("done")),
+        ])
+        .conversation("")
+        .allow(&["bash"])
+        .start()
+        .await;
+    let (mut d, mut client, id) = (s.daemon, s.client, s.id);
+    let mut a = Attached::open(&mut client, &id, 0, "live").await;
+    a.next(WAIT).await; // the snapshot
+    send(&mut client, &id, "run echo hi").await;
+    let live = a.until(WAIT, is_idle).await;
+    drop(a);
+    let durable = |m: &pb::AttachResponse| {
+        matches!(m.event, Some(Ev::MessageAppended(_) | Ev::StateChanged(_)))
+    };
+    let without_time = |m: &pb::AttachResponse| pb::AttachResponse {
+        at_ms: 0,
+        ..m.clone()
+    };
+    let stored: Vec<pb::AttachResponse> = live
+        .iter()
+        .filter(|m| durable(m))
+        .map(without_time)
+        .collect();
+    // The user's message, the reply, the result, the answer, each with
+    // its state in the same commit.
+    assert_eq!(stored.len(), 8, "{live:#?}");
+    let first = stored[0].seq;
+    let last = live.last().unwrap().seq;
+    // Every commit holds events numbered apart (the reply's usage comes
+    // between its message and its state): resuming from each number
+    // resumes inside a commit too.
+    assert!(
+        stored.windows(2).any(|w| w[1].seq > w[0].seq + 1),
+        "{stored:#?}"
+    );
+
+    d.terminate().await;
+    d.restart().await;
+    let mut client = d.client().await;
+    for after in first..last {
+        let want: Vec<&pb::AttachResponse> = stored.iter().filter(|m| m.seq > after).collect();
+        let mut b = Attached::open(&mut client, &id, after, "resumed").await;
+        let marker = b.next(WAIT).await;
+        assert!(
+            matches!(&marker.event, Some(Ev::Resumed(r)) if r.after_seq == after),
+            "after {after}: {marker:?}"
+        );
+        let mut got = Vec::new();
+        for _ in 0..want.len() {
+            got.push(without_time(&b.next(WAIT).await));
+        }
+        assert_eq!(
+            got.iter().collect::<Vec<_>>(),
+            want,
+            "resumed after {after}"
+        );
+        // Then only live events (this client's arrival): nothing more
+        // from before the restart.
+        while let Ok(more) = tokio::time::timeout(Duration::from_millis(100), b.rx.message()).await
+        {
+            let more = more.unwrap().unwrap();
+            assert!(more.seq > last, "after {after}, nothing more: {more:?}");
+        }
+    }
+}
+
 /// A few power cuts with `sync = "power"`: every acknowledged prompt and
 /// every message seen at rest survives the loss of all unsynced writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

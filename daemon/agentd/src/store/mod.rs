@@ -3,7 +3,8 @@
 //! Trees: `conversations` (id → [`ConversationRecord`] JSON), `messages`
 //! (id ‖ big-endian seq → [`Message`] JSON), `rules` (scope ‖ rule →
 //! [`agentd_core::Rule`] JSON), `shells` (id → `ShellRecord` JSON), `events` (id ‖ big-endian event seq →
-//! [`StoredEvent`] JSON: what a reconnecting client is replayed),
+//! the durable events of one commit from that seq on, see [`Store::append`]:
+//! what a reconnecting client is replayed),
 //! `mid_turn` (ids of conversations not at rest, so start-up finds the
 //! ones to recover without reading every record), `meta` (schema version,
 //! whether `mid_turn` has been built), `images` (SHA-256 hex → the image's
@@ -661,7 +662,8 @@ impl Store {
     }
 
     /// Like [`Store::commit`], and first the durable events clients are
-    /// told about these writes (key: conversation ‖ event seq).
+    /// told about these writes (in ascending sequence order), under one
+    /// key: conversation ‖ the first event's seq (see [`Store::append`]).
     ///
     /// No sled transaction: a transaction makes sled write its log in
     /// three pieces, each synced on its own, which tripled the cost of
@@ -703,6 +705,12 @@ impl Store {
     /// messages without the record, for a commit whose record a later
     /// commit before the same flush writes. Until then the messages are a
     /// tail no reader sees.
+    ///
+    /// The events (in ascending sequence order) go under one key,
+    /// conversation ‖ the first one's seq: one sled insert and one journal
+    /// record per commit instead of one per event (issue 44). A single
+    /// event is stored alone, as every event was before; several as a
+    /// batch (see [`stored_events`] for how readers tell them apart).
     pub fn append(
         &self,
         conv_id: &str,
@@ -713,9 +721,21 @@ impl Store {
         for (seq, m) in messages {
             encoded.push((message_key(conv_id, *seq), encode(conv_id, m)?));
         }
-        for (seq, event) in events {
-            self.events
-                .insert(message_key(conv_id, *seq), encode(conv_id, event)?)?;
+        let batch = match events {
+            [] => None,
+            [(seq, event)] => Some((*seq, encode(conv_id, event)?)),
+            [(first, _), ..] => {
+                if !events.windows(2).all(|w| w[0].0 < w[1].0) {
+                    return Err(StoreError::Corrupt {
+                        key: conv_id.to_string(),
+                        message: "a commit's events are not in sequence order".to_string(),
+                    });
+                }
+                Some((*first, encode(conv_id, &events)?))
+            }
+        };
+        if let Some((first, value)) = batch {
+            self.events.insert(message_key(conv_id, first), value)?;
         }
         for (k, v) in encoded {
             self.msgs.insert(k, v)?;
@@ -1063,6 +1083,7 @@ impl Store {
 
     /// Whether the event log of `conv_id` reaches back to `seq` (holds an
     /// event at or before it), so it can replay everything after `seq`.
+    /// A key is the seq of the first event stored under it.
     pub fn events_cover(&self, conv_id: &str, seq: u64) -> Result<bool, StoreError> {
         let start = message_key(conv_id, 0);
         let end = message_key(conv_id, seq);
@@ -1076,33 +1097,50 @@ impl Store {
 
     /// The durable events of `conv_id` after `seq`; None when there are
     /// more than `limit`.
+    ///
+    /// `seq` may fall inside a commit's batch: the scan starts at the last
+    /// key at or before it and leaves out what the client has seen. A
+    /// batch holds the events from its key up to the next key: should a
+    /// failed commit's numbers have been handed out again (the actor takes
+    /// them back, `Fanout::discard_held`), what a later key stores wins,
+    /// as a later write under the same key did when every event had its
+    /// own.
     pub fn events_after(
         &self,
         conv_id: &str,
         seq: u64,
         limit: usize,
     ) -> Result<Option<Vec<(u64, StoredEvent)>>, StoreError> {
-        let start = message_key(conv_id, seq.saturating_add(1));
         let prefix = message_prefix(conv_id);
-        let mut out = Vec::new();
+        let start = match self
+            .events
+            .range(message_key(conv_id, 0)..=message_key(conv_id, seq))
+            .next_back()
+            .transpose()?
+        {
+            Some((key, _)) => key.to_vec(),
+            None => message_key(conv_id, seq.saturating_add(1)),
+        };
+        let mut out: Vec<(u64, StoredEvent)> = Vec::new();
         for item in self.events.range(start..) {
             let (k, v) = item?;
             if !k.starts_with(&prefix) {
                 break;
             }
-            if out.len() == limit {
+            let first = event_key_seq(&k, prefix.len())?;
+            while out.last().is_some_and(|(s, _)| *s >= first) {
+                out.pop();
+            }
+            if out.len() > limit {
                 return Ok(None);
             }
-            let seq_bytes: [u8; 8] =
-                k[prefix.len()..]
-                    .try_into()
-                    .map_err(|_| StoreError::Corrupt {
-                        key: String::from_utf8_lossy(&k).into_owned(),
-                        message: "bad event key".to_string(),
-                    })?;
-            out.push((u64::from_be_bytes(seq_bytes), decode(&k, &v)?));
+            out.extend(
+                stored_events(&k, first, &v)?
+                    .into_iter()
+                    .filter(|(s, _)| *s > seq),
+            );
         }
-        Ok(Some(out))
+        Ok((out.len() <= limit).then_some(out))
     }
 
     /// The tree the checkpoints keep their records in (`checkpoints`; the
@@ -1123,6 +1161,46 @@ impl Store {
     pub fn size_on_disk(&self) -> u64 {
         self.db.size_on_disk().unwrap_or(0)
     }
+}
+
+/// The sequence number an `events` key names (after the conversation's
+/// prefix of `prefix_len` bytes).
+fn event_key_seq(key: &[u8], prefix_len: usize) -> Result<u64, StoreError> {
+    let seq_bytes: [u8; 8] = key
+        .get(prefix_len..)
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| StoreError::Corrupt {
+            key: String::from_utf8_lossy(key).into_owned(),
+            message: "bad event key".to_string(),
+        })?;
+    Ok(u64::from_be_bytes(seq_bytes))
+}
+
+/// The events stored under one key of the `events` tree, whose seq is
+/// `first`: a commit's batch, a JSON array of `[seq, event]` pairs in
+/// ascending order from `first` on; or one event alone, a JSON object,
+/// whose seq is the key's (a commit of one event, [`Store::put_event`],
+/// and every record written before issue 44).
+fn stored_events(
+    key: &[u8],
+    first: u64,
+    value: &[u8],
+) -> Result<Vec<(u64, StoredEvent)>, StoreError> {
+    if value.trim_ascii_start().first() != Some(&b'[') {
+        return Ok(vec![(first, decode(key, value)?)]);
+    }
+    let batch: Vec<(u64, StoredEvent)> = decode(key, value)?;
+    let mut expected = first;
+    for (seq, _) in &batch {
+        if *seq < expected {
+            return Err(StoreError::Corrupt {
+                key: String::from_utf8_lossy(key).into_owned(),
+                message: format!("event {seq} out of order in a batch from {first}"),
+            });
+        }
+        expected = seq.saturating_add(1);
+    }
+    Ok(batch)
 }
 
 /// sled's log file (`db` in its directory, sled 0.34's layout), opened to
@@ -1361,6 +1439,170 @@ mod tests {
             store.conversation_ids().unwrap(),
             ["01E", "01D", "01C", "01B", "01A"]
         );
+    }
+
+    fn appended(at_ms: i64, message_seq: u64) -> StoredEvent {
+        StoredEvent::MessageAppended { at_ms, message_seq }
+    }
+
+    fn state(at_ms: i64) -> StoredEvent {
+        StoredEvent::StateChanged {
+            at_ms,
+            state: ConvState::Idle,
+        }
+    }
+
+    /// The seqs of the events after `seq` (all of them: no limit).
+    fn seqs_after(store: &Store, conv_id: &str, seq: u64) -> Vec<u64> {
+        store
+            .events_after(conv_id, seq, usize::MAX)
+            .unwrap()
+            .unwrap()
+            .into_iter()
+            .map(|(s, _)| s)
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn a_commits_events_are_one_key_and_a_resume_inside_it_gets_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let m = Message::user(vec![ContentBlock::text("hi")], 0);
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let mut rec = record("A");
+            rec.message_count = 1;
+            // Seq 6 went to an ephemeral event (the reply's usage).
+            let first = [(5, appended(10, 1)), (7, state(11)), (8, appended(12, 1))];
+            store.commit_with_events(&rec, &[(1, &m)], &first).unwrap();
+            assert_eq!(store.events.len(), 1, "one key for the commit's events");
+            store
+                .commit_with_events(&record("AB"), &[], &[(6, state(1)), (9, state(2))])
+                .unwrap();
+            store
+                .commit_with_events(&rec, &[], &[(10, state(13))])
+                .unwrap();
+            store.flush().await.unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.events.len(), 3);
+        for (after, expected) in [
+            (0, vec![5, 7, 8, 10]),
+            (4, vec![5, 7, 8, 10]),
+            (5, vec![7, 8, 10]),
+            (6, vec![7, 8, 10]),
+            (7, vec![8, 10]),
+            (8, vec![10]),
+            (9, vec![10]),
+            (10, vec![]),
+        ] {
+            assert_eq!(seqs_after(&store, "A", after), expected, "after {after}");
+        }
+        assert_eq!(
+            seqs_after(&store, "AB", 6),
+            [9],
+            "another conversation's batch"
+        );
+        let got = store.events_after("A", 5, 10).unwrap().unwrap();
+        assert_eq!(got[0], (7, state(11)), "the events themselves come back");
+        assert_eq!(got[1], (8, appended(12, 1)));
+        // The log reaches back to its first key.
+        assert!(!store.events_cover("A", 4).unwrap());
+        assert!(store.events_cover("A", 5).unwrap());
+        assert!(store.events_cover("A", 7).unwrap());
+        // The limit counts events, not keys.
+        assert_eq!(store.events_after("A", 4, 4).unwrap().unwrap().len(), 4);
+        assert!(store.events_after("A", 4, 3).unwrap().is_none());
+        assert_eq!(store.events_after("A", 5, 3).unwrap().unwrap().len(), 3);
+        assert!(store.events_after("A", 5, 2).unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn events_an_earlier_agentd_stored_one_per_key_are_still_read() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            let mut rec = record("A");
+            rec.message_count = 1;
+            store.commit(&rec, &[]).unwrap();
+            // What agentd wrote before issue 44: each event under its own
+            // key, the event's JSON alone.
+            for (seq, json) in [
+                (
+                    1,
+                    r#"{"kind":"message_appended","at_ms":100,"message_seq":1}"#,
+                ),
+                (
+                    2,
+                    r#"{"kind":"state_changed","at_ms":101,"state":{"state":"idle"}}"#,
+                ),
+                (
+                    4,
+                    r#"{"kind":"message_appended","at_ms":102,"message_seq":2}"#,
+                ),
+            ] {
+                store
+                    .events
+                    .insert(message_key("A", seq), json.as_bytes())
+                    .unwrap();
+            }
+            store.flush().await.unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        // This version goes on with batches after them.
+        store
+            .commit_with_events(&record("A"), &[], &[(5, state(103)), (6, appended(104, 3))])
+            .unwrap();
+        let all = store.events_after("A", 0, 100).unwrap().unwrap();
+        assert_eq!(
+            all,
+            [
+                (1, appended(100, 1)),
+                (2, state(101)),
+                (4, appended(102, 2)),
+                (5, state(103)),
+                (6, appended(104, 3)),
+            ]
+        );
+        assert_eq!(seqs_after(&store, "A", 2), [4, 5, 6]);
+        assert_eq!(seqs_after(&store, "A", 3), [4, 5, 6]);
+        assert_eq!(seqs_after(&store, "A", 5), [6]);
+        assert!(store.events_cover("A", 1).unwrap());
+        assert!(!store.events_cover("A", 0).unwrap());
+    }
+
+    #[tokio::test]
+    async fn numbers_of_a_failed_commit_taken_again_follow_the_later_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        store
+            .commit_with_events(&record("A"), &[], &[(1, state(1))])
+            .unwrap();
+        // A commit whose flush failed: its numbers are handed out again.
+        store
+            .commit_with_events(&record("A"), &[], &[(2, state(2)), (4, state(2))])
+            .unwrap();
+        // The next commit numbered its first durable event 3 (2 went to an
+        // ephemeral event): the failed batch's 4 is not replayed.
+        store
+            .commit_with_events(&record("A"), &[], &[(3, state(3)), (5, state(3))])
+            .unwrap();
+        let all = store.events_after("A", 0, 100).unwrap().unwrap();
+        assert_eq!(
+            all.iter().map(|(s, e)| (*s, e.clone())).collect::<Vec<_>>(),
+            [(1, state(1)), (2, state(2)), (3, state(3)), (5, state(3))]
+        );
+        // The same commit again at the same first number replaces it.
+        store
+            .commit_with_events(&record("A"), &[], &[(3, state(4))])
+            .unwrap();
+        assert_eq!(seqs_after(&store, "A", 2), [3]);
+        // Events out of order are refused, not stored.
+        assert!(
+            store
+                .commit_with_events(&record("A"), &[], &[(9, state(5)), (8, state(5))])
+                .is_err()
+        );
+        assert_eq!(seqs_after(&store, "A", 3), Vec::<u64>::new());
     }
 
     #[tokio::test]
