@@ -235,8 +235,8 @@ pub async fn snapshot(repo: &Repo, scratch: &Path) -> Result<String, String> {
 /// [`snapshot`], through the index file `tmp`, which is left for
 /// [`update`].
 pub async fn snapshot_into(repo: &Repo, tmp: &Path) -> Result<String, String> {
-    match std::fs::copy(&repo.index, tmp) {
-        Ok(_) => {}
+    match copy_index(&repo.index, tmp) {
+        Ok(()) => {}
         // A repository without commits or staged files has no index yet.
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(format!("cannot copy {}: {e}", repo.index.display())),
@@ -253,6 +253,19 @@ pub async fn snapshot_into(repo: &Repo, tmp: &Path) -> Result<String, String> {
     drivers.disable_in(&mut write);
     write.env("GIT_INDEX_FILE", tmp).arg("write-tree");
     tree_id(output(write, "write-tree").await?)
+}
+
+/// Copies the index `from` to `to` with its modification time: git tells
+/// a file changed in the same second as the index was written ("racily
+/// clean") by comparing the file's time with the index's; a copy made now
+/// would make git trust such a file's cached stat and keep its old content.
+fn copy_index(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::copy(from, to)?;
+    let modified = std::fs::metadata(from)?.modified()?;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(to)?
+        .set_modified(modified)
 }
 
 fn tree_id(out: Vec<u8>) -> Result<String, String> {
@@ -546,6 +559,33 @@ mod tests {
         // An index that is gone is said so (the caller then snapshots).
         std::fs::remove_file(&index).unwrap();
         assert!(update(&repo, &index, &["a.txt"]).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_file_changed_in_the_second_of_the_users_git_add_is_seen() {
+        use std::os::unix::fs::MetadataExt;
+        // Same size, same second as the index, and the snapshot in a later
+        // second: only git's racy check can tell, and only with the index's
+        // own modification time.
+        let dir = loop {
+            let dir = repo();
+            std::fs::write(dir.path().join("a.txt"), "two\n").unwrap();
+            let file = std::fs::metadata(dir.path().join("a.txt")).unwrap();
+            let index = std::fs::metadata(dir.path().join(".git/index")).unwrap();
+            if file.mtime() == index.mtime() && file.ctime() == index.mtime() {
+                break dir;
+            }
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_nanos(
+            1_000_000_000 - u64::from(now.subsec_nanos()) + 10_000_000,
+        ));
+        let scratch = tempfile::tempdir().unwrap();
+        let repo = repo_of(dir.path()).await.unwrap();
+        let tree = snapshot(&repo, scratch.path()).await.unwrap();
+        assert_eq!(content(&repo, &tree, "a.txt").await.unwrap(), b"two\n");
     }
 
     #[tokio::test]
