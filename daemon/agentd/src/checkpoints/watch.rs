@@ -173,6 +173,10 @@ impl DirWatch {
                 self.take(event, &mut out);
             }
         }
+        // The kernel may tell a removed top only once nothing holds it.
+        if !out.lost && std::fs::symlink_metadata(&self.top).is_err() {
+            out.lost = true;
+        }
         out
     }
 
