@@ -382,30 +382,47 @@ async fn checkpoint_costs(
 ) -> BenchResult<()> {
     let pid = daemon.pid();
     let dir = &place.dir;
-    let one = Call::Churn(1);
-    agentd_task(fake, daemon, pid, dir, &format!("c{tag}a"), SMALL, one).await?;
-    let after = agentd_task(fake, daemon, pid, dir, &format!("c{tag}b"), SMALL, one).await?;
-    report.sample(
-        &place.key("turn_after_change_ms"),
-        &format!(
-            "{}: a turn after a turn that changed a file − an echo turn",
-            place.name
+    // Each: the turn before (what it changed), then the turn measured.
+    let measured = [
+        (
+            Call::Churn(1),
+            "turn_after_change_ms",
+            "a turn after a turn that changed a file",
         ),
-        "ms",
-        ms(after.wall) - ms(a1.wall),
-    );
-    let many = Call::Churn(65);
-    agentd_task(fake, daemon, pid, dir, &format!("c{tag}c"), SMALL, many).await?;
-    let base = agentd_task(fake, daemon, pid, dir, &format!("c{tag}d"), SMALL, one).await?;
-    report.sample(
-        &place.key("turn_base_ms"),
-        &format!(
-            "{}: a turn that takes a new base (after 65 files changed) − an echo turn",
-            place.name
+        (
+            Call::Churn(65),
+            "turn_base_ms",
+            "a turn that takes a new base (after 65 files changed)",
         ),
-        "ms",
-        ms(base.wall) - ms(a1.wall),
-    );
+    ];
+    for (i, (before, key, label)) in measured.into_iter().enumerate() {
+        agentd_task(
+            fake,
+            daemon,
+            pid,
+            dir,
+            &format!("c{tag}{i}a"),
+            SMALL,
+            before,
+        )
+        .await?;
+        let turn = agentd_task(
+            fake,
+            daemon,
+            pid,
+            dir,
+            &format!("c{tag}{i}b"),
+            SMALL,
+            Call::Churn(1),
+        )
+        .await?;
+        report.sample(
+            &place.key(key),
+            &format!("{}: {label} − an echo turn", place.name),
+            "ms",
+            ms(turn.wall) - ms(a1.wall),
+        );
+    }
     let mut write = [None; 2];
     for (i, n) in [SMALL, LARGE].into_iter().enumerate() {
         write[i] = Some(

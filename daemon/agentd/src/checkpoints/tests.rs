@@ -243,23 +243,9 @@ async fn bash_outside_git_that_never_started_leaves_no_record() {
 }
 
 #[tokio::test]
-async fn bash_in_a_git_work_tree_is_undone_from_its_snapshots() {
+async fn bash_in_a_git_work_tree_is_undone() {
     let f = fixture(CheckpointsSection::default());
-    let git = |args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .arg("-C")
-            .arg(&f.ctx.cwd)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-    };
-    git(&["init", "-q"]);
-    git(&["config", "user.name", "t"]);
-    git(&["config", "user.email", "t@example.com"]);
-    std::fs::write(f.path("tracked.txt"), "v1\n").unwrap();
-    git(&["add", "."]);
-    git(&["commit", "-qm", "one"]);
+    git_repo(&f);
     let input = json!({"command": "echo v2 > tracked.txt; echo n > made.txt"});
     let pending = f.cp.before(key(1, "t1", 1), "bash", &input, &f.ctx).await;
     std::fs::write(f.path("tracked.txt"), "v2\n").unwrap();
