@@ -338,15 +338,7 @@ pub const PIXEL_PNG: [u8; 70] = [
 
 /// Runs git in `dir`; never refreshes the index behind the test's back.
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
+    agent_tests::crash::repo::git(dir, args).unwrap()
 }
 
 /// Every file under `dir` (recursively, `.git` left out) and its bytes, by

@@ -33,7 +33,9 @@ pub struct RepoState {
     pub refs: String,
 }
 
-fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
+/// Runs git in `dir` (never refreshing the index behind the caller's
+/// back): its output, or why it failed.
+pub fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
     let out = std::process::Command::new("git")
         .arg("-C")
         .arg(dir)
