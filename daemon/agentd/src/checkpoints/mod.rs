@@ -647,9 +647,16 @@ impl Checkpoints {
         }
         let conv = record.conversation_id.clone();
         if let Some((tree, seq, running)) = tracked {
-            let ended = tree.lock().await.end(seq, &self.scratch, &**self).await;
-            drop(running);
-            if tree.lock().await.base_due() {
+            let (ended, due) = {
+                let mut work_tree = tree.lock().await;
+                // No longer running: nothing can start while the lock is
+                // held, and the history `seq` refers to stays until it is
+                // released.
+                drop(running);
+                let ended = work_tree.end(seq, &self.scratch, &**self).await;
+                (ended, work_tree.base_due())
+            };
+            if due {
                 let this = self.clone();
                 tokio::spawn(async move {
                     let mut tree = tree.lock().await;
