@@ -1,6 +1,7 @@
 #![allow(clippy::unwrap_used)]
 
 use super::*;
+use crate::tools::ToolContext;
 use serde_json::json;
 
 struct Fixture {
