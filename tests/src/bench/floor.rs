@@ -214,8 +214,21 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     ));
     // One of each first in each place, so neither pays a cold start
     // (nor git its first look at a work tree) inside the numbers.
+    let python = python();
+    match &python {
+        Some(path) => report.note(format!(
+            "python floor: `{} -c floor_loop.py`, interleaved with the others (issue 44's \
+             \"minimal Python loop\"); the targets are against the Rust floor",
+            path.display()
+        )),
+        None => report.note("python floor: no python3 on PATH, not run"),
+    }
+    let python = python.as_deref().map(Floor::Python);
     for place in &places {
-        floor_task(&fake, &place.dir, "warm-floor", SMALL).await?;
+        floor_task(&fake, &place.dir, "warm-floor", SMALL, Floor::Rust).await?;
+        if let Some(python) = python {
+            floor_task(&fake, &place.dir, "warm-python", SMALL, python).await?;
+        }
         agentd_task(
             &fake,
             &daemon,
@@ -231,9 +244,15 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
         for place in &places {
             let tag = format!("{}{rep}", place.name);
             let mut floor = [None; 2];
+            let mut py = [None; 2];
             let mut agentd = [None; 2];
             for (i, n) in [SMALL, LARGE].into_iter().enumerate() {
-                floor[i] = Some(floor_task(&fake, &place.dir, &format!("f{tag}_{n}"), n).await?);
+                let dir = &place.dir;
+                floor[i] =
+                    Some(floor_task(&fake, dir, &format!("f{tag}_{n}"), n, Floor::Rust).await?);
+                if let Some(python) = python {
+                    py[i] = Some(floor_task(&fake, dir, &format!("p{tag}_{n}"), n, python).await?);
+                }
                 agentd[i] = Some(
                     agentd_task(
                         &fake,
@@ -251,6 +270,9 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
                 return Err("a task did not run".to_string());
             };
             sample(&mut report, place, [f1, f21], [a1, a21]);
+            if let [Some(p1), Some(p21)] = py {
+                sample_python(&mut report, place, [p1, p21], [a1, a21]);
+            }
             if place.name != "plain" {
                 checkpoint_costs(&mut report, &fake, &daemon, place, &tag, a1).await?;
             }
@@ -277,9 +299,6 @@ fn sample(report: &mut Report, place: &Place, [f1, f21]: [Cost; 2], [a1, a21]: [
             name => format!("{name}: {}", label.trim_start()),
         };
         report.sample(&place.key(metric), &label, unit, value);
-    };
-    let per_round = |small: Cost, large: Cost, pick: fn(Cost) -> Duration| {
-        (ms(pick(large)) - ms(pick(small))) / (LARGE - SMALL) as f64
     };
     let floor_round = per_round(f1, f21, |c| c.wall);
     let agentd_round = per_round(a1, a21, |c| c.wall);
@@ -362,6 +381,39 @@ fn sample(report: &mut Report, place: &Place, [f1, f21]: [Cost; 2], [a1, a21]: [
         &format!("agent run: whole task, N = {LARGE}"),
         "ms",
         ms(a21.wall),
+    );
+}
+
+/// Per round (N = 21 − N = 1, over 20), wall or CPU time.
+fn per_round(small: Cost, large: Cost, pick: fn(Cost) -> Duration) -> f64 {
+    (ms(pick(large)) - ms(pick(small))) / (LARGE - SMALL) as f64
+}
+
+/// One repetition against the Python loop: its round, and agentd's round
+/// over it (the second column of issue 44's table).
+fn sample_python(report: &mut Report, place: &Place, [p1, p21]: [Cost; 2], [a1, a21]: [Cost; 2]) {
+    let label = |text: &str| match place.name {
+        "plain" => text.to_string(),
+        name => format!("{name}: {text}"),
+    };
+    let python_round = per_round(p1, p21, |c| c.wall);
+    report.sample(
+        &place.key("python_round_ms"),
+        &label("python loop: wall time per round"),
+        "ms",
+        python_round,
+    );
+    report.sample(
+        &place.key("python_cpu_ms"),
+        &label("python loop: CPU per round"),
+        "ms",
+        per_round(p1, p21, |c| c.cpu),
+    );
+    report.sample(
+        &place.key("python_round_ratio"),
+        &label("agentd per round / python loop per round"),
+        "×",
+        per_round(a1, a21, |c| c.wall) / python_round,
     );
 }
 
@@ -464,13 +516,55 @@ async fn checkpoint_costs(
     Ok(())
 }
 
-/// The floor loop on one task, as a process of its own.
-async fn floor_task(fake: &FakeLlm, dir: &Path, tag: &str, rounds: usize) -> BenchResult<Cost> {
+/// Which minimal loop a floor task runs.
+#[derive(Debug, Clone, Copy)]
+enum Floor<'a> {
+    /// [`floor_loop`]: Rust, blocking, the floor the project steers by.
+    Rust,
+    /// `floor_loop.py` under this interpreter: the "minimal Python loop"
+    /// of issue 44's outside measurement.
+    Python(&'a Path),
+}
+
+/// The Python loop's source, run as `python3 -c SOURCE ADDR PROMPT`.
+const PYTHON_LOOP: &str = include_str!("floor_loop.py");
+
+/// The interpreter `python3` on `PATH` runs, if there is one (its real
+/// path: a version manager's shim would add a shell script's start, and
+/// its noise, to every task).
+fn python() -> Option<PathBuf> {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import http.client, json, subprocess, sys; print(sys.executable)")
+        .stdin(Stdio::null())
+        .output()
+        .ok()?;
+    let path = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    (out.status.success() && path.is_file()).then_some(path)
+}
+
+/// A minimal loop on one task, as a process of its own.
+async fn floor_task(
+    fake: &FakeLlm,
+    dir: &Path,
+    tag: &str,
+    rounds: usize,
+    floor: Floor<'_>,
+) -> BenchResult<Cost> {
     fake.push_all(scripts(tag, rounds, Call::Echo));
-    let exe = std::env::current_exe().ctx("finding agent-bench")?;
-    let mut cmd = Command::new(exe);
-    cmd.arg("--floor-loop")
-        .arg(fake.addr().to_string())
+    let mut cmd = match floor {
+        Floor::Rust => {
+            let mut cmd = Command::new(std::env::current_exe().ctx("finding agent-bench")?);
+            cmd.arg("--floor-loop");
+            cmd
+        }
+        Floor::Python(python) => {
+            let mut cmd = Command::new(python);
+            cmd.arg("-c").arg(PYTHON_LOOP);
+            cmd
+        }
+    };
+    cmd.arg(fake.addr().to_string())
         .arg(format!("run echo round-K {rounds} times"))
         .current_dir(dir)
         .stdin(Stdio::null())
@@ -480,7 +574,7 @@ async fn floor_task(fake: &FakeLlm, dir: &Path, tag: &str, rounds: usize) -> Ben
     let said = String::from_utf8_lossy(&out.stdout);
     let failed = || {
         format!(
-            "the floor loop failed: {said}{}",
+            "the {floor:?} floor loop failed: {said}{}",
             String::from_utf8_lossy(&out.stderr)
         )
     };
@@ -488,7 +582,9 @@ async fn floor_task(fake: &FakeLlm, dir: &Path, tag: &str, rounds: usize) -> Ben
     let done: usize = done.parse().map_err(|_| failed())?;
     let cpu_ns: u64 = cpu_ns.parse().map_err(|_| failed())?;
     if done != rounds {
-        return Err(format!("the floor loop ran {done} rounds, not {rounds}"));
+        return Err(format!(
+            "the {floor:?} floor loop ran {done} rounds, not {rounds}"
+        ));
     }
     Ok(Cost {
         wall,
