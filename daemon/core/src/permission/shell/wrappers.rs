@@ -98,28 +98,7 @@ fn inner(words: &[Word], depth: usize, found: &mut Found) {
     let program = program.rsplit('/').next().unwrap_or(program);
     let args = &rest[1..];
     match program {
-        "env" => {
-            let mut i = 0;
-            while let Some(w) = args.get(i) {
-                match w.literal.as_deref() {
-                    Some("-S" | "--split-string") => {
-                        if let Some(line) = args.get(i + 1) {
-                            command_line(line, depth, found);
-                        }
-                        return;
-                    }
-                    Some(o) if o.starts_with("--split-string=") || o.starts_with("-S") => {
-                        unknown(w, found);
-                        return;
-                    }
-                    _ => {}
-                }
-                i += 1;
-            }
-            let after = skip_options(args, ENV_OPTIONS);
-            let command = after.iter().skip_while(|w| is_assignment(&w.raw)).count();
-            run(&after[after.len() - command..], depth, found);
-        }
+        "env" => env(args, depth, found),
         "sudo" => run(skip_options(args, SUDO_OPTIONS), depth, found),
         "doas" => run(skip_options(args, &["-u", "-C"]), depth, found),
         "nohup" | "setsid" | "builtin" | "chronic" | "coproc" => {
@@ -152,77 +131,102 @@ fn inner(words: &[Word], depth: usize, found: &mut Found) {
             run(after.get(1..).unwrap_or_default(), depth, found);
         }
         "xargs" => run(skip_options(args, XARGS_OPTIONS), depth, found),
-        "find" => {
-            let mut i = 0;
-            while i < args.len() {
-                let action = args[i].literal.as_deref();
-                if matches!(action, Some("-exec" | "-execdir" | "-ok" | "-okdir")) {
-                    let start = i + 1;
-                    let mut end = start;
-                    while end < args.len()
-                        && !matches!(args[end].literal.as_deref(), Some(";" | "+"))
-                    {
-                        end += 1;
-                    }
-                    run(&args[start..end], depth, found);
-                    i = end;
-                }
-                i += 1;
-            }
-        }
-        "eval" => {
-            let text: Option<Vec<&str>> = args.iter().map(|w| w.literal.as_deref()).collect();
-            match text {
-                Some(parts) if !parts.is_empty() => {
-                    text_line(&parts.join(" "), &rest[0], depth, found);
-                }
-                Some(_) => {}
-                None => unknown(&rest[0], found),
-            }
-        }
+        "find" => find_exec(args, depth, found),
+        "eval" => literal_line(args, &rest[0], depth, found),
         "watch" => {
             let after = skip_options(args, &["-n", "--interval", "-d", "--differences"]);
-            let text: Option<Vec<&str>> = after.iter().map(|w| w.literal.as_deref()).collect();
-            match text {
-                Some(parts) if !parts.is_empty() => {
-                    text_line(&parts.join(" "), &rest[0], depth, found);
-                }
-                Some(_) => {}
-                None => unknown(&rest[0], found),
-            }
+            literal_line(after, &rest[0], depth, found);
         }
-        shell if SHELLS.contains(&shell) => {
-            let mut i = 0;
-            let mut dash_c = false;
-            while let Some(w) = args.get(i) {
-                let Some(option) = w.literal.as_deref() else {
-                    break;
-                };
-                if option == "--" {
-                    i += 1;
-                    break;
-                }
-                if !(option.starts_with('-') || option.starts_with('+')) || option.len() < 2 {
-                    break;
-                }
-                i += 1;
-                if SHELL_OPTIONS.contains(&option) {
-                    i += 1;
-                } else if option.starts_with('-')
-                    && !option.starts_with("--")
-                    && option.contains('c')
-                {
-                    dash_c = true;
-                }
-            }
-            if dash_c {
-                match args.get(i) {
-                    Some(line) => command_line(line, depth, found),
-                    None => unknown(&rest[0], found),
-                }
-            }
-        }
+        shell if SHELLS.contains(&shell) => shell_c(args, &rest[0], depth, found),
         _ => {}
+    }
+}
+
+/// `env`: the command after its options and assignments, or the command
+/// line of `-S`.
+fn env(args: &[Word], depth: usize, found: &mut Found) {
+    let mut i = 0;
+    while let Some(w) = args.get(i) {
+        match w.literal.as_deref() {
+            Some("-S" | "--split-string") => {
+                if let Some(line) = args.get(i + 1) {
+                    command_line(line, depth, found);
+                }
+                return;
+            }
+            Some(o) if o.starts_with("--split-string=") || o.starts_with("-S") => {
+                unknown(w, found);
+                return;
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    let after = skip_options(args, ENV_OPTIONS);
+    let command = after.iter().skip_while(|w| is_assignment(&w.raw)).count();
+    run(&after[after.len() - command..], depth, found);
+}
+
+/// `find`: the commands of its `-exec`, `-execdir`, `-ok` and `-okdir`
+/// actions.
+fn find_exec(args: &[Word], depth: usize, found: &mut Found) {
+    let mut i = 0;
+    while i < args.len() {
+        let action = args[i].literal.as_deref();
+        if matches!(action, Some("-exec" | "-execdir" | "-ok" | "-okdir")) {
+            let start = i + 1;
+            let mut end = start;
+            while end < args.len() && !matches!(args[end].literal.as_deref(), Some(";" | "+")) {
+                end += 1;
+            }
+            run(&args[start..end], depth, found);
+            i = end;
+        }
+        i += 1;
+    }
+}
+
+/// `eval` and `watch`: their words joined are a command line; `program`
+/// names it when a word expands.
+fn literal_line(words: &[Word], program: &Word, depth: usize, found: &mut Found) {
+    let text: Option<Vec<&str>> = words.iter().map(|w| w.literal.as_deref()).collect();
+    match text {
+        Some(parts) if !parts.is_empty() => {
+            text_line(&parts.join(" "), program, depth, found);
+        }
+        Some(_) => {}
+        None => unknown(program, found),
+    }
+}
+
+/// A shell (`sh`, `bash`, …): with `-c`, the command line after its
+/// options; `program` names it when there is none.
+fn shell_c(args: &[Word], program: &Word, depth: usize, found: &mut Found) {
+    let mut i = 0;
+    let mut dash_c = false;
+    while let Some(w) = args.get(i) {
+        let Some(option) = w.literal.as_deref() else {
+            break;
+        };
+        if option == "--" {
+            i += 1;
+            break;
+        }
+        if !(option.starts_with('-') || option.starts_with('+')) || option.len() < 2 {
+            break;
+        }
+        i += 1;
+        if SHELL_OPTIONS.contains(&option) {
+            i += 1;
+        } else if option.starts_with('-') && !option.starts_with("--") && option.contains('c') {
+            dash_c = true;
+        }
+    }
+    if dash_c {
+        match args.get(i) {
+            Some(line) => command_line(line, depth, found),
+            None => unknown(program, found),
+        }
     }
 }
 

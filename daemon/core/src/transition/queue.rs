@@ -1,0 +1,80 @@
+//! Queued user messages join the conversation: at the next model request
+//! boundary or as the next turn's message when a turn ends.
+
+use super::{Transition, begin_request};
+use crate::effect::{Effect, LlmPurpose};
+use crate::message::{ContentBlock, Message, Role};
+use crate::state::{ConvContext, ConvState};
+
+/// Queued user messages (sent "queue if busy" while a turn ran) join the
+/// conversation at the first chance, all of them, in order, each as a text
+/// block:
+/// - at a model request boundary (a transition that appends a user message
+///   and asks the model: tool results, a stop hook's reason), after what
+///   that message already says; in a new turn, before the new message
+///   (they were sent before it);
+/// - when a turn ends normally (the state becomes Idle), as the user
+///   message that starts the next turn.
+///
+/// After a cancel (or a deny-and-stop) or a failure they stay queued (the
+/// user stopped the work, or it could not go on) and go with the next message sent; a
+/// conversation whose context is exhausted never takes them.
+pub(super) fn deliver_queued(
+    before: &ConvState,
+    ctx: &ConvContext,
+    stops: bool,
+    mut t: Transition,
+) -> Transition {
+    if ctx.queued.is_empty() {
+        return t;
+    }
+    let queued = || {
+        ctx.queued.iter().enumerate().flat_map(|(i, text)| {
+            let images = ctx.queued_images.get(i).map(Vec::as_slice).unwrap_or(&[]);
+            std::iter::once(ContentBlock::text(text.clone()))
+                .filter(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()))
+                .chain(images.iter().cloned().map(ContentBlock::Image))
+        })
+    };
+    let asks_model = t.effects.iter().position(|e| {
+        matches!(
+            e,
+            Effect::RequestLlm {
+                purpose: LlmPurpose::Turn,
+                ..
+            }
+        )
+    });
+    if let Some(ask) = asks_model {
+        // A retry asks again with the same transcript: not a boundary.
+        let user_message = t.effects[..ask].iter_mut().rev().find_map(|e| match e {
+            Effect::AppendMessage { message } if message.role == Role::User => Some(message),
+            _ => None,
+        });
+        if let Some(message) = user_message {
+            if matches!(before, ConvState::Idle | ConvState::Error { .. }) {
+                // A new message after a cancel or a failure: the queued
+                // ones were sent first, so they come first.
+                let own = std::mem::take(&mut message.content);
+                message.content = queued().chain(own).collect();
+            } else {
+                message.content.extend(queued());
+            }
+            t.delivered = ctx.queued.len();
+        }
+        return t;
+    }
+    let turn_ended = !matches!(before, ConvState::Idle | ConvState::Error { .. })
+        && !matches!(before, ConvState::Cancelling { .. })
+        && matches!(t.state, ConvState::Idle);
+    if turn_ended && !stops {
+        let next = begin_request(ctx, 1);
+        t.state = next.state;
+        t.effects.push(Effect::AppendMessage {
+            message: Message::user(queued().collect(), ctx.now_ms),
+        });
+        t.effects.extend(next.effects);
+        t.delivered = ctx.queued.len();
+    }
+    t
+}
