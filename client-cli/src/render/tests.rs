@@ -1,5 +1,10 @@
+use super::tables::unique_prefix_len;
+use super::tools::states_a_duration;
 use super::*;
-use agent_proto::v1::{PermissionDecision as D, attach_response::Event as E};
+use agent_proto::v1::{
+    ErrorKind, PermissionDecision as D, Role, ShellStatus, StateKind, attach_response::Event as E,
+    content_block::Block,
+};
 
 fn ev(event: E) -> pb::AttachResponse {
     pb::AttachResponse {
