@@ -36,8 +36,6 @@ use crate::repl::term::UiLink;
 use outbox::Outbox;
 use permissions::Prompt;
 
-#[cfg(test)]
-use input::{image_path, unquote};
 pub use slash::SLASH_COMMANDS;
 
 /// Which command is streaming.
