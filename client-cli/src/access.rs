@@ -2,6 +2,7 @@
 //! listener's tokens, and who did what in a conversation.
 
 use std::io::Write;
+use std::path::PathBuf;
 
 use agent_proto::v1 as pb;
 use serde_json::{Value, json};
@@ -113,7 +114,7 @@ impl Drop for TokenFile {
 
 /// `agent token …`.
 pub async fn token(
-    mut client: Client,
+    client: Client,
     command: TokenCommand,
     json: bool,
     io: &mut Io,
@@ -125,139 +126,188 @@ pub async fn token(
             expires,
             out,
         } => {
-            // The file is made (0600) before the token, so a token is
-            // never made that cannot be kept.
-            let file = out.as_deref().map(TokenFile::create).transpose()?;
-            let role = match role {
-                TokenRole::Viewer => pb::ClientRole::Viewer,
-                TokenRole::Approver => pb::ClientRole::Approver,
-                TokenRole::Driver => pb::ClientRole::Driver,
-            };
-            let response = client
-                .create_token(pb::CreateTokenRequest {
-                    role: role as i32,
-                    name: name.unwrap_or_default(),
-                    expires_in_secs: expires.unwrap_or(0),
-                })
-                .await
-                .map_err(CliError::status)?
-                .into_inner();
-            let token = response.token.unwrap_or_default();
-            if let Some(file) = file {
-                let path = file.path.clone();
-                file.keep(&response.secret).map_err(|e| {
-                    CliError::Input(format!(
-                        "token {} was made but cannot be written to {}: {e}; revoke it with `agent token revoke {}`",
-                        token.id,
-                        path.display(),
-                        token.id
-                    ))
-                })?;
-                if json {
-                    let mut value = token_json(&token);
-                    value["file"] = json!(path.display().to_string());
-                    writeln!(io.out, "{value}").map_err(out_err)?;
-                } else {
-                    eprintln!(
-                        "agent: token {} ({}, {}) written to {} (mode 0600); it is shown nowhere else",
-                        token.id,
-                        token.name,
-                        role_name(token.role),
-                        path.display()
-                    );
-                }
-            } else if json {
-                let mut value = token_json(&token);
-                value["secret"] = json!(response.secret);
-                writeln!(io.out, "{value}").map_err(out_err)?;
-            } else {
-                // The secret alone on stdout, so `> FILE` keeps just it.
-                writeln!(io.out, "{}", response.secret).map_err(out_err)?;
-                eprintln!(
-                    "agent: token {} ({}, {}{}) created; it is shown only this once",
-                    token.id,
-                    token.name,
-                    role_name(token.role),
-                    if token.expires_at_ms > 0 {
-                        format!(", expires {} UTC", when(token.expires_at_ms))
-                    } else {
-                        String::new()
-                    }
-                );
-            }
+            create_token(
+                client,
+                NewToken {
+                    role,
+                    name,
+                    expires,
+                    out,
+                },
+                json,
+                io,
+            )
+            .await?
         }
-        TokenCommand::Ls => {
-            let response = client
-                .list_tokens(pb::ListTokensRequest {})
-                .await
-                .map_err(CliError::status)?
-                .into_inner();
-            if json {
-                let value = json!({
-                    "tokens": response.tokens.iter().map(token_json).collect::<Vec<_>>(),
-                    "listen_address": response.listen_address,
-                    "fingerprint": response.fingerprint,
-                });
-                writeln!(io.out, "{value}").map_err(out_err)?;
-            } else {
-                if response.listen_address.is_empty() {
-                    writeln!(
-                        io.out,
-                        "listening: no (start agentd with --listen ADDR:PORT)"
-                    )
-                } else {
-                    writeln!(
-                        io.out,
-                        "listening: {}\nfingerprint: {}",
-                        response.listen_address, response.fingerprint
-                    )
-                }
-                .map_err(out_err)?;
-                writeln!(
-                    io.out,
-                    "{:<10} {:<20} {:<9} {:<20} {:<20} STATUS",
-                    "ID", "NAME", "ROLE", "CREATED (UTC)", "LAST USED"
-                )
-                .map_err(out_err)?;
-                let now = crate::commands::now_ms();
-                for t in &response.tokens {
-                    let status = if t.revoked_at_ms > 0 {
-                        format!("revoked {}", when(t.revoked_at_ms))
-                    } else if t.expires_at_ms > 0 && t.expires_at_ms <= now {
-                        format!("expired {}", when(t.expires_at_ms))
-                    } else if t.expires_at_ms > 0 {
-                        format!("valid until {}", when(t.expires_at_ms))
-                    } else {
-                        "valid".to_string()
-                    };
-                    writeln!(
-                        io.out,
-                        "{:<10} {:<20} {:<9} {:<20} {:<20} {status}",
-                        t.id,
-                        crate::render::one_line(&t.name, 20),
-                        role_name(t.role),
-                        when(t.created_at_ms),
-                        when(t.last_used_at_ms),
-                    )
-                    .map_err(out_err)?;
-                }
-            }
-        }
-        TokenCommand::Revoke { id } => {
-            let response = client
-                .revoke_token(pb::RevokeTokenRequest { id })
-                .await
-                .map_err(CliError::status)?
-                .into_inner();
-            let token = response.token.unwrap_or_default();
-            if json {
-                writeln!(io.out, "{}", token_json(&token)).map_err(out_err)?;
-            } else {
-                writeln!(io.out, "revoked token {} ({})", token.id, token.name).map_err(out_err)?;
-            }
-        }
+        TokenCommand::Ls => list_tokens(client, json, io).await?,
+        TokenCommand::Revoke { id } => revoke_token(client, id, json, io).await?,
     }
     Ok(Exit::Ok)
+}
+
+/// What `agent token create` asks for.
+struct NewToken {
+    role: TokenRole,
+    name: Option<String>,
+    expires: Option<u64>,
+    out: Option<PathBuf>,
+}
+
+/// `agent token create`: the secret on stdout (or into `--out`), said once.
+async fn create_token(
+    mut client: Client,
+    new: NewToken,
+    json: bool,
+    io: &mut Io,
+) -> Result<(), CliError> {
+    let NewToken {
+        role,
+        name,
+        expires,
+        out,
+    } = new;
+    // The file is made (0600) before the token, so a token is
+    // never made that cannot be kept.
+    let file = out.as_deref().map(TokenFile::create).transpose()?;
+    let role = match role {
+        TokenRole::Viewer => pb::ClientRole::Viewer,
+        TokenRole::Approver => pb::ClientRole::Approver,
+        TokenRole::Driver => pb::ClientRole::Driver,
+    };
+    let response = client
+        .create_token(pb::CreateTokenRequest {
+            role: role as i32,
+            name: name.unwrap_or_default(),
+            expires_in_secs: expires.unwrap_or(0),
+        })
+        .await
+        .map_err(CliError::status)?
+        .into_inner();
+    let token = response.token.unwrap_or_default();
+    if let Some(file) = file {
+        let path = file.path.clone();
+        file.keep(&response.secret).map_err(|e| {
+            CliError::Input(format!(
+                "token {} was made but cannot be written to {}: {e}; revoke it with `agent token revoke {}`",
+                token.id,
+                path.display(),
+                token.id
+            ))
+        })?;
+        if json {
+            let mut value = token_json(&token);
+            value["file"] = json!(path.display().to_string());
+            writeln!(io.out, "{value}").map_err(out_err)?;
+        } else {
+            eprintln!(
+                "agent: token {} ({}, {}) written to {} (mode 0600); it is shown nowhere else",
+                token.id,
+                token.name,
+                role_name(token.role),
+                path.display()
+            );
+        }
+    } else if json {
+        let mut value = token_json(&token);
+        value["secret"] = json!(response.secret);
+        writeln!(io.out, "{value}").map_err(out_err)?;
+    } else {
+        // The secret alone on stdout, so `> FILE` keeps just it.
+        writeln!(io.out, "{}", response.secret).map_err(out_err)?;
+        eprintln!(
+            "agent: token {} ({}, {}{}) created; it is shown only this once",
+            token.id,
+            token.name,
+            role_name(token.role),
+            if token.expires_at_ms > 0 {
+                format!(", expires {} UTC", when(token.expires_at_ms))
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(())
+}
+
+/// `agent token ls`: where the daemon listens, and every token's state.
+async fn list_tokens(mut client: Client, json: bool, io: &mut Io) -> Result<(), CliError> {
+    let response = client
+        .list_tokens(pb::ListTokensRequest {})
+        .await
+        .map_err(CliError::status)?
+        .into_inner();
+    if json {
+        let value = json!({
+            "tokens": response.tokens.iter().map(token_json).collect::<Vec<_>>(),
+            "listen_address": response.listen_address,
+            "fingerprint": response.fingerprint,
+        });
+        writeln!(io.out, "{value}").map_err(out_err)?;
+    } else {
+        if response.listen_address.is_empty() {
+            writeln!(
+                io.out,
+                "listening: no (start agentd with --listen ADDR:PORT)"
+            )
+        } else {
+            writeln!(
+                io.out,
+                "listening: {}\nfingerprint: {}",
+                response.listen_address, response.fingerprint
+            )
+        }
+        .map_err(out_err)?;
+        writeln!(
+            io.out,
+            "{:<10} {:<20} {:<9} {:<20} {:<20} STATUS",
+            "ID", "NAME", "ROLE", "CREATED (UTC)", "LAST USED"
+        )
+        .map_err(out_err)?;
+        let now = crate::commands::now_ms();
+        for t in &response.tokens {
+            let status = if t.revoked_at_ms > 0 {
+                format!("revoked {}", when(t.revoked_at_ms))
+            } else if t.expires_at_ms > 0 && t.expires_at_ms <= now {
+                format!("expired {}", when(t.expires_at_ms))
+            } else if t.expires_at_ms > 0 {
+                format!("valid until {}", when(t.expires_at_ms))
+            } else {
+                "valid".to_string()
+            };
+            writeln!(
+                io.out,
+                "{:<10} {:<20} {:<9} {:<20} {:<20} {status}",
+                t.id,
+                crate::render::one_line(&t.name, 20),
+                role_name(t.role),
+                when(t.created_at_ms),
+                when(t.last_used_at_ms),
+            )
+            .map_err(out_err)?;
+        }
+    }
+    Ok(())
+}
+
+/// `agent token revoke ID`.
+async fn revoke_token(
+    mut client: Client,
+    id: String,
+    json: bool,
+    io: &mut Io,
+) -> Result<(), CliError> {
+    let response = client
+        .revoke_token(pb::RevokeTokenRequest { id })
+        .await
+        .map_err(CliError::status)?
+        .into_inner();
+    let token = response.token.unwrap_or_default();
+    if json {
+        writeln!(io.out, "{}", token_json(&token)).map_err(out_err)?;
+    } else {
+        writeln!(io.out, "revoked token {} ({})", token.id, token.name).map_err(out_err)?;
+    }
+    Ok(())
 }
 
 /// Who, as the audit trail names them: `name (role, token T from ADDR)`.

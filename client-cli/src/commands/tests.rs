@@ -3,6 +3,7 @@
 use agent_proto::v1 as pb;
 
 use super::*;
+use crate::json as js;
 use crate::mock::{CONV_ID, Daemon, state};
 use agent_proto::testing::rpc;
 

@@ -149,35 +149,12 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
             let (id, sent_prompt) = match target.take() {
                 Some(id) => (id, None),
                 None => {
-                    let prompt = match first_prompt.take() {
-                        Some(prompt) => {
-                            say(&mut ui_io, &format!("› {prompt}"))?;
-                            prompt
-                        }
-                        None => match first_message(&mut ui_io, &mut new).await? {
-                            Some(prompt) => prompt,
-                            None => return Ok(Exit::Ok),
-                        },
-                    };
-                    let request = pb::CreateConversationRequest {
-                        cwd: cwd.clone(),
-                        model: new.model.clone().unwrap_or_default(),
-                        prompt,
-                        mode: new.mode.map_or(0, |m| m.to_proto() as i32),
-                        allow_rules: new.allow.clone(),
-                        additional_dirs: new
-                            .add_dirs
-                            .iter()
-                            .map(|d| absolute_dir(d, "directory"))
-                            .collect::<Result<Vec<_>, _>>()?,
-                        mcp_servers: Vec::new(),
-                        client_request_id: crate::commands::request_id(),
-                        images: Vec::new(),
-                    };
-                    let prompt = request.prompt.clone();
-                    let created = create_conversation(ctx, request).await?;
-                    say(&mut ui_io, &format!("conversation {}", created.id))?;
-                    (created.id, Some(prompt))
+                    match start_conversation(ctx, &cwd, &mut first_prompt, &mut new, &mut ui_io)
+                        .await?
+                    {
+                        Some((id, prompt)) => (id, Some(prompt)),
+                        None => return Ok(Exit::Ok),
+                    }
                 }
             };
             last_id = Some(id.clone());
@@ -217,6 +194,47 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
         );
     }
     result
+}
+
+/// A new conversation in `cwd`, started with the prompt given on the
+/// command line, else the first message typed (`None`: the person left
+/// before typing one): its id and that prompt.
+async fn start_conversation(
+    ctx: &Ctx,
+    cwd: &str,
+    first_prompt: &mut Option<String>,
+    new: &mut NewArgs,
+    ui_io: &mut Io,
+) -> Result<Option<(String, String)>, CliError> {
+    let prompt = match first_prompt.take() {
+        Some(prompt) => {
+            say(ui_io, &format!("› {prompt}"))?;
+            prompt
+        }
+        None => match first_message(ui_io, new).await? {
+            Some(prompt) => prompt,
+            None => return Ok(None),
+        },
+    };
+    let request = pb::CreateConversationRequest {
+        cwd: cwd.to_string(),
+        model: new.model.clone().unwrap_or_default(),
+        prompt,
+        mode: new.mode.map_or(0, |m| m.to_proto() as i32),
+        allow_rules: new.allow.clone(),
+        additional_dirs: new
+            .add_dirs
+            .iter()
+            .map(|d| absolute_dir(d, "directory"))
+            .collect::<Result<Vec<_>, _>>()?,
+        mcp_servers: Vec::new(),
+        client_request_id: crate::commands::request_id(),
+        images: Vec::new(),
+    };
+    let prompt = request.prompt.clone();
+    let created = create_conversation(ctx, request).await?;
+    say(ui_io, &format!("conversation {}", created.id))?;
+    Ok(Some((created.id, prompt)))
 }
 
 /// Starts the terminal thread and the `Io` that reads and writes through

@@ -8,6 +8,9 @@
 //! break signal returns from `read_line` with the buffer kept), so the
 //! status line ticks without a second writer on the terminal.
 
+mod keys;
+mod prompt;
+
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,15 +21,20 @@ use std::time::{Duration, Instant};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use crossterm::terminal;
 use reedline::{
-    ColumnarMenu, DefaultValidator, Emacs, ExternalPrinter, FileBackedHistory, Keybindings,
-    MenuBuilder, Prompt, PromptEditMode, PromptHistorySearch, Reedline, ReedlineEvent,
-    ReedlineMenu, Signal, ValidationResult, Validator,
+    ColumnarMenu, Emacs, ExternalPrinter, FileBackedHistory, MenuBuilder, Reedline, ReedlineMenu,
+    Signal,
 };
 use tokio::sync::mpsc;
 
 use super::complete::Complete;
 use super::status::{FRAME_MS, Status};
 use crate::cli::Decision;
+pub use keys::key_lines;
+use keys::{
+    AnswerMode, answer_keybindings, editing_keybindings, lock_keys, question_left, question_right,
+};
+pub use prompt::accepted_text;
+use prompt::{ContinuationValidator, UiPrompt};
 
 /// Lines kept in the per-directory history.
 const HISTORY_LINES: usize = 1_000;
@@ -403,71 +411,8 @@ fn editor(
     }))
 }
 
-/// A line ending in `\` continues on the next one (Alt-Enter does too).
-struct ContinuationValidator;
-
-impl Validator for ContinuationValidator {
-    fn validate(&self, line: &str) -> ValidationResult {
-        if line.ends_with('\\') {
-            ValidationResult::Incomplete
-        } else {
-            DefaultValidator.validate(line)
-        }
-    }
-}
-
-/// The text of an accepted input: a `\` that continued a line is dropped.
-pub fn accepted_text(buffer: &str) -> String {
-    buffer.replace("\\\n", "\n")
-}
-
 fn terminal_width() -> usize {
     terminal::size().map_or(80, |(cols, _)| usize::from(cols.max(20)))
-}
-
-/// The prompt: one line (reedline prints output above a one-line prompt
-/// cleanly), the spinner or question before the input, the status at the
-/// right end.
-struct UiPrompt {
-    left: String,
-    right: String,
-}
-
-impl Prompt for UiPrompt {
-    fn render_prompt_left(&self) -> std::borrow::Cow<'_, str> {
-        self.left.as_str().into()
-    }
-
-    fn render_prompt_right(&self) -> std::borrow::Cow<'_, str> {
-        self.right.as_str().into()
-    }
-
-    fn render_prompt_indicator(&self, _mode: PromptEditMode) -> std::borrow::Cow<'_, str> {
-        "› ".into()
-    }
-
-    fn render_prompt_multiline_indicator(&self) -> std::borrow::Cow<'_, str> {
-        "  ".into()
-    }
-
-    fn render_prompt_history_search_indicator(
-        &self,
-        search: PromptHistorySearch,
-    ) -> std::borrow::Cow<'_, str> {
-        format!("(history: {}) ", search.term).into()
-    }
-
-    fn get_prompt_color(&self) -> reedline::Color {
-        reedline::Color::Yellow
-    }
-
-    fn get_prompt_right_color(&self) -> reedline::Color {
-        reedline::Color::DarkGray
-    }
-
-    fn get_indicator_color(&self) -> reedline::Color {
-        reedline::Color::Cyan
-    }
 }
 
 struct Ui {
@@ -607,216 +552,9 @@ impl Ui {
     }
 }
 
-/// The edit mode while a question waits: its keys answer it, and the keys
-/// read after the answer in the same batch (which the editor drops once a
-/// key has ended the read) are kept for the next line.
-struct AnswerMode {
-    keys: Emacs,
-    answered: bool,
-    after: Arc<Mutex<Vec<KeyEvent>>>,
-}
-
-impl reedline::EditMode for AnswerMode {
-    fn parse_event(&mut self, event: reedline::ReedlineRawEvent) -> ReedlineEvent {
-        let raw = crossterm::event::Event::from(event);
-        if self.answered {
-            if let crossterm::event::Event::Key(key) = raw
-                && key.kind != crossterm::event::KeyEventKind::Release
-            {
-                lock_keys(&self.after).push(key);
-            }
-            return ReedlineEvent::None;
-        }
-        let Ok(event) = reedline::ReedlineRawEvent::try_from(raw) else {
-            return ReedlineEvent::None;
-        };
-        let parsed = self.keys.parse_event(event);
-        if matches!(parsed, ReedlineEvent::ExecuteHostCommand(_)) {
-            self.answered = true;
-        }
-        parsed
-    }
-
-    fn edit_mode(&self) -> PromptEditMode {
-        self.keys.edit_mode()
-    }
-}
-
-/// The kept keys; a poisoned lock still holds them.
-fn lock_keys(keys: &Mutex<Vec<KeyEvent>>) -> MutexGuard<'_, Vec<KeyEvent>> {
-    keys.lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Editing keys: reedline's Emacs set, with Ctrl-O showing the last tool
-/// result whole and Shift-Tab switching to the next permission mode (as
-/// people know them from other agents).
-fn editing_keybindings() -> Keybindings {
-    let mut keys = reedline::default_emacs_keybindings();
-    keys.add_binding(
-        KeyModifiers::NONE,
-        KeyCode::Tab,
-        ReedlineEvent::UntilFound(vec![
-            ReedlineEvent::Menu(COMPLETION_MENU.to_string()),
-            ReedlineEvent::MenuNext,
-        ]),
-    );
-    keys.add_binding(
-        KeyModifiers::CONTROL,
-        KeyCode::Char('o'),
-        ReedlineEvent::ExecuteHostCommand(EXPAND_OUTPUT.to_string()),
-    );
-    for modifiers in [KeyModifiers::SHIFT, KeyModifiers::NONE] {
-        keys.add_binding(
-            modifiers,
-            KeyCode::BackTab,
-            ReedlineEvent::ExecuteHostCommand(NEXT_MODE.to_string()),
-        );
-    }
-    keys
-}
-
-/// The keys that answer a permission request, each returning the answer
-/// as the word the session understands (`y`, `a`, `p`, `n`, ...).
-fn answer_keybindings(offered: &[Decision]) -> Keybindings {
-    let mut keys = Keybindings::new();
-    let mut bind = |code: KeyCode, answer: &str| {
-        let event = ReedlineEvent::ExecuteHostCommand(answer.to_string());
-        keys.add_binding(KeyModifiers::NONE, code, event.clone());
-        if let KeyCode::Char(c) = code {
-            keys.add_binding(
-                KeyModifiers::SHIFT,
-                KeyCode::Char(c.to_ascii_uppercase()),
-                event,
-            );
-        }
-    };
-    for decision in offered {
-        bind(KeyCode::Char(decision.key()), &decision.key().to_string());
-        if *decision == Decision::AllowAlways {
-            bind(KeyCode::Char('p'), "p");
-        }
-    }
-    if offered.contains(&Decision::AllowOnce) {
-        bind(KeyCode::Enter, "y");
-    }
-    if offered.contains(&Decision::Deny) {
-        bind(KeyCode::Esc, "n");
-    }
-    keys.add_binding(
-        KeyModifiers::CONTROL,
-        KeyCode::Char('c'),
-        ReedlineEvent::CtrlC,
-    );
-    keys
-}
-
-/// Before the input while a question waits: its keys.
-fn question_left(offered: &[Decision]) -> String {
-    let keys: String = offered
-        .iter()
-        .map(|d| {
-            d.key().to_string()
-                + if *d == Decision::AllowAlways {
-                    "/p"
-                } else {
-                    ""
-                }
-        })
-        .collect::<Vec<_>>()
-        .join("/");
-    format!("⚠ allow? {keys} ")
-}
-
-/// At the right end while a question waits.
-fn question_right() -> String {
-    "one key · Enter = [y] · Esc = deny".to_string()
-}
-
-/// The keys of a permission prompt, wrapped between options (never inside
-/// one) to `width` columns.
-pub fn key_lines(offered: &[Decision], width: usize, color: bool) -> Vec<String> {
-    let mut options: Vec<(String, usize)> = Vec::new();
-    let mut push = |key: &str, label: &str, default: bool| {
-        let plain = format!("[{key}] {label}");
-        let shown = match (color, default) {
-            (true, true) => format!("\x1b[1;7m[{key}]\x1b[0m \x1b[1m{label}\x1b[0m"),
-            (true, false) => format!("\x1b[1m[{key}]\x1b[0m {label}"),
-            (false, true) => format!("[{key}]* {label}"),
-            (false, false) => plain.clone(),
-        };
-        let columns = plain.chars().count() + usize::from(default && !color);
-        options.push((shown, columns));
-    };
-    for decision in offered {
-        match decision {
-            Decision::AllowOnce => push("y", "allow once", true),
-            Decision::AllowAlways => {
-                push("a", "always, this conversation", false);
-                push("p", "always, this project", false);
-            }
-            Decision::DenyAndStop => push("s", "deny and stop, then say what to do", false),
-            d => push(&d.key().to_string(), d.label(), false),
-        }
-    }
-    push("Esc", "deny", false);
-    crate::render::wrap_options(options, width)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const ALL: [Decision; 6] = Decision::ALL;
-
-    #[test]
-    fn keys_wrap_between_options_at_any_width() {
-        for width in [20, 40, 80, 160] {
-            let lines = key_lines(&ALL, width, false);
-            let text = lines.join(" ");
-            for label in [
-                "[y]* allow once",
-                "[a] always, this conversation",
-                "[p] always, this project",
-                "[n] deny",
-                "[s] deny and stop, then say what to do",
-                "[v] never",
-                "[b] background",
-                "[Esc] deny",
-            ] {
-                assert!(text.contains(label), "{label} whole at {width}: {lines:?}");
-            }
-            for line in &lines {
-                let options = line.matches('[').count();
-                assert!(
-                    line.chars().count() <= width || options == 1,
-                    "{width}: {line:?}"
-                );
-            }
-        }
-        assert_eq!(key_lines(&ALL, 400, false).len(), 1);
-        assert!(key_lines(&ALL, 80, false).len() >= 2);
-    }
-
-    #[test]
-    fn the_question_prompt_names_the_keys() {
-        let offered = [Decision::AllowOnce, Decision::AllowAlways, Decision::Deny];
-        assert_eq!(question_left(&offered), "⚠ allow? y/a/p/n ");
-        assert_eq!(question_left(&[Decision::AllowOnce]), "⚠ allow? y ");
-    }
-
-    #[test]
-    fn a_backslash_continues_the_line() {
-        assert!(matches!(
-            ContinuationValidator.validate("first \\"),
-            ValidationResult::Incomplete
-        ));
-        assert!(matches!(
-            ContinuationValidator.validate("done"),
-            ValidationResult::Complete
-        ));
-        assert_eq!(accepted_text("one \\\ntwo"), "one \ntwo");
-    }
 
     #[test]
     fn the_writer_sends_whole_lines() {

@@ -939,7 +939,7 @@ async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
 
 #[test]
 fn a_line_that_is_just_an_image_path_attaches_it_whatever_its_name() {
-    use crate::session::{image_path, unquote};
+    use crate::session::input::{image_path, unquote};
     let dir = tempfile::tempdir().unwrap();
     let png = dir.path().join("shot one.txt");
     std::fs::write(&png, b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR").unwrap();

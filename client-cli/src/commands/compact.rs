@@ -1,0 +1,64 @@
+//! `agent compact` and `agent continue`: summarise a conversation now,
+//! and go on from an exhausted one in a new conversation.
+
+use agent_proto::v1 as pb;
+
+use super::{Ctx, print_json, print_line, retrying};
+use crate::error::{CliError, Exit};
+use crate::io::Io;
+use crate::json as js;
+
+/// `agent compact`: asks for the continuation summary now.
+pub(super) async fn compact(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, CliError> {
+    let response = ctx
+        .client()
+        .await?
+        .compact_conversation(pb::CompactConversationRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .map_err(|s| CliError::conversation_status(s, &id))?
+        .into_inner();
+    let c = response.conversation.unwrap_or_default();
+    if ctx.json {
+        print_json(io, &js::conversation_summary(&c))?;
+    } else {
+        print_line(
+            io,
+            &format!(
+                "compacting {}: the model writes a continuation summary; then `agent continue {}`",
+                c.id, c.id
+            ),
+        )?;
+    }
+    Ok(Exit::Ok)
+}
+
+/// `agent continue`: the exhausted conversation goes on in a new one.
+pub(super) async fn continue_conversation(
+    ctx: &Ctx,
+    id: String,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
+    // Asked again, the daemon answers with the same new conversation, so a
+    // retry after a broken connection is safe.
+    let request = pb::ContinueConversationRequest {
+        conversation_id: id.clone(),
+    };
+    let response = retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.continue_conversation(request).await }
+    })
+    .await?
+    .map_err(|s| CliError::conversation_status(s, &id))?;
+    let c = response.conversation.unwrap_or_default();
+    if ctx.json {
+        print_json(io, &js::conversation_summary(&c))?;
+    } else {
+        print_line(
+            io,
+            &format!("continued {} as {}", c.parent_conversation_id, c.id),
+        )?;
+    }
+    Ok(Exit::Ok)
+}
