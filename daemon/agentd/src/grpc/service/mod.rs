@@ -157,6 +157,7 @@ fn validate_dir(raw_path: &str, what: &str) -> Result<PathBuf, Status> {
     Ok(canonical)
 }
 
+/// Each RPC is served by the module of its family; this impl only routes.
 #[tonic::async_trait]
 impl AgentService for Service {
     async fn create_conversation(
