@@ -383,7 +383,6 @@ impl Rewriter {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use hpack::{Decoder, Field};

@@ -400,7 +400,6 @@ const STATIC: [(&str, &str); STATIC_LEN] = [
 ];
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,0 +1,238 @@
+//! The rule table: the least role each RPC and each Attach frame needs,
+//! and the refusal a client whose role falls short gets.
+
+use agentd_core::ClientRole;
+use tonic::Status;
+
+/// What a call needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// At least this role.
+    Role(ClientRole),
+    /// The local socket: managing tokens, trusting directories (which
+    /// lets a project's hooks run commands unasked).
+    Local,
+}
+
+/// The rule table: each method of `agent.v1.AgentService` and the least it
+/// needs. A method missing here needs a driver (see [`need`]); a test
+/// checks that the table names every RPC of the proto.
+pub const RULES: &[(&str, Need)] = &[
+    ("CreateConversation", Need::Role(ClientRole::Driver)),
+    ("ListConversations", Need::Role(ClientRole::Viewer)),
+    ("GetConversation", Need::Role(ClientRole::Viewer)),
+    ("SendMessage", Need::Role(ClientRole::Driver)),
+    ("CancelConversation", Need::Role(ClientRole::Driver)),
+    ("DropQueuedMessage", Need::Role(ClientRole::Driver)),
+    ("AnswerPermission", Need::Role(ClientRole::Approver)),
+    ("ListShells", Need::Role(ClientRole::Viewer)),
+    ("ReadShellOutput", Need::Role(ClientRole::Viewer)),
+    ("KillShell", Need::Role(ClientRole::Driver)),
+    // Each frame after `subscribe` is checked too: see [`frame_need`].
+    ("Attach", Need::Role(ClientRole::Viewer)),
+    ("ExportConversations", Need::Role(ClientRole::Viewer)),
+    ("ImportConversations", Need::Role(ClientRole::Driver)),
+    ("GetUsage", Need::Role(ClientRole::Viewer)),
+    ("SetDirectoryTrust", Need::Local),
+    ("ListTrustedDirectories", Need::Role(ClientRole::Viewer)),
+    ("GetDaemonInfo", Need::Role(ClientRole::Viewer)),
+    ("UpdateConversation", Need::Role(ClientRole::Driver)),
+    ("CompactConversation", Need::Role(ClientRole::Driver)),
+    ("ContinueConversation", Need::Role(ClientRole::Driver)),
+    ("ListMcpServers", Need::Role(ClientRole::Viewer)),
+    // Raising a budget decides what the conversation may spend: a driver's.
+    ("AnswerBudget", Need::Role(ClientRole::Driver)),
+    ("CreateToken", Need::Local),
+    ("ListTokens", Need::Local),
+    ("RevokeToken", Need::Local),
+    ("GetAudit", Need::Role(ClientRole::Viewer)),
+    // Rewriting files and forking the transcript: a driver's.
+    ("Rewind", Need::Role(ClientRole::Driver)),
+];
+
+/// The agent service's path prefix.
+const SERVICE_PREFIX: &str = "/agent.v1.AgentService/";
+
+/// What a request to `path` needs, and the name to give it in a refusal.
+/// Health checks and reflection need a viewer; an unknown method of the
+/// agent service (or of any other) a driver, so nothing is open by
+/// omission.
+pub fn need(path: &str) -> (Need, &str) {
+    if let Some(method) = path.strip_prefix(SERVICE_PREFIX) {
+        let rule = RULES.iter().find(|(m, _)| *m == method);
+        return (
+            rule.map_or(Need::Role(ClientRole::Driver), |(_, n)| *n),
+            method,
+        );
+    }
+    if path.starts_with("/grpc.health.v1.Health/")
+        || path.starts_with("/grpc.reflection.v1.ServerReflection/")
+        || path.starts_with("/grpc.reflection.v1alpha.ServerReflection/")
+    {
+        return (Need::Role(ClientRole::Viewer), path);
+    }
+    (Need::Role(ClientRole::Driver), path)
+}
+
+/// An Attach frame, for [`frame_need`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameKind {
+    Subscribe,
+    Create,
+    Send,
+    Answer,
+    Cancel,
+    Budget,
+}
+
+/// The least role an Attach frame needs, and what it is called in a
+/// refusal.
+pub fn frame_need(frame: FrameKind) -> (ClientRole, &'static str) {
+    match frame {
+        FrameKind::Subscribe => (ClientRole::Viewer, "the Attach `subscribe` frame"),
+        FrameKind::Create => (ClientRole::Driver, "the Attach `create` frame"),
+        FrameKind::Send => (ClientRole::Driver, "the Attach `send` frame"),
+        FrameKind::Answer => (ClientRole::Approver, "the Attach `answer` frame"),
+        FrameKind::Cancel => (ClientRole::Driver, "the Attach `cancel` frame"),
+        FrameKind::Budget => (ClientRole::Driver, "the Attach `budget` frame"),
+    }
+}
+
+/// What a role may not do, for refusals.
+fn lacks(role: ClientRole) -> &'static str {
+    match role {
+        ClientRole::Viewer => "a viewer sees everything and changes nothing",
+        ClientRole::Approver => {
+            "an approver may answer permission requests but not send messages, cancel or change settings"
+        }
+        ClientRole::Driver => "a driver may do everything but manage tokens and trust",
+    }
+}
+
+/// Refuses `what` to a client whose role is `role` when it needs `needed`:
+/// PERMISSION_DENIED naming both and what the role lacks.
+pub fn check_role(role: ClientRole, needed: ClientRole, what: &str) -> Result<(), Status> {
+    if role.allows(needed) {
+        return Ok(());
+    }
+    let article = if role == ClientRole::Approver {
+        "an"
+    } else {
+        "a"
+    };
+    Err(Status::permission_denied(format!(
+        "{what} needs the {needed} role; this client is {article} {role} ({})",
+        lacks(role)
+    )))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// The RPCs the proto declares.
+    fn proto_rpcs() -> BTreeSet<String> {
+        let proto = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../proto/agent/v1/agent.proto");
+        let text = std::fs::read_to_string(proto).unwrap();
+        text.lines()
+            .filter_map(|l| l.trim().strip_prefix("rpc "))
+            .map(|l| l.split('(').next().unwrap().trim().to_string())
+            .collect()
+    }
+
+    #[test]
+    fn every_rpc_has_exactly_one_rule() {
+        let rpcs = proto_rpcs();
+        assert!(rpcs.len() > 20, "the proto was read: {rpcs:?}");
+        let ruled: Vec<&str> = RULES.iter().map(|(m, _)| *m).collect();
+        let unique: BTreeSet<String> = ruled.iter().map(|m| m.to_string()).collect();
+        assert_eq!(unique.len(), ruled.len(), "a method is listed twice");
+        assert_eq!(unique, rpcs, "the rule table and the proto's RPCs differ");
+    }
+
+    #[test]
+    fn the_rule_table_says_what_each_role_may_call() {
+        use ClientRole::*;
+        let may =
+            |role: ClientRole, method: &str| match need(&format!("{SERVICE_PREFIX}{method}")).0 {
+                Need::Role(r) => role.allows(r),
+                Need::Local => false,
+            };
+        for method in [
+            "ListConversations",
+            "GetConversation",
+            "Attach",
+            "ReadShellOutput",
+            "GetAudit",
+            "GetUsage",
+        ] {
+            assert!(may(Viewer, method), "a viewer sees {method}");
+        }
+        for method in [
+            "SendMessage",
+            "CancelConversation",
+            "AnswerPermission",
+            "UpdateConversation",
+            "KillShell",
+            "CreateConversation",
+            "CompactConversation",
+            "ContinueConversation",
+            "DropQueuedMessage",
+            "ImportConversations",
+            "AnswerBudget",
+        ] {
+            assert!(!may(Viewer, method), "a viewer may not call {method}");
+        }
+        assert!(may(Approver, "AnswerPermission"));
+        for method in [
+            "SendMessage",
+            "CancelConversation",
+            "UpdateConversation",
+            "KillShell",
+            "CreateConversation",
+            "AnswerBudget",
+        ] {
+            assert!(!may(Approver, method), "an approver may not call {method}");
+            assert!(may(Driver, method), "a driver may call {method}");
+        }
+        for method in [
+            "CreateToken",
+            "ListTokens",
+            "RevokeToken",
+            "SetDirectoryTrust",
+        ] {
+            assert_eq!(need(&format!("{SERVICE_PREFIX}{method}")).0, Need::Local);
+        }
+        // Nothing is open by omission.
+        assert_eq!(need("/agent.v1.AgentService/Nope").0, Need::Role(Driver));
+        assert_eq!(need("/other.Service/Call").0, Need::Role(Driver));
+        assert_eq!(need("/grpc.health.v1.Health/Check").0, Need::Role(Viewer));
+    }
+
+    #[test]
+    fn frames_need_what_their_unary_forms_need() {
+        let unary = |m: &str| match need(&format!("{SERVICE_PREFIX}{m}")).0 {
+            Need::Role(r) => r,
+            Need::Local => unreachable!(),
+        };
+        assert_eq!(frame_need(FrameKind::Send).0, unary("SendMessage"));
+        assert_eq!(frame_need(FrameKind::Answer).0, unary("AnswerPermission"));
+        assert_eq!(frame_need(FrameKind::Cancel).0, unary("CancelConversation"));
+        assert_eq!(frame_need(FrameKind::Subscribe).0, unary("Attach"));
+        assert_eq!(frame_need(FrameKind::Create).0, unary("CreateConversation"));
+    }
+
+    #[test]
+    fn a_refusal_names_the_rule_and_the_role() {
+        let refused =
+            check_role(ClientRole::Viewer, ClientRole::Driver, "SendMessage").unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied);
+        assert_eq!(
+            refused.message(),
+            "SendMessage needs the driver role; this client is a viewer (a viewer sees everything and changes nothing)"
+        );
+        assert!(check_role(ClientRole::Approver, ClientRole::Approver, "x").is_ok());
+    }
+}

@@ -1,0 +1,156 @@
+//! The one place that maps between prost types and the daemon's own types,
+//! one module per family of wire types; this one holds what they all use:
+//! quoting client input in errors, and runtime errors as gRPC statuses.
+
+mod clients;
+mod conversations;
+mod events;
+mod mcp;
+mod messages;
+mod permissions;
+mod shells;
+mod transfer;
+
+pub use clients::{audit_entry, client, role, role_from};
+pub use conversations::{
+    budget_stop, checkpoint_turns, code_rewound, error_kind, instructions, mode, mode_from, queued,
+    state, summary, usage, usage_from, usage_line,
+};
+pub use events::{event, event_owned, sub_agent_ref};
+pub use mcp::{mcp_server_from, mcp_servers};
+pub use messages::{
+    block, block_from, image, image_from, message, message_from, message_kind, uploads,
+};
+pub use permissions::{
+    answer_from, decision, decision_from, permission, plan, plan_answer_from, plan_steps_from,
+    rule_scope_from,
+};
+pub use shells::{shell, shell_status};
+pub use transfer::{exported_from, exported_images};
+
+use crate::runtime::RuntimeError;
+use agentd_core::Rejected;
+use tonic::Status;
+
+/// Client input longer than this is cut when an error quotes it.
+const QUOTE_BYTES: usize = 64;
+
+/// The longest status message the daemon sends: a status travels in an
+/// HTTP/2 header block, which clients bound (grpc-go and tonic at 16 KiB,
+/// some at 8 KiB), and a status over the bound reaches them as a protocol
+/// error instead of its message.
+const MESSAGE_BYTES: usize = 1024;
+
+/// `input` as an error quotes it: whole when short, else its start and its
+/// size, e.g. `AAAA… (300000 bytes)`.
+pub fn brief(input: &str) -> String {
+    if input.len() <= QUOTE_BYTES {
+        return input.to_string();
+    }
+    format!("{}… ({} bytes)", head(input, QUOTE_BYTES), input.len())
+}
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+fn head(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A status with `message` cut to [`MESSAGE_BYTES`].
+pub fn bounded(code: tonic::Code, message: String) -> Status {
+    if message.len() <= MESSAGE_BYTES {
+        return Status::new(code, message);
+    }
+    let cut = format!(
+        "{}… ({} bytes in all)",
+        head(&message, MESSAGE_BYTES - 32),
+        message.len()
+    );
+    Status::new(code, cut)
+}
+
+/// The one mapping from runtime errors to gRPC statuses.
+pub fn to_status(e: RuntimeError) -> Status {
+    use tonic::Code;
+    match e {
+        RuntimeError::NotFound(id) => {
+            Status::not_found(format!("unknown conversation {}", brief(&id)))
+        }
+        RuntimeError::Ambiguous { .. } => bounded(Code::InvalidArgument, e.to_string()),
+        RuntimeError::InvalidArgument(m) => bounded(Code::InvalidArgument, m),
+        RuntimeError::NotAllowed(m) => bounded(Code::FailedPrecondition, m),
+        RuntimeError::StaleTurn { .. } => Status::failed_precondition(e.to_string()),
+        RuntimeError::NotQueued { id, conversation } => Status::not_found(
+            RuntimeError::NotQueued {
+                id: brief(&id),
+                conversation,
+            }
+            .to_string(),
+        ),
+        RuntimeError::QueueFull(_) => Status::resource_exhausted(e.to_string()),
+        RuntimeError::HookBlocked(_) => bounded(Code::FailedPrecondition, e.to_string()),
+        RuntimeError::Rejected(r) => match r {
+            Rejected::Busy
+            | Rejected::CancellationInProgress
+            | Rejected::ContextExhausted
+            | Rejected::NoPendingPermission
+            | Rejected::NotApplicable { .. } => Status::failed_precondition(r.to_string()),
+            Rejected::EmptyMessage | Rejected::DecisionNotOffered(_) => {
+                Status::invalid_argument(r.to_string())
+            }
+            Rejected::UnknownPermissionRequest(id) => {
+                Status::not_found(Rejected::UnknownPermissionRequest(brief(&id)).to_string())
+            }
+            Rejected::InvalidPlanAnswer(why) => bounded(Code::InvalidArgument, why),
+        },
+        RuntimeError::Store(e) => bounded(Code::Internal, e.to_string()),
+        RuntimeError::ShuttingDown => Status::unavailable("agentd is shutting down"),
+    }
+}
+
+/// The longest client request id accepted.
+const CLIENT_REQUEST_ID_BYTES: usize = 128;
+
+/// A request's client request id: none when empty; refused when too long.
+pub fn client_request_id_from(raw: String) -> Result<Option<String>, Status> {
+    if raw.len() > CLIENT_REQUEST_ID_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "client_request_id is {} bytes; at most {CLIENT_REQUEST_ID_BYTES} are accepted",
+            raw.len()
+        )));
+    }
+    Ok((!raw.is_empty()).then_some(raw))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_input_is_quoted_by_its_start_and_size() {
+        assert_eq!(brief("01J2ABC"), "01J2ABC");
+        let long = "é".repeat(100);
+        let quoted = brief(&long);
+        assert_eq!(quoted, format!("{}… (200 bytes)", "é".repeat(32)));
+        let status = to_status(RuntimeError::NotFound("A".repeat(300_000)));
+        assert_eq!(
+            status.message(),
+            format!("unknown conversation {}… (300000 bytes)", "A".repeat(64))
+        );
+        let long_message = bounded(tonic::Code::InvalidArgument, "x".repeat(5000));
+        assert!(
+            long_message.message().len() <= 1024,
+            "{}",
+            long_message.message().len()
+        );
+        assert!(long_message.message().ends_with("… (5000 bytes in all)"));
+        let short = bounded(tonic::Code::Internal, "short".into());
+        assert_eq!(
+            (short.code(), short.message()),
+            (tonic::Code::Internal, "short")
+        );
+    }
+}
