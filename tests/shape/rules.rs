@@ -126,7 +126,11 @@ pub fn crate_findings(manifest: &str, text: &str, name: &str, members: &[String]
         }
         let line = text
             .lines()
-            .position(|l| l.trim_start().starts_with(&key))
+            .position(|l| {
+                l.trim_start()
+                    .strip_prefix(key.as_str())
+                    .is_some_and(|rest| rest.starts_with(['.', ' ', '=']))
+            })
             .map_or(1, |i| i + 1);
         out.push(Finding {
             rule: Rule::Layers,

@@ -172,7 +172,7 @@ fn a_client_may_not_depend_on_a_daemon_crate() {
     let members: Vec<String> = ["agent-proto", "agentd", "agentd-core", "agent-cli"]
         .map(String::from)
         .to_vec();
-    let manifest = "[package]\nname = \"agent-cli\"\n\n[dependencies]\nagent-proto.workspace = true\nserde = \"1\"\n\n[dev-dependencies]\ncore = { workspace = true, package = \"agentd-core\" }\n";
+    let manifest = "[package]\nname = \"agent-cli\"\n\n[dependencies]\nagent-proto.workspace = true\nserde = \"1\"\ncoreutils = \"1\"\n\n[dev-dependencies]\ncore = { workspace = true, package = \"agentd-core\" }\n";
     let found = rules::crate_findings("client-cli/Cargo.toml", manifest, "agent-cli", &members);
     assert_eq!(
         rules_of(&found),
@@ -182,7 +182,7 @@ fn a_client_may_not_depend_on_a_daemon_crate() {
             1
         )]
     );
-    assert_eq!(found[0].at, "client-cli/Cargo.toml:9");
+    assert_eq!(found[0].at, "client-cli/Cargo.toml:10");
     let found = rules::crate_findings("new/Cargo.toml", "", "agent-new", &members);
     assert!(found[0].what.contains("has no layer"));
 }
