@@ -1,4 +1,8 @@
 use super::*;
+use agentd_core::hooks::HookVerdict;
+use serde_json::json;
+use std::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 fn lists(toml_text: &str) -> HookLists {
     toml::from_str::<ProjectFile>(toml_text).unwrap().hooks

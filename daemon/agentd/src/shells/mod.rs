@@ -17,27 +17,26 @@
 //! that provably are ours: same pid and same start time in `/proc`.
 
 mod output;
+mod shell;
+mod tasks;
 
 use std::collections::HashMap;
 use std::fs::{DirBuilder, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Seek, SeekFrom};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
-use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use nix::unistd::Pid;
 use regex::Regex;
 use serde::{Deserialize, Serialize};
-use tokio::io::AsyncReadExt;
-use tokio::net::unix::pipe;
-use tokio::sync::{broadcast, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::broadcast;
 
-use crate::process::{self, DRAIN, Group, KILL_WAIT, OnDrop};
+use crate::process::{self, DRAIN, KILL_WAIT, OnDrop};
 use output::Spool;
+use shell::Shell;
+use tasks::{group_of, monitor, provably_ours, pump};
 
 /// Largest read of the spool, per pipe read.
 const PIPE_CHUNK: usize = 64 * 1024;
@@ -178,104 +177,6 @@ impl std::fmt::Debug for ShellManager {
     }
 }
 
-/// One shell, live or from the store.
-#[derive(Debug)]
-struct Shell {
-    seq: u64,
-    spool_path: PathBuf,
-    state: Mutex<State>,
-    /// Bumped on every new output and on the end, for waiters.
-    changed: watch::Sender<u64>,
-    /// Where the model's last `read_new` stopped; also serialises those
-    /// reads, so two polls never return the same line.
-    model_cursor: tokio::sync::Mutex<u64>,
-}
-
-#[derive(Debug)]
-struct State {
-    record: ShellRecord,
-    /// The writer; None for shells from the store.
-    spool: Option<Spool>,
-    /// A kill was asked for: the end is `Killed`, whatever the exit status.
-    kill_requested: bool,
-    /// The end is recorded: stored through `persist` and announced. Waiters
-    /// wait for this, not for the status, so that a clean shutdown cannot
-    /// exit between the two.
-    settled: bool,
-}
-
-impl Shell {
-    fn new(seq: u64, spool_path: PathBuf, record: ShellRecord, spool: Option<Spool>) -> Self {
-        Shell {
-            seq,
-            spool_path,
-            state: Mutex::new(State {
-                settled: record.status.is_ended(),
-                record,
-                spool,
-                kill_requested: false,
-            }),
-            changed: watch::channel(0).0,
-            model_cursor: tokio::sync::Mutex::new(0),
-        }
-    }
-
-    fn record(&self) -> ShellRecord {
-        lock(&self.state).record.clone()
-    }
-
-    fn bump(&self) {
-        self.changed.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// Waits until the end is recorded, or `pred` holds.
-    async fn wait_until(&self, pred: impl Fn(&ShellRecord) -> bool) {
-        // Subscribing before looking means no change can slip in between.
-        let mut changes = self.changed.subscribe();
-        loop {
-            {
-                let st = lock(&self.state);
-                if st.settled || pred(&st.record) {
-                    return;
-                }
-            }
-            if changes.changed().await.is_err() {
-                return;
-            }
-        }
-    }
-
-    /// The record, and the bytes `[start, start + max)` of the spool as far
-    /// as they exist, from memory when the tail still holds them.
-    async fn read_at(&self, start: u64, max: u64) -> Result<(Vec<u8>, ShellRecord), ShellError> {
-        let (record, in_tail) = {
-            let st = lock(&self.state);
-            let end = st.record.output_bytes.min(start.saturating_add(max));
-            let in_tail = st.spool.as_ref().and_then(|s| s.tail_range(start, end));
-            (st.record.clone(), in_tail)
-        };
-        if let Some(bytes) = in_tail {
-            return Ok((bytes, record));
-        }
-        let end = record.output_bytes.min(start.saturating_add(max));
-        if start >= end {
-            return Ok((Vec::new(), record));
-        }
-        let path = self.spool_path.clone();
-        let bytes = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
-            let mut bytes = Vec::new();
-            open_at(&path, start)?
-                .take(end - start)
-                .read_to_end(&mut bytes)?;
-            Ok(bytes)
-        })
-        .await
-        .map_err(|e| ShellError::Io(format!("reading the output failed: {e}")))?
-        .map_err(|e| io_error(&record.id, &e))?;
-        Ok((bytes, record))
-    }
-}
-
 impl ShellManager {
     /// `spool_dir`: `<data dir>/shells` (created, mode 0700). `persist` is
     /// called with every record change; `events` carries starts and ends.
@@ -355,29 +256,7 @@ impl ShellManager {
         // spawns cannot both take the last slot. Everything in between is
         // synchronous (fork and exec take about a millisecond).
         let mut shells = lock(&self.shells);
-        let running: Vec<ShellRecord> = shells
-            .values()
-            .map(|s| s.record())
-            .filter(|r| r.status == ShellStatus::Running)
-            .collect();
-        if running.len() >= self.limits.max_total {
-            return Err(ShellError::Limit(format!(
-                "too many background shells ({} running; limit {}) — kill one with kill_shell first",
-                running.len(),
-                self.limits.max_total
-            )));
-        }
-        let mine = running
-            .iter()
-            .filter(|r| r.conversation_id == conversation_id)
-            .count();
-        if mine >= self.limits.max_per_conversation {
-            return Err(ShellError::Limit(format!(
-                "too many background shells in this conversation ({mine} running; limit {}) — \
-                 kill one with kill_shell first",
-                self.limits.max_per_conversation
-            )));
-        }
+        self.check_limits(&shells, conversation_id)?;
         let id = loop {
             let id = new_id(self.seq.load(Ordering::Relaxed));
             if !shells.contains_key(&id) {
@@ -385,25 +264,7 @@ impl ShellManager {
             }
         };
 
-        make_private_dir(&self.spool_dir).map_err(|e| {
-            ShellError::Io(format!(
-                "cannot create the spool directory {}: {e}",
-                self.spool_dir.display()
-            ))
-        })?;
-        let spool_path = self.spool_path(&id);
-        let file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&spool_path)
-            .map_err(|e| {
-                ShellError::Io(format!(
-                    "cannot create the spool file {}: {e}",
-                    spool_path.display()
-                ))
-            })?;
+        let (spool_path, file) = self.create_spool(&id)?;
 
         // Shells outlive the task that watches them: if the daemon dies,
         // the next start finds them (see `recover`).
@@ -445,6 +306,64 @@ impl ShellManager {
         (self.persist)(&record);
         let _ = self.events.send(ShellEvent::Started(record.clone()));
         Ok(record)
+    }
+
+    /// Refuses a spawn past the daemon's or the conversation's limit of
+    /// running shells.
+    fn check_limits(
+        &self,
+        shells: &HashMap<String, Arc<Shell>>,
+        conversation_id: &str,
+    ) -> Result<(), ShellError> {
+        let running: Vec<ShellRecord> = shells
+            .values()
+            .map(|s| s.record())
+            .filter(|r| r.status == ShellStatus::Running)
+            .collect();
+        if running.len() >= self.limits.max_total {
+            return Err(ShellError::Limit(format!(
+                "too many background shells ({} running; limit {}) — kill one with kill_shell first",
+                running.len(),
+                self.limits.max_total
+            )));
+        }
+        let mine = running
+            .iter()
+            .filter(|r| r.conversation_id == conversation_id)
+            .count();
+        if mine >= self.limits.max_per_conversation {
+            return Err(ShellError::Limit(format!(
+                "too many background shells in this conversation ({mine} running; limit {}) — \
+                 kill one with kill_shell first",
+                self.limits.max_per_conversation
+            )));
+        }
+        Ok(())
+    }
+
+    /// Creates the spool file of shell `id` (mode 0600, in the private
+    /// spool directory).
+    fn create_spool(&self, id: &str) -> Result<(PathBuf, File), ShellError> {
+        make_private_dir(&self.spool_dir).map_err(|e| {
+            ShellError::Io(format!(
+                "cannot create the spool directory {}: {e}",
+                self.spool_dir.display()
+            ))
+        })?;
+        let spool_path = self.spool_path(id);
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&spool_path)
+            .map_err(|e| {
+                ShellError::Io(format!(
+                    "cannot create the spool file {}: {e}",
+                    spool_path.display()
+                ))
+            })?;
+        Ok((spool_path, file))
     }
 
     /// Records of the shells of `conversation_id` (all shells for None),
@@ -631,119 +550,6 @@ fn matching_ids<'a>(ids: impl Iterator<Item = &'a String> + Clone, prefix: &str)
     } else {
         by_rest
     }
-}
-
-/// Copies the shell's output into its spool until end-of-file. Keeps
-/// reading after the cap, so the command never blocks on a full pipe.
-async fn pump(mut receiver: pipe::Receiver, shell: Arc<Shell>, persist: Persist) {
-    let mut buf = vec![0u8; PIPE_CHUNK];
-    loop {
-        let n = match receiver.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => n,
-        };
-        let capped = {
-            let mut guard = lock(&shell.state);
-            let st = &mut *guard;
-            let Some(spool) = st.spool.as_mut() else {
-                continue;
-            };
-            let appended = spool.append(&buf[..n]);
-            let written = spool.written();
-            st.record.output_bytes = written;
-            if appended.started_discarding {
-                st.record.truncated = true;
-                Some(st.record.clone())
-            } else if appended.written == 0 {
-                continue;
-            } else {
-                None
-            }
-        };
-        shell.bump();
-        if let Some(record) = capped {
-            persist(&record);
-        }
-    }
-}
-
-/// Waits for the shell to exit, stops what it left running in its group,
-/// lets the reader finish, and records the end.
-async fn monitor(
-    shell: Arc<Shell>,
-    mut child: tokio::process::Child,
-    mut reader: JoinHandle<()>,
-    persist: Persist,
-    events: broadcast::Sender<ShellEvent>,
-    grace: Duration,
-) {
-    let exit = child.wait().await;
-    let group = group_of(&shell.record());
-    let mut left_behind = false;
-    // The leader is reaped: only leftovers can keep the group ours.
-    if group.is_alive() {
-        left_behind = !lock(&shell.state).kill_requested;
-        group.terminate(grace).await;
-    }
-    if tokio::time::timeout(DRAIN, &mut reader).await.is_err() {
-        // A process that left the group still holds the pipe.
-        reader.abort();
-    }
-    let record = {
-        let mut st = lock(&shell.state);
-        let State {
-            record,
-            spool,
-            kill_requested,
-            ..
-        } = &mut *st;
-        record.status = if *kill_requested {
-            ShellStatus::Killed
-        } else {
-            match &exit {
-                Ok(status) => ShellStatus::Exited {
-                    code: status
-                        .code()
-                        .or_else(|| status.signal().map(|s| 128 + s))
-                        .unwrap_or(-1),
-                },
-                Err(e) => {
-                    tracing::warn!("waiting for background shell {} failed: {e}", record.id);
-                    ShellStatus::Exited { code: -1 }
-                }
-            }
-        };
-        if let Some(spool) = spool.as_mut() {
-            if left_behind {
-                spool.note("[agentd: the shell exited; processes it left running were stopped]");
-            }
-            spool.close();
-            record.output_bytes = spool.written();
-        }
-        record.ended_at_ms = Some(now_ms());
-        record.clone()
-    };
-    shell.bump();
-    persist(&record);
-    let _ = events.send(ShellEvent::Exited(record));
-    lock(&shell.state).settled = true;
-    shell.bump();
-}
-
-/// Whether the record's pid is, right now, the very process the shell
-/// started as: alive, leading its own group, and started at the recorded
-/// clock tick.
-fn provably_ours(record: &ShellRecord) -> bool {
-    let (Some(ticks), Ok(pid)) = (record.proc_start_ticks, i32::try_from(record.pid)) else {
-        return false;
-    };
-    process::leads_group_since(Pid::from_raw(pid), ticks)
-}
-
-/// The shell's process group, as recorded at its start.
-fn group_of(record: &ShellRecord) -> Group {
-    let pgid = Pid::from_raw(i32::try_from(record.pid).unwrap_or(i32::MAX));
-    Group::new(pgid, record.proc_start_ticks)
 }
 
 /// `sh-` and six base32 characters: 30 random bits, mixed with a counter so

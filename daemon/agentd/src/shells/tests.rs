@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
 
 use super::*;
 use crate::process::{group_alive, proc_stat};

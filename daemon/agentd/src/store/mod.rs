@@ -20,11 +20,19 @@
 //! what the journal holds beyond it.
 
 pub mod access;
+mod events;
 mod journal;
+mod open;
+mod records;
+mod usage;
 
 pub use journal::Tree;
+pub use records::{
+    ConversationRecord, FilePin, QueuedMessage, RememberedRequest, RequestOutcome, RuleScope,
+    StoredEvent, SubAgentEnd, SubAgentLink, TrustRecord,
+};
 
-use agentd_core::{ConvState, Message, Mode, Usage};
+use agentd_core::Message;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -66,306 +74,6 @@ pub enum StoreError {
     Closed,
     #[error("flush failed: {0}")]
     Flush(String),
-}
-
-/// A conversation as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ConversationRecord {
-    /// ULID.
-    pub id: String,
-    /// From the first user message.
-    pub title: String,
-    /// Working directory, fixed at creation.
-    pub cwd: PathBuf,
-    pub model: String,
-    /// Unix ms.
-    pub created_at_ms: i64,
-    /// Unix ms.
-    pub updated_at_ms: i64,
-    pub state: ConvState,
-    /// Permission mode.
-    #[serde(default)]
-    pub mode: Mode,
-    /// Extra directories tools may touch.
-    #[serde(default)]
-    pub additional_dirs: Vec<PathBuf>,
-    /// Rules given at creation.
-    #[serde(default)]
-    pub allow_rules: Vec<String>,
-    /// MCP servers given at creation (the configured ones are not copied
-    /// here: they follow the config file).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mcp_servers: Vec<crate::mcp::ServerSpec>,
-    /// Messages in the transcript (= the last message seq).
-    pub message_count: u64,
-    /// Sum of usage over replies.
-    #[serde(default)]
-    pub usage: Usage,
-    /// Event sequence numbers below this may have been handed out; a
-    /// restarted actor continues above it so no number is reused.
-    #[serde(default)]
-    pub seq_reserved: u64,
-    /// User messages accepted so far: the turn a client's expected-turn
-    /// guard names.
-    #[serde(default)]
-    pub turns: u64,
-    /// What the latest requests that carried a client request id did,
-    /// oldest first: a retry is answered from here. Written in the same
-    /// record as the request's effect, so both or neither survive a crash.
-    #[serde(default)]
-    pub requests: Vec<RememberedRequest>,
-    /// User messages sent "queue if busy" while a turn ran, oldest first,
-    /// not yet delivered to the model (see `agentd_core::transition`).
-    #[serde(default)]
-    pub queued: Vec<QueuedMessage>,
-    /// The number the next queued message gets (its id is `q<number>`).
-    #[serde(default)]
-    pub queued_next: u64,
-    /// Usage of the latest reply: how full the context is now.
-    #[serde(default)]
-    pub last_usage: Usage,
-    /// The conversation this one continues (its context was exhausted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_id: Option<String>,
-    /// The conversation that continues this one, once there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub continued_as: Option<String>,
-    /// The daemon made that continuation by itself (`auto_continue`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub continued_automatically: bool,
-    /// How many continuations lead from the first conversation of the
-    /// chain to this one (0: not a continuation).
-    #[serde(default)]
-    pub hop: u32,
-    /// Exhausted, and the daemon is to continue it by itself (`[context]
-    /// auto_continue`) but has not yet: written with the state, so a
-    /// restart finds it (the mid-turn index holds it) and does it then.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub continue_pending: bool,
-    /// Requests send the large tool outputs of the messages before this
-    /// index as a note (see `agentd_core::prune`); the transcript keeps
-    /// them. Only moves forward; 0: nothing pruned.
-    #[serde(default, skip_serializing_if = "is_no_index")]
-    pub pruned_through: usize,
-    /// What people raised this conversation's own budgets by (the daily
-    /// budgets' raises are the day's, see `Store::day_raises`).
-    #[serde(default, skip_serializing_if = "agentd_core::Amounts::is_empty")]
-    pub budget_raised: agentd_core::Amounts,
-    /// The latest plan proposed in it, with its steps' statuses (issue
-    /// 17): written with the state of the transition that changed it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<agentd_core::Plan>,
-    /// Set when a `spawn_agents` call of another conversation started this
-    /// one (REQ-BED-009: not user initiated).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sub_agent: Option<SubAgentLink>,
-    /// What this conversation's sub-agents used (theirs included), counted
-    /// once per child as each ends: `usage` stays this conversation's own.
-    #[serde(default)]
-    pub sub_agents_usage: Usage,
-    /// What that cost at list price, USD (children of unknown price count
-    /// nothing).
-    #[serde(default)]
-    pub sub_agents_cost_usd: f64,
-    /// The children whose usage is counted in `sub_agents_usage`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sub_agents_counted: Vec<String>,
-    /// A rewind forked this conversation from that one, ending just before
-    /// its message `forked_at` (`agent rewind --conversation`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forked_from: Option<String>,
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub forked_at: u64,
-    /// Self-correction tracking (issue 17 point 6): the request the turn
-    /// works on and its open correction chains, written with the state of
-    /// the transition that changed them, so a restart keeps the count.
-    #[serde(default, skip_serializing_if = "agentd_core::Corrections::is_empty")]
-    pub corrections: agentd_core::Corrections,
-}
-
-fn is_zero(n: &u64) -> bool {
-    *n == 0
-}
-
-/// What ties a sub-agent to its parent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SubAgentLink {
-    /// The conversation whose `spawn_agents` call started it.
-    pub parent_id: String,
-    /// Its id in the parent's call (`agent_{n}_{tool_use_id}`).
-    pub agent_id: String,
-    /// The label the parent gave it.
-    pub description: String,
-    /// How it ended, once it has: written in the same commit as the state
-    /// that ends it, so a restart finds it and reports it to the parent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<SubAgentEnd>,
-}
-
-/// A sub-agent's end as its parent gets it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct SubAgentEnd {
-    pub result: String,
-    pub success: bool,
-    /// What it used in all (its own replies and its sub-agents').
-    #[serde(default)]
-    pub usage: Usage,
-    /// What that cost, USD (0 when unknown).
-    #[serde(default)]
-    pub cost_usd: f64,
-}
-
-impl ConversationRecord {
-    /// Whether a user started it (REQ-BED-009), rather than a parent's
-    /// `spawn_agents` call.
-    pub fn user_initiated(&self) -> bool {
-        self.sub_agent.is_none()
-    }
-
-    /// Whether start-up has something to do for it: a turn was in flight,
-    /// or a continuation the daemon owes.
-    pub fn needs_recovery(&self) -> bool {
-        !self.state.is_at_rest() || self.continue_pending
-    }
-}
-
-/// A user message waiting for the turn in flight to reach a point where it
-/// can be delivered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueuedMessage {
-    /// `q<number>`, unique within the conversation.
-    pub id: String,
-    pub text: String,
-    /// When it was queued, Unix ms.
-    pub at_ms: i64,
-    /// The client that sent it (id, name), if it came from one.
-    #[serde(default)]
-    pub from: Option<(String, String)>,
-    /// Its images (their bytes are in the images tree).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub images: Vec<agentd_core::ImageRef>,
-}
-
-/// A request a client identified, and what it did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RememberedRequest {
-    /// The client's request id.
-    pub id: String,
-    /// When it took effect, Unix ms.
-    pub at_ms: i64,
-    pub outcome: RequestOutcome,
-}
-
-/// What a remembered request did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum RequestOutcome {
-    /// A user message, appended as this message.
-    Sent { message_seq: u64 },
-    /// A permission answer, accepted.
-    Answered,
-    /// A cancel; whether a turn was running.
-    Cancelled { was_busy: bool },
-    /// A user message queued while a turn ran, as `q<number>`.
-    Queued { number: u64 },
-}
-
-/// An event clients were told that a reconnecting client must not miss:
-/// kept in the `events` tree so it can be replayed even after a restart.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum StoredEvent {
-    StateChanged {
-        /// Unix ms.
-        at_ms: i64,
-        state: ConvState,
-    },
-    /// A message was appended (its content is in the messages tree).
-    MessageAppended {
-        /// Unix ms.
-        at_ms: i64,
-        message_seq: u64,
-    },
-    /// A permission request was raised.
-    PermissionRequested {
-        /// Unix ms.
-        at_ms: i64,
-        ask: agentd_core::PermissionAsk,
-        /// For people.
-        summary: String,
-        /// Diff preview.
-        diff: Option<String>,
-    },
-    /// A permission request was resolved.
-    PermissionResolved {
-        /// Unix ms.
-        at_ms: i64,
-        request_id: String,
-        decision: agentd_core::Decision,
-        /// Who answered: (client id, name).
-        client: Option<(String, String)>,
-        /// Who answered, with role, token and address (events stored
-        /// before roles have `client` only).
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        by: Option<agentd_core::ClientInfo>,
-    },
-    /// A notice of the core clients must not miss (context warning,
-    /// continuation, exhaustion, a reached budget).
-    Notified {
-        /// Unix ms.
-        at_ms: i64,
-        notice: agentd_core::Notice,
-    },
-    /// A reached budget was answered: raised by `raised_by`, or stopped.
-    BudgetResolved {
-        /// Unix ms.
-        at_ms: i64,
-        stop: agentd_core::BudgetStop,
-        raised_by: Option<u64>,
-        /// Who answered (with the role they had).
-        client: Option<agentd_core::ClientInfo>,
-    },
-    /// A hook ran (or failed, or timed out): kept so the record of what
-    /// hooks decided survives a restart.
-    HookRan {
-        /// Unix ms.
-        at_ms: i64,
-        stage: crate::hooks::Stage,
-        command: String,
-        decision: String,
-        duration_ms: u64,
-        error: Option<String>,
-    },
-    /// What happened to the conversation's plan, with the plan as it was
-    /// then (issue 17): replayed to a client that resumes, so a plan's
-    /// events are not live only.
-    PlanChanged {
-        /// Unix ms.
-        at_ms: i64,
-        change: agentd_core::plan::PlanEvent,
-        plan: agentd_core::Plan,
-    },
-}
-
-/// Where a rule added by an "always"/"never" answer applies.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RuleScope {
-    /// One conversation (by id).
-    Conversation(String),
-    /// Every conversation in a working directory.
-    Project(PathBuf),
-}
-
-impl RuleScope {
-    fn key(&self) -> Vec<u8> {
-        let mut key = match self {
-            RuleScope::Conversation(id) => format!("conv\0{id}"),
-            RuleScope::Project(dir) => format!("project\0{}", dir.display()),
-        }
-        .into_bytes();
-        key.push(0);
-        key
-    }
 }
 
 /// What a flush must survive (`[store] sync` in the config file).
@@ -428,14 +136,6 @@ impl std::fmt::Debug for Store {
     }
 }
 
-fn usage_key(day: &str, model: &str) -> Vec<u8> {
-    let mut key = Vec::with_capacity(day.len() + 1 + model.len());
-    key.extend_from_slice(day.as_bytes());
-    key.push(0);
-    key.extend_from_slice(model.as_bytes());
-    key
-}
-
 fn message_key(conv_id: &str, seq: u64) -> Vec<u8> {
     let mut key = Vec::with_capacity(conv_id.len() + 9);
     key.extend_from_slice(conv_id.as_bytes());
@@ -448,27 +148,6 @@ fn message_prefix(conv_id: &str) -> Vec<u8> {
     let mut key = conv_id.as_bytes().to_vec();
     key.push(0);
     key
-}
-
-/// What trusting a directory pinned.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TrustRecord {
-    /// The project hooks files at or under the directory when it was
-    /// trusted.
-    #[serde(default)]
-    pub pinned: Vec<FilePin>,
-}
-
-/// A file as it was when the user trusted it: its hooks run only while it
-/// still is (a `git pull` that changes it, or another repository cloned at
-/// the same path, needs a new `agent trust`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FilePin {
-    pub path: PathBuf,
-    /// Lowercase hex SHA-256 of its bytes.
-    pub sha256: String,
-    /// Its owner's uid.
-    pub uid: u32,
 }
 
 fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], bytes: &[u8]) -> Result<T, StoreError> {
@@ -486,136 +165,6 @@ fn encode<T: Serialize>(key: &str, value: &T) -> Result<Vec<u8>, StoreError> {
 }
 
 impl Store {
-    /// Opens (or creates) the store under `dir` for [`Sync::Kill`] with the
-    /// default cache.
-    pub fn open(dir: &Path) -> Result<Store, StoreError> {
-        Store::open_with(dir, Sync::Kill, DEFAULT_CACHE_BYTES)
-    }
-
-    /// Opens (or creates) the store under `dir` with a page cache of
-    /// `cache_bytes`: replays its journal, and makes each later flush as
-    /// durable as `sync` says.
-    pub fn open_with(dir: &Path, sync: Sync, cache_bytes: u64) -> Result<Store, StoreError> {
-        let db = sled::Config::new()
-            .path(dir)
-            .cache_capacity(cache_bytes)
-            .open()?;
-        let meta = db.open_tree("meta")?;
-        match meta.get("schema_version")? {
-            Some(v) => {
-                let found: u32 = decode(b"schema_version", &v)?;
-                if found != SCHEMA_VERSION {
-                    return Err(StoreError::Schema {
-                        found,
-                        expected: SCHEMA_VERSION,
-                    });
-                }
-            }
-            None => {
-                meta.insert("schema_version", encode("schema_version", &SCHEMA_VERSION)?)?;
-                db.flush()?;
-            }
-        }
-        // The journal replays into the trees by their place in this list:
-        // append to it, never reorder it.
-        let names = [
-            "conversations",
-            "messages",
-            "rules",
-            "shells",
-            "events",
-            "mid_turn",
-            "creates",
-            "usage_days",
-            "budget_raises",
-            "trusted_dirs",
-            "images",
-            "tokens",
-            "audit",
-            "checkpoints",
-        ];
-        let mut trees = Vec::with_capacity(names.len());
-        for name in names {
-            trees.push(db.open_tree(name)?);
-        }
-        let log = match sync {
-            Sync::Kill => None,
-            Sync::Power => Some(power_safe_log(dir)?),
-        };
-        let (journal, replayed) =
-            journal::Journal::open(&dir.join("journal"), &db, &trees, sync, log)?;
-        if replayed > 0 {
-            tracing::info!("replayed {replayed} changes from the store's journal");
-        }
-        let trees: Vec<Tree> = trees
-            .into_iter()
-            .enumerate()
-            .map(|(i, tree)| Tree::new(tree, i as u8, journal.clone()))
-            .collect();
-        let Ok(
-            [
-                convs,
-                msgs,
-                rules,
-                shells,
-                events,
-                mid_turn,
-                creates,
-                usage_days,
-                budget_raises,
-                trusted,
-                images,
-                tokens,
-                audit,
-                checkpoints,
-            ],
-        ) = <[Tree; 14]>::try_from(trees)
-        else {
-            return Err(StoreError::Flush(
-                "the store's tree list and its trees differ in number".to_string(),
-            ));
-        };
-        if meta.get("mid_turn_index")?.is_none() {
-            // A store from before the index: build it once.
-            for item in convs.iter() {
-                let (k, v) = item?;
-                let record: ConversationRecord = decode(&k, &v)?;
-                if record.needs_recovery() {
-                    mid_turn.insert(k, &[])?;
-                }
-            }
-            journal.write_pending()?;
-            meta.insert("mid_turn_index", &[1u8])?;
-            db.flush()?;
-        }
-        let mut mid_turn_ids = std::collections::HashSet::new();
-        for key in mid_turn.iter().keys() {
-            mid_turn_ids.insert(String::from_utf8_lossy(&key?).into_owned());
-        }
-        Ok(Store {
-            db,
-            convs,
-            msgs,
-            rules,
-            shells,
-            events,
-            mid_turn,
-            creates,
-            usage_days,
-            budget_raises,
-            trusted,
-            images,
-            tokens,
-            audit,
-            mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
-            journal,
-            checkpoints,
-            flushes: Default::default(),
-            #[cfg(test)]
-            fail_flushes: Default::default(),
-        })
-    }
-
     /// Makes every write so far durable. Concurrent callers share one flush.
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.flushes
@@ -887,75 +436,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Adds a reply's usage to the ledger of `day` (`YYYY-MM-DD`) and
-    /// `model` (not yet durable). Atomic: conversations add concurrently.
-    pub fn add_daily_usage(&self, day: &str, model: &str, usage: &Usage) -> Result<(), StoreError> {
-        let key = usage_key(day, model);
-        let mut failed = None;
-        self.usage_days.update_and_fetch(&key, |old| {
-            let mut sum: Usage = match old.map(|v| decode(&key, v)) {
-                Some(Ok(sum)) => sum,
-                Some(Err(e)) => {
-                    failed = Some(e);
-                    return old.map(<[u8]>::to_vec);
-                }
-                None => Usage::default(),
-            };
-            sum.add(usage);
-            match encode(day, &sum) {
-                Ok(bytes) => Some(bytes),
-                Err(e) => {
-                    failed = Some(e);
-                    old.map(<[u8]>::to_vec)
-                }
-            }
-        })?;
-        failed.map_or(Ok(()), Err)
-    }
-
-    /// What people raised the daily budgets by on `day` (`YYYY-MM-DD`).
-    pub fn day_raises(&self, day: &str) -> Result<agentd_core::Amounts, StoreError> {
-        match self.budget_raises.get(day.as_bytes())? {
-            Some(v) => decode(day.as_bytes(), &v),
-            None => Ok(agentd_core::Amounts::default()),
-        }
-    }
-
-    /// Raises the daily budget `kind` of `day` by `amount` (not yet
-    /// durable: the commit of the answer flushes it).
-    pub fn raise_day_budget(
-        &self,
-        day: &str,
-        kind: agentd_core::BudgetKind,
-        amount: u64,
-    ) -> Result<agentd_core::Amounts, StoreError> {
-        let mut raises = self.day_raises(day)?;
-        let before = raises.get(kind).unwrap_or(0);
-        raises.set(kind, Some(before.saturating_add(amount)));
-        self.budget_raises
-            .insert(day.as_bytes(), encode(day, &raises)?)?;
-        Ok(raises)
-    }
-
-    /// The ledger from `first_day` to `last_day` (`YYYY-MM-DD`, inclusive):
-    /// (day, model, usage), by day then model.
-    pub fn daily_usage(
-        &self,
-        first_day: &str,
-        last_day: &str,
-    ) -> Result<Vec<(String, String, Usage)>, StoreError> {
-        let mut out = Vec::new();
-        let end = usage_key(last_day, "\u{10FFFF}");
-        for item in self.usage_days.range(usage_key(first_day, "")..end) {
-            let (k, v) = item?;
-            let usage: Usage = decode(&k, &v)?;
-            let text = String::from_utf8_lossy(&k).into_owned();
-            let (day, model) = text.split_once('\0').unwrap_or((text.as_str(), ""));
-            out.push((day.to_string(), model.to_string(), usage));
-        }
-        Ok(out)
-    }
-
     /// The conversation a create request with this client request id made
     /// (or was about to make), if it is remembered.
     pub fn created_by(&self, request_id: &str) -> Result<Option<String>, StoreError> {
@@ -1069,80 +549,6 @@ impl Store {
         Ok(out)
     }
 
-    /// Stores one durable event (not yet durable: call [`Store::flush`]).
-    pub fn put_event(
-        &self,
-        conv_id: &str,
-        seq: u64,
-        event: &StoredEvent,
-    ) -> Result<(), StoreError> {
-        self.events
-            .insert(message_key(conv_id, seq), encode(conv_id, event)?)?;
-        Ok(())
-    }
-
-    /// Whether the event log of `conv_id` reaches back to `seq` (holds an
-    /// event at or before it), so it can replay everything after `seq`.
-    /// A key is the seq of the first event stored under it.
-    pub fn events_cover(&self, conv_id: &str, seq: u64) -> Result<bool, StoreError> {
-        let start = message_key(conv_id, 0);
-        let end = message_key(conv_id, seq);
-        Ok(self
-            .events
-            .range(start..=end)
-            .next_back()
-            .transpose()?
-            .is_some())
-    }
-
-    /// The durable events of `conv_id` after `seq`; None when there are
-    /// more than `limit`.
-    ///
-    /// `seq` may fall inside a commit's batch: the scan starts at the last
-    /// key at or before it and leaves out what the client has seen. A
-    /// batch holds the events from its key up to the next key: should a
-    /// failed commit's numbers have been handed out again (the actor takes
-    /// them back, `Fanout::discard_held`), what a later key stores wins,
-    /// as a later write under the same key did when every event had its
-    /// own.
-    pub fn events_after(
-        &self,
-        conv_id: &str,
-        seq: u64,
-        limit: usize,
-    ) -> Result<Option<Vec<(u64, StoredEvent)>>, StoreError> {
-        let prefix = message_prefix(conv_id);
-        let start = match self
-            .events
-            .range(message_key(conv_id, 0)..=message_key(conv_id, seq))
-            .next_back()
-            .transpose()?
-        {
-            Some((key, _)) => key.to_vec(),
-            None => message_key(conv_id, seq.saturating_add(1)),
-        };
-        let mut out: Vec<(u64, StoredEvent)> = Vec::new();
-        for item in self.events.range(start..) {
-            let (k, v) = item?;
-            if !k.starts_with(&prefix) {
-                break;
-            }
-            let first = event_key_seq(&k, prefix.len())?;
-            while out.last().is_some_and(|(s, _)| *s >= first) {
-                out.pop();
-            }
-            if out.len() > limit {
-                return Ok(None);
-            }
-            out.extend(
-                stored_events(&k, first, &v)?
-                    .into_iter()
-                    .filter(|(s, _)| *s > seq),
-            );
-        }
-        Ok((out.len() <= limit).then_some(out))
-    }
-
     /// The tree the checkpoints keep their records in (`checkpoints`; the
     /// layout of its keys is `crate::checkpoints`' own).
     pub(crate) fn checkpoints_tree(&self) -> Tree {
@@ -1163,73 +569,11 @@ impl Store {
     }
 }
 
-/// The sequence number an `events` key names (after the conversation's
-/// prefix of `prefix_len` bytes).
-fn event_key_seq(key: &[u8], prefix_len: usize) -> Result<u64, StoreError> {
-    let seq_bytes: [u8; 8] = key
-        .get(prefix_len..)
-        .and_then(|b| b.try_into().ok())
-        .ok_or_else(|| StoreError::Corrupt {
-            key: String::from_utf8_lossy(key).into_owned(),
-            message: "bad event key".to_string(),
-        })?;
-    Ok(u64::from_be_bytes(seq_bytes))
-}
-
-/// The events stored under one key of the `events` tree, whose seq is
-/// `first`: a commit's batch, a JSON array of `[seq, event]` pairs in
-/// ascending order from `first` on; or one event alone, a JSON object,
-/// whose seq is the key's (a commit of one event, [`Store::put_event`],
-/// and every record written before issue 44).
-fn stored_events(
-    key: &[u8],
-    first: u64,
-    value: &[u8],
-) -> Result<Vec<(u64, StoredEvent)>, StoreError> {
-    if value.trim_ascii_start().first() != Some(&b'[') {
-        return Ok(vec![(first, decode(key, value)?)]);
-    }
-    let batch: Vec<(u64, StoredEvent)> = decode(key, value)?;
-    let mut expected = first;
-    for (seq, _) in &batch {
-        if *seq < expected {
-            return Err(StoreError::Corrupt {
-                key: String::from_utf8_lossy(key).into_owned(),
-                message: format!("event {seq} out of order in a batch from {first}"),
-            });
-        }
-        expected = seq.saturating_add(1);
-    }
-    Ok(batch)
-}
-
-/// sled's log file (`db` in its directory, sled 0.34's layout), opened to
-/// `fdatasync` it after each sled flush that lets journal files go, once
-/// the directory entries that lead to it are durable too.
-fn power_safe_log(dir: &Path) -> Result<std::fs::File, StoreError> {
-    let sync_err = |what: &Path, e: std::io::Error| {
-        StoreError::Flush(format!("cannot sync {}: {e}", what.display()))
-    };
-    let log_path = dir.join("db");
-    let log = std::fs::File::open(&log_path).map_err(|e| sync_err(&log_path, e))?;
-    log.sync_all().map_err(|e| sync_err(&log_path, e))?;
-    for d in [Some(dir), dir.parent()].into_iter().flatten() {
-        if let Ok(handle) = std::fs::File::open(d) {
-            handle.sync_all().map_err(|e| sync_err(d, e))?;
-        }
-    }
-    Ok(log)
-}
-
-fn is_no_index(n: &usize) -> bool {
-    *n == 0
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use agentd_core::{ContentBlock, Message};
+    use agentd_core::{ContentBlock, ConvState, Message, Mode, Usage};
 
     fn record(id: &str) -> ConversationRecord {
         ConversationRecord {

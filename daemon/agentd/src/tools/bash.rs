@@ -371,8 +371,8 @@ impl Drop for GroupGuard {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use nix::unistd::Pid;
 
     use super::*;

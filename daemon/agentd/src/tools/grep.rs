@@ -98,19 +98,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         .line_terminator(Some(b'\n'))
         .build(&input.pattern)
         .map_err(|e| ToolError::new(format!("grep: invalid regex `{}`: {e}", input.pattern)))?;
-    let mut options = WalkOptions::default();
-    if let Some(glob) = input.glob.as_deref().filter(|g| !g.trim().is_empty()) {
-        let mut builder = OverrideBuilder::new(&root);
-        for part in split_globs(glob) {
-            builder
-                .add(part)
-                .map_err(|e| ToolError::new(format!("grep: invalid glob `{glob}`: {e}")))?;
-        }
-        let overrides = builder
-            .build()
-            .map_err(|e| ToolError::new(format!("grep: invalid glob `{glob}`: {e}")))?;
-        options.overrides = Some(overrides);
-    }
+    let options = walk_options(&root, input.glob.as_deref())?;
 
     let budget = ctx.limits.content_budget();
     let collected = AtomicUsize::new(0);
@@ -152,6 +140,48 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         return Ok(walk::own_note(none, skipped));
     }
 
+    let (mut out, shown_files) = render(&results, context, mode, budget);
+    let total_known = !capped;
+    if shown_files < files || capped {
+        let counts = if total_known {
+            format!("{matches} matches in {files} files")
+        } else {
+            "the search stopped early".to_string()
+        };
+        out.push_str(&format!(
+            "… [results cut at the output limit ({counts}); narrow the pattern, path or glob, \
+             or use output_mode files_with_matches]\n"
+        ));
+    }
+    let summary = match (mode, total_known) {
+        (Mode::FilesWithMatches, true) => format!("{files} files"),
+        (_, true) => format!("{matches} matches in {files} files"),
+        (_, false) => format!("{matches}+ matches in {files}+ files (capped)"),
+    };
+    Ok(walk::own_note(ToolOutput::ok(out, summary), skipped))
+}
+
+/// What the walk searches: every file, or those the `glob` filter names.
+fn walk_options(root: &std::path::Path, glob: Option<&str>) -> Result<WalkOptions, ToolError> {
+    let mut options = WalkOptions::default();
+    if let Some(glob) = glob.filter(|g| !g.trim().is_empty()) {
+        let mut builder = OverrideBuilder::new(root);
+        for part in split_globs(glob) {
+            builder
+                .add(part)
+                .map_err(|e| ToolError::new(format!("grep: invalid glob `{glob}`: {e}")))?;
+        }
+        let overrides = builder
+            .build()
+            .map_err(|e| ToolError::new(format!("grep: invalid glob `{glob}`: {e}")))?;
+        options.overrides = Some(overrides);
+    }
+    Ok(options)
+}
+
+/// The files' hits in order, as many as fit in `budget` (the last one
+/// that does not fit cut line by line); and how many files were shown whole.
+fn render(results: &[FileHits], context: usize, mode: Mode, budget: usize) -> (String, usize) {
     let mut out = String::new();
     let mut shown_files = 0;
     for (i, hits) in results.iter().enumerate() {
@@ -175,24 +205,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
         out.push_str(&hits.text);
         shown_files += 1;
     }
-    let total_known = !capped;
-    if shown_files < files || capped {
-        let counts = if total_known {
-            format!("{matches} matches in {files} files")
-        } else {
-            "the search stopped early".to_string()
-        };
-        out.push_str(&format!(
-            "… [results cut at the output limit ({counts}); narrow the pattern, path or glob, \
-             or use output_mode files_with_matches]\n"
-        ));
-    }
-    let summary = match (mode, total_known) {
-        (Mode::FilesWithMatches, true) => format!("{files} files"),
-        (_, true) => format!("{matches} matches in {files} files"),
-        (_, false) => format!("{matches}+ matches in {files}+ files (capped)"),
-    };
-    Ok(walk::own_note(ToolOutput::ok(out, summary), skipped))
+    (out, shown_files)
 }
 
 /// Splits "*.rs, *.toml" into separate globs, leaving braces alone.

@@ -55,22 +55,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     let input: Input = input::parse(Tool::Read.name(), &schema(), input)?;
     let path = paths::resolve(ctx, &input.path)?;
     let shown = paths::display(ctx, &path);
-    let meta = match std::fs::metadata(&path) {
-        Ok(meta) => meta,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(ToolError::new(format!("file not found: {shown}")));
-        }
-        Err(e) => return Err(ToolError::new(format!("cannot read {shown}: {e}"))),
-    };
-    if meta.is_dir() {
-        return Err(ToolError::new(format!(
-            "{shown} is a directory, not a file; use glob to list its files"
-        )));
-    }
-    // A FIFO or a device could block the read forever or never end.
-    if !meta.is_file() {
-        return Err(ToolError::new(format!("{shown} is not a regular file")));
-    }
+    let meta = regular_file(&path, &shown)?;
     let offset = input.offset.unwrap_or(1).max(1);
     let limit = match input.limit {
         Some(0) => return Err(ToolError::new("read: `limit` must be at least 1")),
@@ -101,6 +86,81 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     }
     let mut reader = BufReader::with_capacity(64 * 1024, Cursor::new(sniff).chain(file));
 
+    let Window {
+        mut out,
+        last_shown,
+        total,
+        hit_budget,
+    } = numbered_lines(&mut reader, offset, limit, ctx).map_err(io_err)?;
+    if last_shown == 0 {
+        return Err(ToolError::new(format!(
+            "offset {offset} is beyond the end of {shown}, which has {total} lines"
+        )));
+    }
+    let whole = offset == 1 && last_shown == total;
+    if last_shown == total && !whole {
+        out.push_str(&format!(
+            "[lines {offset}-{total} of {total}: end of file]\n"
+        ));
+    } else if !whole {
+        let why = if hit_budget {
+            ", output size limit reached"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "[lines {offset}-{last_shown} of {total}{why}; use offset={} to read on]\n",
+            last_shown + 1
+        ));
+    }
+    let summary = if whole {
+        format!("read {shown} ({total} lines)")
+    } else {
+        format!("read {shown} (lines {offset}-{last_shown} of {total})")
+    };
+    Ok(ToolOutput::ok(out, summary))
+}
+
+/// The metadata of `path`, which must be a regular file.
+fn regular_file(path: &std::path::Path, shown: &str) -> Result<std::fs::Metadata, ToolError> {
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ToolError::new(format!("file not found: {shown}")));
+        }
+        Err(e) => return Err(ToolError::new(format!("cannot read {shown}: {e}"))),
+    };
+    if meta.is_dir() {
+        return Err(ToolError::new(format!(
+            "{shown} is a directory, not a file; use glob to list its files"
+        )));
+    }
+    // A FIFO or a device could block the read forever or never end.
+    if !meta.is_file() {
+        return Err(ToolError::new(format!("{shown} is not a regular file")));
+    }
+    Ok(meta)
+}
+
+/// The lines of a read: the ones shown, numbered, and how many the file has.
+struct Window {
+    out: String,
+    /// The number of the last line shown; 0 when none was.
+    last_shown: u64,
+    /// Lines in the file (those past the shown range only counted).
+    total: u64,
+    /// Whether the output budget ended the window before `limit` did.
+    hit_budget: bool,
+}
+
+/// Reads from line `offset` on, at most `limit` lines and the output budget,
+/// then counts the rest, so the model can page on.
+fn numbered_lines(
+    reader: &mut impl BufRead,
+    offset: u64,
+    limit: u64,
+    ctx: &ToolContext,
+) -> std::io::Result<Window> {
     let budget = ctx.limits.content_budget();
     let mut out = String::new();
     let mut line = Vec::new();
@@ -110,7 +170,7 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     let mut stopped_early = false;
     loop {
         line.clear();
-        if reader.read_until(b'\n', &mut line).map_err(io_err)? == 0 {
+        if reader.read_until(b'\n', &mut line)? == 0 {
             break;
         }
         number += 1;
@@ -139,37 +199,16 @@ pub(crate) fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolErr
     }
     // Lines past the shown range are only counted, so the model can page on.
     let total = if stopped_early {
-        number + count_lines(&mut reader).map_err(io_err)?
+        number + count_lines(reader)?
     } else {
         number
     };
-    if last_shown == 0 {
-        return Err(ToolError::new(format!(
-            "offset {offset} is beyond the end of {shown}, which has {total} lines"
-        )));
-    }
-    let whole = offset == 1 && last_shown == total;
-    if last_shown == total && !whole {
-        out.push_str(&format!(
-            "[lines {offset}-{total} of {total}: end of file]\n"
-        ));
-    } else if !whole {
-        let why = if hit_budget {
-            ", output size limit reached"
-        } else {
-            ""
-        };
-        out.push_str(&format!(
-            "[lines {offset}-{last_shown} of {total}{why}; use offset={} to read on]\n",
-            last_shown + 1
-        ));
-    }
-    let summary = if whole {
-        format!("read {shown} ({total} lines)")
-    } else {
-        format!("read {shown} (lines {offset}-{last_shown} of {total})")
-    };
-    Ok(ToolOutput::ok(out, summary))
+    Ok(Window {
+        out,
+        last_shown,
+        total,
+        hit_budget,
+    })
 }
 
 /// Clips a line to `max` characters, saying how long it really was.

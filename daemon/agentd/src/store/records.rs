@@ -1,0 +1,332 @@
+//! The records the store keeps, as they are serialized: conversations,
+//! their queued messages and remembered requests, durable events, rule
+//! scopes and trusted directories. Kept apart from the trees they live in.
+
+use agentd_core::{ConvState, Mode, Usage};
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+/// A conversation as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConversationRecord {
+    /// ULID.
+    pub id: String,
+    /// From the first user message.
+    pub title: String,
+    /// Working directory, fixed at creation.
+    pub cwd: PathBuf,
+    pub model: String,
+    /// Unix ms.
+    pub created_at_ms: i64,
+    /// Unix ms.
+    pub updated_at_ms: i64,
+    pub state: ConvState,
+    /// Permission mode.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Extra directories tools may touch.
+    #[serde(default)]
+    pub additional_dirs: Vec<PathBuf>,
+    /// Rules given at creation.
+    #[serde(default)]
+    pub allow_rules: Vec<String>,
+    /// MCP servers given at creation (the configured ones are not copied
+    /// here: they follow the config file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<crate::mcp::ServerSpec>,
+    /// Messages in the transcript (= the last message seq).
+    pub message_count: u64,
+    /// Sum of usage over replies.
+    #[serde(default)]
+    pub usage: Usage,
+    /// Event sequence numbers below this may have been handed out; a
+    /// restarted actor continues above it so no number is reused.
+    #[serde(default)]
+    pub seq_reserved: u64,
+    /// User messages accepted so far: the turn a client's expected-turn
+    /// guard names.
+    #[serde(default)]
+    pub turns: u64,
+    /// What the latest requests that carried a client request id did,
+    /// oldest first: a retry is answered from here. Written in the same
+    /// record as the request's effect, so both or neither survive a crash.
+    #[serde(default)]
+    pub requests: Vec<RememberedRequest>,
+    /// User messages sent "queue if busy" while a turn ran, oldest first,
+    /// not yet delivered to the model (see `agentd_core::transition`).
+    #[serde(default)]
+    pub queued: Vec<QueuedMessage>,
+    /// The number the next queued message gets (its id is `q<number>`).
+    #[serde(default)]
+    pub queued_next: u64,
+    /// Usage of the latest reply: how full the context is now.
+    #[serde(default)]
+    pub last_usage: Usage,
+    /// The conversation this one continues (its context was exhausted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// The conversation that continues this one, once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_as: Option<String>,
+    /// The daemon made that continuation by itself (`auto_continue`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continued_automatically: bool,
+    /// How many continuations lead from the first conversation of the
+    /// chain to this one (0: not a continuation).
+    #[serde(default)]
+    pub hop: u32,
+    /// Exhausted, and the daemon is to continue it by itself (`[context]
+    /// auto_continue`) but has not yet: written with the state, so a
+    /// restart finds it (the mid-turn index holds it) and does it then.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continue_pending: bool,
+    /// Requests send the large tool outputs of the messages before this
+    /// index as a note (see `agentd_core::prune`); the transcript keeps
+    /// them. Only moves forward; 0: nothing pruned.
+    #[serde(default, skip_serializing_if = "is_no_index")]
+    pub pruned_through: usize,
+    /// What people raised this conversation's own budgets by (the daily
+    /// budgets' raises are the day's, see `Store::day_raises`).
+    #[serde(default, skip_serializing_if = "agentd_core::Amounts::is_empty")]
+    pub budget_raised: agentd_core::Amounts,
+    /// The latest plan proposed in it, with its steps' statuses (issue
+    /// 17): written with the state of the transition that changed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<agentd_core::Plan>,
+    /// Set when a `spawn_agents` call of another conversation started this
+    /// one (REQ-BED-009: not user initiated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_agent: Option<SubAgentLink>,
+    /// What this conversation's sub-agents used (theirs included), counted
+    /// once per child as each ends: `usage` stays this conversation's own.
+    #[serde(default)]
+    pub sub_agents_usage: Usage,
+    /// What that cost at list price, USD (children of unknown price count
+    /// nothing).
+    #[serde(default)]
+    pub sub_agents_cost_usd: f64,
+    /// The children whose usage is counted in `sub_agents_usage`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sub_agents_counted: Vec<String>,
+    /// A rewind forked this conversation from that one, ending just before
+    /// its message `forked_at` (`agent rewind --conversation`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forked_from: Option<String>,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forked_at: u64,
+    /// Self-correction tracking (issue 17 point 6): the request the turn
+    /// works on and its open correction chains, written with the state of
+    /// the transition that changed them, so a restart keeps the count.
+    #[serde(default, skip_serializing_if = "agentd_core::Corrections::is_empty")]
+    pub corrections: agentd_core::Corrections,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_no_index(n: &usize) -> bool {
+    *n == 0
+}
+
+/// What ties a sub-agent to its parent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubAgentLink {
+    /// The conversation whose `spawn_agents` call started it.
+    pub parent_id: String,
+    /// Its id in the parent's call (`agent_{n}_{tool_use_id}`).
+    pub agent_id: String,
+    /// The label the parent gave it.
+    pub description: String,
+    /// How it ended, once it has: written in the same commit as the state
+    /// that ends it, so a restart finds it and reports it to the parent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<SubAgentEnd>,
+}
+
+/// A sub-agent's end as its parent gets it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubAgentEnd {
+    pub result: String,
+    pub success: bool,
+    /// What it used in all (its own replies and its sub-agents').
+    #[serde(default)]
+    pub usage: Usage,
+    /// What that cost, USD (0 when unknown).
+    #[serde(default)]
+    pub cost_usd: f64,
+}
+
+impl ConversationRecord {
+    /// Whether a user started it (REQ-BED-009), rather than a parent's
+    /// `spawn_agents` call.
+    pub fn user_initiated(&self) -> bool {
+        self.sub_agent.is_none()
+    }
+
+    /// Whether start-up has something to do for it: a turn was in flight,
+    /// or a continuation the daemon owes.
+    pub fn needs_recovery(&self) -> bool {
+        !self.state.is_at_rest() || self.continue_pending
+    }
+}
+
+/// A user message waiting for the turn in flight to reach a point where it
+/// can be delivered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QueuedMessage {
+    /// `q<number>`, unique within the conversation.
+    pub id: String,
+    pub text: String,
+    /// When it was queued, Unix ms.
+    pub at_ms: i64,
+    /// The client that sent it (id, name), if it came from one.
+    #[serde(default)]
+    pub from: Option<(String, String)>,
+    /// Its images (their bytes are in the images tree).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<agentd_core::ImageRef>,
+}
+
+/// A request a client identified, and what it did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RememberedRequest {
+    /// The client's request id.
+    pub id: String,
+    /// When it took effect, Unix ms.
+    pub at_ms: i64,
+    pub outcome: RequestOutcome,
+}
+
+/// What a remembered request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum RequestOutcome {
+    /// A user message, appended as this message.
+    Sent { message_seq: u64 },
+    /// A permission answer, accepted.
+    Answered,
+    /// A cancel; whether a turn was running.
+    Cancelled { was_busy: bool },
+    /// A user message queued while a turn ran, as `q<number>`.
+    Queued { number: u64 },
+}
+
+/// An event clients were told that a reconnecting client must not miss:
+/// kept in the `events` tree so it can be replayed even after a restart.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum StoredEvent {
+    StateChanged {
+        /// Unix ms.
+        at_ms: i64,
+        state: ConvState,
+    },
+    /// A message was appended (its content is in the messages tree).
+    MessageAppended {
+        /// Unix ms.
+        at_ms: i64,
+        message_seq: u64,
+    },
+    /// A permission request was raised.
+    PermissionRequested {
+        /// Unix ms.
+        at_ms: i64,
+        ask: agentd_core::PermissionAsk,
+        /// For people.
+        summary: String,
+        /// Diff preview.
+        diff: Option<String>,
+    },
+    /// A permission request was resolved.
+    PermissionResolved {
+        /// Unix ms.
+        at_ms: i64,
+        request_id: String,
+        decision: agentd_core::Decision,
+        /// Who answered: (client id, name).
+        client: Option<(String, String)>,
+        /// Who answered, with role, token and address (events stored
+        /// before roles have `client` only).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        by: Option<agentd_core::ClientInfo>,
+    },
+    /// A notice of the core clients must not miss (context warning,
+    /// continuation, exhaustion, a reached budget).
+    Notified {
+        /// Unix ms.
+        at_ms: i64,
+        notice: agentd_core::Notice,
+    },
+    /// A reached budget was answered: raised by `raised_by`, or stopped.
+    BudgetResolved {
+        /// Unix ms.
+        at_ms: i64,
+        stop: agentd_core::BudgetStop,
+        raised_by: Option<u64>,
+        /// Who answered (with the role they had).
+        client: Option<agentd_core::ClientInfo>,
+    },
+    /// A hook ran (or failed, or timed out): kept so the record of what
+    /// hooks decided survives a restart.
+    HookRan {
+        /// Unix ms.
+        at_ms: i64,
+        stage: crate::hooks::Stage,
+        command: String,
+        decision: String,
+        duration_ms: u64,
+        error: Option<String>,
+    },
+    /// What happened to the conversation's plan, with the plan as it was
+    /// then (issue 17): replayed to a client that resumes, so a plan's
+    /// events are not live only.
+    PlanChanged {
+        /// Unix ms.
+        at_ms: i64,
+        change: agentd_core::plan::PlanEvent,
+        plan: agentd_core::Plan,
+    },
+}
+
+/// Where a rule added by an "always"/"never" answer applies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleScope {
+    /// One conversation (by id).
+    Conversation(String),
+    /// Every conversation in a working directory.
+    Project(PathBuf),
+}
+
+impl RuleScope {
+    pub(super) fn key(&self) -> Vec<u8> {
+        let mut key = match self {
+            RuleScope::Conversation(id) => format!("conv\0{id}"),
+            RuleScope::Project(dir) => format!("project\0{}", dir.display()),
+        }
+        .into_bytes();
+        key.push(0);
+        key
+    }
+}
+
+/// What trusting a directory pinned.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrustRecord {
+    /// The project hooks files at or under the directory when it was
+    /// trusted.
+    #[serde(default)]
+    pub pinned: Vec<FilePin>,
+}
+
+/// A file as it was when the user trusted it: its hooks run only while it
+/// still is (a `git pull` that changes it, or another repository cloned at
+/// the same path, needs a new `agent trust`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FilePin {
+    pub path: PathBuf,
+    /// Lowercase hex SHA-256 of its bytes.
+    pub sha256: String,
+    /// Its owner's uid.
+    pub uid: u32,
+}
