@@ -189,40 +189,14 @@ async fn spawn_child(
     children: &Arc<std::sync::Mutex<Children>>,
     spawn: Spawn,
 ) -> Result<(), super::RuntimeError> {
+    let key = create_key(&spawn.parent.id, &spawn.agent_id);
+    let child = create_child(m, &spawn, &key).await?;
     let Spawn {
         parent,
         agent_id,
         prompt,
-        description,
-        model,
-        read_only,
+        ..
     } = spawn;
-    let key = create_key(&parent.id, &agent_id);
-    let model = match model {
-        Some(name) => super::model_name(&name)?,
-        None => parent.model.clone(),
-    };
-    let child = m
-        .create(
-            NewConversation {
-                cwd: parent.cwd.clone(),
-                model,
-                mode: Some(child_mode(parent.mode, read_only)),
-                allow_rules: parent.allow_rules.clone(),
-                additional_dirs: parent.additional_dirs.clone(),
-                mcp_servers: parent.mcp_servers.clone(),
-                client_request_id: Some(key.clone()),
-                parent: None,
-                sub_agent: Some(SubAgentLink {
-                    parent_id: parent.id.clone(),
-                    agent_id: agent_id.clone(),
-                    description,
-                    result: None,
-                }),
-            },
-            None,
-        )
-        .await?;
     if let Some(link) = &child.sub_agent
         && let Some(end) = &link.result
     {
@@ -255,9 +229,72 @@ async fn spawn_child(
             done: Some(done),
         },
     );
-    let m = Arc::clone(m);
-    let children = Arc::clone(children);
-    tokio::spawn(async move {
+    let waiting = Waiting {
+        m: Arc::clone(m),
+        children: Arc::clone(children),
+        child,
+        prompt,
+        key,
+        cancel,
+    };
+    tokio::spawn(waiting.run(slots, ended));
+    Ok(())
+}
+
+/// Creates (or, asked again, finds) the child `spawn` asks for, under the
+/// request id `key`.
+async fn create_child(
+    m: &Manager,
+    spawn: &Spawn,
+    key: &str,
+) -> Result<ConversationRecord, super::RuntimeError> {
+    let parent = &spawn.parent;
+    let model = match &spawn.model {
+        Some(name) => super::model_name(name)?,
+        None => parent.model.clone(),
+    };
+    let new = NewConversation {
+        cwd: parent.cwd.clone(),
+        model,
+        mode: Some(child_mode(parent.mode, spawn.read_only)),
+        allow_rules: parent.allow_rules.clone(),
+        additional_dirs: parent.additional_dirs.clone(),
+        mcp_servers: parent.mcp_servers.clone(),
+        client_request_id: Some(key.to_string()),
+        parent: None,
+        sub_agent: Some(SubAgentLink {
+            parent_id: parent.id.clone(),
+            agent_id: spawn.agent_id.clone(),
+            description: spawn.description.clone(),
+            result: None,
+        }),
+    };
+    m.create(new, None).await
+}
+
+/// A child that has not started: it waits for one of its parent's slots,
+/// then gets its task.
+struct Waiting {
+    m: Arc<Manager>,
+    children: Arc<std::sync::Mutex<Children>>,
+    child: ConversationRecord,
+    prompt: String,
+    /// The request id it was created under.
+    key: String,
+    /// Cancels the wait (and the child, once its task is sent).
+    cancel: CancellationToken,
+}
+
+impl Waiting {
+    async fn run(self, slots: Arc<Semaphore>, ended: oneshot::Receiver<()>) {
+        let Waiting {
+            m,
+            children,
+            child,
+            prompt,
+            key,
+            cancel,
+        } = self;
         let permit = tokio::select! {
             permit = slots.acquire_owned() => permit.ok(),
             () = cancel.cancelled() => None,
@@ -298,8 +335,7 @@ async fn spawn_child(
         // The slot is held until the child ends (or the manager goes).
         let _ = ended.await;
         drop(permit);
-    });
-    Ok(())
+    }
 }
 
 /// The slots of `parent_id`'s children.

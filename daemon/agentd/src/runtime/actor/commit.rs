@@ -1,21 +1,17 @@
-//! Deciding and committing: the context `transition` reads, and the commit
-//! of each transition (record, messages, durable events, rules; flushed)
-//! before anything of it is announced or run.
+//! Committing: each transition is persisted (record, messages, durable
+//! events, rules) and flushed before anything of it is announced or run;
+//! a failed write rolls back to the last flush (`Rollback`).
 
 use super::Actor;
+use super::queue::Queue;
+use super::replay::Fanout;
 use crate::runtime::error::RuntimeError;
 use crate::runtime::events::EventKind;
 use crate::store::{ConversationRecord, StoreError, StoredEvent};
 use crate::tools::ToolOutput;
-use agentd_core::{
-    ContentBlock, ConvContext, ConvState, Effect, Event, Message, Policy, Role, ToolCall,
-    Transition, transition,
-};
+use agentd_core::{ConvState, Effect, Event, Message, Role, ToolCall, Transition, transition};
 use std::collections::VecDeque;
 use std::sync::Arc;
-
-/// Tool calls remembered for the doom-loop detector.
-const RECENT_CALLS: usize = 8;
 
 /// Work queued inside one `commit_and_run`.
 enum Step {
@@ -40,159 +36,59 @@ enum Needs {
 }
 
 /// What a failed store write rolls back to: everything a commit changes
-/// in memory before it is durable.
-struct Checkpoint {
+/// in memory before it is durable (not to be confused with the
+/// checkpoints of files, `crate::checkpoints`).
+pub(super) struct Rollback {
     record: ConversationRecord,
     transcript_len: usize,
     next_seq: u64,
 }
 
+impl Rollback {
+    /// The point to roll back to: things as they are now.
+    fn of(record: &ConversationRecord, transcript: &[Message], fanout: &Fanout) -> Rollback {
+        Rollback {
+            record: record.clone(),
+            transcript_len: transcript.len(),
+            next_seq: fanout.next_seq(),
+        }
+    }
+
+    /// Puts back the record, drops the messages appended since and the
+    /// events held back (their numbers are given again).
+    fn restore(
+        self,
+        record: &mut ConversationRecord,
+        transcript: &mut Arc<Vec<Message>>,
+        fanout: &mut Fanout,
+    ) {
+        *record = self.record;
+        Arc::make_mut(transcript).truncate(self.transcript_len);
+        fanout.discard_held(self.next_seq);
+    }
+}
+
+/// What a transition changes besides the state.
+struct Changes<'t> {
+    mode: Option<agentd_core::Mode>,
+    delivered: usize,
+    corrections: Option<agentd_core::Corrections>,
+    effects: &'t [Effect],
+}
+
+/// How a committed transition changed things, for announcing it.
+struct Committed {
+    /// The number of the transcript's last message before it.
+    base: u64,
+    appended: Vec<Message>,
+    old_state: ConvState,
+    state_changed: bool,
+    mode_changed: bool,
+    /// How many queued messages it delivered.
+    delivered: usize,
+}
+
 impl Actor {
-    /// Everything `transition` reads besides the state and the event.
-    pub(super) fn context(&self, event: Option<&Event>) -> ConvContext {
-        let cfg = &self.shared.config;
-        let cwd = self.record.cwd.display().to_string();
-        // A sub-agent reads the rules afresh: a sibling's "allow always"
-        // (stored in the parent's scope) holds at once.
-        let rules = match self.record.sub_agent {
-            Some(_) => self.read_rules().unwrap_or_else(|e| {
-                tracing::error!(conversation = %self.record.id, "cannot read permission rules: {e}");
-                self.rules.clone()
-            }),
-            None => self.rules.clone(),
-        };
-        let mut policy = Policy {
-            rules,
-            doom_loop: cfg.doom_loop,
-            additional_dirs: self
-                .record
-                .additional_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect(),
-            ..Policy::new(self.record.mode, cwd)
-        };
-        // The policy judges paths as the tools will use them: resolved,
-        // symbolic links followed. That needs the file system, so it is
-        // done here, for the calls this event may schedule: a transition
-        // judges only calls neither running nor finished (the one after a
-        // command's end usually none); the effects' hooks (no event) see
-        // every call of the run.
-        let mut calls: Vec<ToolCall> = match &self.record.state {
-            ConvState::ToolExecuting(run) if event.is_some() => {
-                let pending = run.pending_ids();
-                run.calls
-                    .iter()
-                    .filter(|c| pending.contains(&c.id))
-                    .cloned()
-                    .collect()
-            }
-            ConvState::ToolExecuting(run) => run.calls.clone(),
-            _ => Vec::new(),
-        };
-        // A pre_tool_use hook's replacement input is judged as it stands.
-        if let Some(Event::PreToolHooksDecided {
-            tool_use_id,
-            new_input: Some(input),
-            ..
-        }) = event
-            && let Some(c) = calls.iter_mut().find(|c| c.id == *tool_use_id)
-        {
-            c.input = input.clone();
-        }
-        if let Some(Event::LlmCompleted { reply }) = event {
-            calls.extend(reply.content.iter().filter_map(|b| match b {
-                ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
-                    id: id.clone(),
-                    name: name.clone(),
-                    input: input.clone(),
-                }),
-                _ => None,
-            }));
-        }
-        for call in &calls {
-            for raw in Policy::paths_to_resolve(call) {
-                if let Ok(real) = crate::tools::resolve_real(&self.record.cwd, &raw) {
-                    policy
-                        .resolved_paths
-                        .insert(raw, real.display().to_string());
-                }
-            }
-        }
-        // Which MCP tools count as read-only is what the servers last said
-        // (trusted servers only); the hub reads no server here.
-        let servers = self.mcp_servers();
-        if !servers.is_empty() {
-            policy.mcp_read_only = self.shared.mcp.read_only_tools(&servers, &self.record.cwd);
-        }
-        ConvContext {
-            now_ms: self.now_ms(),
-            max_attempts: cfg.retry.max_attempts,
-            max_iterations: cfg.limits.max_iterations,
-            retry_base_ms: cfg.retry.base_delay_ms,
-            retry_max_ms: cfg.retry.max_delay_ms,
-            max_retry_after_ms: cfg.retry.max_retry_after_ms,
-            context_window: cfg.models.lookup(&self.record.model).context_window,
-            // REQ-BED-024: a sub-agent fails at the threshold.
-            exhaustion: if self.record.sub_agent.is_some() {
-                agentd_core::ContextExhaustionBehavior::IntentionallyUnhandled
-            } else {
-                agentd_core::ContextExhaustionBehavior::ThresholdBasedContinuation
-            },
-            policy,
-            doom_loop_threshold: 3,
-            recent_calls: self.recent_calls(),
-            hooks: self
-                .hooks
-                .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
-            queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
-            queued_images: self
-                .record
-                .queued
-                .iter()
-                .map(|q| q.images.clone())
-                .collect(),
-            last_usage: self.record.last_usage,
-            budget: self.budget_context(),
-            plan: self.record.plan.clone(),
-            plan_detect: cfg.plan.detect,
-            corrections: self.record.corrections.clone(),
-            sub_agent: self.sub_agent_role(),
-        }
-    }
-
-    /// The budgets, raises and spending the next request boundary checks.
-    /// A ledger that cannot be read checks nothing (and says so) rather
-    /// than stopping every conversation.
-    pub(super) fn budget_context(&self) -> agentd_core::BudgetContext {
-        crate::runtime::budget::context(&self.shared, &self.record, self.now_ms()).unwrap_or_else(
-            |e| {
-                tracing::error!(conversation = %self.record.id, "budgets not checked: cannot read the ledger: {e}");
-                agentd_core::BudgetContext::default()
-            },
-        )
-    }
-
-    /// The last tool calls of the transcript, oldest first, excluding the
-    /// calls of the run in progress (the core sees those in the state).
-    fn recent_calls(&self) -> Vec<ToolCall> {
-        let current: Vec<&str> = match &self.record.state {
-            ConvState::ToolExecuting(run) => run.calls.iter().map(|c| c.id.as_str()).collect(),
-            _ => Vec::new(),
-        };
-        let mut calls: Vec<ToolCall> = self
-            .transcript
-            .iter()
-            .rev()
-            .filter(|m| m.role == Role::Assistant)
-            .flat_map(|m| m.tool_calls().collect::<Vec<_>>().into_iter().rev())
-            .filter(|c| !current.contains(&c.id.as_str()))
-            .take(RECENT_CALLS)
-            .collect();
-        calls.reverse();
-        calls
-    }
-
     /// Writes the record alone (no messages, no events) and waits for the
     /// flush: for changes that are no transition (a queue, a reservation,
     /// the end of a group of unflushed commits).
@@ -201,21 +97,15 @@ impl Actor {
         self.shared.store.flush().await
     }
 
-    fn checkpoint(&self) -> Checkpoint {
-        Checkpoint {
-            record: self.record.clone(),
-            transcript_len: self.transcript.len(),
-            next_seq: self.fanout.next_seq(),
-        }
+    fn rollback_point(&self) -> Rollback {
+        Rollback::of(&self.record, &self.transcript, &self.fanout)
     }
 
-    /// Undoes everything since `checkpoint` that was not made durable.
-    fn rollback(&mut self, checkpoint: Checkpoint, error: StoreError) -> RuntimeError {
+    /// Undoes everything since `rollback` that was not made durable.
+    fn rollback(&mut self, rollback: Rollback, error: StoreError) -> RuntimeError {
         tracing::error!(conversation = %self.record.id, "persisting failed: {error}");
-        self.record = checkpoint.record;
-        Arc::make_mut(&mut self.transcript).truncate(checkpoint.transcript_len);
-        self.work.request_cache = crate::llm::RequestCache::default();
-        self.fanout.discard_held(checkpoint.next_seq);
+        rollback.restore(&mut self.record, &mut self.transcript, &mut self.fanout);
+        self.parts.forget_prefix();
         RuntimeError::Store(error)
     }
 
@@ -233,95 +123,44 @@ impl Actor {
     pub(super) async fn commit_and_run(&mut self, first: Transition) -> Result<(), RuntimeError> {
         let mut queue: VecDeque<Step> = VecDeque::from([Step::Apply(Box::new(first))]);
         // Where to roll back to if the store fails before the next flush.
-        let mut unflushed: Option<Checkpoint> = None;
+        let mut unflushed: Option<Rollback> = None;
         while let Some(step) = queue.pop_front() {
-            let t = match step {
-                Step::Apply(t) => *t,
-                Step::Decide(event) => {
-                    // Decided now, on the state the steps before it left.
-                    let ctx = self.context(Some(&event));
-                    match transition(&self.record.state, &ctx, event) {
-                        Ok(t) => t,
-                        Err(e) => {
-                            tracing::warn!(conversation = %self.record.id, "instant tool result not applied: {e}");
-                            continue;
-                        }
-                    }
-                }
+            let Some(t) = self.decided(step) else {
+                continue;
             };
             let needs = self.needs(&t.effects);
             let flush_now = matches!(needs, Needs::Flush);
             if unflushed.is_none() {
-                unflushed = Some(self.checkpoint());
+                unflushed = Some(self.rollback_point());
             }
-            let base = self.transcript.len() as u64;
-            let delivered = t.delivered.min(self.record.queued.len());
-            self.record.queued.drain(..delivered);
-            let old_state = std::mem::replace(&mut self.record.state, t.state);
-            let state_changed = self.record.state != old_state;
-            let mode_changed = t.mode.is_some_and(|mode| mode != self.record.mode);
-            if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
-                // Written with the state that makes it due.
-                self.record.continue_pending = self.auto_continue_due();
-            }
-            if let Some(mode) = t.mode {
-                self.record.mode = mode;
-            }
-            // The plan as this transition leaves it is written with it.
-            if let Some(plan) = t.effects.iter().rev().find_map(|e| match e {
-                Effect::PlanChanged { plan, .. } => Some(plan),
-                _ => None,
-            }) {
-                self.record.plan = Some(plan.clone());
-            }
-            // So is the self-correction tracking.
-            if let Some(corrections) = &t.corrections {
-                self.record.corrections = corrections.clone();
-            }
-            let appended: Vec<Message> = t
-                .effects
-                .iter()
-                .filter_map(|e| match e {
-                    Effect::AppendMessage { message } => Some(message.clone()),
-                    _ => None,
-                })
-                .collect();
-            for effect in &t.effects {
-                if let Effect::FinishSubAgent { outcome } = effect {
-                    // Written with the state that ends the sub-agent.
-                    self.record_sub_agent_end(outcome, &appended);
+            let Transition {
+                state,
+                mode,
+                effects,
+                delivered,
+                corrections,
+            } = t;
+            let changes = Changes {
+                mode,
+                delivered,
+                corrections,
+                effects: &effects,
+            };
+            let committed = match self.commit(state, changes, flush_now).await {
+                Ok(committed) => committed,
+                Err(e) => {
+                    // Nothing may run on state we could not persist.
+                    let rollback = unflushed.take().unwrap_or_else(|| self.rollback_point());
+                    return Err(self.rollback(rollback, e));
                 }
-            }
-            // Within a group of commits flushed together only the last
-            // record matters: the one the flush that ends the group writes.
-            let mut persisted = self.persist(base, &appended, &t.effects, state_changed, flush_now);
-            if persisted.is_ok() && flush_now {
-                persisted = self.shared.store.flush().await;
-            }
-            if let Err(e) = persisted {
-                // Nothing may run on state we could not persist.
-                let checkpoint = unflushed.take().unwrap_or_else(|| self.checkpoint());
-                return Err(self.rollback(checkpoint, e));
-            }
+            };
             if flush_now {
                 unflushed = None;
                 self.fanout.release();
             } else {
                 self.fanout.hold();
             }
-            self.announce(base, appended, state_changed);
-            if mode_changed {
-                self.announce_settings(String::new());
-            }
-            if delivered > 0 {
-                self.emit(EventKind::QueueChanged(self.record.queued.clone()));
-            }
-            if state_changed && !old_state.is_at_rest() && self.record.state.is_at_rest() {
-                self.notify_turn_end();
-            }
-            if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
-                self.after_exhaustion();
-            }
+            self.announce_commit(committed);
             match needs {
                 Needs::Nothing => {}
                 Needs::Instant(calls) => {
@@ -330,7 +169,7 @@ impl Actor {
                     }
                 }
                 Needs::Flush => {
-                    for effect in t.effects {
+                    for effect in effects {
                         if let Some(next) = self.run_effect(effect).await {
                             queue.push_back(Step::Apply(Box::new(next)));
                         }
@@ -338,15 +177,113 @@ impl Actor {
                 }
             }
         }
-        if let Some(checkpoint) = unflushed {
+        if let Some(rollback) = unflushed {
             // The queue ended on commits not flushed yet: write the record,
             // flush, then announce them.
             if let Err(e) = self.write_record().await {
-                return Err(self.rollback(checkpoint, e));
+                return Err(self.rollback(rollback, e));
             }
             self.fanout.release();
         }
         Ok(())
+    }
+
+    /// The transition of a step; None when an instant call's result no
+    /// longer applies.
+    fn decided(&self, step: Step) -> Option<Transition> {
+        match step {
+            Step::Apply(t) => Some(*t),
+            Step::Decide(event) => {
+                // Decided now, on the state the steps before it left.
+                let ctx = self.context(Some(&event));
+                match transition(&self.record.state, &ctx, event) {
+                    Ok(t) => Some(t),
+                    Err(e) => {
+                        tracing::warn!(conversation = %self.record.id, "instant tool result not applied: {e}");
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes `t` into the record and writes it (flushed when `flush_now`).
+    /// Within a group of commits flushed together only the last record
+    /// matters: the one the flush that ends the group writes.
+    async fn commit(
+        &mut self,
+        state: ConvState,
+        t: Changes<'_>,
+        flush_now: bool,
+    ) -> Result<Committed, StoreError> {
+        let base = self.transcript.len() as u64;
+        let delivered = Queue::of(&mut self.record).delivered(t.delivered);
+        let old_state = std::mem::replace(&mut self.record.state, state);
+        let state_changed = self.record.state != old_state;
+        let mode_changed = t.mode.is_some_and(|mode| mode != self.record.mode);
+        if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
+            // Written with the state that makes it due.
+            self.record.continue_pending =
+                super::continuation::Continuation::due(&self.shared.config.context, &self.record);
+        }
+        if let Some(mode) = t.mode {
+            self.record.mode = mode;
+        }
+        // The plan as this transition leaves it is written with it.
+        if let Some(plan) = t.effects.iter().rev().find_map(|e| match e {
+            Effect::PlanChanged { plan, .. } => Some(plan),
+            _ => None,
+        }) {
+            self.record.plan = Some(plan.clone());
+        }
+        // So is the self-correction tracking.
+        if let Some(corrections) = t.corrections {
+            self.record.corrections = corrections;
+        }
+        let appended: Vec<Message> = t
+            .effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::AppendMessage { message } => Some(message.clone()),
+                _ => None,
+            })
+            .collect();
+        for effect in t.effects {
+            if let Effect::FinishSubAgent { outcome } = effect {
+                // Written with the state that ends the sub-agent.
+                self.record_sub_agent_end(outcome, &appended);
+            }
+        }
+        self.persist(base, &appended, t.effects, state_changed, flush_now)?;
+        if flush_now {
+            self.shared.store.flush().await?;
+        }
+        Ok(Committed {
+            base,
+            appended,
+            old_state,
+            state_changed,
+            mode_changed,
+            delivered,
+        })
+    }
+
+    /// Tells clients what a commit changed, and does what a turn's end or
+    /// an exhausted context calls for.
+    fn announce_commit(&mut self, c: Committed) {
+        self.announce(c.base, c.appended, c.state_changed);
+        if c.mode_changed {
+            self.announce_settings(String::new());
+        }
+        if c.delivered > 0 {
+            self.emit(EventKind::QueueChanged(self.record.queued.clone()));
+        }
+        if c.state_changed && !c.old_state.is_at_rest() && self.record.state.is_at_rest() {
+            self.notify_turn_end();
+        }
+        if c.state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
+            self.after_exhaustion();
+        }
     }
 
     /// Fires the `turn_end` notification hooks, saying how the turn ended.
@@ -384,9 +321,6 @@ impl Actor {
             }
         }
         if state_changed {
-            if self.record.state.pending_permission().is_none() {
-                self.pending_view = None;
-            }
             self.emit(EventKind::StateChanged {
                 state: self.record.state.clone(),
                 max_attempts: self.shared.config.retry.max_attempts,
@@ -534,4 +468,57 @@ fn title_of(text: &str) -> String {
         title.push('…');
     }
     title
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used)]
+mod tests {
+    use super::*;
+    use crate::runtime::Clock;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_rollback_puts_back_the_record_the_transcript_and_the_event_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = Clock::virtual_at(1_000);
+        let mut record = crate::runtime::test_record("c1", dir.path());
+        let mut transcript = Arc::new(vec![Message::user(
+            vec![agentd_core::ContentBlock::text("one")],
+            clock.now_ms(),
+        )]);
+        let mut fanout = Fanout::new(10);
+        let mut rx = fanout.subscribe(&crate::runtime::Rings::default());
+        let rollback = Rollback::of(&record, &transcript, &fanout);
+        record.title = "changed".into();
+        record.state = ConvState::ContextExhausted {
+            summary: "x".into(),
+            final_usage: Default::default(),
+        };
+        tokio::time::advance(std::time::Duration::from_millis(5)).await;
+        Arc::make_mut(&mut transcript).push(Message::user(
+            vec![agentd_core::ContentBlock::text("two")],
+            clock.now_ms(),
+        ));
+        fanout.hold();
+        fanout.emit(clock.now_ms(), EventKind::Notice("never seen".into()));
+        rollback.restore(&mut record, &mut transcript, &mut fanout);
+        assert_eq!(record.title, "");
+        assert_eq!(record.state, ConvState::Idle);
+        assert_eq!(transcript.len(), 1);
+        assert_eq!(
+            fanout.next_seq(),
+            10,
+            "the held event's number is free again"
+        );
+        fanout.emit(clock.now_ms(), EventKind::Notice("next".into()));
+        let got = rx.try_recv().unwrap();
+        assert_eq!((got.seq, got.at_ms), (10, 1_005));
+        assert!(rx.try_recv().is_err(), "the held event was dropped");
+    }
+
+    #[test]
+    fn a_title_is_the_first_line_that_says_something_cut_at_sixty() {
+        assert_eq!(title_of("\n  \n  fix the build \nplease"), "fix the build");
+        let long = "x".repeat(70);
+        assert_eq!(title_of(&long), format!("{}…", "x".repeat(60)));
+    }
 }

@@ -1,9 +1,8 @@
-//! Event numbering, fan-out to attached clients, and what a client gets
-//! when it attaches: a snapshot, or the events it missed.
+//! Event numbering and fan-out to attached clients (`Fanout`), with the
+//! replay buffer a reconnecting client is served from, and the rings the
+//! conversations' hubs are made of (`Rings`).
 
-use super::Actor;
-use crate::runtime::events::{ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData};
-use crate::store::{Store, StoredEvent};
+use crate::runtime::events::{ClientInfo, ConvEvent, EventKind};
 use agentd_core::Message;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -18,9 +17,6 @@ const REPLAY_CAPACITY: usize = 1024;
 /// A running call's output events kept for clients that reconnect during
 /// it (the newest; older ones go, so a reconnect may show only the tail).
 const OUTPUT_REPLAY: usize = 16;
-/// Durable events replayed from the store to a reconnecting client; beyond
-/// this it gets a snapshot.
-const MAX_STORED_REPLAY: usize = 2048;
 /// Event sequence numbers reserved (and persisted) ahead of use, so a
 /// restarted daemon never hands out a number twice.
 const SEQ_RESERVE: u64 = 1 << 16;
@@ -212,6 +208,17 @@ impl Fanout {
         }
     }
 
+    /// The durable events `stored` (after `after_seq`) with the ephemeral
+    /// ones the buffer still holds (see [`merge`]).
+    pub(super) fn merged_after(
+        &self,
+        stored: Vec<Arc<ConvEvent>>,
+        after_seq: u64,
+        transcript: &[Message],
+    ) -> Option<Vec<Arc<ConvEvent>>> {
+        merge(stored, &self.replay, after_seq, transcript)
+    }
+
     fn count_outputs(&self) -> usize {
         self.replay
             .iter()
@@ -221,7 +228,7 @@ impl Fanout {
 
     /// The buffered events after `after_seq`, when the buffer reaches back
     /// that far (messages taken from `transcript`).
-    fn buffered_after(
+    pub(super) fn buffered_after(
         &self,
         after_seq: u64,
         transcript: &[Message],
@@ -309,7 +316,7 @@ impl Buffered {
 }
 
 /// The message with sequence number `message_seq` (1-based).
-fn message_at(transcript: &[Message], message_seq: u64) -> Option<&Message> {
+pub(super) fn message_at(transcript: &[Message], message_seq: u64) -> Option<&Message> {
     transcript.get(usize::try_from(message_seq).ok()?.checked_sub(1)?)
 }
 
@@ -331,226 +338,6 @@ fn merge(
     }
     stored.sort_by_key(|e| e.seq);
     Some(stored)
-}
-
-impl Actor {
-    /// A snapshot, or — when the client reconnects and every event it
-    /// missed is still in the replay buffer or the store — a `Resumed`
-    /// marker and those events. A client that gets a snapshot is also told
-    /// what the recovery after a restart said (sequence number 0: only to
-    /// this client).
-    pub(super) fn initial_frames(
-        &self,
-        after_seq: u64,
-        client: &ClientInfo,
-    ) -> Vec<Arc<ConvEvent>> {
-        let now = self.now_ms();
-        if after_seq > 0 && after_seq < self.fanout.next_seq {
-            let missed = self
-                .fanout
-                .buffered_after(after_seq, &self.transcript)
-                .or_else(|| {
-                    // Beyond the buffer (after a restart, say): the durable
-                    // events from the store, with whatever the buffer holds.
-                    self.stored_events_after(after_seq).and_then(|stored| {
-                        merge(stored, &self.fanout.replay, after_seq, &self.transcript)
-                    })
-                });
-            if let Some(missed) = missed {
-                let mut frames = vec![Arc::new(ConvEvent::new(
-                    0,
-                    now,
-                    EventKind::Resumed { after_seq },
-                ))];
-                frames.extend(missed);
-                // Those that asked before a restart are not in the log.
-                frames.extend(self.child_request_frames(now));
-                frames.extend(self.continued_frame(now));
-                return frames;
-            }
-        }
-        let mut frames = vec![self.snapshot(client)];
-        frames.extend(
-            self.recovery_notices
-                .iter()
-                .map(|n| Arc::new(ConvEvent::new(0, now, EventKind::Notice(n.clone())))),
-        );
-        frames.extend(self.child_request_frames(now));
-        frames.extend(self.continued_frame(now));
-        frames
-    }
-
-    /// For a client that attaches (or comes back) after the conversation
-    /// was continued: where it goes on, addressed to that client alone
-    /// (the live event may be long gone from the buffer), so it can follow.
-    fn continued_frame(&self, now: i64) -> Option<Arc<ConvEvent>> {
-        let next = self.record.continued_as.clone()?;
-        Some(Arc::new(ConvEvent::new(
-            0,
-            now,
-            EventKind::ConversationContinued {
-                conversation_id: next,
-                hop: self.record.hop + 1,
-                automatic: self.record.continued_automatically,
-            },
-        )))
-    }
-
-    pub(super) fn snapshot(&self, client: &ClientInfo) -> Arc<ConvEvent> {
-        let messages = self.transcript.clone();
-        let models = &self.shared.config.models;
-        let mut clients = self.fanout.clients.clone();
-        if !clients.iter().any(|c| c.id == client.id) {
-            clients.push(client.clone());
-        }
-        Arc::new(ConvEvent::new(
-            self.fanout.next_seq - 1,
-            self.now_ms(),
-            EventKind::Snapshot(Box::new(SnapshotData {
-                record: self.record.clone(),
-                messages,
-                partial: self.work.partial.clone(),
-                pending: self.pending_view.clone(),
-                clients,
-                your_client_id: client.id.clone(),
-                max_attempts: self.shared.config.retry.max_attempts,
-                context_window: models.lookup(&self.record.model).context_window,
-                cost_usd: models.cost(&self.record.model, &self.record.usage),
-            })),
-        ))
-    }
-
-    /// The events of the store after `after_seq`, as clients see them, when
-    /// the store's log reaches back that far and is not too long.
-    fn stored_events_after(&self, after_seq: u64) -> Option<Vec<Arc<ConvEvent>>> {
-        stored_events_after(
-            &self.shared.store,
-            &self.record.id,
-            &self.transcript,
-            self.shared.config.retry.max_attempts,
-            self.record.continue_pending || self.record.continued_automatically,
-            after_seq,
-        )
-    }
-
-    /// Persists a reservation of sequence numbers ahead of the next one, so
-    /// a restarted daemon continues above anything a client may have seen.
-    pub(super) async fn extend_reservation(&mut self) -> Result<(), crate::store::StoreError> {
-        self.record.seq_reserved = reservation_from(self.fanout.next_seq());
-        self.write_record().await
-    }
-}
-
-fn stored_events_after(
-    store: &Store,
-    conv_id: &str,
-    transcript: &[Message],
-    max_attempts: u32,
-    continuing: bool,
-    after_seq: u64,
-) -> Option<Vec<Arc<ConvEvent>>> {
-    if !store.events_cover(conv_id, after_seq).ok()? {
-        return None;
-    }
-    let stored = store
-        .events_after(conv_id, after_seq, MAX_STORED_REPLAY)
-        .ok()??;
-    let mut out = Vec::with_capacity(stored.len());
-    for (seq, event) in stored {
-        let (at_ms, kind) = match event {
-            StoredEvent::StateChanged { at_ms, state } => (
-                at_ms,
-                EventKind::StateChanged {
-                    state,
-                    max_attempts,
-                },
-            ),
-            StoredEvent::MessageAppended { at_ms, message_seq } => {
-                let message = message_at(transcript, message_seq)?;
-                (
-                    at_ms,
-                    EventKind::MessageAppended {
-                        message_seq,
-                        message: message.clone(),
-                    },
-                )
-            }
-            StoredEvent::PermissionRequested {
-                at_ms,
-                ask,
-                summary,
-                diff,
-            } => (
-                at_ms,
-                EventKind::PermissionRequested(PermissionView {
-                    ask,
-                    summary,
-                    diff,
-                    // Replayed on the conversation's own stream, whose
-                    // snapshot names it.
-                    sub_agent: None,
-                }),
-            ),
-            StoredEvent::PermissionResolved {
-                at_ms,
-                request_id,
-                decision,
-                client,
-                by,
-            } => (
-                at_ms,
-                EventKind::PermissionResolved {
-                    request_id,
-                    decision,
-                    client: by.or_else(|| {
-                        client.map(|(id, name)| {
-                            ClientInfo::local(id, name, agentd_core::ClientRole::Driver)
-                        })
-                    }),
-                },
-            ),
-            StoredEvent::Notified { at_ms, notice } => {
-                (at_ms, EventKind::from_notice(notice, continuing))
-            }
-            StoredEvent::BudgetResolved {
-                at_ms,
-                stop,
-                raised_by,
-                client,
-            } => (
-                at_ms,
-                EventKind::BudgetResolved {
-                    stop,
-                    raised_by,
-                    client,
-                },
-            ),
-            StoredEvent::PlanChanged {
-                at_ms,
-                change,
-                plan,
-            } => (at_ms, EventKind::Plan { change, plan }),
-            StoredEvent::HookRan {
-                at_ms,
-                stage,
-                command,
-                decision,
-                duration_ms,
-                error,
-            } => (
-                at_ms,
-                EventKind::HookRan(crate::hooks::HookReport {
-                    stage,
-                    command,
-                    decision,
-                    duration_ms,
-                    error,
-                }),
-            ),
-        };
-        out.push(Arc::new(ConvEvent::new(seq, at_ms, kind)));
-    }
-    Some(out)
 }
 
 #[cfg(test)]

@@ -3,12 +3,10 @@
 
 use super::Actor;
 use crate::runtime::error::RuntimeError;
-use crate::runtime::events::ConvEvent;
 use crate::runtime::events::{EventKind, SubAgentRef};
 use crate::runtime::sub_agents::{Spawn, SubAgentRequest};
 use crate::store::SubAgentEnd;
 use agentd_core::{Message, Role, SubAgentOutcome, SubAgentRole, texts};
-use std::sync::Arc;
 
 impl Actor {
     /// The core's view of this conversation as a sub-agent: whether it was
@@ -152,8 +150,7 @@ impl Actor {
             cost_usd: Some(cost_usd),
         };
         // Its requests are over, answered or not.
-        self.child_requests
-            .retain(|v| v.sub_agent.as_ref().map(|r| r.conversation_id.as_str()) != Some(&child));
+        self.child_requests.ended(&child);
         // A rule it added for the parent's scope holds here from now on.
         if let Err(e) = self.load_rules() {
             tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
@@ -274,39 +271,8 @@ impl Actor {
     /// What a sub-agent forwarded: its pending permission requests are
     /// kept (a client that attaches gets them), and every client is told.
     pub(super) fn sub_agent_event(&mut self, kind: EventKind) {
-        match &kind {
-            EventKind::PermissionRequested(view) => {
-                let id = &view.ask.request_id;
-                self.child_requests.retain(|v| &v.ask.request_id != id);
-                self.child_requests.push(view.clone());
-            }
-            EventKind::PermissionResolved { request_id, .. } => {
-                let known = self.child_requests.len();
-                self.child_requests
-                    .retain(|v| &v.ask.request_id != request_id);
-                if known == self.child_requests.len() {
-                    // Not one of its children's (a stale report): nothing
-                    // this conversation's clients were asked.
-                    return;
-                }
-            }
-            _ => {}
+        if self.child_requests.forwarded(&kind) {
+            self.emit(kind);
         }
-        self.emit(kind);
-    }
-
-    /// The sub-agents' pending requests, for a client that attaches with
-    /// a snapshot (addressed to it alone).
-    pub(super) fn child_request_frames(&self, now: i64) -> Vec<Arc<ConvEvent>> {
-        self.child_requests
-            .iter()
-            .map(|v| {
-                Arc::new(ConvEvent::new(
-                    0,
-                    now,
-                    EventKind::PermissionRequested(v.clone()),
-                ))
-            })
-            .collect()
     }
 }

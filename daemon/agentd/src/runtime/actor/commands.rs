@@ -1,0 +1,178 @@
+//! A client's requests that go to the core: a user message (its request
+//! id, the refusal of a message the state would not take, its hooks, the
+//! queue), a cancel, a permission answer, a compaction and a
+//! continuation's seed. Each is applied as its request: the request id and
+//! the turn are written with its effect and undone with it.
+
+use super::requests::Requests;
+use super::{Actor, Reply};
+use crate::runtime::error::RuntimeError;
+use crate::runtime::{Answer, NewMessage, Sent};
+use crate::store::RequestOutcome;
+use agentd_core::{Event, Rejected};
+
+impl Actor {
+    /// A user message: answered at once when it is a retry, refused when
+    /// the state would refuse it (queued instead while a turn runs, if the
+    /// client asks), else sent through its hooks.
+    pub(super) async fn send(&mut self, message: NewMessage, reply: Reply<Sent>) {
+        let prior = Requests::of(&mut self.record)
+            .prior_send(message.client_request_id.as_deref(), message.expected_turn);
+        if let Some(result) = prior {
+            let _ = reply.send(result);
+            return;
+        }
+        self.recovery_notices.clear();
+        match self.refusal(&message) {
+            Some(Rejected::Busy | Rejected::CancellationInProgress) if message.queue_if_busy => {
+                let _ = reply.send(self.enqueue(message).await);
+                return;
+            }
+            Some(r) => {
+                let _ = reply.send(Err(RuntimeError::Rejected(r)));
+                return;
+            }
+            None => {}
+        }
+        let (session_start, submit) = self.hooks_for_message();
+        if session_start.is_empty() && submit.is_empty() {
+            let result = self.send_now(message).await;
+            let _ = reply.send(result);
+        } else {
+            self.check_prompt(session_start, submit, message, reply);
+        }
+    }
+
+    /// Why the state would refuse `message` now (a message whose hooks
+    /// run counts as a turn): it is refused before any hook runs.
+    fn refusal(&self, message: &NewMessage) -> Option<Rejected> {
+        let probe = Event::UserMessage {
+            text: message.text.clone(),
+            images: message.images.iter().map(|i| i.image.clone()).collect(),
+        };
+        match agentd_core::transition(&self.record.state, &self.context(None), probe) {
+            Err(r) => Some(r),
+            Ok(_) if self.work.prompt_checking() => Some(Rejected::Busy),
+            Ok(_) => None,
+        }
+    }
+
+    /// Feeds a user message (its hooks, if any, have run), as its
+    /// request.
+    pub(super) async fn send_now(&mut self, message: NewMessage) -> Result<Sent, RuntimeError> {
+        let message_seq = self.transcript.len() as u64 + 1;
+        self.store_images(&message.images)?;
+        let sender = super::audit::sender(&message);
+        self.apply_request(
+            message.client_request_id,
+            RequestOutcome::Sent { message_seq },
+            true,
+            Event::UserMessage {
+                text: message.text,
+                images: message.images.into_iter().map(|i| i.image).collect(),
+            },
+        )
+        .await?;
+        if let Some((client, text)) = sender {
+            self.audit.message_sent(client, &text, None).await;
+        }
+        Ok(Sent::Appended(self.last_user_message_seq()))
+    }
+
+    /// Cancels the turn; returns whether anything was running.
+    pub(super) async fn cancel(
+        &mut self,
+        client_request_id: Option<String>,
+    ) -> Result<bool, RuntimeError> {
+        if let Some(prior) =
+            Requests::of(&mut self.record).prior_cancel(client_request_id.as_deref())
+        {
+            return prior;
+        }
+        // Hooks checking a message that is not sent yet stop too.
+        self.work.cancel_prompt();
+        let was_busy = !self.record.state.is_at_rest();
+        self.apply_request(
+            client_request_id,
+            RequestOutcome::Cancelled { was_busy },
+            false,
+            Event::UserCancel,
+        )
+        .await
+        .map(|()| was_busy)
+    }
+
+    /// Answers the pending permission (or plan approval) request.
+    pub(super) async fn answer(&mut self, answer: Answer) -> Result<(), RuntimeError> {
+        let Answer {
+            request_id,
+            decision,
+            feedback,
+            scope,
+            by,
+            client_request_id,
+            plan,
+        } = answer;
+        if let Some(prior) =
+            Requests::of(&mut self.record).prior_answer(client_request_id.as_deref())
+        {
+            return prior;
+        }
+        let event = match plan {
+            Some(answer) => Event::PlanAnswered {
+                request_id,
+                answer,
+                by,
+            },
+            None => Event::PermissionAnswered {
+                request_id,
+                decision,
+                feedback,
+                scope,
+                by,
+            },
+        };
+        self.apply_request(client_request_id, RequestOutcome::Answered, false, event)
+            .await
+    }
+
+    /// Asks for a continuation summary now (from Idle).
+    pub(super) async fn compact(&mut self) -> Result<(), RuntimeError> {
+        self.recovery_notices.clear();
+        match self.apply(Event::UserTriggerContinuation).await {
+            Err(RuntimeError::Rejected(Rejected::NotApplicable { state, .. })) => {
+                Err(RuntimeError::NotAllowed(format!(
+                    "conversation {} can be compacted only when it is idle (it is in state {state}); send a message first",
+                    self.record.id
+                )))
+            }
+            other => other,
+        }
+    }
+
+    /// Starts this new conversation as a continuation (`ContinuedFrom`).
+    pub(super) async fn seed(&mut self, event: Event) -> Result<Sent, RuntimeError> {
+        self.apply_request(None, RequestOutcome::Sent { message_seq: 1 }, true, event)
+            .await
+            .map(|()| Sent::Appended(self.last_user_message_seq()))
+    }
+
+    /// Applies `event` as the request `client_request_id`: the request,
+    /// what it did and (for a message) the new turn are written in the
+    /// same record as the event's effect, and undone with it on failure.
+    async fn apply_request(
+        &mut self,
+        client_request_id: Option<String>,
+        outcome: RequestOutcome,
+        new_turn: bool,
+        event: Event,
+    ) -> Result<(), RuntimeError> {
+        let now = self.now_ms();
+        let undo = Requests::of(&mut self.record).begin(client_request_id, outcome, new_turn, now);
+        let result = self.apply(event).await;
+        if result.is_err() {
+            undo.undo(&mut self.record);
+        }
+        result
+    }
+}

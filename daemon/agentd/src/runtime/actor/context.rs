@@ -1,0 +1,166 @@
+//! What `transition` reads besides the state and the event: the limits
+//! and settings of the config, the permission policy (with the paths of the
+//! calls to judge resolved on the file system), recent calls, hooks,
+//! budgets, the queue and the plan.
+
+use super::Actor;
+use agentd_core::{ContentBlock, ConvContext, ConvState, Event, Policy, Role, ToolCall};
+
+/// Tool calls remembered for the doom-loop detector.
+const RECENT_CALLS: usize = 8;
+
+impl Actor {
+    /// Everything `transition` reads besides the state and the event.
+    pub(super) fn context(&self, event: Option<&Event>) -> ConvContext {
+        let cfg = &self.shared.config;
+        ConvContext {
+            now_ms: self.now_ms(),
+            max_attempts: cfg.retry.max_attempts,
+            max_iterations: cfg.limits.max_iterations,
+            retry_base_ms: cfg.retry.base_delay_ms,
+            retry_max_ms: cfg.retry.max_delay_ms,
+            max_retry_after_ms: cfg.retry.max_retry_after_ms,
+            context_window: cfg.models.lookup(&self.record.model).context_window,
+            // REQ-BED-024: a sub-agent fails at the threshold.
+            exhaustion: if self.record.sub_agent.is_some() {
+                agentd_core::ContextExhaustionBehavior::IntentionallyUnhandled
+            } else {
+                agentd_core::ContextExhaustionBehavior::ThresholdBasedContinuation
+            },
+            policy: self.policy(event),
+            doom_loop_threshold: 3,
+            recent_calls: self.recent_calls(),
+            hooks: self
+                .hooks
+                .get()
+                .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
+            queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
+            queued_images: self
+                .record
+                .queued
+                .iter()
+                .map(|q| q.images.clone())
+                .collect(),
+            last_usage: self.record.last_usage,
+            budget: self.budget_context(),
+            plan: self.record.plan.clone(),
+            plan_detect: cfg.plan.detect,
+            corrections: self.record.corrections.clone(),
+            sub_agent: self.sub_agent_role(),
+        }
+    }
+
+    /// The permission policy `transition` judges the calls `event` may
+    /// schedule by: the mode, the rules, the additional directories, and
+    /// the calls' paths resolved as the tools will use them.
+    fn policy(&self, event: Option<&Event>) -> Policy {
+        let cfg = &self.shared.config;
+        let cwd = self.record.cwd.display().to_string();
+        // A sub-agent reads the rules afresh: a sibling's "allow always"
+        // (stored in the parent's scope) holds at once.
+        let rules = match self.record.sub_agent {
+            Some(_) => self.read_rules().unwrap_or_else(|e| {
+                tracing::error!(conversation = %self.record.id, "cannot read permission rules: {e}");
+                self.permissions.rules().to_vec()
+            }),
+            None => self.permissions.rules().to_vec(),
+        };
+        let mut policy = Policy {
+            rules,
+            doom_loop: cfg.doom_loop,
+            additional_dirs: self
+                .record
+                .additional_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect(),
+            ..Policy::new(self.record.mode, cwd)
+        };
+        // The policy judges paths as the tools will use them: resolved,
+        // symbolic links followed. That needs the file system, so it is
+        // done here, for the calls this event may schedule: a transition
+        // judges only calls neither running nor finished (the one after a
+        // command's end usually none); the effects' hooks (no event) see
+        // every call of the run.
+        let mut calls: Vec<ToolCall> = match &self.record.state {
+            ConvState::ToolExecuting(run) if event.is_some() => {
+                let pending = run.pending_ids();
+                run.calls
+                    .iter()
+                    .filter(|c| pending.contains(&c.id))
+                    .cloned()
+                    .collect()
+            }
+            ConvState::ToolExecuting(run) => run.calls.clone(),
+            _ => Vec::new(),
+        };
+        // A pre_tool_use hook's replacement input is judged as it stands.
+        if let Some(Event::PreToolHooksDecided {
+            tool_use_id,
+            new_input: Some(input),
+            ..
+        }) = event
+            && let Some(c) = calls.iter_mut().find(|c| c.id == *tool_use_id)
+        {
+            c.input = input.clone();
+        }
+        if let Some(Event::LlmCompleted { reply }) = event {
+            calls.extend(reply.content.iter().filter_map(|b| match b {
+                ContentBlock::ToolUse { id, name, input } => Some(ToolCall {
+                    id: id.clone(),
+                    name: name.clone(),
+                    input: input.clone(),
+                }),
+                _ => None,
+            }));
+        }
+        for call in &calls {
+            for raw in Policy::paths_to_resolve(call) {
+                if let Ok(real) = crate::tools::resolve_real(&self.record.cwd, &raw) {
+                    policy
+                        .resolved_paths
+                        .insert(raw, real.display().to_string());
+                }
+            }
+        }
+        // Which MCP tools count as read-only is what the servers last said
+        // (trusted servers only); the hub reads no server here.
+        let servers = self.mcp_servers();
+        if !servers.is_empty() {
+            policy.mcp_read_only = self.shared.mcp.read_only_tools(&servers, &self.record.cwd);
+        }
+        policy
+    }
+
+    /// The budgets, raises and spending the next request boundary checks.
+    /// A ledger that cannot be read checks nothing (and says so) rather
+    /// than stopping every conversation.
+    pub(super) fn budget_context(&self) -> agentd_core::BudgetContext {
+        crate::runtime::budget::context(&self.shared, &self.record, self.now_ms()).unwrap_or_else(
+            |e| {
+                tracing::error!(conversation = %self.record.id, "budgets not checked: cannot read the ledger: {e}");
+                agentd_core::BudgetContext::default()
+            },
+        )
+    }
+
+    /// The last tool calls of the transcript, oldest first, excluding the
+    /// calls of the run in progress (the core sees those in the state).
+    fn recent_calls(&self) -> Vec<ToolCall> {
+        let current: Vec<&str> = match &self.record.state {
+            ConvState::ToolExecuting(run) => run.calls.iter().map(|c| c.id.as_str()).collect(),
+            _ => Vec::new(),
+        };
+        let mut calls: Vec<ToolCall> = self
+            .transcript
+            .iter()
+            .rev()
+            .filter(|m| m.role == Role::Assistant)
+            .flat_map(|m| m.tool_calls().collect::<Vec<_>>().into_iter().rev())
+            .filter(|c| !current.contains(&c.id.as_str()))
+            .take(RECENT_CALLS)
+            .collect();
+        calls.reverse();
+        calls
+    }
+}
