@@ -164,14 +164,6 @@ fn a_setext_underline_arriving_later_still_makes_a_heading() {
     assert_eq!(s.finish(), "");
 }
 
-#[test]
-fn ansi256_maps_to_the_cube_and_the_grey_ramp() {
-    assert_eq!(ansi256(0, 0, 0), 16);
-    assert_eq!(ansi256(255, 255, 255), 231);
-    assert_eq!(ansi256(255, 0, 0), 196);
-    assert_eq!(ansi256(128, 128, 128), 244);
-}
-
 /// Markdown-ish text: the characters that make structure, often.
 fn markdownish() -> impl Strategy<Value = String> {
     let atoms = prop::sample::select(vec![
