@@ -18,8 +18,6 @@ pub enum Rule {
 }
 
 impl Rule {
-    pub const ALL: [Rule; 3] = [Rule::File, Rule::Fn, Rule::Layers];
-
     pub fn name(self) -> &'static str {
         match self {
             Rule::File => "file",
@@ -27,16 +25,10 @@ impl Rule {
             Rule::Layers => "layers",
         }
     }
-
-    pub fn parse(name: &str) -> Option<Rule> {
-        Rule::ALL.into_iter().find(|r| r.name() == name)
-    }
 }
 
-/// One thing over a rule. Findings with the same rule and key are one
-/// allow-list entry: a file, a function (same-named functions of one file
-/// share it), or one file's names of one forbidden module (its size is how
-/// many there are).
+/// One thing over a rule: a file, a function, or one name of a forbidden
+/// module.
 #[derive(Debug, Clone)]
 pub struct Finding {
     pub rule: Rule,

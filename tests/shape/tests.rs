@@ -1,6 +1,5 @@
-//! The rules on small sources written here, and the ratchet on small lists.
+//! The rules on small sources written here.
 
-use crate::allow;
 use crate::rules::{self, Finding, Rule, Source};
 use crate::scan;
 use crate::tree;
@@ -185,90 +184,4 @@ fn a_client_may_not_depend_on_a_daemon_crate() {
     assert_eq!(found[0].at, "client-cli/Cargo.toml:10");
     let found = rules::crate_findings("new/Cargo.toml", "", "agent-new", &members);
     assert!(found[0].what.contains("has no layer"));
-}
-
-fn finding(rule: Rule, key: &str, size: usize) -> Finding {
-    Finding {
-        rule,
-        key: key.to_string(),
-        size,
-        at: format!("{key}:1"),
-        what: format!("{size} lines"),
-    }
-}
-
-#[test]
-fn an_allowed_entry_may_shrink_but_not_grow() {
-    let list = "# a comment\nfile a.rs 700   # why\nlayers b.rs->llm 2\n";
-    let entries = allow::parse(list).unwrap();
-    let ok = allow::group(vec![
-        finding(Rule::File, "a.rs", 650),
-        finding(Rule::Layers, "b.rs->llm", 1),
-        finding(Rule::Layers, "b.rs->llm", 1),
-    ]);
-    assert!(allow::check(&ok, &entries).is_empty());
-    let grown = allow::group(vec![
-        finding(Rule::File, "a.rs", 701),
-        finding(Rule::Layers, "b.rs->llm", 1),
-        finding(Rule::Layers, "b.rs->llm", 1),
-        finding(Rule::Layers, "b.rs->llm", 1),
-    ]);
-    let problems = allow::check(&grown, &entries);
-    assert_eq!(problems.len(), 2, "{problems:#?}");
-    assert!(problems[0].starts_with(
-        "a.rs:1: file rule: 701 lines; grown past the 700 that .ci/shape-allow.txt:2 allows"
-    ));
-    assert!(problems[1].contains("3 names across the layer, grown past the 2"));
-}
-
-#[test]
-fn an_entry_that_no_longer_breaks_its_rule_must_be_removed() {
-    let entries = allow::parse("fn a.rs::f 120\nfile a.rs 700\n").unwrap();
-    let groups = allow::group(vec![finding(Rule::File, "a.rs", 700)]);
-    let problems = allow::check(&groups, &entries);
-    assert_eq!(
-        problems,
-        [
-            ".ci/shape-allow.txt:1: `fn a.rs::f 120` is within 100 lines now (or is gone): remove this line (the allow-list only shrinks)"
-        ]
-    );
-}
-
-#[test]
-fn anything_not_listed_fails() {
-    let groups = allow::group(vec![finding(Rule::Fn, "a.rs::f", 101)]);
-    let problems = allow::check(&groups, &[]);
-    assert_eq!(problems.len(), 1);
-    assert!(
-        problems[0].contains("not on .ci/shape-allow.txt"),
-        "{}",
-        problems[0]
-    );
-}
-
-#[test]
-fn the_list_it_writes_reads_back_as_the_same_entries() {
-    let groups = allow::group(vec![
-        finding(Rule::Layers, "b.rs->llm", 1),
-        finding(Rule::File, "a.rs", 700),
-        finding(Rule::Fn, "a.rs::f", 101),
-        finding(Rule::Fn, "a.rs::f", 130),
-    ]);
-    let text = allow::render(&groups);
-    let entries = allow::parse(&text).unwrap();
-    let read: Vec<(Rule, &str, usize)> = entries
-        .iter()
-        .map(|e| (e.rule, e.key.as_str(), e.size))
-        .collect();
-    assert_eq!(
-        read,
-        [
-            (Rule::File, "a.rs", 700),
-            (Rule::Fn, "a.rs::f", 130),
-            (Rule::Layers, "b.rs->llm", 1)
-        ]
-    );
-    assert!(allow::check(&groups, &entries).is_empty());
-    assert!(allow::parse("file a.rs\n").is_err());
-    assert!(allow::parse("file a.rs 1\nfile a.rs 2\n").is_err());
 }

@@ -1,10 +1,24 @@
-//! Keeping tool output within the model's budget.
+//! Keeping tool output within the model's budget, and client input
+//! within an error message.
 //!
 //! Both ends are kept: the head of a build log says what ran, the tail says
 //! how it ended, and the error is usually at the tail. The marker between
 //! them states the real size, so the model knows how much it did not see.
 
 use std::collections::VecDeque;
+
+/// Client input longer than this is cut when an error quotes it.
+const QUOTE_BYTES: usize = 64;
+
+/// `input` as an error quotes it: whole when short, else its start and its
+/// size, e.g. `AAAA… (300000 bytes)`.
+pub(crate) fn brief(input: &str) -> String {
+    if input.len() <= QUOTE_BYTES {
+        return input.to_string();
+    }
+    let head = &input[..floor_char_boundary(input, QUOTE_BYTES)];
+    format!("{head}… ({} bytes)", input.len())
+}
 
 /// Cuts `text` to about `max` bytes, keeping its head and tail around a
 /// marker. Cuts fall on character boundaries, and on line boundaries when one
@@ -42,7 +56,7 @@ fn marker(total: u64, head: usize, tail: usize) -> String {
     format!("\n… [output truncated: {total} bytes total, showing first {head} and last {tail}]\n")
 }
 
-fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+pub(crate) fn floor_char_boundary(s: &str, mut i: usize) -> usize {
     if i >= s.len() {
         return s.len();
     }

@@ -92,6 +92,11 @@ pub struct FileConfig {
 }
 
 /// The effective configuration.
+/// Anthropic's API, when `ANTHROPIC_BASE_URL` is not set.
+pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+/// OpenAI's API, when `OPENAI_BASE_URL` is not set.
+pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Default model.
@@ -180,10 +185,10 @@ impl Config {
         let base_url = match file.provider {
             ProviderKind::Anthropic => nonempty("ANTHROPIC_BASE_URL")
                 .or(file.anthropic.base_url)
-                .unwrap_or_else(|| crate::llm::ANTHROPIC_DEFAULT_BASE_URL.to_string()),
+                .unwrap_or_else(|| ANTHROPIC_DEFAULT_BASE_URL.to_string()),
             ProviderKind::Openai => nonempty("OPENAI_BASE_URL")
                 .or(file.openai.base_url)
-                .unwrap_or_else(|| crate::llm::OPENAI_DEFAULT_BASE_URL.to_string()),
+                .unwrap_or_else(|| OPENAI_DEFAULT_BASE_URL.to_string()),
         };
         let model = model_flag
             .or_else(|| nonempty("AGENTD_MODEL"))

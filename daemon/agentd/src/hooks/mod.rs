@@ -25,6 +25,7 @@ use pins::{project_file, read_pinned};
 pub use stages::{PreToolUse, Prompt, before_prompt, notify, post_tool_use, pre_tool_use, stop};
 
 use crate::store::TrustRecord;
+pub use crate::store::persisted::Stage;
 use agentd_core::hooks::{HookMatchers, matcher_matches};
 use agentd_core::{Action, Policy, Rule, ToolCall};
 use serde::Deserialize;
@@ -34,18 +35,6 @@ use std::time::Duration;
 /// Where hooks of a project live, relative to a directory the user
 /// trusted (`agent trust DIR`).
 pub const PROJECT_FILE: &str = ".agentd/config.toml";
-
-/// The points of a turn hooks run at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Stage {
-    PreToolUse,
-    PostToolUse,
-    UserPromptSubmit,
-    Stop,
-    Notification,
-    SessionStart,
-}
 
 impl Stage {
     /// The config and wire name.

@@ -158,10 +158,9 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<Reply, LlmError>>;
 }
 
-/// Anthropic's API, when `ANTHROPIC_BASE_URL` is not set.
-pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
-/// OpenAI's API, when `OPENAI_BASE_URL` is not set.
-pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+/// The providers' endpoints when none is configured (defined with the
+/// config that chooses them).
+pub use crate::config::{ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL};
 
 /// Which provider to talk to, and how (built from `config::Config`). Its
 /// `Debug` output never shows a key.

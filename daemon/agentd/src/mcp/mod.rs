@@ -21,59 +21,12 @@ mod result;
 
 pub use hub::{Hub, ServerInfo, ServerState, ToolInfo};
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use std::collections::BTreeMap;
 
-/// Time a tool call may take unless the server's config says otherwise.
-pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
-/// Time a server has to start and list its tools.
-pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
-
-/// One MCP server a conversation may use.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub struct ServerSpec {
-    /// What its tools are prefixed with (`mcp__NAME__…`).
-    pub name: String,
-    pub transport: Transport,
-    /// Honour the server's read-only hints (such tools run unasked).
-    #[serde(default)]
-    pub trust: bool,
-    /// Time limit of one tool call, ms.
-    #[serde(default = "default_call_timeout")]
-    pub timeout_ms: u64,
-    /// Time limit of starting the server and listing its tools, ms.
-    #[serde(default = "default_startup_timeout")]
-    pub startup_timeout_ms: u64,
-}
-
-fn default_call_timeout() -> u64 {
-    DEFAULT_CALL_TIMEOUT_MS
-}
-
-fn default_startup_timeout() -> u64 {
-    DEFAULT_STARTUP_TIMEOUT_MS
-}
-
-/// How the daemon talks to a server.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case")]
-pub enum Transport {
-    /// A child process speaking JSON-RPC on stdin/stdout, started in the
-    /// conversation's working directory.
-    Stdio {
-        command: String,
-        #[serde(default)]
-        args: Vec<String>,
-        #[serde(default)]
-        env: BTreeMap<String, String>,
-    },
-    /// Streamable HTTP at `url`, with extra request headers.
-    Http {
-        url: String,
-        #[serde(default)]
-        headers: BTreeMap<String, String>,
-    },
-}
+pub use crate::store::persisted::{
+    DEFAULT_CALL_TIMEOUT_MS, DEFAULT_STARTUP_TIMEOUT_MS, ServerSpec, Transport,
+};
 
 impl ServerSpec {
     /// The transport's name as `agent mcp ls` shows it.

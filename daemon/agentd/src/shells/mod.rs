@@ -30,8 +30,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use regex::Regex;
-use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
+
+pub use crate::store::persisted::{ShellRecord, ShellStatus};
 
 use crate::process::{self, DRAIN, KILL_WAIT, OnDrop};
 use output::Spool;
@@ -70,20 +71,6 @@ impl Default for ShellLimits {
     }
 }
 
-/// Where a shell is in its life.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum ShellStatus {
-    /// Its process is running.
-    Running,
-    /// It ended by itself; killed by a signal it did not get from us is
-    /// code 128 + the signal, as shells report it.
-    Exited { code: i32 },
-    /// Stopped by a kill (a person, the model, or the daemon's shutdown).
-    Killed,
-    /// It was running when the daemon died; its end is unknown.
-    Lost,
-}
-
 impl ShellStatus {
     /// Whether the shell has ended (in any way).
     pub fn is_ended(&self) -> bool {
@@ -101,31 +88,6 @@ impl std::fmt::Display for ShellStatus {
             ShellStatus::Lost => f.write_str("lost"),
         }
     }
-}
-
-/// Everything known about a shell; what the store keeps.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShellRecord {
-    /// `sh-` and six base32 characters, unique in this daemon's records.
-    pub id: String,
-    /// The conversation that started it; only that one sees it.
-    pub conversation_id: String,
-    pub command: String,
-    pub cwd: PathBuf,
-    /// Pid of `bash`, which is also the process group id.
-    pub pid: u32,
-    /// Unix ms.
-    pub started_at_ms: i64,
-    /// Unix ms; None while running.
-    pub ended_at_ms: Option<i64>,
-    pub status: ShellStatus,
-    /// Bytes in the spool file (output, plus agentd's marker lines).
-    pub output_bytes: u64,
-    /// Output beyond the cap was discarded.
-    pub truncated: bool,
-    /// Field 22 of `/proc/<pid>/stat` at start, so that after a crash a
-    /// live pid can be proven to still be this shell.
-    pub proc_start_ticks: Option<u64>,
 }
 
 /// What attached clients hear about shells.

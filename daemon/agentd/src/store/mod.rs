@@ -23,6 +23,7 @@ pub mod access;
 mod events;
 mod journal;
 mod open;
+pub mod persisted;
 mod records;
 mod usage;
 
@@ -533,14 +534,14 @@ impl Store {
     }
 
     /// Writes a background shell's record (not yet durable).
-    pub fn put_shell(&self, shell: &crate::shells::ShellRecord) -> Result<(), StoreError> {
+    pub fn put_shell(&self, shell: &persisted::ShellRecord) -> Result<(), StoreError> {
         self.shells
             .insert(shell.id.as_bytes(), encode(&shell.id, shell)?)?;
         Ok(())
     }
 
     /// Every background shell record.
-    pub fn shells(&self) -> Result<Vec<crate::shells::ShellRecord>, StoreError> {
+    pub fn shells(&self) -> Result<Vec<persisted::ShellRecord>, StoreError> {
         let mut out = Vec::new();
         for item in self.shells.iter() {
             let (k, v) = item?;

@@ -33,7 +33,7 @@ pub struct ConversationRecord {
     /// MCP servers given at creation (the configured ones are not copied
     /// here: they follow the config file).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mcp_servers: Vec<crate::mcp::ServerSpec>,
+    pub mcp_servers: Vec<super::persisted::ServerSpec>,
     /// Messages in the transcript (= the last message seq).
     pub message_count: u64,
     /// Sum of usage over replies.
@@ -272,7 +272,7 @@ pub enum StoredEvent {
     HookRan {
         /// Unix ms.
         at_ms: i64,
-        stage: crate::hooks::Stage,
+        stage: super::persisted::Stage,
         command: String,
         decision: String,
         duration_ms: u64,

@@ -32,8 +32,7 @@ use crate::runtime::RuntimeError;
 use agentd_core::Rejected;
 use tonic::Status;
 
-/// Client input longer than this is cut when an error quotes it.
-const QUOTE_BYTES: usize = 64;
+pub(crate) use crate::truncate::brief;
 
 /// The longest status message the daemon sends: a status travels in an
 /// HTTP/2 header block, which clients bound (grpc-go and tonic at 16 KiB,
@@ -41,22 +40,9 @@ const QUOTE_BYTES: usize = 64;
 /// error instead of its message.
 const MESSAGE_BYTES: usize = 1024;
 
-/// `input` as an error quotes it: whole when short, else its start and its
-/// size, e.g. `AAAA… (300000 bytes)`.
-pub fn brief(input: &str) -> String {
-    if input.len() <= QUOTE_BYTES {
-        return input.to_string();
-    }
-    format!("{}… ({} bytes)", head(input, QUOTE_BYTES), input.len())
-}
-
 /// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
 fn head(s: &str, max: usize) -> &str {
-    let mut end = max.min(s.len());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    &s[..crate::truncate::floor_char_boundary(s, max)]
 }
 
 /// A status with `message` cut to [`MESSAGE_BYTES`].

@@ -133,7 +133,7 @@ fn reused(id: Option<&str>, first: RequestOutcome) -> RuntimeError {
     };
     RuntimeError::InvalidArgument(format!(
         "client request id {} was already used by {what}",
-        crate::grpc::convert::brief(id.unwrap_or_default())
+        crate::truncate::brief(id.unwrap_or_default())
     ))
 }
 
