@@ -21,7 +21,7 @@ use std::process::Command;
 
 /// The link arguments that order the start-up symbols listed in `list`,
 /// or none when this build should not (or cannot) use them.
-pub fn startup_order_args(list: &Path) -> Vec<String> {
+pub(crate) fn startup_order_args(list: &Path) -> Vec<String> {
     println!("cargo:rerun-if-changed={}", list.display());
     println!("cargo:rerun-if-env-changed=AGENT_NO_LINK_ORDER");
     let wanted = std::env::var("PROFILE").is_ok_and(|p| p == "release")

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-pub use agent_proto::testing::AttachCall;
+pub(crate) use agent_proto::testing::AttachCall;
 use agent_proto::testing::{AttachCalls, FakeAgent, Rpc, rpc};
 use agent_proto::v1::{self as pb, agent_service_server::AgentServiceServer};
 use futures::StreamExt;
@@ -20,11 +20,11 @@ use crate::cli::Cli;
 use crate::error::{CliError, Exit};
 use crate::io::{Captured, Io};
 
-pub const CONV_ID: &str = "01TESTCONV0000000000000000";
+pub(crate) const CONV_ID: &str = "01TESTCONV0000000000000000";
 
 /// What the mock answers from; tests fill it in.
 #[derive(Default)]
-pub struct State {
+pub(crate) struct State {
     pub conversations: Vec<pb::ConversationSummary>,
     pub exports: Vec<pb::ExportedConversation>,
     pub shell_chunks: Vec<pb::ReadShellOutputResponse>,
@@ -111,7 +111,7 @@ fn script(fake: &FakeAgent, state: &Arc<Mutex<State>>) {
     });
 }
 
-pub fn state(kind: pb::StateKind) -> pb::ConversationState {
+pub(crate) fn state(kind: pb::StateKind) -> pb::ConversationState {
     pb::ConversationState {
         kind: kind as i32,
         ..Default::default()
@@ -141,7 +141,7 @@ fn serve(
 type Connections = Arc<Mutex<Vec<std::os::unix::net::UnixStream>>>;
 
 /// A running mock daemon.
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub socket: PathBuf,
     /// What it answers from, and what it records.
     pub fake: FakeAgent,
@@ -153,7 +153,7 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub async fn start() -> Daemon {
+    pub(crate) async fn start() -> Daemon {
         let dir = tempfile::tempdir().expect("tempdir");
         let socket = dir.path().join("agentd.sock");
         let state = Arc::new(Mutex::new(State::default()));
@@ -174,7 +174,7 @@ impl Daemon {
     }
 
     /// Stops serving, dropping every connection, as a crashed daemon would.
-    pub async fn stop(&mut self) {
+    pub(crate) async fn stop(&mut self) {
         self.server.abort();
         let _ = (&mut self.server).await;
         for conn in lock(&self.connections).drain(..) {
@@ -184,33 +184,33 @@ impl Daemon {
     }
 
     /// Serves again on the same socket, as a restarted daemon would.
-    pub fn restart(&mut self) {
+    pub(crate) fn restart(&mut self) {
         self.server = serve(&self.socket, self.fake.clone(), self.connections.clone());
     }
 
     /// How many connections clients have opened so far.
-    pub fn connections(&self) -> usize {
+    pub(crate) fn connections(&self) -> usize {
         lock(&self.connections).len()
     }
 
     /// The canned answers, to fill in.
-    pub fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, State> {
         lock(&self.state)
     }
 
     /// The requests of every call of `R` so far.
-    pub fn requests<R: Rpc>(&self) -> Vec<R::Request> {
+    pub(crate) fn requests<R: Rpc>(&self) -> Vec<R::Request> {
         self.fake.requests::<R>()
     }
 
     /// The next Attach call (panics after 5 s).
-    pub async fn attach_call(&mut self) -> AttachCall {
+    pub(crate) async fn attach_call(&mut self) -> AttachCall {
         self.attaches.next().await
     }
 
     /// Starts `agent ARGS…` in-process against this daemon, with scripted
     /// stdin lines (a terminal when `terminal`) and Ctrl-C presses.
-    pub fn agent(&self, args: &[&str], terminal: bool) -> Agent {
+    pub(crate) fn agent(&self, args: &[&str], terminal: bool) -> Agent {
         let mut argv = vec![
             "agent".to_string(),
             "--no-autostart".to_string(),
@@ -233,7 +233,7 @@ impl Daemon {
 }
 
 /// A running in-process `agent`.
-pub struct Agent {
+pub(crate) struct Agent {
     pub lines: Option<mpsc::Sender<String>>,
     pub ctrl_c: mpsc::Sender<()>,
     pub captured: Captured,
@@ -241,22 +241,22 @@ pub struct Agent {
 }
 
 impl Agent {
-    pub async fn type_line(&self, line: &str) {
+    pub(crate) async fn type_line(&self, line: &str) {
         if let Some(lines) = &self.lines {
             lines.send(line.to_string()).await.expect("agent reading");
         }
     }
 
-    pub fn close_stdin(&mut self) {
+    pub(crate) fn close_stdin(&mut self) {
         self.lines = None;
     }
 
-    pub async fn interrupt(&self) {
+    pub(crate) async fn interrupt(&self) {
         self.ctrl_c.send(()).await.expect("agent running");
     }
 
     /// Waits for the command to end (panics after 10 s).
-    pub async fn finish(self) -> (Result<Exit, CliError>, String, String) {
+    pub(crate) async fn finish(self) -> (Result<Exit, CliError>, String, String) {
         let result = tokio::time::timeout(Duration::from_secs(10), self.task)
             .await
             .expect("agent finished within 10 s")
@@ -265,7 +265,7 @@ impl Agent {
     }
 
     /// Waits until stdout contains `text` (panics after 5 s).
-    pub async fn wait_for_output(&self, text: &str) {
+    pub(crate) async fn wait_for_output(&self, text: &str) {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
         while !self.captured.out.text().contains(text) {
             assert!(

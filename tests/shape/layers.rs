@@ -3,7 +3,7 @@
 //! says why, and the failure repeats it.
 
 /// What a production crate may depend on inside the workspace.
-pub struct CrateRule {
+pub(crate) struct CrateRule {
     pub name: &'static str,
     pub may_use: &'static [&'static str],
     pub why: &'static str,
@@ -11,7 +11,7 @@ pub struct CrateRule {
 
 /// Every production member of the workspace, with the workspace crates it
 /// may use. A new member fails the check until it has a line here.
-pub const CRATES: &[CrateRule] = &[
+pub(crate) const CRATES: &[CrateRule] = &[
     CrateRule {
         name: "agent-proto",
         may_use: &[],
@@ -37,14 +37,14 @@ pub const CRATES: &[CrateRule] = &[
 ];
 
 /// Top modules of one crate that a top module may not name.
-pub struct ModuleRule {
+pub(crate) struct ModuleRule {
     pub krate: &'static str,
     pub from: &'static str,
     pub not: &'static [&'static str],
     pub why: &'static str,
 }
 
-pub const MODULES: &[ModuleRule] = &[
+pub(crate) const MODULES: &[ModuleRule] = &[
     ModuleRule {
         krate: "agentd",
         from: "store",
@@ -81,7 +81,7 @@ pub const MODULES: &[ModuleRule] = &[
 ];
 
 /// The rule (and the forbidden module) that `from` naming `to` breaks.
-pub fn forbidden(krate: &str, from: &str, to: &str) -> Option<&'static ModuleRule> {
+pub(crate) fn forbidden(krate: &str, from: &str, to: &str) -> Option<&'static ModuleRule> {
     MODULES
         .iter()
         .find(|r| r.krate == krate && r.from == from && r.not.contains(&to))

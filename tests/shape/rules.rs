@@ -6,19 +6,19 @@ use crate::layers;
 use crate::scan::FileShape;
 
 /// Non-test lines a production file may have.
-pub const FILE_LIMIT: usize = 600;
+pub(crate) const FILE_LIMIT: usize = 600;
 /// Lines a function may have, from its signature to its closing brace.
-pub const FN_LIMIT: usize = 100;
+pub(crate) const FN_LIMIT: usize = 100;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Rule {
+pub(crate) enum Rule {
     File,
     Fn,
     Layers,
 }
 
 impl Rule {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Rule::File => "file",
             Rule::Fn => "fn",
@@ -30,7 +30,7 @@ impl Rule {
 /// One thing over a rule: a file, a function, or one name of a forbidden
 /// module.
 #[derive(Debug, Clone)]
-pub struct Finding {
+pub(crate) struct Finding {
     pub rule: Rule,
     pub key: String,
     pub size: usize,
@@ -43,14 +43,14 @@ pub struct Finding {
 /// A production source file: its path from the workspace root, its crate
 /// and its module path from the crate root (empty for a crate root or a
 /// build script).
-pub struct Source<'a> {
+pub(crate) struct Source<'a> {
     pub path: &'a str,
     pub krate: &'a str,
     pub module: &'a [String],
 }
 
 /// The findings in one file.
-pub fn file_findings(src: &Source, shape: &FileShape) -> Vec<Finding> {
+pub(crate) fn file_findings(src: &Source, shape: &FileShape) -> Vec<Finding> {
     let mut out = Vec::new();
     if shape.non_test_lines > FILE_LIMIT {
         out.push(Finding {
@@ -98,7 +98,12 @@ pub fn file_findings(src: &Source, shape: &FileShape) -> Vec<Finding> {
 /// The findings in one production crate's manifest: workspace crates it
 /// depends on (in any dependency table) that its layer does not allow.
 /// `members` are the workspace's package names.
-pub fn crate_findings(manifest: &str, text: &str, name: &str, members: &[String]) -> Vec<Finding> {
+pub(crate) fn crate_findings(
+    manifest: &str,
+    text: &str,
+    name: &str,
+    members: &[String],
+) -> Vec<Finding> {
     let at = |line: usize| format!("{manifest}:{line}");
     let Some(rule) = layers::CRATES.iter().find(|r| r.name == name) else {
         return vec![Finding {

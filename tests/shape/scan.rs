@@ -13,7 +13,7 @@ use syn::{Attribute, Item, Meta, Token, UseTree, punctuated::Punctuated};
 
 /// What [`scan`] measured in one file.
 #[derive(Debug, Default)]
-pub struct FileShape {
+pub(crate) struct FileShape {
     /// Every line of the file.
     pub lines: usize,
     /// Lines outside test items.
@@ -29,7 +29,7 @@ pub struct FileShape {
 /// A function: its name inside the file (`Type::method`, `outer::inner`),
 /// the line of its signature and its length from there to its closing brace.
 #[derive(Debug)]
-pub struct FnShape {
+pub(crate) struct FnShape {
     pub name: String,
     pub line: usize,
     pub lines: usize,
@@ -37,7 +37,7 @@ pub struct FnShape {
 
 /// A path naming a module of the same crate.
 #[derive(Debug)]
-pub struct ModRef {
+pub(crate) struct ModRef {
     pub line: usize,
     /// The top module it lands in (`llm` for `crate::llm::Provider`).
     pub top: String,
@@ -47,7 +47,7 @@ pub struct ModRef {
 
 /// Measures `text`, the file of module `module` (its path from the crate
 /// root: `["store", "journal"]` for `src/store/journal.rs`).
-pub fn scan(text: &str, module: &[String]) -> syn::Result<FileShape> {
+pub(crate) fn scan(text: &str, module: &[String]) -> syn::Result<FileShape> {
     let file = syn::parse_file(text)?;
     let mut scan = Scan {
         module: module.to_vec(),
@@ -86,7 +86,7 @@ fn end_line(span: Span) -> usize {
 }
 
 /// Whether the attributes make their item test-only.
-pub fn is_test(attrs: &[Attribute]) -> bool {
+pub(crate) fn is_test(attrs: &[Attribute]) -> bool {
     attrs.iter().any(|attr| {
         let path = attr.path();
         if path.segments.last().is_some_and(|s| s.ident == "test") {

@@ -9,7 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// Everything the production tree under `root` breaks.
-pub fn findings(root: &Path) -> Result<Vec<Finding>, String> {
+pub(crate) fn findings(root: &Path) -> Result<Vec<Finding>, String> {
     let workspace = read(&root.join("Cargo.toml"))?;
     let workspace: toml::Table = workspace.parse().map_err(|e| format!("Cargo.toml: {e}"))?;
     let dirs: Vec<String> = workspace
@@ -46,7 +46,7 @@ pub fn findings(root: &Path) -> Result<Vec<Finding>, String> {
 }
 
 /// Whether a path is test code by where it is or what it is called.
-pub fn is_test_path(path: &str) -> bool {
+pub(crate) fn is_test_path(path: &str) -> bool {
     path.split('/')
         .any(|part| part == "tests" || part == "tests.rs")
 }
@@ -106,7 +106,7 @@ fn scan_file(file: &Path, path: String, module: Vec<String>) -> Result<Scanned, 
 /// The module path of a file from its crate's `src/`: `store/journal.rs`
 /// and `store/journal/mod.rs` are `store::journal`; `lib.rs`, `main.rs`
 /// and `bin/*.rs` are crate roots.
-pub fn module_of(src_rel: &str) -> Vec<String> {
+pub(crate) fn module_of(src_rel: &str) -> Vec<String> {
     let stem = src_rel.strip_suffix(".rs").unwrap_or(src_rel);
     let mut parts: Vec<String> = stem.split('/').map(str::to_string).collect();
     if parts.first().is_some_and(|p| p == "bin") {

@@ -15,7 +15,7 @@ use serde_json::Value;
 /// A plan as an ACP plan: every step an entry, the whole list each time (the
 /// editor replaces its plan with each update). ACP has no failed or skipped
 /// status: such steps are completed entries that say so.
-pub fn plan(p: &pb::Plan) -> agent_client_protocol::v1::schema::Plan {
+pub(super) fn plan(p: &pb::Plan) -> agent_client_protocol::v1::schema::Plan {
     use agent_client_protocol::v1::schema::{PlanEntry, PlanEntryPriority, PlanEntryStatus};
     let priority = match p.risk.as_str() {
         "high" => PlanEntryPriority::High,
@@ -74,7 +74,7 @@ const MODES: [(PermissionMode, &str, &str, &str); 5] = [
 ];
 
 /// The ACP mode id of a daemon mode (UNSPECIFIED is the daemon's default).
-pub fn mode_id(mode: i32) -> &'static str {
+pub(super) fn mode_id(mode: i32) -> &'static str {
     let mode = PermissionMode::try_from(mode).unwrap_or(PermissionMode::Default);
     MODES
         .iter()
@@ -83,13 +83,13 @@ pub fn mode_id(mode: i32) -> &'static str {
 }
 
 /// The daemon mode an ACP mode id names.
-pub fn mode_of(id: &str) -> Option<PermissionMode> {
+pub(super) fn mode_of(id: &str) -> Option<PermissionMode> {
     MODES.iter().find(|(_, i, ..)| *i == id).map(|(m, ..)| *m)
 }
 
 /// The modes a session offers, `current` selected; `bypass` only when the
 /// daemon allows it.
-pub fn mode_state(current: i32, bypass_allowed: bool) -> SessionModeState {
+pub(super) fn mode_state(current: i32, bypass_allowed: bool) -> SessionModeState {
     let available = MODES
         .iter()
         .filter(|(m, ..)| bypass_allowed || *m != PermissionMode::Bypass)
@@ -110,7 +110,7 @@ const DECISIONS: [(PermissionDecision, &str); 6] = [
 
 /// The decision an option id the editor selected stands for, if it is one
 /// of those this request offered.
-pub fn decision_of(option_id: &str, offered: &[i32]) -> Option<PermissionDecision> {
+pub(super) fn decision_of(option_id: &str, offered: &[i32]) -> Option<PermissionDecision> {
     DECISIONS
         .iter()
         .find(|(_, id)| *id == option_id)
@@ -141,7 +141,7 @@ const PLAN_OPTIONS: [(&str, &str, PermissionOptionKind); 3] = [
 ];
 
 /// The plan answer an option of a plan approval request stands for.
-pub fn plan_answer_of(option_id: &str) -> Option<pb::PlanAnswer> {
+pub(super) fn plan_answer_of(option_id: &str) -> Option<pb::PlanAnswer> {
     let approve = |mode: PermissionMode| {
         pb::plan_answer::Answer::Approve(pb::PlanApprove { mode: mode as i32 })
     };
@@ -163,7 +163,7 @@ pub fn plan_answer_of(option_id: &str) -> Option<pb::PlanAnswer> {
 /// deny → reject_once, never → reject_always; deny-and-stop is a second
 /// reject_once option (ACP has no feedback text, so the turn just stops),
 /// background a second allow_once.
-pub fn permission_options(request: &pb::PermissionRequest) -> Vec<PermissionOption> {
+pub(super) fn permission_options(request: &pb::PermissionRequest) -> Vec<PermissionOption> {
     if request.plan.is_some() {
         return PLAN_OPTIONS
             .iter()
@@ -209,7 +209,7 @@ pub fn permission_options(request: &pb::PermissionRequest) -> Vec<PermissionOpti
 }
 
 /// What kind of tool a daemon tool is, for the editor's icon.
-pub fn tool_kind(name: &str) -> ToolKind {
+pub(super) fn tool_kind(name: &str) -> ToolKind {
     match name {
         "read" => ToolKind::Read,
         "write" | "edit" | "patch" => ToolKind::Edit,
@@ -236,7 +236,7 @@ fn input_path(input: &Value, cwd: &Path) -> Option<PathBuf> {
 }
 
 /// The files a call touches, for the editor to follow.
-pub fn locations(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallLocation> {
+pub(super) fn locations(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallLocation> {
     if !matches!(tool, "read" | "write" | "edit") {
         return Vec::new();
     }
@@ -249,7 +249,7 @@ pub fn locations(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallLocati
 /// The change a call makes as ACP diffs, from its input: `write` replaces
 /// the file with `content`, `edit` replaces `old_string` by `new_string`
 /// (the changed part, as other ACP agents show an edit). Other tools: none.
-pub fn input_diffs(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallContent> {
+pub(super) fn input_diffs(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallContent> {
     let input = input_value(input_json);
     let Some(path) = input_path(&input, cwd) else {
         return Vec::new();
@@ -264,14 +264,14 @@ pub fn input_diffs(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallCont
 }
 
 /// Text as tool call content.
-pub fn text_content(text: impl Into<String>) -> ToolCallContent {
+pub(super) fn text_content(text: impl Into<String>) -> ToolCallContent {
     ToolCallContent::from(ContentBlock::from(text.into()))
 }
 
 /// What the editor is told when another client answered the question it
 /// was asked (its question is withdrawn): who, with which role, and the
 /// answer. None when nobody answered (the daemon withdrew it: a cancel).
-pub fn answered_elsewhere(r: &pb::PermissionResolved) -> Option<String> {
+pub(super) fn answered_elsewhere(r: &pb::PermissionResolved) -> Option<String> {
     if r.client_id.is_empty() {
         return None;
     }
@@ -297,13 +297,19 @@ pub fn answered_elsewhere(r: &pb::PermissionResolved) -> Option<String> {
 
 /// A unified diff the daemon made (a patch, a permission preview), shown
 /// as a fenced block when no structured diff exists.
-pub fn unified_diff_content(diff: &str) -> ToolCallContent {
+pub(super) fn unified_diff_content(diff: &str) -> ToolCallContent {
     text_content(format!("```diff\n{}\n```", diff.trim_end()))
 }
 
 /// The call as the editor first sees it (`ToolCallBegin`, or a tool_use of
 /// a reply before it starts).
-pub fn tool_call(id: &str, name: &str, title: &str, input_json: &str, cwd: &Path) -> ToolCall {
+pub(super) fn tool_call(
+    id: &str,
+    name: &str,
+    title: &str,
+    input_json: &str,
+    cwd: &Path,
+) -> ToolCall {
     let title = if title.is_empty() { name } else { title };
     ToolCall::new(id.to_string(), title.to_string())
         .kind(tool_kind(name))
@@ -314,7 +320,7 @@ pub fn tool_call(id: &str, name: &str, title: &str, input_json: &str, cwd: &Path
 
 /// A finished call: status, and what it did (the input's diff, else the
 /// daemon's unified diff; the command's output preview).
-pub fn tool_call_end(
+pub(super) fn tool_call_end(
     end: &pb::ToolCallEnd,
     input_json: Option<&str>,
     cwd: &Path,
@@ -362,7 +368,7 @@ fn output_preview(end: &pb::ToolCallEnd) -> String {
 
 /// Why a turn ended, from the last reply of the transcript and whether
 /// anyone cancelled it.
-pub fn stop_reason(stop: &str, interrupted: bool, cancelled: bool) -> StopReason {
+pub(super) fn stop_reason(stop: &str, interrupted: bool, cancelled: bool) -> StopReason {
     if cancelled || interrupted {
         return StopReason::Cancelled;
     }
@@ -376,7 +382,7 @@ pub fn stop_reason(stop: &str, interrupted: bool, cancelled: bool) -> StopReason
 /// The text of a prompt: text blocks as they are, resource links as their
 /// names and URIs (the agent reads files itself). Images, audio and
 /// embedded resources are refused: the capabilities say so.
-pub fn prompt_text(prompt: &[ContentBlock]) -> Result<String, String> {
+pub(super) fn prompt_text(prompt: &[ContentBlock]) -> Result<String, String> {
     let mut parts = Vec::new();
     for block in prompt {
         match block {
@@ -403,7 +409,7 @@ pub fn prompt_text(prompt: &[ContentBlock]) -> Result<String, String> {
 
 /// A transcript as the updates that show it (`session/load`): user text,
 /// the agent's text and thinking, each tool call with its result.
-pub fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate> {
+pub(super) fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate> {
     let mut updates = Vec::new();
     for message in messages {
         let user = message.role == Role::User as i32;
@@ -461,7 +467,7 @@ pub fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate> {
 }
 
 /// At most `max` bytes of `text` (cut at a character boundary), marked.
-pub fn bounded(text: &str, max: usize) -> String {
+pub(super) fn bounded(text: &str, max: usize) -> String {
     if text.len() <= max {
         return text.to_string();
     }
@@ -473,7 +479,7 @@ pub fn bounded(text: &str, max: usize) -> String {
 }
 
 /// Unix milliseconds as ISO 8601 UTC (`2026-11-26T06:20:32Z`).
-pub fn iso8601(ms: i64) -> String {
+pub(super) fn iso8601(ms: i64) -> String {
     let secs = ms.div_euclid(1000);
     let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
     // Howard Hinnant's civil_from_days.
@@ -496,7 +502,7 @@ pub fn iso8601(ms: i64) -> String {
 
 /// An MCP server the editor gives a session, as the daemon takes it: stdio
 /// and streamable HTTP; SSE (deprecated in MCP) is refused with a reason.
-pub fn mcp_server(server: &McpServer) -> Result<pb::McpServer, String> {
+pub(super) fn mcp_server(server: &McpServer) -> Result<pb::McpServer, String> {
     match server {
         McpServer::Stdio(s) => Ok(pb::McpServer {
             name: s.name.clone(),

@@ -36,13 +36,13 @@ thread_local! {
 
 /// Asks every runtime worker to give its cache of freed memory back the
 /// next time it parks.
-pub fn release_when_idle() {
+pub(crate) fn release_when_idle() {
     ASKED.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Called by a thread about to wait for work: gives its cache back if that
 /// was asked since it last did.
-pub fn on_idle() {
+pub(crate) fn on_idle() {
     let asked = ASKED.load(Ordering::Relaxed);
     let due = HONOURED.with(|honoured| {
         let due = honoured.get() != asked;
@@ -56,7 +56,7 @@ pub fn on_idle() {
 
 /// Gives the calling thread a cache of its own (the runtime's threads, as
 /// they start; see the module's documentation).
-pub fn enable_thread_cache() {
+pub(crate) fn enable_thread_cache() {
     let name = c"thread.tcache.enabled";
     let mut enabled = true;
     // SAFETY: `thread.tcache.enabled` is a `bool` control: the new value is

@@ -15,7 +15,7 @@ use sha2::{Digest, Sha256};
 
 /// An image a client sent, checked and ready to store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StagedImage {
+pub(crate) struct StagedImage {
     /// What messages will refer to.
     pub image: ImageRef,
     /// Its bytes.
@@ -25,14 +25,14 @@ pub struct StagedImage {
 /// Why a client's images were refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{what}: {reason}")]
-pub struct ImageError {
+pub(crate) struct ImageError {
     /// Which image ("image 2 (shot.png)"), or "images" for the count.
     pub what: String,
     pub reason: ImageRejected,
 }
 
 /// Lower-case hex SHA-256 of `bytes`.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     let mut out = String::with_capacity(64);
     for b in digest {
@@ -42,7 +42,10 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Checks one image and names it by its content.
-pub fn stage_one(limits: &ImageLimits, bytes: bytes::Bytes) -> Result<StagedImage, ImageRejected> {
+pub(crate) fn stage_one(
+    limits: &ImageLimits,
+    bytes: bytes::Bytes,
+) -> Result<StagedImage, ImageRejected> {
     let info = limits.inspect(&bytes)?;
     let (width, height) = info.dimensions.unwrap_or((0, 0));
     Ok(StagedImage {
@@ -59,7 +62,7 @@ pub fn stage_one(limits: &ImageLimits, bytes: bytes::Bytes) -> Result<StagedImag
 
 /// Checks the images of one message: their number, then each one; the
 /// first refusal names the image (1-based, with the client's name for it).
-pub fn stage(
+pub(crate) fn stage(
     limits: &ImageLimits,
     uploads: Vec<(bytes::Bytes, String)>,
 ) -> Result<Vec<StagedImage>, ImageError> {
@@ -86,13 +89,13 @@ pub fn stage(
 }
 
 /// Standard base64 (with padding), as both providers take it.
-pub fn base64(bytes: &[u8]) -> String {
+pub(crate) fn base64(bytes: &[u8]) -> String {
     base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// Decodes standard base64 (padding optional, line breaks allowed), as MCP
 /// servers send images.
-pub fn from_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
+pub(crate) fn from_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
     use base64::engine::{DecodePaddingMode, GeneralPurpose, GeneralPurposeConfig};
     const LENIENT: GeneralPurpose = GeneralPurpose::new(
         &base64::alphabet::STANDARD,
@@ -104,7 +107,7 @@ pub fn from_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
 
 /// The base64 of images a request refers to, by SHA-256. Shared between
 /// the requests of a conversation: an image is encoded once.
-pub type ImageData = Arc<HashMap<String, Arc<str>>>;
+pub(crate) type ImageData = Arc<HashMap<String, Arc<str>>>;
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -23,20 +23,27 @@
 //!   and shells alike.
 //! - [`store`]: sled; the only module that knows keys and trees.
 
-pub mod alloc;
-pub mod checkpoints;
-pub mod cli;
-pub mod config;
-pub mod grpc;
-pub mod hooks;
-pub mod images;
-pub mod llm;
-pub mod logfile;
-pub mod mcp;
-pub mod models;
-pub mod process;
-pub mod runtime;
-pub mod shells;
-pub mod store;
-pub mod tools;
+pub(crate) mod alloc;
+pub(crate) mod checkpoints;
+pub(crate) mod cli;
+pub(crate) mod config;
+pub(crate) mod grpc;
+pub(crate) mod hooks;
+pub(crate) mod images;
+pub(crate) mod llm;
+pub(crate) mod logfile;
+pub(crate) mod mcp;
+pub(crate) mod models;
+pub(crate) mod process;
+pub(crate) mod runtime;
+pub(crate) mod shells;
+pub(crate) mod store;
+pub(crate) mod tools;
 pub(crate) mod truncate;
+
+// What other crates use: the binaries' entry point, and the stream parsers
+// and the store for the fuzzers and a test. Everything else is the crate's
+// own (`unreachable_pub` holds it to `pub(crate)`).
+pub use cli::main;
+pub use llm::{fuzzing, sse};
+pub use store::Store;

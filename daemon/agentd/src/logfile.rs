@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 /// The file standard error goes to, when it is a regular file: `agent
 /// daemon logs` reads it.
-pub fn stderr_file() -> Option<PathBuf> {
+pub(crate) fn stderr_file() -> Option<PathBuf> {
     let target = std::fs::read_link("/proc/self/fd/2").ok()?;
     std::fs::metadata(&target)
         .ok()
@@ -25,7 +25,7 @@ pub fn stderr_file() -> Option<PathBuf> {
 /// A log file kept under a size, shared by every writer of the tracing
 /// subscriber.
 #[derive(Debug, Clone)]
-pub struct CappedLog {
+pub(crate) struct CappedLog {
     state: Arc<Mutex<State>>,
 }
 
@@ -42,7 +42,7 @@ struct State {
 /// Where the tracing subscriber writes: the capped file, or standard
 /// error as it is.
 #[derive(Debug, Clone)]
-pub enum LogWriter {
+pub(crate) enum LogWriter {
     Capped(CappedLog),
     Stderr,
 }
@@ -51,7 +51,7 @@ impl LogWriter {
     /// The daemon's: capped when standard error is a regular file that
     /// can be opened again (at the default size until
     /// [`LogWriter::set_max_bytes`]).
-    pub fn for_stderr() -> LogWriter {
+    pub(crate) fn for_stderr() -> LogWriter {
         let Some(log) =
             stderr_file().and_then(|path| CappedLog::open(&path, DEFAULT_MAX, true).ok())
         else {
@@ -67,7 +67,7 @@ impl LogWriter {
     }
 
     /// Applies `[log] max_bytes`.
-    pub fn set_max_bytes(&self, max_bytes: u64) {
+    pub(crate) fn set_max_bytes(&self, max_bytes: u64) {
         if let LogWriter::Capped(log) = self
             && let Ok(mut state) = log.state.lock()
         {
@@ -82,7 +82,11 @@ const DEFAULT_MAX: u64 = 10 * 1024 * 1024;
 impl CappedLog {
     /// Appends to `path` (mode 0600 when created), starting a new file
     /// whenever the next line would take it past `max_bytes`.
-    pub fn open(path: &Path, max_bytes: u64, redirect_std: bool) -> std::io::Result<CappedLog> {
+    pub(crate) fn open(
+        path: &Path,
+        max_bytes: u64,
+        redirect_std: bool,
+    ) -> std::io::Result<CappedLog> {
         let file = append(path)?;
         Ok(CappedLog {
             state: Arc::new(Mutex::new(State {

@@ -1,4 +1,4 @@
-//! The `agentd` binary: everything is in the library (`cli::main`).
+//! The `agentd` binary: everything is in the library (`agentd::main`).
 
 /// jemalloc, whose background thread returns freed memory to the system a
 /// second after it was freed (`.cargo/config.toml`). glibc's malloc kept
@@ -7,5 +7,5 @@
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
-    agentd::cli::main()
+    agentd::main()
 }

@@ -7,11 +7,11 @@ use agentd_core::Usage;
 use serde::Deserialize;
 use std::collections::HashMap;
 
-pub use agentd_core::Price;
+pub(crate) use agentd_core::Price;
 
 /// What is known of one model.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct ModelInfo {
+pub(crate) struct ModelInfo {
     /// Tokens of context.
     pub context_window: u64,
     /// Most tokens one reply may have.
@@ -30,7 +30,7 @@ pub struct ModelInfo {
 /// `[limits]`).
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ModelSection {
+pub(crate) struct ModelSection {
     pub context_window: Option<u64>,
     pub max_output_tokens: Option<u32>,
     /// USD per million tokens.
@@ -110,7 +110,7 @@ const TABLE: &[(&str, u64, u32, Option<Price>)] = &[
 
 /// The table with the config file's entries over it.
 #[derive(Debug, Clone, Default)]
-pub struct Models {
+pub(crate) struct Models {
     overrides: HashMap<String, ModelSection>,
     /// For models nobody knows: `[limits] context_window`, `max_tokens`.
     default_window: u64,
@@ -120,7 +120,7 @@ pub struct Models {
 }
 
 impl Models {
-    pub fn new(
+    pub(crate) fn new(
         overrides: HashMap<String, ModelSection>,
         default_window: u64,
         default_output: u32,
@@ -134,7 +134,7 @@ impl Models {
     }
 
     /// What is known of `model`.
-    pub fn lookup(&self, model: &str) -> ModelInfo {
+    pub(crate) fn lookup(&self, model: &str) -> ModelInfo {
         let from_table = table_entry(model);
         let configured = self
             .overrides
@@ -186,7 +186,7 @@ impl Models {
     }
 
     /// What `usage` of `model` cost, USD; None when its price is unknown.
-    pub fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
+    pub(crate) fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         self.lookup(model).price.map(|p| p.cost(usage))
     }
 }

@@ -37,7 +37,7 @@ fn created_id(stderr: &str) -> String {
 /// Stops the daemon and opens its store: (conversations, distinct images).
 async fn stored(d: &mut TestDaemon) -> (usize, usize) {
     d.terminate().await;
-    let store = agentd::store::Store::open(&d.data_dir.join("db")).unwrap();
+    let store = agentd::Store::open(&d.data_dir.join("db")).unwrap();
     (store.conversation_ids().unwrap().len(), store.image_count())
 }
 

@@ -3,7 +3,7 @@
 
 mod attach;
 
-pub use attach::*;
+pub(super) use attach::*;
 
 use agent_proto::v1 as pb;
 use agent_proto::v1::agent_service_client::AgentServiceClient;
@@ -14,15 +14,17 @@ use std::time::Duration;
 use tonic::transport::Channel;
 
 /// Rules that let every mutating tool run without asking.
-pub const MUTATING: &[&str] = &["bash", "write", "edit", "patch"];
+pub(super) const MUTATING: &[&str] = &["bash", "write", "edit", "patch"];
 
 /// A reply that is one tool call.
-pub fn tool(id: &str, name: &str, input: Value) -> Script {
+pub(super) fn tool(id: &str, name: &str, input: Value) -> Script {
     Script::Reply(ReplyScript::new().tool_use(id, name, input))
 }
 
 /// The daemon's conversations (the first page of ListConversations).
-pub async fn listed(client: &mut AgentServiceClient<Channel>) -> Vec<pb::ConversationSummary> {
+pub(super) async fn listed(
+    client: &mut AgentServiceClient<Channel>,
+) -> Vec<pb::ConversationSummary> {
     client
         .list_conversations(pb::ListConversationsRequest::default())
         .await
@@ -32,11 +34,11 @@ pub async fn listed(client: &mut AgentServiceClient<Channel>) -> Vec<pb::Convers
 }
 
 /// A fresh directory, for a conversation besides the scenario's.
-pub fn workdir() -> tempfile::TempDir {
+pub(super) fn workdir() -> tempfile::TempDir {
     tempfile::tempdir().unwrap()
 }
 
-pub async fn create(
+pub(super) async fn create(
     client: &mut AgentServiceClient<Channel>,
     cwd: &std::path::Path,
     prompt: &str,
@@ -45,7 +47,7 @@ pub async fn create(
 }
 
 /// Creates a conversation with permission rules and a mode.
-pub async fn create_with(
+pub(super) async fn create_with(
     client: &mut AgentServiceClient<Channel>,
     cwd: &std::path::Path,
     prompt: &str,
@@ -69,7 +71,7 @@ pub async fn create_with(
 }
 
 /// Sends a user message with the unary RPC.
-pub async fn send(client: &mut AgentServiceClient<Channel>, id: &str, text: &str) {
+pub(super) async fn send(client: &mut AgentServiceClient<Channel>, id: &str, text: &str) {
     client
         .send_message(pb::SendMessageRequest {
             conversation_id: id.to_string(),
@@ -80,7 +82,7 @@ pub async fn send(client: &mut AgentServiceClient<Channel>, id: &str, text: &str
         .unwrap();
 }
 
-pub async fn get(
+pub(super) async fn get(
     client: &mut AgentServiceClient<Channel>,
     id: &str,
 ) -> pb::GetConversationResponse {
@@ -93,7 +95,7 @@ pub async fn get(
         .into_inner()
 }
 
-pub fn kind_of(r: &pb::GetConversationResponse) -> pb::StateKind {
+pub(super) fn kind_of(r: &pb::GetConversationResponse) -> pb::StateKind {
     let k = r
         .conversation
         .as_ref()
@@ -104,7 +106,7 @@ pub fn kind_of(r: &pb::GetConversationResponse) -> pb::StateKind {
 }
 
 /// Polls until the conversation is in `kind`.
-pub async fn wait_state(
+pub(super) async fn wait_state(
     client: &mut AgentServiceClient<Channel>,
     id: &str,
     kind: pb::StateKind,
@@ -123,7 +125,7 @@ pub async fn wait_state(
     }
 }
 
-pub fn text_of_message(m: &pb::Message) -> String {
+pub(super) fn text_of_message(m: &pb::Message) -> String {
     m.content
         .iter()
         .filter_map(|b| match &b.block {
@@ -135,7 +137,7 @@ pub fn text_of_message(m: &pb::Message) -> String {
 
 /// Runs the client binary against `d`: whether it succeeded, its stdout
 /// and its stderr.
-pub async fn agent_out(d: &TestDaemon, args: &[&str]) -> (bool, String, String) {
+pub(super) async fn agent_out(d: &TestDaemon, args: &[&str]) -> (bool, String, String) {
     let out = tokio::process::Command::from(d.agent())
         .args(args)
         .output()
@@ -155,7 +157,7 @@ pub async fn agent_out(d: &TestDaemon, args: &[&str]) -> (bool, String, String) 
 /// runtime, data and home directories under `root`, nothing from the
 /// environment but `PATH`, the fake model's address and a key. Returns the
 /// command (arguments still to add) and the runtime and data directories.
-pub fn autostarting_agent(
+pub(super) fn autostarting_agent(
     fake: &agent_tests::fake_llm::FakeLlm,
     root: &std::path::Path,
 ) -> (
@@ -185,7 +187,7 @@ pub fn autostarting_agent(
 
 /// Waits until some conversation asks for permission, then answers it with
 /// `agent answer ID DECISION` as a person in another terminal would.
-pub async fn answer_with_agent(
+pub(super) async fn answer_with_agent(
     d: &TestDaemon,
     client: &mut AgentServiceClient<Channel>,
     decision: &str,
@@ -221,7 +223,7 @@ pub async fn answer_with_agent(
     );
 }
 
-pub fn assert_valid_chain(req: &Recorded) {
+pub(super) fn assert_valid_chain(req: &Recorded) {
     let messages = req.body["messages"].as_array().expect("messages");
     assert!(!messages.is_empty());
     assert_eq!(messages[0]["role"], "user");
@@ -269,7 +271,7 @@ pub fn assert_valid_chain(req: &Recorded) {
 }
 
 /// Pids of the processes whose command line contains `needle`.
-pub fn processes_matching(needle: &str) -> Vec<u32> {
+pub(super) fn processes_matching(needle: &str) -> Vec<u32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
         let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
@@ -287,18 +289,18 @@ pub fn processes_matching(needle: &str) -> Vec<u32> {
 }
 
 /// A reply that says "done".
-pub fn done() -> Script {
+pub(super) fn done() -> Script {
     Script::text("done")
 }
 
-pub fn is_request(m: &pb::AttachResponse) -> bool {
+pub(super) fn is_request(m: &pb::AttachResponse) -> bool {
     matches!(
         m.event,
         Some(pb::attach_response::Event::PermissionRequested(_))
     )
 }
 
-pub fn request_of(m: &pb::AttachResponse) -> pb::PermissionRequest {
+pub(super) fn request_of(m: &pb::AttachResponse) -> pb::PermissionRequest {
     match &m.event {
         Some(pb::attach_response::Event::PermissionRequested(r)) => r.request.clone().unwrap(),
         _ => panic!("not a permission request: {m:?}"),
@@ -306,7 +308,7 @@ pub fn request_of(m: &pb::AttachResponse) -> pb::PermissionRequest {
 }
 
 /// The tool result the model got for `tool_use_id` in a recorded request.
-pub fn result_of(req: &Recorded, tool_use_id: &str) -> Value {
+pub(super) fn result_of(req: &Recorded, tool_use_id: &str) -> Value {
     req.body["messages"]
         .as_array()
         .unwrap()
@@ -317,7 +319,7 @@ pub fn result_of(req: &Recorded, tool_use_id: &str) -> Value {
 }
 
 /// The texts of a conversation's user messages, in order.
-pub async fn user_texts(client: &mut AgentServiceClient<Channel>, id: &str) -> Vec<String> {
+pub(super) async fn user_texts(client: &mut AgentServiceClient<Channel>, id: &str) -> Vec<String> {
     get(client, id)
         .await
         .messages
@@ -328,7 +330,7 @@ pub async fn user_texts(client: &mut AgentServiceClient<Channel>, id: &str) -> V
 }
 
 /// A real 1×1 PNG (70 bytes).
-pub const PIXEL_PNG: [u8; 70] = [
+pub(super) const PIXEL_PNG: [u8; 70] = [
     0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x48, 0x44, 0x52,
     0x00, 0x00, 0x00, 0x01, 0x00, 0x00, 0x00, 0x01, 0x08, 0x06, 0x00, 0x00, 0x00, 0x1F, 0x15, 0xC4,
     0x89, 0x00, 0x00, 0x00, 0x0D, 0x49, 0x44, 0x41, 0x54, 0x78, 0xDA, 0x63, 0x64, 0x60, 0xF8, 0x5F,
@@ -337,13 +339,13 @@ pub const PIXEL_PNG: [u8; 70] = [
 ];
 
 /// Runs git in `dir`; never refreshes the index behind the test's back.
-pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+pub(super) fn git(dir: &std::path::Path, args: &[&str]) -> String {
     agent_tests::crash::repo::git(dir, args).unwrap()
 }
 
 /// Every file under `dir` (recursively, `.git` left out) and its bytes, by
 /// its path relative to `dir`.
-pub fn tree_files(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+pub(super) fn tree_files(dir: &std::path::Path) -> std::collections::BTreeMap<String, Vec<u8>> {
     fn walk(
         root: &std::path::Path,
         dir: &std::path::Path,
@@ -369,7 +371,7 @@ pub fn tree_files(dir: &std::path::Path) -> std::collections::BTreeMap<String, V
 /// Fails with the paths that differ (at most 20 of them) when two
 /// [`tree_files`] listings differ, instead of printing every byte of both.
 #[track_caller]
-pub fn assert_same_files(
+pub(super) fn assert_same_files(
     got: &std::collections::BTreeMap<String, Vec<u8>>,
     want: &std::collections::BTreeMap<String, Vec<u8>>,
     what: &str,
@@ -401,14 +403,14 @@ pub fn assert_same_files(
 /// the agent or a rewind does may change: the index file's bytes, HEAD,
 /// every ref (branches, tags, the stash) and the stash list.
 #[derive(Debug, PartialEq, Eq)]
-pub struct GitUserState {
+pub(super) struct GitUserState {
     pub index: Vec<u8>,
     pub head: String,
     pub refs: String,
     pub stash: String,
 }
 
-pub fn git_user_state(dir: &std::path::Path) -> GitUserState {
+pub(super) fn git_user_state(dir: &std::path::Path) -> GitUserState {
     // The index first: nothing run after may have rewritten it.
     let index = std::fs::read(dir.join(".git/index")).unwrap();
     GitUserState {
@@ -421,7 +423,7 @@ pub fn git_user_state(dir: &std::path::Path) -> GitUserState {
 
 /// A path the daemon reported (absolute), relative to the working
 /// directory `dir` (given as the daemon was, or canonical).
-pub fn relative_to(dir: &std::path::Path, reported: &str) -> String {
+pub(super) fn relative_to(dir: &std::path::Path, reported: &str) -> String {
     let path = std::path::Path::new(reported);
     let canonical = dir.canonicalize().unwrap();
     path.strip_prefix(dir)

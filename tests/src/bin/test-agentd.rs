@@ -6,5 +6,5 @@
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() -> std::process::ExitCode {
-    agentd::cli::main()
+    agentd::main()
 }

@@ -44,7 +44,7 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
-    pub fn new(script: ReplyScript, model: String, seq: u64, created: u64) -> Plan {
+    pub(super) fn new(script: ReplyScript, model: String, seq: u64, created: u64) -> Plan {
         let mut steps = vec![Step::MessageStart];
         if script.unknown_event {
             steps.push(Step::Unknown);
@@ -114,7 +114,7 @@ impl Plan {
     }
 
     /// The text a delta step carries (without any timestamp).
-    pub fn delta_text(&self, block: usize, range: &Range<usize>) -> &str {
+    pub(super) fn delta_text(&self, block: usize, range: &Range<usize>) -> &str {
         let source = match &self.script.blocks[block] {
             Block::Text(text) => text,
             Block::Deltas { each, .. } => each,

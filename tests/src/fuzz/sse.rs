@@ -1,5 +1,5 @@
 //! The `sse` target: the SSE decoder (`agentd::llm::sse`) and the
-//! providers' stream parsers (through `agentd::llm::fuzzing`), in process.
+//! providers' stream parsers (through `agentd::fuzzing`), in process.
 //!
 //! Each case is a body: random bytes (biased towards the bytes SSE gives
 //! meaning to), random SSE lines (every field, comments, blank lines, all
@@ -15,8 +15,8 @@
 //!   passes on the same stream events (deltas of a block merged), whatever
 //!   the cuts.
 
-use agentd::llm::fuzzing::{Wire, merged, read_body};
-use agentd::llm::sse::{SseDecoder, SseEvent};
+use agentd::fuzzing::{Wire, merged, read_body};
+use agentd::sse::{SseDecoder, SseEvent};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::seq::IndexedRandom;

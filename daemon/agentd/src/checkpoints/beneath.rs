@@ -22,7 +22,7 @@ use std::path::{Component, Path};
 
 /// What is at a path now, read without following links.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
+pub(super) enum Found {
     /// Nothing (the file, or a directory on its way, does not exist).
     Absent,
     /// A regular file and its bytes.
@@ -86,7 +86,7 @@ fn parent_dir(path: &Path, create: bool) -> Result<Option<(OwnedFd, &OsStr)>, St
 }
 
 /// What is at `path` now, without following any link.
-pub fn read(path: &Path) -> Result<Found, String> {
+pub(super) fn read(path: &Path) -> Result<Found, String> {
     let (dir, name) = match parent_dir(path, false) {
         Ok(Some(found)) => found,
         Ok(None) => return Ok(Found::Absent),
@@ -114,7 +114,7 @@ pub fn read(path: &Path) -> Result<Found, String> {
 
 /// Writes `bytes` to `path`, making missing directories, never through a
 /// link. An existing file keeps its mode; a new one is 0644 (less umask).
-pub fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
+pub(super) fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let Some((dir, name)) = parent_dir(path, true)? else {
         return Err(refused(path, "its directory could not be made"));
     };
@@ -142,7 +142,7 @@ pub fn write(path: &Path, bytes: &[u8]) -> Result<(), String> {
 
 /// Removes the file at `path` (a link there is removed itself, never what
 /// it points to). Ok(false): there was nothing.
-pub fn remove(path: &Path) -> Result<bool, String> {
+pub(super) fn remove(path: &Path) -> Result<bool, String> {
     let Some((dir, name)) = parent_dir(path, false)? else {
         return Ok(false);
     };

@@ -11,12 +11,12 @@ use sha2::{Digest, Sha256};
 
 /// The content-addressed store (`<data dir>/checkpoints/blobs`).
 #[derive(Debug)]
-pub struct BlobStore {
+pub(crate) struct BlobStore {
     dir: PathBuf,
 }
 
 /// The SHA-256 of `bytes`, lowercase hex.
-pub fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
 }
 
@@ -39,7 +39,7 @@ fn private_dir(dir: &Path) -> io::Result<()> {
 
 impl BlobStore {
     /// Opens (or creates) the store in `dir`.
-    pub fn open(dir: &Path) -> io::Result<BlobStore> {
+    pub(crate) fn open(dir: &Path) -> io::Result<BlobStore> {
         private_dir(dir)?;
         Ok(BlobStore {
             dir: dir.to_path_buf(),
@@ -58,7 +58,7 @@ impl BlobStore {
 
     /// Stores `bytes`; returns their SHA-256 and how many bytes were
     /// written (0 when the content was there already).
-    pub fn put(&self, bytes: &[u8]) -> io::Result<(String, u64)> {
+    pub(crate) fn put(&self, bytes: &[u8]) -> io::Result<(String, u64)> {
         let sha = sha256_hex(bytes);
         let path = self.path_of(&sha)?;
         if path.exists() {
@@ -93,7 +93,7 @@ impl BlobStore {
     /// The content whose SHA-256 is `sha256`; a stored copy whose bytes
     /// no longer hash to it (truncated, damaged) is an error, never
     /// returned.
-    pub fn get(&self, sha256: &str) -> io::Result<Vec<u8>> {
+    pub(crate) fn get(&self, sha256: &str) -> io::Result<Vec<u8>> {
         let bytes = std::fs::read(self.path_of(sha256)?)?;
         let found = sha256_hex(&bytes);
         if found != sha256 {
@@ -130,13 +130,17 @@ impl BlobStore {
     }
 
     /// Bytes stored in all.
-    pub fn total_bytes(&self) -> io::Result<u64> {
+    pub(crate) fn total_bytes(&self) -> io::Result<u64> {
         Ok(self.list()?.iter().map(|(_, _, len, _)| len).sum())
     }
 
     /// Removes every content not in `keep` and older than `min_age`;
     /// returns the bytes freed.
-    pub fn sweep(&self, keep: &HashSet<String>, min_age: std::time::Duration) -> io::Result<u64> {
+    pub(crate) fn sweep(
+        &self,
+        keep: &HashSet<String>,
+        min_age: std::time::Duration,
+    ) -> io::Result<u64> {
         let mut freed = 0;
         let now = std::time::SystemTime::now();
         for (sha, path, len, modified) in self.list()? {

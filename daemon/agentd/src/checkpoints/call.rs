@@ -19,7 +19,7 @@ impl Checkpoints {
     /// Records what `name` called with `input` may change, before it runs;
     /// None when it changes no file (or checkpoints are off). A failure is
     /// logged and the call runs without a checkpoint.
-    pub async fn before(
+    pub(crate) async fn before(
         self: &Arc<Self>,
         key: CallKey,
         name: &str,
@@ -200,7 +200,7 @@ impl Checkpoints {
     /// started (its caller polls the command first), so that the write is
     /// not on the path to its start. The conversation's next commit
     /// flushes it, as it would have flushed a record written before.
-    pub fn started(&self, pending: &mut Pending) {
+    pub(crate) fn started(&self, pending: &mut Pending) {
         if pending.id.is_none() {
             pending.id = self.write(&pending.record);
         }
@@ -256,7 +256,7 @@ impl Checkpoints {
     /// Completes the checkpoint of a call that ended: what it left in each
     /// file. A call that changed nothing leaves no record. Made durable by
     /// the commit of the call's result, which follows.
-    pub async fn after(self: &Arc<Self>, pending: Pending) {
+    pub(crate) async fn after(self: &Arc<Self>, pending: Pending) {
         let Pending {
             id,
             mut record,

@@ -28,7 +28,7 @@ use hardening::{FilterDrivers, git, git_without_filters};
 
 /// A git work tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Repo {
+pub(crate) struct Repo {
     /// Its top directory (absolute).
     pub top: PathBuf,
     /// The index file git uses for it.
@@ -37,7 +37,7 @@ pub struct Repo {
 
 /// A file that differs between two snapshots.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TreeChange {
+pub(crate) struct TreeChange {
     /// Relative to the top of the work tree, as git names it.
     pub path: String,
     /// Whether the file was in the first snapshot.
@@ -67,7 +67,7 @@ fn may_be_in_repo(dir: &Path) -> bool {
 }
 
 /// The work tree `dir` is in, if any (None too when git is missing).
-pub async fn repo_of(dir: &Path) -> Option<Repo> {
+pub(crate) async fn repo_of(dir: &Path) -> Option<Repo> {
     if !may_be_in_repo(dir) {
         return None;
     }
@@ -93,7 +93,7 @@ pub async fn repo_of(dir: &Path) -> Option<Repo> {
 /// Writes a tree of the work tree as it is now (tracked and untracked,
 /// not ignored files) and returns its id. `scratch` holds the temporary
 /// index.
-pub async fn snapshot(repo: &Repo, scratch: &Path) -> Result<String, String> {
+pub(crate) async fn snapshot(repo: &Repo, scratch: &Path) -> Result<String, String> {
     std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
     let tmp = scratch.join(format!("index-{}", ulid::Ulid::new()));
     let result = snapshot_into(repo, &tmp).await;
@@ -103,7 +103,7 @@ pub async fn snapshot(repo: &Repo, scratch: &Path) -> Result<String, String> {
 
 /// [`snapshot`], through the index file `tmp`, which is left for
 /// [`update`].
-pub async fn snapshot_into(repo: &Repo, tmp: &Path) -> Result<String, String> {
+pub(crate) async fn snapshot_into(repo: &Repo, tmp: &Path) -> Result<String, String> {
     match copy_index(&repo.index, tmp) {
         Ok(()) => {}
         // A repository without commits or staged files has no index yet.
@@ -149,7 +149,7 @@ fn tree_id(out: Vec<u8>) -> Result<String, String> {
 /// earlier update) with only `paths` read again from the work tree: added,
 /// changed, or removed when they are gone. The same hardening as a
 /// snapshot; the index is changed in place.
-pub async fn update(repo: &Repo, index: &Path, paths: &[&str]) -> Result<String, String> {
+pub(crate) async fn update(repo: &Repo, index: &Path, paths: &[&str]) -> Result<String, String> {
     if !index.exists() {
         return Err(format!("{} is gone", index.display()));
     }
@@ -204,7 +204,11 @@ async fn with_input(
 }
 
 /// The regular files that differ between trees `before` and `after`.
-pub async fn changes(repo: &Repo, before: &str, after: &str) -> Result<Vec<TreeChange>, String> {
+pub(crate) async fn changes(
+    repo: &Repo,
+    before: &str,
+    after: &str,
+) -> Result<Vec<TreeChange>, String> {
     if before == after {
         return Ok(Vec::new());
     }
@@ -251,7 +255,7 @@ fn parse_raw(out: &[u8]) -> Vec<TreeChange> {
 
 /// The content of `path` in `tree`, as checked out (git's own conversions
 /// applied, e.g. line endings; no filter driver: see [`FilterDrivers`]).
-pub async fn content(repo: &Repo, tree: &str, path: &str) -> Result<Vec<u8>, String> {
+pub(crate) async fn content(repo: &Repo, tree: &str, path: &str) -> Result<Vec<u8>, String> {
     let mut cmd = git_without_filters(&repo.top).await?;
     cmd.args(["cat-file", "--filters"])
         .arg(format!("{tree}:{path}"));
@@ -259,7 +263,11 @@ pub async fn content(repo: &Repo, tree: &str, path: &str) -> Result<Vec<u8>, Str
 }
 
 /// Which of `paths` (relative to the top) are files of `tree`.
-pub async fn existing(repo: &Repo, tree: &str, paths: &[&str]) -> Result<HashSet<String>, String> {
+pub(crate) async fn existing(
+    repo: &Repo,
+    tree: &str,
+    paths: &[&str],
+) -> Result<HashSet<String>, String> {
     let mut found = HashSet::new();
     // Within what one command line may carry.
     for chunk in paths.chunks(512) {
@@ -285,7 +293,7 @@ pub async fn existing(repo: &Repo, tree: &str, paths: &[&str]) -> Result<HashSet
 
 /// Which of `paths` (relative to the top; a directory ends in `/`) git
 /// ignores. A path in the user's index is never ignored.
-pub async fn ignored(repo: &Repo, paths: &[&str]) -> Result<HashSet<String>, String> {
+pub(crate) async fn ignored(repo: &Repo, paths: &[&str]) -> Result<HashSet<String>, String> {
     if paths.is_empty() {
         return Ok(HashSet::new());
     }
@@ -315,7 +323,11 @@ pub async fn ignored(repo: &Repo, paths: &[&str]) -> Result<HashSet<String>, Str
 /// The contents of `paths` (files of `tree`), as [`content`] gives them.
 /// The filter drivers are listed again for each batch, right before use:
 /// a command may have defined one since the last look.
-pub async fn contents(repo: &Repo, tree: &str, paths: &[&str]) -> Result<Vec<Vec<u8>>, String> {
+pub(crate) async fn contents(
+    repo: &Repo,
+    tree: &str,
+    paths: &[&str],
+) -> Result<Vec<Vec<u8>>, String> {
     if paths.is_empty() {
         return Ok(Vec::new());
     }

@@ -31,9 +31,9 @@
 //! then the contents no record refers to.
 
 mod beneath;
-pub mod blobs;
+pub(crate) mod blobs;
 mod call;
-pub mod git;
+pub(crate) mod git;
 mod restore;
 mod retention;
 mod tracked;
@@ -46,7 +46,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
-pub use blobs::BlobStore;
+pub(crate) use blobs::BlobStore;
 use retention::record_now_ms;
 
 use crate::config::CheckpointsSection;
@@ -55,7 +55,7 @@ use crate::store::Store;
 /// A file's content at one moment.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-pub enum FileState {
+pub(crate) enum FileState {
     /// There was no file.
     Absent,
     /// The file held the content with this SHA-256.
@@ -64,7 +64,7 @@ pub enum FileState {
 
 /// One file a call changed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileChange {
+pub(crate) struct FileChange {
     /// Absolute.
     pub path: PathBuf,
     /// Before the call (its content is in the blob store).
@@ -77,7 +77,7 @@ pub struct FileChange {
 
 /// The work-tree snapshots around a `bash` call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GitSnapshot {
+pub(crate) struct GitSnapshot {
     /// The top of the work tree.
     pub top: PathBuf,
     /// The tree before the command.
@@ -97,7 +97,7 @@ pub struct GitSnapshot {
 
 /// The checkpoint of one tool call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Record {
+pub(crate) struct Record {
     pub conversation_id: String,
     /// The sequence number of the user message whose turn made the call.
     pub turn: u64,
@@ -117,7 +117,7 @@ pub struct Record {
 
 /// Which call a checkpoint is for.
 #[derive(Debug, Clone)]
-pub struct CallKey {
+pub(crate) struct CallKey {
     pub conversation_id: String,
     /// The sequence number of the user message whose turn this is.
     pub turn: u64,
@@ -127,7 +127,7 @@ pub struct CallKey {
 
 /// A checkpoint whose call is running.
 #[derive(Debug)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// The record's id; None until it is written (a command outside git,
     /// see [`Checkpoints::started`]).
     id: Option<u64>,
@@ -146,14 +146,14 @@ type Tracked = (
 
 impl Pending {
     /// Whether the record waits for [`Checkpoints::started`].
-    pub fn unwritten(&self) -> bool {
+    pub(crate) fn unwritten(&self) -> bool {
         self.id.is_none()
     }
 }
 
 /// What a rewind (or a rollback) restores.
 #[derive(Debug, Clone, Copy)]
-pub enum Since {
+pub(crate) enum Since {
     /// Every call of the turns of this user message and later.
     Turn(u64),
     /// Every call recorded after this mark (see [`Checkpoints::mark`]).
@@ -162,7 +162,7 @@ pub enum Since {
 
 /// What a restore did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Restored {
+pub(crate) struct Restored {
     /// Files written back to their earlier content.
     pub restored: Vec<PathBuf>,
     /// Files the agent created, removed.
@@ -177,7 +177,7 @@ pub struct Restored {
 
 /// Why a restore did nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RestoreError {
+pub(crate) enum RestoreError {
     /// Files changed by someone other than the agent since it last changed
     /// them.
     #[error("changed since by someone other than the agent: {}", list(.0))]
@@ -198,7 +198,7 @@ fn list(paths: &[PathBuf]) -> String {
 
 /// A checkpointed turn, for listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TurnCheckpoint {
+pub(crate) struct TurnCheckpoint {
     /// The user message's sequence number.
     pub turn: u64,
     /// Calls recorded.
@@ -212,7 +212,7 @@ pub struct TurnCheckpoint {
 }
 
 /// The daemon's checkpoints (one for all conversations).
-pub struct Checkpoints {
+pub(crate) struct Checkpoints {
     tree: crate::store::Tree,
     store: Store,
     blobs: BlobStore,
@@ -331,7 +331,7 @@ fn io_err(e: impl std::fmt::Display) -> String {
 impl Checkpoints {
     /// Opens the checkpoints: records in `store`, contents and scratch
     /// files under `dir` (`<data dir>/checkpoints`).
-    pub fn open(
+    pub(crate) fn open(
         store: &Store,
         dir: &Path,
         config: CheckpointsSection,
@@ -364,7 +364,7 @@ impl Checkpoints {
     /// life: the store these checkpoints are recorded in is not the one
     /// the contents were stored for (an unreadable store was moved aside
     /// at start, and the user may put it back).
-    pub fn keep_unreferenced(mut self) -> Checkpoints {
+    pub(crate) fn keep_unreferenced(mut self) -> Checkpoints {
         self.sweep = false;
         self
     }
@@ -403,7 +403,7 @@ impl Checkpoints {
 
     /// Remembers where `name` (a plan step) started: a rollback restores
     /// what was recorded after it.
-    pub fn mark(&self, conversation_id: &str, name: &str) -> Result<u64, String> {
+    pub(crate) fn mark(&self, conversation_id: &str, name: &str) -> Result<u64, String> {
         let id = self.next_id().map_err(io_err)?;
         self.tree
             .insert(mark_key(conversation_id, name), id.to_be_bytes().to_vec())
@@ -412,7 +412,7 @@ impl Checkpoints {
     }
 
     /// Where `name` started, if it was marked.
-    pub fn mark_of(&self, conversation_id: &str, name: &str) -> Option<u64> {
+    pub(crate) fn mark_of(&self, conversation_id: &str, name: &str) -> Option<u64> {
         let value = self.tree.get(mark_key(conversation_id, name)).ok()??;
         <[u8; 8]>::try_from(value.as_ref())
             .ok()
@@ -420,7 +420,7 @@ impl Checkpoints {
     }
 
     /// Every record of a conversation, oldest first, with its id.
-    pub fn records(&self, conversation_id: &str) -> Result<Vec<(u64, Record)>, String> {
+    pub(crate) fn records(&self, conversation_id: &str) -> Result<Vec<(u64, Record)>, String> {
         let mut out = Vec::new();
         for item in self.tree.scan_prefix(prefix(RECORD, conversation_id)) {
             let (k, v) = item.map_err(io_err)?;
@@ -432,7 +432,7 @@ impl Checkpoints {
     }
 
     /// The turns of a conversation that have checkpoints, oldest first.
-    pub fn turns(&self, conversation_id: &str) -> Result<Vec<TurnCheckpoint>, String> {
+    pub(crate) fn turns(&self, conversation_id: &str) -> Result<Vec<TurnCheckpoint>, String> {
         let mut turns: BTreeMap<u64, TurnCheckpoint> = BTreeMap::new();
         for (_, record) in self.records(conversation_id)? {
             let entry = turns.entry(record.turn).or_insert(TurnCheckpoint {

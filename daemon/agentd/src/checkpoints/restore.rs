@@ -17,7 +17,7 @@ impl Checkpoints {
     /// file was changed by someone else since the agent last changed it,
     /// unless `force` (then it is overwritten) or `skip_changed` (then it is
     /// left as it is and reported).
-    pub async fn restore(
+    pub(crate) async fn restore(
         self: &Arc<Self>,
         conversation_id: &str,
         since: Since,

@@ -14,7 +14,7 @@ impl Checkpoints {
     /// Unreferenced contents stay when no record at all was found: an empty
     /// record tree next to stored contents is a store that was replaced
     /// (moved aside, or a fresh one), not contents nobody needs.
-    pub fn prune(&self, now_ms: i64) -> Result<usize, String> {
+    pub(crate) fn prune(&self, now_ms: i64) -> Result<usize, String> {
         let _guard = self.locked();
         let max_age_ms =
             i64::try_from(self.config.max_age_days.saturating_mul(86_400_000)).unwrap_or(i64::MAX);

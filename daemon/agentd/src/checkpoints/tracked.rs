@@ -136,7 +136,7 @@ impl Drop for WorkTree {
 }
 
 impl WorkTree {
-    pub fn new(repo: git::Repo, scratch: &Path) -> WorkTree {
+    pub(super) fn new(repo: git::Repo, scratch: &Path) -> WorkTree {
         let index = scratch.join(format!("base-{}", ulid::Ulid::new()));
         WorkTree {
             repo,
@@ -156,7 +156,7 @@ impl WorkTree {
     }
 
     /// Whether no call is running.
-    pub fn idle(&self) -> bool {
+    pub(super) fn idle(&self) -> bool {
         self.running() == 0
     }
 
@@ -165,7 +165,7 @@ impl WorkTree {
     }
 
     /// Every content the history refers to (kept from retention's sweep).
-    pub fn contents(&self) -> impl Iterator<Item = &str> {
+    pub(super) fn contents(&self) -> impl Iterator<Item = &str> {
         self.history
             .values()
             .flatten()
@@ -176,7 +176,7 @@ impl WorkTree {
     }
 
     /// A call starts.
-    pub async fn start(
+    pub(super) async fn start(
         &mut self,
         scratch: &Path,
         keep: &(dyn Keep + Sync),
@@ -213,7 +213,7 @@ impl WorkTree {
     }
 
     /// The call that started with number `seq` ended: what it changed.
-    pub async fn end(
+    pub(super) async fn end(
         &mut self,
         seq: u64,
         scratch: &Path,
@@ -276,12 +276,12 @@ impl WorkTree {
     /// Whether a new base is due and can be taken now (no call running):
     /// the caller takes it after a call ended, while the model answers,
     /// rather than on the next call's path.
-    pub fn base_due(&self) -> bool {
+    pub(super) fn base_due(&self) -> bool {
         !self.unwatchable && self.watch.is_some() && self.idle() && self.stale()
     }
 
     /// Takes the new base [`WorkTree::base_due`] said is due.
-    pub async fn refresh(
+    pub(super) async fn refresh(
         &mut self,
         scratch: &Path,
         keep: &(dyn Keep + Sync),

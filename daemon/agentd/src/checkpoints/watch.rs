@@ -30,7 +30,7 @@ fn mask() -> AddWatchFlags {
 
 /// The inotify watches on one work tree.
 #[derive(Debug)]
-pub struct DirWatch {
+pub(super) struct DirWatch {
     fd: Inotify,
     top: PathBuf,
     /// Each watched directory, relative to the top ("" is the top).
@@ -39,7 +39,7 @@ pub struct DirWatch {
 
 /// What happened since the last drain.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Drained {
+pub(super) struct Drained {
     /// Files (relative to the top) created, written, removed or renamed.
     pub paths: BTreeSet<String>,
     /// Directories that appeared (created or moved in); not watched yet.
@@ -76,7 +76,7 @@ impl DirWatch {
     /// Watches every directory of the work tree at `top` that git would
     /// look into. An error (the per-user watch limit reached, no inotify)
     /// means the work tree cannot be watched.
-    pub fn new(top: &Path) -> Result<DirWatch, String> {
+    pub(super) fn new(top: &Path) -> Result<DirWatch, String> {
         let fd = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC)
             .map_err(|e| format!("inotify: {e}"))?;
         let mut watch = DirWatch {
@@ -89,14 +89,14 @@ impl DirWatch {
     }
 
     /// How many directories are watched.
-    pub fn watched(&self) -> usize {
+    pub(super) fn watched(&self) -> usize {
         self.dirs.len()
     }
 
     /// Watches the directory `rel` and every one below it that is not
     /// ignored; returns the files found in them (which a caller that just
     /// saw `rel` appear counts as changed).
-    pub fn add_tree(&mut self, rel: &str) -> Result<Vec<String>, String> {
+    pub(super) fn add_tree(&mut self, rel: &str) -> Result<Vec<String>, String> {
         let root = if rel.is_empty() {
             self.top.clone()
         } else {
@@ -155,7 +155,7 @@ impl DirWatch {
 
     /// Reads every event queued so far (a command's events are queued by
     /// the time it has exited).
-    pub fn drain(&mut self) -> Drained {
+    pub(super) fn drain(&mut self) -> Drained {
         let mut out = Drained::default();
         loop {
             let events = match self.fd.read_events() {

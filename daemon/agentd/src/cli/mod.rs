@@ -22,7 +22,7 @@ use std::sync::Arc;
 /// shell and all state; terminals talk to it with `agent`.
 #[derive(Debug, Parser)]
 #[command(name = "agentd", version, about, long_about = None)]
-pub struct Args {
+pub(crate) struct Args {
     /// Unix socket to listen on [default: $XDG_RUNTIME_DIR/agentd/agentd.sock,
     /// else ~/.local/state/agentd/run/agentd.sock].
     #[arg(long, env = "AGENTD_SOCKET")]
@@ -50,7 +50,7 @@ pub struct Args {
 
 /// Start-up failures, each a clear one-line message.
 #[derive(Debug, thiserror::Error)]
-pub enum StartError {
+pub(crate) enum StartError {
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
     /// No place for the socket or data.
@@ -150,7 +150,7 @@ pub fn main() -> ExitCode {
 /// Installs the SIGINT and SIGTERM handlers now and completes on the
 /// first of them, even one that arrived before it was polled. Called
 /// within the runtime.
-pub fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
+pub(crate) fn shutdown_signal() -> impl std::future::Future<Output = ()> + Send {
     use tokio::signal::unix::{Signal, SignalKind, signal};
     let install = |kind: SignalKind, name: &str| match signal(kind) {
         Ok(stream) => Some(stream),
@@ -182,7 +182,7 @@ fn env(key: &str) -> Option<String> {
 }
 
 /// Starts the daemon and serves until `shutdown` completes.
-pub async fn run(
+pub(crate) async fn run(
     args: Args,
     mut config: Config,
     shutdown: impl std::future::Future<Output = ()> + Send,

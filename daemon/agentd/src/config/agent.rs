@@ -8,7 +8,7 @@ use serde::Deserialize;
 /// Which wire protocol the LLM speaks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum ProviderKind {
+pub(crate) enum ProviderKind {
     /// Anthropic Messages API.
     #[default]
     Anthropic,
@@ -19,7 +19,7 @@ pub enum ProviderKind {
 /// Credentials and endpoint of one provider.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ProviderSection {
+pub(crate) struct ProviderSection {
     /// The API key (prefer the environment variable).
     pub api_key: Option<String>,
     /// The endpoint, e.g. `https://api.anthropic.com`.
@@ -29,7 +29,7 @@ pub struct ProviderSection {
 /// Retry policy for model requests.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RetrySection {
+pub(crate) struct RetrySection {
     /// Attempts per request, the first included.
     pub max_attempts: u32,
     /// First backoff delay; doubles per attempt.
@@ -54,7 +54,7 @@ impl Default for RetrySection {
 /// Limits on the agent loop and tools.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct LimitsSection {
+pub(crate) struct LimitsSection {
     /// Model rounds per user turn.
     pub max_iterations: u32,
     /// Tool output kept for the model, bytes.
@@ -91,7 +91,7 @@ impl Default for LimitsSection {
 /// Permission defaults for every conversation.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct PermissionsSection {
+pub(crate) struct PermissionsSection {
     /// Mode of new conversations (`read_only`, `default`, `accept_edits`, `plan`; `bypass` needs `--allow-bypass`).
     pub mode: Option<agentd_core::Mode>,
     /// Rules that allow, e.g. `bash(cargo test:*)`.
@@ -106,7 +106,7 @@ pub struct PermissionsSection {
 /// Limits on background shells.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ShellsSection {
+pub(crate) struct ShellsSection {
     /// Running shells per daemon.
     pub max_total: usize,
     /// Running shells per conversation.
@@ -129,7 +129,7 @@ impl Default for ShellsSection {
 /// Project instructions (AGENTS.md files).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct InstructionsSection {
+pub(crate) struct InstructionsSection {
     /// Text of all instruction files together kept for the model, bytes
     /// (0: none are read).
     pub max_bytes: usize,
@@ -147,7 +147,7 @@ impl Default for InstructionsSection {
 /// "Long work: context continuation").
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ContextSection {
+pub(crate) struct ContextSection {
     /// Continue an exhausted conversation in a new one without a person
     /// (as `agent continue` does), so unattended work goes on.
     pub auto_continue: bool,
@@ -175,7 +175,7 @@ impl Default for ContextSection {
 /// not). Unset: no such budget.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct BudgetSection {
+pub(crate) struct BudgetSection {
     pub per_conversation_usd: Option<f64>,
     pub per_day_usd: Option<f64>,
     pub per_conversation_tokens: Option<u64>,
@@ -184,7 +184,7 @@ pub struct BudgetSection {
 
 impl BudgetSection {
     /// The budgets as the core checks them (micro-dollars and tokens).
-    pub fn amounts(&self) -> Result<agentd_core::Amounts, ConfigError> {
+    pub(crate) fn amounts(&self) -> Result<agentd_core::Amounts, ConfigError> {
         let usd = |name: &str, value: Option<f64>| match value {
             None => Ok(None),
             Some(v) if v.is_finite() && v > 0.0 && v < 1e9 => {
@@ -215,7 +215,7 @@ impl BudgetSection {
 /// Images users send with their messages (README "Images").
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ImagesSection {
+pub(crate) struct ImagesSection {
     /// Largest image, bytes.
     pub max_bytes: u64,
     /// Most images in one message.
@@ -237,7 +237,7 @@ impl Default for ImagesSection {
 
 impl ImagesSection {
     /// The limits the core checks.
-    pub fn limits(&self) -> agentd_core::ImageLimits {
+    pub(crate) fn limits(&self) -> agentd_core::ImageLimits {
         agentd_core::ImageLimits {
             max_bytes: self.max_bytes,
             max_per_message: self.max_per_message,
@@ -260,7 +260,7 @@ impl ImagesSection {
 /// Plans (README "Plans"): what a request that deserves a plan does.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct PlanSection {
+pub(crate) struct PlanSection {
     /// `off`, `suggest` (the default: clients ask whether to plan first) or
     /// `require` (the conversation enters plan mode).
     pub detect: agentd_core::plan::PlanDetect,
@@ -273,7 +273,7 @@ pub struct PlanSection {
 /// files before the agent changes them, and for how long.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct CheckpointsSection {
+pub(crate) struct CheckpointsSection {
     /// Record checkpoints at all.
     pub enabled: bool,
     /// Bytes of stored file contents kept at most; the oldest checkpoints
@@ -296,7 +296,7 @@ impl Default for CheckpointsSection {
 /// Sub-agents (README "Sub-agents").
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct SubAgentsSection {
+pub(crate) struct SubAgentsSection {
     /// Children of one `spawn_agents` call that run at once; the rest wait
     /// their turn.
     pub max_concurrent: usize,

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 /// named in the error a client gets when it is over it.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct GrpcSection {
+pub(crate) struct GrpcSection {
     /// Largest gRPC message the daemon decodes, bytes: a unary request, one
     /// Attach frame, one conversation of an import. A request over it is
     /// refused with OUT_OF_RANGE; an Attach or import stream is closed with
@@ -67,7 +67,7 @@ impl GrpcSection {
 /// The daemon's async runtime.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RuntimeSection {
+pub(crate) struct RuntimeSection {
     /// Threads that run the daemon's tasks; 0 (the default) is one per two
     /// CPUs, at least one: the other CPUs are left to the commands the
     /// agent runs, the blocking pool (file tools, git) and the clients.
@@ -76,7 +76,7 @@ pub struct RuntimeSection {
 
 impl RuntimeSection {
     /// The number of worker threads to start.
-    pub fn workers(&self) -> usize {
+    pub(crate) fn workers(&self) -> usize {
         match self.worker_threads {
             0 => std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1)),
             n => n,
@@ -87,7 +87,7 @@ impl RuntimeSection {
 /// Persistence.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct StoreSection {
+pub(crate) struct StoreSection {
     /// What an acknowledged write survives: `kill` (a killed daemon; the
     /// default) or `power` (a power cut too, at the cost of an `fdatasync`
     /// of the journal per flush).
@@ -122,7 +122,7 @@ impl StoreSection {
 /// Off unless `listen` (or `agentd --listen`) names an address.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct RemoteSection {
+pub(crate) struct RemoteSection {
     /// `ADDR:PORT` to listen on, TLS only, every call with a bearer token.
     pub listen: Option<String>,
     /// A PEM certificate (chain) to serve instead of the daemon's own
@@ -206,7 +206,7 @@ impl RemoteSection {
 /// the one before) and a new file is started.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct LogSection {
+pub(crate) struct LogSection {
     pub max_bytes: u64,
 }
 

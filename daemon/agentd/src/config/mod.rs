@@ -4,22 +4,22 @@
 mod agent;
 mod daemon;
 
-pub use agent::{
+pub(crate) use agent::{
     BudgetSection, CheckpointsSection, ContextSection, ImagesSection, InstructionsSection,
     LimitsSection, PermissionsSection, PlanSection, ProviderKind, ProviderSection, RetrySection,
     ShellsSection, SubAgentsSection,
 };
-pub use daemon::{GrpcSection, LogSection, RemoteSection, RuntimeSection, StoreSection};
+pub(crate) use daemon::{GrpcSection, LogSection, RemoteSection, RuntimeSection, StoreSection};
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
 /// The model used when neither a flag, the config file nor the request names one.
-pub const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+pub(crate) const DEFAULT_MODEL: &str = "claude-sonnet-4-5";
 
 /// Configuration errors, reported at start-up.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config file {path}: {source}")]
     Read {
@@ -46,7 +46,7 @@ pub enum ConfigError {
 /// The config file's schema.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct FileConfig {
+pub(crate) struct FileConfig {
     /// Default model.
     pub model: Option<String>,
     pub provider: ProviderKind,
@@ -93,12 +93,12 @@ pub struct FileConfig {
 
 /// The effective configuration.
 /// Anthropic's API, when `ANTHROPIC_BASE_URL` is not set.
-pub const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
+pub(crate) const ANTHROPIC_DEFAULT_BASE_URL: &str = "https://api.anthropic.com";
 /// OpenAI's API, when `OPENAI_BASE_URL` is not set.
-pub const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub(crate) const OPENAI_DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 
 #[derive(Debug, Clone)]
-pub struct Config {
+pub(crate) struct Config {
     /// Default model.
     pub model: String,
     pub provider: ProviderKind,
@@ -159,7 +159,7 @@ impl Config {
     /// Reads `path` (when given, or the default file when it exists) and
     /// overlays the environment. `env` is injected so tests need not touch
     /// the process environment.
-    pub fn load(
+    pub(crate) fn load(
         path: Option<&Path>,
         env: &dyn Fn(&str) -> Option<String>,
         model_flag: Option<String>,
@@ -175,7 +175,7 @@ impl Config {
     }
 
     /// Combines a parsed file with the environment and flags.
-    pub fn from_parts(
+    pub(crate) fn from_parts(
         file: FileConfig,
         env: &dyn Fn(&str) -> Option<String>,
         model_flag: Option<String>,
@@ -304,7 +304,7 @@ fn user_hooks(h: &crate::hooks::HooksSection) -> Result<crate::hooks::Hooks, Con
 }
 
 /// `$XDG_CONFIG_HOME/agentd/config.toml`, else `~/.config/agentd/config.toml`.
-pub fn default_config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+pub(crate) fn default_config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     if let Some(dir) = env("XDG_CONFIG_HOME").filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(dir).join("agentd/config.toml"));
     }
@@ -314,7 +314,7 @@ pub fn default_config_path(env: &dyn Fn(&str) -> Option<String>) -> Option<PathB
 }
 
 /// `$XDG_DATA_HOME/agentd`, else `~/.local/share/agentd`.
-pub fn default_data_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
+pub(crate) fn default_data_dir(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf> {
     if let Some(dir) = env("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
         return Some(PathBuf::from(dir).join("agentd"));
     }

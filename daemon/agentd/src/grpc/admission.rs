@@ -29,7 +29,7 @@ use tonic::Status;
 
 /// Where a request comes from, as far as grants go.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(super) enum Source {
     /// The Unix socket: the user.
     Local,
     /// The TCP listener: a token's holder.
@@ -40,7 +40,7 @@ pub enum Source {
 
 impl Source {
     /// A live request's source.
-    pub fn of(caller: &Caller) -> Source {
+    pub(super) fn of(caller: &Caller) -> Source {
         if caller.remote.is_some() {
             Source::Remote
         } else {
@@ -49,7 +49,7 @@ impl Source {
     }
 
     /// An import by `caller`.
-    pub fn import(caller: &Caller) -> Source {
+    pub(super) fn import(caller: &Caller) -> Source {
         Source::Import {
             remote: caller.remote.is_some(),
         }
@@ -62,7 +62,7 @@ impl Source {
 
 /// The grants a request carries (directories canonical already).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Grants<'a> {
+pub(super) struct Grants<'a> {
     pub mode: Option<Mode>,
     pub allow_rules: &'a [String],
     /// The names of the MCP servers it would start.
@@ -74,7 +74,7 @@ pub struct Grants<'a> {
 
 /// One grant a source may not give.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
+pub(super) enum Refusal {
     /// A mode that asks less than `default`.
     Mode(Mode),
     /// Allow rules (how many).
@@ -87,7 +87,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Says what was refused and why.
-    pub fn describe(&self, source: Source) -> String {
+    pub(super) fn describe(&self, source: Source) -> String {
         let who = match source {
             Source::Local => "this client",
             Source::Remote => "a remote client",
@@ -117,7 +117,7 @@ impl Refusal {
 
 /// Every grant of `grants` that `source` may not give, in field order;
 /// `roots` are the canonical directories remote callers may work in.
-pub fn refusals(source: Source, roots: &[PathBuf], grants: &Grants) -> Vec<Refusal> {
+pub(super) fn refusals(source: Source, roots: &[PathBuf], grants: &Grants) -> Vec<Refusal> {
     if source == Source::Local {
         return Vec::new();
     }
@@ -150,7 +150,7 @@ pub fn refusals(source: Source, roots: &[PathBuf], grants: &Grants) -> Vec<Refus
 
 /// Refuses a live request (create, Attach create, update) that carries a
 /// grant its source may not give: PERMISSION_DENIED naming each.
-pub fn admit(source: Source, roots: &[PathBuf], grants: &Grants) -> Result<(), Status> {
+pub(super) fn admit(source: Source, roots: &[PathBuf], grants: &Grants) -> Result<(), Status> {
     let refused = refusals(source, roots, grants);
     if refused.is_empty() {
         return Ok(());
@@ -170,7 +170,7 @@ fn asks_less_than_default(mode: Mode) -> bool {
 /// The directories remote callers may work in: `configured`, else the
 /// daemon user's home (`home`), each canonical; one that does not exist
 /// opens nothing.
-pub fn remote_roots(configured: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
+pub(super) fn remote_roots(configured: &[PathBuf], home: Option<&Path>) -> Vec<PathBuf> {
     let wanted: Vec<&Path> = if configured.is_empty() {
         home.into_iter().collect()
     } else {

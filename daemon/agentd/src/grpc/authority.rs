@@ -53,7 +53,7 @@ const LOCALHOST: &[u8] = b"localhost";
 /// accepts any `:authority` (see the module docs). Writes go straight
 /// through.
 #[derive(Debug)]
-pub struct LenientAuthority<S> {
+pub(crate) struct LenientAuthority<S> {
     inner: S,
     rewriter: Rewriter,
     /// Bytes read from the client, not yet rewritten.
@@ -65,7 +65,7 @@ pub struct LenientAuthority<S> {
 
 impl<S> LenientAuthority<S> {
     /// Wraps an accepted connection.
-    pub fn new(inner: S) -> LenientAuthority<S> {
+    pub(crate) fn new(inner: S) -> LenientAuthority<S> {
         LenientAuthority {
             inner,
             rewriter: Rewriter::default(),

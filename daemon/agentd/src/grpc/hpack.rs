@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 
 /// Why a header block could not be decoded.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum DecodeError {
+pub(super) enum DecodeError {
     /// The block ends inside a field.
     #[error("header block truncated")]
     Truncated,
@@ -35,7 +35,7 @@ pub enum DecodeError {
 
 /// One decoded header field.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Field {
+pub(super) struct Field {
     /// The name, as sent (pseudo-headers start with `:`).
     pub name: Bytes,
     /// The value, as sent.
@@ -53,7 +53,7 @@ impl Field {
 
 /// The decoding state of one direction of one connection: its dynamic table.
 #[derive(Debug)]
-pub struct Decoder {
+pub(super) struct Decoder {
     table: VecDeque<Field>,
     table_size: usize,
     max_table_size: usize,
@@ -64,7 +64,7 @@ pub struct Decoder {
 impl Decoder {
     /// A decoder whose encoder may use a table of up to `settings_limit`
     /// bytes (the SETTINGS_HEADER_TABLE_SIZE this side advertised).
-    pub fn new(settings_limit: usize) -> Decoder {
+    pub(super) fn new(settings_limit: usize) -> Decoder {
         Decoder {
             table: VecDeque::new(),
             table_size: 0,
@@ -76,7 +76,7 @@ impl Decoder {
     /// Decodes one complete header block, updating the dynamic table as the
     /// encoder did. Fails when the fields would add up to more than
     /// `max_list_size` bytes (counted as RFC 7541 counts table entries).
-    pub fn decode(
+    pub(super) fn decode(
         &mut self,
         block: &[u8],
         max_list_size: usize,
@@ -177,7 +177,7 @@ impl Decoder {
 /// Appends `field` as a literal without indexing (or never indexed, when the
 /// client marked it so) with a literal name, so the reader's dynamic table
 /// stays empty and no state has to be kept in step with it.
-pub fn encode_literal(field: &Field, dst: &mut BytesMut) {
+pub(super) fn encode_literal(field: &Field, dst: &mut BytesMut) {
     dst.put_u8(if field.never_indexed { 0x10 } else { 0x00 });
     put_string(&field.name, dst);
     put_string(&field.value, dst);

@@ -19,11 +19,11 @@ const FIRST_PAUSE: Duration = Duration::from_millis(10);
 /// The longest pause between accept attempts.
 const LONGEST_PAUSE: Duration = Duration::from_secs(1);
 /// How often the failures counted per address are reported.
-pub const REPORT_EVERY: Duration = Duration::from_secs(60);
+pub(crate) const REPORT_EVERY: Duration = Duration::from_secs(60);
 
 /// Raises the soft limit of open files to the hard limit; returns the
 /// soft limit now in force (None when it cannot be read).
-pub fn raise_nofile() -> Option<u64> {
+pub(crate) fn raise_nofile() -> Option<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
     if soft < hard {
@@ -41,7 +41,7 @@ pub fn raise_nofile() -> Option<u64> {
 /// The remote connections allowed at once: what is configured, but never
 /// more than half of `nofile` (the rest is the Unix socket's, the store's,
 /// the tools' and the shells').
-pub fn connection_cap(configured: usize, nofile: Option<u64>) -> usize {
+pub(crate) fn connection_cap(configured: usize, nofile: Option<u64>) -> usize {
     let half = nofile
         .map(|n| usize::try_from(n / 2).unwrap_or(usize::MAX))
         .unwrap_or(usize::MAX);
@@ -65,7 +65,7 @@ fn one_connections(e: &std::io::Error) -> bool {
 /// connection accepted. The first failure of a run is logged, the run's
 /// length once it ends.
 #[derive(Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     what: &'static str,
     pause: Duration,
     failures: u64,
@@ -73,7 +73,7 @@ pub struct Backoff {
 
 impl Backoff {
     /// For the accept loop of `what` ("the Unix socket", "TCP").
-    pub fn new(what: &'static str) -> Backoff {
+    pub(crate) fn new(what: &'static str) -> Backoff {
         Backoff {
             what,
             pause: Duration::ZERO,
@@ -83,7 +83,7 @@ impl Backoff {
 
     /// The pause after `e`, grown; zero for an error of one connection (it
     /// is gone, the next may be fine).
-    pub fn failed(&mut self, e: &std::io::Error) -> Duration {
+    pub(crate) fn failed(&mut self, e: &std::io::Error) -> Duration {
         self.failures += 1;
         if self.failures == 1 {
             tracing::warn!(
@@ -99,7 +99,7 @@ impl Backoff {
     }
 
     /// A connection was accepted.
-    pub fn accepted(&mut self) {
+    pub(crate) fn accepted(&mut self) {
         if self.failures > 1 {
             tracing::warn!(
                 "accepting on {} again after {} failed attempts",
@@ -116,7 +116,7 @@ impl Backoff {
 /// the first of a kind from an address is logged at once, the rest as one
 /// line per address per minute with their count.
 #[derive(Debug, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     counts: Mutex<HashMap<(IpAddr, &'static str), Counted>>,
     /// Events from addresses beyond [`TALLIED_ADDRESSES`] this minute (a
     /// peer with many addresses), per kind: counted together.
@@ -135,7 +135,7 @@ struct Counted {
 impl Tally {
     /// Counts one `what` ("failed TLS handshakes") from `ip`, `detail`
     /// being this one's reason; logs it when it is the first.
-    pub fn count(&self, ip: IpAddr, what: &'static str, detail: &str) {
+    pub(crate) fn count(&self, ip: IpAddr, what: &'static str, detail: &str) {
         let Ok(mut counts) = self.counts.lock() else {
             return;
         };
@@ -175,7 +175,7 @@ impl Tally {
 
     /// Logs one line per address and kind counted since the last report,
     /// and forgets the quiet ones (their next is logged at once again).
-    pub fn report(&self) {
+    pub(crate) fn report(&self) {
         let Ok(mut counts) = self.counts.lock() else {
             return;
         };
@@ -206,20 +206,20 @@ impl Tally {
 
 /// TLS handshakes in progress per address.
 #[derive(Debug, Default)]
-pub struct Handshakes {
+pub(crate) struct Handshakes {
     counts: Mutex<HashMap<IpAddr, usize>>,
 }
 
 /// One handshake of an address in progress; counted down when dropped.
 #[derive(Debug)]
-pub struct Handshaking {
+pub(crate) struct Handshaking {
     of: Arc<Handshakes>,
     ip: IpAddr,
 }
 
 impl Handshakes {
     /// Starts a handshake of `ip`, unless it has `max` in progress.
-    pub fn start(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<Handshaking> {
+    pub(crate) fn start(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<Handshaking> {
         let mut counts = self.counts.lock().ok()?;
         let n = counts.entry(ip).or_insert(0);
         if *n >= max {
@@ -249,7 +249,7 @@ impl Drop for Handshaking {
 /// The calls in progress on one remote connection, and since when it has
 /// had none: what its idle timeout is measured from.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     open: AtomicUsize,
     idle_since: Mutex<Instant>,
     /// The connection's reader, woken when its last call ends (to start
@@ -258,7 +258,7 @@ pub struct Activity {
 }
 
 impl Activity {
-    pub fn new() -> Arc<Activity> {
+    pub(crate) fn new() -> Arc<Activity> {
         Arc::new(Activity {
             open: AtomicUsize::new(0),
             idle_since: Mutex::new(Instant::now()),
@@ -268,7 +268,7 @@ impl Activity {
 
     /// A call starts; it is in progress until the guard is dropped (with
     /// the response's body, or with the call if it never answered).
-    pub fn call(self: &Arc<Self>) -> CallGuard {
+    pub(crate) fn call(self: &Arc<Self>) -> CallGuard {
         self.open.fetch_add(1, Ordering::SeqCst);
         CallGuard(self.clone())
     }
@@ -284,7 +284,7 @@ impl Activity {
 
 /// See [`Activity::call`].
 #[derive(Debug)]
-pub struct CallGuard(Arc<Activity>);
+pub(crate) struct CallGuard(Arc<Activity>);
 
 impl Drop for CallGuard {
     fn drop(&mut self) {
@@ -304,14 +304,14 @@ impl Drop for CallGuard {
 /// connection whose reads wait while it has had no call for `timeout`
 /// reads as ended, and the server closes it.
 #[derive(Debug)]
-pub struct IdleTimer {
+pub(crate) struct IdleTimer {
     activity: Arc<Activity>,
     timeout: Duration,
     timer: Pin<Box<Sleep>>,
 }
 
 impl IdleTimer {
-    pub fn new(activity: Arc<Activity>, timeout: Duration) -> IdleTimer {
+    pub(crate) fn new(activity: Arc<Activity>, timeout: Duration) -> IdleTimer {
         IdleTimer {
             activity,
             timeout,
@@ -319,13 +319,13 @@ impl IdleTimer {
         }
     }
 
-    pub fn activity(&self) -> &Arc<Activity> {
+    pub(crate) fn activity(&self) -> &Arc<Activity> {
         &self.activity
     }
 
     /// Called when a read found nothing: whether the connection has been
     /// idle too long (and otherwise arranges to be asked again in time).
-    pub fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+    pub(crate) fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         if let Ok(mut reader) = self.activity.reader.lock() {
             *reader = Some(cx.waker().clone());
         }

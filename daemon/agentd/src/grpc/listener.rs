@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 /// Why the daemon cannot listen.
 #[derive(Debug, thiserror::Error)]
-pub enum ListenError {
+pub(crate) enum ListenError {
     /// A directory that other users could enter or change.
     #[error(
         "{what} {path} must be a directory owned by you (uid {uid}) with mode 0700; it is owned by uid {owner} with mode {mode:o}. Fix it with `chmod 700 {path}` or choose another {option}"
@@ -44,14 +44,14 @@ fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ListenError + '_ {
 }
 
 /// Whether a connecting peer may talk to this daemon: only our own user.
-pub fn peer_allowed(peer_uid: u32, our_uid: u32) -> bool {
+pub(crate) fn peer_allowed(peer_uid: u32, our_uid: u32) -> bool {
     peer_uid == our_uid
 }
 
 /// Checks that `dir` is ours and private (no group/other permissions).
 /// One that is not is refused, not fixed (as ssh does): its contents may
 /// already have been read or planted, and only its owner can tell.
-pub fn check_private_dir(dir: &Path, what: &'static str) -> Result<(), ListenError> {
+pub(crate) fn check_private_dir(dir: &Path, what: &'static str) -> Result<(), ListenError> {
     let meta = std::fs::metadata(dir).map_err(io_err(dir))?;
     let uid = nix::unistd::geteuid().as_raw();
     let mode = meta.permissions().mode() & 0o7777;
@@ -73,10 +73,10 @@ pub fn check_private_dir(dir: &Path, what: &'static str) -> Result<(), ListenErr
 }
 
 /// What [`check_private_dir`] calls the daemon's data directory.
-pub const DATA_DIRECTORY: &str = "data directory";
+pub(crate) const DATA_DIRECTORY: &str = "data directory";
 
 /// Creates `dir` (and missing parents) with mode 0700.
-pub fn create_private_dir(dir: &Path) -> Result<(), ListenError> {
+pub(crate) fn create_private_dir(dir: &Path) -> Result<(), ListenError> {
     DirBuilder::new()
         .recursive(true)
         .mode(0o700)
@@ -87,7 +87,7 @@ pub fn create_private_dir(dir: &Path) -> Result<(), ListenError> {
 /// Binds the socket at `path` securely. When `runtime_dir` is given (the
 /// default socket under `$XDG_RUNTIME_DIR`), that directory must itself be
 /// the user's own 0700 directory, or we fail closed.
-pub fn bind(
+pub(crate) fn bind(
     path: &Path,
     runtime_dir: Option<&Path>,
 ) -> Result<tokio::net::UnixListener, ListenError> {
@@ -150,7 +150,7 @@ fn listener_owner_alive(stream: &std::os::unix::net::UnixStream) -> bool {
 /// others are logged and dropped. Accepting never fails: when it does (no
 /// file descriptor left), the loop pauses, longer each time, and tries
 /// again; it never spins.
-pub fn incoming(
+pub(crate) fn incoming(
     listener: tokio::net::UnixListener,
 ) -> impl tokio_stream::Stream<Item = Result<tokio::net::UnixStream, std::io::Error>> {
     let our_uid = nix::unistd::geteuid().as_raw();

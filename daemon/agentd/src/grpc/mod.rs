@@ -8,17 +8,17 @@
 //! daemon's own (messages, states, events, answers); nothing outside
 //! `grpc/` names a generated type (the test below checks it).
 
-pub mod access;
+pub(crate) mod access;
 mod admission;
 mod authority;
-pub mod convert;
+pub(crate) mod convert;
 mod hpack;
 mod info;
-pub mod limits;
-pub mod listener;
+pub(crate) mod limits;
+pub(crate) mod listener;
 mod outbox;
-pub mod remote;
-pub mod service;
+pub(crate) mod remote;
+pub(crate) mod service;
 mod wire;
 
 use crate::runtime::Manager;
@@ -36,7 +36,7 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Errors of the gRPC server.
 #[derive(Debug, thiserror::Error)]
-pub enum ServeError {
+pub(crate) enum ServeError {
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
     /// Reflection could not be set up.
@@ -53,7 +53,7 @@ pub enum ServeError {
 /// (their persisted state is kept for recovery) and returns within a
 /// bounded time even if clients hold streams open. Every request passes
 /// `access` first (see `access.rs`).
-pub async fn serve<S>(
+pub(crate) async fn serve<S>(
     incoming: S,
     remote: Option<(remote::RemoteListener, remote::Limits)>,
     access: Arc<access::Access>,
@@ -150,7 +150,7 @@ where
 /// A connection the daemon serves: on the Unix socket, or over TCP after
 /// the TLS handshake. Its connect info ([`ConnInfo`]) tells the access
 /// layer which.
-pub enum Conn {
+pub(crate) enum Conn {
     Local(authority::LenientAuthority<tokio::net::UnixStream>),
     Remote {
         tls: Box<tokio_rustls::server::TlsStream<tokio::net::TcpStream>>,
@@ -166,7 +166,7 @@ pub enum Conn {
 
 /// What the access layer knows of a request's connection.
 #[derive(Debug, Clone)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     pub peer: access::Peer,
     /// A remote connection's calls in progress (for its idle timeout).
     pub activity: Option<Arc<limits::Activity>>,

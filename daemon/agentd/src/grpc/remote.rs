@@ -21,7 +21,7 @@ use tokio_rustls::TlsAcceptor;
 
 /// Why the TCP listener cannot start.
 #[derive(Debug, thiserror::Error)]
-pub enum RemoteError {
+pub(crate) enum RemoteError {
     #[error("{what} {path}: {source}")]
     File {
         what: &'static str,
@@ -38,7 +38,7 @@ pub enum RemoteError {
 }
 
 /// The listener's certificate chain, its key and its fingerprint.
-pub struct Identity {
+pub(crate) struct Identity {
     chain: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
     /// "SHA256:<64 hex digits>" of the first certificate.
@@ -57,14 +57,14 @@ impl std::fmt::Debug for Identity {
 }
 
 /// "SHA256:<hex>" of a certificate's DER bytes.
-pub fn fingerprint(der: &[u8]) -> String {
+pub(crate) fn fingerprint(der: &[u8]) -> String {
     format!("SHA256:{}", super::access::hex(&Sha256::digest(der)))
 }
 
 /// The names the daemon's own certificate gives: `localhost`, `agentd`,
 /// the listen address's host (its IP; for 0.0.0.0 or [::] this machine's
 /// host name) and the configured `extra` ones.
-pub fn cert_names(listen: &str, extra: &[String]) -> Vec<String> {
+pub(crate) fn cert_names(listen: &str, extra: &[String]) -> Vec<String> {
     let mut names = vec!["localhost".to_string(), "agentd".to_string()];
     let host = match listen.parse::<SocketAddr>() {
         Ok(addr) if addr.ip().is_unspecified() => {
@@ -90,7 +90,7 @@ pub fn cert_names(listen: &str, extra: &[String]) -> Vec<String> {
 /// under `dir` (`cert.pem`, `key.pem` mode 0600, and `names`, the names it
 /// gives), made on first use and again when it does not give all of
 /// `names`.
-pub fn identity(
+pub(crate) fn identity(
     dir: &Path,
     configured: Option<(&Path, &Path)>,
     names: &[String],
@@ -203,7 +203,7 @@ fn write_private(path: &Path, bytes: &[u8], what: &'static str) -> Result<(), Re
 }
 
 /// The bound TCP listener and its TLS acceptor.
-pub struct RemoteListener {
+pub(crate) struct RemoteListener {
     listener: tokio::net::TcpListener,
     acceptor: TlsAcceptor,
     /// The address it listens on (the port resolved when 0 was asked).
@@ -220,7 +220,7 @@ impl std::fmt::Debug for RemoteListener {
 
 /// Binds `address` and prepares TLS with `identity`: TLS 1.2 and 1.3 with
 /// rustls' ring provider, HTTP/2 only (ALPN `h2`).
-pub async fn bind(address: &str, identity: Identity) -> Result<RemoteListener, RemoteError> {
+pub(crate) async fn bind(address: &str, identity: Identity) -> Result<RemoteListener, RemoteError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
@@ -249,7 +249,7 @@ pub async fn bind(address: &str, identity: Identity) -> Result<RemoteListener, R
 
 /// How the TCP listener limits its clients (`[remote]`).
 #[derive(Debug, Clone)]
-pub struct Limits {
+pub(crate) struct Limits {
     /// Remote connections at once, handshaking or served.
     pub max_connections: usize,
     /// From the connection to the end of the TLS handshake.
@@ -263,7 +263,7 @@ pub struct Limits {
 impl Limits {
     /// The configured limits, the connection cap lowered to half of
     /// `nofile` (the open-file limit) when that is less.
-    pub fn new(config: &crate::config::RemoteSection, nofile: Option<u64>) -> Limits {
+    pub(crate) fn new(config: &crate::config::RemoteSection, nofile: Option<u64>) -> Limits {
         let max_connections = limits::connection_cap(config.max_connections, nofile);
         if max_connections < config.max_connections {
             tracing::warn!(
@@ -288,7 +288,7 @@ impl RemoteListener {
     /// address has `max_handshakes_per_address` handshakes in progress,
     /// and when its handshake fails or takes longer than
     /// `handshake_timeout`; those are logged per address per minute.
-    pub fn incoming(
+    pub(crate) fn incoming(
         self,
         limits: Limits,
     ) -> impl tokio_stream::Stream<Item = Result<Conn, std::io::Error>> {

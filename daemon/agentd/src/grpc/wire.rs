@@ -180,7 +180,7 @@ impl http_body::Body for AttachBody {
 /// The Attach stream as the generated service sees it: the messages decoded
 /// again. Only a server without [`Intercept`] in front reads them this way
 /// (the daemon's serves the bytes: [`Frames::into_body`]).
-pub struct Frames {
+pub(crate) struct Frames {
     rx: mpsc::Receiver<Result<Bytes, Status>>,
 }
 
@@ -220,7 +220,7 @@ impl tokio_stream::Stream for Frames {
 /// The agent service with Attach served from shared bytes ([`AttachBody`]);
 /// every other method goes to the generated server.
 #[derive(Clone)]
-pub struct Intercept {
+pub(super) struct Intercept {
     inner: AgentServiceServer<Service>,
     service: Service,
     max_decoding_message_size: usize,
@@ -230,7 +230,7 @@ impl Intercept {
     /// `inner` serves every method but Attach, which `service` answers,
     /// decoding each Attach frame up to `max_decoding_message_size` bytes
     /// (give `inner` the same limit: `[grpc] max_message_bytes`).
-    pub fn new(
+    pub(super) fn new(
         inner: AgentServiceServer<Service>,
         service: Service,
         max_decoding_message_size: usize,

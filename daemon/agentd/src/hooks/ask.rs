@@ -11,7 +11,7 @@ use super::{Hook, Stage, runner};
 
 /// What clients are told about one hook that ran.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HookReport {
+pub(crate) struct HookReport {
     pub stage: Stage,
     /// The command, shortened to a line.
     pub command: String,
@@ -25,7 +25,7 @@ pub struct HookReport {
 
 /// Where and for whom hooks run.
 #[derive(Debug, Clone)]
-pub struct Env {
+pub(crate) struct Env {
     pub cwd: PathBuf,
     pub conversation_id: String,
     /// Grace between SIGTERM and SIGKILL when a hook is stopped.

@@ -19,13 +19,15 @@ mod pins;
 mod runner;
 mod stages;
 
-pub use ask::{Env, HookReport};
-pub use pins::pins_under;
+pub(crate) use ask::{Env, HookReport};
+pub(crate) use pins::pins_under;
 use pins::{project_file, read_pinned};
-pub use stages::{PreToolUse, Prompt, before_prompt, notify, post_tool_use, pre_tool_use, stop};
+pub(crate) use stages::{
+    PreToolUse, Prompt, before_prompt, notify, post_tool_use, pre_tool_use, stop,
+};
 
 use crate::store::TrustRecord;
-pub use crate::store::persisted::Stage;
+pub(crate) use crate::store::persisted::Stage;
 use agentd_core::hooks::{HookMatchers, matcher_matches};
 use agentd_core::{Action, Policy, Rule, ToolCall};
 use serde::Deserialize;
@@ -34,7 +36,7 @@ use std::time::Duration;
 
 /// Where hooks of a project live, relative to a directory the user
 /// trusted (`agent trust DIR`).
-pub const PROJECT_FILE: &str = ".agentd/config.toml";
+pub(crate) const PROJECT_FILE: &str = ".agentd/config.toml";
 
 impl Stage {
     /// The config and wire name.
@@ -52,7 +54,7 @@ impl Stage {
 
 /// What a notification is about; a notification hook's matcher names one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotificationKind {
+pub(crate) enum NotificationKind {
     /// A permission request waits for an answer.
     PermissionRequest,
     /// A turn ended (done, failed or cancelled).
@@ -60,7 +62,7 @@ pub enum NotificationKind {
 }
 
 impl NotificationKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             NotificationKind::PermissionRequest => "permission_request",
             NotificationKind::TurnEnd => "turn_end",
@@ -79,7 +81,7 @@ impl NotificationKind {
 /// One hook as the config file writes it (`[[hooks.pre_tool_use]]`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct HookSpec {
+pub(crate) struct HookSpec {
     /// `pre_tool_use`/`post_tool_use`: a permission rule pattern
     /// (`bash(git push:*)`, `write(src/**)`, `bash`); `notification`: the
     /// kind (`permission_request`, `turn_end`). Absent or `*`: everything.
@@ -94,7 +96,7 @@ pub struct HookSpec {
 /// The hooks of each event, in the order they run.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct HookLists {
+pub(crate) struct HookLists {
     pub pre_tool_use: Vec<HookSpec>,
     pub post_tool_use: Vec<HookSpec>,
     pub user_prompt_submit: Vec<HookSpec>,
@@ -106,7 +108,7 @@ pub struct HookLists {
 /// The `[hooks]` section of the user's config file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct HooksSection {
+pub(crate) struct HooksSection {
     /// A hook's time limit unless it sets its own, ms.
     pub timeout_ms: u64,
     /// How many times `stop` hooks may make the model continue one turn.
@@ -136,7 +138,7 @@ impl Default for HooksSection {
 
 impl HooksSection {
     /// The lists, without the settings.
-    pub fn lists(&self) -> HookLists {
+    pub(crate) fn lists(&self) -> HookLists {
         HookLists {
             pre_tool_use: self.pre_tool_use.clone(),
             post_tool_use: self.post_tool_use.clone(),
@@ -158,7 +160,7 @@ struct ProjectFile {
 
 /// What a hook's matcher selects.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Matcher {
+pub(crate) enum Matcher {
     All,
     /// Tool calls, as a deny rule with this pattern would match them.
     Rule(Rule),
@@ -168,7 +170,7 @@ pub enum Matcher {
 
 /// One hook, checked.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Hook {
+pub(crate) struct Hook {
     pub stage: Stage,
     pub matcher: Matcher,
     pub command: String,
@@ -177,7 +179,7 @@ pub struct Hook {
 
 /// Every hook of a conversation: the user's, then its trusted project's.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Hooks {
+pub(crate) struct Hooks {
     pub hooks: Vec<Hook>,
     pub max_stop_continuations: u32,
     /// Why the project's file contributes nothing, when it does not (see
@@ -188,7 +190,7 @@ pub struct Hooks {
 impl Hooks {
     /// Checks the lists: matchers parse, commands are not empty, and
     /// events without matchers have none. The error names the hook.
-    pub fn compile(lists: &HookLists, timeout_ms: u64) -> Result<Vec<Hook>, String> {
+    pub(crate) fn compile(lists: &HookLists, timeout_ms: u64) -> Result<Vec<Hook>, String> {
         let mut out = Vec::new();
         for (stage, specs) in [
             (Stage::PreToolUse, &lists.pre_tool_use),
@@ -247,7 +249,7 @@ impl Hooks {
     /// not under `<trusted>`. A project file that cannot be read or
     /// checked, or that changed since it was trusted, is reported in the
     /// second value and contributes nothing.
-    pub fn for_conversation(
+    pub(crate) fn for_conversation(
         user: &Hooks,
         section_timeout_ms: u64,
         cwd: &Path,
@@ -304,13 +306,13 @@ impl Hooks {
     }
 
     /// The hooks of `stage`.
-    pub fn of(&self, stage: Stage) -> impl Iterator<Item = &Hook> {
+    pub(crate) fn of(&self, stage: Stage) -> impl Iterator<Item = &Hook> {
         self.hooks.iter().filter(move |h| h.stage == stage)
     }
 
     /// What the core decides by: the `pre_tool_use` matchers and whether
     /// `stop` hooks exist.
-    pub fn matchers(&self, stop_continuations: u32) -> HookMatchers {
+    pub(crate) fn matchers(&self, stop_continuations: u32) -> HookMatchers {
         HookMatchers {
             pre_tool_use: self
                 .of(Stage::PreToolUse)
@@ -326,7 +328,7 @@ impl Hooks {
     }
 
     /// The hooks of a tool stage whose matchers match `call`.
-    pub fn for_call(&self, stage: Stage, policy: &Policy, call: &ToolCall) -> Vec<Hook> {
+    pub(crate) fn for_call(&self, stage: Stage, policy: &Policy, call: &ToolCall) -> Vec<Hook> {
         self.of(stage)
             .filter(|h| match &h.matcher {
                 Matcher::All => true,
@@ -338,7 +340,7 @@ impl Hooks {
     }
 
     /// The notification hooks for `kind`.
-    pub fn for_notification(&self, kind: NotificationKind) -> Vec<Hook> {
+    pub(crate) fn for_notification(&self, kind: NotificationKind) -> Vec<Hook> {
         self.of(Stage::Notification)
             .filter(|h| match &h.matcher {
                 Matcher::All => true,
@@ -350,7 +352,7 @@ impl Hooks {
     }
 
     /// The hooks of `stage` (for events without matchers).
-    pub fn all_of(&self, stage: Stage) -> Vec<Hook> {
+    pub(crate) fn all_of(&self, stage: Stage) -> Vec<Hook> {
         self.of(stage).cloned().collect()
     }
 }

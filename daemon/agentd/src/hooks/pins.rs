@@ -46,7 +46,7 @@ const PIN_DEPTH: usize = 8;
 /// `agent trust`: ripgrep's walker, honouring `.gitignore` so `target/`
 /// and `node_modules/` are not searched, symbolic links not followed, at
 /// most [`PIN_DEPTH`] levels and [`MAX_PINS`] files.
-pub fn pins_under(dir: &Path) -> Vec<FilePin> {
+pub(crate) fn pins_under(dir: &Path) -> Vec<FilePin> {
     use std::os::unix::fs::MetadataExt;
     let walk = ignore::WalkBuilder::new(dir)
         .hidden(false)

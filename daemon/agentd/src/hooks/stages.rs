@@ -10,7 +10,7 @@ use super::{Env, Hook, HookReport, NotificationKind, Stage};
 
 /// What the `pre_tool_use` hooks of a call decided together.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PreToolUse {
+pub(crate) struct PreToolUse {
     pub verdict: HookVerdict,
     /// The input the call runs with instead.
     pub new_input: Option<Value>,
@@ -19,7 +19,7 @@ pub struct PreToolUse {
 /// Runs the `pre_tool_use` hooks of `call` in order. Each sees the input
 /// as the hooks before it left it; the first `deny` (or exit 2) ends the
 /// run; otherwise `ask` beats `allow` beats no decision.
-pub async fn pre_tool_use(
+pub(crate) async fn pre_tool_use(
     hooks: &[Hook],
     env: &Env,
     call: &ToolCall,
@@ -112,7 +112,7 @@ pub async fn pre_tool_use(
 
 /// Runs the `post_tool_use` hooks of a call that ran; returns the text
 /// they add to its result (their `context`, or stderr on exit 2).
-pub async fn post_tool_use(
+pub(crate) async fn post_tool_use(
     hooks: &[Hook],
     env: &Env,
     call: &ToolCall,
@@ -163,7 +163,7 @@ pub async fn post_tool_use(
 
 /// What the hooks before a user message said.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Prompt {
+pub(crate) enum Prompt {
     /// Send it, with this context after the text (empty: none).
     Send { context: Vec<String> },
     /// Refuse it, telling the user why.
@@ -172,7 +172,7 @@ pub enum Prompt {
 
 /// Runs the `session_start` hooks (for a conversation's first message)
 /// then the `user_prompt_submit` hooks, in order, until one blocks.
-pub async fn before_prompt(
+pub(crate) async fn before_prompt(
     session_start: &[Hook],
     prompt_submit: &[Hook],
     env: &Env,
@@ -250,7 +250,7 @@ pub async fn before_prompt(
 
 /// Runs the `stop` hooks; the first that wants the model to go on (its
 /// `decision: "continue"` with a reason, or exit 2 with stderr) wins.
-pub async fn stop(
+pub(crate) async fn stop(
     hooks: &[Hook],
     env: &Env,
     last_reply: &str,
@@ -300,7 +300,7 @@ pub async fn stop(
 
 /// Runs the notification hooks of `kind`; their answers are not read, but
 /// a failure is reported.
-pub async fn notify(
+pub(crate) async fn notify(
     hooks: &[Hook],
     env: &Env,
     kind: NotificationKind,

@@ -28,11 +28,11 @@ use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The credentials file's name, in the config directory.
-pub const CREDENTIALS_FILE: &str = "credentials.toml";
+pub(crate) const CREDENTIALS_FILE: &str = "credentials.toml";
 
 /// Where the key in use came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
+pub(crate) enum Source {
     /// `api_key` in the config file.
     ConfigFile,
     /// The credentials file `agent login` writes.
@@ -45,7 +45,7 @@ pub enum Source {
 
 impl Source {
     /// The name `agent doctor` shows.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Source::ConfigFile => "config file",
             Source::CredentialsFile => "credentials file",
@@ -57,7 +57,7 @@ impl Source {
 
 /// A key and where it came from. `Debug` never shows the key.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     pub key: Option<String>,
     pub source: Source,
 }
@@ -73,7 +73,7 @@ impl fmt::Debug for Resolved {
 
 /// Why no key could be read. The messages never contain a key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CredentialsError {
+pub(crate) enum CredentialsError {
     /// A file exists but could not be read.
     #[error("cannot read {path}: {message}")]
     Read { path: PathBuf, message: String },
@@ -133,7 +133,7 @@ type FileKey = Result<Option<String>, CredentialsError>;
 type Built = (Option<String>, Arc<dyn Provider>);
 
 /// The key sources of one daemon, with the last reading of each file.
-pub struct Sources {
+pub(crate) struct Sources {
     provider: ProviderKind,
     config_file: Option<PathBuf>,
     credentials_file: Option<PathBuf>,
@@ -157,7 +157,7 @@ impl Sources {
     /// The sources of `provider`'s key. `env` is the daemon's environment
     /// (read once: it does not change while the daemon runs); an empty
     /// variable counts as unset.
-    pub fn new(
+    pub(crate) fn new(
         provider: ProviderKind,
         config_file: Option<PathBuf>,
         credentials_file: Option<PathBuf>,
@@ -177,22 +177,22 @@ impl Sources {
     }
 
     /// The provider whose key these are.
-    pub fn provider(&self) -> ProviderKind {
+    pub(crate) fn provider(&self) -> ProviderKind {
         self.provider
     }
 
     /// The config file read for a key (it need not exist).
-    pub fn config_file(&self) -> Option<&Path> {
+    pub(crate) fn config_file(&self) -> Option<&Path> {
         self.config_file.as_deref()
     }
 
     /// The credentials file `agent login` writes (it need not exist).
-    pub fn credentials_file(&self) -> Option<&Path> {
+    pub(crate) fn credentials_file(&self) -> Option<&Path> {
         self.credentials_file.as_deref()
     }
 
     /// The key to use now, and where it came from.
-    pub fn resolve(&self) -> Result<Resolved, CredentialsError> {
+    pub(crate) fn resolve(&self) -> Result<Resolved, CredentialsError> {
         let files = [
             (Source::ConfigFile, self.config_file.as_deref()),
             (Source::CredentialsFile, self.credentials_file.as_deref()),
@@ -222,7 +222,7 @@ impl Sources {
     /// credentials file's, the environment's), each named by the variable
     /// it would be in: what tool results must never show. A file that
     /// cannot be read or parsed gives none.
-    pub fn keys(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn keys(&self) -> Vec<(&'static str, String)> {
         let name = match self.provider {
             ProviderKind::Anthropic => "ANTHROPIC_API_KEY",
             ProviderKind::Openai => "OPENAI_API_KEY",
@@ -306,7 +306,7 @@ fn read_key(
 }
 
 /// What a model request without a key fails with.
-pub fn missing_key_message(provider: ProviderKind) -> &'static str {
+pub(crate) fn missing_key_message(provider: ProviderKind) -> &'static str {
     match provider {
         ProviderKind::Anthropic => {
             "no API key: run `agent login` (or set ANTHROPIC_API_KEY in agentd's environment, \
@@ -323,7 +323,7 @@ pub fn missing_key_message(provider: ProviderKind) -> &'static str {
 
 /// The daemon's provider: the key is resolved for every request, and the
 /// real provider is rebuilt when it changed.
-pub struct KeyedProvider {
+pub(crate) struct KeyedProvider {
     sources: Arc<Sources>,
     base_url: String,
     /// The key the provider was built with, and the provider.
@@ -341,7 +341,7 @@ impl fmt::Debug for KeyedProvider {
 
 impl KeyedProvider {
     /// A provider that reads its key from `sources` and talks to `base_url`.
-    pub fn new(sources: Arc<Sources>, base_url: String) -> KeyedProvider {
+    pub(crate) fn new(sources: Arc<Sources>, base_url: String) -> KeyedProvider {
         KeyedProvider {
             sources,
             base_url,

@@ -20,7 +20,7 @@ use super::retry;
 
 /// A failed model request.
 #[derive(Debug, thiserror::Error)]
-pub enum LlmError {
+pub(crate) enum LlmError {
     /// The provider answered with a non-success HTTP status.
     #[error("HTTP {status}{}: {message}{}", TypeSuffix(.error_type), RequestIdSuffix(.request_id))]
     Http {
@@ -74,7 +74,7 @@ pub enum LlmError {
 
 impl LlmError {
     /// Whether another attempt of the same request may succeed.
-    pub fn is_retryable(&self) -> bool {
+    pub(crate) fn is_retryable(&self) -> bool {
         match self {
             LlmError::Http {
                 status,
@@ -104,7 +104,7 @@ impl LlmError {
     }
 
     /// The error's kind, as the state machine reports it.
-    pub fn kind(&self) -> ErrorKind {
+    pub(crate) fn kind(&self) -> ErrorKind {
         match self {
             LlmError::Http {
                 status,
@@ -129,7 +129,7 @@ impl LlmError {
     }
 
     /// The failure as the state machine takes it.
-    pub fn to_failure(&self) -> LlmFailure {
+    pub(crate) fn to_failure(&self) -> LlmFailure {
         let retry_after = match self {
             LlmError::Http { retry_after, .. } => *retry_after,
             LlmError::Stream { .. }
@@ -147,7 +147,7 @@ impl LlmError {
     }
 
     /// The request id the error carries, if any.
-    pub fn request_id(&self) -> Option<&str> {
+    pub(crate) fn request_id(&self) -> Option<&str> {
         match self {
             LlmError::Http { request_id, .. }
             | LlmError::Stream { request_id, .. }

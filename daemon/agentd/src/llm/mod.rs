@@ -21,7 +21,7 @@
 //! `fuzzing` lets the fuzzer read bodies the way providers do.
 
 mod anthropic;
-pub mod credentials;
+pub(crate) mod credentials;
 mod error;
 pub mod fuzzing;
 mod openai;
@@ -34,11 +34,11 @@ mod transport;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod testkit;
 
-pub use anthropic::AnthropicProvider;
-pub use credentials::KeyedProvider;
-pub use error::LlmError;
-pub use openai::OpenAiProvider;
-pub use partial::PartialReply;
+pub(crate) use anthropic::AnthropicProvider;
+pub(crate) use credentials::KeyedProvider;
+pub(crate) use error::LlmError;
+pub(crate) use openai::OpenAiProvider;
+pub(crate) use partial::PartialReply;
 
 use agentd_core::{Message, Reply, ToolSpec, Usage};
 use futures::future::BoxFuture;
@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 
 /// One request to a model.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LlmRequest {
+pub(crate) struct LlmRequest {
     /// The provider's model name.
     pub model: String,
     /// The system prompt; empty for none. Shared: it changes once a day.
@@ -75,7 +75,7 @@ pub struct LlmRequest {
 
 /// Encoded transcript prefix shared by the requests of one conversation.
 #[derive(Clone, Default)]
-pub struct RequestCache(Arc<std::sync::Mutex<Option<EncodedPrefix>>>);
+pub(crate) struct RequestCache(Arc<std::sync::Mutex<Option<EncodedPrefix>>>);
 
 /// The first `groups` messages as sent (after merging), covering the first
 /// `covered` transcript messages, encoded and joined by commas.
@@ -143,7 +143,7 @@ pub enum StreamEvent {
 }
 
 /// A model provider.
-pub trait Provider: Send + Sync + std::fmt::Debug {
+pub(crate) trait Provider: Send + Sync + std::fmt::Debug {
     /// Streams one reply. Each stream event is passed to `on_event` as it
     /// arrives; consecutive deltas of one block that arrive together (in
     /// one read from the network) are passed as one delta with their
@@ -158,14 +158,10 @@ pub trait Provider: Send + Sync + std::fmt::Debug {
     ) -> BoxFuture<'a, Result<Reply, LlmError>>;
 }
 
-/// The providers' endpoints when none is configured (defined with the
-/// config that chooses them).
-pub use crate::config::{ANTHROPIC_DEFAULT_BASE_URL, OPENAI_DEFAULT_BASE_URL};
-
 /// Which provider to talk to, and how (built from `config::Config`). Its
 /// `Debug` output never shows a key.
 #[derive(Clone, PartialEq, Eq)]
-pub enum ProviderConfig {
+pub(crate) enum ProviderConfig {
     /// The Anthropic Messages API.
     Anthropic {
         api_key: String,
@@ -183,7 +179,7 @@ pub enum ProviderConfig {
 
 impl ProviderConfig {
     /// Builds the provider.
-    pub fn build(&self) -> Result<Arc<dyn Provider>, LlmError> {
+    pub(crate) fn build(&self) -> Result<Arc<dyn Provider>, LlmError> {
         Ok(match self {
             ProviderConfig::Anthropic { api_key, base_url } => {
                 Arc::new(AnthropicProvider::new(api_key.clone(), base_url.clone())?)
@@ -246,7 +242,7 @@ mod tests {
         assert!(!shown.contains("secret"), "{shown}");
         let c = ProviderConfig::OpenAi {
             api_key: Some("sk-secret".into()),
-            base_url: OPENAI_DEFAULT_BASE_URL.into(),
+            base_url: crate::config::OPENAI_DEFAULT_BASE_URL.into(),
         };
         assert!(!format!("{c:?}").contains("secret"));
         assert!(!format!("{:?}", c.build().unwrap()).contains("secret"));

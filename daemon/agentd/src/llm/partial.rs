@@ -16,7 +16,7 @@ use super::{StreamEvent, tool_input_from_json};
 /// however long the reply has grown (the text is shared, see
 /// [`SharedText`]), so a snapshot can take it while the reply streams on.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct PartialReply {
+pub(crate) struct PartialReply {
     blocks: BTreeMap<u32, Block>,
 }
 
@@ -75,12 +75,12 @@ impl PartialEq for SharedText {
 
 impl PartialReply {
     /// Nothing received yet.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// Takes one event into account.
-    pub fn push(&mut self, event: &StreamEvent) {
+    pub(crate) fn push(&mut self, event: &StreamEvent) {
         match event {
             StreamEvent::TextDelta { index, text } => {
                 if let Block::Text(all) = self
@@ -125,12 +125,12 @@ impl PartialReply {
     /// The blocks so far, in order. Reasoning has no signature (the stream
     /// events do not carry it) and tool calls may be incomplete; the state
     /// machine drops both from an interrupted reply.
-    pub fn into_blocks(self) -> Vec<ContentBlock> {
+    pub(crate) fn into_blocks(self) -> Vec<ContentBlock> {
         self.to_blocks()
     }
 
     /// The blocks so far, in order (see [`PartialReply::into_blocks`]).
-    pub fn to_blocks(&self) -> Vec<ContentBlock> {
+    pub(crate) fn to_blocks(&self) -> Vec<ContentBlock> {
         self.blocks
             .values()
             .map(|block| match block {
@@ -151,7 +151,7 @@ impl PartialReply {
     }
 
     /// Whether nothing was received yet.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.blocks.is_empty()
     }
 }

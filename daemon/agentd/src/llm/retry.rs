@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// How long the server asked us to wait, if it said so. `now` is the clock
 /// reading an HTTP-date is measured against; a date in the past means "now".
-pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
+pub(super) fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
     if let Some(ms) =
         header_str(headers, "retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok())
         && let Ok(d) = Duration::try_from_secs_f64(ms / 1000.0)
@@ -33,7 +33,7 @@ pub fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
 
 /// The `x-should-retry` override: `Some(true)`/`Some(false)` when the server
 /// said so, `None` when it did not (or said something else).
-pub fn should_retry(headers: &HeaderMap) -> Option<bool> {
+pub(super) fn should_retry(headers: &HeaderMap) -> Option<bool> {
     match header_str(headers, "x-should-retry")?.trim() {
         v if v.eq_ignore_ascii_case("true") => Some(true),
         v if v.eq_ignore_ascii_case("false") => Some(false),
@@ -43,7 +43,7 @@ pub fn should_retry(headers: &HeaderMap) -> Option<bool> {
 
 /// The request id: Anthropic's `request-id`, or the `x-request-id` that
 /// OpenAI and most compatible servers send.
-pub fn request_id(headers: &HeaderMap) -> Option<String> {
+pub(super) fn request_id(headers: &HeaderMap) -> Option<String> {
     ["request-id", "x-request-id"]
         .iter()
         .find_map(|name| header_str(headers, name))

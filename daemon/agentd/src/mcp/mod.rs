@@ -19,12 +19,12 @@
 mod hub;
 mod result;
 
-pub use hub::{Hub, ServerInfo, ServerState, ToolInfo};
+pub(crate) use hub::{Hub, ServerInfo};
 
 use serde::Deserialize;
 use std::collections::BTreeMap;
 
-pub use crate::store::persisted::{
+pub(crate) use crate::store::persisted::{
     DEFAULT_CALL_TIMEOUT_MS, DEFAULT_STARTUP_TIMEOUT_MS, ServerSpec, Transport,
 };
 
@@ -92,7 +92,7 @@ impl ServerSpec {
 
 /// A server name: letters, digits, `-` and `_`, without `__` and not
 /// ending in `_`, so that `mcp__NAME__TOOL` splits back unambiguously.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name
@@ -112,7 +112,7 @@ pub fn check_name(name: &str) -> Result<(), String> {
 /// `[mcp]` in the config file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct McpSection {
+pub(crate) struct McpSection {
     /// `[mcp.servers.NAME]`.
     pub servers: BTreeMap<String, ServerEntry>,
 }
@@ -121,7 +121,7 @@ pub struct McpSection {
 /// (+ `headers`) for streamable HTTP.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct ServerEntry {
+pub(crate) struct ServerEntry {
     pub command: Option<String>,
     pub args: Vec<String>,
     pub env: BTreeMap<String, String>,
@@ -134,7 +134,7 @@ pub struct ServerEntry {
 
 impl McpSection {
     /// The servers, checked.
-    pub fn specs(&self) -> Result<Vec<ServerSpec>, String> {
+    pub(crate) fn specs(&self) -> Result<Vec<ServerSpec>, String> {
         let mut out = Vec::new();
         for (name, e) in &self.servers {
             let transport = match (&e.command, &e.url) {
@@ -182,7 +182,7 @@ impl McpSection {
 
 /// The servers a conversation uses: the config's, with those the client
 /// gave at creation replacing config servers of the same name.
-pub fn servers_of(config: &[ServerSpec], own: &[ServerSpec]) -> Vec<ServerSpec> {
+pub(crate) fn servers_of(config: &[ServerSpec], own: &[ServerSpec]) -> Vec<ServerSpec> {
     let mut out: Vec<ServerSpec> = config
         .iter()
         .filter(|c| !own.iter().any(|o| o.name == c.name))

@@ -7,7 +7,7 @@ use agentd_core::Message;
 
 impl Manager {
     /// Stores an imported conversation. Returns false when the id exists.
-    pub async fn import(
+    pub(crate) async fn import(
         &self,
         record: ConversationRecord,
         messages: Vec<Message>,
@@ -46,7 +46,7 @@ impl Manager {
     /// The images `messages` refer to, each once, with their bytes (for an
     /// export). An image the store lacks is an error: an export without it
     /// could not be imported.
-    pub fn images_of<'a>(
+    pub(crate) fn images_of<'a>(
         &self,
         messages: impl Iterator<Item = &'a Message>,
     ) -> Result<Vec<(agentd_core::ImageRef, Vec<u8>)>, RuntimeError> {

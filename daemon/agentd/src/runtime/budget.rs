@@ -10,7 +10,7 @@ use agentd_core::{Amounts, BudgetContext, BudgetKind};
 
 /// The budget context of `record` at `now_ms`. Without a configured budget
 /// it reads nothing.
-pub fn context(
+pub(crate) fn context(
     shared: &Shared,
     record: &ConversationRecord,
     now_ms: i64,
@@ -44,7 +44,7 @@ pub fn context(
 /// What `record` spent: its replies at its model's price (nothing in
 /// dollars when the price is unknown), and every token billed — its
 /// sub-agents' included, which count toward their parent's budget.
-pub fn conversation_spent(shared: &Shared, record: &ConversationRecord) -> Amounts {
+pub(crate) fn conversation_spent(shared: &Shared, record: &ConversationRecord) -> Amounts {
     let own = shared
         .config
         .models
@@ -61,7 +61,7 @@ pub fn conversation_spent(shared: &Shared, record: &ConversationRecord) -> Amoun
 }
 
 /// What every conversation spent on `day` (`YYYY-MM-DD`), from the ledger.
-pub fn day_spent(shared: &Shared, day: &str) -> Result<Amounts, StoreError> {
+pub(crate) fn day_spent(shared: &Shared, day: &str) -> Result<Amounts, StoreError> {
     let mut usd = 0u64;
     let mut tokens = 0u64;
     for (_, model, usage) in shared.store.daily_usage(day, day)? {
@@ -79,7 +79,7 @@ pub fn day_spent(shared: &Shared, day: &str) -> Result<Amounts, StoreError> {
 
 /// One configured budget and where spending stands against it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Status {
+pub(crate) struct Status {
     pub kind: BudgetKind,
     /// Configured plus raised.
     pub limit: u64,
@@ -89,7 +89,7 @@ pub struct Status {
 
 /// The configured budgets of `ctx` that are daily (`daily`) or per
 /// conversation, with their spending.
-pub fn statuses(ctx: &BudgetContext, daily: bool) -> Vec<Status> {
+pub(crate) fn statuses(ctx: &BudgetContext, daily: bool) -> Vec<Status> {
     BudgetKind::ALL
         .into_iter()
         .filter(|k| k.is_daily() == daily)

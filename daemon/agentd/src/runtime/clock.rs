@@ -9,10 +9,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Where wall-clock readings come from.
 #[derive(Debug, Clone, Copy)]
-pub enum Clock {
+pub(crate) enum Clock {
     System,
     /// A clock that starts at `origin_ms` and advances with tokio's time:
     /// under `tokio::time::pause` it moves only when the test advances it.
+    #[cfg(test)]
     Virtual {
         /// The reading at `start`.
         origin_ms: i64,
@@ -23,7 +24,8 @@ pub enum Clock {
 
 impl Clock {
     /// A virtual clock reading `origin_ms` now.
-    pub fn virtual_at(origin_ms: i64) -> Clock {
+    #[cfg(test)]
+    pub(crate) fn virtual_at(origin_ms: i64) -> Clock {
         Clock::Virtual {
             origin_ms,
             start: tokio::time::Instant::now(),
@@ -31,12 +33,13 @@ impl Clock {
     }
 
     /// Milliseconds since the Unix epoch.
-    pub fn now_ms(&self) -> i64 {
+    pub(crate) fn now_ms(&self) -> i64 {
         match self {
             Clock::System => SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
                 .unwrap_or(0),
+            #[cfg(test)]
             Clock::Virtual { origin_ms, start } => {
                 let elapsed = i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX);
                 origin_ms.saturating_add(elapsed)

@@ -16,7 +16,7 @@ use std::sync::atomic::Ordering;
 impl Manager {
     /// Asks for a continuation summary now (REQ-BED-023): the conversation
     /// must be idle. Returns the record once the request is under way.
-    pub async fn compact(&self, id: &str) -> Result<ConversationRecord, RuntimeError> {
+    pub(crate) async fn compact(&self, id: &str) -> Result<ConversationRecord, RuntimeError> {
         self.ask(id, |reply| Command::Compact { reply }).await??;
         self.record(id)
     }
@@ -27,7 +27,7 @@ impl Manager {
     /// conversation is created under a request id derived from the old
     /// one, so even a crash between creating it and marking the old one
     /// creates nothing twice.
-    pub async fn continue_conversation(
+    pub(crate) async fn continue_conversation(
         &self,
         id: &str,
         automatic: bool,
@@ -78,7 +78,8 @@ impl Manager {
     }
 
     /// Sends a user message; returns its message sequence number once durable.
-    pub async fn send(&self, id: &str, text: String) -> Result<u64, RuntimeError> {
+    #[cfg(test)]
+    pub(crate) async fn send(&self, id: &str, text: String) -> Result<u64, RuntimeError> {
         self.send_message(
             id,
             NewMessage {
@@ -92,7 +93,11 @@ impl Manager {
 
     /// Sends a user message with its request id and turn guard; says what
     /// became of it (appended or queued) once that is durable.
-    pub async fn send_message(&self, id: &str, message: NewMessage) -> Result<Sent, RuntimeError> {
+    pub(crate) async fn send_message(
+        &self,
+        id: &str,
+        message: NewMessage,
+    ) -> Result<Sent, RuntimeError> {
         if message.text.trim().is_empty() {
             return Err(RuntimeError::InvalidArgument(
                 "message text is empty".into(),
@@ -104,7 +109,7 @@ impl Manager {
 
     /// Answers the budget that holds conversation `id`; returns the
     /// record as it is now.
-    pub async fn answer_budget(
+    pub(crate) async fn answer_budget(
         &self,
         id: &str,
         answer: BudgetAnswer,
@@ -123,7 +128,7 @@ impl Manager {
 
     /// Changes a conversation's mode and/or model; returns the record as it
     /// is now.
-    pub async fn update(
+    pub(crate) async fn update(
         &self,
         id: &str,
         settings: Settings,
@@ -143,7 +148,7 @@ impl Manager {
 
     /// Drops the queued message `queued_id` (every queued message when
     /// empty); returns what is still queued.
-    pub async fn drop_queued(
+    pub(crate) async fn drop_queued(
         &self,
         id: &str,
         queued_id: String,
@@ -194,13 +199,13 @@ impl Manager {
     }
 
     /// Cancels the turn; returns whether anything was running.
-    pub async fn cancel(&self, id: &str) -> Result<bool, RuntimeError> {
+    pub(crate) async fn cancel(&self, id: &str) -> Result<bool, RuntimeError> {
         self.cancel_request(id, None).await
     }
 
     /// Cancels the turn as the request `client_request_id` (a retry gets
     /// the first outcome); returns whether anything was running.
-    pub async fn cancel_request(
+    pub(crate) async fn cancel_request(
         &self,
         id: &str,
         client_request_id: Option<String>,
@@ -215,14 +220,14 @@ impl Manager {
     /// Answers the pending permission request.
     /// A conversation waiting for its sub-agents passes the answer to the
     /// child whose request it names.
-    pub async fn answer(&self, id: &str, answer: Answer) -> Result<(), RuntimeError> {
+    pub(crate) async fn answer(&self, id: &str, answer: Answer) -> Result<(), RuntimeError> {
         let target = self.answer_target(id, &answer.request_id)?;
         self.ask(&target, |reply| Command::Answer { answer, reply })
             .await?
     }
 
     /// Attaches a client.
-    pub async fn subscribe(
+    pub(crate) async fn subscribe(
         &self,
         id: &str,
         after_seq: u64,
@@ -233,7 +238,7 @@ impl Manager {
 
     /// `client` with the next client id (an attached client's, or that of
     /// a unary call that answers: every resolution names its client).
-    pub fn numbered(&self, client: ClientInfo) -> ClientInfo {
+    pub(crate) fn numbered(&self, client: ClientInfo) -> ClientInfo {
         ClientInfo {
             id: format!("c{}", self.next_client.fetch_add(1, Ordering::Relaxed)),
             ..client
@@ -256,7 +261,7 @@ impl Manager {
     }
 
     /// A fresh snapshot for a client that fell behind.
-    pub async fn resync(
+    pub(crate) async fn resync(
         &self,
         id: &str,
         client_id: String,

@@ -97,7 +97,7 @@ pub(crate) fn test_record(id: &str, cwd: &std::path::Path) -> ConversationRecord
 impl Manager {
     /// Creates a conversation, with its first user message (text and
     /// checked images) when one is given.
-    pub async fn create(
+    pub(crate) async fn create(
         &self,
         new: NewConversation,
         prompt: Option<(String, Vec<crate::images::StagedImage>)>,
@@ -110,7 +110,7 @@ impl Manager {
     /// `after_seq` 0 would right after), before the first turn starts: the
     /// Attach stream's `create` frame. A retried request subscribes to the
     /// conversation the first one made.
-    pub async fn create_attached(
+    pub(crate) async fn create_attached(
         &self,
         new: NewConversation,
         prompt: Option<(String, Vec<crate::images::StagedImage>)>,

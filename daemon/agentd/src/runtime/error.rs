@@ -6,7 +6,7 @@ use agentd_core::Rejected;
 
 /// Why the runtime refused or failed a request.
 #[derive(Debug, thiserror::Error)]
-pub enum RuntimeError {
+pub(crate) enum RuntimeError {
     /// No conversation with that id or prefix.
     #[error("unknown conversation {0}")]
     NotFound(String),

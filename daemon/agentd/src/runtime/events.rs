@@ -5,12 +5,12 @@ use crate::store::ConversationRecord;
 use agentd_core::{ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-pub use agentd_core::ClientInfo;
+pub(crate) use agentd_core::ClientInfo;
 
 /// A permission request as clients see it: the core's request plus what
 /// the edge computed for people (summary, diff preview).
 #[derive(Debug, Clone, PartialEq)]
-pub struct PermissionView {
+pub(crate) struct PermissionView {
     pub ask: PermissionAsk,
     /// One line for people.
     pub summary: String,
@@ -23,7 +23,7 @@ pub struct PermissionView {
 
 /// Which sub-agent an event is about.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct SubAgentRef {
+pub(crate) struct SubAgentRef {
     /// The child conversation's id.
     pub conversation_id: String,
     /// Its agent id in the parent's call.
@@ -33,7 +33,7 @@ pub struct SubAgentRef {
 
 impl SubAgentRef {
     /// The sub-agent `record` is, if it is one.
-    pub fn of(record: &ConversationRecord) -> Option<SubAgentRef> {
+    pub(crate) fn of(record: &ConversationRecord) -> Option<SubAgentRef> {
         record.sub_agent.as_ref().map(|link| SubAgentRef {
             conversation_id: record.id.clone(),
             agent_id: link.agent_id.clone(),
@@ -44,7 +44,7 @@ impl SubAgentRef {
 
 /// The full picture a joining (or lagging) client starts from.
 #[derive(Debug, Clone)]
-pub struct SnapshotData {
+pub(crate) struct SnapshotData {
     /// The conversation record (state included).
     pub record: ConversationRecord,
     /// The transcript, shared with the conversation (message `i` has
@@ -75,7 +75,7 @@ pub struct SnapshotData {
 /// client that resumes `after_seq` of a merged event has seen all of its
 /// text and is sent nothing of it again.
 #[derive(Debug, Clone)]
-pub struct ConvEvent {
+pub(crate) struct ConvEvent {
     /// Per-conversation sequence number (0: addressed to one client only).
     pub seq: u64,
     /// Unix ms.
@@ -92,12 +92,12 @@ pub struct ConvEvent {
 /// into a copy) starts without one, and so does one that [`ConvEvent::absorb`]
 /// changed.
 #[derive(Default)]
-pub struct WireCache(Mutex<Weak<Vec<u8>>>);
+pub(crate) struct WireCache(Mutex<Weak<Vec<u8>>>);
 
 impl WireCache {
     /// The encoding some stream still holds, or `make`'s, which is kept
     /// (weakly) for the next stream that asks.
-    pub fn get_or_try_make<E>(
+    pub(crate) fn get_or_try_make<E>(
         &self,
         make: impl FnOnce() -> Result<Vec<u8>, E>,
     ) -> Result<Arc<Vec<u8>>, E> {
@@ -125,7 +125,7 @@ impl std::fmt::Debug for WireCache {
 
 /// What happened.
 #[derive(Debug, Clone)]
-pub enum EventKind {
+pub(crate) enum EventKind {
     Snapshot(Box<SnapshotData>),
     /// Missed events follow (reconnect).
     Resumed {
@@ -355,7 +355,7 @@ pub enum EventKind {
 
 impl ConvEvent {
     /// An event with nothing encoded yet.
-    pub fn new(seq: u64, at_ms: i64, kind: EventKind) -> ConvEvent {
+    pub(crate) fn new(seq: u64, at_ms: i64, kind: EventKind) -> ConvEvent {
         ConvEvent {
             seq,
             at_ms,
@@ -366,7 +366,7 @@ impl ConvEvent {
 
     /// The text of a `TextDelta` or `ThinkingDelta`; `None` for every other
     /// event.
-    pub fn delta_text(&self) -> Option<&str> {
+    pub(crate) fn delta_text(&self) -> Option<&str> {
         match &self.kind {
             EventKind::TextDelta { text, .. } | EventKind::ThinkingDelta { text, .. } => Some(text),
             _ => None,
@@ -379,7 +379,7 @@ impl ConvEvent {
     /// it did; when it did not, nothing changed. The caller merges only
     /// events that are consecutive in what it sends (nothing may have come
     /// between them), which is what keeps the order and the text exact.
-    pub fn absorb(&mut self, next: &ConvEvent) -> bool {
+    pub(crate) fn absorb(&mut self, next: &ConvEvent) -> bool {
         if !self.merges_with(next) {
             return false;
         }
@@ -398,7 +398,7 @@ impl ConvEvent {
 
     /// Whether [`ConvEvent::absorb`] would take `next`: both are deltas of
     /// the same family and block.
-    pub fn merges_with(&self, next: &ConvEvent) -> bool {
+    pub(crate) fn merges_with(&self, next: &ConvEvent) -> bool {
         match (&self.kind, &next.kind) {
             (EventKind::TextDelta { index: a, .. }, EventKind::TextDelta { index: b, .. })
             | (
@@ -413,7 +413,7 @@ impl ConvEvent {
 /// Whether a core notice is stored in the event log (replayed to a client
 /// that resumes, across restarts) rather than sent live only: the context,
 /// budget, plan and self-correction milestones a person must not miss.
-pub fn is_durable(notice: &agentd_core::Notice) -> bool {
+pub(crate) fn is_durable(notice: &agentd_core::Notice) -> bool {
     use agentd_core::Notice;
     matches!(
         notice,
@@ -431,7 +431,7 @@ pub fn is_durable(notice: &agentd_core::Notice) -> bool {
 impl EventKind {
     /// The event that tells clients a core notice; `continuing`: the
     /// daemon continues an exhausted conversation by itself.
-    pub fn from_notice(notice: agentd_core::Notice, continuing: bool) -> EventKind {
+    pub(crate) fn from_notice(notice: agentd_core::Notice, continuing: bool) -> EventKind {
         use agentd_core::Notice;
         match notice {
             Notice::Retrying {

@@ -17,11 +17,11 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// The file names read in each directory, the first that exists winning.
-pub const FILE_NAMES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
+pub(crate) const FILE_NAMES: [&str; 2] = ["AGENTS.md", "CLAUDE.md"];
 
 /// One file the instructions came from.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Source {
+pub(crate) struct Source {
     pub path: PathBuf,
     /// Its whole size (even when only part of it fit).
     pub bytes: u64,
@@ -29,7 +29,7 @@ pub struct Source {
 
 /// The instructions a conversation's requests carry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Instructions {
+pub(crate) struct Instructions {
     /// The files used, in the order the model reads them.
     pub sources: Vec<Source>,
     /// The section added to the system prompt; empty when there is none.
@@ -40,7 +40,7 @@ pub struct Instructions {
 
 impl Instructions {
     /// The files used, as clients are told: (absolute path, size).
-    pub fn files(&self) -> Vec<(String, u64)> {
+    pub(crate) fn files(&self) -> Vec<(String, u64)> {
         self.sources
             .iter()
             .map(|s| (s.path.display().to_string(), s.bytes))
@@ -51,11 +51,11 @@ impl Instructions {
 /// What the files were when last read: per file found, its path, size,
 /// modification time and inode. Equal stamps mean nothing to read again.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stamp(Vec<(PathBuf, u64, i64, i64, u64)>);
+pub(crate) struct Stamp(Vec<(PathBuf, u64, i64, i64, u64)>);
 
 /// The directories to look in, in reading order: `user_dir` (the daemon's
 /// config directory), then the repository root down to `cwd`.
-pub fn directories(user_dir: Option<&Path>, cwd: &Path) -> Vec<PathBuf> {
+pub(crate) fn directories(user_dir: Option<&Path>, cwd: &Path) -> Vec<PathBuf> {
     let mut dirs: Vec<PathBuf> = user_dir.map(Path::to_path_buf).into_iter().collect();
     let root = cwd
         .ancestors()
@@ -88,7 +88,7 @@ fn file_in(dir: &Path) -> Option<(PathBuf, std::fs::Metadata)> {
 }
 
 /// The stamp of the instruction files in `dirs` now.
-pub fn stamp(dirs: &[PathBuf]) -> Stamp {
+pub(crate) fn stamp(dirs: &[PathBuf]) -> Stamp {
     Stamp(
         dirs.iter()
             .filter_map(|dir| file_in(dir))
@@ -100,14 +100,14 @@ pub fn stamp(dirs: &[PathBuf]) -> Stamp {
 /// Reads the instruction files in `dirs`, keeping at most `max_bytes` of
 /// their text in all (0: none are read). A file that cannot be read is
 /// left out and logged.
-pub fn load(dirs: &[PathBuf], max_bytes: usize) -> Instructions {
+pub(crate) fn load(dirs: &[PathBuf], max_bytes: usize) -> Instructions {
     read(&stamp(dirs), max_bytes)
 }
 
 /// Reads the instruction files `stamp` found (as [`load`] does), without
 /// looking for them again: the actor stamps the files at every turn and
 /// reads them only when the stamp changed.
-pub fn read(stamp: &Stamp, max_bytes: usize) -> Instructions {
+pub(crate) fn read(stamp: &Stamp, max_bytes: usize) -> Instructions {
     let mut out = Instructions::default();
     if max_bytes == 0 {
         return out;

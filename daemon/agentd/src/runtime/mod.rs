@@ -8,15 +8,15 @@
 
 mod actor;
 mod archive;
-pub mod budget;
-pub mod clock;
+pub(crate) mod budget;
+pub(crate) mod clock;
 mod commands;
 mod create;
-pub mod error;
-pub mod events;
-pub mod instructions;
+pub(crate) mod error;
+pub(crate) mod events;
+pub(crate) mod instructions;
 mod params;
-pub mod prompt;
+pub(crate) mod prompt;
 mod registry;
 mod rewind;
 mod sub_agents;
@@ -27,21 +27,21 @@ mod test_rig;
 #[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
 
-pub use actor::{HUB_CAPACITY, Rings, Subscription};
-pub use clock::Clock;
+pub(crate) use actor::{Rings, Subscription};
+pub(crate) use clock::Clock;
 #[cfg(test)]
 pub(crate) use create::test_record;
-pub use error::RuntimeError;
-pub use events::{
-    ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData, SubAgentRef, WireCache,
+pub(crate) use error::RuntimeError;
+pub(crate) use events::{
+    ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData, SubAgentRef,
 };
-pub use params::{
-    Answer, BudgetAnswer, MAX_ADDITIONAL_DIRS, MAX_QUEUED, NewConversation, NewMessage, Parent,
-    REQUEST_ID_WINDOW_MS, REQUEST_IDS_PER_CONVERSATION, Sent, Settings, model_name,
+pub(crate) use params::{
+    Answer, BudgetAnswer, MAX_QUEUED, NewConversation, NewMessage, Parent, REQUEST_ID_WINDOW_MS,
+    REQUEST_IDS_PER_CONVERSATION, Sent, Settings, model_name,
 };
 pub(crate) use params::{Seed, too_many_dirs};
 pub(crate) use registry::{Actors, LiveActors};
-pub use rewind::{RewindRequest, Rewound};
+pub(crate) use rewind::RewindRequest;
 
 use crate::config::Config;
 use crate::llm::Provider;
@@ -56,7 +56,7 @@ use tokio::sync::{Mutex, mpsc};
 
 /// What every actor shares.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     pub store: Store,
     /// Effective configuration.
     pub config: Config,
@@ -81,7 +81,7 @@ pub struct Shared {
 /// What the daemon is and where its files are, as `GetDaemonInfo` reports
 /// it. Holds no key: `credentials` resolves one when asked.
 #[derive(Debug, Default)]
-pub struct DaemonInfo {
+pub(crate) struct DaemonInfo {
     /// When the daemon started: Unix ms, and the monotonic instant.
     pub started_at_ms: i64,
     pub started: Option<std::time::Instant>,
@@ -99,7 +99,7 @@ pub struct DaemonInfo {
 }
 
 /// Owns the actors.
-pub struct Manager {
+pub(crate) struct Manager {
     shared: Arc<Shared>,
     /// The live actors. Every input from outside an actor is sent while
     /// holding this lock, and an idle actor unloads itself under it (see
@@ -126,7 +126,7 @@ impl std::fmt::Debug for Manager {
 
 impl Manager {
     /// A manager over `shared`; call [`Manager::recover`] next.
-    pub fn new(shared: Shared) -> Arc<Manager> {
+    pub(crate) fn new(shared: Shared) -> Arc<Manager> {
         let (auto_continue, mut requests) = mpsc::unbounded_channel::<String>();
         let (sub_agents, sub_agent_requests) = mpsc::unbounded_channel();
         let manager = Arc::new(Manager {
@@ -162,12 +162,12 @@ impl Manager {
     }
 
     /// The shared parts (store, config).
-    pub fn shared(&self) -> &Arc<Shared> {
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
 
     /// Resumes every conversation the store holds mid-turn. Returns how many.
-    pub async fn recover(&self) -> Result<usize, RuntimeError> {
+    pub(crate) async fn recover(&self) -> Result<usize, RuntimeError> {
         let horizon = self.shared.clock.now_ms() - REQUEST_ID_WINDOW_MS;
         let forgotten = self.shared.store.forget_creates_before(horizon)?;
         if forgotten > 0 {
@@ -183,7 +183,7 @@ impl Manager {
     }
 
     /// The full id for an id or unique prefix.
-    pub fn resolve(&self, prefix: &str) -> Result<String, RuntimeError> {
+    pub(crate) fn resolve(&self, prefix: &str) -> Result<String, RuntimeError> {
         let prefix = prefix.trim().to_ascii_uppercase();
         if prefix.is_empty() {
             return Err(RuntimeError::InvalidArgument(
@@ -208,7 +208,10 @@ impl Manager {
 
     /// The daily usage ledger of the last `days` days (UTC, today
     /// included): (day, model, usage), by day then model.
-    pub fn daily_usage(&self, days: u32) -> Result<Vec<(String, String, Usage)>, RuntimeError> {
+    pub(crate) fn daily_usage(
+        &self,
+        days: u32,
+    ) -> Result<Vec<(String, String, Usage)>, RuntimeError> {
         let now = self.shared.clock.now_ms();
         let first = now - i64::from(days.max(1) - 1) * 86_400_000;
         Ok(self
@@ -218,7 +221,7 @@ impl Manager {
     }
 
     /// The record of a conversation.
-    pub fn record(&self, id: &str) -> Result<ConversationRecord, RuntimeError> {
+    pub(crate) fn record(&self, id: &str) -> Result<ConversationRecord, RuntimeError> {
         self.shared
             .store
             .conversation(id)?
@@ -227,7 +230,7 @@ impl Manager {
 
     /// Conversations newest first, older than `before` when given, at most
     /// `limit` (0: all); and whether older ones remain.
-    pub fn list(
+    pub(crate) fn list(
         &self,
         before: Option<&str>,
         limit: usize,
@@ -236,12 +239,12 @@ impl Manager {
     }
 
     /// Every conversation id, newest first.
-    pub fn ids(&self) -> Result<Vec<String>, RuntimeError> {
+    pub(crate) fn ids(&self) -> Result<Vec<String>, RuntimeError> {
         Ok(self.shared.store.conversation_ids()?)
     }
 
     /// The transcript of a conversation as of its record.
-    pub fn messages(
+    pub(crate) fn messages(
         &self,
         record: &ConversationRecord,
     ) -> Result<Vec<(u64, Message)>, RuntimeError> {

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 
 /// Parameters of a new conversation.
 #[derive(Debug, Clone, Default)]
-pub struct NewConversation {
+pub(crate) struct NewConversation {
     /// Absolute, existing working directory.
     pub cwd: PathBuf,
     /// Model (empty: the default).
@@ -34,7 +34,7 @@ pub struct NewConversation {
 
 /// What a continued conversation takes from the one it continues.
 #[derive(Debug, Clone, Default)]
-pub struct Parent {
+pub(crate) struct Parent {
     pub id: String,
     /// The parent's place in its chain (the new one's is one more).
     pub hop: u32,
@@ -57,14 +57,14 @@ pub(crate) enum Seed {
 }
 
 /// How long a request's client request id is remembered.
-pub const REQUEST_ID_WINDOW_MS: i64 = 24 * 60 * 60 * 1000;
+pub(crate) const REQUEST_ID_WINDOW_MS: i64 = 24 * 60 * 60 * 1000;
 
 /// How many client request ids a conversation remembers (the newest).
-pub const REQUEST_IDS_PER_CONVERSATION: usize = 32;
+pub(crate) const REQUEST_IDS_PER_CONVERSATION: usize = 32;
 
 /// A user message and how its client wants it handled.
 #[derive(Debug, Clone, Default)]
-pub struct NewMessage {
+pub(crate) struct NewMessage {
     pub text: String,
     /// Images sent with it, checked (see `crate::images`); stored when the
     /// message is accepted or queued, not before.
@@ -85,7 +85,7 @@ pub struct NewMessage {
 
 /// A change of a conversation's settings; `None` keeps a value.
 #[derive(Debug, Clone, Default)]
-pub struct Settings {
+pub(crate) struct Settings {
     pub mode: Option<Mode>,
     pub model: Option<String>,
     /// Directories to add to the additional ones (canonical).
@@ -96,14 +96,14 @@ pub struct Settings {
 
 /// Additional directories a conversation may have (the record carrying
 /// them is written at every commit).
-pub const MAX_ADDITIONAL_DIRS: usize = 32;
+pub(crate) const MAX_ADDITIONAL_DIRS: usize = 32;
 
 /// The longest model name accepted.
 const MAX_MODEL_NAME: usize = 200;
 
 /// A model name as a client gave it, trimmed; refused when it cannot be
 /// one (empty, too long, or with spaces or control characters).
-pub fn model_name(name: &str) -> Result<String, RuntimeError> {
+pub(crate) fn model_name(name: &str) -> Result<String, RuntimeError> {
     let name = name.trim();
     if name.is_empty() {
         return Err(RuntimeError::InvalidArgument("model name is empty".into()));
@@ -134,11 +134,11 @@ pub(crate) fn too_many_dirs(count: usize) -> Result<(), RuntimeError> {
 
 /// Messages a conversation's queue holds at most (it lives in the record,
 /// which every commit writes).
-pub const MAX_QUEUED: usize = 32;
+pub(crate) const MAX_QUEUED: usize = 32;
 
 /// What became of a user message.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Sent {
+pub(crate) enum Sent {
     /// Appended to the transcript as this message (a turn started).
     Appended(u64),
     /// Queued while a turn runs, under this id (`q<number>`).
@@ -147,7 +147,7 @@ pub enum Sent {
 
 impl Sent {
     /// The message's sequence number in the transcript; 0 while queued.
-    pub fn message_seq(&self) -> u64 {
+    pub(crate) fn message_seq(&self) -> u64 {
         match self {
             Sent::Appended(seq) => *seq,
             Sent::Queued(_) => 0,
@@ -157,7 +157,7 @@ impl Sent {
 
 /// A client's answer to a permission request.
 #[derive(Debug, Clone)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// The request answered (empty: whichever is pending).
     pub request_id: String,
     pub decision: Decision,
@@ -176,7 +176,7 @@ pub struct Answer {
 
 /// An answer to a reached budget.
 #[derive(Debug, Clone)]
-pub struct BudgetAnswer {
+pub(crate) struct BudgetAnswer {
     /// Raise the budget (and send the held request); false stops the turn.
     pub raise: bool,
     /// How much, in the budget's unit as people write it (dollars or

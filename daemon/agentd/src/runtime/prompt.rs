@@ -4,7 +4,7 @@
 use std::path::Path;
 
 /// The system prompt for a conversation in `cwd`, dated from `now_ms`.
-pub fn system_prompt(cwd: &Path, now_ms: i64) -> String {
+pub(crate) fn system_prompt(cwd: &Path, now_ms: i64) -> String {
     format!(
         "You are agentd, an autonomous coding agent working in the user's repository at {cwd} \
 (OS: {os}; today: {date}).
@@ -24,7 +24,7 @@ reply with a short summary of what changed and how you verified it.",
 
 /// Added to the system prompt in `plan` mode: the model investigates
 /// without changing anything and proposes a plan (issue 17).
-pub const PLAN_MODE: &str = "You are in plan mode. Investigate read-only (read, grep, glob, \
+pub(crate) const PLAN_MODE: &str = "You are in plan mode. Investigate read-only (read, grep, glob, \
 keyword_search): no tool that changes anything is available. When you understand the task, call \
 propose_plan with the intent, the risk, your estimate and the steps (each with its kind, the \
 files it touches and the steps it depends on). The user approves, rejects with feedback (revise \

@@ -46,7 +46,7 @@ impl LiveActors {
 
 impl Manager {
     /// How many conversations are in memory now.
-    pub async fn loaded(&self) -> usize {
+    pub(crate) async fn loaded(&self) -> usize {
         let actors = self.actors.lock().await;
         actors.live.values().filter(|tx| !tx.is_closed()).count()
     }
@@ -110,7 +110,7 @@ impl Manager {
     }
 
     /// Detaches a client (it went away).
-    pub async fn detach(&self, id: &str, client_id: String) {
+    pub(crate) async fn detach(&self, id: &str, client_id: String) {
         if let Some(tx) = self.actors.lock().await.get(id) {
             let _ = tx.send(Input::Command(Command::Detach { client_id }));
         }
@@ -118,7 +118,7 @@ impl Manager {
 
     /// Tells the conversation that owns a background shell that it started
     /// or ended (its attached clients see it).
-    pub async fn shell_event(&self, event: crate::shells::ShellEvent) {
+    pub(crate) async fn shell_event(&self, event: crate::shells::ShellEvent) {
         let id = match &event {
             crate::shells::ShellEvent::Started(r) | crate::shells::ShellEvent::Exited(r) => {
                 r.conversation_id.clone()
@@ -131,7 +131,7 @@ impl Manager {
 
     /// Stops every actor: in-flight work is cancelled, persisted state is
     /// kept for recovery, and every client stream ends.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let actors: Vec<_> = self.actors.lock().await.live.drain().collect();
         // All at once: each actor records its interrupted tools in parallel.
         let mut waiting = Vec::new();

@@ -14,7 +14,7 @@ use agentd_core::{ConvState, Role, Usage};
 
 /// What to rewind.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RewindRequest {
+pub(crate) struct RewindRequest {
     /// The user message (sequence number) to rewind to; 0: the last one.
     pub to: u64,
     pub code: bool,
@@ -24,7 +24,7 @@ pub struct RewindRequest {
 
 /// What a rewind did.
 #[derive(Debug, Clone)]
-pub struct Rewound {
+pub(crate) struct Rewound {
     /// The message rewound to.
     pub message_seq: u64,
     pub code: Option<Restored>,
@@ -33,7 +33,11 @@ pub struct Rewound {
 
 impl Manager {
     /// Rewinds conversation `id` (see [`RewindRequest`]).
-    pub async fn rewind(&self, id: &str, req: RewindRequest) -> Result<Rewound, RuntimeError> {
+    pub(crate) async fn rewind(
+        &self,
+        id: &str,
+        req: RewindRequest,
+    ) -> Result<Rewound, RuntimeError> {
         if !req.code && !req.conversation {
             return Err(RuntimeError::InvalidArgument(
                 "rewind what? ask for the code, the conversation, or both".into(),

@@ -435,7 +435,7 @@ fn me_parent(child: &ConversationRecord) -> String {
 impl Manager {
     /// Whether conversation `id` is a sub-agent of `parent_id` (false when
     /// it cannot be read).
-    pub fn is_sub_agent_of(&self, id: &str, parent_id: &str) -> bool {
+    pub(crate) fn is_sub_agent_of(&self, id: &str, parent_id: &str) -> bool {
         match self.shared.store.conversation(id) {
             Ok(Some(r)) => r.sub_agent.is_some_and(|l| l.parent_id == parent_id),
             Ok(None) => false,

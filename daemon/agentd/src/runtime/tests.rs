@@ -61,7 +61,7 @@ async fn a_create_the_daemon_may_not_make_stores_nothing() {
             ..new_in(&rig)
         },
         NewConversation {
-            additional_dirs: vec![rig.cwd(); crate::runtime::MAX_ADDITIONAL_DIRS + 1],
+            additional_dirs: vec![rig.cwd(); crate::runtime::params::MAX_ADDITIONAL_DIRS + 1],
             ..new_in(&rig)
         },
         NewConversation {

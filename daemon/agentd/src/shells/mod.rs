@@ -32,7 +32,7 @@ use std::time::Duration;
 use regex::Regex;
 use tokio::sync::broadcast;
 
-pub use crate::store::persisted::{ShellRecord, ShellStatus};
+pub(crate) use crate::store::persisted::{ShellRecord, ShellStatus};
 
 use crate::process::{self, DRAIN, KILL_WAIT, OnDrop};
 use output::Spool;
@@ -46,7 +46,7 @@ const ID_ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
 
 /// How many shells may run, and how much of their output is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ShellLimits {
+pub(crate) struct ShellLimits {
     /// Running shells in the whole daemon.
     pub max_total: usize,
     /// Running shells per conversation.
@@ -92,7 +92,7 @@ impl std::fmt::Display for ShellStatus {
 
 /// What attached clients hear about shells.
 #[derive(Clone, Debug)]
-pub enum ShellEvent {
+pub(crate) enum ShellEvent {
     Started(ShellRecord),
     Exited(ShellRecord),
 }
@@ -100,7 +100,7 @@ pub enum ShellEvent {
 /// Why a shell operation failed. The texts are written for the model and
 /// for people alike.
 #[derive(Debug, thiserror::Error)]
-pub enum ShellError {
+pub(crate) enum ShellError {
     /// No such shell (the id).
     #[error("unknown shell {0}")]
     NotFound(String),
@@ -118,7 +118,7 @@ pub enum ShellError {
 type Persist = Arc<dyn Fn(&ShellRecord) + Send + Sync>;
 
 /// Owns every background shell of the daemon. Shared as `Arc`.
-pub struct ShellManager {
+pub(crate) struct ShellManager {
     spool_dir: PathBuf,
     limits: ShellLimits,
     persist: Persist,
@@ -142,7 +142,7 @@ impl std::fmt::Debug for ShellManager {
 impl ShellManager {
     /// `spool_dir`: `<data dir>/shells` (created, mode 0700). `persist` is
     /// called with every record change; `events` carries starts and ends.
-    pub fn new(
+    pub(crate) fn new(
         spool_dir: PathBuf,
         limits: ShellLimits,
         persist: Box<dyn Fn(&ShellRecord) + Send + Sync>,
@@ -171,7 +171,7 @@ impl ShellManager {
     /// recorded time (provably ours). Returns the records as updated; they
     /// stay listable and their output readable. Blocks for at most about
     /// the kill grace per killed shell.
-    pub fn recover(&self, records: Vec<ShellRecord>) -> Vec<ShellRecord> {
+    pub(crate) fn recover(&self, records: Vec<ShellRecord>) -> Vec<ShellRecord> {
         let grace = Duration::from_millis(self.limits.kill_grace_ms);
         let mut out = Vec::with_capacity(records.len());
         for mut record in records {
@@ -208,7 +208,7 @@ impl ShellManager {
     /// Starts `command` with `bash -c` in `cwd` as a background shell of
     /// `conversation_id`: own process group, stdin empty, stdout and stderr
     /// to the spool, environment as for the bash tool.
-    pub async fn spawn(
+    pub(crate) async fn spawn(
         &self,
         conversation_id: &str,
         command: &str,
@@ -330,7 +330,7 @@ impl ShellManager {
 
     /// Records of the shells of `conversation_id` (all shells for None),
     /// newest first.
-    pub fn list(&self, conversation_id: Option<&str>) -> Vec<ShellRecord> {
+    pub(crate) fn list(&self, conversation_id: Option<&str>) -> Vec<ShellRecord> {
         let mut shells: Vec<(i64, u64, ShellRecord)> = lock(&self.shells)
             .values()
             .map(|s| {
@@ -344,14 +344,14 @@ impl ShellManager {
     }
 
     /// The record of one shell.
-    pub fn get(&self, id: &str) -> Option<ShellRecord> {
+    pub(crate) fn get(&self, id: &str) -> Option<ShellRecord> {
         self.shell(id).ok().map(|s| s.record())
     }
 
     /// At most `max` bytes of output from `offset` (an offset in the spool),
     /// and the record. The record is taken first: if it says the shell has
     /// ended, `output_bytes` is final and the bytes are all there is.
-    pub async fn read(
+    pub(crate) async fn read(
         &self,
         id: &str,
         offset: u64,
@@ -365,7 +365,7 @@ impl ShellManager {
     /// the rest), only lines matching `filter` if given, and at most about
     /// `max_bytes` (head and tail kept around a truncation marker); plus
     /// the record. Lines dropped by the filter or the cap count as read.
-    pub async fn read_new(
+    pub(crate) async fn read_new(
         &self,
         id: &str,
         filter: Option<&Regex>,
@@ -408,7 +408,7 @@ impl ShellManager {
 
     /// Returns once the shell has more than `offset` bytes of output or has
     /// ended, its end recorded (at once for an unknown id).
-    pub async fn wait_output(&self, id: &str, offset: u64) {
+    pub(crate) async fn wait_output(&self, id: &str, offset: u64) {
         if let Ok(shell) = self.shell(id) {
             shell.wait_until(|r| r.output_bytes > offset).await;
         }
@@ -418,7 +418,7 @@ impl ShellManager {
     /// grace; returns the final record (status `Killed`) once it is stored.
     /// A shell that has already ended is left as it is and its record
     /// returned.
-    pub async fn kill(&self, id: &str) -> Result<ShellRecord, ShellError> {
+    pub(crate) async fn kill(&self, id: &str) -> Result<ShellRecord, ShellError> {
         let shell = self.shell(id)?;
         let target = {
             let mut st = lock(&shell.state);
@@ -443,7 +443,7 @@ impl ShellManager {
     /// For a clean daemon shutdown: kills every running shell (all at
     /// once); returns when their ends are stored (`Killed`, or how they
     /// ended if that came first).
-    pub async fn kill_all(&self) {
+    pub(crate) async fn kill_all(&self) {
         let unsettled: Vec<String> = lock(&self.shells)
             .iter()
             .filter(|(_, s)| !lock(&s.state).settled)
@@ -475,7 +475,7 @@ impl ShellManager {
     /// The ids `prefix` may stand for, sorted, at most `max`: the id itself
     /// when it is one, else every id that starts with it. People abbreviate
     /// ids, so case is ignored and the `sh-` may be left out.
-    pub fn ids_with_prefix(&self, prefix: &str, max: usize) -> Vec<String> {
+    pub(crate) fn ids_with_prefix(&self, prefix: &str, max: usize) -> Vec<String> {
         let prefix = prefix.trim().to_ascii_lowercase();
         let shells = lock(&self.shells);
         if shells.contains_key(&prefix) {

@@ -63,7 +63,7 @@ pub enum AuditAction {
 }
 
 /// How much of a message's text the audit trail keeps.
-pub const AUDIT_TEXT_CHARS: usize = 200;
+pub(crate) const AUDIT_TEXT_CHARS: usize = 200;
 
 impl Store {
     /// Writes a token (new, or changed). Not flushed.

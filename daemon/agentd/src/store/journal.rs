@@ -223,7 +223,7 @@ impl Journal {
 
 /// A sled tree whose changes go through the journal. Reads are sled's.
 #[derive(Clone)]
-pub struct Tree {
+pub(crate) struct Tree {
     tree: sled::Tree,
     id: u8,
     journal: Arc<Journal>,
@@ -234,7 +234,7 @@ impl Tree {
         Tree { tree, id, journal }
     }
 
-    pub fn insert<K: AsRef<[u8]>, V: Into<IVec>>(
+    pub(crate) fn insert<K: AsRef<[u8]>, V: Into<IVec>>(
         &self,
         key: K,
         value: V,
@@ -246,7 +246,7 @@ impl Tree {
         Ok(old)
     }
 
-    pub fn remove<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<Option<IVec>> {
+    pub(crate) fn remove<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<Option<IVec>> {
         let key = key.as_ref();
         let mut pending = self.journal.pending();
         let old = self.tree.remove(key)?;
@@ -257,7 +257,7 @@ impl Tree {
     }
 
     /// Reads the key's value, sets (or removes) `f` of it, returns it.
-    pub fn update_and_fetch<K: AsRef<[u8]>, F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>>(
+    pub(crate) fn update_and_fetch<K: AsRef<[u8]>, F: FnMut(Option<&[u8]>) -> Option<Vec<u8>>>(
         &self,
         key: K,
         mut f: F,
@@ -283,39 +283,38 @@ impl Tree {
 
     /// Removes every key (through the journal, one by one).
     #[cfg(test)]
-    pub fn clear(&self) -> sled::Result<()> {
+    pub(crate) fn clear(&self) -> sled::Result<()> {
         for key in self.tree.iter().keys() {
             self.remove(key?)?;
         }
         Ok(())
     }
 
-    pub fn get<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<Option<IVec>> {
+    pub(crate) fn get<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<Option<IVec>> {
         self.tree.get(key)
     }
 
-    pub fn contains_key<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<bool> {
+    pub(crate) fn contains_key<K: AsRef<[u8]>>(&self, key: K) -> sled::Result<bool> {
         self.tree.contains_key(key)
     }
 
-    pub fn iter(&self) -> sled::Iter {
+    pub(crate) fn iter(&self) -> sled::Iter {
         self.tree.iter()
     }
 
-    pub fn range<K: AsRef<[u8]>, R: std::ops::RangeBounds<K>>(&self, range: R) -> sled::Iter {
+    pub(crate) fn range<K: AsRef<[u8]>, R: std::ops::RangeBounds<K>>(
+        &self,
+        range: R,
+    ) -> sled::Iter {
         self.tree.range(range)
     }
 
-    pub fn scan_prefix<P: AsRef<[u8]>>(&self, prefix: P) -> sled::Iter {
+    pub(crate) fn scan_prefix<P: AsRef<[u8]>>(&self, prefix: P) -> sled::Iter {
         self.tree.scan_prefix(prefix)
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.tree.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.tree.is_empty()
     }
 }
 

@@ -19,16 +19,16 @@
 //! sled is made durable in the background, and opening the store replays
 //! what the journal holds beyond it.
 
-pub mod access;
+pub(crate) mod access;
 mod events;
 mod journal;
 mod open;
-pub mod persisted;
+pub(crate) mod persisted;
 mod records;
 mod usage;
 
-pub use journal::Tree;
-pub use records::{
+pub(crate) use journal::Tree;
+pub(crate) use records::{
     ConversationRecord, FilePin, QueuedMessage, RememberedRequest, RequestOutcome, RuleScope,
     StoredEvent, SubAgentEnd, SubAgentLink, TrustRecord,
 };
@@ -38,7 +38,7 @@ use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
 /// Bumped when the record layout changes incompatibly.
-pub const SCHEMA_VERSION: u32 = 1;
+pub(crate) const SCHEMA_VERSION: u32 = 1;
 
 /// sled's page cache (`[store] cache_bytes`); its 1 GiB default is far more
 /// than a daemon needs. Live conversations keep their transcript in memory,
@@ -46,9 +46,9 @@ pub const SCHEMA_VERSION: u32 = 1;
 /// start-up, which the operating system's page cache serves nearly as well;
 /// a daemon keeps it full once it has written that much. See BENCHMARKS.md
 /// (2026-11-24, the store's cache) for what its size costs and buys.
-pub const DEFAULT_CACHE_BYTES: u64 = 8 * 1024 * 1024;
+pub(crate) const DEFAULT_CACHE_BYTES: u64 = 8 * 1024 * 1024;
 /// The smallest cache `[store] cache_bytes` accepts.
-pub const MIN_CACHE_BYTES: u64 = 256 * 1024;
+pub(crate) const MIN_CACHE_BYTES: u64 = 256 * 1024;
 
 /// Storage failures.
 #[derive(Debug, thiserror::Error)]

@@ -61,9 +61,9 @@ pub enum Stage {
 }
 
 /// Time a tool call may take unless the server's config says otherwise.
-pub const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
+pub(crate) const DEFAULT_CALL_TIMEOUT_MS: u64 = 60_000;
 /// Time a server has to start and list its tools.
-pub const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
+pub(crate) const DEFAULT_STARTUP_TIMEOUT_MS: u64 = 30_000;
 
 /// One MCP server a conversation may use.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -105,7 +105,7 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
 /// For the permission answer "background": runs the bash call `input` as a
 /// background shell instead of in the foreground, and returns the result the
 /// model gets for the call.
-pub async fn run_as_background_shell(input: &Value, ctx: &ToolContext) -> ToolOutput {
+pub(crate) async fn run_as_background_shell(input: &Value, ctx: &ToolContext) -> ToolOutput {
     let started = async {
         let input: Input = input::parse(Tool::Bash.name(), &schema(), input.clone())?;
         if input.command.trim().is_empty() {

@@ -25,7 +25,7 @@ const PREVIEW_LINE_BYTES: usize = 500;
 
 /// A piece of a running command's output.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OutputChunk {
+pub(crate) struct OutputChunk {
     /// The output, decoded (invalid UTF-8 replaced).
     pub text: String,
     /// Bytes left out just before `text`.
@@ -35,11 +35,11 @@ pub struct OutputChunk {
 /// Where a running tool sends its output as it is produced. The sink must
 /// not block: it is called from the task that reads the command's output.
 #[derive(Clone)]
-pub struct LiveOutput(Arc<dyn Fn(OutputChunk) + Send + Sync>);
+pub(crate) struct LiveOutput(Arc<dyn Fn(OutputChunk) + Send + Sync>);
 
 impl LiveOutput {
     /// A sink calling `send` with every chunk.
-    pub fn new(send: impl Fn(OutputChunk) + Send + Sync + 'static) -> Self {
+    pub(crate) fn new(send: impl Fn(OutputChunk) + Send + Sync + 'static) -> Self {
         LiveOutput(Arc::new(send))
     }
 
@@ -57,7 +57,7 @@ impl std::fmt::Debug for LiveOutput {
 /// The start and the end of what a command printed, for people to glance
 /// at when the call ends.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct OutputPreview {
+pub(crate) struct OutputPreview {
     /// The first lines (at most [`PREVIEW_LINES`]).
     pub head: Vec<String>,
     /// The last lines, none of them also in `head`.

@@ -28,21 +28,21 @@ mod input;
 mod keyword_search;
 mod kill_shell;
 mod live;
-pub use live::{LiveOutput, OutputChunk, OutputPreview};
+pub(crate) use live::{LiveOutput, OutputChunk, OutputPreview};
 mod own;
-pub use own::OwnFiles;
+pub(crate) use own::OwnFiles;
 mod patch;
 mod paths;
-pub use paths::resolve_real;
+pub(crate) use paths::resolve_real;
 mod preview;
 pub(crate) use preview::planned_paths;
-pub use preview::preview_diff;
+pub(crate) use preview::preview_diff;
 mod read;
 mod redact;
-pub use redact::Redactor;
+pub(crate) use redact::Redactor;
 mod summary;
 pub(crate) use summary::one_line;
-pub use summary::summarize_call;
+pub(crate) use summary::summarize_call;
 mod think;
 use crate::truncate;
 mod walk;
@@ -58,14 +58,14 @@ use futures::FutureExt;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-pub use bash::run_as_background_shell;
+pub(crate) use bash::run_as_background_shell;
 
 use crate::shells::{ShellManager, ShellRecord};
 
 /// Sizes and time limits of tool runs. They are configuration, not constants,
 /// because the right output budget depends on the model's context window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ToolLimits {
+pub(crate) struct ToolLimits {
     /// Largest tool result sent to the model, in bytes.
     pub max_output_bytes: usize,
     /// Timeout of a bash command that names none.
@@ -107,7 +107,7 @@ impl Default for ToolLimits {
 
 /// Everything a tool run may depend on besides its input.
 #[derive(Debug, Clone)]
-pub struct ToolContext {
+pub(crate) struct ToolContext {
     /// The conversation's working directory: absolute and canonical.
     pub cwd: PathBuf,
     /// Further directories the tools may touch.
@@ -138,7 +138,8 @@ pub struct ToolContext {
 impl ToolContext {
     /// A context rooted at `cwd` with default limits, no extra directories,
     /// no background shells and no conversation.
-    pub fn new(cwd: PathBuf) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(cwd: PathBuf) -> Self {
         ToolContext {
             cwd,
             additional_dirs: Vec::new(),
@@ -172,7 +173,7 @@ impl ToolContext {
 
 /// What a tool run produced.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ToolOutput {
+pub(crate) struct ToolOutput {
     /// The text the model receives.
     pub content: String,
     /// The call failed; the model sees it as an error result.
@@ -269,7 +270,7 @@ fn runs_here(tool: Tool) -> bool {
 /// The set of tools and their specs. Specs are built once because the
 /// runtime asks for them on every model request.
 #[derive(Debug, Clone)]
-pub struct Registry {
+pub(crate) struct Registry {
     /// Every tool's spec, in the order the model sees them.
     specs: Vec<(Tool, ToolSpec)>,
     /// What a model request offers in the unrestricted modes: every tool.
@@ -292,7 +293,7 @@ impl Default for Registry {
 
 impl Registry {
     /// All built-in tools.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let specs: Vec<(Tool, ToolSpec)> = Tool::ALL.iter().map(|&t| (t, spec(t))).collect();
         let offer = |restricted: bool, child: bool| -> Arc<[ToolSpec]> {
             specs
@@ -318,7 +319,8 @@ impl Registry {
     /// Specs (name, description, JSON schema) of the tools this registry
     /// runs, in a stable order. `read_only` = true returns only read-only
     /// tools.
-    pub fn specs(&self, read_only: bool) -> Vec<ToolSpec> {
+    #[cfg(test)]
+    pub(crate) fn specs(&self, read_only: bool) -> Vec<ToolSpec> {
         self.specs
             .iter()
             .filter(|(t, _)| runs_here(*t) && (!read_only || t.is_read_only()))
@@ -329,7 +331,7 @@ impl Registry {
     /// The tools a model request offers: all of them, or in a restricted
     /// mode the read-only ones and `request_mode_upgrade`. Shared, not
     /// copied: every request of a conversation sends the same list.
-    pub fn offered(&self, restricted: bool) -> Arc<[ToolSpec]> {
+    pub(crate) fn offered(&self, restricted: bool) -> Arc<[ToolSpec]> {
         if restricted {
             self.offer_restricted.clone()
         } else {
@@ -338,7 +340,7 @@ impl Registry {
     }
 
     /// The tools a sub-agent's model request offers (see `offered`).
-    pub fn offered_to_sub_agent(&self, restricted: bool) -> Arc<[ToolSpec]> {
+    pub(crate) fn offered_to_sub_agent(&self, restricted: bool) -> Arc<[ToolSpec]> {
         if restricted {
             self.offer_child_restricted.clone()
         } else {
@@ -350,7 +352,7 @@ impl Registry {
     /// daemon (`think`), or returns `None` for every other tool. The
     /// runtime runs such a call inline, without persisting the call before
     /// it: running it again after a crash changes nothing.
-    pub fn run_instant(&self, name: &str, input: &Value) -> Option<ToolOutput> {
+    pub(crate) fn run_instant(&self, name: &str, input: &Value) -> Option<ToolOutput> {
         let tool = Tool::from_name(name)?;
         match tool.runner() {
             Runner::Instant => {
@@ -362,7 +364,7 @@ impl Registry {
 
     /// Runs a tool. Never panics: every failure becomes an `is_error`
     /// output whose content says what was wrong.
-    pub async fn run(&self, name: &str, input: Value, ctx: &ToolContext) -> ToolOutput {
+    pub(crate) async fn run(&self, name: &str, input: Value, ctx: &ToolContext) -> ToolOutput {
         let Some(tool) = Tool::from_name(name).filter(|t| runs_here(*t)) else {
             let names: Vec<&str> = self
                 .specs

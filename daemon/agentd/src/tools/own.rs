@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 
 /// The paths no file tool may touch (each with everything under it).
 #[derive(Debug, Default, Clone)]
-pub struct OwnFiles {
+pub(crate) struct OwnFiles {
     /// Resolved (absolute, symbolic links followed), sorted.
     paths: Vec<PathBuf>,
 }
@@ -24,7 +24,7 @@ impl OwnFiles {
     /// (relative ones are taken from the daemon's working directory). Each
     /// is kept as given and as resolved, so a later symbolic link to it is
     /// seen through, and one that does not exist yet is covered once made.
-    pub fn new(paths: impl IntoIterator<Item = PathBuf>) -> OwnFiles {
+    pub(crate) fn new(paths: impl IntoIterator<Item = PathBuf>) -> OwnFiles {
         let mut own = Vec::new();
         for path in paths {
             let Ok(absolute) = std::path::absolute(&path) else {

@@ -19,7 +19,7 @@ const MAX_LINK_HOPS: usize = 40;
 /// Where `raw` really points, seen from `cwd`: absolute, `..` resolved,
 /// symbolic links followed (also for paths that do not exist yet). The
 /// permission policy judges this path, exactly as the tools will use it.
-pub fn resolve_real(cwd: &Path, raw: &str) -> io::Result<PathBuf> {
+pub(crate) fn resolve_real(cwd: &Path, raw: &str) -> io::Result<PathBuf> {
     let expanded = expand_home(raw);
     let joined = if expanded.is_absolute() {
         expanded

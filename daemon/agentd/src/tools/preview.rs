@@ -12,7 +12,7 @@ use super::{ToolContext, diff, edit, patch, write};
 /// For permission prompts: the unified diff an edit/write/patch call WOULD
 /// make, without making it (None for other tools or when it cannot be
 /// computed).
-pub async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Option<String> {
+pub(crate) async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Option<String> {
     let tool = Tool::from_name(name)?;
     let input = input.clone();
     let owned = ctx.clone();

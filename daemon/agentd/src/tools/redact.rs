@@ -19,7 +19,7 @@ use std::ffi::OsStr;
 use super::{OutputChunk, ToolOutput};
 
 /// The shortest value that is redacted.
-pub const MIN_SECRET_BYTES: usize = 8;
+pub(super) const MIN_SECRET_BYTES: usize = 8;
 
 /// The shortest piece of a key that a live chunk's edge is checked for
 /// (see [`Redactor::chunk`]).
@@ -27,7 +27,7 @@ const MIN_EDGE_BYTES: usize = 4;
 
 /// The values to replace, each with what replaces it.
 #[derive(Debug, Default, Clone)]
-pub struct Redactor {
+pub(crate) struct Redactor {
     /// (value, replacement), longest value first: a key that contains
     /// another is replaced whole.
     secrets: Vec<(String, String)>,
@@ -35,7 +35,7 @@ pub struct Redactor {
 
 impl Redactor {
     /// Redacts `secrets`: (name, value) pairs.
-    pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Redactor {
+    pub(crate) fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Redactor {
         let mut secrets: Vec<(String, String)> = secrets
             .into_iter()
             .filter(|(_, value)| value.len() >= MIN_SECRET_BYTES)
@@ -48,7 +48,7 @@ impl Redactor {
 
     /// The daemon's keys now: `credentials`' and the credential variables
     /// of its environment.
-    pub fn of_daemon(credentials: Option<&crate::llm::credentials::Sources>) -> Redactor {
+    pub(crate) fn of_daemon(credentials: Option<&crate::llm::credentials::Sources>) -> Redactor {
         let from_sources = credentials
             .map(|c| c.keys())
             .unwrap_or_default()
@@ -58,7 +58,7 @@ impl Redactor {
     }
 
     /// Replaces every key in `text`.
-    pub fn text(&self, text: &mut String) {
+    pub(crate) fn text(&self, text: &mut String) {
         for (value, replacement) in &self.secrets {
             if text.contains(value.as_str()) {
                 *text = text.replace(value.as_str(), replacement);
@@ -67,7 +67,7 @@ impl Redactor {
     }
 
     /// Replaces every key in every text of `output`.
-    pub fn output(&self, output: &mut ToolOutput) {
+    pub(crate) fn output(&self, output: &mut ToolOutput) {
         if self.secrets.is_empty() {
             return;
         }
@@ -89,7 +89,7 @@ impl Redactor {
     /// A chunk that merely ends with the start of a key (`sk-a…`) loses
     /// that piece in the live view; the result, which is what is stored,
     /// is redacted whole by [`Redactor::output`].
-    pub fn chunk(&self, chunk: &mut OutputChunk) {
+    pub(crate) fn chunk(&self, chunk: &mut OutputChunk) {
         self.text(&mut chunk.text);
         for (value, replacement) in &self.secrets {
             let text = &chunk.text;

@@ -8,7 +8,7 @@ use super::patch;
 
 /// One short human line describing a call before it runs ("bash: cargo
 /// test", "edit src/main.rs", "grep 'foo' in src").
-pub fn summarize_call(name: &str, input: &Value) -> String {
+pub(crate) fn summarize_call(name: &str, input: &Value) -> String {
     let str_field = |key: &str| input.get(key).and_then(Value::as_str);
     let quoted = |s: &str| format!("'{}'", one_line(s, 60));
     let in_path = || match str_field("path") {

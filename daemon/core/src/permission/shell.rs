@@ -144,7 +144,7 @@ pub(crate) struct Script {
 impl Script {
     /// Whether the line is one simple command with no redirection, no
     /// substitution and no arithmetic: its words are all there is to it.
-    pub fn is_simple(&self) -> bool {
+    pub(super) fn is_simple(&self) -> bool {
         match self.commands.as_slice() {
             [only] => {
                 self.writes.is_empty()

@@ -9,17 +9,17 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 /// One attached client.
-pub struct Attached {
+pub(crate) struct Attached {
     pub tx: mpsc::Sender<pb::AttachRequest>,
     pub rx: tonic::Streaming<pb::AttachResponse>,
 }
 
-pub fn frame(f: pb::attach_request::Frame) -> pb::AttachRequest {
+pub(crate) fn frame(f: pb::attach_request::Frame) -> pb::AttachRequest {
     pb::AttachRequest { frame: Some(f) }
 }
 
 impl Attached {
-    pub async fn open(
+    pub(crate) async fn open(
         client: &mut AgentServiceClient<Channel>,
         id: &str,
         after_seq: u64,
@@ -43,7 +43,7 @@ impl Attached {
     }
 
     /// The next frame, failing the test after `timeout`.
-    pub async fn next(&mut self, timeout: Duration) -> pb::AttachResponse {
+    pub(crate) async fn next(&mut self, timeout: Duration) -> pb::AttachResponse {
         match tokio::time::timeout(timeout, self.rx.message()).await {
             Ok(Ok(Some(m))) => m,
             Ok(Ok(None)) => panic!("attach stream ended"),
@@ -53,7 +53,7 @@ impl Attached {
     }
 
     /// Frames up to and including the first one `stop` accepts.
-    pub async fn until(
+    pub(crate) async fn until(
         &mut self,
         timeout: Duration,
         mut stop: impl FnMut(&pb::AttachResponse) -> bool,
@@ -71,12 +71,12 @@ impl Attached {
         }
     }
 
-    pub async fn send(&self, f: pb::attach_request::Frame) {
+    pub(crate) async fn send(&self, f: pb::attach_request::Frame) {
         self.tx.send(frame(f)).await.unwrap();
     }
 }
 
-pub fn state_kind(m: &pb::AttachResponse) -> Option<pb::StateKind> {
+pub(crate) fn state_kind(m: &pb::AttachResponse) -> Option<pb::StateKind> {
     match &m.event {
         Some(pb::attach_response::Event::StateChanged(s)) => s
             .state
@@ -86,11 +86,11 @@ pub fn state_kind(m: &pb::AttachResponse) -> Option<pb::StateKind> {
     }
 }
 
-pub fn is_idle(m: &pb::AttachResponse) -> bool {
+pub(crate) fn is_idle(m: &pb::AttachResponse) -> bool {
     state_kind(m) == Some(pb::StateKind::Idle)
 }
 
-pub fn deltas(frames: &[pb::AttachResponse]) -> Vec<(u64, String)> {
+pub(crate) fn deltas(frames: &[pb::AttachResponse]) -> Vec<(u64, String)> {
     frames
         .iter()
         .filter_map(|m| match &m.event {
@@ -100,14 +100,14 @@ pub fn deltas(frames: &[pb::AttachResponse]) -> Vec<(u64, String)> {
         .collect()
 }
 
-pub fn text_of(frames: &[pb::AttachResponse]) -> String {
+pub(crate) fn text_of(frames: &[pb::AttachResponse]) -> String {
     deltas(frames).into_iter().map(|(_, t)| t).collect()
 }
 
 /// For each delta frame: its sequence number and how many bytes of delta
 /// text the client had once it got that frame, counting from `base` (the
 /// text it already had, e.g. a snapshot's partial reply).
-pub fn delta_marks(frames: &[pb::AttachResponse], base: usize) -> Vec<(u64, usize)> {
+pub(crate) fn delta_marks(frames: &[pb::AttachResponse], base: usize) -> Vec<(u64, usize)> {
     let mut total = base;
     deltas(frames)
         .into_iter()
@@ -123,7 +123,7 @@ pub fn delta_marks(frames: &[pb::AttachResponse], base: usize) -> Vec<(u64, usiz
 /// increase, and wherever both clients got a frame with the same sequence
 /// number, both had received the same amount of text by then. (Together
 /// with equal text, that is the same text up to that point.)
-pub fn assert_same_stream(a: &[(u64, usize)], b: &[(u64, usize)]) {
+pub(crate) fn assert_same_stream(a: &[(u64, usize)], b: &[(u64, usize)]) {
     for marks in [a, b] {
         assert!(
             marks.windows(2).all(|w| w[0].0 < w[1].0),
@@ -144,7 +144,7 @@ pub fn assert_same_stream(a: &[(u64, usize)], b: &[(u64, usize)]) {
 /// A client on its own connection whose HTTP/2 flow-control windows are
 /// 64 KiB (the client library's default is megabytes): the daemon can push
 /// little into it before it reads, so falling behind shows at once.
-pub async fn small_window_client(socket: &std::path::Path) -> AgentServiceClient<Channel> {
+pub(crate) async fn small_window_client(socket: &std::path::Path) -> AgentServiceClient<Channel> {
     let path = socket.to_path_buf();
     let channel = tonic::transport::Endpoint::from_static("http://agentd.local")
         .initial_stream_window_size(Some(65_535))
@@ -164,7 +164,7 @@ pub async fn small_window_client(socket: &std::path::Path) -> AgentServiceClient
 /// `assert_eq!` for long texts: on a difference it shows the lengths and
 /// where the texts part, not megabytes of both.
 #[track_caller]
-pub fn assert_same_text(got: &str, want: &str, what: &str) {
+pub(crate) fn assert_same_text(got: &str, want: &str, what: &str) {
     if got == want {
         return;
     }
@@ -189,10 +189,10 @@ pub fn assert_same_text(got: &str, want: &str, what: &str) {
 /// The reply text a client has, frame by frame: a snapshot's partial reply
 /// replaces what it had, text deltas add to it.
 #[derive(Default)]
-pub struct ReplyText(pub String);
+pub(crate) struct ReplyText(pub String);
 
 impl ReplyText {
-    pub fn add(&mut self, m: &pb::AttachResponse) {
+    pub(crate) fn add(&mut self, m: &pb::AttachResponse) {
         match &m.event {
             Some(pb::attach_response::Event::Snapshot(s)) => {
                 self.0 = s

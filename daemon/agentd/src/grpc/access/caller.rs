@@ -13,7 +13,7 @@ use tonic::Status;
 /// Where a connection comes from: tonic's connect info of the daemon's
 /// connections (see `grpc::Conn`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Peer {
+pub(crate) enum Peer {
     /// The Unix socket (the peer's uid was checked on accept).
     Local,
     /// The TCP listener, after the TLS handshake.
@@ -23,7 +23,7 @@ pub enum Peer {
 /// Who is calling, as the access layer established it; every request the
 /// service sees carries one in its extensions.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Caller {
+pub(crate) struct Caller {
     /// The most the connection may do.
     pub role: ClientRole,
     /// The token's name and the peer's address over TCP.
@@ -39,7 +39,7 @@ pub struct Caller {
 /// long calls check it before acting on each frame and wait on
 /// [`Session::ended`] alongside their work.
 #[derive(Debug, Clone)]
-pub struct Session {
+pub(crate) struct Session {
     pub(super) id: String,
     pub(super) name: String,
     pub(super) revoked: CancellationToken,
@@ -57,12 +57,12 @@ impl Eq for Session {}
 
 impl Session {
     /// The token's id.
-    pub fn token_id(&self) -> &str {
+    pub(crate) fn token_id(&self) -> &str {
         &self.id
     }
 
     /// UNAUTHENTICATED once the token was revoked or expired.
-    pub fn check(&self) -> Result<(), Status> {
+    pub(crate) fn check(&self) -> Result<(), Status> {
         if self.revoked.is_cancelled() {
             return Err(unauthenticated(format!(
                 "token {} ({}) was revoked; this stream is closed",
@@ -82,7 +82,7 @@ impl Session {
 
     /// Completes, with the refusal to end the stream with, when the token
     /// is revoked or expires.
-    pub async fn ended(&self) -> Status {
+    pub(crate) async fn ended(&self) -> Status {
         loop {
             if let Err(status) = self.check() {
                 return status;
@@ -100,7 +100,7 @@ impl Session {
 
 /// [`Session::ended`] of a caller that has a session; never for a local
 /// one.
-pub async fn session_ended(session: Option<&Session>) -> Status {
+pub(crate) async fn session_ended(session: Option<&Session>) -> Status {
     match session {
         Some(session) => session.ended().await,
         None => std::future::pending().await,
@@ -108,7 +108,7 @@ pub async fn session_ended(session: Option<&Session>) -> Status {
 }
 
 /// [`Session::check`] of a caller that has a session.
-pub fn session_check(session: Option<&Session>) -> Result<(), Status> {
+pub(crate) fn session_check(session: Option<&Session>) -> Result<(), Status> {
     session.map_or(Ok(()), Session::check)
 }
 
@@ -116,7 +116,7 @@ impl Caller {
     /// A client of this caller as conversations record it: the given
     /// `name` (else the metadata's, else the token's, else "local"), with
     /// the role `role` (at most the caller's).
-    pub fn client(&self, id: String, name: &str, asked: Option<ClientRole>) -> ClientInfo {
+    pub(crate) fn client(&self, id: String, name: &str, asked: Option<ClientRole>) -> ClientInfo {
         let name = display_name(name);
         let name = if !name.is_empty() {
             name
@@ -139,7 +139,7 @@ impl Caller {
 
 /// A client's name as others are shown it: one line of at most 64
 /// characters.
-pub fn display_name(name: &str) -> String {
+pub(crate) fn display_name(name: &str) -> String {
     name.trim()
         .chars()
         .filter(|c| !c.is_control())

@@ -12,12 +12,12 @@ use tonic::codegen::BoxFuture;
 /// refuses one its caller may not make, and hands the [`Caller`] on in the
 /// request's extensions.
 #[derive(Debug, Clone)]
-pub struct AccessLayer {
+pub(crate) struct AccessLayer {
     access: Arc<Access>,
 }
 
 impl AccessLayer {
-    pub fn new(access: Arc<Access>) -> AccessLayer {
+    pub(crate) fn new(access: Arc<Access>) -> AccessLayer {
         AccessLayer { access }
     }
 }
@@ -35,7 +35,7 @@ impl<S> tower::Layer<S> for AccessLayer {
 
 /// See [`AccessLayer`].
 #[derive(Debug, Clone)]
-pub struct AccessService<S> {
+pub(crate) struct AccessService<S> {
     inner: S,
     access: Arc<Access>,
 }

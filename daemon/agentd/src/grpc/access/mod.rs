@@ -19,10 +19,10 @@ mod layer;
 mod rate_limit;
 mod roles;
 
-pub use caller::{Caller, Peer, Session, display_name, session_check, session_ended};
-pub use layer::{AccessLayer, AccessService};
-pub use rate_limit::RateLimit;
-pub use roles::{FrameKind, Need, RULES, check_role, frame_need, need};
+pub(crate) use caller::{Caller, Peer, Session, display_name, session_check, session_ended};
+pub(crate) use layer::AccessLayer;
+pub(crate) use rate_limit::RateLimit;
+pub(crate) use roles::{FrameKind, Need, check_role, frame_need, need};
 
 use crate::runtime::Clock;
 use crate::store::Store;
@@ -37,22 +37,22 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 /// Failed authentications one address may make within [`FAILURE_WINDOW`].
-pub const MAX_FAILURES: u32 = 10;
+pub(crate) const MAX_FAILURES: u32 = 10;
 /// How long failed attempts count against an address.
-pub const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const FAILURE_WINDOW: Duration = Duration::from_secs(60);
 /// Bytes of randomness in a token (256 bits).
 const TOKEN_BYTES: usize = 32;
 /// What every token's text starts with, so one is recognisable in a file.
 const TOKEN_PREFIX: &str = "agentd_";
 /// The metadata key a client gives its name in (user@host), for calls
 /// that have no name field of their own.
-pub const CLIENT_NAME_HEADER: &str = "agent-client-name";
+pub(crate) const CLIENT_NAME_HEADER: &str = "agent-client-name";
 /// How often a token's last use is written back.
 const LAST_USED_EVERY_MS: i64 = 60_000;
 
 /// The TCP listener as clients are told about it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Listening {
+pub(crate) struct Listening {
     pub address: String,
     /// "SHA256:<64 hex digits>" of its certificate.
     pub fingerprint: String,
@@ -61,7 +61,7 @@ pub struct Listening {
 /// Tokens, rate limiting and the listener's identity, shared by the access
 /// layer and the token RPCs.
 #[derive(Debug)]
-pub struct Access {
+pub(crate) struct Access {
     store: Store,
     clock: Clock,
     limit: RateLimit,
@@ -78,7 +78,7 @@ fn hash(secret: &str) -> [u8; 32] {
 }
 
 /// Lowercase hex.
-pub fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write;
     let mut out = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -93,7 +93,7 @@ fn unauthenticated(why: String) -> Status {
 }
 
 impl Access {
-    pub fn new(store: Store, clock: Clock, listening: Option<Listening>) -> Access {
+    pub(crate) fn new(store: Store, clock: Clock, listening: Option<Listening>) -> Access {
         Access {
             store,
             clock,
@@ -104,7 +104,7 @@ impl Access {
     }
 
     /// Makes a token; returns it as stored and its text (shown once).
-    pub fn create(
+    pub(crate) fn create(
         &self,
         role: ClientRole,
         name: &str,
@@ -148,14 +148,14 @@ impl Access {
     }
 
     /// Every token.
-    pub fn tokens(&self) -> Result<Vec<TokenRecord>, Status> {
+    pub(crate) fn tokens(&self) -> Result<Vec<TokenRecord>, Status> {
         self.store
             .tokens()
             .map_err(|e| Status::internal(format!("cannot read the tokens: {e}")))
     }
 
     /// Revokes the token whose id starts with `prefix` (unique).
-    pub fn revoke(&self, prefix: &str) -> Result<TokenRecord, Status> {
+    pub(crate) fn revoke(&self, prefix: &str) -> Result<TokenRecord, Status> {
         let prefix = prefix.trim();
         if prefix.is_empty() {
             return Err(Status::invalid_argument("token id is empty"));
@@ -206,7 +206,7 @@ impl Access {
     }
 
     /// Makes every token change so far durable.
-    pub async fn flush(&self) -> Result<(), Status> {
+    pub(crate) async fn flush(&self) -> Result<(), Status> {
         self.store
             .flush()
             .await
@@ -214,7 +214,7 @@ impl Access {
     }
 
     /// The caller of a request from `peer` carrying `authorization`.
-    pub fn authenticate(
+    pub(crate) fn authenticate(
         &self,
         peer: Peer,
         authorization: Option<&http::HeaderValue>,

@@ -17,14 +17,14 @@ struct Failures {
 
 /// Counts failed authentications per address (the IP, not the port).
 #[derive(Debug, Default)]
-pub struct RateLimit {
+pub(crate) struct RateLimit {
     failures: Mutex<HashMap<IpAddr, Failures>>,
 }
 
 impl RateLimit {
     /// Refuses an address that failed [`MAX_FAILURES`] times within the
     /// window, saying when it may try again.
-    pub fn check(&self, ip: IpAddr, now: Instant) -> Result<(), Status> {
+    pub(crate) fn check(&self, ip: IpAddr, now: Instant) -> Result<(), Status> {
         let Ok(mut failures) = self.failures.lock() else {
             return Err(Status::internal("the rate limiter's lock is poisoned"));
         };
@@ -45,7 +45,7 @@ impl RateLimit {
     }
 
     /// Counts a failed attempt of `ip`.
-    pub fn failed(&self, ip: IpAddr, now: Instant) {
+    pub(crate) fn failed(&self, ip: IpAddr, now: Instant) {
         if let Ok(mut failures) = self.failures.lock() {
             let f = failures.entry(ip).or_insert(Failures {
                 count: 0,

@@ -6,7 +6,7 @@ use tonic::Status;
 
 /// What a call needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Need {
+pub(crate) enum Need {
     /// At least this role.
     Role(ClientRole),
     /// The local socket: managing tokens, trusting directories (which
@@ -17,7 +17,7 @@ pub enum Need {
 /// The rule table: each method of `agent.v1.AgentService` and the least it
 /// needs. A method missing here needs a driver (see [`need`]); a test
 /// checks that the table names every RPC of the proto.
-pub const RULES: &[(&str, Need)] = &[
+pub(crate) const RULES: &[(&str, Need)] = &[
     ("CreateConversation", Need::Role(ClientRole::Driver)),
     ("ListConversations", Need::Role(ClientRole::Viewer)),
     ("GetConversation", Need::Role(ClientRole::Viewer)),
@@ -57,7 +57,7 @@ const SERVICE_PREFIX: &str = "/agent.v1.AgentService/";
 /// Health checks and reflection need a viewer; an unknown method of the
 /// agent service (or of any other) a driver, so nothing is open by
 /// omission.
-pub fn need(path: &str) -> (Need, &str) {
+pub(crate) fn need(path: &str) -> (Need, &str) {
     if let Some(method) = path.strip_prefix(SERVICE_PREFIX) {
         let rule = RULES.iter().find(|(m, _)| *m == method);
         return (
@@ -76,7 +76,7 @@ pub fn need(path: &str) -> (Need, &str) {
 
 /// An Attach frame, for [`frame_need`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FrameKind {
+pub(crate) enum FrameKind {
     Subscribe,
     Create,
     Send,
@@ -87,7 +87,7 @@ pub enum FrameKind {
 
 /// The least role an Attach frame needs, and what it is called in a
 /// refusal.
-pub fn frame_need(frame: FrameKind) -> (ClientRole, &'static str) {
+pub(crate) fn frame_need(frame: FrameKind) -> (ClientRole, &'static str) {
     match frame {
         FrameKind::Subscribe => (ClientRole::Viewer, "the Attach `subscribe` frame"),
         FrameKind::Create => (ClientRole::Driver, "the Attach `create` frame"),
@@ -111,7 +111,7 @@ fn lacks(role: ClientRole) -> &'static str {
 
 /// Refuses `what` to a client whose role is `role` when it needs `needed`:
 /// PERMISSION_DENIED naming both and what the role lacks.
-pub fn check_role(role: ClientRole, needed: ClientRole, what: &str) -> Result<(), Status> {
+pub(crate) fn check_role(role: ClientRole, needed: ClientRole, what: &str) -> Result<(), Status> {
     if role.allows(needed) {
         return Ok(());
     }

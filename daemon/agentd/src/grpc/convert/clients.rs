@@ -6,7 +6,7 @@ use crate::runtime::ClientInfo;
 use agent_proto::v1 as pb;
 use tonic::Status;
 
-pub fn client(c: &ClientInfo) -> pb::ClientInfo {
+pub(crate) fn client(c: &ClientInfo) -> pb::ClientInfo {
     pb::ClientInfo {
         client_id: c.id.clone(),
         name: c.name.clone(),
@@ -17,7 +17,7 @@ pub fn client(c: &ClientInfo) -> pb::ClientInfo {
 }
 
 /// A role as clients see it.
-pub fn role(r: agentd_core::ClientRole) -> pb::ClientRole {
+pub(crate) fn role(r: agentd_core::ClientRole) -> pb::ClientRole {
     match r {
         agentd_core::ClientRole::Viewer => pb::ClientRole::Viewer,
         agentd_core::ClientRole::Approver => pb::ClientRole::Approver,
@@ -26,7 +26,7 @@ pub fn role(r: agentd_core::ClientRole) -> pb::ClientRole {
 }
 
 /// A role a client names: `None` for unspecified, refused when unknown.
-pub fn role_from(raw: i32) -> Result<Option<agentd_core::ClientRole>, Status> {
+pub(crate) fn role_from(raw: i32) -> Result<Option<agentd_core::ClientRole>, Status> {
     match pb::ClientRole::try_from(raw) {
         Ok(pb::ClientRole::Unspecified) => Ok(None),
         Ok(pb::ClientRole::Viewer) => Ok(Some(agentd_core::ClientRole::Viewer)),
@@ -39,7 +39,7 @@ pub fn role_from(raw: i32) -> Result<Option<agentd_core::ClientRole>, Status> {
 }
 
 /// An entry of a conversation's audit trail as clients see it.
-pub fn audit_entry(r: &crate::store::access::AuditRecord) -> pb::AuditEntry {
+pub(crate) fn audit_entry(r: &crate::store::access::AuditRecord) -> pb::AuditEntry {
     use crate::store::access::AuditAction;
     use pb::audit_entry::Action;
     pb::AuditEntry {

@@ -9,7 +9,7 @@ use tonic::Status;
 
 /// A conversation without its messages; `cost_usd` is what its usage cost
 /// (None: the model's price is unknown).
-pub fn summary(
+pub(crate) fn summary(
     r: &ConversationRecord,
     max_attempts: u32,
     last_seq: u64,
@@ -67,7 +67,7 @@ pub fn summary(
     }
 }
 
-pub fn state(s: &ConvState, max_attempts: u32) -> pb::ConversationState {
+pub(crate) fn state(s: &ConvState, max_attempts: u32) -> pb::ConversationState {
     let mut out = pb::ConversationState {
         iteration: s.iteration(),
         ..Default::default()
@@ -117,7 +117,7 @@ pub fn state(s: &ConvState, max_attempts: u32) -> pb::ConversationState {
     out
 }
 
-pub fn error_kind(k: ErrorKind) -> pb::ErrorKind {
+pub(crate) fn error_kind(k: ErrorKind) -> pb::ErrorKind {
     match k {
         ErrorKind::Auth => pb::ErrorKind::Auth,
         ErrorKind::RateLimit => pb::ErrorKind::RateLimit,
@@ -130,7 +130,7 @@ pub fn error_kind(k: ErrorKind) -> pb::ErrorKind {
 }
 
 /// A reached budget, for clients.
-pub fn budget_stop(stop: &agentd_core::BudgetStop) -> pb::BudgetStop {
+pub(crate) fn budget_stop(stop: &agentd_core::BudgetStop) -> pb::BudgetStop {
     pb::BudgetStop {
         budget: stop.kind.name().to_string(),
         usd: stop.kind.is_usd(),
@@ -141,7 +141,7 @@ pub fn budget_stop(stop: &agentd_core::BudgetStop) -> pb::BudgetStop {
     }
 }
 
-pub fn mode(m: Mode) -> pb::PermissionMode {
+pub(crate) fn mode(m: Mode) -> pb::PermissionMode {
     match m {
         Mode::ReadOnly => pb::PermissionMode::ReadOnly,
         Mode::Default => pb::PermissionMode::Default,
@@ -151,7 +151,7 @@ pub fn mode(m: Mode) -> pb::PermissionMode {
     }
 }
 
-pub fn mode_from(m: i32) -> Result<Mode, Status> {
+pub(crate) fn mode_from(m: i32) -> Result<Mode, Status> {
     match pb::PermissionMode::try_from(m) {
         Ok(pb::PermissionMode::Unspecified) | Ok(pb::PermissionMode::Default) => Ok(Mode::Default),
         Ok(pb::PermissionMode::ReadOnly) => Ok(Mode::ReadOnly),
@@ -164,7 +164,7 @@ pub fn mode_from(m: i32) -> Result<Mode, Status> {
     }
 }
 
-pub fn usage(u: &Usage) -> pb::Usage {
+pub(crate) fn usage(u: &Usage) -> pb::Usage {
     pb::Usage {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
@@ -173,7 +173,7 @@ pub fn usage(u: &Usage) -> pb::Usage {
     }
 }
 
-pub fn usage_from(u: &pb::Usage) -> Usage {
+pub(crate) fn usage_from(u: &pb::Usage) -> Usage {
     Usage {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
@@ -183,7 +183,12 @@ pub fn usage_from(u: &pb::Usage) -> Usage {
 }
 
 /// One line of a usage report.
-pub fn usage_line(label: String, model: String, u: &Usage, cost_usd: Option<f64>) -> pb::UsageLine {
+pub(crate) fn usage_line(
+    label: String,
+    model: String,
+    u: &Usage,
+    cost_usd: Option<f64>,
+) -> pb::UsageLine {
     pb::UsageLine {
         label,
         model,
@@ -193,7 +198,7 @@ pub fn usage_line(label: String, model: String, u: &Usage, cost_usd: Option<f64>
 }
 
 /// Instruction files (path, size) as clients see them.
-pub fn instructions(files: &[(String, u64)], truncated: bool) -> pb::Instructions {
+pub(crate) fn instructions(files: &[(String, u64)], truncated: bool) -> pb::Instructions {
     pb::Instructions {
         files: files
             .iter()
@@ -207,7 +212,7 @@ pub fn instructions(files: &[(String, u64)], truncated: bool) -> pb::Instruction
 }
 
 /// Queued user messages as clients see them.
-pub fn queued(q: &[crate::store::QueuedMessage]) -> Vec<pb::QueuedMessage> {
+pub(crate) fn queued(q: &[crate::store::QueuedMessage]) -> Vec<pb::QueuedMessage> {
     q.iter()
         .map(|m| pb::QueuedMessage {
             id: m.id.clone(),
@@ -224,7 +229,7 @@ pub fn queued(q: &[crate::store::QueuedMessage]) -> Vec<pb::QueuedMessage> {
 }
 
 /// What a restore from the checkpoints did.
-pub fn code_rewound(
+pub(crate) fn code_rewound(
     message_seq: u64,
     r: &crate::checkpoints::Restored,
     plan_step_id: &str,
@@ -241,7 +246,9 @@ pub fn code_rewound(
 }
 
 /// The turns that have checkpoints.
-pub fn checkpoint_turns(turns: &[crate::checkpoints::TurnCheckpoint]) -> Vec<pb::CheckpointTurn> {
+pub(crate) fn checkpoint_turns(
+    turns: &[crate::checkpoints::TurnCheckpoint],
+) -> Vec<pb::CheckpointTurn> {
     turns
         .iter()
         .map(|t| pb::CheckpointTurn {

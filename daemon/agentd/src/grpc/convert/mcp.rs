@@ -6,7 +6,7 @@ use agent_proto::v1 as pb;
 use tonic::Status;
 
 /// An MCP server a client gives a new conversation, checked.
-pub fn mcp_server_from(s: &pb::McpServer) -> Result<crate::mcp::ServerSpec, Status> {
+pub(crate) fn mcp_server_from(s: &pb::McpServer) -> Result<crate::mcp::ServerSpec, Status> {
     use crate::mcp::{ServerSpec, Transport};
     let transport = match (s.command.is_empty(), s.url.is_empty()) {
         (false, true) => {
@@ -57,7 +57,7 @@ pub fn mcp_server_from(s: &pb::McpServer) -> Result<crate::mcp::ServerSpec, Stat
 }
 
 /// The MCP servers as `agent mcp ls` shows them.
-pub fn mcp_servers(
+pub(crate) fn mcp_servers(
     list: Vec<crate::mcp::ServerInfo>,
     config: &[crate::mcp::ServerSpec],
 ) -> pb::ListMcpServersResponse {

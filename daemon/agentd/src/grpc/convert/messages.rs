@@ -6,7 +6,7 @@ use agent_proto::v1 as pb;
 use agentd_core::{ContentBlock, Message, MessageKind, Role};
 use tonic::Status;
 
-pub fn message(seq: u64, m: &Message) -> pb::Message {
+pub(crate) fn message(seq: u64, m: &Message) -> pb::Message {
     pb::Message {
         seq,
         role: match m.role {
@@ -26,7 +26,7 @@ pub fn message(seq: u64, m: &Message) -> pb::Message {
     }
 }
 
-pub fn message_from(m: &pb::Message) -> Result<Message, Status> {
+pub(crate) fn message_from(m: &pb::Message) -> Result<Message, Status> {
     let role = match pb::Role::try_from(m.role) {
         Ok(pb::Role::User) => Role::User,
         Ok(pb::Role::Assistant) => Role::Assistant,
@@ -49,7 +49,7 @@ pub fn message_from(m: &pb::Message) -> Result<Message, Status> {
     })
 }
 
-pub fn message_kind(k: MessageKind) -> pb::MessageKind {
+pub(crate) fn message_kind(k: MessageKind) -> pb::MessageKind {
     match k {
         MessageKind::Ordinary => pb::MessageKind::Ordinary,
         MessageKind::Continuation => pb::MessageKind::Continuation,
@@ -68,7 +68,7 @@ fn message_kind_from(k: i32) -> Result<MessageKind, Status> {
     }
 }
 
-pub fn block(b: &ContentBlock) -> pb::ContentBlock {
+pub(crate) fn block(b: &ContentBlock) -> pb::ContentBlock {
     use pb::content_block::Block;
     let block = match b {
         ContentBlock::Text { text } => Block::Text(pb::TextBlock { text: text.clone() }),
@@ -121,7 +121,7 @@ pub(super) fn block_owned(b: ContentBlock) -> pb::ContentBlock {
     pb::ContentBlock { block: Some(block) }
 }
 
-pub fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
+pub(crate) fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
     use pb::content_block::Block;
     match &b.block {
         Some(Block::Text(t)) => Ok(ContentBlock::text(t.text.clone())),
@@ -148,7 +148,7 @@ pub fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
 }
 
 /// An image as clients see it in messages: its description, no bytes.
-pub fn image(i: &agentd_core::ImageRef) -> pb::ImageBlock {
+pub(crate) fn image(i: &agentd_core::ImageRef) -> pb::ImageBlock {
     pb::ImageBlock {
         media_type: i.media_type.mime().to_string(),
         size: i.size,
@@ -160,7 +160,7 @@ pub fn image(i: &agentd_core::ImageRef) -> pb::ImageBlock {
 }
 
 /// An image reference from a client (an import), checked.
-pub fn image_from(i: &pb::ImageBlock) -> Result<agentd_core::ImageRef, Status> {
+pub(crate) fn image_from(i: &pb::ImageBlock) -> Result<agentd_core::ImageRef, Status> {
     let media_type = agentd_core::ImageMediaType::from_mime(&i.media_type).ok_or_else(|| {
         Status::invalid_argument(format!(
             "image {}: {:?} is not an image type agentd takes (image/png, image/jpeg, image/gif, image/webp)",
@@ -190,7 +190,7 @@ pub fn image_from(i: &pb::ImageBlock) -> Result<agentd_core::ImageRef, Status> {
 
 /// The images a client sends with a message, checked against the limits:
 /// INVALID_ARGUMENT naming the image and the reason when one is refused.
-pub fn uploads(
+pub(crate) fn uploads(
     limits: &agentd_core::ImageLimits,
     uploads: Vec<pb::ImageUpload>,
 ) -> Result<Vec<crate::images::StagedImage>, Status> {

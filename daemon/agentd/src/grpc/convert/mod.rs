@@ -11,22 +11,17 @@ mod permissions;
 mod shells;
 mod transfer;
 
-pub use clients::{audit_entry, client, role, role_from};
-pub use conversations::{
+pub(crate) use clients::{audit_entry, client, role, role_from};
+pub(crate) use conversations::{
     budget_stop, checkpoint_turns, code_rewound, error_kind, instructions, mode, mode_from, queued,
     state, summary, usage, usage_from, usage_line,
 };
-pub use events::{event, event_owned, sub_agent_ref};
-pub use mcp::{mcp_server_from, mcp_servers};
-pub use messages::{
-    block, block_from, image, image_from, message, message_from, message_kind, uploads,
-};
-pub use permissions::{
-    answer_from, decision, decision_from, permission, plan, plan_answer_from, plan_steps_from,
-    rule_scope_from,
-};
-pub use shells::{shell, shell_status};
-pub use transfer::{exported_from, exported_images};
+pub(crate) use events::{event, event_owned};
+pub(crate) use mcp::{mcp_server_from, mcp_servers};
+pub(crate) use messages::{image, image_from, message, message_from, uploads};
+pub(crate) use permissions::{answer_from, decision, permission, plan};
+pub(crate) use shells::{shell, shell_status};
+pub(crate) use transfer::{exported_from, exported_images};
 
 use crate::runtime::RuntimeError;
 use agentd_core::Rejected;
@@ -46,7 +41,7 @@ fn head(s: &str, max: usize) -> &str {
 }
 
 /// A status with `message` cut to [`MESSAGE_BYTES`].
-pub fn bounded(code: tonic::Code, message: String) -> Status {
+pub(crate) fn bounded(code: tonic::Code, message: String) -> Status {
     if message.len() <= MESSAGE_BYTES {
         return Status::new(code, message);
     }
@@ -59,7 +54,7 @@ pub fn bounded(code: tonic::Code, message: String) -> Status {
 }
 
 /// The one mapping from runtime errors to gRPC statuses.
-pub fn to_status(e: RuntimeError) -> Status {
+pub(crate) fn to_status(e: RuntimeError) -> Status {
     use tonic::Code;
     match e {
         RuntimeError::NotFound(id) => {
@@ -101,7 +96,7 @@ pub fn to_status(e: RuntimeError) -> Status {
 const CLIENT_REQUEST_ID_BYTES: usize = 128;
 
 /// A request's client request id: none when empty; refused when too long.
-pub fn client_request_id_from(raw: String) -> Result<Option<String>, Status> {
+pub(crate) fn client_request_id_from(raw: String) -> Result<Option<String>, Status> {
     if raw.len() > CLIENT_REQUEST_ID_BYTES {
         return Err(Status::invalid_argument(format!(
             "client_request_id is {} bytes; at most {CLIENT_REQUEST_ID_BYTES} are accepted",

@@ -8,7 +8,7 @@ use agentd_core::plan::{Plan, PlanAnswer, StepDraft, StepKind};
 use agentd_core::{Decision, RuleScope};
 use tonic::Status;
 
-pub fn permission(v: &PermissionView) -> pb::PermissionRequest {
+pub(crate) fn permission(v: &PermissionView) -> pb::PermissionRequest {
     pb::PermissionRequest {
         request_id: v.ask.request_id.clone(),
         tool_name: v.ask.tool_name.clone(),
@@ -55,7 +55,7 @@ pub fn permission(v: &PermissionView) -> pb::PermissionRequest {
     }
 }
 
-pub fn decision(d: Decision) -> pb::PermissionDecision {
+pub(crate) fn decision(d: Decision) -> pb::PermissionDecision {
     match d {
         Decision::AllowOnce => pb::PermissionDecision::AllowOnce,
         Decision::AllowAlways => pb::PermissionDecision::AllowAlways,
@@ -72,7 +72,7 @@ pub fn decision(d: Decision) -> pb::PermissionDecision {
     }
 }
 
-pub fn decision_from(d: i32) -> Result<Decision, Status> {
+pub(crate) fn decision_from(d: i32) -> Result<Decision, Status> {
     match pb::PermissionDecision::try_from(d) {
         Ok(pb::PermissionDecision::AllowOnce) => Ok(Decision::AllowOnce),
         Ok(pb::PermissionDecision::AllowAlways) => Ok(Decision::AllowAlways),
@@ -89,7 +89,7 @@ pub fn decision_from(d: i32) -> Result<Decision, Status> {
 }
 
 /// Where a rule an answer adds applies; unset means the conversation.
-pub fn rule_scope_from(scope: i32) -> Result<RuleScope, Status> {
+pub(crate) fn rule_scope_from(scope: i32) -> Result<RuleScope, Status> {
     match pb::RuleScope::try_from(scope) {
         Ok(pb::RuleScope::Unspecified | pb::RuleScope::Conversation) => Ok(RuleScope::Conversation),
         Ok(pb::RuleScope::Project) => Ok(RuleScope::Project),
@@ -101,7 +101,7 @@ pub fn rule_scope_from(scope: i32) -> Result<RuleScope, Status> {
 
 /// A permission answer from the wire (the unary request and the Attach
 /// frame carry the same fields).
-pub fn answer_from(
+pub(crate) fn answer_from(
     request_id: String,
     decision: i32,
     feedback: String,
@@ -129,7 +129,7 @@ pub fn answer_from(
 }
 
 /// A plan as clients see it.
-pub fn plan(p: &Plan) -> pb::Plan {
+pub(crate) fn plan(p: &Plan) -> pb::Plan {
     pb::Plan {
         intent: p.intent.clone(),
         risk: p.risk.as_str().to_string(),
@@ -155,7 +155,7 @@ pub fn plan(p: &Plan) -> pb::Plan {
 
 /// The steps of a client's plan edit (their statuses are ignored: every
 /// edited step starts pending). The core checks them as a plan.
-pub fn plan_steps_from(steps: &[pb::PlanStep]) -> Result<Vec<StepDraft>, Status> {
+pub(crate) fn plan_steps_from(steps: &[pb::PlanStep]) -> Result<Vec<StepDraft>, Status> {
     steps
         .iter()
         .enumerate()
@@ -181,7 +181,7 @@ pub fn plan_steps_from(steps: &[pb::PlanStep]) -> Result<Vec<StepDraft>, Status>
 }
 
 /// A plan answer from the wire, and the decision it amounts to.
-pub fn plan_answer_from(a: pb::PlanAnswer) -> Result<(Decision, PlanAnswer), Status> {
+pub(crate) fn plan_answer_from(a: pb::PlanAnswer) -> Result<(Decision, PlanAnswer), Status> {
     use pb::plan_answer::Answer as A;
     match a.answer {
         Some(A::Approve(x)) => Ok((

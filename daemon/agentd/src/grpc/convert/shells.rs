@@ -4,7 +4,7 @@ use agent_proto::v1 as pb;
 use tonic::Status;
 
 /// A background shell as clients see it.
-pub fn shell(r: &crate::shells::ShellRecord) -> pb::ShellInfo {
+pub(crate) fn shell(r: &crate::shells::ShellRecord) -> pb::ShellInfo {
     use crate::shells::ShellStatus;
     let (status, exit_code) = match &r.status {
         ShellStatus::Running => (pb::ShellStatus::Running, 0),
@@ -27,7 +27,7 @@ pub fn shell(r: &crate::shells::ShellRecord) -> pb::ShellInfo {
 }
 
 /// The one mapping from shell errors to gRPC statuses.
-pub fn shell_status(e: crate::shells::ShellError) -> Status {
+pub(crate) fn shell_status(e: crate::shells::ShellError) -> Status {
     use crate::shells::ShellError;
     match e {
         ShellError::NotFound(_) => Status::not_found(e.to_string()),

@@ -10,7 +10,7 @@ use tonic::Status;
 /// A conversation from an export, validated. Conversations exported
 /// mid-turn come back at rest (Idle): the work in flight belonged to the
 /// daemon that exported them.
-pub fn exported_from(
+pub(crate) fn exported_from(
     e: &pb::ExportedConversation,
 ) -> Result<(ConversationRecord, Vec<Message>), Status> {
     let c = e
@@ -114,7 +114,7 @@ pub fn exported_from(
 /// The images of an export: each one's bytes must be an image and must
 /// have the SHA-256 it is named by (the size limits of the importing
 /// daemon do not apply: they were checked when the image was sent).
-pub fn exported_images(
+pub(crate) fn exported_images(
     e: &pb::ExportedConversation,
 ) -> Result<Vec<crate::images::StagedImage>, Status> {
     let anything = agentd_core::ImageLimits {

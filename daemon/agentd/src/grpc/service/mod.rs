@@ -29,7 +29,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 /// The service.
 #[derive(Debug, Clone)]
-pub struct Service {
+pub(crate) struct Service {
     manager: Arc<Manager>,
     shutdown: CancellationToken,
     /// Tokens and the TCP listener's identity.
@@ -62,7 +62,11 @@ fn caller<T>(request: &Request<T>) -> Result<Caller, Status> {
 
 impl Service {
     /// A service over `manager`; `shutdown` ends every open stream.
-    pub fn new(manager: Arc<Manager>, shutdown: CancellationToken, access: Arc<Access>) -> Self {
+    pub(crate) fn new(
+        manager: Arc<Manager>,
+        shutdown: CancellationToken,
+        access: Arc<Access>,
+    ) -> Self {
         Service {
             manager,
             shutdown,

@@ -32,7 +32,7 @@ use request::request_body;
 const API_VERSION: &str = "2023-06-01";
 
 /// The Anthropic provider. Cheap to share: it holds one connection pool.
-pub struct AnthropicProvider {
+pub(crate) struct AnthropicProvider {
     client: reqwest::Client,
     endpoint: Url,
     /// Marked sensitive, so that even reqwest's own debug output hides it.
@@ -42,7 +42,7 @@ pub struct AnthropicProvider {
 impl AnthropicProvider {
     /// A provider for `base_url` (e.g. `https://api.anthropic.com`; a
     /// trailing slash is fine).
-    pub fn new(api_key: String, base_url: String) -> Result<Self, LlmError> {
+    pub(crate) fn new(api_key: String, base_url: String) -> Result<Self, LlmError> {
         Self::with_timeouts(api_key, base_url, Timeouts::default())
     }
 

@@ -43,7 +43,7 @@ use request::request_body;
 
 /// An OpenAI-compatible provider. Cheap to share: it holds one connection
 /// pool.
-pub struct OpenAiProvider {
+pub(crate) struct OpenAiProvider {
     client: reqwest::Client,
     endpoint: Url,
     /// `Bearer …`, marked sensitive; `None` for servers without auth.
@@ -53,7 +53,7 @@ pub struct OpenAiProvider {
 impl OpenAiProvider {
     /// A provider for `base_url`, with or without its `/v1` suffix (e.g.
     /// `https://api.openai.com/v1` or `http://localhost:11434`).
-    pub fn new(api_key: Option<String>, base_url: String) -> Result<Self, LlmError> {
+    pub(crate) fn new(api_key: Option<String>, base_url: String) -> Result<Self, LlmError> {
         Self::with_timeouts(api_key, base_url, Timeouts::default())
     }
 

@@ -37,7 +37,7 @@ const KILL_GRACE: Duration = Duration::from_millis(1_000);
 
 /// Where a server is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerState {
+pub(crate) enum ServerState {
     /// No conversation has needed it yet.
     NotStarted,
     /// Connected.
@@ -49,7 +49,7 @@ pub enum ServerState {
 
 impl ServerState {
     /// The name `agent mcp ls` shows.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ServerState::NotStarted => "not started",
             ServerState::Running => "running",
@@ -60,7 +60,7 @@ impl ServerState {
 
 /// One tool of a server, as the daemon offers it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolInfo {
+pub(crate) struct ToolInfo {
     /// The name the model calls it by, `mcp__SERVER__TOOL`.
     pub name: String,
     pub description: String,
@@ -72,7 +72,7 @@ pub struct ToolInfo {
 
 /// What `agent mcp ls` shows of one server.
 #[derive(Debug, Clone)]
-pub struct ServerInfo {
+pub(crate) struct ServerInfo {
     pub spec: ServerSpec,
     /// The working directory it runs in (stdio servers once started).
     pub cwd: Option<PathBuf>,
@@ -86,7 +86,7 @@ pub struct ServerInfo {
 
 /// The MCP connections of the daemon.
 #[derive(Debug)]
-pub struct Hub {
+pub(crate) struct Hub {
     /// The servers of the config file, in every conversation.
     config: Vec<ServerSpec>,
     slots: Mutex<Vec<Arc<Slot>>>,
@@ -95,7 +95,7 @@ pub struct Hub {
 
 impl Hub {
     /// A hub for the config file's `servers` (checked).
-    pub fn new(config: Vec<ServerSpec>) -> Hub {
+    pub(crate) fn new(config: Vec<ServerSpec>) -> Hub {
         Hub {
             config,
             slots: Mutex::new(Vec::new()),
@@ -104,7 +104,7 @@ impl Hub {
     }
 
     /// The config file's servers.
-    pub fn config_servers(&self) -> &[ServerSpec] {
+    pub(crate) fn config_servers(&self) -> &[ServerSpec] {
         &self.config
     }
 
@@ -160,7 +160,7 @@ impl Hub {
     /// one's last known tools are offered (so the request's tool list, and
     /// its cached prefix, stay as they were), and a call of one of them
     /// starts it again.
-    pub async fn offer(
+    pub(crate) async fn offer(
         &self,
         servers: &[ServerSpec],
         cwd: &Path,
@@ -193,7 +193,7 @@ impl Hub {
 
     /// The names of the read-only tools (see [`ToolInfo::read_only`]) among
     /// what `servers` last listed for `cwd`. Reads no server.
-    pub fn read_only_tools(&self, servers: &[ServerSpec], cwd: &Path) -> BTreeSet<String> {
+    pub(crate) fn read_only_tools(&self, servers: &[ServerSpec], cwd: &Path) -> BTreeSet<String> {
         let mut out = BTreeSet::new();
         for spec in servers.iter().filter(|s| s.trust) {
             let Some(slot) = self.find_slot(spec, cwd) else {
@@ -214,7 +214,7 @@ impl Hub {
     /// conversation of `ctx` (its working directory, its cancel, whether its
     /// model takes images). Every failure is an `is_error` output that
     /// names the server.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         servers: &[ServerSpec],
         server: &str,
@@ -293,7 +293,7 @@ impl Hub {
 
     /// Every server the daemon knows: the config's (not started until a
     /// conversation needs them) and those conversations started.
-    pub fn list(&self) -> Vec<ServerInfo> {
+    pub(crate) fn list(&self) -> Vec<ServerInfo> {
         let slots: Vec<Arc<Slot>> = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut out: Vec<ServerInfo> = self
             .config
@@ -327,7 +327,7 @@ impl Hub {
 
     /// Stops every server: closes the connections and terminates the
     /// process groups. No server starts after this.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         self.stopping.cancel();
         let slots: Vec<Arc<Slot>> = self.slots.lock().unwrap_or_else(|e| e.into_inner()).clone();
         for slot in slots {

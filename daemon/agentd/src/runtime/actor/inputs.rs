@@ -174,7 +174,7 @@ pub(crate) enum Command {
 
 /// A client's view onto a conversation.
 #[derive(Debug)]
-pub struct Subscription {
+pub(crate) struct Subscription {
     pub client: ClientInfo,
     /// What to send first (a snapshot, or `Resumed` and the missed events).
     pub initial: Vec<Arc<ConvEvent>>,

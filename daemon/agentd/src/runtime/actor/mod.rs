@@ -60,9 +60,9 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 use work::Work;
 
-pub use inputs::Subscription;
+pub(crate) use inputs::Subscription;
 pub(crate) use inputs::{Command, Input, Reply};
-pub use replay::{HUB_CAPACITY, Rings};
+pub(crate) use replay::Rings;
 
 pub(crate) struct Actor {
     shared: Arc<Shared>,

@@ -10,7 +10,7 @@ use tokio::sync::broadcast;
 
 /// How many events a client may fall behind before it is resynchronised
 /// with a fresh snapshot instead of slowing anyone down.
-pub const HUB_CAPACITY: usize = 8192;
+pub(crate) const HUB_CAPACITY: usize = 8192;
 /// Recent events kept for clients that reconnect with `after_seq` (beyond
 /// it they get a snapshot).
 const REPLAY_CAPACITY: usize = 1024;
@@ -38,7 +38,7 @@ pub(super) fn reservation_from(next_seq: u64) -> u64 {
 /// once some client has attached and left: a daemon nobody attached to
 /// holds none.
 #[derive(Debug, Default)]
-pub struct Rings {
+pub(crate) struct Rings {
     spare: std::sync::Mutex<Option<broadcast::Sender<Arc<ConvEvent>>>>,
 }
 

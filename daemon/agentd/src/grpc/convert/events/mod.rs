@@ -10,8 +10,6 @@ mod sub_agents;
 mod tools;
 mod turn;
 
-pub use sub_agents::sub_agent_ref;
-
 use crate::grpc::convert::messages::block_owned;
 use crate::grpc::convert::{brief, client, message, permission, plan, role, summary};
 use crate::runtime::{ConvEvent, EventKind, SnapshotData};
@@ -19,7 +17,7 @@ use agent_proto::v1 as pb;
 use pb::attach_response::Event as E;
 
 /// An event as it goes on the wire.
-pub fn event(e: &ConvEvent) -> pb::AttachResponse {
+pub(crate) fn event(e: &ConvEvent) -> pb::AttachResponse {
     pb::AttachResponse {
         seq: e.seq,
         at_ms: e.at_ms,
@@ -90,7 +88,7 @@ fn misrouted(kind: &EventKind) -> E {
 
 /// An event this client alone owns (deltas merged for it) as it goes on
 /// the wire: the text moves instead of being copied.
-pub fn event_owned(e: ConvEvent) -> pb::AttachResponse {
+pub(crate) fn event_owned(e: ConvEvent) -> pb::AttachResponse {
     use pb::attach_response::Event as E;
     let ev = match e.kind {
         EventKind::TextDelta { index, text } => E::TextDelta(pb::TextDelta {

@@ -7,7 +7,7 @@ use agent_proto::v1 as pb;
 use pb::attach_response::Event as E;
 
 /// Which sub-agent an event is about.
-pub fn sub_agent_ref(r: &crate::runtime::SubAgentRef) -> pb::SubAgentRef {
+pub(crate) fn sub_agent_ref(r: &crate::runtime::SubAgentRef) -> pb::SubAgentRef {
     pb::SubAgentRef {
         conversation_id: r.conversation_id.clone(),
         agent_id: r.agent_id.clone(),
