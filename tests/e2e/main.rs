@@ -6,6 +6,6 @@
 //! scripts, a client and a conversation. They drive it through the gRPC
 //! client or the `test-agent` binary, with the helpers in `suite/util.rs`,
 //! and wait at most [`agent_tests::harness::WAIT`] for anything.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, clippy::expect_used)]
 
 mod suite;

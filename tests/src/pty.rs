@@ -841,7 +841,7 @@ fn open_pty(size: Size) -> Result<(OwnedFd, OwnedFd)> {
 /// Makes the child a session leader whose controlling terminal is its
 /// stdin (the pseudo-terminal), as a terminal emulator does: then the line
 /// discipline turns Ctrl-C into SIGINT for it, and a resize into SIGWINCH.
-#[allow(unsafe_code)]
+#[expect(unsafe_code)]
 fn make_controlling_terminal(cmd: &mut Command) {
     // SAFETY: the closure runs in the forked child before exec, where only
     // async-signal-safe functions may be called. It calls setsid(2) and

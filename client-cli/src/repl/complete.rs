@@ -167,7 +167,6 @@ fn paths(word: &str, cwd: &Path, home: Option<&Path>, dirs_only: bool) -> Vec<(S
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -153,7 +153,6 @@ fn split_front_matter(text: &str) -> (Option<String>, &str) {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -21,7 +21,7 @@
 
 // The one place the daemon calls C: jemalloc's control interface has no
 // safe binding for `thread.tcache.flush` and `thread.tcache.enabled`.
-#![allow(unsafe_code)]
+#![expect(unsafe_code)]
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -102,7 +102,6 @@ fn flush_thread_cache() {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -110,7 +110,6 @@ pub(crate) fn from_base64(text: &str) -> Result<Vec<u8>, base64::DecodeError> {
 pub(crate) type ImageData = Arc<HashMap<String, Arc<str>>>;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

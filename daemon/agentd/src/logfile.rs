@@ -186,7 +186,6 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for LogWriter {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -226,7 +226,6 @@ fn table_entry(model: &str) -> Option<&'static (&'static str, u64, u32, Option<P
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

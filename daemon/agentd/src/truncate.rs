@@ -166,7 +166,6 @@ fn trim_partial_start(bytes: &[u8]) -> &[u8] {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

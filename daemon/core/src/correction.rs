@@ -325,7 +325,6 @@ pub fn assess(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -30,7 +30,7 @@ pub enum ErrorKind {
 /// the transition that produced it run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
-#[allow(
+#[expect(
     clippy::large_enum_variant,
     reason = "one state per conversation; boxing ToolRun would only add a deref to every match"
 )]

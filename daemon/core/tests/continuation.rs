@@ -2,8 +2,6 @@
 //! 80 % warning, the 90 % threshold, the summary and the seeded
 //! continuation, over random usages and windows.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use agentd_core::effect::{Effect, LlmPurpose, Notice};
 use agentd_core::event::Event;
 use agentd_core::message::{ContentBlock, MessageKind, Reply, Role, StopReason, Usage};

@@ -2,7 +2,7 @@
 //! through `transition()` as the runtime drives it, against a reference
 //! count of attempts per original request.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use agentd_core::correction::{CorrectionSignal, MAX_CHAINS, MAX_CORRECTION_ATTEMPTS};
 use agentd_core::effect::{Effect, LlmPurpose, Notice};

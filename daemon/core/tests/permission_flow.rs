@@ -1,7 +1,7 @@
 //! The policy inside `transition()`: what a permission request carries,
 //! refusals by mode, and the doom-loop setting.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use agentd_core::effect::Effect;
 use agentd_core::event::Event;

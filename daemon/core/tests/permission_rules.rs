@@ -8,7 +8,7 @@
 //! runtime resolved these symbolic links: `link/passwd` → `/etc/passwd`,
 //! `src/link.rs` → `/outside/x.rs`, `shared-link/a` → `/w/shared/a`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use agentd_core::message::ToolCall;
 use agentd_core::permission::{Action, Mode, Policy, Rule, Verdict, split_compound, suggest_rule};

@@ -2,7 +2,7 @@
 //! of the threshold), the reading of proposals and edits, and property
 //! tests of the step transitions.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used, clippy::expect_used)]
 
 use agentd_core::plan::{
     PLAN_THRESHOLD, Plan, PlanPhase, StepDraft, StepKind, StepStatus, StepUpdate, file_mentions,

@@ -19,7 +19,7 @@
 //! the world had every right to send was refused, or the reverse) are
 //! reported by every property.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use agentd_core::effect::{Effect, LlmPurpose};
 use agentd_core::event::{Event, LlmFailure, RuleScope};

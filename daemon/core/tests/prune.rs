@@ -2,8 +2,6 @@
 //! pruned, that the request stays a valid chain and the newest outputs stay
 //! whole, and that the cut only moves forward.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use agentd_core::message::{ContentBlock, Message, Role};
 use agentd_core::prune::{PrunePlan, PrunePolicy, apply, plan};
 use agentd_core::texts;

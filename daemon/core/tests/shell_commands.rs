@@ -5,8 +5,6 @@
 //!
 //! The conversation works in `/w/p`.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
 use agentd_core::message::ToolCall;
 use agentd_core::permission::{Mode, Policy, Rule, Verdict, split_compound, suggested_rule};
 use serde_json::json;

@@ -23,7 +23,7 @@
 //! and only then; the reminder to call `submit_result` is sent at most once
 //! before the text counts as the result.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use agentd_core::effect::{Effect, SubAgentOutcome};
 use agentd_core::event::{Event, LlmFailure};

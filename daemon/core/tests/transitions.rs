@@ -9,7 +9,7 @@
 //! are covered in the `matrix_*` tests, REJECT rows included; the rest follow
 //! the behaviours of design.md §3 and the parity spec §1–§3, §5.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![expect(clippy::unwrap_used)]
 
 use agentd_core::budget::{Amounts, BudgetContext, BudgetKind, BudgetStop};
 use agentd_core::effect::{Effect, LlmPurpose, Notice};

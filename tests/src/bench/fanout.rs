@@ -328,7 +328,7 @@ fn latency_summary(t: &TurnResult) -> (f64, f64, f64) {
     (at(50.0), at(99.0), at(100.0))
 }
 
-#[allow(clippy::too_many_arguments)]
+#[expect(clippy::too_many_arguments)]
 async fn turn(
     daemon_pid: u32,
     socket: &Path,
@@ -507,7 +507,6 @@ async fn stamps_of_reply(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -868,7 +868,6 @@ pub fn effects(id: &str, cwd: &std::path::Path, messages: &[pb::Message]) -> Res
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn t(role: &'static str, blocks: Vec<Block>) -> Turn {

@@ -194,7 +194,6 @@ pub async fn wait_until_quiet(dir: &Path, timeout: Duration) -> Vec<u32> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

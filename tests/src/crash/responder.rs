@@ -548,7 +548,6 @@ pub(crate) fn mix(parts: &[u64]) -> u64 {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -157,7 +157,6 @@ pub(crate) fn received(format: Format, body: &Value) -> Result<Vec<ReceivedImage
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use serde_json::json;

@@ -1,5 +1,4 @@
 //! The fake LLM checked over real HTTP with a plain client.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::time::{Duration, Instant};
 

@@ -1035,7 +1035,6 @@ fn interlude(rng: &mut StdRng, out: &mut Vec<u8>, stream: u32) {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     /// A request exactly as the cases build them, undamaged: the daemon

@@ -775,7 +775,6 @@ fn command(rng: &mut StdRng) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -1223,7 +1223,6 @@ async fn nowhere(shared: &Shared, c: &mut AgentServiceClient<Channel>, rng: &mut
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::crash::check::Block;
 

@@ -546,7 +546,6 @@ fn openai_stream(rng: &mut StdRng) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn ev(event: &str, data: &str) -> SseEvent {

@@ -203,7 +203,6 @@ pub fn cut(log: &Path) -> Result<Cut, String> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     //! The layer through a real process: the test binary runs itself
     //! (one test, [`child`]) under the shim, which does the writes a
     //! scenario names; the parent then cuts and looks at the files.

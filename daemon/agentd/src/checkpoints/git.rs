@@ -344,7 +344,6 @@ pub(crate) async fn contents(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

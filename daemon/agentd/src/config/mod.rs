@@ -353,7 +353,6 @@ fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use std::os::unix::fs::PermissionsExt;
 

@@ -344,7 +344,6 @@ impl IdleTimer {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

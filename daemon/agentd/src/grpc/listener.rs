@@ -186,7 +186,6 @@ pub(crate) fn incoming(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]

@@ -255,7 +255,6 @@ impl AsyncWrite for Conn {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use std::path::Path;
 

@@ -358,5 +358,4 @@ impl Hooks {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;

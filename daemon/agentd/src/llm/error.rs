@@ -405,7 +405,6 @@ impl fmt::Display for RequestIdSuffix<'_> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use http::{HeaderName, HeaderValue};

@@ -31,7 +31,6 @@ pub mod sse;
 mod transport;
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod testkit;
 
 pub(crate) use anthropic::AnthropicProvider;
@@ -225,7 +224,6 @@ fn wire_index(i: usize) -> u32 {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
 

@@ -99,7 +99,6 @@ fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use http::HeaderValue;

@@ -399,7 +399,6 @@ pub(crate) async fn run_attempt(
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::llm::testkit::one_read_each;
     use StreamEvent::{BlockEnd, TextDelta, ThinkingDelta, ToolInputDelta};

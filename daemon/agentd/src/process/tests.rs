@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::os::unix::process::ExitStatusExt;
 
 use tokio::io::AsyncReadExt;

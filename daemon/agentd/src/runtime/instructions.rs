@@ -183,7 +183,6 @@ fn read_at_most(path: &Path, max: usize) -> std::io::Result<(String, usize)> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

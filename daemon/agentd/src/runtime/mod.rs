@@ -21,10 +21,8 @@ mod registry;
 mod rewind;
 mod sub_agents;
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod test_rig;
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
 
 pub(crate) use actor::{Rings, Subscription};

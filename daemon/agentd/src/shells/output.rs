@@ -223,7 +223,6 @@ pub(super) fn scan(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -1,5 +1,3 @@
-#![allow(clippy::unwrap_used)]
-
 use std::time::Instant;
 
 use nix::sys::signal::{Signal, killpg};

@@ -430,7 +430,6 @@ fn checkpoint_thread(rx: &mpsc::Receiver<(sled::Db, u64)>, dir: &Path, power_log
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
 
     struct Opened {

@@ -572,7 +572,6 @@ impl Store {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use agentd_core::{ContentBlock, ConvState, Message, Mode, Usage};
 

@@ -43,7 +43,7 @@ use crate::truncate::HeadTail;
 struct Input {
     command: String,
     timeout_ms: Option<u64>,
-    #[allow(dead_code)]
+    #[expect(dead_code)]
     description: Option<String>,
     #[serde(default)]
     run_in_background: bool,
@@ -372,7 +372,6 @@ impl Drop for GroupGuard {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use nix::unistd::Pid;
 
     use super::*;

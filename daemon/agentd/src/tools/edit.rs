@@ -209,7 +209,6 @@ fn loose_match_line(content: &str, old: &str) -> Option<usize> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::tools::tests::ctx_in;

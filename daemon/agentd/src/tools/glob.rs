@@ -221,7 +221,6 @@ fn search(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::tools::tests::ctx_in;

@@ -331,7 +331,6 @@ impl Sink for RenderSink<'_> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::tools::tests::ctx_in;

@@ -263,7 +263,6 @@ fn complete_prefix(bytes: &[u8]) -> usize {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use std::sync::Mutex;
 

@@ -504,7 +504,6 @@ pub(crate) fn cancelled_output() -> ToolOutput {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
 

@@ -154,7 +154,6 @@ fn canonicalize_lenient(path: &Path, hops: usize) -> io::Result<PathBuf> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::tools::tests::ctx_in;

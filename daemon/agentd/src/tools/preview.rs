@@ -71,7 +71,6 @@ pub(crate) fn planned_paths(name: &str, input: &Value, ctx: &ToolContext) -> Vec
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::tools::tests::ctx_in;
     use serde_json::json;

@@ -299,7 +299,6 @@ fn image(
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
     use crate::tools::tests::ctx_in;

@@ -119,7 +119,6 @@ pub(crate) fn one_line(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
 

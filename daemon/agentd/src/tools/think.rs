@@ -11,7 +11,7 @@ use super::{ToolError, ToolOutput, input};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Input {
-    #[allow(dead_code)]
+    #[expect(dead_code)]
     thought: String,
 }
 
@@ -37,7 +37,6 @@ pub(crate) fn run(input: Value) -> Result<ToolOutput, ToolError> {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -117,7 +117,6 @@ impl Provider for AnthropicProvider {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::request::tests::{request, request_body, spec};
     use super::stream::tests::{FULL_STREAM, after_start, full_events, full_reply};
     use super::*;

@@ -356,7 +356,6 @@ fn is_sendable(block: &ContentBlock) -> bool {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::llm::testkit::message;
     use serde_json::json;

@@ -430,7 +430,6 @@ impl StreamParser for AnthropicStream {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::llm::testkit;
     use agentd_core::ErrorKind;

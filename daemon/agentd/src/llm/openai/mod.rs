@@ -134,7 +134,6 @@ impl Provider for OpenAiProvider {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::request::tests::request;
     use super::stream::tests::{FULL_STREAM, full_reply};
     use super::*;

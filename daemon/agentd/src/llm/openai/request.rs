@@ -164,7 +164,6 @@ fn push_message(out: &mut Vec<Value>, message: &Message, images: &HashMap<String
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::llm::testkit::message;
     use agentd_core::ToolSpec;

@@ -341,7 +341,6 @@ impl StreamParser for OpenAiStream {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used)]
     use super::*;
     use crate::llm::testkit;
     use agentd_core::ErrorKind;

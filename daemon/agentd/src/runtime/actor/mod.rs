@@ -39,7 +39,6 @@ mod settings;
 mod sub_agent;
 mod sub_agent_recovery;
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests;
 mod tools;
 mod work;
@@ -108,7 +107,7 @@ enum Flow {
 }
 
 impl Actor {
-    #[allow(
+    #[expect(
         clippy::too_many_arguments,
         reason = "each is a distinct part the manager hands over; a struct would only rename them"
     )]

@@ -138,7 +138,6 @@ fn reused(id: Option<&str>, first: RequestOutcome) -> RuntimeError {
 }
 
 #[cfg(test)]
-#[allow(clippy::unwrap_used, clippy::expect_used)]
 mod tests {
     use super::*;
     use crate::runtime::Clock;
