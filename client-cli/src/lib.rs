@@ -12,7 +12,7 @@
 //!   `daemon stop|restart|status|logs`, `--version`, `completions`, `man`.
 //! - [`credentials`]: the daemon's credentials file (written atomically,
 //!   mode 0600) and which terminal keys an autostarted daemon inherits.
-//! - [`commands`]: one function per subcommand; [`execute`] dispatches.
+//! - [`commands`]: one module per subcommand; [`execute`] dispatches.
 //! - [`repl`]: `agent` alone, the interactive session: the terminal thread
 //!   (line editor, one-key answers, status line) feeding [`session`].
 //! - [`session`]: the live Attach stream behind `run` and `attach`: rendering,

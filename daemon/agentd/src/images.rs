@@ -5,6 +5,15 @@
 //! ([`agentd_core::ImageLimits::inspect`]); this module adds the SHA-256
 //! that names an image in the store and in messages. Checking happens
 //! before anything is stored, so a refused image leaves no trace.
+//!
+//! Messages hold only references (`ImageRef`); the bytes are in the store's
+//! `images` tree, once per SHA-256 (`Store::put_image`), written before the
+//! commit that appends or queues the message. sled recovers a prefix of its
+//! writes, so no durable message refers to a missing image. The actor keeps
+//! the transcript's base64 for providers (`RequestParts` in
+//! `runtime/actor/model.rs`); of what clients get, only exports carry the
+//! bytes, and an import stores nothing of a conversation whose image is
+//! missing or does not match its SHA-256.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -7,7 +7,10 @@
 //! context, random draws (retry jitter) inside events.
 //!
 //! Architecture invariant: this crate has no dependency on tokio, tonic,
-//! prost, sled or reqwest. Purity is checked by the compiler.
+//! prost, sled or reqwest, nor on any workspace crate. Purity is checked
+//! twice: the e2e test `the_core_reaches_no_io_crate_through_any_path` walks
+//! `cargo tree` for any path to an I/O crate, and the shape check
+//! (`tests/shape/layers.rs`) refuses a workspace dependency.
 //!
 //! Invariants the property tests hold it to:
 //! - every assistant `tool_use` is answered by exactly one `tool_result` with

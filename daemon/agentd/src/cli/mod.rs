@@ -2,6 +2,14 @@
 //! directory lock, the store, recovery, the socket, and the signal that
 //! stops it all. `main.rs` only calls [`main`]; the end-to-end tests build
 //! the same entry point into their own binary.
+//!
+//! The tokio runtime has one worker per two CPUs by default (`[runtime]
+//! worker_threads`): every hop of a tool round wakes a task, and with a
+//! worker per CPU an idle second worker was woken and parked for most of
+//! them, about 0.2 ms of CPU per bash round on two CPUs, taken from the
+//! command and the client (issue 20, BENCHMARKS.md). Blocking work runs on
+//! the blocking pool either way. The gRPC server is a task on the workers;
+//! the main thread only waits for the daemon to end.
 
 mod data_dir;
 

@@ -2,7 +2,7 @@
 //! point (CreateConversation, the Attach `create` frame, UpdateConversation,
 //! ImportConversations; ACP speaks through the same RPCs).
 //!
-//! The role table in `access.rs` says which RPCs a caller may make; this
+//! The role table in `access/roles.rs` says which RPCs a caller may make; this
 //! says what the request may *carry*. Some fields of a request are grants:
 //! they let the conversation do things no approver is asked about. An MCP
 //! server is a program the daemon starts; an allow rule runs tools

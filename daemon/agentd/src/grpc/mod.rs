@@ -1,10 +1,10 @@
 //! The gRPC edge: the service, the Unix socket listener and its security,
 //! the optional TCP listener (TLS, bearer tokens, roles: `remote.rs`,
-//! `access.rs`), and the conversion between wire and daemon types.
+//! `access/`), and the conversion between wire and daemon types.
 //!
-//! Architecture invariant: prost types stop here. `service.rs` unpacks
+//! Architecture invariant: prost types stop here. `service/` unpacks
 //! requests and builds responses, `outbox.rs` merges wire frames, and
-//! `convert.rs` is the one place that converts between wire types and the
+//! `convert/` is the one place that converts between wire types and the
 //! daemon's own (messages, states, events, answers); nothing outside
 //! `grpc/` names a generated type (the test below checks it).
 

@@ -2,7 +2,24 @@
 //! certificate the daemon makes on first use (kept in the data directory,
 //! so its fingerprint stays the same across restarts) or one configured.
 //! Clients pin the certificate by its SHA-256 fingerprint; what a call may
-//! do is the access layer's business (`access.rs`).
+//! do is the access layer's business (`access/`).
+//!
+//! Threat model. The Unix socket trusts the user (the peer's uid is checked
+//! on every connection). This listener, off unless asked for, trusts nobody:
+//! every request passes the access layer before any service sees it, health
+//! and reflection included, and a method missing from the role table needs
+//! a driver. It defends against a network attacker (TLS only, the
+//! certificate pinned, plaintext unanswered); a caller without a valid
+//! token (refused before any work; repeated failures from one address are
+//! refused for a minute); a stolen token store (only SHA-256 hashes, compared
+//! in constant time); a holder doing more than its role (every RPC and
+//! Attach frame checked, and no remote caller mints tokens or trusts a
+//! directory, since trust lets a project's hooks run commands); and
+//! repudiation (the audit trail names who sent and answered, durably). It
+//! does not defend against a token holder acting within its role, a
+//! compromised machine or data directory (the key and hashes live there),
+//! or a flood of connections beyond the limits of `limits.rs`. Tokens never
+//! appear in logs, listings or the audit trail, only their id and name.
 
 use super::Conn;
 use super::limits;

@@ -4,7 +4,7 @@
 //! Servers come from the config file (`[mcp.servers.NAME]`) and from the
 //! client that creates a conversation (`agent run --mcp NAME=COMMAND`);
 //! both become a [`ServerSpec`], stored with the conversation. The
-//! [`Hub`] (`hub.rs`) owns the connections, through the official SDK
+//! [`Hub`] (`hub/`) owns the connections, through the official SDK
 //! (`rmcp`): it starts a server when a conversation that uses it first asks
 //! the model, shares one server per (spec, working directory) between
 //! conversations, restarts one that crashed (with backoff), picks up tool

@@ -14,6 +14,10 @@
 //!
 //! Both the `bash` tool and the background shells build on this module;
 //! neither imports the other's process code.
+//!
+//! No child inherits the daemon's credentials: every process the daemon
+//! starts (commands, shells, hooks, MCP stdio servers, git) goes through
+//! `withhold_secrets`, the one function and the one list.
 
 use std::ffi::{OsStr, OsString};
 use std::future::Future;

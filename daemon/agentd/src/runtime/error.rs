@@ -1,5 +1,5 @@
 //! Runtime errors, each with one explicit mapping to a gRPC status in
-//! `grpc/convert.rs`.
+//! `grpc/convert/mod.rs`.
 
 use crate::store::StoreError;
 use agentd_core::Rejected;

@@ -1,5 +1,5 @@
 //! What attached clients are told: the runtime's own event type, converted
-//! to the wire format only in `grpc/convert.rs`.
+//! to the wire format only in `grpc/convert/`.
 
 use crate::store::ConversationRecord;
 use agentd_core::{ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};

@@ -22,6 +22,14 @@
 //! in the order sled applied them, and sled recovers a prefix of that same
 //! order, so replaying changes sled already has ends in the same state.
 //!
+//! Why `kill` is the default: a killed or crashed daemon happens on a
+//! workstation every day, while `power` costs an `fdatasync` per flush
+//! (0.3–5 ms on a shared disk, a third to two thirds of the append
+//! throughput, BENCHMARKS.md) for a failure batteries and journaling file
+//! systems already make rare. Either way the store comes back consistent:
+//! sled and the journal recover as prefixes, so a power cut under `kill`
+//! loses at most the last flushes, never the store's agreement.
+//!
 //! A record is `len: u32 LE ‖ crc32(payload): u32 LE ‖ payload`, the
 //! payload `tree: u8 ‖ op: u8 (0 insert, 1 remove) ‖ key len: u32 LE ‖ key
 //! ‖ value`. A torn record (a kill in the middle of a write) ends a file's

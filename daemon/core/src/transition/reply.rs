@@ -1,5 +1,16 @@
 //! The model's side of a turn: a reply, a failed request and its retry, and
 //! the stop hooks of a turn the model ended.
+//!
+//! Retries are decided here. A provider makes one attempt and classifies
+//! its failure (the daemon's `llm/error.rs`: retryable or not, any
+//! `retry-after`); the runtime adds a random draw to `Event::LlmFailed`. A
+//! retryable failure below `max_attempts` waits in `LlmRequesting { retry }`
+//! for the server's `retry-after` (unless it is longer than
+//! `max_retry_after_ms`) or an exponential backoff from `retry_base_ms`,
+//! capped at `retry_max_ms`, half of it jittered; `Effect::ScheduleRetry`
+//! asks the runtime for the timer and `Notice::Retrying` tells clients, and
+//! `Event::RetryDue` sends the request again. Any other failure ends the
+//! turn in `Error`, saying how many attempts failed.
 
 use super::continuation::{self, continuation_purpose, continuation_started};
 use super::schedule::schedule;

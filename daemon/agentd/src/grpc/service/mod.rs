@@ -3,6 +3,13 @@
 //!
 //! This module holds the service, what every RPC family shares, and the
 //! trait impl that routes each RPC to the module of its family.
+//!
+//! A client's bad frame is that client's error: tonic refuses a message
+//! over `[grpc] max_message_bytes`, this module user text over
+//! `max_text_bytes`; the refusal goes to the sender only (a status on a
+//! unary call, an error event with sequence number 0 on Attach, whose stream
+//! stays usable), and a frame that cannot be decoded ends its own stream
+//! with a status naming the limit.
 
 mod admin;
 mod attach;

@@ -2,6 +2,12 @@
 //! (a snapshot, or a `Resumed` marker and the events it missed, from the
 //! replay buffer or the store's event log), and the reservation of event
 //! numbers that keeps them unique across restarts.
+//!
+//! The reservation is written in the record before numbers are handed out
+//! and extended with the next commit once half of it is used (or, when
+//! only ephemeral events flow, right after the input that used it), never
+//! from inside `emit`; so a restarted daemon continues above anything a
+//! client may have seen.
 
 use super::continuation::Continuation;
 use super::replay::{message_at, reservation_from};

@@ -1,6 +1,16 @@
 //! Committing: each transition is persisted (record, messages, durable
 //! events, rules) and flushed before anything of it is announced or run;
 //! a failed write rolls back to the last flush (`Rollback`).
+//!
+//! So a message acknowledged to a client is durable. Transitions whose
+//! effects stay inside the daemon share the flush of the next one that
+//! reaches outside, which changes nothing a crash can observe: calls of
+//! instant tools (`think`) run inline right after their transition is
+//! written, and that transition, the calls' begin and end, the states
+//! between and the next transition are flushed together before any of it
+//! is announced or the next effect starts. The one `Rollback` puts back
+//! the record (state, mode, counts, title, reservation), the transcript,
+//! the request cache and the event numbers; the client is told.
 
 use super::Actor;
 use super::queue::Queue;

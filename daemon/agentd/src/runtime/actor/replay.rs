@@ -1,6 +1,13 @@
 //! Event numbering and fan-out to attached clients (`Fanout`), with the
 //! replay buffer a reconnecting client is served from, and the rings the
 //! conversations' hubs are made of (`Rings`).
+//!
+//! What a conversation holds at rest is its transcript: the buffer keeps a
+//! `MessageAppended` by its number and rebuilds it from the transcript for
+//! a reconnect, drops a reply's deltas once the reply is appended, and a
+//! snapshot shares the transcript (`Arc`). A hub's ring exists only while
+//! a client is attached; the first to attach takes the daemon's one spare
+//! ring (made when a ring is given up, off the path of a first reply).
 
 use crate::runtime::events::{ClientInfo, ConvEvent, EventKind};
 use agentd_core::Message;

@@ -1,5 +1,17 @@
 //! The actor's side of sub-agents: what a parent asks for, and how a
 //! child's end is recorded and reported (see `runtime/sub_agents.rs`).
+//!
+//! People see and steer a child through its parent. A child forwards what
+//! its parent's clients follow (state changes, tool calls, permission
+//! requests and resolutions) through the manager, in order, and the parent
+//! emits them live only. A child's permission request is the child's: its
+//! state, its stored event, its core decides the answer; the parent keeps
+//! a copy of the pending ones (`ChildRequests`) for clients that attach. An
+//! answer sent to the parent goes to the child whose request it names
+//! (`Manager::answer_target`, read from the store the child's commit wrote),
+//! so the first answer wins. A child's conversation-scope rules are stored
+//! under its parent's id (`stored_scope`), so "allow always" for one child
+//! holds at once for its siblings.
 
 use super::Actor;
 use crate::runtime::error::RuntimeError;

@@ -1,6 +1,10 @@
 //! Running a tool call: what it runs with (its context, the checkpoint of
 //! the files it may change, its post_tool_use hooks), the run itself off
 //! the actor, and how its output becomes the transcript's result.
+//!
+//! Every result and every live chunk passes the `Redactor` here, in the
+//! tool's task, so no key the daemon holds reaches the transcript, the
+//! model or a client, whatever a command or an MCP server printed.
 
 use super::{Actor, Input};
 use crate::hooks::{self, HookReport, Stage};
