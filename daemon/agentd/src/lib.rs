@@ -10,7 +10,8 @@
 //! `config` → `mcp` → `tools` → `llm` → `config` is a cycle.
 //!
 //! Layout:
-//! - [`cli`]: command line and start-up (`main.rs` only calls [`cli::main`]).
+//! - [`cli`]: command line and start-up (`main.rs` only calls [`main`],
+//!   which is `cli::main`).
 //! - [`config`]: the TOML config file, environment and flags.
 //! - [`grpc`]: the tonic service, the listeners and their security, and
 //!   `convert/`, the one place wire types are converted to the daemon's
