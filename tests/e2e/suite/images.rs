@@ -97,6 +97,45 @@ async fn an_image_from_agent_run_reaches_anthropic_as_a_base64_image_block() {
     assert_eq!((conversations, images), (1, 1), "one image, stored once");
 }
 
+/// A message of only an image (issue 40, point 4): the service and the
+/// core accept it, and so must every layer between them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_of_only_an_image_is_sent() {
+    let s = Scenario::new()
+        .scripts([Script::text("hello"), Script::text("A pixel.")])
+        .conversation("hi")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: String::new(),
+            images: vec![pb::ImageUpload {
+                data: PIXEL_PNG.to_vec(),
+                name: "pixel.png".into(),
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap_or_else(|status| panic!("an image alone was refused: {status:?}"));
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    let r = &requests[1];
+    assert_eq!(r.image_error, None);
+    assert_eq!(r.images.len(), 1, "{:#}", r.body["messages"]);
+    assert_eq!(r.images[0].bytes, PIXEL_PNG);
+    let last = &r.body["messages"][2]["content"];
+    assert_eq!(last[0]["type"], "image", "{last:#}");
+    assert!(
+        last.as_array()
+            .is_some_and(|blocks| blocks.iter().all(|b| b["type"] != "text")),
+        "no empty text block next to the image: {last:#}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_reaches_an_openai_compatible_server_as_a_data_url_part() {
     let s = Scenario::new()

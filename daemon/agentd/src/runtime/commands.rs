@@ -98,11 +98,8 @@ impl Manager {
         id: &str,
         message: NewMessage,
     ) -> Result<Sent, RuntimeError> {
-        if message.text.trim().is_empty() {
-            return Err(RuntimeError::InvalidArgument(
-                "message text is empty".into(),
-            ));
-        }
+        // Whether a message says anything (text or images) is the core's
+        // to judge; a check here refused an image alone.
         self.ask(id, |reply| Command::Send { message, reply })
             .await?
     }
