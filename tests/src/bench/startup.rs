@@ -239,6 +239,12 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
             r.daemon_rss_mib,
         );
         report.sample(
+            "run_daemon_anon_mib",
+            "  of which anonymous (heap, stacks; the rest is the mapped binary and libraries)",
+            "MiB",
+            r.daemon_anon_mib,
+        );
+        report.sample(
             "run_memory_mib",
             "`agent run` client peak + daemon RSS",
             "MiB",
@@ -539,6 +545,7 @@ struct RunTimes {
     stamp_to_print_ms: f64,
     client_rss_mib: f64,
     daemon_rss_mib: f64,
+    daemon_anon_mib: f64,
     first_text_in: Option<String>,
 }
 
@@ -601,6 +608,7 @@ async fn agent_run(daemon: &TestDaemon, fake: &FakeLlm) -> BenchResult<RunTimes>
         stamp_to_print_ms: super::secs_between(stamp_time, printed_at) * 1000.0,
         client_rss_mib: client_peak,
         daemon_rss_mib: procfs::rss_mib(daemon_pid),
+        daemon_anon_mib: procfs::status_bytes(daemon_pid, "RssAnon").map_or(f64::NAN, procfs::mib),
         first_text_in: kind,
     })
 }
