@@ -215,6 +215,52 @@ mod tests {
         assert!(!s[0].append_whitespace, "nothing follows /exit");
     }
 
+    /// What Tab offers after a lone `/`, in order, as the menu shows it:
+    /// the pin that keeps the session's table as it was.
+    #[test]
+    fn a_lone_slash_offers_every_session_command_in_its_order() {
+        let s = suggestions("/", 1, Path::new("/"), None, crate::session::SLASH_COMMANDS);
+        let shown: Vec<(&str, &str, bool)> = s
+            .iter()
+            .map(|s| {
+                (
+                    s.display_override.as_deref().unwrap_or_default(),
+                    s.value.as_str(),
+                    s.append_whitespace,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("/help", "/help", false),
+                ("/cost", "/cost", false),
+                ("/shells", "/shells", false),
+                ("/expand", "/expand", false),
+                ("/mode [MODE]", "/mode", true),
+                ("/model [NAME]", "/model", true),
+                ("/add-dir DIR", "/add-dir", true),
+                ("/init", "/init", false),
+                ("/budget raise [AMOUNT] | stop", "/budget", true),
+                ("/image PATH", "/image", true),
+                ("/compact", "/compact", false),
+                ("/continue", "/continue", false),
+                (
+                    "/rewind [MESSAGE] [code|conversation|both] [force]",
+                    "/rewind",
+                    true
+                ),
+                ("/attach ID", "/attach", true),
+                ("/clear", "/clear", false),
+                ("/exit", "/exit", false),
+            ]
+        );
+        assert_eq!(
+            s[4].description.as_deref(),
+            Some("show or change the permission mode; Shift-Tab: the next one")
+        );
+    }
+
     #[test]
     fn the_word_under_the_cursor_completes_as_a_path() {
         let dir = tree();

@@ -497,6 +497,51 @@ fn history_name(cwd: &str) -> String {
 mod tests {
     use super::*;
 
+    /// Before the first message only `/mode`, `/model`, `/add-dir`, `/init`,
+    /// `/help` and `/exit` mean something; the others (aliases too) say
+    /// there is no conversation yet, by the name typed.
+    #[tokio::test]
+    async fn before_the_first_message_the_commands_answer_as_they_always_did() {
+        let (lines, lines_rx) = tokio::sync::mpsc::channel(16);
+        let (_presses, presses_rx) = tokio::sync::mpsc::channel(1);
+        let (mut io, captured) = Io::captured(lines_rx, true, presses_rx);
+        for line in [
+            "/?",
+            "/cost",
+            "/usage now",
+            "/nosuch",
+            "/mode",
+            "/mode plan",
+            "/model m2",
+            "/add-dir",
+            "/ init  ",
+            "/init",
+        ] {
+            lines.send(line.to_string()).await.unwrap();
+        }
+        let mut new = NewArgs::default();
+        let first = first_message(&mut io, &mut new).await.unwrap();
+        assert_eq!(first.as_deref(), Some(INIT_PROMPT));
+        assert_eq!(new.mode, Some(Mode::Plan));
+        assert_eq!(new.model.as_deref(), Some("m2"));
+        assert_eq!(
+            captured.out.text(),
+            "Type what the agent should do and press Enter (Alt-Enter or a trailing \\ for a new \
+             line). The conversation starts with your first message. Ctrl-D leaves.
+/cost: there is no conversation yet; type your first message
+/usage: there is no conversation yet; type your first message
+/nosuch: there is no conversation yet; type your first message
+mode: the daemon's default; /mode read_only|default|accept_edits|plan|bypass sets the mode the conversation starts in
+the conversation will start in mode plan
+the conversation will start with model m2
+which directory? /add-dir DIR
+/: there is no conversation yet; type your first message
+"
+        );
+        lines.send("/quit".to_string()).await.unwrap();
+        assert_eq!(first_message(&mut io, &mut new).await.unwrap(), None);
+    }
+
     #[test]
     fn each_directory_has_its_own_history_file() {
         let a = history_name("/home/me/proj");
