@@ -24,6 +24,7 @@ use crate::error::{CliError, Exit};
 use crate::io::{Input, Interrupts, Io};
 use crate::render::{format_age, one_line, shorten_home};
 use crate::session::{Outcome, SessionConfig, SessionKind, session_outcome};
+use crate::slash_command::SlashCommand;
 use term::Terminal;
 
 /// How the session starts.
@@ -50,11 +51,7 @@ read the existing README, build files and CI configuration rather than guessing.
 pub fn prompt_commands() -> Vec<prompts::PromptCommand> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let user = crate::credentials::config_dir(&|k| std::env::var(k).ok());
-    let reserved: Vec<&str> = crate::session::SLASH_COMMANDS
-        .iter()
-        .map(|c| c.name)
-        .chain(["?", "quit", "new", "usage", "output"])
-        .collect();
+    let reserved: Vec<&str> = SlashCommand::reserved().collect();
     prompts::load(&prompts::directories(user.as_deref(), &cwd), &reserved)
 }
 

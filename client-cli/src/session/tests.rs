@@ -1086,6 +1086,11 @@ async fn help_and_an_unknown_command_print_as_they_always_did() {
     // The person's own prompt files (if any) are listed between the two.
     assert!(out.starts_with(HELP), "{out}");
     assert!(out.ends_with(UNKNOWN), "{out}");
+    for &c in crate::slash_command::SlashCommand::ALL {
+        let line = format!("  {:<16} {}", c.synopsis(), c.help());
+        let times = out.lines().filter(|l| *l == line).count();
+        assert_eq!(times, 1, "{c:?} in /help");
+    }
 }
 
 /// `/help` up to the person's prompt files.
