@@ -17,6 +17,8 @@
 //!   (line editor, one-key answers, status line) feeding [`session`].
 //! - [`session`]: the live Attach stream behind `run` and `attach`: rendering,
 //!   permission prompts, stdin, Ctrl-C, reconnection without duplicates.
+//! - `slash_command`: the interactive session's slash commands, one enum
+//!   whose declaration is the table `/help`, Tab and both parsers read.
 //! - [`connect`]: the Unix-socket channel and daemon autostart.
 //! - [`render`]: human output into any `impl Write` (events, transcripts,
 //!   permission prompts, tables).
@@ -45,6 +47,7 @@ pub mod remote;
 pub mod render;
 pub mod repl;
 pub mod session;
+mod slash_command;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;

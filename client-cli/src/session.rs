@@ -36,8 +36,6 @@ use crate::repl::term::UiLink;
 use outbox::Outbox;
 use permissions::Prompt;
 
-pub use slash::SLASH_COMMANDS;
-
 /// Which command is streaming.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SessionKind {

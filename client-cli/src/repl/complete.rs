@@ -1,10 +1,12 @@
 //! Tab completion in the session's editor: slash commands at the start of
-//! a line, and paths (from the session's directory, `~/` from home) for the
+//! a line (the built-in ones of [`SlashCommand::ALL`], then prompt files), and paths (from the session's directory, `~/` from home) for the
 //! word under the cursor — directories only after `/add-dir`.
 
 use std::path::{Path, PathBuf};
 
 use reedline::{Completer, CompletionResult, Span, Suggestion};
+
+use crate::slash_command::SlashCommand;
 
 /// Entries of one directory looked at, at most (a huge directory must not
 /// stall the terminal).
@@ -12,35 +14,24 @@ const MAX_ENTRIES: usize = 2_000;
 /// Suggestions offered at most.
 const MAX_SUGGESTIONS: usize = 200;
 
-/// A slash command as completion offers it.
-#[derive(Debug, Clone, Copy)]
-pub struct SlashCommand {
-    pub name: &'static str,
-    /// What follows the name ("" when nothing).
-    pub args: &'static str,
-    pub help: &'static str,
-}
-
 /// The editor's completer.
 pub struct Complete {
     cwd: PathBuf,
     home: Option<PathBuf>,
-    commands: &'static [SlashCommand],
 }
 
 impl Complete {
-    pub fn new(cwd: PathBuf, commands: &'static [SlashCommand]) -> Complete {
+    pub fn new(cwd: PathBuf) -> Complete {
         Complete {
             cwd,
             home: std::env::var_os("HOME").map(PathBuf::from),
-            commands,
         }
     }
 }
 
 impl Completer for Complete {
     fn complete(&mut self, line: &str, pos: usize) -> CompletionResult {
-        let mut found = suggestions(line, pos, &self.cwd, self.home.as_deref(), self.commands);
+        let mut found = suggestions(line, pos, &self.cwd, self.home.as_deref());
         if line.starts_with('/') {
             found.extend(prompt_suggestions(line, pos, &super::prompt_commands()));
         }
@@ -74,28 +65,22 @@ fn prompt_suggestions(
 }
 
 /// What Tab offers for `line` with the cursor at byte `pos`.
-pub fn suggestions(
-    line: &str,
-    pos: usize,
-    cwd: &Path,
-    home: Option<&Path>,
-    commands: &[SlashCommand],
-) -> Vec<Suggestion> {
+pub fn suggestions(line: &str, pos: usize, cwd: &Path, home: Option<&Path>) -> Vec<Suggestion> {
     let Some(before) = line.get(..pos) else {
         return Vec::new();
     };
     if let Some(typed) = before.strip_prefix('/')
         && !typed.contains(char::is_whitespace)
     {
-        return commands
+        return SlashCommand::ALL
             .iter()
-            .filter(|c| c.name.starts_with(typed))
+            .filter(|c| c.name().starts_with(typed))
             .map(|c| Suggestion {
-                value: format!("/{}", c.name),
-                display_override: Some(format!("/{} {}", c.name, c.args).trim_end().to_string()),
-                description: Some(c.help.to_string()),
+                value: format!("/{}", c.name()),
+                display_override: Some(c.synopsis()),
+                description: Some(c.help().to_string()),
                 span: Span::new(0, pos),
-                append_whitespace: !c.args.is_empty(),
+                append_whitespace: !c.args().is_empty(),
                 ..Suggestion::default()
             })
             .collect();
@@ -170,24 +155,6 @@ fn paths(word: &str, cwd: &Path, home: Option<&Path>, dirs_only: bool) -> Vec<(S
 mod tests {
     use super::*;
 
-    const COMMANDS: [SlashCommand; 3] = [
-        SlashCommand {
-            name: "mode",
-            args: "[MODE]",
-            help: "the permission mode",
-        },
-        SlashCommand {
-            name: "model",
-            args: "[NAME]",
-            help: "the model",
-        },
-        SlashCommand {
-            name: "exit",
-            args: "",
-            help: "leave",
-        },
-    ];
-
     fn values(s: &[Suggestion]) -> Vec<&str> {
         s.iter().map(|s| s.value.as_str()).collect()
     }
@@ -204,43 +171,96 @@ mod tests {
 
     #[test]
     fn a_slash_at_the_start_offers_the_commands_that_match() {
-        let s = suggestions("/mo", 3, Path::new("/"), None, &COMMANDS);
+        let s = suggestions("/mo", 3, Path::new("/"), None);
         assert_eq!(values(&s), ["/mode", "/model"]);
         assert_eq!(s[0].span, Span::new(0, 3));
         assert!(s[0].append_whitespace, "a command with arguments");
-        assert_eq!(s[0].description.as_deref(), Some("the permission mode"));
-        let s = suggestions("/", 1, Path::new("/"), None, &COMMANDS);
-        assert_eq!(s.len(), 3);
-        let s = suggestions("/ex", 3, Path::new("/"), None, &COMMANDS);
+        assert_eq!(s[0].description.as_deref(), Some(SlashCommand::Mode.help()));
+        let s = suggestions("/exi", 4, Path::new("/"), None);
         assert!(!s[0].append_whitespace, "nothing follows /exit");
+    }
+
+    /// What Tab offers after a lone `/`, in order, as the menu shows it:
+    /// the pin that keeps the session's table as it was.
+    #[test]
+    fn a_lone_slash_offers_every_session_command_in_its_order() {
+        let s = suggestions("/", 1, Path::new("/"), None);
+        let shown: Vec<(&str, &str, bool)> = s
+            .iter()
+            .map(|s| {
+                (
+                    s.display_override.as_deref().unwrap_or_default(),
+                    s.value.as_str(),
+                    s.append_whitespace,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                ("/help", "/help", false),
+                ("/cost", "/cost", false),
+                ("/shells", "/shells", false),
+                ("/expand", "/expand", false),
+                ("/mode [MODE]", "/mode", true),
+                ("/model [NAME]", "/model", true),
+                ("/add-dir DIR", "/add-dir", true),
+                ("/init", "/init", false),
+                ("/budget raise [AMOUNT] | stop", "/budget", true),
+                ("/image PATH", "/image", true),
+                ("/compact", "/compact", false),
+                ("/continue", "/continue", false),
+                (
+                    "/rewind [MESSAGE] [code|conversation|both] [force]",
+                    "/rewind",
+                    true
+                ),
+                ("/attach ID", "/attach", true),
+                ("/clear", "/clear", false),
+                ("/exit", "/exit", false),
+            ]
+        );
+        assert_eq!(
+            s[4].description.as_deref(),
+            Some("show or change the permission mode; Shift-Tab: the next one")
+        );
+    }
+
+    #[test]
+    fn every_command_completes_from_its_whole_name() {
+        for &c in SlashCommand::ALL {
+            let line = format!("/{}", c.name());
+            let s = suggestions(&line, line.len(), Path::new("/"), None);
+            assert!(values(&s).contains(&line.as_str()), "{line}");
+        }
     }
 
     #[test]
     fn the_word_under_the_cursor_completes_as_a_path() {
         let dir = tree();
-        let s = suggestions("look at src/m", 13, dir.path(), None, &COMMANDS);
+        let s = suggestions("look at src/m", 13, dir.path(), None);
         assert_eq!(values(&s), ["src/main.rs", "src/mod.rs"]);
         assert_eq!(s[0].span, Span::new(8, 13));
-        let s = suggestions("read @s", 7, dir.path(), None, &COMMANDS);
+        let s = suggestions("read @s", 7, dir.path(), None);
         assert_eq!(values(&s), ["@src/"]);
         assert!(!s[0].append_whitespace, "a directory goes on");
         // Hidden files only when asked for.
-        let s = suggestions("x ", 2, dir.path(), None, &COMMANDS);
+        let s = suggestions("x ", 2, dir.path(), None);
         assert!(s.is_empty(), "nothing typed, nothing offered");
-        let s = suggestions(".h", 2, dir.path(), None, &COMMANDS);
+        let s = suggestions(".h", 2, dir.path(), None);
         assert_eq!(values(&s), [".hidden"]);
-        let s = suggestions("R", 1, dir.path(), None, &COMMANDS);
+        let s = suggestions("R", 1, dir.path(), None);
         assert_eq!(values(&s), ["README.md"]);
     }
 
     #[test]
     fn add_dir_offers_directories_and_home_is_tilde() {
         let dir = tree();
-        let s = suggestions("/add-dir src/", 13, dir.path(), None, &COMMANDS);
+        let s = suggestions("/add-dir src/", 13, dir.path(), None);
         assert_eq!(values(&s), ["src/bin/"]);
-        let s = suggestions("~/s", 3, Path::new("/"), Some(dir.path()), &COMMANDS);
+        let s = suggestions("~/s", 3, Path::new("/"), Some(dir.path()));
         assert_eq!(values(&s), ["~/src/"]);
-        let s = suggestions("~/s", 3, Path::new("/"), None, &COMMANDS);
+        let s = suggestions("~/s", 3, Path::new("/"), None);
         assert!(s.is_empty());
     }
 
@@ -262,15 +282,9 @@ mod tests {
     #[test]
     fn a_cursor_off_a_character_boundary_or_a_missing_directory_offers_nothing() {
         let dir = tree();
-        assert!(suggestions("é", 1, dir.path(), None, &COMMANDS).is_empty());
-        assert!(suggestions("nope/x", 6, dir.path(), None, &COMMANDS).is_empty());
-        let s = suggestions(
-            "voilà src/ma",
-            "voilà src/ma".len(),
-            dir.path(),
-            None,
-            &COMMANDS,
-        );
+        assert!(suggestions("é", 1, dir.path(), None).is_empty());
+        assert!(suggestions("nope/x", 6, dir.path(), None).is_empty());
+        let s = suggestions("voilà src/ma", "voilà src/ma".len(), dir.path(), None);
         assert_eq!(values(&s), ["src/main.rs"]);
     }
 }

@@ -14,6 +14,7 @@ pub mod status;
 pub mod term;
 
 use std::io::Write;
+use std::ops::ControlFlow::{self, Break, Continue};
 use std::path::{Path, PathBuf};
 
 use agent_proto::v1 as pb;
@@ -24,6 +25,7 @@ use crate::error::{CliError, Exit};
 use crate::io::{Input, Interrupts, Io};
 use crate::render::{format_age, one_line, shorten_home};
 use crate::session::{Outcome, SessionConfig, SessionKind, session_outcome};
+use crate::slash_command::{SlashCommand, Unknown};
 use term::Terminal;
 
 /// How the session starts.
@@ -50,11 +52,7 @@ read the existing README, build files and CI configuration rather than guessing.
 pub fn prompt_commands() -> Vec<prompts::PromptCommand> {
     let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
     let user = crate::credentials::config_dir(&|k| std::env::var(k).ok());
-    let reserved: Vec<&str> = crate::session::SLASH_COMMANDS
-        .iter()
-        .map(|c| c.name)
-        .chain(["?", "quit", "new", "usage", "output"])
-        .collect();
+    let reserved: Vec<&str> = SlashCommand::reserved().collect();
     prompts::load(&prompts::directories(user.as_deref(), &cwd), &reserved)
 }
 
@@ -290,83 +288,113 @@ async fn first_message(io: &mut Io, new: &mut NewArgs) -> Result<Option<String>,
             return Ok(None);
         };
         let text = line.trim();
-        let command = text.strip_prefix('/').map(|c| {
-            let (name, arg) = c.split_once(char::is_whitespace).unwrap_or((c, ""));
-            (name, arg.trim())
-        });
-        if command.is_none()
-            && let Some(note) = memory_line(text)
-        {
-            match remember(note) {
-                Ok(file) => say(
-                    io,
-                    &format!("noted in {}", shorten_home(&file.display().to_string())),
-                )?,
-                Err(e) => say(io, &e)?,
-            }
-            continue;
-        }
-        match command {
-            None if text.is_empty() => {}
-            None => return Ok(Some(text.to_string())),
-            Some(("exit" | "quit", _)) => return Ok(None),
-            Some(("mode", "")) => say(
-                io,
-                &format!(
-                    "mode: {}; /mode {} sets the mode the conversation starts in",
-                    new.mode
-                        .map_or_else(|| "the daemon's default".to_string(), Mode::name),
-                    Mode::names().join("|")
-                ),
-            )?,
-            Some(("mode", arg)) => match Mode::parse(arg) {
-                Ok(mode) => {
-                    new.mode = Some(mode);
-                    say(
+        let Some(typed) = text.strip_prefix('/') else {
+            if let Some(note) = memory_line(text) {
+                match remember(note) {
+                    Ok(file) => say(
                         io,
-                        &format!("the conversation will start in mode {}", mode.name()),
-                    )?;
+                        &format!("noted in {}", shorten_home(&file.display().to_string())),
+                    )?,
+                    Err(e) => say(io, &e)?,
                 }
-                Err(e) => say(io, &e)?,
-            },
-            Some(("model", "")) => say(
-                io,
-                &format!(
-                    "model: {}; /model NAME sets the model the conversation starts with",
-                    new.model.as_deref().unwrap_or("the daemon's default")
-                ),
-            )?,
-            Some(("model", arg)) => {
-                new.model = Some(arg.to_string());
-                say(io, &format!("the conversation will start with model {arg}"))?;
+                continue;
             }
-            Some(("init", _)) => return Ok(Some(INIT_PROMPT.to_string())),
-            Some(("add-dir", "")) => say(io, "which directory? /add-dir DIR")?,
-            Some(("add-dir", arg)) => match crate::commands::typed_dir(arg) {
-                Ok(dir) => {
-                    say(
-                        io,
-                        &format!("the conversation's tools will also reach {dir}"),
-                    )?;
-                    new.add_dirs.push(PathBuf::from(dir));
+            if text.is_empty() {
+                continue;
+            }
+            return Ok(Some(text.to_string()));
+        };
+        let next = match SlashCommand::parse(typed) {
+            Ok((command, arg)) => before_conversation(io, new, command, arg, typed)?,
+            Err(Unknown { name, args }) => {
+                match prompt_commands().into_iter().find(|c| c.name == name) {
+                    Some(command) => Break(Some(command.expand(args).trim().to_string())),
+                    None => {
+                        say(io, &no_conversation_yet(name))?;
+                        Continue(())
+                    }
                 }
-                Err(e) => say(io, &e.to_string())?,
-            },
-            Some(("help" | "?", _)) => say(
-                io,
-                "Type what the agent should do and press Enter (Alt-Enter or a trailing \\ \
-                 for a new line). The conversation starts with your first message. \
-                 Ctrl-D leaves.",
-            )?,
-            Some((other, arg)) => match prompt_commands().into_iter().find(|c| c.name == other) {
-                Some(command) => return Ok(Some(command.expand(arg).trim().to_string())),
-                None => say(
-                    io,
-                    &format!("/{other}: there is no conversation yet; type your first message"),
-                )?,
-            },
+            }
+        };
+        if let Break(first) = next {
+            return Ok(first);
         }
     }
+}
+
+/// A slash command typed before the conversation exists: Break with the
+/// first message (None: the person left), or Continue to the next line.
+fn before_conversation(
+    io: &mut Io,
+    new: &mut NewArgs,
+    command: SlashCommand,
+    arg: &str,
+    typed: &str,
+) -> Result<ControlFlow<Option<String>>, CliError> {
+    match command {
+        SlashCommand::Exit => return Ok(Break(None)),
+        SlashCommand::Init => return Ok(Break(Some(INIT_PROMPT.to_string()))),
+        SlashCommand::Mode if arg.is_empty() => say(
+            io,
+            &format!(
+                "mode: {}; /mode {} sets the mode the conversation starts in",
+                new.mode
+                    .map_or_else(|| "the daemon's default".to_string(), Mode::name),
+                Mode::names().join("|")
+            ),
+        )?,
+        SlashCommand::Mode => match Mode::parse(arg) {
+            Ok(mode) => {
+                new.mode = Some(mode);
+                say(
+                    io,
+                    &format!("the conversation will start in mode {}", mode.name()),
+                )?;
+            }
+            Err(e) => say(io, &e)?,
+        },
+        SlashCommand::Model if arg.is_empty() => say(
+            io,
+            &format!(
+                "model: {}; /model NAME sets the model the conversation starts with",
+                new.model.as_deref().unwrap_or("the daemon's default")
+            ),
+        )?,
+        SlashCommand::Model => {
+            new.model = Some(arg.to_string());
+            say(io, &format!("the conversation will start with model {arg}"))?;
+        }
+        SlashCommand::AddDir if arg.is_empty() => say(io, "which directory? /add-dir DIR")?,
+        SlashCommand::AddDir => match crate::commands::typed_dir(arg) {
+            Ok(dir) => {
+                say(
+                    io,
+                    &format!("the conversation's tools will also reach {dir}"),
+                )?;
+                new.add_dirs.push(PathBuf::from(dir));
+            }
+            Err(e) => say(io, &e.to_string())?,
+        },
+        SlashCommand::Help => say(
+            io,
+            "Type what the agent should do and press Enter (Alt-Enter or a trailing \\ \
+             for a new line). The conversation starts with your first message. \
+             Ctrl-D leaves.",
+        )?,
+        // The others act on a conversation, as a new command will by
+        // default (so adding one needs no arm here); said by the name
+        // typed, an alias too.
+        _ => say(
+            io,
+            &no_conversation_yet(crate::slash_command::split(typed).0),
+        )?,
+    }
+    Ok(Continue(()))
+}
+
+/// What a command that needs a conversation says before there is one.
+fn no_conversation_yet(name: &str) -> String {
+    format!("/{name}: there is no conversation yet; type your first message")
 }
 
 /// The newest conversation whose working directory is `cwd`.
@@ -496,6 +524,51 @@ fn history_name(cwd: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Before the first message only `/mode`, `/model`, `/add-dir`, `/init`,
+    /// `/help` and `/exit` mean something; the others (aliases too) say
+    /// there is no conversation yet, by the name typed.
+    #[tokio::test]
+    async fn before_the_first_message_the_commands_answer_as_they_always_did() {
+        let (lines, lines_rx) = tokio::sync::mpsc::channel(16);
+        let (_presses, presses_rx) = tokio::sync::mpsc::channel(1);
+        let (mut io, captured) = Io::captured(lines_rx, true, presses_rx);
+        for line in [
+            "/?",
+            "/cost",
+            "/usage now",
+            "/nosuch",
+            "/mode",
+            "/mode plan",
+            "/model m2",
+            "/add-dir",
+            "/ init  ",
+            "/init",
+        ] {
+            lines.send(line.to_string()).await.unwrap();
+        }
+        let mut new = NewArgs::default();
+        let first = first_message(&mut io, &mut new).await.unwrap();
+        assert_eq!(first.as_deref(), Some(INIT_PROMPT));
+        assert_eq!(new.mode, Some(Mode::Plan));
+        assert_eq!(new.model.as_deref(), Some("m2"));
+        assert_eq!(
+            captured.out.text(),
+            "Type what the agent should do and press Enter (Alt-Enter or a trailing \\ for a new \
+             line). The conversation starts with your first message. Ctrl-D leaves.
+/cost: there is no conversation yet; type your first message
+/usage: there is no conversation yet; type your first message
+/nosuch: there is no conversation yet; type your first message
+mode: the daemon's default; /mode read_only|default|accept_edits|plan|bypass sets the mode the conversation starts in
+the conversation will start in mode plan
+the conversation will start with model m2
+which directory? /add-dir DIR
+/: there is no conversation yet; type your first message
+"
+        );
+        lines.send("/quit".to_string()).await.unwrap();
+        assert_eq!(first_message(&mut io, &mut new).await.unwrap(), None);
+    }
 
     #[test]
     fn each_directory_has_its_own_history_file() {

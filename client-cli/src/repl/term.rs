@@ -354,7 +354,6 @@ fn editor(
         .with_edit_mode(Box::new(Emacs::new(editing_keybindings())))
         .with_completer(Box::new(Complete::new(
             std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")),
-            crate::session::SLASH_COMMANDS,
         )))
         .with_menu(ReedlineMenu::EngineCompleter(Box::new(
             ColumnarMenu::default().with_name(COMPLETION_MENU),

@@ -1,6 +1,6 @@
-//! Interactive: the slash commands typed in the session (`/mode`,
-//! `/rewind`, `/budget`, …), each a request to the daemon or a note, and
-//! their table for `/help` and Tab.
+//! Interactive: what the slash commands typed in the session (`/mode`,
+//! `/rewind`, `/budget`, …) do, each a request to the daemon or a note.
+//! Their names, help and parser are [`crate::slash_command`]'s.
 
 use agent_proto::v1 as pb;
 
@@ -8,87 +8,72 @@ use super::input::unquote;
 use super::{Outcome, Session};
 use crate::error::CliError;
 use crate::render::mode_name;
-use crate::repl::complete::SlashCommand;
 use crate::repl::term::UiLink;
+use crate::slash_command::{SlashCommand, Unknown};
 
 impl Session<'_> {
-    /// Interactive: a line starting with `/`.
-    pub(super) async fn slash(&mut self, command: &str) -> Result<Option<Outcome>, CliError> {
-        let (name, arg) = match command.split_once(char::is_whitespace) {
-            Some((name, arg)) => (name, arg.trim()),
-            None => (command, ""),
-        };
-        match name {
-            "image" => {
-                if arg.is_empty() {
-                    self.note("usage: /image PATH (attaches it to your next message)")?;
-                } else {
-                    let path = unquote(arg);
-                    self.attach_image(std::path::Path::new(&path))?;
-                }
+    /// Interactive: a line starting with `/`; `typed` is what follows it.
+    pub(super) async fn slash(&mut self, typed: &str) -> Result<Option<Outcome>, CliError> {
+        let (command, arg) = match SlashCommand::parse(typed) {
+            Ok(found) => found,
+            Err(unknown) => {
+                self.prompt_file(unknown).await?;
                 return Ok(None);
             }
-            "help" | "?" => self.slash_help()?,
-            "exit" | "quit" => return Ok(Some(Outcome::Detached)),
-            "expand" | "output" => self
+        };
+        match command {
+            SlashCommand::Image if arg.is_empty() => {
+                self.note("usage: /image PATH (attaches it to your next message)")?;
+            }
+            SlashCommand::Image => {
+                let path = unquote(arg);
+                self.attach_image(std::path::Path::new(&path))?;
+            }
+            SlashCommand::Help => self.slash_help()?,
+            SlashCommand::Exit => return Ok(Some(Outcome::Detached)),
+            SlashCommand::Expand => self
                 .render
                 .expand_last()
                 .map_err(|e| CliError::io("writing output", e))?,
-            "clear" | "new" => return Ok(Some(Outcome::Switch(None))),
-            "attach" if !arg.is_empty() => return self.slash_attach(arg).await,
-            "attach" => self.show_error("which conversation? /attach ID (agent ls lists them)")?,
-            "mode" if arg.is_empty() => {
-                let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
-                self.note(&format!(
-                    "mode: {}; /mode {} changes it",
-                    status.mode,
-                    crate::cli::Mode::names().join("|")
-                ))?;
+            SlashCommand::Clear => return Ok(Some(Outcome::Switch(None))),
+            SlashCommand::Attach if arg.is_empty() => {
+                self.show_error("which conversation? /attach ID (agent ls lists them)")?;
             }
-            "mode" => match crate::cli::Mode::parse(arg) {
-                Ok(mode) => self.update_settings(Some(mode), None, Vec::new()).await?,
-                Err(e) => self.show_error(&e)?,
-            },
-            "model" if arg.is_empty() => {
-                let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
-                self.note(&format!(
-                    "model: {} ({} tokens of context); /model NAME changes it",
-                    status.model, status.context_window
-                ))?;
-            }
-            "model" => self.update_settings(None, Some(arg), Vec::new()).await?,
-            "add-dir" if arg.is_empty() => {
+            SlashCommand::Attach => return self.slash_attach(arg).await,
+            SlashCommand::Mode => self.slash_mode(arg).await?,
+            SlashCommand::Model => self.slash_model(arg).await?,
+            SlashCommand::AddDir if arg.is_empty() => {
                 self.show_error("which directory? /add-dir DIR")?;
             }
-            "add-dir" => match crate::commands::typed_dir(arg) {
+            SlashCommand::AddDir => match crate::commands::typed_dir(arg) {
                 Ok(dir) => self.update_settings(None, None, vec![dir]).await?,
                 Err(e) => self.show_error(&e.to_string())?,
             },
-            "cost" | "usage" => self.slash_cost()?,
-            "budget" => self.slash_budget(arg).await?,
-            "compact" => {
-                let request = pb::CompactConversationRequest {
-                    conversation_id: self.config.conversation_id.clone(),
-                };
-                if let Err(status) = self.client.compact_conversation(request).await {
-                    self.show_error(&format!("cannot compact: {}", status.message()))?;
-                }
-            }
-            "continue" => return self.slash_continue().await,
-            "rewind" => return self.slash_rewind(arg).await,
-            "shells" => self.slash_shells().await?,
-            "init" => self.send_text(crate::repl::INIT_PROMPT).await,
-            other => match crate::repl::prompt_commands()
-                .into_iter()
-                .find(|c| c.name == other)
-            {
-                Some(command) => self.send_text(command.expand(arg).trim()).await,
-                None => self.show_error(&format!(
-                    "unknown command /{other}; /help lists the commands"
-                ))?,
-            },
+            SlashCommand::Cost => self.slash_cost()?,
+            SlashCommand::Budget => self.slash_budget(arg).await?,
+            SlashCommand::Compact => self.slash_compact().await?,
+            SlashCommand::Continue => return self.slash_continue().await,
+            SlashCommand::Rewind => return self.slash_rewind(arg).await,
+            SlashCommand::Shells => self.slash_shells().await?,
+            SlashCommand::Init => self.send_text(crate::repl::INIT_PROMPT).await,
         }
         Ok(None)
+    }
+
+    /// A name that is no command: the person's prompt file of that name,
+    /// else an error.
+    async fn prompt_file(&mut self, unknown: Unknown<'_>) -> Result<(), CliError> {
+        let Unknown { name, args } = unknown;
+        match crate::repl::prompt_commands()
+            .into_iter()
+            .find(|c| c.name == name)
+        {
+            Some(command) => self.send_text(command.expand(args).trim()).await,
+            None => self.show_error(&format!(
+                "unknown command /{name}; /help lists the commands"
+            ))?,
+        }
+        Ok(())
     }
 
     /// `/help`: how the session works, its commands and the person's own
@@ -97,9 +82,8 @@ impl Session<'_> {
         for line in SLASH_HELP {
             self.note(line)?;
         }
-        for c in SLASH_COMMANDS {
-            let usage = format!("/{} {}", c.name, c.args);
-            self.note(&format!("  {usage:<16} {}", c.help))?;
+        for &c in SlashCommand::ALL {
+            self.note(&format!("  {:<16} {}", c.synopsis(), c.help()))?;
         }
         let custom = crate::repl::prompt_commands();
         if !custom.is_empty() {
@@ -108,6 +92,46 @@ impl Session<'_> {
         for c in custom {
             let usage = format!("/{} …", c.name);
             self.note(&format!("  {usage:<16} {}", c.description))?;
+        }
+        Ok(())
+    }
+
+    /// `/mode` shows the mode; `/mode MODE` changes it.
+    async fn slash_mode(&mut self, arg: &str) -> Result<(), CliError> {
+        if arg.is_empty() {
+            let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
+            return self.note(&format!(
+                "mode: {}; /mode {} changes it",
+                status.mode,
+                crate::cli::Mode::names().join("|")
+            ));
+        }
+        match crate::cli::Mode::parse(arg) {
+            Ok(mode) => self.update_settings(Some(mode), None, Vec::new()).await,
+            Err(e) => self.show_error(&e),
+        }
+    }
+
+    /// `/model` shows the model; `/model NAME` changes it.
+    async fn slash_model(&mut self, arg: &str) -> Result<(), CliError> {
+        if arg.is_empty() {
+            let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
+            return self.note(&format!(
+                "model: {} ({} tokens of context); /model NAME changes it",
+                status.model, status.context_window
+            ));
+        }
+        self.update_settings(None, Some(arg), Vec::new()).await
+    }
+
+    /// `/compact`: the daemon summarises and ends the conversation (its
+    /// events say so).
+    async fn slash_compact(&mut self) -> Result<(), CliError> {
+        let request = pb::CompactConversationRequest {
+            conversation_id: self.config.conversation_id.clone(),
+        };
+        if let Err(status) = self.client.compact_conversation(request).await {
+            self.show_error(&format!("cannot compact: {}", status.message()))?;
         }
         Ok(())
     }
@@ -310,88 +334,4 @@ const SLASH_HELP: [&str; 5] = [
     "Ctrl-C cancels the turn; Ctrl-C twice or Ctrl-D leaves (the conversation stays).",
     "A line starting with `# ` is noted in the project's AGENTS.md.",
     "Tab completes commands and paths. The commands:",
-];
-
-/// The session's slash commands, for `/help` and Tab.
-pub const SLASH_COMMANDS: &[SlashCommand] = &[
-    SlashCommand {
-        name: "help",
-        args: "",
-        help: "this list",
-    },
-    SlashCommand {
-        name: "cost",
-        args: "",
-        help: "tokens and cost of this conversation",
-    },
-    SlashCommand {
-        name: "shells",
-        args: "",
-        help: "the background shells of this conversation",
-    },
-    SlashCommand {
-        name: "expand",
-        args: "",
-        help: "the last tool result whole (also Ctrl-O)",
-    },
-    SlashCommand {
-        name: "mode",
-        args: "[MODE]",
-        help: "show or change the permission mode; Shift-Tab: the next one",
-    },
-    SlashCommand {
-        name: "model",
-        args: "[NAME]",
-        help: "show or change the model of the next requests",
-    },
-    SlashCommand {
-        name: "add-dir",
-        args: "DIR",
-        help: "let the tools reach DIR too (as the working directory)",
-    },
-    SlashCommand {
-        name: "init",
-        args: "",
-        help: "ask the agent to write an AGENTS.md for this project",
-    },
-    SlashCommand {
-        name: "budget",
-        args: "raise [AMOUNT] | stop",
-        help: "answer a reached budget: raise it (default: by the budget again) or stop the turn",
-    },
-    SlashCommand {
-        name: "image",
-        args: "PATH",
-        help: "attach an image (PNG, JPEG, GIF, WebP) to your next message",
-    },
-    SlashCommand {
-        name: "compact",
-        args: "",
-        help: "summarise the conversation now and end it (then /continue)",
-    },
-    SlashCommand {
-        name: "continue",
-        args: "",
-        help: "go on in a new conversation seeded with the summary",
-    },
-    SlashCommand {
-        name: "rewind",
-        args: "[MESSAGE] [code|conversation|both] [force]",
-        help: "undo the agent's file changes since a message (default: the last), or fork before it",
-    },
-    SlashCommand {
-        name: "attach",
-        args: "ID",
-        help: "go to another conversation (agent ls lists them)",
-    },
-    SlashCommand {
-        name: "clear",
-        args: "",
-        help: "start a new conversation in this directory",
-    },
-    SlashCommand {
-        name: "exit",
-        args: "",
-        help: "leave (the conversation stays in the daemon: agent -c)",
-    },
 ];

@@ -1047,3 +1047,77 @@ async fn a_plan_rejected_by_key_asks_for_feedback() {
     let (result, _, _) = agent.finish().await;
     assert_eq!(result.unwrap(), Exit::Ok);
 }
+
+/// What `/help`, an unknown command and `/quit` print, byte for byte: the
+/// pin that keeps the slash-command table's rendering as it was.
+#[tokio::test]
+async fn help_and_an_unknown_command_print_as_they_always_did() {
+    let mut daemon = Daemon::start().await;
+    let (lines, lines_rx) = tokio::sync::mpsc::channel(4);
+    let (_presses, presses_rx) = tokio::sync::mpsc::channel(1);
+    let (mut io, captured) = crate::io::Io::captured(lines_rx, true, presses_rx);
+    let client = crate::connect(&daemon.socket).await.unwrap();
+    let config = SessionConfig {
+        kind: SessionKind::Interactive,
+        conversation_id: CONV_ID.into(),
+        socket: daemon.socket.clone(),
+        yes: false,
+        json: false,
+        client_name: "me".into(),
+        view_only: false,
+        sent_prompt: None,
+        create: None,
+    };
+    let session = tokio::spawn(async move {
+        session_outcome(client, config, &mut io, None)
+            .await
+            .map(|(outcome, _)| outcome)
+    });
+    let mut call = daemon.attach_call().await;
+    call.subscribe().await;
+    call.send(3, snapshot(S::Idle, Vec::new(), None)).await;
+    lines.send("/help".into()).await.unwrap();
+    lines.send("/nosuch with args".into()).await.unwrap();
+    lines.send("/".into()).await.unwrap();
+    lines.send("/quit".into()).await.unwrap();
+    let outcome = session.await.unwrap().unwrap();
+    assert_eq!(outcome, Outcome::Detached);
+    let out = captured.out.text();
+    // The person's own prompt files (if any) are listed between the two.
+    assert!(out.starts_with(HELP), "{out}");
+    assert!(out.ends_with(UNKNOWN), "{out}");
+    for &c in crate::slash_command::SlashCommand::ALL {
+        let line = format!("  {:<16} {}", c.synopsis(), c.help());
+        let times = out.lines().filter(|l| *l == line).count();
+        assert_eq!(times, 1, "{c:?} in /help");
+    }
+}
+
+/// `/help` up to the person's prompt files.
+const HELP: &str = r#"Type a message and press Enter; Alt-Enter or a trailing \ starts a new line.
+While the agent works, what you send waits for its next step (it is queued).
+Ctrl-C cancels the turn; Ctrl-C twice or Ctrl-D leaves (the conversation stays).
+A line starting with `# ` is noted in the project's AGENTS.md.
+Tab completes commands and paths. The commands:
+  /help            this list
+  /cost            tokens and cost of this conversation
+  /shells          the background shells of this conversation
+  /expand          the last tool result whole (also Ctrl-O)
+  /mode [MODE]     show or change the permission mode; Shift-Tab: the next one
+  /model [NAME]    show or change the model of the next requests
+  /add-dir DIR     let the tools reach DIR too (as the working directory)
+  /init            ask the agent to write an AGENTS.md for this project
+  /budget raise [AMOUNT] | stop answer a reached budget: raise it (default: by the budget again) or stop the turn
+  /image PATH      attach an image (PNG, JPEG, GIF, WebP) to your next message
+  /compact         summarise the conversation now and end it (then /continue)
+  /continue        go on in a new conversation seeded with the summary
+  /rewind [MESSAGE] [code|conversation|both] [force] undo the agent's file changes since a message (default: the last), or fork before it
+  /attach ID       go to another conversation (agent ls lists them)
+  /clear           start a new conversation in this directory
+  /exit            leave (the conversation stays in the daemon: agent -c)
+"#;
+
+/// `/nosuch with args` and `/` alone.
+const UNKNOWN: &str = "\u{2717} unknown command /nosuch; /help lists the commands
+\u{2717} unknown command /; /help lists the commands
+";
