@@ -883,19 +883,20 @@ async fn a_message_not_yet_appended_is_sent_again_with_its_id_after_a_reconnect(
     assert_eq!(result.unwrap(), Exit::Ok);
 }
 
-#[tokio::test]
-async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
-    let mut daemon = Daemon::start().await;
-    daemon.state().exports = vec![pb::ExportedConversation {
-        images: Vec::new(),
-        conversation: Some(pb::ConversationSummary {
-            id: "01OTHER".into(),
-            ..Default::default()
-        }),
-        messages: Vec::new(),
-    }];
+/// An interactive session on `CONV_ID`, attached and shown idle.
+struct Interactive {
+    /// What the session reads as typed lines.
+    lines: tokio::sync::mpsc::Sender<String>,
+    /// Its interrupt keys and its Attach call, open for the session's life.
+    _presses: tokio::sync::mpsc::Sender<()>,
+    _call: AttachCall,
+    captured: crate::io::Captured,
+    session: tokio::task::JoinHandle<Result<Outcome, crate::error::CliError>>,
+}
+
+async fn interactive_at_idle(daemon: &mut Daemon) -> Interactive {
     let (lines, lines_rx) = tokio::sync::mpsc::channel(4);
-    let (_presses, presses_rx) = tokio::sync::mpsc::channel(1);
+    let (presses, presses_rx) = tokio::sync::mpsc::channel(1);
     let (mut io, captured) = crate::io::Io::captured(lines_rx, true, presses_rx);
     let client = crate::connect(&daemon.socket).await.unwrap();
     let config = SessionConfig {
@@ -917,6 +918,33 @@ async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
     let mut call = daemon.attach_call().await;
     call.subscribe().await;
     call.send(3, snapshot(S::Idle, Vec::new(), None)).await;
+    Interactive {
+        lines,
+        _presses: presses,
+        _call: call,
+        captured,
+        session,
+    }
+}
+
+#[tokio::test]
+async fn an_interactive_attach_to_a_wrong_id_keeps_the_session() {
+    let mut daemon = Daemon::start().await;
+    daemon.state().exports = vec![pb::ExportedConversation {
+        images: Vec::new(),
+        conversation: Some(pb::ConversationSummary {
+            id: "01OTHER".into(),
+            ..Default::default()
+        }),
+        messages: Vec::new(),
+    }];
+    let Interactive {
+        lines,
+        _presses,
+        _call,
+        captured,
+        session,
+    } = interactive_at_idle(&mut daemon).await;
     lines.send("/attach nope".into()).await.unwrap();
     let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
     while !captured.out.text().contains("nope") {
@@ -1053,29 +1081,13 @@ async fn a_plan_rejected_by_key_asks_for_feedback() {
 #[tokio::test]
 async fn help_and_an_unknown_command_print_as_they_always_did() {
     let mut daemon = Daemon::start().await;
-    let (lines, lines_rx) = tokio::sync::mpsc::channel(4);
-    let (_presses, presses_rx) = tokio::sync::mpsc::channel(1);
-    let (mut io, captured) = crate::io::Io::captured(lines_rx, true, presses_rx);
-    let client = crate::connect(&daemon.socket).await.unwrap();
-    let config = SessionConfig {
-        kind: SessionKind::Interactive,
-        conversation_id: CONV_ID.into(),
-        socket: daemon.socket.clone(),
-        yes: false,
-        json: false,
-        client_name: "me".into(),
-        view_only: false,
-        sent_prompt: None,
-        create: None,
-    };
-    let session = tokio::spawn(async move {
-        session_outcome(client, config, &mut io, None)
-            .await
-            .map(|(outcome, _)| outcome)
-    });
-    let mut call = daemon.attach_call().await;
-    call.subscribe().await;
-    call.send(3, snapshot(S::Idle, Vec::new(), None)).await;
+    let Interactive {
+        lines,
+        _presses,
+        _call,
+        captured,
+        session,
+    } = interactive_at_idle(&mut daemon).await;
     lines.send("/help".into()).await.unwrap();
     lines.send("/nosuch with args".into()).await.unwrap();
     lines.send("/".into()).await.unwrap();
