@@ -13,7 +13,12 @@
 //! daemon's threads plus the `agent` process (the `bash` children's own CPU,
 //! the same `echo` for both, is left out of both).
 //!
-//! Both run in the same directory, in each of the places users work
+//! Beside it runs the "minimal Python loop" of issue 44's outside
+//! measurement (`floor_loop.py`: the same task with `http.client`, `json`
+//! and `subprocess`), when `python3` is on `PATH`: agentd's round over it
+//! is reported, the targets stay against the Rust floor.
+//!
+//! All run in the same directory, in each of the places users work
 //! (issue 44): a plain directory (`--part plain`), a git repository of one
 //! committed file (`git-1`) and a generated one of 20,200 files, about
 //! 160 MB (`git-20k`); `--part git-100k` runs a 101,000-file repository
