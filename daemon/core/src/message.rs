@@ -325,3 +325,10 @@ pub struct Reply {
     pub stop_reason: StopReason,
     pub usage: Usage,
 }
+
+/// Whether a user message says nothing: no text but white space, and no
+/// image. The one rule; the edges apply it early (before loading a
+/// conversation for it) through this function, the core at every message.
+pub fn says_nothing(text: &str, images: usize) -> bool {
+    text.trim().is_empty() && images == 0
+}

@@ -98,8 +98,13 @@ impl Manager {
         id: &str,
         message: NewMessage,
     ) -> Result<Sent, RuntimeError> {
-        // Whether a message says anything (text or images) is the core's
-        // to judge; a check here refused an image alone.
+        // The core's rule, applied before the conversation is loaded for
+        // it (a check of its own here refused an image alone).
+        if agentd_core::message::says_nothing(&message.text, message.images.len()) {
+            return Err(RuntimeError::InvalidArgument(
+                agentd_core::Rejected::EmptyMessage.to_string(),
+            ));
+        }
         self.ask(id, |reply| Command::Send { message, reply })
             .await?
     }

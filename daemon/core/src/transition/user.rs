@@ -18,7 +18,7 @@ pub(super) fn on_user_message(
     text: String,
     images: Vec<ImageRef>,
 ) -> Result<Transition, Rejected> {
-    if text.trim().is_empty() && images.is_empty() {
+    if crate::message::says_nothing(&text, images.len()) {
         return Err(Rejected::EmptyMessage);
     }
     match state {
