@@ -1,4 +1,5 @@
-//! `agent acp` (issue 19, point 1): an editor drives the bridge with the
+//! `agent acp` (issue 19, point 1), which runs the `agent-acp` binary
+//! (here `test-agent-acp`): an editor drives the bridge with the
 //! `agent-client-protocol` crate's client side over the child's stdin and
 //! stdout — sessions, prompts, streamed updates, permission requests
 //! answered (or withdrawn) through ACP, cancel, modes, and `session/load`
@@ -46,6 +47,7 @@ impl Editor {
     async fn start(daemon: &TestDaemon) -> Editor {
         let mut cmd = tokio::process::Command::from(daemon.agent());
         cmd.arg("acp")
+            .env("AGENT_ACP_BIN", agent_tests::harness::acp_bin())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
