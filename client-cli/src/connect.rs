@@ -366,6 +366,19 @@ pub fn error_chain(error: &(dyn StdError + 'static)) -> String {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_missing_program_says_where_it_was_looked_for() {
+        let err = find_program("agent-no-such-program", "AGENT_NO_SUCH_PROGRAM_BIN").unwrap_err();
+        assert!(
+            err.starts_with("agent-no-such-program not found in "),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(" or on PATH (set AGENT_NO_SUCH_PROGRAM_BIN)"),
+            "{err}"
+        );
+    }
+
     #[tokio::test]
     async fn missing_socket_without_autostart_is_a_clear_error() {
         let dir = tempfile::tempdir().unwrap();
