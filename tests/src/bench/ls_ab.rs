@@ -22,6 +22,9 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     let [a, b] = settings.clients.as_slice() else {
         return Err("ls-ab compares two clients: give --client A_BIN --client B_BIN".to_string());
     };
+    // Absolute: the clients run in the daemon's work directory.
+    let a = &std::fs::canonicalize(a).ctx(&format!("client {}", a.display()))?;
+    let b = &std::fs::canonicalize(b).ctx(&format!("client {}", b.display()))?;
     let mut report = Report::new("ls-ab");
     for (name, bin) in [("A", a), ("B", b)] {
         let size = std::fs::metadata(bin)
