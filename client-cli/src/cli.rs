@@ -172,8 +172,13 @@ impl Cli {
     }
 }
 
+// `defer`: a subcommand's arguments are made only for the subcommand that
+// runs (help, completions and man pages build the whole tree). Making all
+// ~460 of them for every command cost `agent run` 0.27 ms of CPU and 58
+// page faults (BENCHMARKS.md, 2026-11-26, evening).
 /// The subcommands.
 #[derive(Debug, Subcommand)]
+#[command(defer = true)]
 pub enum Command {
     /// Start a new conversation with PROMPT and stream it until the turn ends
     ///

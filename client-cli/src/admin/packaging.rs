@@ -4,8 +4,6 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use clap::CommandFactory as _;
-
 use super::{line, out_err};
 use crate::cli::Cli;
 use crate::error::{CliError, Exit};
@@ -13,7 +11,7 @@ use crate::io::Io;
 
 /// `agent completions SHELL`: the completion script on stdout.
 pub fn completions(shell: clap_complete::Shell, io: &mut Io) -> Result<Exit, CliError> {
-    let mut command = Cli::command();
+    let mut command = whole_command();
     clap_complete::generate(shell, &mut command, "agent", &mut io.out);
     io.out.flush().map_err(out_err)?;
     Ok(Exit::Ok)
@@ -22,7 +20,7 @@ pub fn completions(shell: clap_complete::Shell, io: &mut Io) -> Result<Exit, Cli
 /// `agent man [--out DIR]`: `agent.1` on stdout, or every page (`agent.1`,
 /// `agent-run.1`, `agent-daemon-stop.1`, …) written into DIR.
 pub fn man(out: Option<PathBuf>, io: &mut Io) -> Result<Exit, CliError> {
-    let command = Cli::command();
+    let command = whole_command();
     match out {
         None => {
             clap_mangen::Man::new(command)
@@ -41,6 +39,63 @@ pub fn man(out: Option<PathBuf>, io: &mut Io) -> Result<Exit, CliError> {
         }
     }
     Ok(Exit::Ok)
+}
+
+/// Every command, argument and subcommand, built, as completions and man
+/// pages show them. The subcommands' own parts are made when the tree is
+/// built (`defer` in [`crate::cli::Command`]), after clap has copied the
+/// tree under `help` (for `agent help daemon stop`): their subcommands are
+/// added to that copy here.
+fn whole_command() -> clap::Command {
+    use clap::CommandFactory as _;
+    let mut command = Cli::command();
+    command.build();
+    let nested: Vec<(String, Vec<clap::Command>)> = command
+        .get_subcommands()
+        .filter(|sub| sub.get_name() != "help" && sub.has_subcommands())
+        .map(|sub| {
+            let under = format!("{} help {}", command.get_name(), sub.get_name());
+            let copies = help_copies(sub, &under);
+            (sub.get_name().to_string(), copies)
+        })
+        .collect();
+    // In place, in clap's order; a copy that is not there is left alone.
+    command.mut_subcommands(|sub| {
+        if sub.get_name() != "help" {
+            return sub;
+        }
+        sub.mut_subcommands(|copy| {
+            match nested.iter().find(|(name, _)| name == copy.get_name()) {
+                // Only where clap copied none (they did not exist yet).
+                Some((_, copies)) if !copy.has_subcommands() => copy.subcommands(copies.clone()),
+                _ => copy,
+            }
+        })
+    })
+}
+
+/// The subcommands of `command` as clap copies them under `help`: name,
+/// description and subcommands, no arguments, no `help` of their own;
+/// `under` is their parent's command line.
+fn help_copies(command: &clap::Command, under: &str) -> Vec<clap::Command> {
+    command
+        .get_subcommands()
+        .filter(|sub| sub.get_name() != "help")
+        .map(|sub| {
+            let bin_name = format!("{under} {}", sub.get_name());
+            let mut copy = clap::Command::new(sub.get_name().to_string())
+                .hide(sub.is_hide_set())
+                .disable_help_flag(true)
+                .disable_version_flag(true)
+                .disable_help_subcommand(true)
+                .subcommands(help_copies(sub, &bin_name))
+                .bin_name(bin_name);
+            if let Some(about) = sub.get_about() {
+                copy = copy.about(about.clone());
+            }
+            copy
+        })
+        .collect()
 }
 
 /// Writes the page of `command` and of each subcommand, depth first.
@@ -78,7 +133,9 @@ mod tests {
     use crate::admin::tests::captured;
 
     /// Every shell's script names the subcommands and their arguments, and
-    /// knows the tree under `help` (`agent help budget raise`).
+    /// knows the tree under `help` (`agent help budget raise`): the
+    /// subcommands' own parts are built late (`defer`), after clap copies
+    /// the tree under `help`.
     #[test]
     fn completions_know_every_subcommand_its_arguments_and_help() {
         for shell in [
