@@ -142,6 +142,16 @@ pub enum Effect {
     RunPreToolHooks {
         call: ToolCall,
     },
+    /// Put the user message just sent in the queue: a turn runs and its
+    /// sender asked to queue it rather than be refused. The state is
+    /// unchanged; the core delivers it later from `ConvContext::queued`.
+    Enqueue,
+    /// Run the hooks that check the user message just sent before it is
+    /// sent (`session_start` for the first message, then
+    /// `user_prompt_submit`): the state would take it, and nothing happened
+    /// yet. The runtime sends it again, `PromptHooks::Passed`, if they let
+    /// it through (with what they added).
+    RunPromptHooks,
     /// Run the `stop` hooks; the runtime reports `StopHooksDecided`.
     RunStopHooks,
     /// Stop the hooks that run (their process groups are terminated);

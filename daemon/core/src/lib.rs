@@ -39,7 +39,7 @@ pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
 pub use correction::{CorrectionSignal, Corrections};
 pub use effect::{Effect, LlmPurpose, Notice, SubAgentOutcome};
-pub use event::{Event, LlmFailure, RuleScope};
+pub use event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};
 pub use hooks::{HookMatchers, HookVerdict};
 pub use image::{ImageLimits, ImageMediaType, ImageRef, ImageRejected};
 pub use message::{

@@ -727,6 +727,7 @@ mod flow {
             Event::UserMessage {
                 text: text.into(),
                 images: Vec::new(),
+                sending: Default::default(),
             },
         )
         .unwrap();
@@ -740,6 +741,7 @@ mod flow {
             Event::UserMessage {
                 text: "fix the typo".into(),
                 images: Vec::new(),
+                sending: Default::default(),
             },
         )
         .unwrap();
@@ -751,6 +753,7 @@ mod flow {
             Event::UserMessage {
                 text: text.into(),
                 images: Vec::new(),
+                sending: Default::default(),
             },
         )
         .unwrap();
@@ -762,6 +765,7 @@ mod flow {
             Event::UserMessage {
                 text: text.into(),
                 images: Vec::new(),
+                sending: Default::default(),
             },
         )
         .unwrap();

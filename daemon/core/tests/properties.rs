@@ -587,6 +587,10 @@ impl Sim {
             Effect::FinishSubAgent { outcome } => {
                 self.violate(Prop::World, format!("unexpected sub-agent end {outcome:?}"));
             }
+            // Messages here are sent past their hooks and never queued.
+            Effect::Enqueue | Effect::RunPromptHooks => {
+                self.violate(Prop::World, format!("unexpected {effect:?}"));
+            }
         }
     }
 
@@ -776,6 +780,7 @@ impl Sim {
             Event::UserMessage {
                 text: "probe".to_string(),
                 images: vec![],
+                sending: Default::default(),
             },
         );
         match (expected_refusal(&self.state), result) {
@@ -1093,12 +1098,14 @@ impl Sim {
             Event::UserMessage {
                 text: text.to_string(),
                 images: vec![],
+                sending: Default::default(),
             },
         );
         let refused_with = result.as_ref().err().map(ToString::to_string);
         let accepted = self.feed(Event::UserMessage {
             text: text.to_string(),
             images: vec![],
+            sending: Default::default(),
         });
         match (refusal, accepted) {
             (None, true) => {}

@@ -13,7 +13,7 @@
 
 use agentd_core::budget::{Amounts, BudgetContext, BudgetKind, BudgetStop};
 use agentd_core::effect::{Effect, LlmPurpose, Notice};
-use agentd_core::event::{Event, LlmFailure, RuleScope};
+use agentd_core::event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};
 use agentd_core::message::{
     ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
@@ -429,6 +429,8 @@ fn render_effect(effect: &Effect) -> String {
         }
         Effect::RunStopHooks => "run stop hooks".to_string(),
         Effect::AbortHooks => "abort hooks".to_string(),
+        Effect::Enqueue => "enqueue".to_string(),
+        Effect::RunPromptHooks => "run prompt hooks".to_string(),
     }
 }
 
@@ -491,6 +493,7 @@ fn user_msg(s: &str) -> Event {
     Event::UserMessage {
         text: s.to_string(),
         images: vec![],
+        sending: Default::default(),
     }
 }
 
@@ -903,6 +906,125 @@ fn matrix_user_message_while_requesting_is_rejected() {
         &ctx(),
         user_msg("and also"),
         "REJECT agent is busy",
+    );
+}
+
+/// A user message sent as `sending`.
+fn user_msg_sent(s: &str, sending: Sending) -> Event {
+    Event::UserMessage {
+        text: s.to_string(),
+        images: vec![],
+        sending,
+    }
+}
+
+const QUEUE_IF_BUSY: Sending = Sending {
+    queue_if_busy: true,
+    hooks: PromptHooks::Passed,
+    other_in_hooks: false,
+};
+
+#[test]
+fn a_message_sent_to_queue_if_busy_is_enqueued_while_a_turn_runs_or_a_cancel_completes() {
+    for state in [
+        requesting(1, 1),
+        waiting_retry(2, 1),
+        ConvState::StopHooks { iteration: 1 },
+    ] {
+        check(
+            state.clone(),
+            &ctx(),
+            user_msg_sent("and also", QUEUE_IF_BUSY),
+            &format!("{}\n+ enqueue", render_state(&state)),
+        );
+    }
+    check(
+        ConvState::Cancelling { iteration: 1 },
+        &ctx(),
+        user_msg_sent("and also", QUEUE_IF_BUSY),
+        "Cancelling iter=1\n+ enqueue",
+    );
+    check(
+        ConvState::Cancelling { iteration: 1 },
+        &ctx(),
+        user_msg("and also"),
+        "REJECT cancellation in progress",
+    );
+}
+
+#[test]
+fn a_message_to_queue_is_still_refused_when_it_is_empty_or_the_context_is_exhausted() {
+    check(
+        requesting(1, 1),
+        &ctx(),
+        user_msg_sent("  ", QUEUE_IF_BUSY),
+        "REJECT message text is empty",
+    );
+    check(
+        ConvState::ContextExhausted {
+            summary: "s".into(),
+            final_usage: Usage::default(),
+        },
+        &ctx(),
+        user_msg_sent("more", QUEUE_IF_BUSY),
+        "REJECT context exhausted",
+    );
+}
+
+#[test]
+fn a_message_whose_prompt_hooks_are_due_asks_for_them_and_changes_nothing() {
+    let due = Sending {
+        hooks: PromptHooks::Due,
+        ..QUEUE_IF_BUSY
+    };
+    check(
+        ConvState::Idle,
+        &ctx(),
+        user_msg_sent("fix it", due),
+        "Idle\n+ run prompt hooks",
+    );
+    // A turn runs: the hooks do not run; it is queued as asked.
+    check(
+        requesting(1, 1),
+        &ctx(),
+        user_msg_sent("fix it", due),
+        "LlmRequesting attempt=1 iter=1\n+ enqueue",
+    );
+}
+
+#[test]
+fn another_message_in_its_prompt_hooks_counts_as_a_running_turn() {
+    let other = Sending {
+        other_in_hooks: true,
+        ..Sending::default()
+    };
+    check(
+        ConvState::Idle,
+        &ctx(),
+        user_msg_sent("me too", other),
+        "REJECT agent is busy",
+    );
+    check(
+        ConvState::Idle,
+        &ctx(),
+        user_msg_sent(
+            "me too",
+            Sending {
+                queue_if_busy: true,
+                ..other
+            },
+        ),
+        "Idle\n+ enqueue",
+    );
+    // What the state refuses anyway is refused for that reason.
+    check(
+        ConvState::ContextExhausted {
+            summary: "s".into(),
+            final_usage: Usage::default(),
+        },
+        &ctx(),
+        user_msg_sent("me too", other),
+        "REJECT context exhausted",
     );
 }
 

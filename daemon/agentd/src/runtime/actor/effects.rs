@@ -45,6 +45,11 @@ impl Actor {
             Effect::CancelSubAgents { agent_ids } => self.cancel_sub_agents(agent_ids),
             // The commit recorded the end.
             Effect::FinishSubAgent { .. } => self.report_sub_agent_end(),
+            // Answers to a message not taken yet, which `send` reads
+            // before anything is committed: no commit carries them.
+            Effect::Enqueue | Effect::RunPromptHooks => {
+                tracing::error!(conversation = %self.record.id, "{effect:?} reached the effect runner");
+            }
         }
         None
     }
