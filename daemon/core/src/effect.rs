@@ -161,9 +161,11 @@ pub enum Effect {
     AskPermission {
         ask: PermissionAsk,
     },
-    /// Tell clients how a permission request ended.
+    /// Tell clients how a permission request ended (and the audit trail
+    /// which call an answer allowed or denied).
     PermissionResolved {
-        request_id: String,
+        /// The request that ended, with the call it asked about.
+        ask: PermissionAsk,
         decision: Decision,
         /// Who answered.
         by: Option<ClientInfo>,

@@ -328,17 +328,14 @@ fn render_effect(effect: &Effect) -> String {
                 ask.suggested_rule
             )
         }
-        Effect::PermissionResolved {
-            request_id,
-            decision,
-            by,
-        } => match by {
+        Effect::PermissionResolved { ask, decision, by } => match by {
             Some(client) => format!(
-                "resolved {request_id} {} by {}",
+                "resolved {} {} by {}",
+                ask.request_id,
                 wire(decision),
                 client.name
             ),
-            None => format!("resolved {request_id} {}", wire(decision)),
+            None => format!("resolved {} {}", ask.request_id, wire(decision)),
         },
         Effect::AddRule { rule, scope } => format!("add rule {} for {scope:?}", rule.spec()),
         Effect::Notify { notice } => match notice {
@@ -2876,6 +2873,29 @@ fn doom_asking() -> ConvState {
     )
     .unwrap()
     .state
+}
+
+#[test]
+fn a_resolution_carries_the_request_it_ends_with_its_call() {
+    // The audit trail names the call an answer allowed or denied: the
+    // core hands over the request, the runtime keeps no copy to match.
+    let resolved_ask = |state: &ConvState, ctx: &ConvContext, event: Event| {
+        let t = transition(state, ctx, event).unwrap();
+        t.effects.into_iter().find_map(|e| match e {
+            Effect::PermissionResolved { ask, .. } => Some(ask),
+            _ => None,
+        })
+    };
+    let asking_doom = doom_asking();
+    let pending = asking_doom.pending_permission().cloned();
+    assert_eq!(pending.as_ref().map(|a| a.tool_name.as_str()), Some("bash"));
+    for event in [
+        answer("perm-t1", Decision::AllowOnce, None),
+        answer("", Decision::Deny, None),
+        Event::UserCancel,
+    ] {
+        assert_eq!(resolved_ask(&asking_doom, &doom_ctx(), event), pending);
+    }
 }
 
 #[test]

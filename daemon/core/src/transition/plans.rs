@@ -179,7 +179,7 @@ fn on_plan_answer(
     };
     let mut effects = vec![
         Effect::PermissionResolved {
-            request_id: ask.request_id.clone(),
+            ask: ask.clone(),
             decision,
             by,
         },

@@ -27,11 +27,9 @@ impl Actor {
             Effect::RunStopHooks => self.start_stop_hooks(),
             Effect::AbortHooks => self.work.abort_hooks(),
             Effect::AskPermission { ask } => self.ask_permission(ask).await,
-            Effect::PermissionResolved {
-                request_id,
-                decision,
-                by,
-            } => self.permission_resolved(request_id, decision, by).await,
+            Effect::PermissionResolved { ask, decision, by } => {
+                self.permission_resolved(ask, decision, by).await
+            }
             Effect::AddRule { rule, scope } => self.rule_added(rule, scope),
             Effect::Notify { notice } => self.tell(notice).await,
             Effect::PlanChanged { plan, change } => self.plan_changed(plan, change).await,
