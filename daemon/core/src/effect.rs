@@ -205,6 +205,23 @@ pub enum Effect {
     FinishSubAgent {
         outcome: SubAgentOutcome,
     },
+    /// Remember the files as they are now under `mark` (a plan step
+    /// starts), so that `RestoreCheckpoint` can put back what the agent
+    /// changes after it.
+    MarkCheckpoint {
+        mark: String,
+    },
+    /// Put back the files the agent changed since `mark` (files someone
+    /// else changed meanwhile stay, named) and tell clients: the plan step
+    /// `step_id` failed and `[plan] auto_rollback_on_failure` is on.
+    RestoreCheckpoint {
+        mark: String,
+        step_id: String,
+    },
+    /// The context is exhausted and the daemon continues the conversation
+    /// in a new one by itself (`[context] auto_continue`): the runtime
+    /// records that it owes one with the state, then asks for it.
+    ContinueInNewConversation,
     /// The conversation's plan is now `plan` (persisted with the state of
     /// this transition); tell clients what happened to it.
     PlanChanged {

@@ -48,8 +48,8 @@ pub use message::{
 pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
 pub use plan::{Plan, PlanPhase, PlanStep, StepChange, StepStatus, should_create_plan};
 pub use state::{
-    ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, SubAgentResult,
-    SubAgentRole, Submitted, ToolRun,
+    AutoContinue, ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait,
+    SubAgentResult, SubAgentRole, Submitted, ToolRun,
 };
 pub use tools::ToolSpec;
 pub use transition::{Rejected, Transition, transition};

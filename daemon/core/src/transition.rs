@@ -160,6 +160,8 @@ pub fn transition(
     let cancelled = stops || matches!(state, ConvState::Cancelling { .. });
     let t = decide(state, ctx, event)?;
     let t = deliver_queued(state, ctx, stops, t);
+    let t = plans::checkpoints(ctx, t);
+    let t = continuation::owed(state, ctx, t);
     Ok(end_of_sub_agent(state, ctx, cancelled, t))
 }
 

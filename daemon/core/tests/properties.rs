@@ -577,6 +577,9 @@ impl Sim {
             | Effect::PermissionResolved { .. }
             | Effect::AddRule { .. }
             | Effect::PlanChanged { .. }
+            | Effect::MarkCheckpoint { .. }
+            | Effect::RestoreCheckpoint { .. }
+            | Effect::ContinueInNewConversation
             | Effect::Notify { .. } => {}
             Effect::SpawnSubAgent { agent_id, .. } => {
                 self.violate(Prop::World, format!("unexpected sub-agent {agent_id}"));

@@ -428,6 +428,11 @@ fn render_effect(effect: &Effect) -> String {
         Effect::AbortHooks => "abort hooks".to_string(),
         Effect::Enqueue => "enqueue".to_string(),
         Effect::RunPromptHooks => "run prompt hooks".to_string(),
+        Effect::MarkCheckpoint { mark } => format!("mark checkpoint {mark}"),
+        Effect::RestoreCheckpoint { mark, step_id } => {
+            format!("restore checkpoint {mark} (step {step_id})")
+        }
+        Effect::ContinueInNewConversation => "continue in a new conversation".to_string(),
     }
 }
 
@@ -1578,6 +1583,62 @@ fn matrix_continuation_response_exhausts_the_context() {
         + append assistant kind=continuation: text "Summary."
         + notify context_exhausted "Summary."
         "#,
+    );
+}
+
+#[test]
+fn an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_allows() {
+    let on = |hop: u32, continued: bool| ConvContext {
+        auto_continue: agentd_core::state::AutoContinue {
+            enabled: true,
+            max_hops: 3,
+            hop,
+            continued,
+        },
+        ..ctx()
+    };
+    let completed = || Event::ContinuationCompleted {
+        summary: "S.".to_string(),
+        usage: usage(1_000, 300),
+    };
+    check(
+        continuation(1),
+        &on(2, false),
+        completed(),
+        r#"
+        ContextExhausted usage=181000/0/0/1300 summary="S."
+        + append assistant kind=continuation: text "S."
+        + notify context_exhausted "S."
+        + continue in a new conversation
+        "#,
+    );
+    check(
+        continuation(3),
+        &on(0, false),
+        Event::ContinuationFailed {
+            error: "HTTP 500".to_string(),
+        },
+        &format!(
+            "ContextExhausted usage=180000/0/0/1000 summary={fallback:?}
+            + append assistant kind=continuation: text {fallback:?}
+            + notify context_exhausted {fallback:?}
+            + continue in a new conversation",
+            fallback = texts::CONTINUATION_FALLBACK
+        ),
+    );
+    // Not at the end of the chain, nor twice, nor when it is off.
+    for c in [on(3, false), on(0, true), ctx()] {
+        let t = transition(&continuation(1), &c, completed()).unwrap();
+        assert!(!t.effects.contains(&Effect::ContinueInNewConversation));
+    }
+    // Nor when the context was exhausted already.
+    let exhausted = transition(&continuation(1), &ctx(), completed())
+        .unwrap()
+        .state;
+    assert!(
+        transition(&exhausted, &on(0, false), Event::DaemonRestarted).map_or(true, |t| !t
+            .effects
+            .contains(&Effect::ContinueInNewConversation))
     );
 }
 

@@ -47,6 +47,13 @@ impl Actor {
             plan_detect: cfg.plan.detect,
             corrections: self.record.corrections.clone(),
             sub_agent: self.sub_agent_role(),
+            auto_rollback_on_failure: cfg.plan.auto_rollback_on_failure,
+            auto_continue: agentd_core::AutoContinue {
+                enabled: cfg.context.auto_continue,
+                max_hops: cfg.context.max_hops,
+                hop: self.record.hop,
+                continued: self.record.continued_as.is_some(),
+            },
         }
     }
 

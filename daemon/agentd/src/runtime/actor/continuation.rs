@@ -23,12 +23,6 @@ impl Continuation {
         Continuation { requests }
     }
 
-    /// Whether the daemon is to continue `record` (just exhausted) by
-    /// itself: the config says so and the chain is not too long yet.
-    pub(super) fn due(config: &ContextSection, record: &ConversationRecord) -> bool {
-        config.auto_continue && record.continued_as.is_none() && record.hop < config.max_hops
-    }
-
     /// Asks the manager to continue `record` when the record says the
     /// daemon owes it a continuation (see `continue_pending`).
     pub(super) fn ask_if_owed(&self, record: &ConversationRecord) {
@@ -194,11 +188,9 @@ mod tests {
         let continuation = Continuation::new(tx);
         let mut record = crate::runtime::test_record("c1", dir.path());
         exhausted(&mut record);
-        record.hop = 2;
-        assert!(Continuation::due(&config(true, 3), &record));
+        // Whether one is due is the core's decision (its test
+        // `an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_allows`).
         record.hop = 3;
-        assert!(!Continuation::due(&config(true, 3), &record));
-        assert!(!Continuation::due(&config(false, 9), &record));
         let notice = continuation.after_exhaustion(&config(true, 3), &record);
         assert!(notice.unwrap().contains("3 continuations in a row"));
         assert_eq!(

@@ -33,6 +33,12 @@ impl Actor {
             Effect::AddRule { rule, scope } => self.rule_added(rule, scope),
             Effect::Notify { notice } => self.tell(notice).await,
             Effect::PlanChanged { plan, change } => self.plan_changed(plan, change).await,
+            Effect::MarkCheckpoint { mark } => self.mark_checkpoint(&mark),
+            Effect::RestoreCheckpoint { mark, step_id } => {
+                self.roll_back_step(&mark, step_id).await
+            }
+            // The commit recorded it; announcing the exhaustion asks for it.
+            Effect::ContinueInNewConversation => {}
             Effect::SpawnSubAgent {
                 agent_id,
                 prompt,
@@ -105,7 +111,7 @@ impl Actor {
 
     /// `PlanChanged`: the plan itself was written by the commit; the event
     /// is stored so a client that resumes (after a restart too) is told
-    /// what happened to it. A step's start or failure may move files.
+    /// what happened to it.
     async fn plan_changed(
         &mut self,
         plan: agentd_core::plan::Plan,
@@ -117,17 +123,7 @@ impl Actor {
             plan: plan.clone(),
         })
         .await;
-        let step = match &change {
-            agentd_core::plan::PlanEvent::Step(step) => Some(step.clone()),
-            _ => None,
-        };
-        self.emit(EventKind::Plan {
-            change,
-            plan: plan.clone(),
-        });
-        if let Some(step) = step {
-            self.plan_step_checkpoint(&plan, &step).await;
-        }
+        self.emit(EventKind::Plan { change, plan });
     }
 
     /// Stores the durable event the next `emit` announces, before it does.
