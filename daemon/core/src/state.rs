@@ -28,7 +28,7 @@ pub enum ErrorKind {
 
 /// What a conversation is doing. Persisted (as JSON) before the effects of
 /// the transition that produced it run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 #[expect(
     clippy::large_enum_variant,
@@ -36,6 +36,7 @@ pub enum ErrorKind {
 )]
 pub enum ConvState {
     /// Ready for a user message.
+    #[default]
     Idle,
     /// A request to the model is due but not yet issued. The live loop passes
     /// through it inside one transition; it is met at rest only in stores

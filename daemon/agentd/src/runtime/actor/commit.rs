@@ -234,7 +234,7 @@ impl Actor {
         if t.effects.contains(&Effect::ContinueInNewConversation) {
             // The continuation the core owes is written with the state that
             // makes it due.
-            self.record.continue_pending = true;
+            self.record.chain.continue_pending = true;
         }
         if let Some(mode) = t.mode {
             self.record.mode = mode;

@@ -51,8 +51,8 @@ impl Actor {
             auto_continue: agentd_core::AutoContinue {
                 enabled: cfg.context.auto_continue,
                 max_hops: cfg.context.max_hops,
-                hop: self.record.hop,
-                continued: self.record.continued_as.is_some(),
+                hop: self.record.chain.hop,
+                continued: self.record.chain.continued_as.is_some(),
             },
         }
     }
@@ -77,6 +77,7 @@ impl Actor {
             doom_loop: cfg.doom_loop,
             additional_dirs: self
                 .record
+                .setup
                 .additional_dirs
                 .iter()
                 .map(|d| d.display().to_string())

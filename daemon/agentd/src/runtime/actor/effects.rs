@@ -105,7 +105,7 @@ impl Actor {
             })
             .await;
         }
-        let continuing = self.record.continue_pending;
+        let continuing = self.record.chain.continue_pending;
         self.emit(EventKind::from_notice(notice, continuing));
     }
 

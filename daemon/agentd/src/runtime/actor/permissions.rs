@@ -54,7 +54,7 @@ impl Actor {
     /// Every permission rule in force now, as the store has them.
     pub(super) fn read_rules(&self) -> Result<Vec<Rule>, crate::store::StoreError> {
         let mut rules = self.shared.config.rules.clone();
-        for text in &self.record.allow_rules {
+        for text in &self.record.setup.allow_rules {
             match Rule::parse(text, agentd_core::Action::Allow) {
                 Ok(rule) => rules.push(rule),
                 Err(e) => {
