@@ -471,7 +471,7 @@ where
     F: FnOnce(&ToolContext) -> Result<ToolOutput, ToolError> + Send + 'static,
 {
     let owned = ctx.clone();
-    let handle = tokio::task::spawn_blocking(move || f(&owned));
+    let handle = crate::tasks::spawn_blocking("tool file work", move || f(&owned));
     let joined = if abandon_on_cancel {
         tokio::select! {
             joined = handle => joined,

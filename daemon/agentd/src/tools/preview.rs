@@ -34,7 +34,9 @@ pub(crate) async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -
         | Tool::SpawnAgents
         | Tool::SubmitResult => None,
     };
-    let changes = tokio::task::spawn_blocking(plan).await.ok()??;
+    let changes = crate::tasks::spawn_blocking("patch preview", plan)
+        .await
+        .ok()??;
     Some(diff::unified_all(&changes, ctx))
 }
 

@@ -118,7 +118,7 @@ impl Actor {
         let (id, cancel) = self.work.begin_hooks();
         let env = self.hook_env(cancel);
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("hooks", async move {
             let (outcome, reports) = hooks::pre_tool_use(&matching, &env, &call).await;
             let _ = tx.send(Input::PreHooksDone {
                 call: id,
@@ -142,7 +142,7 @@ impl Actor {
             .map(|m| m.text())
             .unwrap_or_default();
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("hooks", async move {
             let (continue_with, reports) = hooks::stop(&matching, &env, &last_reply).await;
             let _ = tx.send(Input::StopHooksDone {
                 call: id,
@@ -165,7 +165,7 @@ impl Actor {
         let (id, cancel) = self.work.begin_prompt();
         let env = self.hook_env(cancel);
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("hooks", async move {
             let (outcome, reports) =
                 hooks::before_prompt(&session_start, &submit, &env, &message.text).await;
             let _ = tx.send(Input::PromptChecked {
@@ -187,7 +187,7 @@ impl Actor {
         }
         let env = self.hook_env(self.work.notifications());
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("hooks", async move {
             let reports = hooks::notify(&matching, &env, kind, &message).await;
             let _ = tx.send(Input::HooksRan(reports));
         });

@@ -184,7 +184,7 @@ impl Actor {
             LlmPurpose::Continuation { .. } => None,
         };
         let cwd = self.record.cwd.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("model request", async move {
             let mut request = request;
             if let Some((hub, servers)) = mcp {
                 let extra = tokio::select! {

@@ -63,11 +63,11 @@ impl Rings {
     /// spare, off the actor's thread. Outside a runtime (shutting down)
     /// the ring is freed here and no spare is made.
     pub(super) fn recycle(self: &Arc<Self>, old: broadcast::Sender<Arc<ConvEvent>>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             return;
-        };
+        }
         let rings = self.clone();
-        runtime.spawn_blocking(move || {
+        crate::tasks::spawn_blocking("ring recycling", move || {
             drop(old);
             let mut spare = match rings.spare.lock() {
                 Ok(spare) => spare,
