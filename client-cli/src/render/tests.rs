@@ -326,6 +326,7 @@ fn clients_shells_and_notices() {
         E::ShellExited(pb::ShellExited { shell: Some(shell) }),
         E::Notice(pb::Notice {
             message: "recovered after restart".into(),
+            ..Default::default()
         }),
     ]);
     assert_eq!(
@@ -333,6 +334,28 @@ fn clients_shells_and_notices() {
         "· bob@box:12 attached\n· c3 detached\n· shell sh1 started: sleep 100\n\
          · shell sh1 exited (2)\n! recovered after restart\n"
     );
+}
+
+#[test]
+fn a_notice_of_any_kind_shows_its_sentence_by_its_severity() {
+    let notice = |kind: &str, severity: pb::NoticeSeverity, message: &str| {
+        E::Notice(pb::Notice {
+            message: message.into(),
+            kind: kind.into(),
+            severity: severity as i32,
+            details_json: "{}".into(),
+        })
+    };
+    let out = render(vec![
+        notice(
+            "cache_cold",
+            pb::NoticeSeverity::Warning,
+            "the cache is cold",
+        ),
+        notice("disk_full", pb::NoticeSeverity::Error, "the disk is full"),
+        notice("info", pb::NoticeSeverity::Info, "hello"),
+    ]);
+    assert_eq!(out, "! the cache is cold\n✗ the disk is full\n! hello\n");
 }
 
 #[test]
@@ -1070,6 +1093,7 @@ fn reads_greps_and_globs_are_one_line_each() {
         begin("r1", "read", "read a.rs"),
         E::Notice(pb::Notice {
             message: "hello".into(),
+            ..Default::default()
         }),
         end("r1", "read", "lines 1-9 of 9"),
     ]);

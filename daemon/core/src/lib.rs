@@ -38,7 +38,7 @@ pub mod transition;
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
 pub use correction::{CorrectionSignal, Corrections};
-pub use effect::{Effect, LlmPurpose, Notice, SubAgentOutcome};
+pub use effect::{Effect, LlmPurpose, Notice, Severity, SubAgentOutcome};
 pub use event::{Event, LlmFailure, RuleScope};
 pub use hooks::{HookMatchers, HookVerdict};
 pub use image::{ImageLimits, ImageMediaType, ImageRef, ImageRejected};

@@ -80,7 +80,7 @@ impl Actor {
             self.load_hooks(false);
         }
         if let Some(problem) = self.hooks.get().problem.clone() {
-            self.emit(EventKind::Notice(problem));
+            self.emit(EventKind::info(problem));
         }
         let hooks = self.hooks.get();
         let session_start = if self.transcript.is_empty() {

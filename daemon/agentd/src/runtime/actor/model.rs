@@ -231,7 +231,7 @@ impl Actor {
                 plan.results,
                 plan.tokens
             );
-            self.emit(EventKind::Notice(format!(
+            self.emit(EventKind::info(format!(
                 "the context is {}% full: {} old tool outputs (about {} tokens) are sent as a note \
                  from now on; the transcript keeps them",
                 self.record.last_usage.context_tokens().saturating_mul(100) / window.max(1),

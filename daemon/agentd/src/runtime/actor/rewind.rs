@@ -133,7 +133,7 @@ impl Actor {
                         step.step_id
                     ),
                 };
-                self.emit(EventKind::Notice(notice));
+                self.emit(EventKind::info(notice));
             }
             _ => {}
         }
