@@ -34,6 +34,7 @@ pub mod state;
 pub mod texts;
 pub mod tools;
 pub mod transition;
+pub mod unified_diff;
 
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
