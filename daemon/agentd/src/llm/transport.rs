@@ -4,6 +4,7 @@
 
 use agentd_core::Reply;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use reqwest::Url;
 use std::future::Future;
@@ -11,10 +12,10 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::StreamEvent;
 use super::error::{LlmError, provider_error};
 use super::retry;
 use super::sse::{SseDecoder, SseEvent};
+use super::{LlmRequest, Provider, StreamEvent};
 
 /// Timeouts of the HTTP client.
 #[derive(Debug, Clone, Copy)]
@@ -395,6 +396,33 @@ pub(crate) async fn run_attempt(
         ),
     }
     result
+}
+
+/// A provider over HTTP: how it builds one request and which parser reads
+/// the streamed reply. [`Provider`] is implemented once for all of them:
+/// send, read the stream, and give up when `cancel` fires.
+pub(crate) trait HttpApi: Send + Sync + std::fmt::Debug {
+    /// The provider's name in logs: `anthropic`, `openai`.
+    const NAME: &'static str;
+    /// Reads its SSE events.
+    type Parser: StreamParser + Default + Send;
+
+    /// The request for `req`, headers and body.
+    fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError>;
+}
+
+impl<T: HttpApi> Provider for T {
+    fn stream<'a>(
+        &'a self,
+        req: &'a LlmRequest,
+        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
+        Box::pin(run_attempt(T::NAME, cancel, async move {
+            let response = send(self.request(req)?).await?;
+            read_stream(response, T::Parser::default(), on_event).await
+        }))
+    }
 }
 
 #[cfg(test)]

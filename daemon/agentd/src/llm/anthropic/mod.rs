@@ -17,15 +17,12 @@ mod stream;
 
 pub(crate) use stream::AnthropicStream;
 
-use agentd_core::Reply;
-use futures::future::BoxFuture;
 use http::HeaderValue;
 use reqwest::Url;
 use std::fmt;
-use tokio_util::sync::CancellationToken;
 
 use super::transport::{self, Timeouts};
-use super::{LlmError, LlmRequest, Provider, StreamEvent};
+use super::{LlmError, LlmRequest};
 use request::request_body;
 
 /// The API version this module speaks.
@@ -70,13 +67,14 @@ impl AnthropicProvider {
             api_key,
         })
     }
+}
 
-    async fn attempt(
-        &self,
-        req: &LlmRequest,
-        emit: &mut (dyn FnMut(StreamEvent) + Send),
-    ) -> Result<Reply, LlmError> {
-        let request = self
+impl transport::HttpApi for AnthropicProvider {
+    const NAME: &'static str = "anthropic";
+    type Parser = AnthropicStream;
+
+    fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError> {
+        Ok(self
             .client
             .post(self.endpoint.clone())
             .header("x-api-key", self.api_key.clone())
@@ -86,9 +84,7 @@ impl AnthropicProvider {
             .body(
                 request_body(req)
                     .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?,
-            );
-        let response = transport::send(request).await?;
-        transport::read_stream(response, AnthropicStream::default(), emit).await
+            ))
     }
 }
 
@@ -100,29 +96,16 @@ impl fmt::Debug for AnthropicProvider {
     }
 }
 
-impl Provider for AnthropicProvider {
-    fn stream<'a>(
-        &'a self,
-        req: &'a LlmRequest,
-        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
-        cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
-        Box::pin(transport::run_attempt(
-            "anthropic",
-            cancel,
-            self.attempt(req, on_event),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::request::tests::{request, request_body, spec};
     use super::stream::tests::{FULL_STREAM, after_start, full_events, full_reply};
     use super::*;
     use crate::llm::testkit::{self, Step, TestServer};
+    use crate::llm::{Provider, StreamEvent};
     use agentd_core::{ContentBlock, ErrorKind, Message};
     use std::time::{Duration, Instant};
+    use tokio_util::sync::CancellationToken;
 
     // End-to-end over HTTP against a canned local server.
 

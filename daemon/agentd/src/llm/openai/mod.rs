@@ -30,15 +30,12 @@ mod stream;
 
 pub(crate) use stream::OpenAiStream;
 
-use agentd_core::Reply;
-use futures::future::BoxFuture;
 use http::HeaderValue;
 use reqwest::Url;
 use std::fmt;
-use tokio_util::sync::CancellationToken;
 
 use super::transport::{self, Timeouts};
-use super::{LlmError, LlmRequest, Provider, StreamEvent};
+use super::{LlmError, LlmRequest};
 use request::request_body;
 
 /// An OpenAI-compatible provider. Cheap to share: it holds one connection
@@ -89,22 +86,22 @@ impl OpenAiProvider {
             authorization,
         })
     }
+}
 
-    async fn attempt(
-        &self,
-        req: &LlmRequest,
-        emit: &mut (dyn FnMut(StreamEvent) + Send),
-    ) -> Result<Reply, LlmError> {
-        let mut request = self
+impl transport::HttpApi for OpenAiProvider {
+    const NAME: &'static str = "openai";
+    type Parser = OpenAiStream;
+
+    fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError> {
+        let request = self
             .client
             .post(self.endpoint.clone())
             .header(http::header::ACCEPT, "text/event-stream")
             .json(&request_body(req));
-        if let Some(auth) = &self.authorization {
-            request = request.header(http::header::AUTHORIZATION, auth.clone());
-        }
-        let response = transport::send(request).await?;
-        transport::read_stream(response, OpenAiStream::default(), emit).await
+        Ok(match &self.authorization {
+            Some(auth) => request.header(http::header::AUTHORIZATION, auth.clone()),
+            None => request,
+        })
     }
 }
 
@@ -117,28 +114,15 @@ impl fmt::Debug for OpenAiProvider {
     }
 }
 
-impl Provider for OpenAiProvider {
-    fn stream<'a>(
-        &'a self,
-        req: &'a LlmRequest,
-        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
-        cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
-        Box::pin(transport::run_attempt(
-            "openai",
-            cancel,
-            self.attempt(req, on_event),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::request::tests::request;
     use super::stream::tests::{FULL_STREAM, full_reply};
     use super::*;
     use crate::llm::testkit::{self, TestServer};
+    use crate::llm::{Provider, StreamEvent};
     use agentd_core::{ContentBlock, ErrorKind, Message, StopReason};
+    use tokio_util::sync::CancellationToken;
 
     fn simple_request() -> LlmRequest {
         request(
