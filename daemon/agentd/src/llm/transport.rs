@@ -43,7 +43,7 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// Builds the endpoint `{base_url}/{path}`. A trailing slash on the base is
 /// tolerated; the scheme must be http or https.
-pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<Url, LlmError> {
+fn endpoint(base_url: &str, path: &str) -> Result<Url, LlmError> {
     let base = base_url.trim().trim_end_matches('/');
     let url = Url::parse(&format!("{base}/{path}"))
         .map_err(|e| LlmError::Config(format!("invalid base URL {:?}: {e}", redact(base))))?;
@@ -81,7 +81,7 @@ pub(crate) fn redact(url: &str) -> String {
 /// servers) is always reached directly: a `HTTPS_PROXY` meant for the
 /// outside world must not capture it. Remote providers honour the usual
 /// proxy variables, as users behind a corporate proxy expect.
-pub(crate) fn client(endpoint: &Url, timeouts: Timeouts) -> Result<reqwest::Client, LlmError> {
+fn client(endpoint: &Url, timeouts: Timeouts) -> Result<reqwest::Client, LlmError> {
     let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
         .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
@@ -396,6 +396,33 @@ pub(crate) async fn run_attempt(
         ),
     }
     result
+}
+
+/// Where one provider's requests go, with the connection pool they share.
+pub(crate) struct Endpoint {
+    client: reqwest::Client,
+    url: Url,
+}
+
+impl Endpoint {
+    /// `path` under `base_url` (see [`endpoint`]), with a client for it.
+    pub(crate) fn new(base_url: &str, path: &str, timeouts: Timeouts) -> Result<Self, LlmError> {
+        let url = endpoint(base_url, path)?;
+        let client = client(&url, timeouts)?;
+        Ok(Endpoint { client, url })
+    }
+
+    /// A POST that asks for a stream of server-sent events.
+    pub(crate) fn post(&self) -> reqwest::RequestBuilder {
+        self.client
+            .post(self.url.clone())
+            .header(http::header::ACCEPT, "text/event-stream")
+    }
+
+    /// The URL without its password, for logs and `Debug`.
+    pub(crate) fn redacted(&self) -> String {
+        redact(self.url.as_str())
+    }
 }
 
 /// A provider over HTTP: how it builds one request and which parser reads

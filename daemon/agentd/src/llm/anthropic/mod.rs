@@ -18,7 +18,6 @@ mod stream;
 pub(crate) use stream::AnthropicStream;
 
 use http::HeaderValue;
-use reqwest::Url;
 use std::fmt;
 
 use super::transport::{self, Timeouts};
@@ -30,8 +29,7 @@ const API_VERSION: &str = "2023-06-01";
 
 /// The Anthropic provider. Cheap to share: it holds one connection pool.
 pub(crate) struct AnthropicProvider {
-    client: reqwest::Client,
-    endpoint: Url,
+    endpoint: transport::Endpoint,
     /// Marked sensitive, so that even reqwest's own debug output hides it.
     api_key: HeaderValue,
 }
@@ -59,13 +57,8 @@ impl AnthropicProvider {
             )
         })?;
         api_key.set_sensitive(true);
-        let endpoint = transport::endpoint(&base_url, "v1/messages")?;
-        let client = transport::client(&endpoint, timeouts)?;
-        Ok(AnthropicProvider {
-            client,
-            endpoint,
-            api_key,
-        })
+        let endpoint = transport::Endpoint::new(&base_url, "v1/messages", timeouts)?;
+        Ok(AnthropicProvider { endpoint, api_key })
     }
 }
 
@@ -75,11 +68,10 @@ impl transport::HttpApi for AnthropicProvider {
 
     fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError> {
         Ok(self
-            .client
-            .post(self.endpoint.clone())
+            .endpoint
+            .post()
             .header("x-api-key", self.api_key.clone())
             .header("anthropic-version", API_VERSION)
-            .header(http::header::ACCEPT, "text/event-stream")
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(
                 request_body(req)
@@ -91,7 +83,7 @@ impl transport::HttpApi for AnthropicProvider {
 impl fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AnthropicProvider")
-            .field("endpoint", &transport::redact(self.endpoint.as_str()))
+            .field("endpoint", &self.endpoint.redacted())
             .finish_non_exhaustive()
     }
 }

@@ -31,7 +31,6 @@ mod stream;
 pub(crate) use stream::OpenAiStream;
 
 use http::HeaderValue;
-use reqwest::Url;
 use std::fmt;
 
 use super::transport::{self, Timeouts};
@@ -41,8 +40,7 @@ use request::request_body;
 /// An OpenAI-compatible provider. Cheap to share: it holds one connection
 /// pool.
 pub(crate) struct OpenAiProvider {
-    client: reqwest::Client,
-    endpoint: Url,
+    endpoint: transport::Endpoint,
     /// `Bearer …`, marked sensitive; `None` for servers without auth.
     authorization: Option<HeaderValue>,
 }
@@ -78,10 +76,8 @@ impl OpenAiProvider {
         } else {
             "v1/chat/completions"
         };
-        let endpoint = transport::endpoint(base, path)?;
-        let client = transport::client(&endpoint, timeouts)?;
+        let endpoint = transport::Endpoint::new(base, path, timeouts)?;
         Ok(OpenAiProvider {
-            client,
             endpoint,
             authorization,
         })
@@ -93,11 +89,7 @@ impl transport::HttpApi for OpenAiProvider {
     type Parser = OpenAiStream;
 
     fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError> {
-        let request = self
-            .client
-            .post(self.endpoint.clone())
-            .header(http::header::ACCEPT, "text/event-stream")
-            .json(&request_body(req));
+        let request = self.endpoint.post().json(&request_body(req));
         Ok(match &self.authorization {
             Some(auth) => request.header(http::header::AUTHORIZATION, auth.clone()),
             None => request,
@@ -108,7 +100,7 @@ impl transport::HttpApi for OpenAiProvider {
 impl fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiProvider")
-            .field("endpoint", &transport::redact(self.endpoint.as_str()))
+            .field("endpoint", &self.endpoint.redacted())
             .field("authenticated", &self.authorization.is_some())
             .finish_non_exhaustive()
     }
