@@ -46,21 +46,16 @@ use words::{edit_distance, named_subcommand};
 pub struct Cli {
     /// The daemon's Unix socket [default: $XDG_RUNTIME_DIR/agentd/agentd.sock,
     /// else ~/.local/state/agentd/run/agentd.sock]
-    #[arg(
-        long,
-        env = "AGENTD_SOCKET",
-        value_name = "PATH",
-        help_heading = "Global options"
-    )]
+    #[arg(long, env = "AGENTD_SOCKET", value_name = "PATH")]
     pub socket: Option<PathBuf>,
 
     /// Machine-readable output: JSON (streaming commands print one object per
     /// event per line)
-    #[arg(long, help_heading = "Global options")]
+    #[arg(long)]
     pub json: bool,
 
     /// Do not start agentd when no daemon answers on the socket
-    #[arg(long, help_heading = "Global options")]
+    #[arg(long)]
     pub no_autostart: bool,
 
     /// Talk to the daemon on another machine, at HOST:PORT (its `agentd
@@ -70,40 +65,24 @@ pub struct Cli {
         long,
         env = "AGENT_REMOTE",
         value_name = "HOST:PORT",
-        requires_all = ["token_file", "fingerprint"],
-        help_heading = "Global options"
+        requires_all = ["token_file", "fingerprint"]
     )]
     pub remote: Option<String>,
 
     /// With --remote: the file holding the bearer token (`agent token
     /// create` on the daemon's machine prints one)
-    #[arg(
-        long,
-        env = "AGENT_TOKEN_FILE",
-        value_name = "FILE",
-        help_heading = "Global options"
-    )]
+    #[arg(long, env = "AGENT_TOKEN_FILE", value_name = "FILE")]
     pub token_file: Option<PathBuf>,
 
     /// With --remote: the SHA-256 fingerprint of the daemon's certificate,
     /// `SHA256:<64 hex digits>` (agentd prints it at start; `agent token ls`
     /// shows it); any other certificate is refused
-    #[arg(
-        long,
-        env = "AGENT_FINGERPRINT",
-        value_name = "SHA256:…",
-        help_heading = "Global options"
-    )]
+    #[arg(long, env = "AGENT_FINGERPRINT", value_name = "SHA256:…")]
     pub fingerprint: Option<String>,
 
     /// The name the other clients and the audit trail know this client by
     /// [default: user@host:pid]
-    #[arg(
-        long,
-        env = "AGENT_CLIENT_NAME",
-        value_name = "NAME",
-        help_heading = "Global options"
-    )]
+    #[arg(long, env = "AGENT_CLIENT_NAME", value_name = "NAME")]
     pub name: Option<String>,
 
     /// Colour and styles in human output: `auto` uses them when stdout is a
@@ -112,8 +91,7 @@ pub struct Cli {
         long,
         value_enum,
         value_name = "WHEN",
-        default_value_t = ColorWhen::Auto,
-        help_heading = "Global options"
+        default_value_t = ColorWhen::Auto
     )]
     pub color: ColorWhen,
 
@@ -147,7 +125,8 @@ pub struct Cli {
 /// faults (BENCHMARKS.md, 2026-11-27, later). [`Cli::parse_args`] gives
 /// them to the one subcommand the command line names, as global options
 /// of that subcommand (so its own subcommands take them too, and a value
-/// given there reaches the top level, where [`Cli`] reads it).
+/// given there reaches the top level, where [`Cli`] reads it). Help lists
+/// them under "Global options".
 const GLOBAL_OPTIONS: [&str; 8] = [
     "socket",
     "json",
@@ -167,9 +146,9 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString>,
     {
-        use clap::{CommandFactory, FromArgMatches};
+        use clap::FromArgMatches;
         let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-        let mut command = Cli::command();
+        let mut command = with_global_options(false);
         if let Some(name) = named_subcommand(&command, args.get(1..).unwrap_or_default()) {
             let options: Vec<clap::Arg> = global_options(&command).collect();
             if let Some(sub) = command
@@ -186,14 +165,7 @@ impl Cli {
     /// The whole command as help pages, completions and man pages show it:
     /// the global options marked global, so every subcommand lists them.
     pub fn documented_command() -> clap::Command {
-        use clap::CommandFactory;
-        Cli::command().mut_args(|arg| {
-            if GLOBAL_OPTIONS.contains(&arg.get_id().as_str()) {
-                arg.global(true)
-            } else {
-                arg
-            }
-        })
+        with_global_options(true)
     }
 
     /// A one-word prompt that looks like a misspelt subcommand (`agent lss`):
@@ -214,6 +186,19 @@ impl Cli {
              word starts a session only when it is not this close to a command: add a word)"
         ))
     }
+}
+
+/// The command with its global options under their heading, and marked
+/// clap `global` when `global` (see [`GLOBAL_OPTIONS`]).
+fn with_global_options(global: bool) -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_args(|arg| {
+        if GLOBAL_OPTIONS.contains(&arg.get_id().as_str()) {
+            arg.help_heading("Global options").global(global)
+        } else {
+            arg
+        }
+    })
 }
 
 /// Copies of the top level's global options, marked global.

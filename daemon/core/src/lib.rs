@@ -34,11 +34,12 @@ pub mod state;
 pub mod texts;
 pub mod tools;
 pub mod transition;
+pub mod unified_diff;
 
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
 pub use correction::{CorrectionSignal, Corrections};
-pub use effect::{Effect, LlmPurpose, Notice, SubAgentOutcome};
+pub use effect::{Effect, LlmPurpose, Notice, Severity, SubAgentOutcome};
 pub use event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};
 pub use hooks::{HookMatchers, HookVerdict};
 pub use image::{ImageLimits, ImageMediaType, ImageRef, ImageRejected};

@@ -251,7 +251,7 @@ impl Manager {
         let subscribed = {
             let mut actors = self.actors.lock().await;
             actors.live.insert(id.clone(), tx.clone());
-            tokio::spawn(actor.run());
+            crate::tasks::spawn("conversation actor", actor.run());
             // The actor takes its commands in order: the client is there
             // for every event of the first turn.
             let subscribed = client.map(|client| {

@@ -141,7 +141,7 @@ impl Manager {
         // manager weakly: it ends when the manager is dropped (its sender
         // with it).
         let weak = Arc::downgrade(&manager);
-        tokio::spawn(async move {
+        crate::tasks::spawn_until_stopped("automatic continuations", async move {
             while let Some(id) = requests.recv().await {
                 let Some(manager) = weak.upgrade() else {
                     return;

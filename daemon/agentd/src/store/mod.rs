@@ -181,7 +181,7 @@ impl Store {
                 let journal = self.journal.clone();
                 // Under paused time (the runtime's unit tests) the blocking
                 // task also holds tokio's clock still.
-                tokio::task::spawn_blocking(move || journal.write_pending())
+                crate::tasks::spawn_blocking("journal write", move || journal.write_pending())
                     .await
                     .map_err(|_| StoreError::Closed)?
             }

@@ -103,7 +103,7 @@ pub(super) async fn export_conversations(
     let manager = svc.manager.clone();
     let max_attempts = svc.max_attempts();
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(async move {
+    crate::tasks::spawn("conversation transfer", async move {
         for id in ids {
             if let Err(status) = access::session_check(session.as_ref()) {
                 let _ = tx.send(Err(status)).await;

@@ -86,11 +86,13 @@ impl Actor {
             }
             None => {
                 let mut frames = vec![self.snapshot(client)];
-                frames.extend(
-                    self.recovery_notices
-                        .iter()
-                        .map(|n| Arc::new(ConvEvent::new(0, now, EventKind::Notice(n.clone())))),
-                );
+                frames.extend(self.recovery_notices.iter().map(|n| {
+                    Arc::new(ConvEvent::new(
+                        0,
+                        now,
+                        EventKind::Notice(agentd_core::Notice::Recovered { message: n.clone() }),
+                    ))
+                }));
                 frames
             }
         };

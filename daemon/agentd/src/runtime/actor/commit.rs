@@ -508,7 +508,7 @@ mod tests {
             clock.now_ms(),
         ));
         fanout.hold();
-        fanout.emit(clock.now_ms(), EventKind::Notice("never seen".into()));
+        fanout.emit(clock.now_ms(), EventKind::info("never seen"));
         rollback.restore(&mut record, &mut transcript, &mut fanout);
         assert_eq!(record.title, "");
         assert_eq!(record.state, ConvState::Idle);
@@ -518,7 +518,7 @@ mod tests {
             10,
             "the held event's number is free again"
         );
-        fanout.emit(clock.now_ms(), EventKind::Notice("next".into()));
+        fanout.emit(clock.now_ms(), EventKind::info("next"));
         let got = rx.try_recv().unwrap();
         assert_eq!((got.seq, got.at_ms), (10, 1_005));
         assert!(rx.try_recv().is_err(), "the held event was dropped");

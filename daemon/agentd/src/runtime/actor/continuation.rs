@@ -140,7 +140,7 @@ impl Actor {
             .continuation
             .after_exhaustion(&self.shared.config.context, &self.record);
         if let Some(notice) = notice {
-            self.emit(EventKind::Notice(notice));
+            self.emit(EventKind::info(notice));
         }
     }
 }

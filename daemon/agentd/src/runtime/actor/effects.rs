@@ -98,7 +98,7 @@ impl Actor {
         if let Notice::Recovered { message } = &notice {
             self.recovery_notices.push(message.clone());
         }
-        if crate::runtime::events::is_durable(&notice) {
+        if notice.is_durable() {
             self.persist_event(StoredEvent::Notified {
                 at_ms: self.now_ms(),
                 notice: notice.clone(),
@@ -147,7 +147,7 @@ impl Actor {
     /// model requests are dropped; the persisted state lets the next start
     /// carry on.
     pub(super) async fn shutdown(&mut self) {
-        self.emit(EventKind::Notice(
+        self.emit(EventKind::info(
             "agentd is shutting down; running tools are interrupted".to_string(),
         ));
         self.work.abort_llm();

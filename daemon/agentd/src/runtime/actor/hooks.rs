@@ -92,7 +92,7 @@ impl Actor {
             self.load_hooks(Reading::Spent);
         }
         if let Some(problem) = self.hooks.get().problem.clone() {
-            self.emit(EventKind::Notice(problem));
+            self.emit(EventKind::info(problem));
         }
         let hooks = self.hooks.get();
         let session_start = if self.transcript.is_empty() {
@@ -130,7 +130,7 @@ impl Actor {
         let (id, cancel) = self.work.begin_hooks();
         let env = self.hook_env(cancel);
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("hooks", async move {
             let (outcome, reports) = hooks::pre_tool_use(&matching, &env, &call).await;
             let _ = tx.send(Input::PreHooksDone {
                 call: id,
@@ -154,7 +154,7 @@ impl Actor {
             .map(|m| m.text())
             .unwrap_or_default();
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("hooks", async move {
             let (continue_with, reports) = hooks::stop(&matching, &env, &last_reply).await;
             let _ = tx.send(Input::StopHooksDone {
                 call: id,
@@ -177,7 +177,7 @@ impl Actor {
         let (id, cancel) = self.work.begin_prompt();
         let env = self.hook_env(cancel);
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("hooks", async move {
             let (outcome, reports) =
                 hooks::before_prompt(&session_start, &submit, &env, &message.text).await;
             let _ = tx.send(Input::PromptChecked {
@@ -199,7 +199,7 @@ impl Actor {
         }
         let env = self.hook_env(self.work.notifications());
         let tx = self.tx.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("hooks", async move {
             let reports = hooks::notify(&matching, &env, kind, &message).await;
             let _ = tx.send(Input::HooksRan(reports));
         });

@@ -167,7 +167,7 @@ impl Actor {
             }
             RuleScope::Conversation => "this conversation",
         };
-        self.emit(EventKind::Notice(format!(
+        self.emit(EventKind::info(format!(
             "rule added for {where_}: {}",
             rule.spec()
         )));

@@ -129,6 +129,6 @@ impl Actor {
                 format!("plan step {step_id} failed and its changes could not be rolled back: {e}")
             }
         };
-        self.emit(EventKind::Notice(notice));
+        self.emit(EventKind::info(notice));
     }
 }

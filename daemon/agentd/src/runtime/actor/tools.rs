@@ -78,7 +78,7 @@ impl Actor {
             key,
             tx: self.tx.clone(),
         };
-        tokio::spawn(run.run());
+        crate::tasks::spawn("tool call", run.run());
     }
 
     /// Where a running call's output goes as it comes. The sink only posts
