@@ -513,6 +513,7 @@ mod tests {
                             id: "toolu_1".into(),
                             name: "bash".into(),
                             input_json: "{\"command\": \"ls\"}".into(),
+                            ..Default::default()
                         })),
                         pb::ContentBlock { block: None },
                     ],

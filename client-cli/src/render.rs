@@ -371,7 +371,7 @@ impl<W: Write> Renderer<W> {
             Event::ClientDetached(c) => self.client_detached(c)?,
             Event::ShellStarted(s) => self.shell_started(s)?,
             Event::ShellExited(s) => self.shell_exited(s)?,
-            Event::Notice(n) => self.notice(&n.message)?,
+            Event::Notice(n) => self.generic_notice(n)?,
             Event::ContextWarning(w) => self.notice(&context_warning_text(w))?,
             Event::ContinuationStarted(c) => self.notice(&continuation_started_text(c))?,
             Event::ContextExhausted(e) => self.context_exhausted(e)?,

@@ -12,6 +12,7 @@
 )]
 pub mod v1 {
     tonic::include_proto!("agent.v1");
+    include!(concat!(env!("OUT_DIR"), "/agent.v1.rpcs.rs"));
 }
 
 /// A scripted, recording stand-in for the daemon, for tests.
@@ -41,5 +42,29 @@ pub fn default_socket_path() -> Result<std::path::PathBuf, String> {
             .join(".local/state/agentd/run")
             .join("agentd.sock")),
         None => Err("neither XDG_RUNTIME_DIR nor HOME is set; pass --socket".to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SERVICE_NAME;
+    use super::v1::AgentServiceRpc;
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn each_rpc_has_one_name_and_one_path_and_is_found_by_it() {
+        let all = AgentServiceRpc::ALL;
+        assert!(all.len() > 20, "the descriptor was read: {all:?}");
+        let names: BTreeSet<&str> = all.iter().map(|r| r.name()).collect();
+        assert_eq!(names.len(), all.len(), "a name is given twice");
+        for &rpc in all {
+            assert_eq!(rpc.path(), format!("/{SERVICE_NAME}/{}", rpc.name()));
+            assert_eq!(AgentServiceRpc::from_path(rpc.path()), Some(rpc));
+        }
+        assert_eq!(
+            AgentServiceRpc::from_path("/agent.v1.AgentService/Nope"),
+            None
+        );
+        assert_eq!(AgentServiceRpc::from_path("SendMessage"), None);
     }
 }

@@ -8,7 +8,11 @@
 //!   (the core and the protocol on none, a client on no daemon crate), or a
 //!   daemon module naming one it sits below (`store` ↛ the executors,
 //!   `runtime` ↛ `grpc`, `checkpoints` ↛ `runtime`, `config` ↛ `llm`);
-//!   the table with the reasons is `layers.rs`.
+//!   the table with the reasons is `layers.rs`;
+//! - `spawn`: a task of the daemon (`agentd`) started with `tokio::spawn`,
+//!   `tokio::task::spawn_blocking` (or `.spawn_blocking` on a handle)
+//!   outside `tasks.rs`: its shutdown waits only for the tasks its
+//!   `TaskTracker` knows.
 //!
 //! Production code is every member outside `tests/`: its `src/` and its
 //! `build.rs`, less test code (`tests.rs`, `tests/` folders, items under

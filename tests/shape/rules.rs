@@ -1,6 +1,7 @@
-//! The three rules, each turning what was measured into findings: a file
+//! The four rules, each turning what was measured into findings: a file
 //! over [`FILE_LIMIT`] non-test lines, a function over [`FN_LIMIT`] lines,
-//! and a name or a dependency across a forbidden layer.
+//! a name or a dependency across a forbidden layer, and a daemon task
+//! started outside its `TaskTracker`.
 
 use crate::layers;
 use crate::scan::FileShape;
@@ -15,6 +16,7 @@ pub(crate) enum Rule {
     File,
     Fn,
     Layers,
+    Spawn,
 }
 
 impl Rule {
@@ -23,6 +25,7 @@ impl Rule {
             Rule::File => "file",
             Rule::Fn => "fn",
             Rule::Layers => "layers",
+            Rule::Spawn => "spawn",
         }
     }
 }
@@ -76,6 +79,7 @@ pub(crate) fn file_findings(src: &Source, shape: &FileShape) -> Vec<Finding> {
             ),
         });
     }
+    out.extend(spawn_findings(src, shape));
     if let Some(from) = src.module.first() {
         for r in &shape.refs {
             if let Some(rule) = layers::forbidden(src.krate, from, &r.top) {
@@ -93,6 +97,28 @@ pub(crate) fn file_findings(src: &Source, shape: &FileShape) -> Vec<Finding> {
         }
     }
     out
+}
+
+/// The daemon's tasks started by tokio's own functions, which its shutdown
+/// cannot wait for: only `tasks.rs`, where the daemon's `TaskTracker`
+/// lives, may call them.
+fn spawn_findings(src: &Source, shape: &FileShape) -> Vec<Finding> {
+    if src.krate != "agentd" || src.module.first().is_some_and(|m| m == "tasks") {
+        return Vec::new();
+    }
+    shape
+        .spawns
+        .iter()
+        .map(|(line, path)| Finding {
+            rule: Rule::Spawn,
+            key: format!("{}:{line}", src.path),
+            size: 1,
+            at: format!("{}:{line}", src.path),
+            what: format!(
+                "`{path}` starts a task the daemon's shutdown cannot wait for: start it with `crate::tasks::spawn` (or `spawn_blocking`, or `spawn_until_stopped` for one that lives as long as the daemon) so the TaskTracker drains it"
+            ),
+        })
+        .collect()
 }
 
 /// The findings in one production crate's manifest: workspace crates it

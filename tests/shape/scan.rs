@@ -24,6 +24,10 @@ pub(crate) struct FileShape {
     pub refs: Vec<ModRef>,
     /// Module paths (from the crate root) of `#[cfg(test)] mod x;`.
     pub test_mods: Vec<Vec<String>>,
+    /// Calls that start a task by tokio's own functions (`tokio::spawn`,
+    /// `tokio::task::spawn_blocking`, `handle.spawn_blocking(…)`), by
+    /// line and path.
+    pub spawns: Vec<(usize, String)>,
 }
 
 /// A function: its name inside the file (`Type::method`, `outer::inner`),
@@ -76,6 +80,9 @@ fn covered(mut ranges: Vec<(usize, usize)>) -> usize {
     }
     total
 }
+
+/// tokio's functions that start a task.
+const SPAWNERS: [&str; 3] = ["spawn", "spawn_blocking", "spawn_local"];
 
 fn line(span: Span) -> usize {
     span.start().line
@@ -199,6 +206,17 @@ impl Scan {
         });
     }
 
+    /// Records `segments` when it names one of tokio's task spawners.
+    fn spawner(&mut self, segments: &[String], at: Span) {
+        if segments.first().is_some_and(|s| s == "tokio")
+            && segments
+                .last()
+                .is_some_and(|s| SPAWNERS.contains(&s.as_str()))
+        {
+            self.shape.spawns.push((line(at), segments.join("::")));
+        }
+    }
+
     fn macro_paths(&mut self, tokens: TokenStream) {
         let tokens: Vec<TokenTree> = tokens.into_iter().collect();
         let colon =
@@ -207,7 +225,10 @@ impl Scan {
             match token {
                 TokenTree::Group(g) => self.macro_paths(g.stream()),
                 TokenTree::Ident(first)
-                    if (first == "crate" || first == "self" || first == "super")
+                    if (first == "crate"
+                        || first == "self"
+                        || first == "super"
+                        || first == "tokio")
                         && !colon(i.checked_sub(1).and_then(|p| tokens.get(p))) =>
                 {
                     let mut segments = vec![first.to_string()];
@@ -221,6 +242,7 @@ impl Scan {
                     }
                     if segments.len() > 1 {
                         self.reference(&segments, first.span());
+                        self.spawner(&segments, first.span());
                     }
                 }
                 _ => {}
@@ -246,6 +268,7 @@ impl Scan {
         let mut path = prefix.to_vec();
         path.push(last);
         self.reference(&path, at);
+        self.spawner(&path, at);
     }
 }
 
@@ -382,7 +405,19 @@ impl<'ast> Visit<'ast> for Scan {
         let segments: Vec<String> = path.segments.iter().map(|s| s.ident.to_string()).collect();
         if segments.len() > 1 {
             self.reference(&segments, path.span());
+            self.spawner(&segments, path.span());
         }
         visit::visit_path(self, path);
+    }
+
+    /// `handle.spawn_blocking(…)` on a runtime handle (a `.spawn(…)` may be
+    /// a process's, so only the blocking and local forms are told apart).
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        if call.method == "spawn_blocking" || call.method == "spawn_local" {
+            self.shape
+                .spawns
+                .push((line(call.method.span()), format!(".{}", call.method)));
+        }
+        visit::visit_expr_method_call(self, call);
     }
 }

@@ -185,3 +185,48 @@ fn a_client_may_not_depend_on_a_daemon_crate() {
     let found = rules::crate_findings("new/Cargo.toml", "", "agent-new", &members);
     assert!(found[0].what.contains("has no layer"));
 }
+
+#[test]
+fn a_daemon_task_started_outside_its_tracker_is_refused() {
+    let text = r#"use tokio::task::spawn_blocking;
+fn f(h: tokio::runtime::Handle) {
+    tokio::spawn(async {});
+    let _ = tokio::task::spawn_blocking(|| 1);
+    h.spawn_blocking(|| 2);
+    tokio::select! { _ = async { tokio::spawn(async {}) } => {} }
+    let _ = std::process::Command::new("true").spawn();
+    crate::tasks::spawn("named", async {});
+}
+#[cfg(test)]
+mod tests {
+    fn t() { tokio::spawn(async {}); }
+}
+"#;
+    let found = findings("src/shells/x.rs", &["shells", "x"], text);
+    let at: Vec<(&str, Rule)> = found.iter().map(|f| (f.at.as_str(), f.rule)).collect();
+    assert_eq!(
+        at,
+        [
+            ("src/shells/x.rs:1", Rule::Spawn),
+            ("src/shells/x.rs:3", Rule::Spawn),
+            ("src/shells/x.rs:4", Rule::Spawn),
+            ("src/shells/x.rs:5", Rule::Spawn),
+            ("src/shells/x.rs:6", Rule::Spawn),
+        ]
+    );
+    assert!(
+        found[1].what.contains("`tokio::spawn` starts a task"),
+        "{}",
+        found[1].what
+    );
+    // The tracker's own file, and other crates, may.
+    assert!(findings("src/tasks.rs", &["tasks"], text).is_empty());
+    let module = ["x".to_string()];
+    let shape = scan::scan(text, &module).unwrap();
+    let src = Source {
+        path: "x.rs",
+        krate: "agent-cli",
+        module: &module,
+    };
+    assert!(rules::file_findings(&src, &shape).is_empty());
+}

@@ -208,16 +208,16 @@ pub(super) fn permission_options(request: &pb::PermissionRequest) -> Vec<Permiss
         .collect()
 }
 
-/// What kind of tool a daemon tool is, for the editor's icon.
-pub(super) fn tool_kind(name: &str) -> ToolKind {
-    match name {
-        "read" => ToolKind::Read,
-        "write" | "edit" | "patch" => ToolKind::Edit,
-        "glob" | "grep" | "keyword_search" => ToolKind::Search,
-        "bash" | "bash_output" | "kill_shell" => ToolKind::Execute,
-        "think" => ToolKind::Think,
-        "request_mode_upgrade" => ToolKind::SwitchMode,
-        _ => ToolKind::Other,
+/// The daemon's kind of a tool as ACP's, for the editor's icon.
+pub(super) fn tool_kind(kind: pb::ToolKind) -> ToolKind {
+    match kind {
+        pb::ToolKind::Read => ToolKind::Read,
+        pb::ToolKind::Edit => ToolKind::Edit,
+        pb::ToolKind::Search => ToolKind::Search,
+        pb::ToolKind::Execute => ToolKind::Execute,
+        pb::ToolKind::Think => ToolKind::Think,
+        pb::ToolKind::SwitchMode => ToolKind::SwitchMode,
+        pb::ToolKind::Other | pb::ToolKind::Unspecified => ToolKind::Other,
     }
 }
 
@@ -235,9 +235,10 @@ fn input_path(input: &Value, cwd: &Path) -> Option<PathBuf> {
     Some(cwd.join(path))
 }
 
-/// The files a call touches, for the editor to follow.
-pub(super) fn locations(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallLocation> {
-    if !matches!(tool, "read" | "write" | "edit") {
+/// The file a call reads or changes, named by its input's `path`, for the
+/// editor to follow.
+pub(super) fn locations(kind: pb::ToolKind, input_json: &str, cwd: &Path) -> Vec<ToolCallLocation> {
+    if !matches!(kind, pb::ToolKind::Read | pb::ToolKind::Edit) {
         return Vec::new();
     }
     input_path(&input_value(input_json), cwd)
@@ -246,19 +247,27 @@ pub(super) fn locations(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCal
         .collect()
 }
 
-/// The change a call makes as ACP diffs, from its input: `write` replaces
-/// the file with `content`, `edit` replaces `old_string` by `new_string`
-/// (the changed part, as other ACP agents show an edit). Other tools: none.
-pub(super) fn input_diffs(tool: &str, input_json: &str, cwd: &Path) -> Vec<ToolCallContent> {
+/// The change an edit makes as ACP diffs, from its input: with `content`
+/// (`write`) it replaces the file, with `new_string` (`edit`) it replaces
+/// `old_string` (the changed part, as other ACP agents show an edit).
+/// Other calls, and edits without a `path` (`patch`): none.
+pub(super) fn input_diffs(
+    kind: pb::ToolKind,
+    input_json: &str,
+    cwd: &Path,
+) -> Vec<ToolCallContent> {
+    if kind != pb::ToolKind::Edit {
+        return Vec::new();
+    }
     let input = input_value(input_json);
     let Some(path) = input_path(&input, cwd) else {
         return Vec::new();
     };
     let text = |key: &str| input.get(key).and_then(Value::as_str).map(str::to_string);
-    let diff = match tool {
-        "write" => text("content").map(|new| Diff::new(path, new)),
-        "edit" => text("new_string").map(|new| Diff::new(path, new).old_text(text("old_string"))),
-        _ => None,
+    let diff = match (text("content"), text("new_string")) {
+        (Some(new), _) => Some(Diff::new(path, new)),
+        (None, Some(new)) => Some(Diff::new(path, new).old_text(text("old_string"))),
+        (None, None) => None,
     };
     diff.map(ToolCallContent::Diff).into_iter().collect()
 }
@@ -306,16 +315,17 @@ pub(super) fn unified_diff_content(diff: &str) -> ToolCallContent {
 pub(super) fn tool_call(
     id: &str,
     name: &str,
+    kind: pb::ToolKind,
     title: &str,
     input_json: &str,
     cwd: &Path,
 ) -> ToolCall {
     let title = if title.is_empty() { name } else { title };
     ToolCall::new(id.to_string(), title.to_string())
-        .kind(tool_kind(name))
+        .kind(tool_kind(kind))
         .raw_input(Some(input_value(input_json)))
-        .locations(locations(name, input_json, cwd))
-        .content(input_diffs(name, input_json, cwd))
+        .locations(locations(kind, input_json, cwd))
+        .content(input_diffs(kind, input_json, cwd))
 }
 
 /// A finished call: status, and what it did (the input's diff, else the
@@ -326,7 +336,7 @@ pub(super) fn tool_call_end(
     cwd: &Path,
 ) -> ToolCallUpdate {
     let mut content = input_json
-        .map(|input| input_diffs(&end.tool_name, input, cwd))
+        .map(|input| input_diffs(end.kind(), input, cwd))
         .unwrap_or_default();
     if content.is_empty() && !end.diff.is_empty() {
         content.push(unified_diff_content(&end.diff));
@@ -432,6 +442,7 @@ pub(super) fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate>
                     updates.push(SessionUpdate::ToolCall(tool_call(
                         &u.id,
                         &u.name,
+                        u.kind(),
                         &u.name,
                         &u.input_json,
                         cwd,
@@ -702,6 +713,7 @@ mod tests {
         let call = tool_call(
             "t1",
             "edit",
+            pb::ToolKind::Edit,
             "edit src/a.rs",
             r#"{"path":"src/a.rs","old_string":"a","new_string":"b"}"#,
             cwd,
@@ -715,7 +727,7 @@ mod tests {
         assert_eq!(diff.new_text, "b");
         // A tool without a path, and input that is not JSON: no diff, no panic.
         assert!(
-            tool_call("t2", "bash", "", "{not json", cwd)
+            tool_call("t2", "bash", pb::ToolKind::Execute, "", "{not json", cwd)
                 .content
                 .is_empty()
         );
@@ -786,6 +798,7 @@ mod tests {
                             id: "t1".into(),
                             name: "read".into(),
                             input_json: r#"{"path":"a"}"#.into(),
+                            kind: pb::ToolKind::Read as i32,
                         })),
                     },
                 ],

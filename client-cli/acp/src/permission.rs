@@ -81,6 +81,7 @@ fn announce(live: &Live, cx: &EditorLink, request: &pb::PermissionRequest) -> Op
     let call = map::tool_call(
         &request.tool_use_id,
         &request.tool_name,
+        request.kind(),
         &request.summary,
         &request.input_json,
         &cwd,

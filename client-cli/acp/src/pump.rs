@@ -330,8 +330,15 @@ impl Pump {
                         shared.inputs.insert(u.id.clone(), u.input_json.clone());
                         if shared.announced.insert(u.id.clone()) {
                             updates.push(SessionUpdate::ToolCall(
-                                map::tool_call(&u.id, &u.name, &u.name, &u.input_json, &shared.cwd)
-                                    .status(ToolCallStatus::Pending),
+                                map::tool_call(
+                                    &u.id,
+                                    &u.name,
+                                    u.kind(),
+                                    &u.name,
+                                    &u.input_json,
+                                    &shared.cwd,
+                                )
+                                .status(ToolCallStatus::Pending),
                             ));
                         }
                     }
@@ -367,6 +374,7 @@ impl Pump {
             let call = map::tool_call(
                 &begin.tool_use_id,
                 &begin.tool_name,
+                begin.kind(),
                 &begin.summary,
                 &begin.input_json,
                 &shared.cwd,

@@ -19,19 +19,12 @@ pub(super) async fn compact(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, 
         .await
         .map_err(|s| CliError::conversation_status(s, &id))?
         .into_inner();
-    let c = response.conversation.unwrap_or_default();
-    if ctx.json {
-        print_json(io, &js::conversation_summary(&c))?;
-    } else {
-        print_line(
-            io,
-            &format!(
-                "compacting {}: the model writes a continuation summary; then `agent continue {}`",
-                c.id, c.id
-            ),
-        )?;
-    }
-    Ok(Exit::Ok)
+    answer(ctx, io, response.conversation, |c| {
+        format!(
+            "compacting {}: the model writes a continuation summary; then `agent continue {}`",
+            c.id, c.id
+        )
+    })
 }
 
 /// `agent continue`: the exhausted conversation goes on in a new one.
@@ -51,14 +44,24 @@ pub(super) async fn continue_conversation(
     })
     .await?
     .map_err(|s| CliError::conversation_status(s, &id))?;
-    let c = response.conversation.unwrap_or_default();
+    answer(ctx, io, response.conversation, |c| {
+        format!("continued {} as {}", c.parent_conversation_id, c.id)
+    })
+}
+
+/// Prints the conversation the daemon answered with: its JSON summary, or
+/// the line `text` writes about it.
+fn answer(
+    ctx: &Ctx,
+    io: &mut Io,
+    conversation: Option<pb::ConversationSummary>,
+    text: impl FnOnce(&pb::ConversationSummary) -> String,
+) -> Result<Exit, CliError> {
+    let c = conversation.unwrap_or_default();
     if ctx.json {
         print_json(io, &js::conversation_summary(&c))?;
     } else {
-        print_line(
-            io,
-            &format!("continued {} as {}", c.parent_conversation_id, c.id),
-        )?;
+        print_line(io, &text(&c))?;
     }
     Ok(Exit::Ok)
 }

@@ -48,6 +48,7 @@ fn conversation(id: &str, title: &str) -> pb::ExportedConversation {
                         id: "t1".into(),
                         name: "bash".into(),
                         input_json: "{\"command\":\"ls\"}".into(),
+                        ..Default::default()
                     })),
                 }],
                 stop_reason: "tool_use".into(),

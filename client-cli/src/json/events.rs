@@ -86,7 +86,7 @@ fn event_body(event: &Event) -> Value {
         Event::Resumed(r) => json!({"after_seq": r.after_seq}),
         Event::ShellStarted(s) => json!({"shell": opt(s.shell.as_ref(), shell_info)}),
         Event::ShellExited(s) => json!({"shell": opt(s.shell.as_ref(), shell_info)}),
-        Event::Notice(n) => json!({"message": n.message}),
+        Event::Notice(n) => notice(n),
         Event::ContextWarning(w) => context_warning(w),
         Event::ContinuationStarted(c) => continuation_started(c),
         Event::ContextExhausted(e) => json!({"summary": e.summary}),
@@ -123,6 +123,22 @@ fn event_body(event: &Event) -> Value {
 
 // The bodies of the events that carry more than a field or two, one
 // function each, in the order of the proto's oneof.
+
+/// The generic notice: its sentence, and for programs its name, severity
+/// and fields (`null` from a daemon that sends none), whatever the kind.
+fn notice(n: &pb::Notice) -> Value {
+    let severity = pb::NoticeSeverity::try_from(n.severity).ok();
+    json!({
+        "message": n.message,
+        "kind": n.kind,
+        "severity": super::enum_json(
+            n.severity,
+            severity.map(|s| s.as_str_name()),
+            "NOTICE_SEVERITY_"
+        ),
+        "details": serde_json::from_str::<Value>(&n.details_json).unwrap_or(Value::Null),
+    })
+}
 
 fn snapshot(s: &pb::Snapshot) -> Value {
     json!({
@@ -419,6 +435,37 @@ mod tests {
         assert_eq!(
             failed["correction_failed"]["message"],
             "Self-correction stopped"
+        );
+    }
+
+    #[test]
+    fn a_notice_passes_its_kind_and_details_through() {
+        let ev = pb::AttachResponse {
+            seq: 3,
+            at_ms: 4,
+            event: Some(Event::Notice(pb::Notice {
+                message: "the cache is cold".into(),
+                kind: "cache_cold".into(),
+                severity: pb::NoticeSeverity::Warning as i32,
+                details_json: r#"{"input_tokens":12}"#.into(),
+            })),
+        };
+        assert_eq!(
+            event(&ev)["notice"],
+            json!({"message": "the cache is cold", "kind": "cache_cold",
+                   "severity": "warning", "details": {"input_tokens": 12}})
+        );
+        let old = pb::AttachResponse {
+            event: Some(Event::Notice(pb::Notice {
+                message: "from an older daemon".into(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        assert_eq!(
+            event(&old)["notice"],
+            json!({"message": "from an older daemon", "kind": "",
+                   "severity": "unspecified", "details": null})
         );
     }
 }

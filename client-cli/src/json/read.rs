@@ -279,6 +279,8 @@ fn read_block(o: &Obj<'_>) -> Result<pb::ContentBlock, JsonError> {
                 id: o.string("id")?,
                 name: o.string("name")?,
                 input_json: o.string("input_json")?,
+                // The daemon names the kind; it reads none from an import.
+                kind: pb::ToolKind::Unspecified as i32,
             }),
             "tool_result" => Block::ToolResult(pb::ToolResultBlock {
                 tool_use_id: o.string("tool_use_id")?,

@@ -1,7 +1,8 @@
 //! The one-line notices of a conversation's life: clients and shells coming
 //! and going, the context filling up, budgets, self-corrections, rewinds,
 //! forks, continuations, sub-agents, instructions, the queue, settings and
-//! hooks. The texts are pure functions over their proto types.
+//! hooks; and the daemon's generic notices, whatever their kind. The texts
+//! are pure functions over their proto types.
 
 use std::io::{self, Write};
 
@@ -64,6 +65,16 @@ impl<W: Write> Renderer<W> {
             ))?;
         }
         Ok(())
+    }
+
+    /// The daemon's generic notice: its sentence, as its severity says
+    /// (an error in red, the others, and those of an older daemon, as a
+    /// notice). Any kind, known to this client or not.
+    pub(super) fn generic_notice(&mut self, n: &pb::Notice) -> io::Result<()> {
+        match pb::NoticeSeverity::try_from(n.severity) {
+            Ok(pb::NoticeSeverity::Error) => self.error_line(&n.message),
+            _ => self.notice(&n.message),
+        }
     }
 
     /// The context is exhausted: the continuation summary, whole.

@@ -65,7 +65,9 @@ impl<W: Write> Renderer<W> {
             let line = self.paint(DIM, &format!("  {}", one_line(description, 200)));
             self.line(&line)?;
         }
-        if r.tool_name == "bash" && !self.cwd.is_empty() {
+        let runs_a_command = r.kind() == pb::ToolKind::Execute
+            && input.as_ref().is_some_and(|i| i.get("command").is_some());
+        if runs_a_command && !self.cwd.is_empty() {
             let line = self.paint(DIM, &format!("  in {}", shorten_home(&self.cwd)));
             self.line(&line)?;
         }

@@ -36,6 +36,7 @@ fn tool_use(id: &str, name: &str, input: &str) -> pb::ContentBlock {
             id: id.into(),
             name: name.into(),
             input_json: input.into(),
+            ..Default::default()
         })),
     }
 }
@@ -76,6 +77,7 @@ fn request(options: &[D]) -> pb::PermissionRequest {
         plan: None,
         request_id: "req1".into(),
         tool_name: "edit".into(),
+        kind: pb::ToolKind::Edit as i32,
         tool_use_id: "t1".into(),
         input_json: "{}".into(),
         summary: "edit src/main.rs".into(),
@@ -148,6 +150,7 @@ fn tool_calls_begin_and_end() {
         E::ToolCallBegin(pb::ToolCallBegin {
             tool_use_id: "t1".into(),
             tool_name: "bash".into(),
+            kind: pb::ToolKind::Execute as i32,
             summary: "bash: cargo test".into(),
             input_json: "{\"command\":\"cargo test\"}".into(),
         }),
@@ -163,6 +166,7 @@ fn tool_calls_begin_and_end() {
         E::ToolCallBegin(pb::ToolCallBegin {
             tool_use_id: "t2".into(),
             tool_name: "edit".into(),
+            kind: pb::ToolKind::Edit as i32,
             summary: String::new(),
             input_json: "{\"file_path\":\"src/a.rs\"}".into(),
         }),
@@ -326,6 +330,7 @@ fn clients_shells_and_notices() {
         E::ShellExited(pb::ShellExited { shell: Some(shell) }),
         E::Notice(pb::Notice {
             message: "recovered after restart".into(),
+            ..Default::default()
         }),
     ]);
     assert_eq!(
@@ -333,6 +338,28 @@ fn clients_shells_and_notices() {
         "· bob@box:12 attached\n· c3 detached\n· shell sh1 started: sleep 100\n\
          · shell sh1 exited (2)\n! recovered after restart\n"
     );
+}
+
+#[test]
+fn a_notice_of_any_kind_shows_its_sentence_by_its_severity() {
+    let notice = |kind: &str, severity: pb::NoticeSeverity, message: &str| {
+        E::Notice(pb::Notice {
+            message: message.into(),
+            kind: kind.into(),
+            severity: severity as i32,
+            details_json: "{}".into(),
+        })
+    };
+    let out = render(vec![
+        notice(
+            "cache_cold",
+            pb::NoticeSeverity::Warning,
+            "the cache is cold",
+        ),
+        notice("disk_full", pb::NoticeSeverity::Error, "the disk is full"),
+        notice("info", pb::NoticeSeverity::Info, "hello"),
+    ]);
+    assert_eq!(out, "! the cache is cold\n✗ the disk is full\n! hello\n");
 }
 
 #[test]
@@ -778,6 +805,7 @@ fn instruction_files_are_one_dim_line_as_an_event_and_a_list_for_show() {
 fn a_command_shows_what_it_is_for_and_where_it_runs() {
     let mut req = request(&[D::AllowOnce, D::Deny]);
     req.tool_name = "bash".into();
+    req.kind = pb::ToolKind::Execute as i32;
     req.summary = "bash: cargo test".into();
     req.input_json = r#"{"command":"cargo test","description":"run the tests"}"#.into();
     req.diff.clear();
@@ -831,6 +859,7 @@ fn bash_begin(id: &str, command: &str) -> E {
     E::ToolCallBegin(pb::ToolCallBegin {
         tool_use_id: id.into(),
         tool_name: "bash".into(),
+        kind: pb::ToolKind::Execute as i32,
         summary: format!("bash: {command}"),
         input_json: String::new(),
     })
@@ -1031,15 +1060,26 @@ fn the_keys_wrap_between_options_at_the_screen_width() {
     );
 }
 
+/// A call started, of a tool of the kind the daemon names.
+fn begin_of(id: &str, name: &str, kind: pb::ToolKind, summary: &str) -> E {
+    E::ToolCallBegin(pb::ToolCallBegin {
+        tool_use_id: id.into(),
+        tool_name: name.into(),
+        kind: kind as i32,
+        summary: summary.into(),
+        input_json: String::new(),
+    })
+}
+
 #[test]
 fn reads_greps_and_globs_are_one_line_each() {
     let begin = |id: &str, name: &str, summary: &str| {
-        E::ToolCallBegin(pb::ToolCallBegin {
-            tool_use_id: id.into(),
-            tool_name: name.into(),
-            summary: summary.into(),
-            input_json: String::new(),
-        })
+        let kind = match name {
+            "read" => pb::ToolKind::Read,
+            "glob" => pb::ToolKind::Search,
+            _ => pb::ToolKind::Execute,
+        };
+        begin_of(id, name, kind, summary)
     };
     let end = |id: &str, name: &str, summary: &str| {
         E::ToolCallEnd(pb::ToolCallEnd {
@@ -1070,11 +1110,38 @@ fn reads_greps_and_globs_are_one_line_each() {
         begin("r1", "read", "read a.rs"),
         E::Notice(pb::Notice {
             message: "hello".into(),
+            ..Default::default()
         }),
         end("r1", "read", "lines 1-9 of 9"),
     ]);
     assert!(out.starts_with("⏺ read a.rs\n"), "{out}");
     assert!(out.contains("hello"), "{out}");
+}
+
+/// Which calls are held for one line is the daemon's kind of the tool, not
+/// its name: a search of an MCP server is held, a call of an unknown kind
+/// (an older daemon) is announced at once whatever its name.
+#[test]
+fn the_tool_kind_decides_what_is_one_line() {
+    let end = |id: &str, summary: &str| {
+        E::ToolCallEnd(pb::ToolCallEnd {
+            tool_use_id: id.into(),
+            summary: summary.into(),
+            ..Default::default()
+        })
+    };
+    let out = render(vec![
+        begin_of("m1", "mcp__docs__find", pb::ToolKind::Search, "find x"),
+        end("m1", "2 hits"),
+        begin_of("r1", "read", pb::ToolKind::Unspecified, "read a.rs"),
+        end("r1", "lines 1-9 of 9"),
+    ]);
+    assert_eq!(
+        out,
+        "⏺ find x ⎿ ok 2 hits\n\
+         ⏺ read a.rs\n\
+         \x20 ⎿ ok lines 1-9 of 9\n"
+    );
 }
 
 #[test]

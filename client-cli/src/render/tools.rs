@@ -30,7 +30,7 @@ pub(super) struct LiveOutput {
 }
 
 impl<W: Write> Renderer<W> {
-    /// A call started: announced with `⏺`, except reads, greps and globs,
+    /// A call started: announced with `⏺`, except reads and searches,
     /// held to be shown as one line with their result when they end.
     pub(super) fn tool_call_begin(&mut self, t: &pb::ToolCallBegin) -> io::Result<()> {
         let summary = if t.summary.is_empty() {
@@ -40,7 +40,7 @@ impl<W: Write> Renderer<W> {
         };
         self.tool_uses
             .insert(t.tool_use_id.clone(), summary.clone());
-        if matches!(t.tool_name.as_str(), "read" | "grep" | "glob") {
+        if matches!(t.kind(), pb::ToolKind::Read | pb::ToolKind::Search) {
             // One line with its result, when it ends.
             self.begun.insert(t.tool_use_id.clone());
             self.held.push((t.tool_use_id.clone(), summary));

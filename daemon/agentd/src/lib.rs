@@ -56,6 +56,7 @@ pub(crate) mod process;
 pub(crate) mod runtime;
 pub(crate) mod shells;
 pub(crate) mod store;
+pub(crate) mod tasks;
 pub(crate) mod tools;
 pub(crate) mod truncate;
 

@@ -22,6 +22,14 @@ pub enum LlmPurpose {
 }
 
 /// Something clients should be told that is not a state or a message.
+///
+/// One type from the core to the client: the runtime carries it as
+/// `EventKind::Notice`, stores the durable ones as they are (serde), and
+/// the gRPC edge sends it as the generic `Notice` event (its snake_case
+/// name as `kind`, [`Notice::text`], [`Notice::severity`] and its fields
+/// as `details_json`), except the notices clients act on, which keep their
+/// typed events. A new notice is its variant here, its arms in the three
+/// methods below, and the transition that emits it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Notice {
@@ -100,6 +108,110 @@ pub enum Notice {
     },
 }
 
+/// How much a notice matters to people: clients show it accordingly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Severity {
+    Info,
+    Warning,
+    Error,
+}
+
+impl Notice {
+    /// Whether it is stored in the event log (replayed to a client that
+    /// resumes, across restarts) rather than sent live only: the context,
+    /// budget, plan and self-correction milestones a person must not miss.
+    pub fn is_durable(&self) -> bool {
+        match self {
+            Notice::Retrying { .. }
+            | Notice::Error { .. }
+            | Notice::Info { .. }
+            | Notice::Recovered { .. } => false,
+            Notice::ContextWarning { .. }
+            | Notice::ContinuationStarted { .. }
+            | Notice::ContextExhausted { .. }
+            | Notice::BudgetStopped { .. }
+            | Notice::PlanSuggested { .. }
+            | Notice::CorrectionAttempt { .. }
+            | Notice::CorrectionSucceeded { .. }
+            | Notice::CorrectionFailed { .. } => true,
+        }
+    }
+
+    /// How much it matters to people.
+    pub fn severity(&self) -> Severity {
+        match self {
+            Notice::Info { .. }
+            | Notice::Recovered { .. }
+            | Notice::ContinuationStarted { .. }
+            | Notice::PlanSuggested { .. }
+            | Notice::CorrectionSucceeded { .. } => Severity::Info,
+            Notice::Retrying { .. }
+            | Notice::ContextWarning { .. }
+            | Notice::ContextExhausted { .. }
+            | Notice::BudgetStopped { .. }
+            | Notice::CorrectionAttempt { .. } => Severity::Warning,
+            Notice::Error { .. } | Notice::CorrectionFailed { .. } => Severity::Error,
+        }
+    }
+
+    /// The sentence for people, which a client shows as it is. (Clients
+    /// that know a notice's typed event may say it their own way.)
+    pub fn text(&self) -> String {
+        match self {
+            Notice::Retrying {
+                attempt,
+                max_attempts,
+                delay_ms,
+                reason,
+            } => format!("retrying ({attempt}/{max_attempts}) in {delay_ms} ms: {reason}"),
+            Notice::Error { message, .. }
+            | Notice::Info { message }
+            | Notice::Recovered { message }
+            | Notice::CorrectionFailed { message, .. } => message.clone(),
+            Notice::ContextWarning {
+                used_tokens,
+                context_window,
+            } => format!("the context is filling up: {used_tokens} of {context_window} tokens"),
+            Notice::ContinuationStarted { manual, .. } => {
+                let why = if *manual {
+                    "asked for"
+                } else {
+                    "the context is full"
+                };
+                format!("a continuation summary is requested ({why})")
+            }
+            Notice::ContextExhausted { .. } => {
+                "the context is exhausted: the conversation is read-only".to_string()
+            }
+            Notice::BudgetStopped { stop } => crate::texts::budget_reached(stop),
+            Notice::PlanSuggested { .. } => "this request looks like it deserves a plan".into(),
+            Notice::CorrectionAttempt {
+                attempt,
+                max_attempts,
+                tool,
+                ..
+            } => format!("self-correction {attempt}/{max_attempts}: {tool} failed"),
+            Notice::CorrectionSucceeded { attempts, tool } => {
+                format!("{tool} succeeded after {attempts} self-correction attempt(s)")
+            }
+        }
+    }
+
+    /// Its name (`"context_warning"`, the serde name) and its fields as a
+    /// JSON object, for programs.
+    pub fn kind_and_details(&self) -> (String, serde_json::Value) {
+        match serde_json::to_value(self) {
+            Ok(serde_json::Value::Object(map)) => match map.into_iter().next() {
+                Some((kind, details)) => (kind, details),
+                None => ("notice".to_string(), serde_json::Value::Null),
+            },
+            // A variant without fields is its name alone.
+            Ok(serde_json::Value::String(kind)) => (kind, serde_json::json!({})),
+            Ok(_) | Err(_) => ("notice".to_string(), serde_json::Value::Null),
+        }
+    }
+}
+
 /// A command for the runtime.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "effect", rename_all = "snake_case")]
@@ -142,6 +254,16 @@ pub enum Effect {
     RunPreToolHooks {
         call: ToolCall,
     },
+    /// Put the user message just sent in the queue: a turn runs and its
+    /// sender asked to queue it rather than be refused. The state is
+    /// unchanged; the core delivers it later from `ConvContext::queued`.
+    Enqueue,
+    /// Run the hooks that check the user message just sent before it is
+    /// sent (`session_start` for the first message, then
+    /// `user_prompt_submit`): the state would take it, and nothing happened
+    /// yet. The runtime sends it again, `PromptHooks::Passed`, if they let
+    /// it through (with what they added).
+    RunPromptHooks,
     /// Run the `stop` hooks; the runtime reports `StopHooksDecided`.
     RunStopHooks,
     /// Stop the hooks that run (their process groups are terminated);
@@ -151,9 +273,11 @@ pub enum Effect {
     AskPermission {
         ask: PermissionAsk,
     },
-    /// Tell clients how a permission request ended.
+    /// Tell clients how a permission request ended (and the audit trail
+    /// which call an answer allowed or denied).
     PermissionResolved {
-        request_id: String,
+        /// The request that ended, with the call it asked about.
+        ask: PermissionAsk,
         decision: Decision,
         /// Who answered.
         by: Option<ClientInfo>,
@@ -193,6 +317,23 @@ pub enum Effect {
     FinishSubAgent {
         outcome: SubAgentOutcome,
     },
+    /// Remember the files as they are now under `mark` (a plan step
+    /// starts), so that `RestoreCheckpoint` can put back what the agent
+    /// changes after it.
+    MarkCheckpoint {
+        mark: String,
+    },
+    /// Put back the files the agent changed since `mark` (files someone
+    /// else changed meanwhile stay, named) and tell clients: the plan step
+    /// `step_id` failed and `[plan] auto_rollback_on_failure` is on.
+    RestoreCheckpoint {
+        mark: String,
+        step_id: String,
+    },
+    /// The context is exhausted and the daemon continues the conversation
+    /// in a new one by itself (`[context] auto_continue`): the runtime
+    /// records that it owes one with the state, then asks for it.
+    ContinueInNewConversation,
     /// The conversation's plan is now `plan` (persisted with the state of
     /// this transition); tell clients what happened to it.
     PlanChanged {
@@ -214,4 +355,41 @@ pub enum SubAgentOutcome {
     Failed { message: String },
     /// A user cancelled it (or its parent was cancelled).
     Cancelled,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_notice_is_named_by_its_serde_name_with_its_fields_as_details() {
+        let notice = Notice::ContextWarning {
+            used_tokens: 80,
+            context_window: 100,
+        };
+        let (kind, details) = notice.kind_and_details();
+        assert_eq!(kind, "context_warning");
+        assert_eq!(
+            details,
+            serde_json::json!({"used_tokens": 80, "context_window": 100})
+        );
+        let info = Notice::Info {
+            message: "hello".into(),
+        };
+        assert_eq!(info.kind_and_details().0, "info");
+        assert_eq!(info.text(), "hello");
+        assert_eq!(info.severity(), Severity::Info);
+        assert!(!info.is_durable());
+        assert!(notice.is_durable());
+    }
+
+    #[test]
+    fn a_stored_notice_reads_back_as_it_was() {
+        let notice = Notice::CorrectionSucceeded {
+            attempts: 2,
+            tool: "edit".into(),
+        };
+        let stored = serde_json::to_string(&notice).unwrap();
+        assert_eq!(serde_json::from_str::<Notice>(&stored).unwrap(), notice);
+    }
 }

@@ -155,6 +155,27 @@ pub enum Offered {
     Restricted,
 }
 
+/// What kind of tool it is, for clients to show its calls by (an icon, a
+/// layout) without knowing tool names. MCP servers' tools and names the
+/// daemon does not have are [`Kind::Other`] ([`kind_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Reads a file.
+    Read,
+    /// Changes files.
+    Edit,
+    /// Searches files or their contents.
+    Search,
+    /// Runs a command, or looks after one running.
+    Execute,
+    /// Thinks aloud: changes nothing.
+    Think,
+    /// Asks to switch to another permission mode.
+    SwitchMode,
+    /// Anything else.
+    Other,
+}
+
 /// The table row of one tool.
 struct Facts {
     name: &'static str,
@@ -162,49 +183,49 @@ struct Facts {
     subject: Subject,
     runner: Runner,
     offered: Offered,
+    kind: Kind,
 }
 
 impl Tool {
     /// The one table of what the daemon knows about each tool besides its
     /// spec (which the daemon's tool file writes).
     const fn facts(self) -> Facts {
+        use Kind::{Edit, Execute, Other, Read, Search, SwitchMode, Think};
         use Offered::{Always, Restricted, Unrestricted};
         use Runner::{Core, Instant, Spawned};
-        // Name, read-only, subject, runner, offered.
-        let (name, read_only, subject, runner, offered) = match self {
-            Tool::Bash => ("bash", false, Subject::CommandLine, Spawned, Unrestricted),
-            Tool::BashOutput => ("bash_output", true, Subject::ShellId, Spawned, Always),
-            Tool::KillShell => ("kill_shell", false, Subject::ShellId, Spawned, Unrestricted),
-            Tool::Read => ("read", true, Subject::ReadFile, Spawned, Always),
-            Tool::Write => ("write", false, Subject::WrittenFile, Spawned, Unrestricted),
-            Tool::Edit => ("edit", false, Subject::WrittenFile, Spawned, Unrestricted),
-            Tool::Patch => ("patch", false, Subject::PatchedFiles, Spawned, Unrestricted),
-            Tool::Glob => ("glob", true, Subject::SearchedDir, Spawned, Always),
-            Tool::Grep => ("grep", true, Subject::SearchedDir, Spawned, Always),
-            Tool::KeywordSearch => (
-                "keyword_search",
-                true,
-                Subject::SearchedDir,
-                Spawned,
-                Always,
-            ),
-            Tool::Think => ("think", true, Subject::Nothing, Instant, Always),
+        use Subject::{
+            CommandLine, Nothing, PatchedFiles, ReadFile, SearchedDir, ShellId, WrittenFile,
+        };
+        // Name, read-only, subject, runner, offered, kind.
+        let (name, read_only, subject, runner, offered, kind) = match self {
+            Tool::Bash => ("bash", false, CommandLine, Spawned, Unrestricted, Execute),
+            Tool::BashOutput => ("bash_output", true, ShellId, Spawned, Always, Execute),
+            Tool::KillShell => ("kill_shell", false, ShellId, Spawned, Unrestricted, Execute),
+            Tool::Read => ("read", true, ReadFile, Spawned, Always, Read),
+            Tool::Write => ("write", false, WrittenFile, Spawned, Unrestricted, Edit),
+            Tool::Edit => ("edit", false, WrittenFile, Spawned, Unrestricted, Edit),
+            Tool::Patch => ("patch", false, PatchedFiles, Spawned, Unrestricted, Edit),
+            Tool::Glob => ("glob", true, SearchedDir, Spawned, Always, Search),
+            Tool::Grep => ("grep", true, SearchedDir, Spawned, Always, Search),
+            Tool::KeywordSearch => ("keyword_search", true, SearchedDir, Spawned, Always, Search),
+            Tool::Think => ("think", true, Nothing, Instant, Always, Think),
             Tool::RequestModeUpgrade => (
                 "request_mode_upgrade",
                 false,
-                Subject::Nothing,
+                Nothing,
                 Core,
                 Restricted,
+                SwitchMode,
             ),
             // Both are answered by the core (the plan is its data): a
             // proposal raises an approval request, an update changes the
             // plan's steps and nothing else.
-            Tool::ProposePlan => ("propose_plan", false, Subject::Nothing, Core, Always),
-            Tool::UpdatePlan => ("update_plan", true, Subject::Nothing, Core, Always),
+            Tool::ProposePlan => ("propose_plan", false, Nothing, Core, Always, Other),
+            Tool::UpdatePlan => ("update_plan", true, Nothing, Core, Always, Other),
             // The children are narrowed to the parent's mode, so spawning
             // is offered (and allowed) in every mode.
-            Tool::SpawnAgents => ("spawn_agents", false, Subject::Nothing, Core, Always),
-            Tool::SubmitResult => ("submit_result", false, Subject::Nothing, Core, Always),
+            Tool::SpawnAgents => ("spawn_agents", false, Nothing, Core, Always, Other),
+            Tool::SubmitResult => ("submit_result", false, Nothing, Core, Always, Other),
         };
         Facts {
             name,
@@ -212,6 +233,7 @@ impl Tool {
             subject,
             runner,
             offered,
+            kind,
         }
     }
 
@@ -244,6 +266,11 @@ impl Tool {
         self.facts().runner
     }
 
+    /// What kind of tool it is, for clients.
+    pub const fn kind(self) -> Kind {
+        self.facts().kind
+    }
+
     /// Whether the model is offered it in a restricted mode (`restricted`)
     /// or in an unrestricted one.
     pub fn is_offered(self, restricted: bool) -> bool {
@@ -265,6 +292,12 @@ impl std::fmt::Display for Tool {
 /// the daemon does not have is not.
 pub fn is_read_only(name: &str) -> bool {
     Tool::from_name(name).is_some_and(Tool::is_read_only)
+}
+
+/// The kind of the tool a call names: [`Kind::Other`] for an MCP server's
+/// tool and a name the daemon does not have.
+pub fn kind_of(name: &str) -> Kind {
+    Tool::from_name(name).map_or(Kind::Other, Tool::kind)
 }
 
 /// How the names of MCP servers' tools begin: `mcp__SERVER__TOOL`.

@@ -13,7 +13,7 @@ use agent_client_protocol::v1::schema::{
     NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome,
     RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
     SessionNotification, SessionUpdate, SetSessionModeRequest, StopReason, ToolCallContent,
-    ToolCallStatus,
+    ToolCallStatus, ToolKind,
 };
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, Lines};
@@ -268,6 +268,8 @@ async fn an_editor_prompts_sees_the_turn_stream_and_answers_a_permission_request
     let (request, responder) = editor.asked().await;
     assert_eq!(request.session_id.0.as_ref(), session);
     assert_eq!(request.tool_call.tool_call_id.0.as_ref(), "w1");
+    // The daemon's kind of the tool, not a match on its name.
+    assert_eq!(request.tool_call.fields.kind, Some(ToolKind::Edit));
     let kinds: Vec<(String, PermissionOptionKind)> = request
         .options
         .iter()

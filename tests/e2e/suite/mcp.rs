@@ -5,8 +5,8 @@
 //! trusted read-only hint), and `agent mcp ls`.
 
 use super::util::{
-    Attached, agent_out, create_with, is_idle, is_request, request_of, result_of, send, tool,
-    wait_state,
+    Attached, agent_out, create_with, is_idle, is_request, processes_matching, request_of,
+    result_of, send, tool, wait_state,
 };
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
@@ -351,4 +351,56 @@ async fn an_http_server_and_a_server_given_with_agent_run() {
     );
     let _ = server.start_kill();
     let _ = tokio::time::timeout(Duration::from_secs(5), server.wait()).await;
+}
+
+/// The daemon's shutdown waits for every task it started (issue 40 point
+/// 1): with a background shell and an MCP server running, SIGTERM ends
+/// both, every task ends without the drain's deadline, and it is prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_drains_every_task_with_a_background_shell_and_an_mcp_server_running() {
+    let sleeper = format!("sleep 41.{}", std::process::id());
+    let config = format!(
+        "[mcp.servers.t]\ncommand = {}\nargs = [\"stdio\"]\n",
+        toml_str(server_bin()),
+    );
+    let s = Scenario::new()
+        .config(&config)
+        .scripts([
+            tool("e1", "mcp__t__echo", json!({"text": "hi"})),
+            tool(
+                "b1",
+                "bash",
+                json!({"command": sleeper, "run_in_background": true}),
+            ),
+            Script::text("both running"),
+        ])
+        .conversation("start both")
+        .allow(&["mcp__t__echo", "bash"])
+        .mode(pb::PermissionMode::Default)
+        .start()
+        .await;
+    let (fake, mut client, mut daemon, id) = (s.fake, s.client, s.daemon, s.id);
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 3, "the echo, the shell and the end");
+    let server = echo_pid(&content_of(&result_of(&reqs[1], "e1")));
+    assert!(!gone(server), "the MCP server runs");
+    assert!(
+        !processes_matching(&sleeper).is_empty(),
+        "the background shell runs"
+    );
+
+    let started = std::time::Instant::now();
+    let status = daemon.terminate().await;
+    let took = started.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(took < Duration::from_secs(5), "stopping took {took:?}");
+    let log = daemon.log();
+    assert!(log.contains("every task ended"), "{log}");
+    assert!(!log.contains("did not end"), "{log}");
+    wait_for("the MCP server to stop", WAIT, || gone(server)).await;
+    wait_for("the background shell to stop", WAIT, || {
+        processes_matching(&sleeper).is_empty()
+    })
+    .await;
 }

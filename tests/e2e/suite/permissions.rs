@@ -68,6 +68,11 @@ async fn the_first_answer_wins_and_nothing_leaks_into_the_next_call() {
     let rb = request_of(b.until(WAIT, is_request).await.last().unwrap());
     assert_eq!(ra, rb, "both clients see the same request");
     assert_eq!(ra.tool_name, "bash");
+    assert_eq!(
+        ra.kind(),
+        pb::ToolKind::Execute,
+        "clients get the kind, not only the name"
+    );
     assert_eq!(ra.tool_use_id, "p1");
     assert!(ra.summary.contains("echo once"), "{}", ra.summary);
     assert!(
@@ -91,6 +96,16 @@ async fn the_first_answer_wins_and_nothing_leaks_into_the_next_call() {
     let b_frames = b
         .until(WAIT, |m| matches!(m.event, Some(Ev::PermissionResolved(_))))
         .await;
+    let begun = a
+        .until(WAIT, |m| matches!(m.event, Some(Ev::ToolCallBegin(_))))
+        .await;
+    let Some(Ev::ToolCallBegin(begin)) = &begun.last().unwrap().event else {
+        unreachable!()
+    };
+    assert_eq!(
+        (begin.tool_use_id.as_str(), begin.kind()),
+        ("p1", pb::ToolKind::Execute)
+    );
     for r in [resolved(&a_frames), resolved(&b_frames)] {
         assert_eq!(r.len(), 1);
         assert_eq!(r[0].request_id, ra.request_id);

@@ -909,6 +909,7 @@ mod tests {
                 id: id.into(),
                 name: name.into(),
                 input_json: input.to_string(),
+                ..Default::default()
             })
         };
         let ok = |id: &str| {
@@ -1069,6 +1070,7 @@ mod tests {
                 id: id.into(),
                 name: name.into(),
                 input_json: input.to_string(),
+                ..Default::default()
             })
         };
         let answer = |id: &str, content: &str| {

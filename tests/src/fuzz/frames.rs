@@ -750,6 +750,7 @@ fn imported(rng: &mut StdRng, ids: &[String]) -> pb::ExportedConversation {
                                 .choose(rng)
                                 .unwrap_or(&"{}")
                                 .to_string(),
+                            ..Default::default()
                         })),
                         _ => Some(Block::ToolResult(pb::ToolResultBlock {
                             images: Vec::new(),

@@ -46,7 +46,7 @@ impl Checkpoints {
             Tool::Write | Tool::Edit | Tool::Patch => {
                 let this = self.clone();
                 let (name, input, ctx) = (name.to_string(), input.clone(), ctx.clone());
-                let files = tokio::task::spawn_blocking(move || {
+                let files = crate::tasks::spawn_blocking("checkpoint snapshot", move || {
                     this.keep_before(&crate::tools::planned_paths(&name, &input, &ctx))
                 })
                 .await
@@ -285,7 +285,7 @@ impl Checkpoints {
             };
             if due {
                 let this = self.clone();
-                tokio::spawn(async move {
+                crate::tasks::spawn("checkpoint refresh", async move {
                     let mut tree = tree.lock().await;
                     if let Err(e) = tree.refresh(&this.scratch, &*this).await {
                         tracing::debug!("checkpoints: no new base: {e}");
@@ -334,7 +334,7 @@ impl Checkpoints {
         };
         let done = if reads {
             let this = self.clone();
-            tokio::task::spawn_blocking(move || finish(&this))
+            crate::tasks::spawn_blocking("checkpoint finish", move || finish(&this))
                 .await
                 .map_err(io_err)
                 .and_then(|r| r)
@@ -348,7 +348,8 @@ impl Checkpoints {
         if self.bytes.load(Ordering::Relaxed) > self.config.max_bytes {
             let this = self.clone();
             let now = record_now_ms();
-            let _ = tokio::task::spawn_blocking(move || this.prune(now)).await;
+            let _ =
+                crate::tasks::spawn_blocking("checkpoint retention", move || this.prune(now)).await;
         }
     }
 

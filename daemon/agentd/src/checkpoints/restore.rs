@@ -64,9 +64,11 @@ impl Checkpoints {
             }
         }
         let this = self.clone();
-        let done = tokio::task::spawn_blocking(move || this.apply(chosen, force, skip_changed))
-            .await
-            .map_err(|e| RestoreError::Io(e.to_string()))??;
+        let done = crate::tasks::spawn_blocking("checkpoint restore", move || {
+            this.apply(chosen, force, skip_changed)
+        })
+        .await
+        .map_err(|e| RestoreError::Io(e.to_string()))??;
         // The used records' removal, durably.
         if let Err(e) = self.store.flush().await {
             tracing::warn!("checkpoints not flushed after a restore: {e}");

@@ -299,7 +299,7 @@ impl WorkTree {
         self.watch = None;
         let top = self.repo.top.clone();
         // A walk of the work tree's directories.
-        let made = tokio::task::spawn_blocking(move || DirWatch::new(&top))
+        let made = crate::tasks::spawn_blocking("directory watch", move || DirWatch::new(&top))
             .await
             .map_err(|e| e.to_string())
             .and_then(|made| made);

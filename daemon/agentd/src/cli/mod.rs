@@ -278,6 +278,8 @@ pub(crate) async fn run(
     shells.kill_all().await;
     // And the MCP servers' process groups.
     mcp.shutdown().await;
+    // Then every task the daemon started ends (or is named).
+    crate::tasks::drain(crate::tasks::DRAIN_GRACE).await;
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)
@@ -394,7 +396,7 @@ fn start_shells(
                 return;
             }
             let store = shell_store.clone();
-            tokio::spawn(async move {
+            crate::tasks::spawn("shell record flush", async move {
                 if let Err(e) = store.flush().await {
                     tracing::error!("cannot flush a shell record: {e}");
                 }
@@ -479,7 +481,7 @@ fn open_checkpoints(
         // pass `max_bytes`).
         let checkpoints = checkpoints.clone();
         let now = crate::runtime::Clock::System.now_ms();
-        tokio::task::spawn_blocking(move || {
+        crate::tasks::spawn_blocking("checkpoint retention", move || {
             if let Err(e) = checkpoints.prune(now) {
                 tracing::warn!("checkpoint retention: {e}");
             }
@@ -493,7 +495,7 @@ fn forward_shell_events(
     manager: Arc<Manager>,
     mut shell_rx: tokio::sync::broadcast::Receiver<crate::shells::ShellEvent>,
 ) {
-    tokio::spawn(async move {
+    crate::tasks::spawn_until_stopped("shell event forwarding", async move {
         loop {
             match shell_rx.recv().await {
                 Ok(event) => manager.shell_event(event).await,

@@ -31,7 +31,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_util::sync::CancellationToken;
 
-/// How long a graceful shutdown may take before the server is dropped.
+/// How long the conversations and the server may take to stop, together,
+/// before the server is dropped (the daemon's tasks then get
+/// `tasks::DRAIN_GRACE`).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// Errors of the gRPC server.
@@ -109,16 +111,18 @@ where
     // worker, two thread switches before a client's first request was read.
     // Dropped (on the timeout below, or with this future), it stops the
     // server and every connection, as dropping the server's future did.
-    let mut server = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(server));
+    let mut server =
+        tokio_util::task::AbortOnDropHandle::new(crate::tasks::spawn("gRPC server", server));
     tokio::select! {
         r = &mut server => return served(r),
         _ = shutdown => {}
     }
     tracing::info!("shutting down");
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
     stop.cancel();
-    manager.shutdown().await;
+    manager.shutdown(deadline).await;
     let _ = stop_server.send(());
-    match tokio::time::timeout(SHUTDOWN_GRACE, &mut server).await {
+    match tokio::time::timeout_at(deadline, &mut server).await {
         Ok(r) => served(r),
         Err(_) => {
             tracing::warn!("clients held connections open; stopped without waiting for them");

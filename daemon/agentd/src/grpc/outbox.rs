@@ -196,7 +196,7 @@ mod tests {
         out.push(text(2, 0, "Hel"));
         out.push(text(3, 0, "lo"));
         out.push(text(5, 0, " ✓"));
-        out.push(ev(6, EventKind::Notice("between".into())));
+        out.push(ev(6, EventKind::info("between")));
         out.push(text(7, 0, "again"));
         out.push(text(8, 1, "other block"));
         out.push(ev(
@@ -252,10 +252,10 @@ mod tests {
     fn it_is_full_by_frames_or_by_text_and_a_resync_keeps_only_unsequenced_frames() {
         let mut out = Outbox::default();
         for seq in 1..MAX_FRAMES as u64 {
-            out.push(ev(seq, EventKind::Notice(format!("n{seq}"))));
+            out.push(ev(seq, EventKind::info(format!("n{seq}"))));
         }
         assert!(!out.is_full());
-        out.push(ev(0, EventKind::Notice("for this client".into())));
+        out.push(ev(0, EventKind::info("for this client")));
         assert!(out.is_full());
         out.drop_sequenced();
         assert!(!out.is_full());
@@ -289,7 +289,7 @@ mod tests {
         out.push(text(2, 0, "b"));
         assert_eq!(out.due(soon), Due::At(due));
         out.push(text(3, 0, "c"));
-        out.push(ev(4, EventKind::Notice("after the deltas".into())));
+        out.push(ev(4, EventKind::info("after the deltas")));
         assert_eq!(
             out.due(soon),
             Due::At(due),

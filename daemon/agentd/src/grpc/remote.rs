@@ -313,7 +313,7 @@ impl RemoteListener {
         let slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
         let handshakes = Arc::new(limits::Handshakes::default());
         let tally = Arc::new(limits::Tally::default());
-        tokio::spawn(async move {
+        crate::tasks::spawn("TCP accept loop", async move {
             let mut backoff = limits::Backoff::new("TCP");
             let mut report = tokio::time::interval(limits::REPORT_EVERY);
             report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -362,7 +362,7 @@ impl RemoteListener {
                 let tally = tally.clone();
                 let (handshake_timeout, idle_timeout) =
                     (limits.handshake_timeout, limits.idle_timeout);
-                tokio::spawn(async move {
+                crate::tasks::spawn("TLS handshake", async move {
                     let done = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await;
                     drop(handshaking);
                     let failed = match done {

@@ -123,6 +123,11 @@ pub(super) async fn ask(hook: &Hook, env: &Env, payload: &[u8]) -> (Said, u64) {
     (said, took)
 }
 
+/// A hook that failed, and why: its answer is ignored.
+pub(super) fn failed(hook: &Hook, duration_ms: u64, error: impl Into<String>) -> HookReport {
+    report(hook, "failed", duration_ms, Some(error.into()))
+}
+
 pub(super) fn report(
     hook: &Hook,
     decision: &str,

@@ -5,7 +5,7 @@ use agentd_core::ToolCall;
 use agentd_core::hooks::HookVerdict;
 use serde_json::{Value, json};
 
-use super::ask::{Answer, Said, ask, report};
+use super::ask::{Answer, Said, ask, failed, report};
 use super::{Env, Hook, HookReport, NotificationKind, Stage};
 
 /// What the `pre_tool_use` hooks of a call decided together.
@@ -40,14 +40,13 @@ pub(crate) async fn pre_tool_use(
                 verdict = HookVerdict::Deny(reason);
                 break;
             }
-            Said::Failed(e) => reports.push(report(hook, "failed", took, Some(e))),
+            Said::Failed(e) => reports.push(failed(hook, took, e)),
             Said::Answered(answer) => {
                 if answer.context.is_some() {
-                    reports.push(report(
+                    reports.push(failed(
                         hook,
-                        "failed",
                         took,
-                        Some("`context` is not an answer of pre_tool_use".to_string()),
+                        "`context` is not an answer of pre_tool_use",
                     ));
                     continue;
                 }
@@ -56,12 +55,7 @@ pub(crate) async fn pre_tool_use(
                         input = new;
                         replaced = true;
                     } else {
-                        reports.push(report(
-                            hook,
-                            "failed",
-                            took,
-                            Some("`input` must be a JSON object".to_string()),
-                        ));
+                        reports.push(failed(hook, took, "`input` must be a JSON object"));
                         continue;
                     }
                 }
@@ -86,13 +80,10 @@ pub(crate) async fn pre_tool_use(
                         break;
                     }
                     Some(other) => {
-                        reports.push(report(
+                        reports.push(failed(
                             hook,
-                            "failed",
                             took,
-                            Some(format!(
-                                "unknown decision {other:?} (expected allow, deny or ask)"
-                            )),
+                            format!("unknown decision {other:?} (expected allow, deny or ask)"),
                         ));
                         continue;
                     }
@@ -137,7 +128,7 @@ pub(crate) async fn post_tool_use(
                 added.push(text);
                 report(hook, "context (exit 2)", took, None)
             }
-            Said::Failed(e) => report(hook, "failed", took, Some(e)),
+            Said::Failed(e) => failed(hook, took, e),
             Said::Answered(Answer {
                 decision: None,
                 input: None,
@@ -150,12 +141,7 @@ pub(crate) async fn post_tool_use(
                 }
                 None => report(hook, "none", took, None),
             },
-            Said::Answered(_) => report(
-                hook,
-                "failed",
-                took,
-                Some("post_tool_use answers with `context` only".to_string()),
-            ),
+            Said::Answered(_) => failed(hook, took, "post_tool_use answers with `context` only"),
         });
     }
     (added, reports)
@@ -195,23 +181,18 @@ pub(crate) async fn before_prompt(
                 reports.push(report(hook, "block (exit 2)", took, None));
                 return (Prompt::Block(reason), reports);
             }
-            Said::Blocked(_) => reports.push(report(
+            Said::Blocked(_) => reports.push(failed(
                 hook,
-                "failed",
                 took,
-                Some("exited with 2, which session_start hooks cannot use to block".to_string()),
+                "exited with 2, which session_start hooks cannot use to block",
             )),
-            Said::Failed(e) => reports.push(report(hook, "failed", took, Some(e))),
+            Said::Failed(e) => reports.push(failed(hook, took, e)),
             Said::Answered(answer) => {
                 if answer.input.is_some() {
-                    reports.push(report(
+                    reports.push(failed(
                         hook,
-                        "failed",
                         took,
-                        Some(format!(
-                            "`input` is not an answer of {}",
-                            hook.stage.as_str()
-                        )),
+                        format!("`input` is not an answer of {}", hook.stage.as_str()),
                     ));
                     continue;
                 }
@@ -222,14 +203,10 @@ pub(crate) async fn before_prompt(
                         return (Prompt::Block(reason), reports);
                     }
                     Some(other) => {
-                        reports.push(report(
+                        reports.push(failed(
                             hook,
-                            "failed",
                             took,
-                            Some(format!(
-                                "unknown decision {other:?} for {}",
-                                hook.stage.as_str()
-                            )),
+                            format!("unknown decision {other:?} for {}", hook.stage.as_str()),
                         ));
                         continue;
                     }
@@ -264,7 +241,7 @@ pub(crate) async fn stop(
                 reports.push(report(hook, "continue (exit 2)", took, None));
                 return (Some(reason), reports);
             }
-            Said::Failed(e) => reports.push(report(hook, "failed", took, Some(e))),
+            Said::Failed(e) => reports.push(failed(hook, took, e)),
             Said::Answered(answer) => match answer.decision.as_deref() {
                 None if answer.input.is_none() && answer.context.is_none() => {
                     reports.push(report(hook, "none", took, None));
@@ -272,25 +249,21 @@ pub(crate) async fn stop(
                 Some("continue") if answer.input.is_none() && answer.context.is_none() => {
                     let reason = answer.reason.unwrap_or_default();
                     if reason.trim().is_empty() {
-                        reports.push(report(
+                        reports.push(failed(
                             hook,
-                            "failed",
                             took,
-                            Some("`continue` needs a `reason` for the model".to_string()),
+                            "`continue` needs a `reason` for the model",
                         ));
                         continue;
                     }
                     reports.push(report(hook, "continue", took, None));
                     return (Some(reason), reports);
                 }
-                _ => reports.push(report(
+                _ => reports.push(failed(
                     hook,
-                    "failed",
                     took,
-                    Some(
-                        "stop hooks answer with `decision: \"continue\"` and a `reason` only"
-                            .to_string(),
-                    ),
+                    "stop hooks answer with `decision: \"continue\"` and a `reason` only"
+                        .to_string(),
                 )),
             },
         }
@@ -314,7 +287,7 @@ pub(crate) async fn notify(
     for hook in hooks {
         let (said, took) = ask(hook, env, &payload).await;
         reports.push(match said {
-            Said::Failed(e) => report(hook, "failed", took, Some(e)),
+            Said::Failed(e) => failed(hook, took, e),
             Said::Blocked(_) | Said::Answered(_) => report(hook, "sent", took, None),
         });
     }

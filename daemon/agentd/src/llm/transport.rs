@@ -4,6 +4,7 @@
 
 use agentd_core::Reply;
 use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::{FutureExt, Stream, StreamExt, TryStreamExt};
 use reqwest::Url;
 use std::future::Future;
@@ -11,10 +12,10 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
 
-use super::StreamEvent;
 use super::error::{LlmError, provider_error};
 use super::retry;
 use super::sse::{SseDecoder, SseEvent};
+use super::{LlmRequest, Provider, StreamEvent};
 
 /// Timeouts of the HTTP client.
 #[derive(Debug, Clone, Copy)]
@@ -42,7 +43,7 @@ const MAX_ERROR_BODY: usize = 64 * 1024;
 
 /// Builds the endpoint `{base_url}/{path}`. A trailing slash on the base is
 /// tolerated; the scheme must be http or https.
-pub(crate) fn endpoint(base_url: &str, path: &str) -> Result<Url, LlmError> {
+fn endpoint(base_url: &str, path: &str) -> Result<Url, LlmError> {
     let base = base_url.trim().trim_end_matches('/');
     let url = Url::parse(&format!("{base}/{path}"))
         .map_err(|e| LlmError::Config(format!("invalid base URL {:?}: {e}", redact(base))))?;
@@ -80,7 +81,7 @@ pub(crate) fn redact(url: &str) -> String {
 /// servers) is always reached directly: a `HTTPS_PROXY` meant for the
 /// outside world must not capture it. Remote providers honour the usual
 /// proxy variables, as users behind a corporate proxy expect.
-pub(crate) fn client(endpoint: &Url, timeouts: Timeouts) -> Result<reqwest::Client, LlmError> {
+fn client(endpoint: &Url, timeouts: Timeouts) -> Result<reqwest::Client, LlmError> {
     let mut builder = reqwest::Client::builder()
         .use_rustls_tls()
         .user_agent(concat!("agentd/", env!("CARGO_PKG_VERSION")))
@@ -395,6 +396,60 @@ pub(crate) async fn run_attempt(
         ),
     }
     result
+}
+
+/// Where one provider's requests go, with the connection pool they share.
+pub(crate) struct Endpoint {
+    client: reqwest::Client,
+    url: Url,
+}
+
+impl Endpoint {
+    /// `path` under `base_url` (see [`endpoint`]), with a client for it.
+    pub(crate) fn new(base_url: &str, path: &str, timeouts: Timeouts) -> Result<Self, LlmError> {
+        let url = endpoint(base_url, path)?;
+        let client = client(&url, timeouts)?;
+        Ok(Endpoint { client, url })
+    }
+
+    /// A POST that asks for a stream of server-sent events.
+    pub(crate) fn post(&self) -> reqwest::RequestBuilder {
+        self.client
+            .post(self.url.clone())
+            .header(http::header::ACCEPT, "text/event-stream")
+    }
+
+    /// The URL without its password, for logs and `Debug`.
+    pub(crate) fn redacted(&self) -> String {
+        redact(self.url.as_str())
+    }
+}
+
+/// A provider over HTTP: how it builds one request and which parser reads
+/// the streamed reply. [`Provider`] is implemented once for all of them:
+/// send, read the stream, and give up when `cancel` fires.
+pub(crate) trait HttpApi: Send + Sync + std::fmt::Debug {
+    /// The provider's name in logs: `anthropic`, `openai`.
+    const NAME: &'static str;
+    /// Reads its SSE events.
+    type Parser: StreamParser + Default + Send;
+
+    /// The request for `req`, headers and body.
+    fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError>;
+}
+
+impl<T: HttpApi> Provider for T {
+    fn stream<'a>(
+        &'a self,
+        req: &'a LlmRequest,
+        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
+        Box::pin(run_attempt(T::NAME, cancel, async move {
+            let response = send(self.request(req)?).await?;
+            read_stream(response, T::Parser::default(), on_event).await
+        }))
+    }
 }
 
 #[cfg(test)]

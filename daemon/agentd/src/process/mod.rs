@@ -172,22 +172,7 @@ fn spawn_bash_with(
     let mut cmd = bash_command(program, command, cwd);
     cmd.kill_on_drop(on_drop == OnDrop::Kill);
     let read_end = attach_output_pipe(&mut cmd).map_err(SpawnError::Pipe)?;
-    let before = boot_ticks();
-    let spawned = cmd.spawn();
-    let after = boot_ticks();
-    // Our copies of the pipe's write end go with `cmd`, so end-of-file
-    // means every process of the command has closed it.
-    drop(cmd);
-    let child = spawned.map_err(|source| SpawnError::Start {
-        cwd: cwd.display().to_string(),
-        source,
-    })?;
-    let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
-        return Err(SpawnError::Untracked);
-    };
-    // The leader is not reaped before `child` is waited for, so its pid
-    // cannot have been reused yet and its start time is the one to keep.
-    let group = Group::spawned(Pid::from_raw(pid), before, after);
+    let (child, group) = start(cmd, cwd)?;
     let output = match pipe::Receiver::from_owned_fd(read_end) {
         Ok(output) => output,
         Err(e) => {
@@ -228,9 +213,22 @@ fn spawn_piped_with(program: &OsStr, command: &str, cwd: &Path) -> Result<Piped,
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
+    let (child, group) = start(cmd, cwd)?;
+    Ok(Piped { child, group })
+}
+
+/// Starts `cmd` (bash in `cwd`) as the leader of its process group, and
+/// the group's handle.
+fn start(
+    mut cmd: tokio::process::Command,
+    cwd: &Path,
+) -> Result<(tokio::process::Child, Group), SpawnError> {
     let before = boot_ticks();
     let spawned = cmd.spawn();
     let after = boot_ticks();
+    // Our copies of any pipe's write end go with `cmd`, so end-of-file
+    // means every process of the command has closed it.
+    drop(cmd);
     let child = spawned.map_err(|source| SpawnError::Start {
         cwd: cwd.display().to_string(),
         source,
@@ -238,10 +236,10 @@ fn spawn_piped_with(program: &OsStr, command: &str, cwd: &Path) -> Result<Piped,
     let Some(pid) = child.id().and_then(|p| i32::try_from(p).ok()) else {
         return Err(SpawnError::Untracked);
     };
-    Ok(Piped {
-        child,
-        group: Group::spawned(Pid::from_raw(pid), before, after),
-    })
+    // The leader is not reaped before `child` is waited for, so its pid
+    // cannot have been reused yet and its start time is the one to keep.
+    let group = Group::spawned(Pid::from_raw(pid), before, after);
+    Ok((child, group))
 }
 
 /// Where `bash` was found on the daemon's `PATH`, once for all commands.

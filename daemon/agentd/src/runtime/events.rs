@@ -2,7 +2,7 @@
 //! to the wire format only in `grpc/convert/`.
 
 use crate::store::ConversationRecord;
-use agentd_core::{ConvState, Decision, ErrorKind, Message, PermissionAsk, Usage};
+use agentd_core::{ConvState, Decision, Message, PermissionAsk, Usage};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 pub(crate) use agentd_core::ClientInfo;
@@ -206,34 +206,14 @@ pub(crate) enum EventKind {
         /// What the total cost (None: the model's price is unknown).
         cost_usd: Option<f64>,
     },
-    Error {
-        /// For people.
-        message: String,
-        kind: ErrorKind,
-    },
     ClientAttached(ClientInfo),
     ClientDetached(ClientInfo),
-    /// An attempt failed and will be retried.
-    Retrying {
-        /// Next attempt.
-        attempt: u32,
-        max_attempts: u32,
-        delay_ms: u64,
-        reason: String,
-    },
-    /// Information for people.
-    Notice(String),
-    /// A reply crossed the warning share of the context window.
-    ContextWarning {
-        used_tokens: u64,
-        context_window: u64,
-    },
-    /// A continuation summary is requested; these tool calls were rejected.
-    ContinuationStarted {
-        rejected_tools: Vec<String>,
-        manual: bool,
-    },
-    /// The context is exhausted; the summary seeds a continuation.
+    /// What the core (or the daemon, as `Notice::Info`) tells people, as
+    /// it is: the gRPC edge decides its wire form. A context exhausted is
+    /// the one notice with its own kind, below.
+    Notice(agentd_core::Notice),
+    /// The core's `Notice::ContextExhausted`, with what only the daemon
+    /// knows: the summary seeds a continuation.
     ContextExhausted {
         summary: String,
         /// The daemon continues it by itself (`auto_continue`).
@@ -244,10 +224,6 @@ pub(crate) enum EventKind {
         conversation_id: String,
         hop: u32,
         automatic: bool,
-    },
-    /// A budget was reached: the turn waits before its next model request.
-    BudgetStopped {
-        stop: agentd_core::BudgetStop,
     },
     /// A reached budget was answered: raised by `raised_by` (in the stop's
     /// unit), or (None) the turn was stopped.
@@ -280,11 +256,6 @@ pub(crate) enum EventKind {
     Plan {
         change: agentd_core::plan::PlanEvent,
         plan: agentd_core::Plan,
-    },
-    /// The user's request deserves a plan (`[plan] detect = "suggest"`).
-    PlanSuggested {
-        score: u32,
-        cues: Vec<String>,
     },
     /// On a parent's stream (live only): one of its sub-agents started.
     SubAgentStarted(SubAgentRef),
@@ -328,28 +299,6 @@ pub(crate) enum EventKind {
     ConversationForked {
         message_seq: u64,
         forked_id: String,
-    },
-
-    /// A self-correction attempt: the model is re-engaged.
-    CorrectionAttempt {
-        attempt: u32,
-        max_attempts: u32,
-        tool: String,
-        error: String,
-        fallback_request: String,
-        fallback_tools: Vec<String>,
-    },
-    /// A fallback tool succeeded after `attempts` attempts.
-    CorrectionSucceeded {
-        attempts: u32,
-        tool: String,
-    },
-    /// The corrections ran out: the turn ended.
-    CorrectionFailed {
-        attempts: u32,
-        tool: String,
-        error: String,
-        message: String,
     },
 }
 
@@ -410,93 +359,24 @@ impl ConvEvent {
     }
 }
 
-/// Whether a core notice is stored in the event log (replayed to a client
-/// that resumes, across restarts) rather than sent live only: the context,
-/// budget, plan and self-correction milestones a person must not miss.
-pub(crate) fn is_durable(notice: &agentd_core::Notice) -> bool {
-    use agentd_core::Notice;
-    matches!(
-        notice,
-        Notice::ContextWarning { .. }
-            | Notice::ContinuationStarted { .. }
-            | Notice::ContextExhausted { .. }
-            | Notice::BudgetStopped { .. }
-            | Notice::PlanSuggested { .. }
-            | Notice::CorrectionAttempt { .. }
-            | Notice::CorrectionSucceeded { .. }
-            | Notice::CorrectionFailed { .. }
-    )
-}
-
 impl EventKind {
     /// The event that tells clients a core notice; `continuing`: the
     /// daemon continues an exhausted conversation by itself.
     pub(crate) fn from_notice(notice: agentd_core::Notice, continuing: bool) -> EventKind {
-        use agentd_core::Notice;
         match notice {
-            Notice::Retrying {
-                attempt,
-                max_attempts,
-                delay_ms,
-                reason,
-            } => EventKind::Retrying {
-                attempt,
-                max_attempts,
-                delay_ms,
-                reason,
-            },
-            Notice::Error { message, kind } => EventKind::Error { message, kind },
-            Notice::Info { message } | Notice::Recovered { message } => EventKind::Notice(message),
-            Notice::ContextWarning {
-                used_tokens,
-                context_window,
-            } => EventKind::ContextWarning {
-                used_tokens,
-                context_window,
-            },
-            Notice::ContinuationStarted {
-                rejected_tools,
-                manual,
-            } => EventKind::ContinuationStarted {
-                rejected_tools,
-                manual,
-            },
-            Notice::ContextExhausted { summary } => EventKind::ContextExhausted {
+            agentd_core::Notice::ContextExhausted { summary } => EventKind::ContextExhausted {
                 summary,
                 continuing,
             },
-            Notice::BudgetStopped { stop } => EventKind::BudgetStopped { stop },
-            Notice::PlanSuggested { score, cues } => EventKind::PlanSuggested { score, cues },
-            Notice::CorrectionAttempt {
-                attempt,
-                max_attempts,
-                tool,
-                error,
-                fallback_request,
-                fallback_tools,
-            } => EventKind::CorrectionAttempt {
-                attempt,
-                max_attempts,
-                tool,
-                error,
-                fallback_request,
-                fallback_tools,
-            },
-            Notice::CorrectionSucceeded { attempts, tool } => {
-                EventKind::CorrectionSucceeded { attempts, tool }
-            }
-            Notice::CorrectionFailed {
-                attempts,
-                tool,
-                error,
-                message,
-            } => EventKind::CorrectionFailed {
-                attempts,
-                tool,
-                error,
-                message,
-            },
+            notice => EventKind::Notice(notice),
         }
+    }
+
+    /// A sentence of the daemon's own for people (`Notice::Info`).
+    pub(crate) fn info(message: impl Into<String>) -> EventKind {
+        EventKind::Notice(agentd_core::Notice::Info {
+            message: message.into(),
+        })
     }
 }
 
@@ -545,8 +425,8 @@ mod tests {
             (text(1, "a"), text(2, "b")),
             (text(1, "a"), thinking(1, "b")),
             (thinking(1, "a"), text(1, "b")),
-            (text(1, "a"), EventKind::Notice("b".into())),
-            (EventKind::Notice("a".into()), text(1, "b")),
+            (text(1, "a"), EventKind::info("b")),
+            (EventKind::info("a"), text(1, "b")),
             (
                 EventKind::ReplyBegin { attempt: 1 },
                 EventKind::ReplyBegin { attempt: 2 },
@@ -558,6 +438,6 @@ mod tests {
             assert!(!first.absorb(&ev(2, b)));
             assert_eq!(format!("{first:?}"), before, "unchanged");
         }
-        assert_eq!(ev(1, EventKind::Notice("n".into())).delta_text(), None);
+        assert_eq!(ev(1, EventKind::info("n")).delta_text(), None);
     }
 }

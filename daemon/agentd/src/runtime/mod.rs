@@ -141,14 +141,14 @@ impl Manager {
         // manager weakly: it ends when the manager is dropped (its sender
         // with it).
         let weak = Arc::downgrade(&manager);
-        tokio::spawn(async move {
+        crate::tasks::spawn_until_stopped("automatic continuations", async move {
             while let Some(id) = requests.recv().await {
                 let Some(manager) = weak.upgrade() else {
                     return;
                 };
                 match manager.continue_conversation(&id, true).await {
                     Ok(next) => {
-                        tracing::info!(conversation = %id, continued_as = %next.id, hop = next.hop, "continued automatically")
+                        tracing::info!(conversation = %id, continued_as = %next.id, hop = next.chain.hop, "continued automatically")
                     }
                     Err(e) => {
                         tracing::warn!(conversation = %id, "automatic continuation failed: {e}")

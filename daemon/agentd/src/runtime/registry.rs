@@ -93,7 +93,7 @@ impl Manager {
                 self.auto_continue.clone(),
                 self.sub_agents.clone(),
             );
-            tokio::spawn(actor.run());
+            crate::tasks::spawn("conversation actor", actor.run());
             actors.live.insert(id.to_string(), tx.clone());
             return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
         }
@@ -130,8 +130,10 @@ impl Manager {
     }
 
     /// Stops every actor: in-flight work is cancelled, persisted state is
-    /// kept for recovery, and every client stream ends.
-    pub(crate) async fn shutdown(&self) {
+    /// kept for recovery, and every client stream ends. Waits for each to
+    /// say it stopped until `deadline` (the daemon's one shutdown
+    /// deadline), and names those that did not.
+    pub(crate) async fn shutdown(&self, deadline: tokio::time::Instant) {
         let actors: Vec<_> = self.actors.lock().await.live.drain().collect();
         // All at once: each actor records its interrupted tools in parallel.
         let mut waiting = Vec::new();
@@ -141,7 +143,6 @@ impl Manager {
                 waiting.push((id, rx));
             }
         }
-        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(3);
         for (id, rx) in waiting {
             if tokio::time::timeout_at(deadline, rx).await.is_err() {
                 tracing::warn!(conversation = %id, "actor did not stop in time");

@@ -96,7 +96,7 @@ pub(crate) fn start(
     manager: Weak<Manager>,
     mut requests: mpsc::UnboundedReceiver<SubAgentRequest>,
 ) {
-    tokio::spawn(async move {
+    crate::tasks::spawn_until_stopped("sub-agent requests", async move {
         let children = Arc::new(std::sync::Mutex::new(Children::default()));
         while let Some(request) = requests.recv().await {
             let Some(m) = manager.upgrade() else {
@@ -237,7 +237,7 @@ async fn spawn_child(
         key,
         cancel,
     };
-    tokio::spawn(waiting.run(slots, ended));
+    crate::tasks::spawn_until_stopped("sub-agent wait", waiting.run(slots, ended));
     Ok(())
 }
 
@@ -257,9 +257,9 @@ async fn create_child(
         cwd: parent.cwd.clone(),
         model,
         mode: Some(child_mode(parent.mode, spawn.read_only)),
-        allow_rules: parent.allow_rules.clone(),
-        additional_dirs: parent.additional_dirs.clone(),
-        mcp_servers: parent.mcp_servers.clone(),
+        allow_rules: parent.setup.allow_rules.clone(),
+        additional_dirs: parent.setup.additional_dirs.clone(),
+        mcp_servers: parent.setup.mcp_servers.clone(),
         client_request_id: Some(key.to_string()),
         parent: None,
         sub_agent: Some(SubAgentLink {
@@ -376,7 +376,7 @@ fn resume_child(
     }
     let m = Arc::clone(m);
     let children = Arc::clone(children);
-    tokio::spawn(async move {
+    crate::tasks::spawn_until_stopped("sub-agent recovery slot", async move {
         let mut ended = ended;
         let permit = tokio::select! {
             permit = slots.acquire_owned() => permit.ok(),

@@ -148,7 +148,9 @@ async fn shutting_down_stops_every_live_actor() {
         let _ = rig.attach(&id).await;
     }
     assert_eq!(rig.manager.loaded().await, 3);
-    rig.manager.shutdown().await;
+    rig.manager
+        .shutdown(tokio::time::Instant::now() + std::time::Duration::from_secs(3))
+        .await;
     assert_eq!(rig.manager.loaded().await, 0);
     rig.manager.detach("nobody", "c1".into()).await;
     assert_eq!(rig.manager.loaded().await, 0, "a detach loads nothing");

@@ -256,15 +256,21 @@ impl ShellManager {
         shells.insert(id, Arc::clone(&shell));
         drop(shells);
 
-        let reader = tokio::spawn(pump(receiver, Arc::clone(&shell), self.persist.clone()));
-        tokio::spawn(monitor(
-            shell,
-            child,
-            reader,
-            self.persist.clone(),
-            self.events.clone(),
-            Duration::from_millis(self.limits.kill_grace_ms),
-        ));
+        let reader = crate::tasks::spawn(
+            "shell output pump",
+            pump(receiver, Arc::clone(&shell), self.persist.clone()),
+        );
+        crate::tasks::spawn(
+            "shell monitor",
+            monitor(
+                shell,
+                child,
+                reader,
+                self.persist.clone(),
+                self.events.clone(),
+                Duration::from_millis(self.limits.kill_grace_ms),
+            ),
+        );
         (self.persist)(&record);
         let _ = self.events.send(ShellEvent::Started(record.clone()));
         Ok(record)
@@ -388,7 +394,7 @@ impl ShellManager {
             None => {
                 let path = shell.spool_path.clone();
                 let filter = filter.cloned();
-                tokio::task::spawn_blocking(move || {
+                crate::tasks::spawn_blocking("shell output scan", move || {
                     output::scan(
                         open_at(&path, start)?,
                         len,

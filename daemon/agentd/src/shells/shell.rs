@@ -103,13 +103,16 @@ impl Shell {
             return Ok((Vec::new(), record));
         }
         let path = self.spool_path.clone();
-        let bytes = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
-            let mut bytes = Vec::new();
-            open_at(&path, start)?
-                .take(end - start)
-                .read_to_end(&mut bytes)?;
-            Ok(bytes)
-        })
+        let bytes = crate::tasks::spawn_blocking(
+            "shell output read",
+            move || -> std::io::Result<Vec<u8>> {
+                let mut bytes = Vec::new();
+                open_at(&path, start)?
+                    .take(end - start)
+                    .read_to_end(&mut bytes)?;
+                Ok(bytes)
+            },
+        )
         .await
         .map_err(|e| ShellError::Io(format!("reading the output failed: {e}")))?
         .map_err(|e| io_error(&record.id, &e))?;

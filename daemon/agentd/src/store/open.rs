@@ -45,59 +45,53 @@ impl Store {
             .enumerate()
             .map(|(i, tree)| Tree::new(tree, i as u8, journal.clone()))
             .collect();
-        let Ok(
-            [
-                convs,
-                msgs,
-                rules,
-                shells,
-                events,
-                mid_turn,
-                creates,
-                usage_days,
-                budget_raises,
-                trusted,
-                images,
-                tokens,
-                audit,
-                checkpoints,
-            ],
-        ) = <[Tree; 14]>::try_from(trees)
-        else {
-            return Err(StoreError::Flush(
-                "the store's tree list and its trees differ in number".to_string(),
-            ));
-        };
-        if meta.get("mid_turn_index")?.is_none() {
-            // A store from before the index: build it once.
-            build_mid_turn_index(&db, &meta, &convs, &mid_turn, &journal)?;
-        }
-        let mut mid_turn_ids = std::collections::HashSet::new();
-        for key in mid_turn.iter().keys() {
-            mid_turn_ids.insert(String::from_utf8_lossy(&key?).into_owned());
-        }
-        Ok(Store {
+        let mut trees = trees.into_iter();
+        let differ =
+            || StoreError::Flush("the store's tree list and its trees differ in number".into());
+        let mut next = || trees.next().ok_or_else(differ);
+        // The fields a tree fills are written in `TREE_NAMES`' order: a
+        // struct expression evaluates its fields in the order written.
+        let mut store = Store {
+            convs: next()?,
+            msgs: next()?,
+            rules: next()?,
+            shells: next()?,
+            events: next()?,
+            mid_turn: next()?,
+            creates: next()?,
+            usage_days: next()?,
+            budget_raises: next()?,
+            trusted: next()?,
+            images: next()?,
+            tokens: next()?,
+            audit: next()?,
+            checkpoints: next()?,
             db,
-            convs,
-            msgs,
-            rules,
-            shells,
-            events,
-            mid_turn,
-            creates,
-            usage_days,
-            budget_raises,
-            trusted,
-            images,
-            tokens,
-            audit,
-            mid_turn_ids: std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids)),
+            mid_turn_ids: Default::default(),
             journal,
-            checkpoints,
             flushes: Default::default(),
             #[cfg(test)]
             fail_flushes: Default::default(),
-        })
+        };
+        if next().is_ok() {
+            return Err(differ());
+        }
+        if meta.get("mid_turn_index")?.is_none() {
+            // A store from before the index: build it once.
+            build_mid_turn_index(
+                &store.db,
+                &meta,
+                &store.convs,
+                &store.mid_turn,
+                &store.journal,
+            )?;
+        }
+        let mut mid_turn_ids = std::collections::HashSet::new();
+        for key in store.mid_turn.iter().keys() {
+            mid_turn_ids.insert(String::from_utf8_lossy(&key?).into_owned());
+        }
+        store.mid_turn_ids = std::sync::Arc::new(std::sync::Mutex::new(mid_turn_ids));
+        Ok(store)
     }
 }
 

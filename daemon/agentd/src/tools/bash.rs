@@ -168,7 +168,10 @@ async fn execute(
     }));
     let started = Instant::now();
     let live = ctx.live.clone().map(|sink| Coalescer::new(sink, started));
-    let reader = tokio::spawn(pump(receiver, Arc::clone(&output), live));
+    let reader = crate::tasks::spawn(
+        "bash output pump",
+        pump(receiver, Arc::clone(&output), live),
+    );
     let mut guard = GroupGuard {
         group,
         armed: true,

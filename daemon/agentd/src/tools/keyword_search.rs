@@ -222,6 +222,12 @@ struct ScoreSink<'a> {
 impl Sink for ScoreSink<'_> {
     type Error = std::io::Error;
 
+    /// A binary file is left out whole: its score would mean nothing.
+    fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, Self::Error> {
+        self.binary = true;
+        Ok(false)
+    }
+
     fn matched(&mut self, _: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, Self::Error> {
         let text = String::from_utf8_lossy(mat.bytes());
         let text = text.trim_end_matches('\n').trim_end_matches('\r');
@@ -244,11 +250,6 @@ impl Sink for ScoreSink<'_> {
             }
         }
         Ok(true)
-    }
-
-    fn binary_data(&mut self, _: &Searcher, _: u64) -> Result<bool, Self::Error> {
-        self.binary = true;
-        Ok(false)
     }
 }
 

@@ -3,8 +3,9 @@
 //! The vocabulary is [`agentd_core::tools::Tool`]: names, and the facts the
 //! policy and the runtime decide by. Every tool lives in its own file and
 //! exposes the same three things: a `spec()` (what the model sees), a typed
-//! input struct, and a `run` function; this module matches on `Tool` to find
-//! them.
+//! input struct, and a `run` function; its row in [`handler`] (the one
+//! match on `Tool` in this layer) names them, with the call's one-line
+//! summary and, for a tool that changes files, its `plan`.
 //! [`Registry::run`] is the only entry point the runtime uses; it turns every
 //! failure — unknown tool, bad input, a path outside the working directory, an
 //! I/O error, even a panic — into an `is_error` [`ToolOutput`], because the
@@ -55,6 +56,7 @@ use std::sync::Arc;
 use agentd_core::ToolSpec;
 use agentd_core::tools::{Runner, Tool};
 use futures::FutureExt;
+use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
@@ -237,25 +239,122 @@ impl ToolError {
     }
 }
 
-/// The spec the model sees for `tool`: each tool's file writes its own.
-fn spec(tool: Tool) -> ToolSpec {
+/// How the tool layer runs a tool's calls; agrees with the core's
+/// [`Runner`] (`handlers_agree_with_the_core_table`).
+#[derive(Clone, Copy)]
+enum Run {
+    /// Asynchronous, awaited by the caller: it owns a process or talks to
+    /// the background shells.
+    Async(for<'a> fn(Value, &'a ToolContext) -> BoxFuture<'a, Result<ToolOutput, ToolError>>),
+    /// Synchronous, on the blocking pool.
+    Blocking(fn(Value, &ToolContext) -> Result<ToolOutput, ToolError>),
+    /// Synchronous and at once, without a context ([`Runner::Instant`]).
+    Instant(fn(Value) -> Result<ToolOutput, ToolError>),
+    /// Never: the core answers its calls ([`Runner::Core`]).
+    Core,
+}
+
+/// The file changes a call would make, worked out without making them.
+type Plan = fn(Value, &ToolContext) -> Result<Vec<diff::FileChange>, ToolError>;
+
+/// What the tool layer has of one tool besides the core's facts: its row
+/// in [`handler`]. The registry, the previews and the summaries read it,
+/// so none of them matches on `Tool`.
+#[derive(Clone, Copy)]
+struct Handler {
+    /// What the model sees; each tool's file writes its own.
+    spec: fn() -> ToolSpec,
+    run: Run,
+    /// The call in one line after the tool's name ("edit src/main.rs");
+    /// `None` when the input lacks what the line needs.
+    summary: fn(Tool, &Value) -> Option<String>,
+    /// For tools that change files: what a call would change, for the
+    /// permission prompt's diff and the checkpoints.
+    plan: Option<Plan>,
+}
+
+impl Handler {
+    const fn new(
+        spec: fn() -> ToolSpec,
+        run: Run,
+        summary: fn(Tool, &Value) -> Option<String>,
+    ) -> Self {
+        Handler {
+            spec,
+            run,
+            summary,
+            plan: None,
+        }
+    }
+
+    const fn planned(self, plan: Plan) -> Self {
+        Handler {
+            plan: Some(plan),
+            ..self
+        }
+    }
+}
+
+/// Every tool's row: the one match on `Tool` in the tool layer.
+fn handler(tool: Tool) -> Handler {
+    use Run::{Async, Blocking, Core, Instant};
     match tool {
-        Tool::Bash => bash::spec(),
-        Tool::BashOutput => bash_output::spec(),
-        Tool::KillShell => kill_shell::spec(),
-        Tool::Read => read::spec(),
-        Tool::Write => write::spec(),
-        Tool::Edit => edit::spec(),
-        Tool::Patch => patch::spec(),
-        Tool::Glob => glob::spec(),
-        Tool::Grep => grep::spec(),
-        Tool::KeywordSearch => keyword_search::spec(),
-        Tool::Think => think::spec(),
-        Tool::RequestModeUpgrade => agentd_core::tools::request_mode_upgrade_spec(),
-        Tool::ProposePlan => agentd_core::plan::propose_plan_spec(),
-        Tool::UpdatePlan => agentd_core::plan::update_plan_spec(),
-        Tool::SpawnAgents => agentd_core::tools::spawn_agents_spec(),
-        Tool::SubmitResult => agentd_core::tools::submit_result_spec(),
+        Tool::Bash => Handler::new(
+            bash::spec,
+            Async(|i, c| Box::pin(bash::run(i, c))),
+            summary::bash,
+        ),
+        Tool::BashOutput => Handler::new(
+            bash_output::spec,
+            Async(|i, c| Box::pin(bash_output::run(i, c))),
+            summary::bash_output,
+        ),
+        Tool::KillShell => Handler::new(
+            kill_shell::spec,
+            Async(|i, c| Box::pin(kill_shell::run(i, c))),
+            summary::kill_shell,
+        ),
+        Tool::Read => Handler::new(read::spec, Blocking(read::run), summary::read),
+        Tool::Write => {
+            Handler::new(write::spec, Blocking(write::run), summary::path).planned(write::plan)
+        }
+        Tool::Edit => {
+            Handler::new(edit::spec, Blocking(edit::run), summary::path).planned(edit::plan)
+        }
+        Tool::Patch => {
+            Handler::new(patch::spec, Blocking(patch::run), summary::patch).planned(patch::plan)
+        }
+        Tool::Glob => Handler::new(glob::spec, Blocking(glob::run), summary::pattern),
+        Tool::Grep => Handler::new(grep::spec, Blocking(grep::run), summary::pattern),
+        Tool::KeywordSearch => Handler::new(
+            keyword_search::spec,
+            Blocking(keyword_search::run),
+            summary::keyword_search,
+        ),
+        Tool::Think => Handler::new(think::spec, Instant(think::run), summary::name),
+        Tool::RequestModeUpgrade => Handler::new(
+            agentd_core::tools::request_mode_upgrade_spec,
+            Core,
+            summary::name,
+        ),
+        Tool::ProposePlan => Handler::new(
+            agentd_core::plan::propose_plan_spec,
+            Core,
+            summary::propose_plan,
+        ),
+        Tool::UpdatePlan => Handler::new(
+            agentd_core::plan::update_plan_spec,
+            Core,
+            summary::update_plan,
+        ),
+        Tool::SpawnAgents => Handler::new(
+            agentd_core::tools::spawn_agents_spec,
+            Core,
+            summary::spawn_agents,
+        ),
+        Tool::SubmitResult => {
+            Handler::new(agentd_core::tools::submit_result_spec, Core, summary::name)
+        }
     }
 }
 
@@ -294,7 +393,10 @@ impl Default for Registry {
 impl Registry {
     /// All built-in tools.
     pub(crate) fn new() -> Self {
-        let specs: Vec<(Tool, ToolSpec)> = Tool::ALL.iter().map(|&t| (t, spec(t))).collect();
+        let specs: Vec<(Tool, ToolSpec)> = Tool::ALL
+            .iter()
+            .map(|&t| (t, (handler(t).spec)()))
+            .collect();
         let offer = |restricted: bool, child: bool| -> Arc<[ToolSpec]> {
             specs
                 .iter()
@@ -405,29 +507,12 @@ impl Registry {
 }
 
 async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOutput, ToolError> {
-    match tool {
-        Tool::Bash => bash::run(input, ctx).await,
-        Tool::BashOutput => bash_output::run(input, ctx).await,
-        Tool::KillShell => kill_shell::run(input, ctx).await,
-        Tool::Read => blocking(ctx, tool.is_read_only(), move |c| read::run(input, c)).await,
-        Tool::Write => blocking(ctx, tool.is_read_only(), move |c| write::run(input, c)).await,
-        Tool::Edit => blocking(ctx, tool.is_read_only(), move |c| edit::run(input, c)).await,
-        Tool::Patch => blocking(ctx, tool.is_read_only(), move |c| patch::run(input, c)).await,
-        Tool::Glob => blocking(ctx, tool.is_read_only(), move |c| glob::run(input, c)).await,
-        Tool::Grep => blocking(ctx, tool.is_read_only(), move |c| grep::run(input, c)).await,
-        Tool::KeywordSearch => {
-            blocking(ctx, tool.is_read_only(), move |c| {
-                keyword_search::run(input, c)
-            })
-            .await
-        }
-        Tool::Think => run_now(tool, input),
+    match handler(tool).run {
+        Run::Async(run) => run(input, ctx).await,
+        Run::Blocking(run) => blocking(ctx, tool.is_read_only(), move |c| run(input, c)).await,
+        Run::Instant(run) => run(input),
         // `Registry::run` never gets here: the core answers these calls.
-        Tool::RequestModeUpgrade
-        | Tool::ProposePlan
-        | Tool::UpdatePlan
-        | Tool::SpawnAgents
-        | Tool::SubmitResult => Err(ToolError::new(format!(
+        Run::Core => Err(ToolError::new(format!(
             "{tool}: the daemon answers this call itself; it is never run"
         ))),
     }
@@ -436,23 +521,9 @@ async fn dispatch(tool: Tool, input: Value, ctx: &ToolContext) -> Result<ToolOut
 /// Runs an instant tool (see [`Runner::Instant`]): synchronously, without
 /// a context.
 fn run_now(tool: Tool, input: Value) -> Result<ToolOutput, ToolError> {
-    match tool {
-        Tool::Think => think::run(input),
-        Tool::Bash
-        | Tool::BashOutput
-        | Tool::KillShell
-        | Tool::Read
-        | Tool::Write
-        | Tool::Edit
-        | Tool::Patch
-        | Tool::Glob
-        | Tool::Grep
-        | Tool::KeywordSearch
-        | Tool::RequestModeUpgrade
-        | Tool::ProposePlan
-        | Tool::UpdatePlan
-        | Tool::SpawnAgents
-        | Tool::SubmitResult => Err(ToolError::new(format!(
+    match handler(tool).run {
+        Run::Instant(run) => run(input),
+        Run::Async(_) | Run::Blocking(_) | Run::Core => Err(ToolError::new(format!(
             "{tool}: not an instant tool, it cannot run inline"
         ))),
     }
@@ -471,7 +542,7 @@ where
     F: FnOnce(&ToolContext) -> Result<ToolOutput, ToolError> + Send + 'static,
 {
     let owned = ctx.clone();
-    let handle = tokio::task::spawn_blocking(move || f(&owned));
+    let handle = crate::tasks::spawn_blocking("tool file work", move || f(&owned));
     let joined = if abandon_on_cancel {
         tokio::select! {
             joined = handle => joined,
@@ -601,6 +672,28 @@ mod tests {
                 .collect();
             expected.push("submit_result".to_string());
             assert_eq!(child, expected, "restricted: {restricted}");
+        }
+    }
+
+    /// Each row of `handler` runs as the core's table says, offers the spec
+    /// of its own tool, and plans changes only for a tool that writes.
+    #[test]
+    fn handlers_agree_with_the_core_table() {
+        for &tool in Tool::ALL {
+            let row = handler(tool);
+            let runner = match row.run {
+                Run::Async(_) | Run::Blocking(_) => Runner::Spawned,
+                Run::Instant(_) => Runner::Instant,
+                Run::Core => Runner::Core,
+            };
+            assert_eq!(runner, tool.runner(), "{tool}");
+            assert_eq!((row.spec)().name, tool.name());
+            if row.plan.is_some() {
+                assert!(
+                    tool.subject().writes_files() && !tool.is_read_only(),
+                    "{tool}"
+                );
+            }
         }
     }
 

@@ -7,34 +7,23 @@ use std::path::PathBuf;
 use agentd_core::tools::Tool;
 use serde_json::Value;
 
-use super::{ToolContext, diff, edit, patch, write};
+use super::{Plan, ToolContext, diff, handler};
+
+/// The plan of the tool called `name`, if it changes files.
+fn plan_of(name: &str) -> Option<Plan> {
+    Tool::from_name(name).and_then(|tool| handler(tool).plan)
+}
 
 /// For permission prompts: the unified diff an edit/write/patch call WOULD
 /// make, without making it (None for other tools or when it cannot be
 /// computed).
 pub(crate) async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -> Option<String> {
-    let tool = Tool::from_name(name)?;
+    let plan = plan_of(name)?;
     let input = input.clone();
     let owned = ctx.clone();
-    let plan = move || match tool {
-        Tool::Write => write::plan(input, &owned).ok(),
-        Tool::Edit => edit::plan(input, &owned).ok(),
-        Tool::Patch => patch::plan(input, &owned).ok(),
-        Tool::Bash
-        | Tool::BashOutput
-        | Tool::KillShell
-        | Tool::Read
-        | Tool::Glob
-        | Tool::Grep
-        | Tool::KeywordSearch
-        | Tool::Think
-        | Tool::RequestModeUpgrade
-        | Tool::ProposePlan
-        | Tool::UpdatePlan
-        | Tool::SpawnAgents
-        | Tool::SubmitResult => None,
-    };
-    let changes = tokio::task::spawn_blocking(plan).await.ok()??;
+    let changes = crate::tasks::spawn_blocking("patch preview", move || plan(input, &owned).ok())
+        .await
+        .ok()??;
     Some(diff::unified_all(&changes, ctx))
 }
 
@@ -43,28 +32,10 @@ pub(crate) async fn preview_diff(name: &str, input: &Value, ctx: &ToolContext) -
 /// that would fail before changing anything. Blocking: it reads the files.
 /// The checkpoints record these files' contents before the call runs.
 pub(crate) fn planned_paths(name: &str, input: &Value, ctx: &ToolContext) -> Vec<PathBuf> {
-    let Some(tool) = Tool::from_name(name) else {
+    let Some(plan) = plan_of(name) else {
         return Vec::new();
     };
-    let planned = match tool {
-        Tool::Write => write::plan(input.clone(), ctx),
-        Tool::Edit => edit::plan(input.clone(), ctx),
-        Tool::Patch => patch::plan(input.clone(), ctx),
-        Tool::Bash
-        | Tool::BashOutput
-        | Tool::KillShell
-        | Tool::Read
-        | Tool::Glob
-        | Tool::Grep
-        | Tool::KeywordSearch
-        | Tool::Think
-        | Tool::RequestModeUpgrade
-        | Tool::ProposePlan
-        | Tool::UpdatePlan
-        | Tool::SpawnAgents
-        | Tool::SubmitResult => return Vec::new(),
-    };
-    planned
+    plan(input.clone(), ctx)
         .map(|changes| changes.into_iter().map(|c| c.path).collect())
         .unwrap_or_default()
 }

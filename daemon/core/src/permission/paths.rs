@@ -4,6 +4,8 @@
 
 use globset::{GlobBuilder, GlobMatcher};
 
+use crate::unified_diff::file_header;
+
 /// Resolves `.` and `..` of an absolute path without touching the file
 /// system; `..` above the root stays at the root. `None` for a relative
 /// path.
@@ -196,33 +198,19 @@ pub fn glob_search_dir(path: Option<&str>, pattern: &str) -> String {
 }
 
 /// The paths a unified diff touches, as written in its `--- `/`+++ `
-/// headers (git's `a/`/`b/` prefixes removed when both sides carry them;
-/// `/dev/null` left out), each once, in order.
-///
-/// This follows the patch tool's reading of headers: a `--- ` line directly
-/// followed by a `+++ ` line, anywhere in the text; the path ends at a tab
-/// and loses surrounding quotes. Both the old and the new path count.
+/// headers (read by [`crate::unified_diff::file_header`], the patch tool's
+/// reading: `/dev/null` left out), each once, in order. Both the old and
+/// the new path count.
 pub fn patch_paths(patch: &str) -> Vec<String> {
     let lines: Vec<&str> = patch.lines().collect();
     let mut out: Vec<String> = Vec::new();
     let mut i = 0;
     while i + 1 < lines.len() {
-        let (Some(old), Some(new)) = (
-            lines[i].strip_prefix("--- "),
-            lines[i + 1].strip_prefix("+++ "),
-        ) else {
+        let Some(header) = file_header(lines[i], lines[i + 1]) else {
             i += 1;
             continue;
         };
-        let (old, new) = (header_path(old), header_path(new));
-        let prefixed = old.as_deref().is_none_or(|p| p.starts_with("a/"))
-            && new.as_deref().is_none_or(|p| p.starts_with("b/"));
-        for path in [old, new].into_iter().flatten() {
-            let path = if prefixed {
-                path[2..].to_string()
-            } else {
-                path
-            };
+        for path in [header.old, header.new].into_iter().flatten() {
             if !out.contains(&path) {
                 out.push(path);
             }
@@ -230,15 +218,6 @@ pub fn patch_paths(patch: &str) -> Vec<String> {
         i += 2;
     }
     out
-}
-
-fn header_path(rest: &str) -> Option<String> {
-    let path = rest.split('\t').next().unwrap_or("").trim();
-    let path = path
-        .strip_prefix('"')
-        .and_then(|p| p.strip_suffix('"'))
-        .unwrap_or(path);
-    (path != "/dev/null" && !path.is_empty()).then(|| path.to_string())
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! The rule table: the least role each RPC and each Attach frame needs,
 //! and the refusal a client whose role falls short gets.
 
+use agent_proto::v1::AgentServiceRpc as Rpc;
 use agentd_core::ClientRole;
 use tonic::Status;
 
@@ -14,41 +15,45 @@ pub(crate) enum Need {
     Local,
 }
 
-/// The rule table: each method of `agent.v1.AgentService` and the least it
-/// needs. A method missing here needs a driver (see [`need`]); a test
-/// checks that the table names every RPC of the proto.
-pub(crate) const RULES: &[(&str, Need)] = &[
-    ("CreateConversation", Need::Role(ClientRole::Driver)),
-    ("ListConversations", Need::Role(ClientRole::Viewer)),
-    ("GetConversation", Need::Role(ClientRole::Viewer)),
-    ("SendMessage", Need::Role(ClientRole::Driver)),
-    ("CancelConversation", Need::Role(ClientRole::Driver)),
-    ("DropQueuedMessage", Need::Role(ClientRole::Driver)),
-    ("AnswerPermission", Need::Role(ClientRole::Approver)),
-    ("ListShells", Need::Role(ClientRole::Viewer)),
-    ("ReadShellOutput", Need::Role(ClientRole::Viewer)),
-    ("KillShell", Need::Role(ClientRole::Driver)),
-    // Each frame after `subscribe` is checked too: see [`frame_need`].
-    ("Attach", Need::Role(ClientRole::Viewer)),
-    ("ExportConversations", Need::Role(ClientRole::Viewer)),
-    ("ImportConversations", Need::Role(ClientRole::Driver)),
-    ("GetUsage", Need::Role(ClientRole::Viewer)),
-    ("SetDirectoryTrust", Need::Local),
-    ("ListTrustedDirectories", Need::Role(ClientRole::Viewer)),
-    ("GetDaemonInfo", Need::Role(ClientRole::Viewer)),
-    ("UpdateConversation", Need::Role(ClientRole::Driver)),
-    ("CompactConversation", Need::Role(ClientRole::Driver)),
-    ("ContinueConversation", Need::Role(ClientRole::Driver)),
-    ("ListMcpServers", Need::Role(ClientRole::Viewer)),
-    // Raising a budget decides what the conversation may spend: a driver's.
-    ("AnswerBudget", Need::Role(ClientRole::Driver)),
-    ("CreateToken", Need::Local),
-    ("ListTokens", Need::Local),
-    ("RevokeToken", Need::Local),
-    ("GetAudit", Need::Role(ClientRole::Viewer)),
-    // Rewriting files and forking the transcript: a driver's.
-    ("Rewind", Need::Role(ClientRole::Driver)),
-];
+/// The rule table: the least each RPC of `agent.v1.AgentService` needs.
+/// A `match` over the RPCs `agent-proto`'s build script generates from the
+/// service's descriptor, without a wildcard arm: a new RPC does not compile
+/// until it has its rule here.
+pub(crate) const fn rule(rpc: Rpc) -> Need {
+    use ClientRole::{Approver, Driver, Viewer};
+    match rpc {
+        Rpc::CreateConversation => Need::Role(Driver),
+        Rpc::ListConversations => Need::Role(Viewer),
+        Rpc::GetConversation => Need::Role(Viewer),
+        Rpc::SendMessage => Need::Role(Driver),
+        Rpc::CancelConversation => Need::Role(Driver),
+        Rpc::DropQueuedMessage => Need::Role(Driver),
+        Rpc::AnswerPermission => Need::Role(Approver),
+        Rpc::ListShells => Need::Role(Viewer),
+        Rpc::ReadShellOutput => Need::Role(Viewer),
+        Rpc::KillShell => Need::Role(Driver),
+        // Each frame after `subscribe` is checked too: see [`frame_need`].
+        Rpc::Attach => Need::Role(Viewer),
+        Rpc::ExportConversations => Need::Role(Viewer),
+        Rpc::ImportConversations => Need::Role(Driver),
+        Rpc::GetUsage => Need::Role(Viewer),
+        Rpc::SetDirectoryTrust => Need::Local,
+        Rpc::ListTrustedDirectories => Need::Role(Viewer),
+        Rpc::GetDaemonInfo => Need::Role(Viewer),
+        Rpc::UpdateConversation => Need::Role(Driver),
+        Rpc::CompactConversation => Need::Role(Driver),
+        Rpc::ContinueConversation => Need::Role(Driver),
+        Rpc::ListMcpServers => Need::Role(Viewer),
+        // Raising a budget decides what the conversation may spend: a driver's.
+        Rpc::AnswerBudget => Need::Role(Driver),
+        Rpc::CreateToken => Need::Local,
+        Rpc::ListTokens => Need::Local,
+        Rpc::RevokeToken => Need::Local,
+        Rpc::GetAudit => Need::Role(Viewer),
+        // Rewriting files and forking the transcript: a driver's.
+        Rpc::Rewind => Need::Role(Driver),
+    }
+}
 
 /// The agent service's path prefix.
 const SERVICE_PREFIX: &str = "/agent.v1.AgentService/";
@@ -58,12 +63,11 @@ const SERVICE_PREFIX: &str = "/agent.v1.AgentService/";
 /// agent service (or of any other) a driver, so nothing is open by
 /// omission.
 pub(crate) fn need(path: &str) -> (Need, &str) {
+    if let Some(rpc) = Rpc::from_path(path) {
+        return (rule(rpc), rpc.name());
+    }
     if let Some(method) = path.strip_prefix(SERVICE_PREFIX) {
-        let rule = RULES.iter().find(|(m, _)| *m == method);
-        return (
-            rule.map_or(Need::Role(ClientRole::Driver), |(_, n)| *n),
-            method,
-        );
+        return (Need::Role(ClientRole::Driver), method);
     }
     if path.starts_with("/grpc.health.v1.Health/")
         || path.starts_with("/grpc.reflection.v1.ServerReflection/")
@@ -129,27 +133,23 @@ pub(crate) fn check_role(role: ClientRole, needed: ClientRole, what: &str) -> Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeSet;
-
-    /// The RPCs the proto declares.
-    fn proto_rpcs() -> BTreeSet<String> {
-        let proto = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../proto/agent/v1/agent.proto");
-        let text = std::fs::read_to_string(proto).unwrap();
-        text.lines()
-            .filter_map(|l| l.trim().strip_prefix("rpc "))
-            .map(|l| l.split('(').next().unwrap().trim().to_string())
-            .collect()
-    }
 
     #[test]
     fn every_rpc_has_exactly_one_rule() {
-        let rpcs = proto_rpcs();
-        assert!(rpcs.len() > 20, "the proto was read: {rpcs:?}");
-        let ruled: Vec<&str> = RULES.iter().map(|(m, _)| *m).collect();
-        let unique: BTreeSet<String> = ruled.iter().map(|m| m.to_string()).collect();
-        assert_eq!(unique.len(), ruled.len(), "a method is listed twice");
-        assert_eq!(unique, rpcs, "the rule table and the proto's RPCs differ");
+        // The `match` in `rule` gives each RPC one rule (the compiler
+        // refuses a missing or a repeated arm); each is found by its path.
+        assert!(
+            Rpc::ALL.len() > 20,
+            "the RPCs were generated: {:?}",
+            Rpc::ALL
+        );
+        for &rpc in Rpc::ALL {
+            assert_eq!(need(rpc.path()), (rule(rpc), rpc.name()), "{rpc:?}");
+            assert_eq!(
+                need(&format!("{SERVICE_PREFIX}{}", rpc.name())).0,
+                rule(rpc)
+            );
+        }
     }
 
     #[test]

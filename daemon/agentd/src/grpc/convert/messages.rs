@@ -87,6 +87,7 @@ pub(crate) fn block(b: &ContentBlock) -> pb::ContentBlock {
             id: id.clone(),
             name: name.clone(),
             input_json: input.to_string(),
+            kind: super::tool_kind(name),
         }),
         ContentBlock::ToolResult {
             tool_use_id,

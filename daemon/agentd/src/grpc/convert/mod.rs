@@ -1,6 +1,7 @@
 //! The one place that maps between prost types and the daemon's own types,
 //! one module per family of wire types; this one holds what they all use:
-//! quoting client input in errors, and runtime errors as gRPC statuses.
+//! quoting client input in errors, runtime errors as gRPC statuses, and the
+//! kind of a tool a call names.
 
 mod clients;
 mod conversations;
@@ -24,6 +25,7 @@ pub(crate) use shells::{shell, shell_status};
 pub(crate) use transfer::{exported_from, exported_images};
 
 use crate::runtime::RuntimeError;
+use agent_proto::v1 as pb;
 use agentd_core::Rejected;
 use tonic::Status;
 
@@ -92,6 +94,23 @@ pub(crate) fn to_status(e: RuntimeError) -> Status {
     }
 }
 
+/// The wire kind of the tool called `name`, which every message naming a
+/// tool carries so that clients never match tool names: OTHER for MCP
+/// servers' tools and names the daemon does not have.
+pub(crate) fn tool_kind(name: &str) -> i32 {
+    use agentd_core::tools::Kind;
+    let kind = match agentd_core::tools::kind_of(name) {
+        Kind::Read => pb::ToolKind::Read,
+        Kind::Edit => pb::ToolKind::Edit,
+        Kind::Search => pb::ToolKind::Search,
+        Kind::Execute => pb::ToolKind::Execute,
+        Kind::Think => pb::ToolKind::Think,
+        Kind::SwitchMode => pb::ToolKind::SwitchMode,
+        Kind::Other => pb::ToolKind::Other,
+    };
+    kind as i32
+}
+
 /// The longest client request id accepted.
 const CLIENT_REQUEST_ID_BYTES: usize = 128;
 
@@ -133,5 +152,23 @@ mod tests {
             (short.code(), short.message()),
             (tonic::Code::Internal, "short")
         );
+    }
+
+    #[test]
+    fn every_tool_has_a_wire_kind_and_other_names_are_other() {
+        use agentd_core::tools::Tool;
+        let kind = |name: &str| pb::ToolKind::try_from(tool_kind(name)).unwrap();
+        for &tool in Tool::ALL {
+            assert_ne!(kind(tool.name()), pb::ToolKind::Unspecified, "{tool}");
+        }
+        assert_eq!(kind("read"), pb::ToolKind::Read);
+        assert_eq!(kind("patch"), pb::ToolKind::Edit);
+        assert_eq!(kind("keyword_search"), pb::ToolKind::Search);
+        assert_eq!(kind("bash"), pb::ToolKind::Execute);
+        assert_eq!(kind("think"), pb::ToolKind::Think);
+        assert_eq!(kind("request_mode_upgrade"), pb::ToolKind::SwitchMode);
+        assert_eq!(kind("propose_plan"), pb::ToolKind::Other);
+        assert_eq!(kind("mcp__github__create_issue"), pb::ToolKind::Other);
+        assert_eq!(kind("doom_loop"), pb::ToolKind::Other);
     }
 }

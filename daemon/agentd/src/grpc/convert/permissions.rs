@@ -12,6 +12,7 @@ pub(crate) fn permission(v: &PermissionView) -> pb::PermissionRequest {
     pb::PermissionRequest {
         request_id: v.ask.request_id.clone(),
         tool_name: v.ask.tool_name.clone(),
+        kind: super::tool_kind(&v.ask.tool_name),
         tool_use_id: v.ask.tool_use_id.clone(),
         input_json: v.ask.input.to_string(),
         summary: v.summary.clone(),

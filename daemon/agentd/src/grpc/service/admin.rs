@@ -62,9 +62,11 @@ pub(super) async fn set_directory_trust(
         }
         // The walk reads the disk: off the runtime's threads.
         let under = dir.clone();
-        let pinned = tokio::task::spawn_blocking(move || crate::hooks::pins_under(&under))
-            .await
-            .map_err(|e| Status::internal(format!("looking for project files failed: {e}")))?;
+        let pinned = crate::tasks::spawn_blocking("hook pins scan", move || {
+            crate::hooks::pins_under(&under)
+        })
+        .await
+        .map_err(|e| Status::internal(format!("looking for project files failed: {e}")))?;
         store.trust_dir(&dir, pinned)
     } else {
         // A directory that is gone can still be untrusted by its name.

@@ -108,22 +108,28 @@ pub(super) async fn attach(
     };
     let (tx, rx) = mpsc::channel(CLIENT_BUFFER);
     let client = subscription.client.clone();
-    tokio::spawn(forward(
-        svc.manager.clone(),
-        id.clone(),
-        subscription,
-        tx.clone(),
-        svc.shutdown.clone(),
-        who.session.clone(),
-    ));
-    tokio::spawn(read_frames(
-        svc.manager.clone(),
-        id,
-        (client, who.session),
-        inbound,
-        tx,
-        svc.shutdown.clone(),
-    ));
+    crate::tasks::spawn(
+        "Attach forward",
+        forward(
+            svc.manager.clone(),
+            id.clone(),
+            subscription,
+            tx.clone(),
+            svc.shutdown.clone(),
+            who.session.clone(),
+        ),
+    );
+    crate::tasks::spawn(
+        "Attach reader",
+        read_frames(
+            svc.manager.clone(),
+            id,
+            (client, who.session),
+            inbound,
+            tx,
+            svc.shutdown.clone(),
+        ),
+    );
     Ok(Response::new(crate::grpc::wire::Frames::new(rx)))
 }
 

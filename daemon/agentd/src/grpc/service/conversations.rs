@@ -95,9 +95,11 @@ async fn instructions_for(svc: &Service, cwd: &std::path::Path) -> pb::Instructi
     let config = &svc.manager.shared().config;
     let dirs = instructions::directories(config.user_dir.as_deref(), cwd);
     let max_bytes = config.instructions.max_bytes;
-    let found = tokio::task::spawn_blocking(move || instructions::load(&dirs, max_bytes))
-        .await
-        .unwrap_or_default();
+    let found = crate::tasks::spawn_blocking("AGENTS.md load", move || {
+        instructions::load(&dirs, max_bytes)
+    })
+    .await
+    .unwrap_or_default();
     convert::instructions(&found.files(), found.truncated)
 }
 

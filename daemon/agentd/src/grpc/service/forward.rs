@@ -57,7 +57,7 @@ pub(super) async fn forward(
                 let _ = tx.try_send(crate::grpc::wire::frame(&convert::event(&ConvEvent::new(
                     0,
                     0,
-                    EventKind::Notice("agentd is shutting down".to_string()),
+                    EventKind::info("agentd is shutting down"),
                 ))));
                 break;
             }

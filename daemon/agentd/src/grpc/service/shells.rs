@@ -78,7 +78,7 @@ pub(super) async fn read_shell_output(
     let shells = svc.manager.shared().shells.clone();
     let (tx, rx) = mpsc::channel(16);
     let shutdown = svc.shutdown.clone();
-    tokio::spawn(async move {
+    crate::tasks::spawn("shell output stream", async move {
         let mut offset = req.offset;
         loop {
             let (data, record) = match shells.read(&req.shell_id, offset, SHELL_CHUNK).await {

@@ -17,15 +17,11 @@ mod stream;
 
 pub(crate) use stream::AnthropicStream;
 
-use agentd_core::Reply;
-use futures::future::BoxFuture;
 use http::HeaderValue;
-use reqwest::Url;
 use std::fmt;
-use tokio_util::sync::CancellationToken;
 
 use super::transport::{self, Timeouts};
-use super::{LlmError, LlmRequest, Provider, StreamEvent};
+use super::{LlmError, LlmRequest};
 use request::request_body;
 
 /// The API version this module speaks.
@@ -33,8 +29,7 @@ const API_VERSION: &str = "2023-06-01";
 
 /// The Anthropic provider. Cheap to share: it holds one connection pool.
 pub(crate) struct AnthropicProvider {
-    client: reqwest::Client,
-    endpoint: Url,
+    endpoint: transport::Endpoint,
     /// Marked sensitive, so that even reqwest's own debug output hides it.
     api_key: HeaderValue,
 }
@@ -62,56 +57,34 @@ impl AnthropicProvider {
             )
         })?;
         api_key.set_sensitive(true);
-        let endpoint = transport::endpoint(&base_url, "v1/messages")?;
-        let client = transport::client(&endpoint, timeouts)?;
-        Ok(AnthropicProvider {
-            client,
-            endpoint,
-            api_key,
-        })
+        let endpoint = transport::Endpoint::new(&base_url, "v1/messages", timeouts)?;
+        Ok(AnthropicProvider { endpoint, api_key })
     }
+}
 
-    async fn attempt(
-        &self,
-        req: &LlmRequest,
-        emit: &mut (dyn FnMut(StreamEvent) + Send),
-    ) -> Result<Reply, LlmError> {
-        let request = self
-            .client
-            .post(self.endpoint.clone())
+impl transport::HttpApi for AnthropicProvider {
+    const NAME: &'static str = "anthropic";
+    type Parser = AnthropicStream;
+
+    fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError> {
+        Ok(self
+            .endpoint
+            .post()
             .header("x-api-key", self.api_key.clone())
             .header("anthropic-version", API_VERSION)
-            .header(http::header::ACCEPT, "text/event-stream")
             .header(http::header::CONTENT_TYPE, "application/json")
             .body(
                 request_body(req)
                     .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?,
-            );
-        let response = transport::send(request).await?;
-        transport::read_stream(response, AnthropicStream::default(), emit).await
+            ))
     }
 }
 
 impl fmt::Debug for AnthropicProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("AnthropicProvider")
-            .field("endpoint", &transport::redact(self.endpoint.as_str()))
+            .field("endpoint", &self.endpoint.redacted())
             .finish_non_exhaustive()
-    }
-}
-
-impl Provider for AnthropicProvider {
-    fn stream<'a>(
-        &'a self,
-        req: &'a LlmRequest,
-        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
-        cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
-        Box::pin(transport::run_attempt(
-            "anthropic",
-            cancel,
-            self.attempt(req, on_event),
-        ))
     }
 }
 
@@ -121,8 +94,10 @@ mod tests {
     use super::stream::tests::{FULL_STREAM, after_start, full_events, full_reply};
     use super::*;
     use crate::llm::testkit::{self, Step, TestServer};
+    use crate::llm::{Provider, StreamEvent};
     use agentd_core::{ContentBlock, ErrorKind, Message};
     use std::time::{Duration, Instant};
+    use tokio_util::sync::CancellationToken;
 
     // End-to-end over HTTP against a canned local server.
 

@@ -30,22 +30,17 @@ mod stream;
 
 pub(crate) use stream::OpenAiStream;
 
-use agentd_core::Reply;
-use futures::future::BoxFuture;
 use http::HeaderValue;
-use reqwest::Url;
 use std::fmt;
-use tokio_util::sync::CancellationToken;
 
 use super::transport::{self, Timeouts};
-use super::{LlmError, LlmRequest, Provider, StreamEvent};
+use super::{LlmError, LlmRequest};
 use request::request_body;
 
 /// An OpenAI-compatible provider. Cheap to share: it holds one connection
 /// pool.
 pub(crate) struct OpenAiProvider {
-    client: reqwest::Client,
-    endpoint: Url,
+    endpoint: transport::Endpoint,
     /// `Bearer …`, marked sensitive; `None` for servers without auth.
     authorization: Option<HeaderValue>,
 }
@@ -81,54 +76,33 @@ impl OpenAiProvider {
         } else {
             "v1/chat/completions"
         };
-        let endpoint = transport::endpoint(base, path)?;
-        let client = transport::client(&endpoint, timeouts)?;
+        let endpoint = transport::Endpoint::new(base, path, timeouts)?;
         Ok(OpenAiProvider {
-            client,
             endpoint,
             authorization,
         })
     }
+}
 
-    async fn attempt(
-        &self,
-        req: &LlmRequest,
-        emit: &mut (dyn FnMut(StreamEvent) + Send),
-    ) -> Result<Reply, LlmError> {
-        let mut request = self
-            .client
-            .post(self.endpoint.clone())
-            .header(http::header::ACCEPT, "text/event-stream")
-            .json(&request_body(req));
-        if let Some(auth) = &self.authorization {
-            request = request.header(http::header::AUTHORIZATION, auth.clone());
-        }
-        let response = transport::send(request).await?;
-        transport::read_stream(response, OpenAiStream::default(), emit).await
+impl transport::HttpApi for OpenAiProvider {
+    const NAME: &'static str = "openai";
+    type Parser = OpenAiStream;
+
+    fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError> {
+        let request = self.endpoint.post().json(&request_body(req));
+        Ok(match &self.authorization {
+            Some(auth) => request.header(http::header::AUTHORIZATION, auth.clone()),
+            None => request,
+        })
     }
 }
 
 impl fmt::Debug for OpenAiProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OpenAiProvider")
-            .field("endpoint", &transport::redact(self.endpoint.as_str()))
+            .field("endpoint", &self.endpoint.redacted())
             .field("authenticated", &self.authorization.is_some())
             .finish_non_exhaustive()
-    }
-}
-
-impl Provider for OpenAiProvider {
-    fn stream<'a>(
-        &'a self,
-        req: &'a LlmRequest,
-        on_event: &'a mut (dyn FnMut(StreamEvent) + Send),
-        cancel: CancellationToken,
-    ) -> BoxFuture<'a, Result<Reply, LlmError>> {
-        Box::pin(transport::run_attempt(
-            "openai",
-            cancel,
-            self.attempt(req, on_event),
-        ))
     }
 }
 
@@ -138,7 +112,9 @@ mod tests {
     use super::stream::tests::{FULL_STREAM, full_reply};
     use super::*;
     use crate::llm::testkit::{self, TestServer};
+    use crate::llm::{Provider, StreamEvent};
     use agentd_core::{ContentBlock, ErrorKind, Message, StopReason};
+    use tokio_util::sync::CancellationToken;
 
     fn simple_request() -> LlmRequest {
         request(

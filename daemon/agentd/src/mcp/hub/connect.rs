@@ -119,7 +119,7 @@ impl Slot {
         if let Some(stderr) = child.stderr.take() {
             let tail = tail.clone();
             let name = self.spec.name.clone();
-            tokio::spawn(async move {
+            crate::tasks::spawn("MCP server stderr", async move {
                 let mut lines = tokio::io::BufReader::new(stderr).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
                     tracing::debug!(server = %name, "stderr: {line}");
@@ -152,7 +152,7 @@ impl Slot {
         stopping: CancellationToken,
     ) {
         let slot = Arc::downgrade(self);
-        tokio::spawn(async move {
+        crate::tasks::spawn("MCP server watch", async move {
             // Not raced against `stopping`: dropping the child would kill
             // only its leader, while `Conn::close` stops the whole group.
             let exit = child.wait().await;

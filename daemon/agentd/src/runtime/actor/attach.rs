@@ -86,11 +86,13 @@ impl Actor {
             }
             None => {
                 let mut frames = vec![self.snapshot(client)];
-                frames.extend(
-                    self.recovery_notices
-                        .iter()
-                        .map(|n| Arc::new(ConvEvent::new(0, now, EventKind::Notice(n.clone())))),
-                );
+                frames.extend(self.recovery_notices.iter().map(|n| {
+                    Arc::new(ConvEvent::new(
+                        0,
+                        now,
+                        EventKind::Notice(agentd_core::Notice::Recovered { message: n.clone() }),
+                    ))
+                }));
                 frames
             }
         };
@@ -146,7 +148,8 @@ impl Actor {
         let replay = StoredReplay {
             transcript: &self.transcript,
             max_attempts: self.shared.config.retry.max_attempts,
-            continuing: self.record.continue_pending || self.record.continued_automatically,
+            continuing: self.record.chain.continue_pending
+                || self.record.chain.continued_automatically,
         };
         replay.after(&self.shared.store, &self.record.id, after_seq)
     }

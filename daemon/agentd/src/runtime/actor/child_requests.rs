@@ -130,7 +130,7 @@ mod tests {
         let mut requests = ChildRequests::default();
         assert!(!requests.forwarded(&resolved("r9")));
         assert!(
-            requests.forwarded(&EventKind::Notice("x".into())),
+            requests.forwarded(&EventKind::info("x")),
             "anything else is"
         );
     }

@@ -231,10 +231,10 @@ impl Actor {
         let old_state = std::mem::replace(&mut self.record.state, state);
         let state_changed = self.record.state != old_state;
         let mode_changed = t.mode.is_some_and(|mode| mode != self.record.mode);
-        if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
-            // Written with the state that makes it due.
-            self.record.continue_pending =
-                super::continuation::Continuation::due(&self.shared.config.context, &self.record);
+        if t.effects.contains(&Effect::ContinueInNewConversation) {
+            // The continuation the core owes is written with the state that
+            // makes it due.
+            self.record.chain.continue_pending = true;
         }
         if let Some(mode) = t.mode {
             self.record.mode = mode;
@@ -508,7 +508,7 @@ mod tests {
             clock.now_ms(),
         ));
         fanout.hold();
-        fanout.emit(clock.now_ms(), EventKind::Notice("never seen".into()));
+        fanout.emit(clock.now_ms(), EventKind::info("never seen"));
         rollback.restore(&mut record, &mut transcript, &mut fanout);
         assert_eq!(record.title, "");
         assert_eq!(record.state, ConvState::Idle);
@@ -518,7 +518,7 @@ mod tests {
             10,
             "the held event's number is free again"
         );
-        fanout.emit(clock.now_ms(), EventKind::Notice("next".into()));
+        fanout.emit(clock.now_ms(), EventKind::info("next"));
         let got = rx.try_recv().unwrap();
         assert_eq!((got.seq, got.at_ms), (10, 1_005));
         assert!(rx.try_recv().is_err(), "the held event was dropped");

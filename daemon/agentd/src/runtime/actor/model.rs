@@ -184,7 +184,7 @@ impl Actor {
             LlmPurpose::Continuation { .. } => None,
         };
         let cwd = self.record.cwd.clone();
-        tokio::spawn(async move {
+        crate::tasks::spawn("model request", async move {
             let mut request = request;
             if let Some((hub, servers)) = mcp {
                 let extra = tokio::select! {
@@ -231,7 +231,7 @@ impl Actor {
                 plan.results,
                 plan.tokens
             );
-            self.emit(EventKind::Notice(format!(
+            self.emit(EventKind::info(format!(
                 "the context is {}% full: {} old tool outputs (about {} tokens) are sent as a note \
                  from now on; the transcript keeps them",
                 self.record.last_usage.context_tokens().saturating_mul(100) / window.max(1),

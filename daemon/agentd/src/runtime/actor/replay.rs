@@ -63,11 +63,11 @@ impl Rings {
     /// spare, off the actor's thread. Outside a runtime (shutting down)
     /// the ring is freed here and no spare is made.
     pub(super) fn recycle(self: &Arc<Self>, old: broadcast::Sender<Arc<ConvEvent>>) {
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        if tokio::runtime::Handle::try_current().is_err() {
             return;
-        };
+        }
         let rings = self.clone();
-        runtime.spawn_blocking(move || {
+        crate::tasks::spawn_blocking("ring recycling", move || {
             drop(old);
             let mut spare = match rings.spare.lock() {
                 Ok(spare) => spare,
@@ -352,7 +352,7 @@ mod tests {
     use super::*;
 
     fn notice(seq: u64, text: &str) -> Arc<ConvEvent> {
-        Arc::new(ConvEvent::new(seq, 0, EventKind::Notice(text.to_string())))
+        Arc::new(ConvEvent::new(seq, 0, EventKind::info(text.to_string())))
     }
 
     fn seqs(events: &[Arc<ConvEvent>]) -> Vec<u64> {
@@ -369,7 +369,9 @@ mod tests {
         let merged = merge(stored, &buffered, 4, &[]).unwrap();
         assert_eq!(seqs(&merged), [5, 6, 7, 8]);
         // The durable copy of 7 wins over the buffered one.
-        assert!(matches!(&merged[2].kind, EventKind::Notice(t) if t == "durable"));
+        assert!(
+            matches!(&merged[2].kind, EventKind::Notice(agentd_core::Notice::Info { message: t }) if t == "durable")
+        );
     }
 
     #[test]
@@ -385,7 +387,7 @@ mod tests {
     fn the_buffer_serves_a_reconnect_only_when_it_reaches_back_far_enough() {
         let mut fanout = Fanout::new(10);
         for _ in 0..3 {
-            fanout.emit(0, EventKind::Notice(String::new()));
+            fanout.emit(0, EventKind::info(String::new()));
         }
         assert_eq!(seqs(&fanout.buffered_after(9, &[]).unwrap()), [10, 11, 12]);
         assert_eq!(seqs(&fanout.buffered_after(11, &[]).unwrap()), [12]);
@@ -399,7 +401,7 @@ mod tests {
     fn the_buffer_keeps_a_message_by_its_number_and_replays_it_from_the_transcript() {
         let reply = Message::user(vec![agentd_core::ContentBlock::text("x".repeat(4096))], 7);
         let mut fanout = Fanout::new(1);
-        fanout.emit(0, EventKind::Notice("before".into()));
+        fanout.emit(0, EventKind::info("before"));
         fanout.emit(
             0,
             EventKind::MessageAppended {
@@ -432,7 +434,7 @@ mod tests {
             ..Message::user(vec![agentd_core::ContentBlock::text("Hello, world")], 7)
         };
         let mut fanout = Fanout::new(1);
-        fanout.emit(0, EventKind::Notice("turn started".into()));
+        fanout.emit(0, EventKind::info("turn started"));
         for text in ["Hello", ", ", "world"] {
             let text = text.to_string();
             fanout.emit(0, EventKind::TextDelta { index: 0, text });
@@ -475,7 +477,7 @@ mod tests {
             text: format!("line {i}\n"),
             skipped_bytes: 0,
         };
-        fanout.emit(0, EventKind::Notice("begin".into()));
+        fanout.emit(0, EventKind::info("begin"));
         for i in 0..OUTPUT_REPLAY + 4 {
             fanout.emit(0, output(i));
         }
@@ -512,7 +514,7 @@ mod tests {
         let mut fanout = Fanout::new(1);
         let mut rx = fanout.subscribe(&Rings::default());
         fanout.hold();
-        fanout.emit(0, EventKind::Notice("a".into()));
+        fanout.emit(0, EventKind::info("a"));
         assert!(rx.try_recv().is_err(), "held until the flush");
         fanout.release();
         assert_eq!(rx.try_recv().unwrap().seq, 1);
@@ -531,7 +533,7 @@ mod tests {
         assert!(fanout.unwatched_hub().is_some());
         assert!(fanout.hub.is_none());
         let mut next = fanout.subscribe(&Rings::default());
-        fanout.emit(0, EventKind::Notice("after".into()));
+        fanout.emit(0, EventKind::info("after"));
         assert_eq!(next.try_recv().unwrap().seq, 1);
     }
 
@@ -541,7 +543,7 @@ mod tests {
         let mut watched = Fanout::new(1);
         let rx = watched.subscribe(&rings);
         assert!(!rings.has_spare(), "nobody has left yet: no spare");
-        watched.emit(0, EventKind::Notice("for the first conversation".into()));
+        watched.emit(0, EventKind::info("for the first conversation"));
         drop(rx);
         let ring = watched.unwatched_hub().expect("nobody watches");
         rings.recycle(ring);
@@ -553,9 +555,11 @@ mod tests {
         let mut next = Fanout::new(1);
         let mut rx = next.subscribe(&rings);
         assert!(!rings.has_spare(), "the spare was taken");
-        next.emit(0, EventKind::Notice("for the second".into()));
+        next.emit(0, EventKind::info("for the second"));
         let got = rx.try_recv().unwrap();
-        assert!(matches!(&got.kind, EventKind::Notice(t) if t == "for the second"));
+        assert!(
+            matches!(&got.kind, EventKind::Notice(agentd_core::Notice::Info { message: t }) if t == "for the second")
+        );
         assert!(rx.try_recv().is_err(), "a fresh ring: nothing of the first");
     }
 
@@ -564,11 +568,13 @@ mod tests {
         let mut fanout = Fanout::new(1);
         let mut rx = fanout.subscribe(&Rings::default());
         fanout.hold();
-        fanout.emit(0, EventKind::Notice("lost".into()));
+        fanout.emit(0, EventKind::info("lost"));
         fanout.discard_held(1);
-        fanout.emit(0, EventKind::Notice("next".into()));
+        fanout.emit(0, EventKind::info("next"));
         let got = rx.try_recv().unwrap();
         assert_eq!(got.seq, 1);
-        assert!(matches!(&got.kind, EventKind::Notice(t) if t == "next"));
+        assert!(
+            matches!(&got.kind, EventKind::Notice(agentd_core::Notice::Info { message: t }) if t == "next")
+        );
     }
 }

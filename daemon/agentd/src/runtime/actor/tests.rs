@@ -5,7 +5,7 @@ use crate::runtime::test_rig::*;
 use crate::runtime::{Answer, ConvEvent, EventKind, Subscription};
 use crate::store::RuleScope as StoredScope;
 use agentd_core::{
-    ContentBlock, ConvState, Decision, Message, Mode, Role, RuleScope, StopReason, texts,
+    ContentBlock, ConvState, Decision, Message, Mode, Notice, Role, RuleScope, StopReason, texts,
 };
 use serde_json::json;
 use std::time::Duration;
@@ -395,11 +395,11 @@ async fn a_retryable_failure_waits_its_backoff_on_virtual_time() {
     rig.model.push(says("at last"));
     rig.manager.send(&id, "hi".into()).await.unwrap();
     let (event, delay_ms) = next(&mut sub, |e| match &e.kind {
-        EventKind::Retrying {
+        EventKind::Notice(Notice::Retrying {
             attempt: 2,
             delay_ms,
             ..
-        } => Some(*delay_ms),
+        }) => Some(*delay_ms),
         _ => None,
     })
     .await;
@@ -559,11 +559,11 @@ async fn clients_that_attach_after_a_recovery_are_told_what_it_did() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let sub = rig.attach(&id).await;
-    let notices: Vec<&str> = sub
+    let notices: Vec<String> = sub
         .initial
         .iter()
         .filter_map(|e| match &e.kind {
-            EventKind::Notice(text) => Some(text.as_str()),
+            EventKind::Notice(notice) => Some(notice.text()),
             _ => None,
         })
         .collect();
@@ -657,13 +657,13 @@ fn corrections_of<'a>(events: impl IntoIterator<Item = &'a ConvEvent>) -> Vec<St
     events
         .into_iter()
         .filter_map(|e| match &e.kind {
-            EventKind::CorrectionAttempt { attempt, tool, .. } => {
+            EventKind::Notice(Notice::CorrectionAttempt { attempt, tool, .. }) => {
                 Some(format!("attempt {attempt} {tool}"))
             }
-            EventKind::CorrectionSucceeded { attempts, tool } => {
+            EventKind::Notice(Notice::CorrectionSucceeded { attempts, tool }) => {
                 Some(format!("success {tool} after {attempts}"))
             }
-            EventKind::CorrectionFailed { attempts, .. } => {
+            EventKind::Notice(Notice::CorrectionFailed { attempts, .. }) => {
                 Some(format!("failed after {attempts}"))
             }
             _ => None,
@@ -696,7 +696,10 @@ async fn an_edit_that_misses_re_engages_three_times_then_ends_and_the_events_are
     let mut live = Vec::new();
     loop {
         let event = sub.live.recv().await.unwrap();
-        let end = matches!(&event.kind, EventKind::CorrectionFailed { .. });
+        let end = matches!(
+            &event.kind,
+            EventKind::Notice(Notice::CorrectionFailed { .. })
+        );
         live.push(event);
         if end {
             break;

@@ -133,7 +133,7 @@ impl Work {
     /// `mailbox` after `delay_ms`, with the timer's call number.
     pub(super) fn schedule_retry(&mut self, delay_ms: u64, mailbox: mpsc::UnboundedSender<Input>) {
         let call = self.call_number();
-        let handle = tokio::spawn(async move {
+        let handle = crate::tasks::spawn("retry timer", async move {
             tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
             let _ = mailbox.send(Input::RetryDue { call });
         });

@@ -1,5 +1,9 @@
 //! Reading a unified diff as a model writes it: files and hunks, with
 //! preamble skipped and hunk counts ignored (see the module docs of `patch`).
+//! File headers are read by the core's [`file_header`], as the permission
+//! check reads them.
+
+use agentd_core::unified_diff::file_header;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Line {
@@ -76,21 +80,16 @@ pub(crate) fn touched_files(patch: &str) -> Vec<String> {
 /// removal the model meant.
 pub(super) fn parse(text: &str) -> Result<Vec<FilePatch>, String> {
     let lines: Vec<&str> = text.lines().collect();
-    let is_file_header = |i: usize| {
-        lines[i].starts_with("--- ") && lines.get(i + 1).is_some_and(|n| n.starts_with("+++ "))
-    };
     let mut files: Vec<FilePatch> = Vec::new();
     let mut hunk: Option<Hunk> = None;
     let mut i = 0;
     while i < lines.len() {
         let line = lines[i];
-        if is_file_header(i) {
+        if let Some(header) = lines.get(i + 1).and_then(|next| file_header(line, next)) {
             finish_hunk(&mut hunk, &mut files);
-            let (old, new) =
-                strip_prefixes(header_path(&line[4..]), header_path(&lines[i + 1][4..]));
             files.push(FilePatch {
-                old,
-                new,
+                old: header.old,
+                new: header.new,
                 hunks: Vec::new(),
             });
             i += 2;
@@ -197,32 +196,6 @@ fn is_meta_line(line: &str) -> bool {
 
 fn clip(line: &str) -> String {
     crate::tools::one_line(line, 80)
-}
-
-/// The path of a `---`/`+++` line: without a trailing timestamp or quotes.
-fn header_path(rest: &str) -> Option<String> {
-    let path = rest.split('\t').next().unwrap_or("").trim();
-    let path = path
-        .strip_prefix('"')
-        .and_then(|p| p.strip_suffix('"'))
-        .unwrap_or(path);
-    if path == "/dev/null" || path.is_empty() {
-        None
-    } else {
-        Some(path.to_string())
-    }
-}
-
-/// Removes git's `a/` and `b/` prefixes when the headers use them.
-fn strip_prefixes(old: Option<String>, new: Option<String>) -> (Option<String>, Option<String>) {
-    let old_ok = old.as_deref().is_none_or(|p| p.starts_with("a/"));
-    let new_ok = new.as_deref().is_none_or(|p| p.starts_with("b/"));
-    if old_ok && new_ok {
-        let strip = |p: Option<String>| p.map(|p| p[2..].to_string());
-        (strip(old), strip(new))
-    } else {
-        (old, new)
-    }
 }
 
 fn hunk_old_start(header: &str) -> Option<usize> {

@@ -114,10 +114,7 @@ impl Lexer {
                     return self.read_heredocs();
                 }
                 Some('#') => self.skip_comment(),
-                Some(c)
-                    if ends_word(c)
-                        && !(matches!(c, '<' | '>') && self.peek_at(1) == Some('(')) =>
-                {
+                Some(c) if ends_word(c) && !self.at_process_substitution() => {
                     return Err(format!("unexpected `{c}` in a `{keyword}` list"));
                 }
                 Some(_) => {
@@ -259,26 +256,12 @@ impl Lexer {
                     raw.push(c);
                     self.pos += 1;
                 }
-                '\\' => match self.peek_at(1) {
-                    Some('\n') => self.pos += 2,
-                    Some(n) => {
-                        raw.push('\\');
-                        raw.push(n);
-                        self.pos += 2;
-                    }
-                    None => return Err("unterminated `[[`: `]]` expected".to_string()),
-                },
+                '\\' => self.escaped(&mut raw, "unterminated `[[`: `]]` expected")?,
                 '\'' => self.single_quoted(&mut raw)?,
                 '"' => self.double_quoted(&mut raw)?,
                 '$' => self.dollar(&mut raw, false)?,
                 '`' => self.backticks(&mut raw, false)?,
-                c => {
-                    if c == '\n' {
-                        self.newline_in_word()?;
-                    }
-                    raw.push(c);
-                    self.pos += 1;
-                }
+                c => self.quoted_char(&mut raw, c)?,
             }
         }
         if raw.is_empty() {

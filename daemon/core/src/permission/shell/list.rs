@@ -53,6 +53,12 @@ impl Lexer {
         self.chars.get(self.pos + ahead).copied()
     }
 
+    /// At `<(` or `>(`: a process substitution, which starts a word though
+    /// `<` and `>` end one.
+    pub(super) fn at_process_substitution(&self) -> bool {
+        matches!(self.peek(), Some('<' | '>')) && self.peek_at(1) == Some('(')
+    }
+
     pub(super) fn starts_with(&self, s: &str) -> bool {
         s.chars()
             .enumerate()

@@ -75,10 +75,7 @@ impl Lexer {
                     raw.push(')');
                     return Ok(());
                 }
-                Some(c)
-                    if ends_word(c)
-                        && !(matches!(c, '<' | '>') && self.peek_at(1) == Some('(')) =>
-                {
+                Some(c) if ends_word(c) && !self.at_process_substitution() => {
                     return Err(format!("unexpected `{c}` in an array"));
                 }
                 Some(_) => {
@@ -105,13 +102,7 @@ impl Lexer {
                     self.pos += 1;
                     return Ok(());
                 }
-                Some(c) => {
-                    if c == '\n' {
-                        self.newline_in_word()?;
-                    }
-                    raw.push(c);
-                    self.pos += 1;
-                }
+                Some(c) => self.quoted_char(raw, c)?,
             }
         }
     }
@@ -128,26 +119,39 @@ impl Lexer {
                     self.pos += 1;
                     return Ok(());
                 }
-                Some('\\') => match self.peek_at(1) {
-                    Some('\n') => self.pos += 2,
-                    Some(n) => {
-                        raw.push('\\');
-                        raw.push(n);
-                        self.pos += 2;
-                    }
-                    None => return Err("unterminated double quote".to_string()),
-                },
+                Some('\\') => self.escaped(raw, "unterminated double quote")?,
                 Some('$') => self.dollar(raw, true)?,
                 Some('`') => self.backticks(raw, true)?,
-                Some(c) => {
-                    if c == '\n' {
-                        self.newline_in_word()?;
-                    }
-                    raw.push(c);
-                    self.pos += 1;
-                }
+                Some(c) => self.quoted_char(raw, c)?,
             }
         }
+    }
+
+    /// Keeps one character of a quoted string or a substitution: a
+    /// here-document may not start inside one.
+    pub(super) fn quoted_char(&mut self, raw: &mut String, c: char) -> Result<(), String> {
+        if c == '\n' {
+            self.newline_in_word()?;
+        }
+        raw.push(c);
+        self.pos += 1;
+        Ok(())
+    }
+
+    /// At a `\` that escapes: a line continuation is dropped, any other
+    /// character is kept with its backslash; `unterminated` is the error for
+    /// a `\` that ends the text.
+    pub(super) fn escaped(&mut self, raw: &mut String, unterminated: &str) -> Result<(), String> {
+        match self.peek_at(1) {
+            Some('\n') => self.pos += 2,
+            Some(n) => {
+                raw.push('\\');
+                raw.push(n);
+                self.pos += 2;
+            }
+            None => return Err(unterminated.to_string()),
+        }
+        Ok(())
     }
 
     /// At a `$`: `$(…)`, `${…}`, and outside double quotes `$'…'` and
@@ -207,13 +211,7 @@ impl Lexer {
                             self.pos += 1;
                             return Ok(());
                         }
-                        Some(c) => {
-                            if c == '\n' {
-                                self.newline_in_word()?;
-                            }
-                            raw.push(c);
-                            self.pos += 1;
-                        }
+                        Some(c) => self.quoted_char(raw, c)?,
                     }
                 }
             }

@@ -1,5 +1,5 @@
 //! Client events: who attached or left, the settings and queue they
-//! changed, and budgets stopped and answered.
+//! changed, and reached budgets answered (a budget reached is a notice).
 
 use crate::grpc::convert::{budget_stop, client, mode, queued};
 use crate::runtime::EventKind;
@@ -33,9 +33,6 @@ pub(super) fn event(kind: &EventKind) -> E {
                 .collect(),
         }),
         EventKind::QueueChanged(q) => E::QueueChanged(pb::QueueChanged { queued: queued(q) }),
-        EventKind::BudgetStopped { stop } => E::BudgetStopped(pb::BudgetStopped {
-            stop: Some(budget_stop(stop)),
-        }),
         EventKind::BudgetResolved {
             stop,
             raised_by,

@@ -1,5 +1,6 @@
-//! Context and history events: the context window filling up, a
-//! conversation continued in a new one, code rewound, a conversation forked.
+//! History events: a conversation continued in a new one, code rewound, a
+//! conversation forked (the context filling up is a notice, in
+//! `notices.rs`).
 
 use crate::grpc::convert::code_rewound;
 use crate::runtime::EventKind;
@@ -10,27 +11,6 @@ use pb::attach_response::Event as E;
 /// [`super::wire_event`]).
 pub(super) fn event(kind: &EventKind) -> E {
     match kind {
-        EventKind::ContextWarning {
-            used_tokens,
-            context_window,
-        } => E::ContextWarning(pb::ContextWarning {
-            used_tokens: *used_tokens,
-            context_window: *context_window,
-        }),
-        EventKind::ContinuationStarted {
-            rejected_tools,
-            manual,
-        } => E::ContinuationStarted(pb::ContinuationStarted {
-            rejected_tools: rejected_tools.clone(),
-            manual: *manual,
-        }),
-        EventKind::ContextExhausted {
-            summary,
-            continuing,
-        } => E::ContextExhausted(pb::ContextExhausted {
-            summary: summary.clone(),
-            continuing: *continuing,
-        }),
         EventKind::ConversationContinued {
             conversation_id,
             hop,

@@ -4,7 +4,7 @@
 
 mod clients;
 mod context;
-mod corrections;
+mod notices;
 mod plans;
 mod sub_agents;
 mod tools;
@@ -39,9 +39,6 @@ fn wire_event(kind: &EventKind, seq: u64) -> E {
         | K::TextDelta { .. }
         | K::ThinkingDelta { .. }
         | K::UsageUpdated { .. }
-        | K::Error { .. }
-        | K::Retrying { .. }
-        | K::Notice(_)
         | K::InstructionsLoaded { .. } => turn::event(kind),
         K::ToolCallBegin { .. }
         | K::ToolCallEnd { .. }
@@ -55,22 +52,16 @@ fn wire_event(kind: &EventKind, seq: u64) -> E {
         | K::ClientDetached(_)
         | K::SettingsChanged { .. }
         | K::QueueChanged(_)
-        | K::BudgetStopped { .. }
         | K::BudgetResolved { .. } => clients::event(kind),
-        K::ContextWarning { .. }
-        | K::ContinuationStarted { .. }
-        | K::ContextExhausted { .. }
-        | K::ConversationContinued { .. }
-        | K::CodeRewound { .. }
-        | K::ConversationForked { .. } => context::event(kind),
-        K::Plan { .. } | K::PlanSuggested { .. } => plans::event(kind),
+        K::ConversationContinued { .. } | K::CodeRewound { .. } | K::ConversationForked { .. } => {
+            context::event(kind)
+        }
+        K::Plan { .. } => plans::event(kind),
         K::SubAgentStarted(_)
         | K::SubAgentStateChanged { .. }
         | K::SubAgentToolCall { .. }
         | K::SubAgentFinished { .. } => sub_agents::event(kind),
-        K::CorrectionAttempt { .. }
-        | K::CorrectionSucceeded { .. }
-        | K::CorrectionFailed { .. } => corrections::event(kind),
+        K::Notice(_) | K::ContextExhausted { .. } => notices::event(kind),
     }
 }
 

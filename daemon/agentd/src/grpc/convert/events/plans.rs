@@ -1,5 +1,5 @@
-//! Plan events: a plan generated, confirmed, rejected, its steps' progress,
-//! and a suggestion to plan.
+//! Plan events: a plan generated, confirmed, rejected, and its steps'
+//! progress (a suggestion to plan is a notice).
 
 use crate::grpc::convert::{mode, plan};
 use crate::runtime::EventKind;
@@ -45,10 +45,6 @@ pub(super) fn plan_event(change: &PlanEvent, p: &Plan) -> pb::attach_response::E
 pub(super) fn event(kind: &EventKind) -> E {
     match kind {
         EventKind::Plan { change, plan: p } => plan_event(change, p),
-        EventKind::PlanSuggested { score, cues } => E::PlanSuggested(pb::PlanSuggested {
-            score: *score,
-            cues: cues.clone(),
-        }),
         other => super::misrouted(other),
     }
 }

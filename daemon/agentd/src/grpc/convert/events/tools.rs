@@ -1,7 +1,7 @@
 //! Tool events: calls and their output, the permissions they ask for,
 //! the hooks that ran around them and the background shells they start.
 
-use crate::grpc::convert::{decision, permission, role, shell};
+use crate::grpc::convert::{decision, permission, role, shell, tool_kind};
 use crate::runtime::EventKind;
 use agent_proto::v1 as pb;
 use pb::attach_response::Event as E;
@@ -18,6 +18,7 @@ pub(super) fn event(kind: &EventKind) -> E {
         } => E::ToolCallBegin(pb::ToolCallBegin {
             tool_use_id: tool_use_id.clone(),
             tool_name: name.clone(),
+            kind: tool_kind(name),
             summary: summary.clone(),
             input_json: input_json.clone(),
         }),
@@ -34,6 +35,7 @@ pub(super) fn event(kind: &EventKind) -> E {
             E::ToolCallEnd(pb::ToolCallEnd {
                 tool_use_id: tool_use_id.clone(),
                 tool_name: name.clone(),
+                kind: tool_kind(name),
                 is_error: *is_error,
                 summary: summary.clone(),
                 diff: diff.clone().unwrap_or_default(),

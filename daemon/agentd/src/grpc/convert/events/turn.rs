@@ -1,7 +1,8 @@
 //! Turn events: the conversation's state and messages, the reply as it
-//! streams, retries, errors, usage and what the daemon tells clients.
+//! streams, usage and the instructions read (retries and errors are
+//! notices, in `notices.rs`).
 
-use crate::grpc::convert::{error_kind, instructions, message, state, usage};
+use crate::grpc::convert::{instructions, message, state, usage};
 use crate::runtime::EventKind;
 use agent_proto::v1 as pb;
 use pb::attach_response::Event as E;
@@ -43,22 +44,6 @@ pub(super) fn event(kind: &EventKind) -> E {
             total: Some(usage(total)),
             cost_usd: *cost_usd,
         }),
-        EventKind::Error { message, kind } => E::Error(pb::ErrorEvent {
-            message: message.clone(),
-            kind: error_kind(*kind) as i32,
-        }),
-        EventKind::Retrying {
-            attempt,
-            max_attempts,
-            delay_ms,
-            reason,
-        } => E::Retrying(pb::Retrying {
-            attempt: *attempt,
-            max_attempts: *max_attempts,
-            delay_ms: *delay_ms,
-            reason: reason.clone(),
-        }),
-        EventKind::Notice(m) => E::Notice(pb::Notice { message: m.clone() }),
         EventKind::InstructionsLoaded { files, truncated } => {
             E::InstructionsLoaded(instructions(files, *truncated))
         }
