@@ -1,24 +1,11 @@
-//! `test-agent` is the client exactly as `agent` runs it, so it is linked
-//! with the same start-up layout (see `client-cli/link/order.rs`).
-//!
 //! The power-cut layer's preload shim (`src/power/shim.c`) is compiled
 //! here into a shared library whose path the crate gets as
 //! `AGENT_TESTS_POWERCUT_SHIM`: C, because an interposer of `write` must
 //! not bring a second Rust runtime (and its own calls to `write`) into the
 //! daemon, and must be built whenever the tests are.
 
-#[path = "../client-cli/link/order.rs"]
-mod order;
-
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=../client-cli/link/order.rs");
-    for arg in order::startup_order_args(
-        &std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../client-cli/link/startup-symbols.txt"),
-    ) {
-        println!("cargo:rustc-link-arg-bin=test-agent={arg}");
-    }
     build_power_shim();
 }
 

@@ -22,13 +22,9 @@ pub use decisions::{
     parse_plan_key, parse_typed_answer,
 };
 pub use shells::{ShellsArgs, ShellsCommand};
-use words::{edit_distance, named_subcommand};
+use words::edit_distance;
 
 /// `agent`: the terminal client of agentd, the coding-agent daemon.
-///
-/// Parse with [`Cli::parse_args`], not clap's `Parser::try_parse_from`: the
-/// options under "Global options" are the top level's, and only
-/// `parse_args` lets the subcommand on the command line take them too.
 #[derive(Debug, Parser)]
 #[command(
     name = "agent",
@@ -46,16 +42,22 @@ use words::{edit_distance, named_subcommand};
 pub struct Cli {
     /// The daemon's Unix socket [default: $XDG_RUNTIME_DIR/agentd/agentd.sock,
     /// else ~/.local/state/agentd/run/agentd.sock]
-    #[arg(long, env = "AGENTD_SOCKET", value_name = "PATH")]
+    #[arg(
+        long,
+        env = "AGENTD_SOCKET",
+        value_name = "PATH",
+        global = true,
+        help_heading = "Global options"
+    )]
     pub socket: Option<PathBuf>,
 
     /// Machine-readable output: JSON (streaming commands print one object per
     /// event per line)
-    #[arg(long)]
+    #[arg(long, global = true, help_heading = "Global options")]
     pub json: bool,
 
     /// Do not start agentd when no daemon answers on the socket
-    #[arg(long)]
+    #[arg(long, global = true, help_heading = "Global options")]
     pub no_autostart: bool,
 
     /// Talk to the daemon on another machine, at HOST:PORT (its `agentd
@@ -65,24 +67,44 @@ pub struct Cli {
         long,
         env = "AGENT_REMOTE",
         value_name = "HOST:PORT",
-        requires_all = ["token_file", "fingerprint"]
+        requires_all = ["token_file", "fingerprint"],
+        global = true,
+        help_heading = "Global options"
     )]
     pub remote: Option<String>,
 
     /// With --remote: the file holding the bearer token (`agent token
     /// create` on the daemon's machine prints one)
-    #[arg(long, env = "AGENT_TOKEN_FILE", value_name = "FILE")]
+    #[arg(
+        long,
+        env = "AGENT_TOKEN_FILE",
+        value_name = "FILE",
+        global = true,
+        help_heading = "Global options"
+    )]
     pub token_file: Option<PathBuf>,
 
     /// With --remote: the SHA-256 fingerprint of the daemon's certificate,
     /// `SHA256:<64 hex digits>` (agentd prints it at start; `agent token ls`
     /// shows it); any other certificate is refused
-    #[arg(long, env = "AGENT_FINGERPRINT", value_name = "SHA256:…")]
+    #[arg(
+        long,
+        env = "AGENT_FINGERPRINT",
+        value_name = "SHA256:…",
+        global = true,
+        help_heading = "Global options"
+    )]
     pub fingerprint: Option<String>,
 
     /// The name the other clients and the audit trail know this client by
     /// [default: user@host:pid]
-    #[arg(long, env = "AGENT_CLIENT_NAME", value_name = "NAME")]
+    #[arg(
+        long,
+        env = "AGENT_CLIENT_NAME",
+        value_name = "NAME",
+        global = true,
+        help_heading = "Global options"
+    )]
     pub name: Option<String>,
 
     /// Colour and styles in human output: `auto` uses them when stdout is a
@@ -91,7 +113,9 @@ pub struct Cli {
         long,
         value_enum,
         value_name = "WHEN",
-        default_value_t = ColorWhen::Auto
+        default_value_t = ColorWhen::Auto,
+        global = true,
+        help_heading = "Global options"
     )]
     pub color: ColorWhen,
 
@@ -117,55 +141,15 @@ pub struct Cli {
     pub command: Option<Command>,
 }
 
-/// The top level's options that every subcommand takes too (clap's ids).
-///
-/// They are not clap `global` options: clap copies a global option into
-/// every one of the 29 subcommands each time `agent` starts, eight options
-/// 232 times, which cost a one-round `agent run` 35 of its ~335 page
-/// faults (BENCHMARKS.md, 2026-11-27, later). [`Cli::parse_args`] gives
-/// them to the one subcommand the command line names, as global options
-/// of that subcommand (so its own subcommands take them too, and a value
-/// given there reaches the top level, where [`Cli`] reads it). Help lists
-/// them under "Global options".
-const GLOBAL_OPTIONS: [&str; 8] = [
-    "socket",
-    "json",
-    "no_autostart",
-    "remote",
-    "token_file",
-    "fingerprint",
-    "name",
-    "color",
-];
-
 impl Cli {
     /// Parses a command line (the program's name first), with the global
     /// options taken anywhere: `agent --json ls` and `agent ls --json`.
     pub fn parse_args<I, T>(args: I) -> Result<Cli, clap::Error>
     where
         I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString>,
+        T: Into<std::ffi::OsString> + Clone,
     {
-        use clap::FromArgMatches;
-        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
-        let mut command = with_global_options(false);
-        if let Some(name) = named_subcommand(&command, args.get(1..).unwrap_or_default()) {
-            let options: Vec<clap::Arg> = global_options(&command).collect();
-            if let Some(sub) = command
-                .get_subcommands_mut()
-                .find(|sub| sub.get_name() == name)
-            {
-                *sub = std::mem::take(sub).args(options);
-            }
-        }
-        let matches = command.try_get_matches_from_mut(args)?;
-        Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut command))
-    }
-
-    /// The whole command as help pages, completions and man pages show it:
-    /// the global options marked global, so every subcommand lists them.
-    pub fn documented_command() -> clap::Command {
-        with_global_options(true)
+        Cli::try_parse_from(args)
     }
 
     /// A one-word prompt that looks like a misspelt subcommand (`agent lss`):
@@ -186,27 +170,6 @@ impl Cli {
              word starts a session only when it is not this close to a command: add a word)"
         ))
     }
-}
-
-/// The command with its global options under their heading, and marked
-/// clap `global` when `global` (see [`GLOBAL_OPTIONS`]).
-fn with_global_options(global: bool) -> clap::Command {
-    use clap::CommandFactory;
-    Cli::command().mut_args(|arg| {
-        if GLOBAL_OPTIONS.contains(&arg.get_id().as_str()) {
-            arg.help_heading("Global options").global(global)
-        } else {
-            arg
-        }
-    })
-}
-
-/// Copies of the top level's global options, marked global.
-fn global_options(command: &clap::Command) -> impl Iterator<Item = clap::Arg> + '_ {
-    command
-        .get_arguments()
-        .filter(|arg| GLOBAL_OPTIONS.contains(&arg.get_id().as_str()))
-        .map(|arg| arg.clone().global(true))
 }
 
 // `defer`: a subcommand's arguments are made only for the subcommand that
@@ -546,7 +509,6 @@ mod tests {
     #[test]
     fn the_command_definition_is_consistent() {
         Cli::command().debug_assert();
-        Cli::documented_command().debug_assert();
     }
 
     #[test]

@@ -4,6 +4,7 @@
 //! below the dispatcher: [`Ctx`] (the connection and its one retry), the
 //! client's identity, argument conversions, and printing.
 
+mod acp;
 mod answer;
 mod args;
 mod attach;
@@ -36,15 +37,17 @@ use crate::connect::socket_path;
 use crate::error::{CliError, Exit};
 use crate::io::Io;
 
+pub use acp::AcpServer;
+pub(crate) use acp::serve_acp;
 pub use args::read_images;
 pub(crate) use args::{absolute_dir, mcp_server_arg, typed_dir};
 pub(crate) use ctx::Ctx;
 use ctx::{conversation, retrying};
 pub use export::parse_export;
-pub use identity::client_name;
+pub(crate) use identity::now_ms;
+pub use identity::{client_name, request_id};
 #[cfg(test)]
 use identity::{name_from, user_from_env};
-pub(crate) use identity::{now_ms, request_id};
 pub(crate) use rewind::rewind_lines;
 pub(crate) use run::create_conversation;
 
@@ -195,14 +198,7 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
         Command::Daemon { command } => crate::admin::daemon(&ctx.target(), command, io).await,
         Command::Completions { shell } => crate::admin::completions(shell, io),
         Command::Man { out } => crate::admin::man(out, io),
-        Command::Acp => {
-            crate::acp::serve(crate::acp::Target {
-                socket: ctx.socket.clone(),
-                pass_socket: ctx.pass_socket,
-                autostart: ctx.autostart,
-            })
-            .await
-        }
+        Command::Acp => acp::acp(),
     }
 }
 

@@ -230,18 +230,24 @@ fn daemon_absent(error: &tonic::transport::Error, socket: &Path) -> bool {
 /// The daemon binary: `$AGENTD_BIN`, else `agentd` next to this executable,
 /// else `agentd` on `PATH`.
 pub fn daemon_binary() -> Result<PathBuf, String> {
-    if let Some(bin) = std::env::var_os("AGENTD_BIN").filter(|b| !b.is_empty()) {
+    find_program("agentd", "AGENTD_BIN")
+}
+
+/// A program of the project: the path in the variable `var` when it is set,
+/// else `name` next to this executable, else `name` on `PATH`.
+pub(crate) fn find_program(name: &str, var: &str) -> Result<PathBuf, String> {
+    if let Some(bin) = std::env::var_os(var).filter(|b| !b.is_empty()) {
         return Ok(PathBuf::from(bin));
     }
     let exe = std::env::current_exe().ok();
-    if let Some(beside) = exe.as_ref().map(|e| e.with_file_name("agentd"))
+    if let Some(beside) = exe.as_ref().map(|e| e.with_file_name(name))
         && is_executable(&beside)
     {
         return Ok(beside);
     }
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
-            let candidate = dir.join("agentd");
+            let candidate = dir.join(name);
             if is_executable(&candidate) {
                 return Ok(candidate);
             }
@@ -251,7 +257,7 @@ pub fn daemon_binary() -> Result<PathBuf, String> {
         .and_then(|e| e.parent().map(|p| p.display().to_string()))
         .unwrap_or_else(|| "this program".to_string());
     Err(format!(
-        "agentd not found in {beside} or on PATH (set AGENTD_BIN)"
+        "{name} not found in {beside} or on PATH (set {var})"
     ))
 }
 
@@ -359,6 +365,19 @@ pub fn error_chain(error: &(dyn StdError + 'static)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_program_says_where_it_was_looked_for() {
+        let err = find_program("agent-no-such-program", "AGENT_NO_SUCH_PROGRAM_BIN").unwrap_err();
+        assert!(
+            err.starts_with("agent-no-such-program not found in "),
+            "{err}"
+        );
+        assert!(
+            err.ends_with(" or on PATH (set AGENT_NO_SUCH_PROGRAM_BIN)"),
+            "{err}"
+        );
+    }
 
     #[tokio::test]
     async fn missing_socket_without_autostart_is_a_clear_error() {

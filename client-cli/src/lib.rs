@@ -6,13 +6,14 @@
 //!
 //! Layout:
 //! - [`cli`]: the clap command line (parsing only), decisions and modes.
-//! - [`acp`]: `agent acp`, the Agent Client Protocol bridge for editors:
-//!   each ACP session is a daemon conversation joined with `Attach`.
 //! - [`admin`]: looking after the daemon: `login`, `logout`, `doctor`,
 //!   `daemon stop|restart|status|logs`, `--version`, `completions`, `man`.
 //! - [`credentials`]: the daemon's credentials file (written atomically,
 //!   mode 0600) and which terminal keys an autostarted daemon inherits.
 //! - [`commands`]: one module per subcommand; [`execute`] dispatches.
+//!   `agent acp` runs the `agent-acp` binary (crate `agent-acp`, the
+//!   Agent Client Protocol bridge for editors), which serves through
+//!   [`main_serving_acp`].
 //! - [`repl`]: `agent` alone, the interactive session: the terminal thread
 //!   (line editor, one-key answers, status line) feeding [`session`].
 //! - [`session`]: the live Attach stream behind `run` and `attach`: rendering,
@@ -31,7 +32,6 @@
 //! - [`error`]: [`CliError`] (one line per failure) and [`Exit`] statuses.
 
 pub mod access;
-pub mod acp;
 pub mod admin;
 pub mod cli;
 pub mod commands;
@@ -53,7 +53,7 @@ use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
 
 pub use cli::Cli;
-pub use commands::{client_name, execute};
+pub use commands::{AcpServer, client_name, execute, request_id};
 pub use connect::{Client, connect, connect_or_start};
 pub use error::{CliError, Exit};
 pub use io::Io;
@@ -63,6 +63,16 @@ pub use io::Io;
 /// one `agent: <message>` line on stderr, and returns the exit status
 /// (0 ok, 1 error, 2 usage, 3 context exhausted, 130 interrupted).
 pub fn main() -> ExitCode {
+    run_main(None)
+}
+
+/// Runs `agent-acp` as `main` runs `agent`, the same command line (`agent`'s
+/// global options, then `acp`) served by `serve`.
+pub fn main_serving_acp(serve: AcpServer) -> ExitCode {
+    run_main(Some(serve))
+}
+
+fn run_main(acp: Option<AcpServer>) -> ExitCode {
     let cli = match Cli::parse_args(std::env::args_os()) {
         Ok(cli) => cli,
         // `--version` also asks the daemon for its own (see admin::version).
@@ -109,7 +119,10 @@ pub fn main() -> ExitCode {
     // commands'), and `block_on` passes it down by value through several
     // frames, each a fresh copy on fresh stack pages: 30 of a one-round
     // `agent run`'s ~250 page faults were stack (issue 20).
-    let result = runtime.block_on(Box::pin(execute(cli, &mut io)));
+    let result = match acp {
+        Some(serve) => runtime.block_on(commands::serve_acp(cli, serve)),
+        None => runtime.block_on(Box::pin(execute(cli, &mut io))),
+    };
     let _ = io.out.flush();
     let code = match result {
         Ok(exit) => exit.code(),

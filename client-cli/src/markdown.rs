@@ -13,7 +13,8 @@
 //! markers that carry meaning stay (`#` of headings, `**`, backticks, code
 //! fences), the others go. With colour, styles replace the markers and fenced
 //! code is highlighted by syntect (its syntax set is loaded once, on the
-//! first highlighted block).
+//! first highlighted block) when the crate's `highlight` feature (on by
+//! default) is built in.
 //!
 //! Nothing here fails: any input, however broken, renders to some text.
 //!
@@ -27,7 +28,16 @@ use pulldown_cmark::Options;
 use unicode_width::UnicodeWidthStr;
 
 mod block;
+#[cfg(feature = "highlight")]
 mod highlight;
+/// Built without the `highlight` feature (no syntect), fenced code is shown
+/// as it is, like code in a language syntect does not know.
+#[cfg(not(feature = "highlight"))]
+mod highlight {
+    pub(super) fn highlight(_code: &str, _lang: &str, _truecolor: bool) -> Option<Vec<String>> {
+        None
+    }
+}
 mod stream;
 mod wrap;
 

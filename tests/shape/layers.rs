@@ -34,6 +34,11 @@ pub(crate) const CRATES: &[CrateRule] = &[
         may_use: &["agent-proto"],
         why: "a client talks to the daemon through agent-proto only and never reaches into the daemon or its core",
     },
+    CrateRule {
+        name: "agent-acp",
+        may_use: &["agent-proto", "agent-cli"],
+        why: "the ACP bridge is a client: it reaches the daemon through agent-cli and agent-proto, never the daemon or its core",
+    },
 ];
 
 /// Top modules of one crate that a top module may not name.

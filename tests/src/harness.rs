@@ -43,6 +43,13 @@ pub fn client_bin() -> PathBuf {
     find_bin("AGENT_TESTS_CLIENT_BIN", "test-agent")
 }
 
+/// The ACP bridge that `agent acp` runs (give it to the client as
+/// `AGENT_ACP_BIN`): `$AGENT_TESTS_ACP_BIN`, else `test-agent-acp` in the
+/// cargo target directory of the running test.
+pub fn acp_bin() -> PathBuf {
+    find_bin("AGENT_TESTS_ACP_BIN", "test-agent-acp")
+}
+
 fn find_bin(var: &str, name: &str) -> PathBuf {
     if let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) {
         return PathBuf::from(path);
@@ -263,7 +270,13 @@ impl TestDaemon {
     /// `work_dir`, without any `AGENTD_*` variable from the test's
     /// environment. Add the subcommand and run it.
     pub fn agent(&self) -> Command {
-        let mut cmd = Command::new(client_bin());
+        self.agent_bin(&client_bin())
+    }
+
+    /// [`TestDaemon::agent`] with another client binary (a benchmark
+    /// comparing two builds of the client).
+    pub fn agent_bin(&self, bin: &Path) -> Command {
+        let mut cmd = Command::new(bin);
         cmd.arg("--socket").arg(&self.socket).arg("--no-autostart");
         cmd.current_dir(&self.work_dir);
         for (name, _) in std::env::vars_os() {

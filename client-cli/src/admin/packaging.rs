@@ -47,7 +47,8 @@ pub fn man(out: Option<PathBuf>, io: &mut Io) -> Result<Exit, CliError> {
 /// tree under `help` (for `agent help daemon stop`): their subcommands are
 /// added to that copy here.
 fn whole_command() -> clap::Command {
-    let mut command = Cli::documented_command();
+    use clap::CommandFactory as _;
+    let mut command = Cli::command();
     command.build();
     let nested: Vec<(String, Vec<clap::Command>)> = command
         .get_subcommands()

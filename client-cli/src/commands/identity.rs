@@ -10,7 +10,7 @@
 /// a dozen `cpuid` instructions, each a trap to the hypervisor on a VM
 /// (6 µs apiece measured on the 2-vCPU test machine), in every `agent`
 /// process. The id only has to be unique, not secret.
-pub(crate) fn request_id() -> String {
+pub fn request_id() -> String {
     use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);

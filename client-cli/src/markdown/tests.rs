@@ -111,6 +111,7 @@ fn coloured_styles() {
     assert_eq!(color("- i"), "\x1b[33m•\x1b[0m i\n");
 }
 
+#[cfg(feature = "highlight")]
 #[test]
 fn coloured_code_is_highlighted_and_unknown_languages_are_not() {
     let out = render("```rust\nfn main() {}\n```", Style::colored(40));

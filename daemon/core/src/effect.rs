@@ -254,6 +254,16 @@ pub enum Effect {
     RunPreToolHooks {
         call: ToolCall,
     },
+    /// Put the user message just sent in the queue: a turn runs and its
+    /// sender asked to queue it rather than be refused. The state is
+    /// unchanged; the core delivers it later from `ConvContext::queued`.
+    Enqueue,
+    /// Run the hooks that check the user message just sent before it is
+    /// sent (`session_start` for the first message, then
+    /// `user_prompt_submit`): the state would take it, and nothing happened
+    /// yet. The runtime sends it again, `PromptHooks::Passed`, if they let
+    /// it through (with what they added).
+    RunPromptHooks,
     /// Run the `stop` hooks; the runtime reports `StopHooksDecided`.
     RunStopHooks,
     /// Stop the hooks that run (their process groups are terminated);
@@ -263,9 +273,11 @@ pub enum Effect {
     AskPermission {
         ask: PermissionAsk,
     },
-    /// Tell clients how a permission request ended.
+    /// Tell clients how a permission request ended (and the audit trail
+    /// which call an answer allowed or denied).
     PermissionResolved {
-        request_id: String,
+        /// The request that ended, with the call it asked about.
+        ask: PermissionAsk,
         decision: Decision,
         /// Who answered.
         by: Option<ClientInfo>,
@@ -305,6 +317,23 @@ pub enum Effect {
     FinishSubAgent {
         outcome: SubAgentOutcome,
     },
+    /// Remember the files as they are now under `mark` (a plan step
+    /// starts), so that `RestoreCheckpoint` can put back what the agent
+    /// changes after it.
+    MarkCheckpoint {
+        mark: String,
+    },
+    /// Put back the files the agent changed since `mark` (files someone
+    /// else changed meanwhile stay, named) and tell clients: the plan step
+    /// `step_id` failed and `[plan] auto_rollback_on_failure` is on.
+    RestoreCheckpoint {
+        mark: String,
+        step_id: String,
+    },
+    /// The context is exhausted and the daemon continues the conversation
+    /// in a new one by itself (`[context] auto_continue`): the runtime
+    /// records that it owes one with the state, then asks for it.
+    ContinueInNewConversation,
     /// The conversation's plan is now `plan` (persisted with the state of
     /// this transition); tell clients what happened to it.
     PlanChanged {

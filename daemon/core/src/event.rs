@@ -33,6 +33,41 @@ pub enum RuleScope {
     Project,
 }
 
+/// How a user message was sent, as far as the core decides by it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sending {
+    /// While a turn runs (or a cancel completes) the message waits in the
+    /// queue ([`Effect::Enqueue`]) instead of being refused as busy.
+    ///
+    /// [`Effect::Enqueue`]: crate::effect::Effect::Enqueue
+    #[serde(default)]
+    pub queue_if_busy: bool,
+    /// Where the message stands with its own prompt hooks.
+    #[serde(default)]
+    pub hooks: PromptHooks,
+    /// The prompt hooks of another message run now: that message counts
+    /// as a turn, so this one is busy.
+    #[serde(default)]
+    pub other_in_hooks: bool,
+}
+
+/// Where a user message stands with the hooks that check a message before
+/// it is sent (`session_start` for the first, then `user_prompt_submit`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PromptHooks {
+    /// They have not seen it: a message the conversation would take is
+    /// not taken yet; the core asks for them first
+    /// ([`Effect::RunPromptHooks`]) and the runtime sends it again,
+    /// [`PromptHooks::Passed`], if they let it through.
+    ///
+    /// [`Effect::RunPromptHooks`]: crate::effect::Effect::RunPromptHooks
+    Due,
+    /// They let it through (or there are none): it is taken now.
+    #[default]
+    Passed,
+}
+
 /// An input to the state machine.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -44,6 +79,10 @@ pub enum Event {
         /// Images sent with it (their bytes are stored already), in order.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<crate::image::ImageRef>,
+        /// How it was sent: whether it may wait in the queue, and where it
+        /// stands with the hooks that check a message before it is sent.
+        #[serde(default)]
+        sending: Sending,
     },
     /// A user asked to cancel the turn.
     UserCancel,

@@ -40,7 +40,7 @@ pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
 pub use correction::{CorrectionSignal, Corrections};
 pub use effect::{Effect, LlmPurpose, Notice, Severity, SubAgentOutcome};
-pub use event::{Event, LlmFailure, RuleScope};
+pub use event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};
 pub use hooks::{HookMatchers, HookVerdict};
 pub use image::{ImageLimits, ImageMediaType, ImageRef, ImageRejected};
 pub use message::{
@@ -49,8 +49,8 @@ pub use message::{
 pub use permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule, RuleError, Verdict};
 pub use plan::{Plan, PlanPhase, PlanStep, StepChange, StepStatus, should_create_plan};
 pub use state::{
-    ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, SubAgentResult,
-    SubAgentRole, Submitted, ToolRun,
+    AutoContinue, ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait,
+    SubAgentResult, SubAgentRole, Submitted, ToolRun,
 };
 pub use tools::ToolSpec;
 pub use transition::{Rejected, Transition, transition};

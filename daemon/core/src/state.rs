@@ -28,7 +28,7 @@ pub enum ErrorKind {
 
 /// What a conversation is doing. Persisted (as JSON) before the effects of
 /// the transition that produced it run.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "state", rename_all = "snake_case")]
 #[expect(
     clippy::large_enum_variant,
@@ -36,6 +36,7 @@ pub enum ErrorKind {
 )]
 pub enum ConvState {
     /// Ready for a user message.
+    #[default]
     Idle,
     /// A request to the model is due but not yet issued. The live loop passes
     /// through it inside one transition; it is met at rest only in stores
@@ -327,6 +328,34 @@ pub struct ConvContext {
     /// Self-correction tracking: the request the turn works on and its
     /// open correction chains (persisted with the state).
     pub corrections: crate::correction::Corrections,
+    /// `[plan] auto_rollback_on_failure`: a failed plan step puts back the
+    /// files the agent changed since it started.
+    pub auto_rollback_on_failure: bool,
+    /// Whether an exhausted context is continued in a new conversation by
+    /// the daemon itself.
+    pub auto_continue: AutoContinue,
+}
+
+/// Whether the daemon continues a conversation whose context is exhausted
+/// in a new one by itself (`[context] auto_continue`, `max_hops`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AutoContinue {
+    /// `[context] auto_continue`.
+    pub enabled: bool,
+    /// `[context] max_hops`: how many automatic continuations in a row.
+    pub max_hops: u32,
+    /// How many continuations precede this conversation in its chain.
+    pub hop: u32,
+    /// Whether this conversation was continued already.
+    pub continued: bool,
+}
+
+impl AutoContinue {
+    /// Whether the daemon continues it by itself once it is exhausted: it
+    /// is on, this one was not continued, and the chain is not too long.
+    pub fn due(&self) -> bool {
+        self.enabled && !self.continued && self.hop < self.max_hops
+    }
 }
 
 impl Default for ConvContext {
@@ -352,6 +381,8 @@ impl Default for ConvContext {
             plan_detect: crate::plan::PlanDetect::Off,
             sub_agent: None,
             corrections: crate::correction::Corrections::default(),
+            auto_rollback_on_failure: false,
+            auto_continue: AutoContinue::default(),
         }
     }
 }

@@ -89,9 +89,10 @@ impl Transition {
 /// Why an event was refused. The state is unchanged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Rejected {
-    /// A user message while a turn runs.
+    /// A user message while a turn runs (or another message's prompt hooks
+    /// run), not to be queued.
     Busy,
-    /// A user message while a cancel completes.
+    /// A user message while a cancel completes, not to be queued.
     CancellationInProgress,
     /// A user message after the context is exhausted.
     ContextExhausted,
@@ -159,6 +160,8 @@ pub fn transition(
     let cancelled = stops || matches!(state, ConvState::Cancelling { .. });
     let t = decide(state, ctx, event)?;
     let t = deliver_queued(state, ctx, stops, t);
+    let t = plans::checkpoints(ctx, t);
+    let t = continuation::owed(state, ctx, t);
     Ok(end_of_sub_agent(state, ctx, cancelled, t))
 }
 
@@ -236,8 +239,12 @@ fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transiti
         event: event.name(),
     };
     let applied = match event {
-        Event::UserMessage { text, images } => {
-            return user::on_user_message(state, ctx, text, images);
+        Event::UserMessage {
+            text,
+            images,
+            sending,
+        } => {
+            return user::on_user_message(state, ctx, text, images, sending);
         }
         Event::UserCancel => Some(cancel::on_cancel(state, ctx)),
         Event::LlmCompleted { reply } => reply::on_completed(state, ctx, reply),

@@ -154,7 +154,7 @@ proptest! {
             other => prop_assert!(false, "not exhausted: {:?}", other),
         }
         // Read-only from then on, and it says so.
-        let refused = transition(&t.state, &ctx, Event::UserMessage { text: "more".into(), images: vec![]  });
+        let refused = transition(&t.state, &ctx, Event::UserMessage { text: "more".into(), images: vec![], sending: Default::default() });
         prop_assert_eq!(refused.unwrap_err().to_string(), texts::CONTEXT_EXHAUSTED);
     }
 

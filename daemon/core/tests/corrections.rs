@@ -160,6 +160,7 @@ fn run(rounds: &[Round]) -> Result<(), String> {
     conv.feed(Event::UserMessage {
         text: current.to_string(),
         images: vec![],
+        sending: Default::default(),
     });
     for round in rounds {
         let notices_before = conv.notices.len();
@@ -172,6 +173,7 @@ fn run(rounds: &[Round]) -> Result<(), String> {
             conv.feed(Event::UserMessage {
                 text: current.to_string(),
                 images: vec![],
+                sending: Default::default(),
             });
             continue;
         }
@@ -322,6 +324,7 @@ fn four_signal_failures_in_a_row_give_three_attempts_then_an_end() {
     conv.feed(Event::UserMessage {
         text: "fix a.txt".to_string(),
         images: vec![],
+        sending: Default::default(),
     });
     for _ in 0..4 {
         let id = conv.reply("edit");

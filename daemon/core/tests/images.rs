@@ -309,6 +309,7 @@ fn a_user_message_puts_its_images_before_its_text() {
         Event::UserMessage {
             text: "what is this?".into(),
             images: vec![image(1), image(2)],
+            sending: Default::default(),
         },
     )
     .unwrap();
@@ -332,6 +333,7 @@ fn an_image_alone_is_a_message_but_nothing_at_all_is_not() {
         Event::UserMessage {
             text: "  ".into(),
             images: vec![image(3)],
+            sending: Default::default(),
         },
     )
     .unwrap();
@@ -345,6 +347,7 @@ fn an_image_alone_is_a_message_but_nothing_at_all_is_not() {
         Event::UserMessage {
             text: " ".into(),
             images: vec![],
+            sending: Default::default(),
         },
     );
     assert_eq!(refused, Err(Rejected::EmptyMessage));
@@ -393,7 +396,8 @@ fn image_blocks_round_trip_through_json_as_stored() {
         event,
         Event::UserMessage {
             text: "hi".into(),
-            images: vec![]
+            images: vec![],
+            sending: Default::default(),
         }
     );
 }

@@ -716,6 +716,73 @@ mod flow {
         assert!(results(&t)[0].2);
     }
 
+    /// The effects that move files as steps start and fail, in order,
+    /// each right after the `PlanChanged` of its step.
+    fn checkpoint_effects(c: &ConvContext, updates: serde_json::Value) -> Vec<String> {
+        let t = transition(
+            &requesting(),
+            c,
+            reply_calling(&[("u1", "update_plan", updates)]),
+        )
+        .unwrap();
+        let mut out = Vec::new();
+        for (i, e) in t.effects.iter().enumerate() {
+            let text = match e {
+                Effect::MarkCheckpoint { mark } => format!("mark {mark}"),
+                Effect::RestoreCheckpoint { mark, step_id } => {
+                    format!("restore {mark} step {step_id}")
+                }
+                _ => continue,
+            };
+            assert!(
+                matches!(
+                    &t.effects[i - 1],
+                    Effect::PlanChanged {
+                        change: PlanEvent::Step(_),
+                        ..
+                    }
+                ),
+                "{e:?} follows its step's change"
+            );
+            out.push(text);
+        }
+        out
+    }
+
+    #[test]
+    fn a_step_that_starts_marks_the_files_and_one_that_fails_rolls_back_if_configured() {
+        let mut c = ctx(Mode::AcceptEdits);
+        let plan = approved(four_steps());
+        let id = plan.tool_use_id.clone();
+        c.plan = Some(plan);
+        let start_and_fail = json!({"steps": [
+            {"id": "1", "status": "in_progress"},
+            {"id": "1", "status": "failed"}
+        ]});
+        assert_eq!(
+            checkpoint_effects(&c, start_and_fail.clone()),
+            [format!("mark plan:{id}:1")],
+            "no rollback unless [plan] auto_rollback_on_failure"
+        );
+        c.auto_rollback_on_failure = true;
+        assert_eq!(
+            checkpoint_effects(&c, start_and_fail),
+            [
+                format!("mark plan:{id}:1"),
+                format!("restore plan:{id}:1 step 1")
+            ]
+        );
+        let complete = json!({"steps": [
+            {"id": "1", "status": "in_progress"},
+            {"id": "1", "status": "completed"}
+        ]});
+        assert_eq!(
+            checkpoint_effects(&c, complete),
+            [format!("mark plan:{id}:1")],
+            "a completed step keeps its changes"
+        );
+    }
+
     #[test]
     fn detection_suggests_or_requires_plan_mode() {
         let text = "refactor the authentication module into separate files";
@@ -727,6 +794,7 @@ mod flow {
             Event::UserMessage {
                 text: text.into(),
                 images: Vec::new(),
+                sending: Default::default(),
             },
         )
         .unwrap();
@@ -740,6 +808,7 @@ mod flow {
             Event::UserMessage {
                 text: "fix the typo".into(),
                 images: Vec::new(),
+                sending: Default::default(),
             },
         )
         .unwrap();
@@ -751,6 +820,7 @@ mod flow {
             Event::UserMessage {
                 text: text.into(),
                 images: Vec::new(),
+                sending: Default::default(),
             },
         )
         .unwrap();
@@ -762,6 +832,7 @@ mod flow {
             Event::UserMessage {
                 text: text.into(),
                 images: Vec::new(),
+                sending: Default::default(),
             },
         )
         .unwrap();

@@ -577,6 +577,9 @@ impl Sim {
             | Effect::PermissionResolved { .. }
             | Effect::AddRule { .. }
             | Effect::PlanChanged { .. }
+            | Effect::MarkCheckpoint { .. }
+            | Effect::RestoreCheckpoint { .. }
+            | Effect::ContinueInNewConversation
             | Effect::Notify { .. } => {}
             Effect::SpawnSubAgent { agent_id, .. } => {
                 self.violate(Prop::World, format!("unexpected sub-agent {agent_id}"));
@@ -586,6 +589,10 @@ impl Sim {
             }
             Effect::FinishSubAgent { outcome } => {
                 self.violate(Prop::World, format!("unexpected sub-agent end {outcome:?}"));
+            }
+            // Messages here are sent past their hooks and never queued.
+            Effect::Enqueue | Effect::RunPromptHooks => {
+                self.violate(Prop::World, format!("unexpected {effect:?}"));
             }
         }
     }
@@ -776,6 +783,7 @@ impl Sim {
             Event::UserMessage {
                 text: "probe".to_string(),
                 images: vec![],
+                sending: Default::default(),
             },
         );
         match (expected_refusal(&self.state), result) {
@@ -1093,12 +1101,14 @@ impl Sim {
             Event::UserMessage {
                 text: text.to_string(),
                 images: vec![],
+                sending: Default::default(),
             },
         );
         let refused_with = result.as_ref().err().map(ToString::to_string);
         let accepted = self.feed(Event::UserMessage {
             text: text.to_string(),
             images: vec![],
+            sending: Default::default(),
         });
         match (refusal, accepted) {
             (None, true) => {}

@@ -295,7 +295,7 @@ proptest! {
                     p.apply(Event::DaemonRestarted).unwrap();
                 }
                 ParentAction::User => {
-                    let r = p.apply(Event::UserMessage { text: "more".into(), images: Vec::new() });
+                    let r = p.apply(Event::UserMessage { text: "more".into(), images: Vec::new(), sending: Default::default() });
                     if waiting {
                         prop_assert_eq!(r.unwrap_err(), texts::AGENT_IS_BUSY);
                     }
@@ -378,7 +378,7 @@ proptest! {
         for action in actions {
             // A stretch of work begins with a user message (its task).
             if state.is_at_rest() {
-                let t = transition(&state, &ctx, Event::UserMessage { text: "task".into(), images: Vec::new() });
+                let t = transition(&state, &ctx, Event::UserMessage { text: "task".into(), images: Vec::new(), sending: Default::default() });
                 let Ok(t) = t else { break };
                 state = t.state;
                 for e in t.effects {

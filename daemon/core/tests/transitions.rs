@@ -13,7 +13,7 @@
 
 use agentd_core::budget::{Amounts, BudgetContext, BudgetKind, BudgetStop};
 use agentd_core::effect::{Effect, LlmPurpose, Notice};
-use agentd_core::event::{Event, LlmFailure, RuleScope};
+use agentd_core::event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};
 use agentd_core::message::{
     ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
@@ -328,17 +328,14 @@ fn render_effect(effect: &Effect) -> String {
                 ask.suggested_rule
             )
         }
-        Effect::PermissionResolved {
-            request_id,
-            decision,
-            by,
-        } => match by {
+        Effect::PermissionResolved { ask, decision, by } => match by {
             Some(client) => format!(
-                "resolved {request_id} {} by {}",
+                "resolved {} {} by {}",
+                ask.request_id,
                 wire(decision),
                 client.name
             ),
-            None => format!("resolved {request_id} {}", wire(decision)),
+            None => format!("resolved {} {}", ask.request_id, wire(decision)),
         },
         Effect::AddRule { rule, scope } => format!("add rule {} for {scope:?}", rule.spec()),
         Effect::Notify { notice } => match notice {
@@ -429,6 +426,13 @@ fn render_effect(effect: &Effect) -> String {
         }
         Effect::RunStopHooks => "run stop hooks".to_string(),
         Effect::AbortHooks => "abort hooks".to_string(),
+        Effect::Enqueue => "enqueue".to_string(),
+        Effect::RunPromptHooks => "run prompt hooks".to_string(),
+        Effect::MarkCheckpoint { mark } => format!("mark checkpoint {mark}"),
+        Effect::RestoreCheckpoint { mark, step_id } => {
+            format!("restore checkpoint {mark} (step {step_id})")
+        }
+        Effect::ContinueInNewConversation => "continue in a new conversation".to_string(),
     }
 }
 
@@ -491,6 +495,7 @@ fn user_msg(s: &str) -> Event {
     Event::UserMessage {
         text: s.to_string(),
         images: vec![],
+        sending: Default::default(),
     }
 }
 
@@ -903,6 +908,125 @@ fn matrix_user_message_while_requesting_is_rejected() {
         &ctx(),
         user_msg("and also"),
         "REJECT agent is busy",
+    );
+}
+
+/// A user message sent as `sending`.
+fn user_msg_sent(s: &str, sending: Sending) -> Event {
+    Event::UserMessage {
+        text: s.to_string(),
+        images: vec![],
+        sending,
+    }
+}
+
+const QUEUE_IF_BUSY: Sending = Sending {
+    queue_if_busy: true,
+    hooks: PromptHooks::Passed,
+    other_in_hooks: false,
+};
+
+#[test]
+fn a_message_sent_to_queue_if_busy_is_enqueued_while_a_turn_runs_or_a_cancel_completes() {
+    for state in [
+        requesting(1, 1),
+        waiting_retry(2, 1),
+        ConvState::StopHooks { iteration: 1 },
+    ] {
+        check(
+            state.clone(),
+            &ctx(),
+            user_msg_sent("and also", QUEUE_IF_BUSY),
+            &format!("{}\n+ enqueue", render_state(&state)),
+        );
+    }
+    check(
+        ConvState::Cancelling { iteration: 1 },
+        &ctx(),
+        user_msg_sent("and also", QUEUE_IF_BUSY),
+        "Cancelling iter=1\n+ enqueue",
+    );
+    check(
+        ConvState::Cancelling { iteration: 1 },
+        &ctx(),
+        user_msg("and also"),
+        "REJECT cancellation in progress",
+    );
+}
+
+#[test]
+fn a_message_to_queue_is_still_refused_when_it_is_empty_or_the_context_is_exhausted() {
+    check(
+        requesting(1, 1),
+        &ctx(),
+        user_msg_sent("  ", QUEUE_IF_BUSY),
+        "REJECT message text is empty",
+    );
+    check(
+        ConvState::ContextExhausted {
+            summary: "s".into(),
+            final_usage: Usage::default(),
+        },
+        &ctx(),
+        user_msg_sent("more", QUEUE_IF_BUSY),
+        "REJECT context exhausted",
+    );
+}
+
+#[test]
+fn a_message_whose_prompt_hooks_are_due_asks_for_them_and_changes_nothing() {
+    let due = Sending {
+        hooks: PromptHooks::Due,
+        ..QUEUE_IF_BUSY
+    };
+    check(
+        ConvState::Idle,
+        &ctx(),
+        user_msg_sent("fix it", due),
+        "Idle\n+ run prompt hooks",
+    );
+    // A turn runs: the hooks do not run; it is queued as asked.
+    check(
+        requesting(1, 1),
+        &ctx(),
+        user_msg_sent("fix it", due),
+        "LlmRequesting attempt=1 iter=1\n+ enqueue",
+    );
+}
+
+#[test]
+fn another_message_in_its_prompt_hooks_counts_as_a_running_turn() {
+    let other = Sending {
+        other_in_hooks: true,
+        ..Sending::default()
+    };
+    check(
+        ConvState::Idle,
+        &ctx(),
+        user_msg_sent("me too", other),
+        "REJECT agent is busy",
+    );
+    check(
+        ConvState::Idle,
+        &ctx(),
+        user_msg_sent(
+            "me too",
+            Sending {
+                queue_if_busy: true,
+                ..other
+            },
+        ),
+        "Idle\n+ enqueue",
+    );
+    // What the state refuses anyway is refused for that reason.
+    check(
+        ConvState::ContextExhausted {
+            summary: "s".into(),
+            final_usage: Usage::default(),
+        },
+        &ctx(),
+        user_msg_sent("me too", other),
+        "REJECT context exhausted",
     );
 }
 
@@ -1459,6 +1583,62 @@ fn matrix_continuation_response_exhausts_the_context() {
         + append assistant kind=continuation: text "Summary."
         + notify context_exhausted "Summary."
         "#,
+    );
+}
+
+#[test]
+fn an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_allows() {
+    let on = |hop: u32, continued: bool| ConvContext {
+        auto_continue: agentd_core::state::AutoContinue {
+            enabled: true,
+            max_hops: 3,
+            hop,
+            continued,
+        },
+        ..ctx()
+    };
+    let completed = || Event::ContinuationCompleted {
+        summary: "S.".to_string(),
+        usage: usage(1_000, 300),
+    };
+    check(
+        continuation(1),
+        &on(2, false),
+        completed(),
+        r#"
+        ContextExhausted usage=181000/0/0/1300 summary="S."
+        + append assistant kind=continuation: text "S."
+        + notify context_exhausted "S."
+        + continue in a new conversation
+        "#,
+    );
+    check(
+        continuation(3),
+        &on(0, false),
+        Event::ContinuationFailed {
+            error: "HTTP 500".to_string(),
+        },
+        &format!(
+            "ContextExhausted usage=180000/0/0/1000 summary={fallback:?}
+            + append assistant kind=continuation: text {fallback:?}
+            + notify context_exhausted {fallback:?}
+            + continue in a new conversation",
+            fallback = texts::CONTINUATION_FALLBACK
+        ),
+    );
+    // Not at the end of the chain, nor twice, nor when it is off.
+    for c in [on(3, false), on(0, true), ctx()] {
+        let t = transition(&continuation(1), &c, completed()).unwrap();
+        assert!(!t.effects.contains(&Effect::ContinueInNewConversation));
+    }
+    // Nor when the context was exhausted already.
+    let exhausted = transition(&continuation(1), &ctx(), completed())
+        .unwrap()
+        .state;
+    assert!(
+        transition(&exhausted, &on(0, false), Event::DaemonRestarted).map_or(true, |t| !t
+            .effects
+            .contains(&Effect::ContinueInNewConversation))
     );
 }
 
@@ -2754,6 +2934,29 @@ fn doom_asking() -> ConvState {
     )
     .unwrap()
     .state
+}
+
+#[test]
+fn a_resolution_carries_the_request_it_ends_with_its_call() {
+    // The audit trail names the call an answer allowed or denied: the
+    // core hands over the request, the runtime keeps no copy to match.
+    let resolved_ask = |state: &ConvState, ctx: &ConvContext, event: Event| {
+        let t = transition(state, ctx, event).unwrap();
+        t.effects.into_iter().find_map(|e| match e {
+            Effect::PermissionResolved { ask, .. } => Some(ask),
+            _ => None,
+        })
+    };
+    let asking_doom = doom_asking();
+    let pending = asking_doom.pending_permission().cloned();
+    assert_eq!(pending.as_ref().map(|a| a.tool_name.as_str()), Some("bash"));
+    for event in [
+        answer("perm-t1", Decision::AllowOnce, None),
+        answer("", Decision::Deny, None),
+        Event::UserCancel,
+    ] {
+        assert_eq!(resolved_ask(&asking_doom, &doom_ctx(), event), pending);
+    }
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! `agent acp` (issue 19, point 1): an editor drives the bridge with the
+//! `agent acp` (issue 19, point 1), which runs the `agent-acp` binary
+//! (here `test-agent-acp`): an editor drives the bridge with the
 //! `agent-client-protocol` crate's client side over the child's stdin and
 //! stdout — sessions, prompts, streamed updates, permission requests
 //! answered (or withdrawn) through ACP, cancel, modes, and `session/load`
@@ -46,6 +47,7 @@ impl Editor {
     async fn start(daemon: &TestDaemon) -> Editor {
         let mut cmd = tokio::process::Command::from(daemon.agent());
         cmd.arg("acp")
+            .env("AGENT_ACP_BIN", agent_tests::harness::acp_bin())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -653,4 +655,42 @@ async fn the_editor_is_told_who_answered_first() {
         .expect("session/prompt succeeds");
     assert_eq!(stop.stop_reason, StopReason::EndTurn);
     assert!(!s.work.path().join("never.txt").exists());
+}
+
+/// `agent acp` names the bridge it could not run, and the bridge, run for
+/// another command, says what it serves; neither starts a daemon or hangs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acp_says_when_its_bridge_cannot_run_and_the_bridge_serves_only_acp() {
+    let s = Scenario::new().start().await;
+    let missing = s.daemon.dir.path().join("no-agent-acp");
+    let out = tokio::process::Command::from(s.daemon.agent())
+        .arg("acp")
+        .env("AGENT_ACP_BIN", &missing)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!("agent: cannot run {}", missing.display())),
+        "{err}"
+    );
+
+    let out = tokio::process::Command::new(agent_tests::harness::acp_bin())
+        .args([
+            "--socket".as_ref(),
+            s.daemon.socket.as_os_str(),
+            "ls".as_ref(),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("agent-acp serves the Agent Client Protocol"),
+        "{err}"
+    );
 }

@@ -8,6 +8,7 @@
 pub mod durability;
 pub mod fanout;
 pub mod floor;
+pub mod ls_ab;
 pub mod many;
 pub mod memory;
 pub mod procfs;
@@ -62,6 +63,8 @@ pub struct Settings {
     pub search_tree: Option<PathBuf>,
     /// Only this part of a scenario that has parts (`--part`).
     pub part: Option<String>,
+    /// The client binaries `ls-ab` compares (`--client`, twice).
+    pub clients: Vec<PathBuf>,
 }
 
 impl Settings {

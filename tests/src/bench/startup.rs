@@ -512,7 +512,12 @@ async fn stop(mut child: Child) -> BenchResult<()> {
 
 /// Runs `agent ls` once: (wall ms, peak RSS MiB).
 async fn agent_ls(daemon: &TestDaemon) -> BenchResult<(f64, f64)> {
-    let mut cmd = daemon.agent();
+    ls_process(daemon.agent()).await
+}
+
+/// Runs `cmd` (a client with its `--socket`) with `ls` once, as a new
+/// process: (spawn → exit in ms, peak RSS MiB).
+pub(super) async fn ls_process(mut cmd: Command) -> BenchResult<(f64, f64)> {
     cmd.arg("ls").stdout(Stdio::piped()).stderr(Stdio::piped());
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();

@@ -6,7 +6,8 @@
 //! ```
 //!
 //! SCENARIO is one of `floor`, `tool-rounds`, `fanout`, `many`, `memory`, `startup`,
-//! `durability`, `request-bytes`, `search`, or `all`. Each prints a Markdown
+//! `durability`, `request-bytes`, `search`, or `all`; and `ls-ab --client A_BIN
+//! --client B_BIN`, not part of `all`, compares two client builds. Each prints a Markdown
 //! table (median, min and max over the runs, the target if the issue sets
 //! one) and then one JSON line; with `--json` the tables go to stderr and
 //! stdout has only the JSON lines. The daemon is the release `test-agentd`
@@ -29,8 +30,9 @@ const SCENARIOS: [&str; 9] = [
     "search",
 ];
 
-const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR] [--sync kill|power] [--cache-bytes N] [--part NAME]\n\
-    SCENARIO: floor | tool-rounds | fanout | many | memory | startup | durability | request-bytes | search | all";
+const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR] [--sync kill|power] [--cache-bytes N] [--part NAME] [--client BIN]\n\
+    SCENARIO: floor | tool-rounds | fanout | many | memory | startup | durability | request-bytes | search | all\n\
+    or: ls-ab --client A_BIN --client B_BIN (`agent ls` start-up of two client builds, alternating)";
 
 fn main() -> ExitCode {
     match std::env::args().nth(1).as_deref() {
@@ -45,6 +47,7 @@ fn main() -> ExitCode {
         quick: false,
         search_tree: None,
         part: None,
+        clients: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -68,6 +71,10 @@ fn main() -> ExitCode {
                 Some(part) => settings.part = Some(part),
                 None => return usage("--part needs a name (memory: bursts, runs, slow)"),
             },
+            "--client" => match args.next() {
+                Some(bin) => settings.clients.push(bin.into()),
+                None => return usage("--client needs a client binary"),
+            },
             "--tree" => match args.next() {
                 Some(dir) => settings.search_tree = Some(dir.into()),
                 None => return usage("--tree needs a directory"),
@@ -76,7 +83,7 @@ fn main() -> ExitCode {
                 println!("{USAGE}");
                 return ExitCode::SUCCESS;
             }
-            s if scenario.is_none() && (s == "all" || SCENARIOS.contains(&s)) => {
+            s if scenario.is_none() && (s == "all" || s == "ls-ab" || SCENARIOS.contains(&s)) => {
                 scenario = Some(s.to_string());
             }
             other => return usage(&format!("unexpected argument {other:?}")),
@@ -159,6 +166,7 @@ async fn run_one(name: &str, settings: &Settings) -> BenchResult<Report> {
         "durability" => bench::durability::run(settings).await,
         "request-bytes" => bench::request_bytes::run(settings).await,
         "search" => bench::search::run(settings).await,
+        "ls-ab" => bench::ls_ab::run(settings).await,
         other => Err(format!("unknown scenario {other}")),
     }
 }

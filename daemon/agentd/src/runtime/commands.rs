@@ -44,14 +44,14 @@ impl Manager {
             cwd: old.cwd.clone(),
             model: old.model.clone(),
             mode: Some(old.mode),
-            allow_rules: old.allow_rules.clone(),
-            additional_dirs: old.additional_dirs.clone(),
+            allow_rules: old.setup.allow_rules.clone(),
+            additional_dirs: old.setup.additional_dirs.clone(),
             // The servers a client gave go on with the work.
-            mcp_servers: old.mcp_servers.clone(),
+            mcp_servers: old.setup.mcp_servers.clone(),
             client_request_id: Some(format!("continue:{}", old.id)),
             parent: Some(Parent {
                 id: old.id.clone(),
-                hop: old.hop,
+                hop: old.chain.hop,
                 title: old.title.clone(),
                 summary,
                 queued: old
@@ -68,7 +68,7 @@ impl Manager {
         let taken: Vec<String> = old.queued.iter().map(|q| q.id.clone()).collect();
         self.ask(id, |reply| Command::MarkContinued {
             next: next.id.clone(),
-            hop: next.hop,
+            hop: next.chain.hop,
             automatic,
             taken,
             reply,

@@ -6,8 +6,8 @@ use super::actor::{Actor, Command, Input, Subscription};
 use super::{
     ClientInfo, Manager, NewConversation, NewMessage, Parent, RuntimeError, too_many_dirs,
 };
-use crate::store::ConversationRecord;
-use agentd_core::{ConvState, Mode, Usage};
+use crate::store::{Chain, ConversationRecord, Setup};
+use agentd_core::{ConvState, Mode};
 use tokio::sync::{mpsc, oneshot};
 
 /// The first message of a conversation created with one.
@@ -54,32 +54,18 @@ fn new_record(
         updated_at_ms: now,
         state: ConvState::Idle,
         mode: new.mode.unwrap_or(default_mode),
-        additional_dirs: new.additional_dirs,
-        allow_rules: new.allow_rules,
-        mcp_servers: new.mcp_servers,
-        message_count: 0,
-        usage: Usage::default(),
-        seq_reserved: 0,
-        turns: 0,
-        requests: Vec::new(),
-        queued: Vec::new(),
-        queued_next: 0,
-        last_usage: Usage::default(),
-        parent_id: parent.as_ref().map(|p| p.id.clone()),
-        continued_as: None,
-        continued_automatically: false,
-        hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
-        continue_pending: false,
-        pruned_through: 0,
-        budget_raised: Default::default(),
-        plan: None,
+        setup: Setup {
+            additional_dirs: new.additional_dirs,
+            allow_rules: new.allow_rules,
+            mcp_servers: new.mcp_servers,
+        },
+        chain: Chain {
+            parent_id: parent.as_ref().map(|p| p.id.clone()),
+            hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
+            ..Chain::default()
+        },
         sub_agent: new.sub_agent,
-        sub_agents_usage: Usage::default(),
-        sub_agents_cost_usd: 0.0,
-        sub_agents_counted: Vec::new(),
-        forked_from: None,
-        forked_at: 0,
-        corrections: agentd_core::Corrections::default(),
+        ..ConversationRecord::default()
     };
     (record, parent)
 }

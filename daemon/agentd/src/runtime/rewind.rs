@@ -9,8 +9,8 @@
 use super::actor::{Command, Input, starts_turn};
 use super::{Manager, RuntimeError};
 use crate::checkpoints::Restored;
-use crate::store::ConversationRecord;
-use agentd_core::{ConvState, Role, Usage};
+use crate::store::{Chain, ConversationRecord, ForkOrigin};
+use agentd_core::{Role, Usage};
 
 /// What to rewind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -95,37 +95,136 @@ impl Manager {
             .find(|(_, m)| m.role == Role::Assistant)
             .and_then(|(_, m)| m.usage)
             .unwrap_or_default();
-        let record = ConversationRecord {
-            id: self.new_id()?,
-            created_at_ms: now,
-            updated_at_ms: now,
-            state: ConvState::Idle,
-            message_count: messages.len() as u64,
-            usage,
-            last_usage,
-            seq_reserved: 0,
-            turns: messages.iter().filter(|(_, m)| starts_turn(m)).count() as u64,
-            requests: Vec::new(),
-            queued: Vec::new(),
-            queued_next: 0,
-            continued_as: None,
-            continued_automatically: false,
-            continue_pending: false,
-            budget_raised: Default::default(),
-            plan: None,
-            // A fork is a person's conversation, whatever it came from.
-            sub_agent: None,
-            sub_agents_usage: Usage::default(),
-            sub_agents_cost_usd: 0.0,
-            sub_agents_counted: Vec::new(),
-            forked_from: Some(old.id.clone()),
-            forked_at: before,
-            ..old
-        };
+        let turns = messages.iter().filter(|(_, m)| starts_turn(m)).count() as u64;
+        let record = forked(
+            &old,
+            self.new_id()?,
+            now,
+            before,
+            Forked {
+                message_count: messages.len() as u64,
+                usage,
+                last_usage,
+                turns,
+            },
+        );
         let numbered: Vec<(u64, &agentd_core::Message)> =
             messages.iter().map(|(seq, m)| (*seq, m)).collect();
         self.shared.store.commit(&record, &numbered)?;
         self.shared.store.flush().await?;
         Ok(record)
+    }
+}
+
+/// What a fork's transcript holds: the counts its record starts with.
+struct Forked {
+    message_count: u64,
+    usage: Usage,
+    last_usage: Usage,
+    turns: u64,
+}
+
+/// The record of a fork of `old` made at `now`, ending before its message
+/// `before`: it keeps what was chosen for `old` (title, directory, model,
+/// mode, setup, its place in a chain of continuations, how far its
+/// transcript is pruned, its self-correction tracking) and starts anew in
+/// everything else, whatever fields records gain later. A fork is a
+/// person's conversation, whatever it came from.
+fn forked(
+    old: &ConversationRecord,
+    id: String,
+    now: i64,
+    before: u64,
+    counts: Forked,
+) -> ConversationRecord {
+    ConversationRecord {
+        id,
+        title: old.title.clone(),
+        cwd: old.cwd.clone(),
+        model: old.model.clone(),
+        created_at_ms: now,
+        updated_at_ms: now,
+        mode: old.mode,
+        setup: old.setup.clone(),
+        message_count: counts.message_count,
+        usage: counts.usage,
+        last_usage: counts.last_usage,
+        turns: counts.turns,
+        chain: Chain {
+            parent_id: old.chain.parent_id.clone(),
+            hop: old.chain.hop,
+            ..Chain::default()
+        },
+        pruned_through: old.pruned_through,
+        corrections: old.corrections.clone(),
+        fork: ForkOrigin {
+            forked_from: Some(old.id.clone()),
+            forked_at: before,
+        },
+        ..ConversationRecord::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a fork keeps of the conversation it forks; everything else
+    /// starts anew (a field records gain later too).
+    const KEPT: &[&str] = &[
+        "title",
+        "cwd",
+        "model",
+        "mode",
+        "additional_dirs",
+        "allow_rules",
+        "mcp_servers",
+        "parent_id",
+        "hop",
+        "pruned_through",
+        "corrections",
+    ];
+
+    #[test]
+    fn a_fork_keeps_what_was_chosen_and_inherits_nothing_else() {
+        let old: ConversationRecord = serde_json::from_value(serde_json::json!({
+            "id": "01OLD", "title": "t", "cwd": "/w", "model": "m",
+            "created_at_ms": 1, "updated_at_ms": 2,
+            "state": {"state": "error", "message": "boom", "kind": "unknown"},
+            "mode": "accept_edits", "additional_dirs": ["/extra"], "allow_rules": ["read"],
+            "message_count": 30, "usage": {"input_tokens": 50, "output_tokens": 60},
+            "seq_reserved": 70, "turns": 10,
+            "requests": [{"id": "r1", "at_ms": 1, "outcome": {"kind": "answered"}}],
+            "queued": [{"id": "q1", "text": "later", "at_ms": 1}], "queued_next": 4,
+            "last_usage": {"input_tokens": 51, "output_tokens": 61},
+            "parent_id": "01PARENT", "continued_as": "01NEXT", "continued_automatically": true,
+            "hop": 2, "continue_pending": true, "pruned_through": 1,
+            "budget_raised": {"per_day_usd": 5},
+            "sub_agent": {"parent_id": "01P", "agent_id": "a", "description": "d"},
+            "sub_agents_usage": {"input_tokens": 8, "output_tokens": 9},
+            "sub_agents_cost_usd": 0.5, "sub_agents_counted": ["a1"],
+            "forked_from": "01OLDER", "forked_at": 3
+        }))
+        .unwrap();
+        let counts = Forked {
+            message_count: 2,
+            usage: Usage::default(),
+            last_usage: Usage::default(),
+            turns: 1,
+        };
+        let fork = forked(&old, "01FORK".to_string(), 99, 5, counts);
+        assert_eq!(fork.fork.forked_from.as_deref(), Some("01OLD"));
+        assert_eq!((fork.fork.forked_at, fork.created_at_ms), (5, 99));
+        assert!(fork.user_initiated(), "a fork is a person's conversation");
+        let old = serde_json::to_value(&old).unwrap();
+        let fork = serde_json::to_value(&fork).unwrap();
+        for (key, value) in fork.as_object().unwrap() {
+            if old.get(key) == Some(value) {
+                assert!(KEPT.contains(&key.as_str()), "the fork inherited {key}");
+            }
+        }
+        for key in KEPT.iter().filter(|k| old.get(**k).is_some()) {
+            assert_eq!(fork.get(*key), old.get(*key), "the fork keeps {key}");
+        }
     }
 }

@@ -257,9 +257,9 @@ async fn create_child(
         cwd: parent.cwd.clone(),
         model,
         mode: Some(child_mode(parent.mode, spawn.read_only)),
-        allow_rules: parent.allow_rules.clone(),
-        additional_dirs: parent.additional_dirs.clone(),
-        mcp_servers: parent.mcp_servers.clone(),
+        allow_rules: parent.setup.allow_rules.clone(),
+        additional_dirs: parent.setup.additional_dirs.clone(),
+        mcp_servers: parent.setup.mcp_servers.clone(),
         client_request_id: Some(key.to_string()),
         parent: None,
         sub_agent: Some(SubAgentLink {

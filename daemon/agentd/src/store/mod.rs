@@ -29,8 +29,8 @@ mod usage;
 
 pub(crate) use journal::Tree;
 pub(crate) use records::{
-    ConversationRecord, FilePin, QueuedMessage, RememberedRequest, RequestOutcome, RuleScope,
-    StoredEvent, SubAgentEnd, SubAgentLink, TrustRecord,
+    Chain, ConversationRecord, FilePin, ForkOrigin, QueuedMessage, RememberedRequest,
+    RequestOutcome, RuleScope, Setup, StoredEvent, SubAgentEnd, SubAgentLink, TrustRecord,
 };
 
 use agentd_core::Message;
@@ -585,33 +585,55 @@ mod tests {
             updated_at_ms: 1,
             state: ConvState::Idle,
             mode: Mode::Default,
-            additional_dirs: vec![],
-            allow_rules: vec![],
-            mcp_servers: vec![],
-            message_count: 0,
-            usage: Usage::default(),
-            seq_reserved: 0,
-            turns: 0,
-            requests: Vec::new(),
-            queued: Vec::new(),
-            queued_next: 0,
-            last_usage: Usage::default(),
-            parent_id: None,
-            continued_as: None,
-            continued_automatically: false,
-            hop: 0,
-            continue_pending: false,
-            pruned_through: 0,
-            budget_raised: Default::default(),
-            plan: None,
-            sub_agent: None,
-            sub_agents_usage: Usage::default(),
-            sub_agents_cost_usd: 0.0,
-            sub_agents_counted: Vec::new(),
-            forked_from: None,
-            forked_at: 0,
-            corrections: agentd_core::Corrections::default(),
+            ..ConversationRecord::default()
         }
+    }
+
+    /// A record as the version before the groups wrote it: one flat
+    /// object, every field at the top. Users' stores hold these.
+    const FLAT_RECORD: &str = r#"{
+        "id": "01FLAT", "title": "t", "cwd": "/w", "model": "m",
+        "created_at_ms": 1, "updated_at_ms": 2, "state": {"state": "idle"},
+        "mode": "accept_edits", "additional_dirs": ["/extra"], "allow_rules": ["read"],
+        "message_count": 3, "usage": {"input_tokens": 5, "output_tokens": 6},
+        "seq_reserved": 7, "turns": 1, "requests": [], "queued": [], "queued_next": 4,
+        "last_usage": {"input_tokens": 5, "output_tokens": 6},
+        "parent_id": "01PARENT", "continued_as": "01NEXT", "continued_automatically": true,
+        "hop": 2, "continue_pending": true, "pruned_through": 1,
+        "sub_agents_usage": {"input_tokens": 8, "output_tokens": 9},
+        "sub_agents_cost_usd": 0.5, "sub_agents_counted": ["a1"],
+        "forked_from": "01OLD", "forked_at": 3
+    }"#;
+
+    #[test]
+    fn a_record_written_flat_by_the_previous_version_still_loads_and_is_written_flat() {
+        let record: ConversationRecord = decode(b"c/01FLAT", FLAT_RECORD.as_bytes()).unwrap();
+        assert_eq!(record.setup.additional_dirs, [PathBuf::from("/extra")]);
+        assert_eq!(record.setup.allow_rules, ["read"]);
+        assert_eq!(record.chain.parent_id.as_deref(), Some("01PARENT"));
+        assert_eq!(record.chain.continued_as.as_deref(), Some("01NEXT"));
+        assert!(record.chain.continued_automatically && record.chain.continue_pending);
+        assert_eq!(record.chain.hop, 2);
+        assert_eq!(record.children.sub_agents_usage.output_tokens, 9);
+        assert_eq!(record.children.sub_agents_cost_usd, 0.5);
+        assert_eq!(record.children.sub_agents_counted, ["a1"]);
+        assert_eq!(record.fork.forked_from.as_deref(), Some("01OLD"));
+        assert_eq!(record.fork.forked_at, 3);
+        assert_eq!((record.mode, record.queued_next), (Mode::AcceptEdits, 4));
+        // Written again, it is the same flat object: an older daemon reads it.
+        let written: serde_json::Value =
+            serde_json::from_slice(&encode("c/01FLAT", &record).unwrap()).unwrap();
+        let old: serde_json::Value = serde_json::from_str(FLAT_RECORD).unwrap();
+        for (key, value) in old.as_object().unwrap() {
+            // Usage objects gain their zero cache counts.
+            if !value.is_object() {
+                assert_eq!(written.get(key), Some(value), "{key}");
+            }
+        }
+        let minimal = r#"{"id": "01MIN", "title": "", "cwd": "/", "model": "m",
+            "created_at_ms": 0, "updated_at_ms": 0, "state": {"state": "idle"}, "message_count": 0}"#;
+        let record: ConversationRecord = decode(b"c/01MIN", minimal.as_bytes()).unwrap();
+        assert_eq!(record.chain, Chain::default(), "groups missing: defaults");
     }
 
     #[tokio::test]
@@ -734,7 +756,7 @@ mod tests {
                 summary: "s".into(),
                 final_usage: Usage::default(),
             };
-            r.continue_pending = pending;
+            r.chain.continue_pending = pending;
             r
         };
         let ids = |store: &Store| -> Vec<String> {

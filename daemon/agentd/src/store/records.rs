@@ -6,8 +6,11 @@ use agentd_core::{ConvState, Mode, Usage};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-/// A conversation as stored.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A conversation as stored. Its groups are flattened: the stored JSON is
+/// one flat object, as records written before they existed are, so both
+/// read the same. A field added later gets its default in every record
+/// made (`..ConversationRecord::default()`), a fork's included.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ConversationRecord {
     /// ULID.
     pub id: String,
@@ -24,16 +27,10 @@ pub struct ConversationRecord {
     /// Permission mode.
     #[serde(default)]
     pub mode: Mode,
-    /// Extra directories tools may touch.
-    #[serde(default)]
-    pub additional_dirs: Vec<PathBuf>,
-    /// Rules given at creation.
-    #[serde(default)]
-    pub allow_rules: Vec<String>,
-    /// MCP servers given at creation (the configured ones are not copied
-    /// here: they follow the config file).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub mcp_servers: Vec<super::persisted::ServerSpec>,
+    /// What its creator chose beyond the model and the mode (a fork keeps
+    /// it).
+    #[serde(flatten)]
+    pub setup: Setup,
     /// Messages in the transcript (= the last message seq).
     pub message_count: u64,
     /// Sum of usage over replies.
@@ -62,6 +59,58 @@ pub struct ConversationRecord {
     /// Usage of the latest reply: how full the context is now.
     #[serde(default)]
     pub last_usage: Usage,
+    /// Where it stands in a chain of continuations.
+    #[serde(flatten)]
+    pub chain: Chain,
+    /// Requests send the large tool outputs of the messages before this
+    /// index as a note (see `agentd_core::prune`); the transcript keeps
+    /// them. Only moves forward; 0: nothing pruned.
+    #[serde(default, skip_serializing_if = "is_no_index")]
+    pub pruned_through: usize,
+    /// What people raised this conversation's own budgets by (the daily
+    /// budgets' raises are the day's, see `Store::day_raises`).
+    #[serde(default, skip_serializing_if = "agentd_core::Amounts::is_empty")]
+    pub budget_raised: agentd_core::Amounts,
+    /// The latest plan proposed in it, with its steps' statuses (issue
+    /// 17): written with the state of the transition that changed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan: Option<agentd_core::Plan>,
+    /// Set when a `spawn_agents` call of another conversation started this
+    /// one (REQ-BED-009: not user initiated).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_agent: Option<SubAgentLink>,
+    /// What its sub-agents used.
+    #[serde(flatten)]
+    pub children: Children,
+    /// The conversation a rewind forked it from, if one did.
+    #[serde(flatten)]
+    pub fork: ForkOrigin,
+    /// Self-correction tracking (issue 17 point 6): the request the turn
+    /// works on and its open correction chains, written with the state of
+    /// the transition that changed them, so a restart keeps the count.
+    #[serde(default, skip_serializing_if = "agentd_core::Corrections::is_empty")]
+    pub corrections: agentd_core::Corrections,
+}
+
+/// What a conversation's creator chose beyond the model and the mode.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Setup {
+    /// Extra directories tools may touch.
+    #[serde(default)]
+    pub additional_dirs: Vec<PathBuf>,
+    /// Rules given at creation.
+    #[serde(default)]
+    pub allow_rules: Vec<String>,
+    /// MCP servers given at creation (the configured ones are not copied
+    /// here: they follow the config file).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mcp_servers: Vec<super::persisted::ServerSpec>,
+}
+
+/// Where a conversation stands in a chain of continuations (each one
+/// continues the last when its context is exhausted).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Chain {
     /// The conversation this one continues (its context was exhausted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_id: Option<String>,
@@ -80,23 +129,12 @@ pub struct ConversationRecord {
     /// restart finds it (the mid-turn index holds it) and does it then.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub continue_pending: bool,
-    /// Requests send the large tool outputs of the messages before this
-    /// index as a note (see `agentd_core::prune`); the transcript keeps
-    /// them. Only moves forward; 0: nothing pruned.
-    #[serde(default, skip_serializing_if = "is_no_index")]
-    pub pruned_through: usize,
-    /// What people raised this conversation's own budgets by (the daily
-    /// budgets' raises are the day's, see `Store::day_raises`).
-    #[serde(default, skip_serializing_if = "agentd_core::Amounts::is_empty")]
-    pub budget_raised: agentd_core::Amounts,
-    /// The latest plan proposed in it, with its steps' statuses (issue
-    /// 17): written with the state of the transition that changed it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<agentd_core::Plan>,
-    /// Set when a `spawn_agents` call of another conversation started this
-    /// one (REQ-BED-009: not user initiated).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sub_agent: Option<SubAgentLink>,
+}
+
+/// What a conversation's sub-agents used, counted once per child as
+/// each ends (the conversation's own `usage` excludes it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Children {
     /// What this conversation's sub-agents used (theirs included), counted
     /// once per child as each ends: `usage` stays this conversation's own.
     #[serde(default)]
@@ -108,17 +146,17 @@ pub struct ConversationRecord {
     /// The children whose usage is counted in `sub_agents_usage`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sub_agents_counted: Vec<String>,
+}
+
+/// The conversation a rewind forked this one from.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ForkOrigin {
     /// A rewind forked this conversation from that one, ending just before
     /// its message `forked_at` (`agent rewind --conversation`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forked_from: Option<String>,
     #[serde(default, skip_serializing_if = "is_zero")]
     pub forked_at: u64,
-    /// Self-correction tracking (issue 17 point 6): the request the turn
-    /// works on and its open correction chains, written with the state of
-    /// the transition that changed them, so a restart keeps the count.
-    #[serde(default, skip_serializing_if = "agentd_core::Corrections::is_empty")]
-    pub corrections: agentd_core::Corrections,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -167,7 +205,7 @@ impl ConversationRecord {
     /// Whether start-up has something to do for it: a turn was in flight,
     /// or a continuation the daemon owes.
     pub fn needs_recovery(&self) -> bool {
-        !self.state.is_at_rest() || self.continue_pending
+        !self.state.is_at_rest() || self.chain.continue_pending
     }
 }
 

@@ -47,7 +47,7 @@ pub(super) fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
             }
             if let Some(ask) = &run.permission {
                 t = t.with(Effect::PermissionResolved {
-                    request_id: ask.request_id.clone(),
+                    ask: ask.clone(),
                     decision: Decision::Cancelled,
                     by: None,
                 });

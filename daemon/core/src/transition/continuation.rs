@@ -159,3 +159,18 @@ fn text_of(blocks: &[ContentBlock]) -> String {
     }
     out
 }
+
+/// A transition that exhausts the context owes a continuation in a new
+/// conversation when the daemon makes them by itself (see
+/// [`AutoContinue::due`]).
+///
+/// [`AutoContinue::due`]: crate::state::AutoContinue::due
+pub(super) fn owed(before: &ConvState, ctx: &ConvContext, t: Transition) -> Transition {
+    let exhausts = matches!(t.state, ConvState::ContextExhausted { .. })
+        && !matches!(before, ConvState::ContextExhausted { .. });
+    if exhausts && ctx.auto_continue.due() {
+        t.with(Effect::ContinueInNewConversation)
+    } else {
+        t
+    }
+}

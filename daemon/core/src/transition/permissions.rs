@@ -201,7 +201,7 @@ fn on_permission_answer(
     let mut run = run.clone();
     run.permission = None;
     let resolved = Effect::PermissionResolved {
-        request_id: ask.request_id.clone(),
+        ask: ask.clone(),
         decision,
         by,
     };

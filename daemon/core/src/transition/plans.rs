@@ -7,7 +7,7 @@ use crate::client::ClientInfo;
 use crate::effect::{Effect, Notice};
 use crate::message::{ToolCall, ToolResult};
 use crate::permission::{Decision, Mode, PermissionAsk};
-use crate::plan::{Plan, PlanAnswer, PlanEvent, PlanPhase, StepChange};
+use crate::plan::{Plan, PlanAnswer, PlanEvent, PlanPhase, StepChange, StepStatus};
 use crate::state::{ConvContext, ConvState, ToolRun};
 use crate::texts;
 use crate::tools::Tool;
@@ -179,7 +179,7 @@ fn on_plan_answer(
     };
     let mut effects = vec![
         Effect::PermissionResolved {
-            request_id: ask.request_id.clone(),
+            ask: ask.clone(),
             decision,
             by,
         },
@@ -206,4 +206,37 @@ fn on_plan_answer(
         t.mode = mode;
     }
     Ok(t)
+}
+
+/// The files follow the plan's steps: a step that starts marks where it
+/// started, and a step that fails puts back what the agent changed since,
+/// when `[plan] auto_rollback_on_failure` is on. Each effect follows the
+/// `PlanChanged` that reports the step.
+pub(super) fn checkpoints(ctx: &ConvContext, mut t: Transition) -> Transition {
+    let mut i = 0;
+    while i < t.effects.len() {
+        if let Effect::PlanChanged {
+            plan,
+            change: PlanEvent::Step(step),
+        } = &t.effects[i]
+        {
+            let mark = format!("plan:{}:{}", plan.tool_use_id, step.step_id);
+            let follow = match step.to {
+                StepStatus::InProgress => Some(Effect::MarkCheckpoint { mark }),
+                StepStatus::Failed if ctx.auto_rollback_on_failure => {
+                    Some(Effect::RestoreCheckpoint {
+                        mark,
+                        step_id: step.step_id.clone(),
+                    })
+                }
+                _ => None,
+            };
+            if let Some(effect) = follow {
+                i += 1;
+                t.effects.insert(i, effect);
+            }
+        }
+        i += 1;
+    }
+    t
 }

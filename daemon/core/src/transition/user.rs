@@ -3,6 +3,7 @@
 
 use super::{Rejected, Transition, begin_request, budget_not_raised};
 use crate::effect::{Effect, Notice};
+use crate::event::{PromptHooks, Sending};
 use crate::image::ImageRef;
 use crate::message::{ContentBlock, Message, MessageKind};
 use crate::permission::Mode;
@@ -10,49 +11,70 @@ use crate::plan::PlanDetect;
 use crate::state::{ConvContext, ConvState};
 use crate::texts;
 
-/// A user message: it starts a turn when the conversation rests, and is
-/// refused while one runs.
+/// A user message: it starts a turn when the conversation rests (once its
+/// prompt hooks let it through), and while one runs it is queued if its
+/// sender asked, else refused. Another message in its prompt hooks counts
+/// as a running turn.
 pub(super) fn on_user_message(
     state: &ConvState,
     ctx: &ConvContext,
     text: String,
     images: Vec<ImageRef>,
+    sending: Sending,
 ) -> Result<Transition, Rejected> {
     if crate::message::says_nothing(&text, images.len()) {
         return Err(Rejected::EmptyMessage);
     }
-    match state {
-        ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
-            let detected = detect_plan(ctx, &text);
-            // The request this turn works on: self-corrections count
-            // against it.
-            let corrections = ctx.corrections.starting(&text);
-            // Images first, then the text about them (as Anthropic
-            // advises); an image-only message has no text block.
-            let mut content: Vec<ContentBlock> =
-                images.into_iter().map(ContentBlock::Image).collect();
-            if !text.trim().is_empty() {
-                content.push(ContentBlock::text(text));
-            }
-            let mut t = begin_request(ctx, 1).prepend(Effect::AppendMessage {
-                message: Message::user(content, ctx.now_ms),
-            });
-            if let Some((mode, notice)) = detected {
-                t.mode = mode;
-                t.effects.insert(0, Effect::Notify { notice });
-            }
-            t.corrections = Some(corrections);
-            Ok(t)
+    let busy = match state {
+        ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. }
+            if sending.other_in_hooks =>
+        {
+            Rejected::Busy
         }
-        ConvState::Cancelling { .. } => Err(Rejected::CancellationInProgress),
-        ConvState::ContextExhausted { .. } => Err(Rejected::ContextExhausted),
+        ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
+            return Ok(match sending.hooks {
+                PromptHooks::Due => Transition::unchanged(state).with(Effect::RunPromptHooks),
+                PromptHooks::Passed => start_turn(ctx, text, images),
+            });
+        }
+        ConvState::Cancelling { .. } => Rejected::CancellationInProgress,
+        ConvState::ContextExhausted { .. } => return Err(Rejected::ContextExhausted),
         ConvState::AwaitingLlm { .. }
         | ConvState::LlmRequesting { .. }
         | ConvState::StopHooks { .. }
         | ConvState::ToolExecuting(_)
         | ConvState::AwaitingSubAgents { .. }
-        | ConvState::AwaitingContinuation { .. } => Err(Rejected::Busy),
+        | ConvState::AwaitingContinuation { .. } => Rejected::Busy,
+    };
+    if sending.queue_if_busy {
+        Ok(Transition::unchanged(state).with(Effect::Enqueue))
+    } else {
+        Err(busy)
     }
+}
+
+/// A user message that starts a turn: with plan detection, the request
+/// self-corrections count against, and the first model request.
+fn start_turn(ctx: &ConvContext, text: String, images: Vec<ImageRef>) -> Transition {
+    let detected = detect_plan(ctx, &text);
+    // The request this turn works on: self-corrections count
+    // against it.
+    let corrections = ctx.corrections.starting(&text);
+    // Images first, then the text about them (as Anthropic
+    // advises); an image-only message has no text block.
+    let mut content: Vec<ContentBlock> = images.into_iter().map(ContentBlock::Image).collect();
+    if !text.trim().is_empty() {
+        content.push(ContentBlock::text(text));
+    }
+    let mut t = begin_request(ctx, 1).prepend(Effect::AppendMessage {
+        message: Message::user(content, ctx.now_ms),
+    });
+    if let Some((mode, notice)) = detected {
+        t.mode = mode;
+        t.effects.insert(0, Effect::Notify { notice });
+    }
+    t.corrections = Some(corrections);
+    t
 }
 
 /// What plan detection does with a user's `text` that starts a turn: the

@@ -29,24 +29,25 @@ pub(crate) fn summary(
         usage: Some(usage(&r.usage)),
         last_seq,
         additional_dirs: r
+            .setup
             .additional_dirs
             .iter()
             .map(|d| d.display().to_string())
             .collect(),
-        allow_rules: r.allow_rules.clone(),
-        mcp_servers: r.mcp_servers.iter().map(|s| s.name.clone()).collect(),
+        allow_rules: r.setup.allow_rules.clone(),
+        mcp_servers: r.setup.mcp_servers.iter().map(|s| s.name.clone()).collect(),
         turn: r.turns,
         cost_usd,
         queued: queued(&r.queued),
         context_window,
-        parent_conversation_id: r.parent_id.clone().unwrap_or_default(),
-        forked_from: r.forked_from.clone().unwrap_or_default(),
-        forked_at_message: r.forked_at,
-        continued_as: r.continued_as.clone().unwrap_or_default(),
+        parent_conversation_id: r.chain.parent_id.clone().unwrap_or_default(),
+        forked_from: r.fork.forked_from.clone().unwrap_or_default(),
+        forked_at_message: r.fork.forked_at,
+        continued_as: r.chain.continued_as.clone().unwrap_or_default(),
         context_warning: agentd_core::state::should_warn(&r.last_usage, context_window),
         context_tokens: r.last_usage.context_tokens(),
         continuing: matches!(r.state, ConvState::ContextExhausted { .. })
-            && (r.continue_pending || r.continued_automatically),
+            && (r.chain.continue_pending || r.chain.continued_automatically),
         budget_stop: match &r.state {
             ConvState::BudgetStopped { stop, .. } => Some(budget_stop(stop)),
             _ => None,
@@ -62,8 +63,9 @@ pub(crate) fn summary(
             .as_ref()
             .map(|l| l.agent_id.clone())
             .unwrap_or_default(),
-        sub_agents_usage: Some(usage(&r.sub_agents_usage)),
-        sub_agents_cost_usd: (r.sub_agents_cost_usd > 0.0).then_some(r.sub_agents_cost_usd),
+        sub_agents_usage: Some(usage(&r.children.sub_agents_usage)),
+        sub_agents_cost_usd: (r.children.sub_agents_cost_usd > 0.0)
+            .then_some(r.children.sub_agents_cost_usd),
     }
 }
 

@@ -2,9 +2,9 @@
 //! export, validated.
 
 use super::{brief, image_from, message_from, mode_from, usage_from};
-use crate::store::ConversationRecord;
+use crate::store::{Chain, ConversationRecord, ForkOrigin, Setup};
 use agent_proto::v1 as pb;
-use agentd_core::{ConvState, ErrorKind, Message, Usage};
+use agentd_core::{ConvState, ErrorKind, Message};
 use tonic::Status;
 
 /// A conversation from an export, validated. Conversations exported
@@ -78,35 +78,26 @@ pub(crate) fn exported_from(
         updated_at_ms: c.updated_at_ms,
         state,
         mode: mode_from(c.mode)?,
-        additional_dirs,
-        allow_rules,
-        // An export names its MCP servers but not their commands: an
-        // imported conversation runs none of its own (a file should not
-        // bring commands to run with it).
-        mcp_servers: Vec::new(),
+        setup: Setup {
+            additional_dirs,
+            allow_rules,
+            // An export names its MCP servers but not their commands: an
+            // imported conversation runs none of its own (a file should
+            // not bring commands to run with it).
+            mcp_servers: Vec::new(),
+        },
         message_count: messages.len() as u64,
         usage: c.usage.as_ref().map(usage_from).unwrap_or_default(),
-        seq_reserved: 0,
-        turns: 0,
-        requests: Vec::new(),
-        queued: Vec::new(),
-        queued_next: 0,
-        last_usage: Usage::default(),
-        parent_id: non_empty(&c.parent_conversation_id),
-        continued_as: non_empty(&c.continued_as),
-        continued_automatically: false,
-        hop: 0,
-        continue_pending: false,
-        pruned_through: 0,
-        budget_raised: Default::default(),
-        plan: None,
-        sub_agent: None,
-        sub_agents_usage: Usage::default(),
-        sub_agents_cost_usd: 0.0,
-        sub_agents_counted: Vec::new(),
-        forked_from: non_empty(&c.forked_from),
-        forked_at: c.forked_at_message,
-        corrections: agentd_core::Corrections::default(),
+        chain: Chain {
+            parent_id: non_empty(&c.parent_conversation_id),
+            continued_as: non_empty(&c.continued_as),
+            ..Chain::default()
+        },
+        fork: ForkOrigin {
+            forked_from: non_empty(&c.forked_from),
+            forked_at: c.forked_at_message,
+        },
+        ..ConversationRecord::default()
     };
     Ok((record, messages))
 }

@@ -28,24 +28,31 @@ fn imported_grants(
         )
     };
     record.cwd = validate_dir(&record.cwd.to_string_lossy(), "cwd").map_err(in_record)?;
-    record.additional_dirs = record
+    record.setup.additional_dirs = record
+        .setup
         .additional_dirs
         .iter()
         .map(|d| validate_dir(&d.to_string_lossy(), "additional directory"))
         .collect::<Result<Vec<_>, _>>()
         .map_err(in_record)?;
     let source = Source::import(who);
-    let server_names: Vec<String> = record.mcp_servers.iter().map(|s| s.name.clone()).collect();
+    let server_names: Vec<String> = record
+        .setup
+        .mcp_servers
+        .iter()
+        .map(|s| s.name.clone())
+        .collect();
     let mut dirs = vec![(record.cwd.as_path(), "cwd")];
     dirs.extend(
         record
+            .setup
             .additional_dirs
             .iter()
             .map(|d| (d.as_path(), "additional directory")),
     );
     let grants = Grants {
         mode: Some(record.mode),
-        allow_rules: &record.allow_rules,
+        allow_rules: &record.setup.allow_rules,
         mcp_servers: &server_names,
         dirs: &dirs,
     };
@@ -66,11 +73,11 @@ fn imported_grants(
                 ));
             }
             admission::Refusal::AllowRules(_) => {
-                record.allow_rules.clear();
+                record.setup.allow_rules.clear();
                 notices.push(format!("conversation {id}: {what}; they were dropped"));
             }
             admission::Refusal::McpServers(_) => {
-                record.mcp_servers.clear();
+                record.setup.mcp_servers.clear();
                 notices.push(format!("conversation {id}: {what}; they were dropped"));
             }
         }

@@ -148,7 +148,8 @@ impl Actor {
         let replay = StoredReplay {
             transcript: &self.transcript,
             max_attempts: self.shared.config.retry.max_attempts,
-            continuing: self.record.continue_pending || self.record.continued_automatically,
+            continuing: self.record.chain.continue_pending
+                || self.record.chain.continued_automatically,
         };
         replay.after(&self.shared.store, &self.record.id, after_seq)
     }

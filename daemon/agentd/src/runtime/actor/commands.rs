@@ -1,6 +1,6 @@
 //! A client's requests that go to the core: a user message (its request
-//! id, the refusal of a message the state would not take, its hooks, the
-//! queue), a cancel, a permission answer, a compaction and a
+//! id, the core's answer before its hooks run: refused, queued or checked
+//! by its hooks), a cancel, a permission answer, a compaction and a
 //! continuation's seed. Each is applied as its request: the request id and
 //! the turn are written with its effect and undone with it.
 
@@ -9,12 +9,12 @@ use super::{Actor, Reply};
 use crate::runtime::error::RuntimeError;
 use crate::runtime::{Answer, NewMessage, Sent};
 use crate::store::RequestOutcome;
-use agentd_core::{Event, Rejected};
+use agentd_core::{Effect, Event, PromptHooks, Rejected, Sending};
 
 impl Actor {
-    /// A user message: answered at once when it is a retry, refused when
-    /// the state would refuse it (queued instead while a turn runs, if the
-    /// client asks), else sent through its hooks.
+    /// A user message: answered at once when it is a retry; else the core
+    /// answers it before any of its hooks run: refused, queued (the client
+    /// asked, and a turn runs), or to be checked by its hooks and then sent.
     pub(super) async fn send(&mut self, message: NewMessage, reply: Reply<Sent>) {
         let prior = Requests::of(&mut self.record)
             .prior_send(message.client_request_id.as_deref(), message.expected_turn);
@@ -23,37 +23,45 @@ impl Actor {
             return;
         }
         self.recovery_notices.clear();
-        match self.refusal(&message) {
-            Some(Rejected::Busy | Rejected::CancellationInProgress) if message.queue_if_busy => {
-                let _ = reply.send(self.enqueue(message).await);
-                return;
-            }
-            Some(r) => {
+        let event = Event::UserMessage {
+            text: message.text.clone(),
+            images: message.images.iter().map(|i| i.image.clone()).collect(),
+            sending: self.sending(message.queue_if_busy, PromptHooks::Due),
+        };
+        // The state is unchanged by these answers: nothing to commit.
+        let answer = agentd_core::transition(&self.record.state, &self.context(None), event);
+        match answer.map(|t| t.effects) {
+            Err(r) => {
                 let _ = reply.send(Err(RuntimeError::Rejected(r)));
-                return;
             }
-            None => {}
-        }
-        let (session_start, submit) = self.hooks_for_message();
-        if session_start.is_empty() && submit.is_empty() {
-            let result = self.send_now(message).await;
-            let _ = reply.send(result);
-        } else {
-            self.check_prompt(session_start, submit, message, reply);
+            Ok(effects) if effects == [Effect::Enqueue] => {
+                let _ = reply.send(self.enqueue(message).await);
+            }
+            Ok(effects) if effects == [Effect::RunPromptHooks] => {
+                let (session_start, submit) = self.hooks_for_message();
+                if session_start.is_empty() && submit.is_empty() {
+                    let result = self.send_now(message).await;
+                    let _ = reply.send(result);
+                } else {
+                    self.check_prompt(session_start, submit, message, reply);
+                }
+            }
+            Ok(effects) => {
+                tracing::error!(conversation = %self.record.id, "a message not yet checked was answered with {effects:?}");
+                let _ = reply.send(Err(RuntimeError::NotAllowed(
+                    "the message could not be taken".to_string(),
+                )));
+            }
         }
     }
 
-    /// Why the state would refuse `message` now (a message whose hooks
-    /// run counts as a turn): it is refused before any hook runs.
-    fn refusal(&self, message: &NewMessage) -> Option<Rejected> {
-        let probe = Event::UserMessage {
-            text: message.text.clone(),
-            images: message.images.iter().map(|i| i.image.clone()).collect(),
-        };
-        match agentd_core::transition(&self.record.state, &self.context(None), probe) {
-            Err(r) => Some(r),
-            Ok(_) if self.work.prompt_checking() => Some(Rejected::Busy),
-            Ok(_) => None,
+    /// How a user message is sent now: `hooks` says where it stands with
+    /// its prompt hooks; another message in its hooks counts as a turn.
+    fn sending(&self, queue_if_busy: bool, hooks: PromptHooks) -> Sending {
+        Sending {
+            queue_if_busy,
+            hooks,
+            other_in_hooks: self.work.prompt_checking(),
         }
     }
 
@@ -70,6 +78,8 @@ impl Actor {
             Event::UserMessage {
                 text: message.text,
                 images: message.images.into_iter().map(|i| i.image).collect(),
+                // Past its hooks it is taken or refused, not queued.
+                sending: self.sending(false, PromptHooks::Passed),
             },
         )
         .await?;

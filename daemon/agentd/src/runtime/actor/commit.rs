@@ -231,10 +231,10 @@ impl Actor {
         let old_state = std::mem::replace(&mut self.record.state, state);
         let state_changed = self.record.state != old_state;
         let mode_changed = t.mode.is_some_and(|mode| mode != self.record.mode);
-        if state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
-            // Written with the state that makes it due.
-            self.record.continue_pending =
-                super::continuation::Continuation::due(&self.shared.config.context, &self.record);
+        if t.effects.contains(&Effect::ContinueInNewConversation) {
+            // The continuation the core owes is written with the state that
+            // makes it due.
+            self.record.chain.continue_pending = true;
         }
         if let Some(mode) = t.mode {
             self.record.mode = mode;

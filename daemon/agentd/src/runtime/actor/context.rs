@@ -47,6 +47,13 @@ impl Actor {
             plan_detect: cfg.plan.detect,
             corrections: self.record.corrections.clone(),
             sub_agent: self.sub_agent_role(),
+            auto_rollback_on_failure: cfg.plan.auto_rollback_on_failure,
+            auto_continue: agentd_core::AutoContinue {
+                enabled: cfg.context.auto_continue,
+                max_hops: cfg.context.max_hops,
+                hop: self.record.chain.hop,
+                continued: self.record.chain.continued_as.is_some(),
+            },
         }
     }
 
@@ -70,6 +77,7 @@ impl Actor {
             doom_loop: cfg.doom_loop,
             additional_dirs: self
                 .record
+                .setup
                 .additional_dirs
                 .iter()
                 .map(|d| d.display().to_string())

@@ -23,16 +23,12 @@ impl Continuation {
         Continuation { requests }
     }
 
-    /// Whether the daemon is to continue `record` (just exhausted) by
-    /// itself: the config says so and the chain is not too long yet.
-    pub(super) fn due(config: &ContextSection, record: &ConversationRecord) -> bool {
-        config.auto_continue && record.continued_as.is_none() && record.hop < config.max_hops
-    }
-
     /// Asks the manager to continue `record` when the record says the
     /// daemon owes it a continuation (see `continue_pending`).
     pub(super) fn ask_if_owed(&self, record: &ConversationRecord) {
-        if record.continue_pending && matches!(record.state, ConvState::ContextExhausted { .. }) {
+        if record.chain.continue_pending
+            && matches!(record.state, ConvState::ContextExhausted { .. })
+        {
             let _ = self.requests.send(record.id.clone());
         }
     }
@@ -44,10 +40,10 @@ impl Continuation {
         config: &ContextSection,
         record: &ConversationRecord,
     ) -> Option<String> {
-        if record.continue_pending {
+        if record.chain.continue_pending {
             self.ask_if_owed(record);
             None
-        } else if config.auto_continue && record.continued_as.is_none() {
+        } else if config.auto_continue && record.chain.continued_as.is_none() {
             Some(format!(
                 "not continued automatically: {} continuations in a row is the limit ([context] max_hops); `agent continue` goes on",
                 config.max_hops
@@ -59,7 +55,7 @@ impl Continuation {
 
     /// What a continuation of `record` is made from, or the one it has.
     pub(super) fn seed(record: &ConversationRecord) -> Result<Seed, RuntimeError> {
-        match (&record.continued_as, &record.state) {
+        match (&record.chain.continued_as, &record.state) {
             (Some(next), _) => Ok(Seed::Continued(next.clone())),
             (None, ConvState::ContextExhausted { .. }) => {
                 Ok(Seed::Exhausted(Box::new(record.clone())))
@@ -81,9 +77,9 @@ impl Continuation {
         automatic: bool,
         taken: &[String],
     ) -> bool {
-        record.continued_as = Some(next.to_string());
-        record.continued_automatically = automatic;
-        record.continue_pending = false;
+        record.chain.continued_as = Some(next.to_string());
+        record.chain.continued_automatically = automatic;
+        record.chain.continue_pending = false;
         super::queue::Queue::of(record).taken(taken)
     }
 
@@ -91,14 +87,14 @@ impl Continuation {
     /// was continued: where it goes on, addressed to that client alone
     /// (the live event may be long gone from the buffer), so it can follow.
     pub(super) fn frame(record: &ConversationRecord, now: i64) -> Option<Arc<ConvEvent>> {
-        let next = record.continued_as.clone()?;
+        let next = record.chain.continued_as.clone()?;
         Some(Arc::new(ConvEvent::new(
             0,
             now,
             EventKind::ConversationContinued {
                 conversation_id: next,
-                hop: record.hop + 1,
-                automatic: record.continued_automatically,
+                hop: record.chain.hop + 1,
+                automatic: record.chain.continued_automatically,
             },
         )))
     }
@@ -115,7 +111,7 @@ impl Actor {
         automatic: bool,
         taken: Vec<String>,
     ) -> Result<(), RuntimeError> {
-        if self.record.continued_as.as_deref() == Some(next.as_str()) {
+        if self.record.chain.continued_as.as_deref() == Some(next.as_str()) {
             return Ok(());
         }
         let saved = self.record.clone();
@@ -176,7 +172,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let continuation = Continuation::new(tx);
         let mut record = crate::runtime::test_record("c1", dir.path());
-        record.continue_pending = true;
+        record.chain.continue_pending = true;
         continuation.ask_if_owed(&record);
         assert!(rx.try_recv().is_err(), "not exhausted yet");
         exhausted(&mut record);
@@ -194,11 +190,9 @@ mod tests {
         let continuation = Continuation::new(tx);
         let mut record = crate::runtime::test_record("c1", dir.path());
         exhausted(&mut record);
-        record.hop = 2;
-        assert!(Continuation::due(&config(true, 3), &record));
-        record.hop = 3;
-        assert!(!Continuation::due(&config(true, 3), &record));
-        assert!(!Continuation::due(&config(false, 9), &record));
+        // Whether one is due is the core's decision (its test
+        // `an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_allows`).
+        record.chain.hop = 3;
         let notice = continuation.after_exhaustion(&config(true, 3), &record);
         assert!(notice.unwrap().contains("3 continuations in a row"));
         assert_eq!(
@@ -224,9 +218,9 @@ mod tests {
             Continuation::seed(&record),
             Ok(Seed::Exhausted(_))
         ));
-        record.continue_pending = true;
+        record.chain.continue_pending = true;
         assert!(!Continuation::mark(&mut record, "c2", true, &[]));
-        assert!(!record.continue_pending, "the continuation is made");
+        assert!(!record.chain.continue_pending, "the continuation is made");
         assert!(matches!(Continuation::seed(&record), Ok(Seed::Continued(n)) if n == "c2"));
         let frame = Continuation::frame(&record, clock.now_ms()).unwrap();
         assert!(matches!(

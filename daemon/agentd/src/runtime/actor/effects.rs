@@ -27,14 +27,18 @@ impl Actor {
             Effect::RunStopHooks => self.start_stop_hooks(),
             Effect::AbortHooks => self.work.abort_hooks(),
             Effect::AskPermission { ask } => self.ask_permission(ask).await,
-            Effect::PermissionResolved {
-                request_id,
-                decision,
-                by,
-            } => self.permission_resolved(request_id, decision, by).await,
+            Effect::PermissionResolved { ask, decision, by } => {
+                self.permission_resolved(ask, decision, by).await
+            }
             Effect::AddRule { rule, scope } => self.rule_added(rule, scope),
             Effect::Notify { notice } => self.tell(notice).await,
             Effect::PlanChanged { plan, change } => self.plan_changed(plan, change).await,
+            Effect::MarkCheckpoint { mark } => self.mark_checkpoint(&mark),
+            Effect::RestoreCheckpoint { mark, step_id } => {
+                self.roll_back_step(&mark, step_id).await
+            }
+            // The commit recorded it; announcing the exhaustion asks for it.
+            Effect::ContinueInNewConversation => {}
             Effect::SpawnSubAgent {
                 agent_id,
                 prompt,
@@ -45,6 +49,11 @@ impl Actor {
             Effect::CancelSubAgents { agent_ids } => self.cancel_sub_agents(agent_ids),
             // The commit recorded the end.
             Effect::FinishSubAgent { .. } => self.report_sub_agent_end(),
+            // Answers to a message not taken yet, which `send` reads
+            // before anything is committed: no commit carries them.
+            Effect::Enqueue | Effect::RunPromptHooks => {
+                tracing::error!(conversation = %self.record.id, "{effect:?} reached the effect runner");
+            }
         }
         None
     }
@@ -96,13 +105,13 @@ impl Actor {
             })
             .await;
         }
-        let continuing = self.record.continue_pending;
+        let continuing = self.record.chain.continue_pending;
         self.emit(EventKind::from_notice(notice, continuing));
     }
 
     /// `PlanChanged`: the plan itself was written by the commit; the event
     /// is stored so a client that resumes (after a restart too) is told
-    /// what happened to it. A step's start or failure may move files.
+    /// what happened to it.
     async fn plan_changed(
         &mut self,
         plan: agentd_core::plan::Plan,
@@ -114,17 +123,7 @@ impl Actor {
             plan: plan.clone(),
         })
         .await;
-        let step = match &change {
-            agentd_core::plan::PlanEvent::Step(step) => Some(step.clone()),
-            _ => None,
-        };
-        self.emit(EventKind::Plan {
-            change,
-            plan: plan.clone(),
-        });
-        if let Some(step) = step {
-            self.plan_step_checkpoint(&plan, &step).await;
-        }
+        self.emit(EventKind::Plan { change, plan });
     }
 
     /// Stores the durable event the next `emit` announces, before it does.

@@ -14,11 +14,23 @@ use tokio_util::sync::CancellationToken;
 #[derive(Default)]
 pub(super) struct HookSet {
     current: Arc<Hooks>,
-    /// Whether `current` was read when the actor started and no input has
-    /// been waited for since: a message that was already waiting then (the
-    /// first message of a new conversation) uses that reading instead of
-    /// looking up the same files again.
-    fresh: bool,
+    /// What the reading in force may still serve.
+    reading: Reading,
+}
+
+/// What the reading of the hooks in force may still serve: a message reads
+/// them again unless they were read for it already.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) enum Reading {
+    /// Read as the actor started, and no input was waited for since: the
+    /// message that was already waiting then (the first message of a new
+    /// conversation) uses this reading instead of looking up the same
+    /// files again.
+    ServesWaitingMessage,
+    /// Used by a message, read for one, or older than the last wait for
+    /// input: the next message reads them again.
+    #[default]
+    Spent,
 }
 
 impl HookSet {
@@ -28,30 +40,30 @@ impl HookSet {
     }
 
     /// Replaces the hooks in force with a reading made now.
-    fn set(&mut self, hooks: Hooks, fresh: bool) {
+    fn set(&mut self, hooks: Hooks, reading: Reading) {
         self.current = Arc::new(hooks);
-        self.fresh = fresh;
+        self.reading = reading;
     }
 
     /// The actor waits for its next input: what comes next arrives after
     /// the hooks were read.
     pub(super) fn waiting(&mut self) {
-        self.fresh = false;
+        self.reading = Reading::Spent;
     }
 
-    /// Whether a message may use the reading made as the actor started
-    /// (once: the next one reads them again).
-    fn take_fresh(&mut self) -> bool {
-        std::mem::take(&mut self.fresh)
+    /// Whether a message may use the reading in force (once: the next one
+    /// reads them again).
+    fn serves_message(&mut self) -> bool {
+        std::mem::take(&mut self.reading) == Reading::ServesWaitingMessage
     }
 }
 
 impl Actor {
     /// Reads the conversation's hooks again (the user's, plus the trusted
     /// project's); a project file that cannot be used is logged and kept
-    /// with them, for [`Actor::tell_hooks_problem`]. `fresh` as the actor
-    /// starts (see [`HookSet`]).
-    pub(super) fn load_hooks(&mut self, fresh: bool) {
+    /// with them, for [`Actor::tell_hooks_problem`]. `reading`: what the
+    /// reading may serve (see [`Reading`]).
+    pub(super) fn load_hooks(&mut self, reading: Reading) {
         let cfg = &self.shared.config;
         let trusted = match self.shared.store.trusted_dirs() {
             Ok(dirs) => dirs,
@@ -66,7 +78,7 @@ impl Actor {
             tracing::warn!(conversation = %self.record.id, "{problem}");
         }
         hooks.problem = problem;
-        self.hooks.set(hooks, fresh);
+        self.hooks.set(hooks, reading);
     }
 
     /// The hooks a user message goes through before it is sent, read
@@ -76,8 +88,8 @@ impl Actor {
     /// when the actor started are used by a first message no client could
     /// have seen a notice before.
     pub(super) fn hooks_for_message(&mut self) -> (Vec<hooks::Hook>, Vec<hooks::Hook>) {
-        if !self.hooks.take_fresh() {
-            self.load_hooks(false);
+        if !self.hooks.serves_message() {
+            self.load_hooks(Reading::Spent);
         }
         if let Some(problem) = self.hooks.get().problem.clone() {
             self.emit(EventKind::info(problem));
@@ -237,23 +249,26 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_reading_made_at_start_serves_one_message_that_was_already_waiting() {
         let mut set = HookSet::default();
-        set.set(with_stop_hook("true"), true);
+        set.set(with_stop_hook("true"), Reading::ServesWaitingMessage);
         assert_eq!(set.get().all_of(Stage::Stop).len(), 1);
         assert!(
-            set.take_fresh(),
+            set.serves_message(),
             "the first message uses the start's reading"
         );
-        assert!(!set.take_fresh(), "the next reads them again");
+        assert!(!set.serves_message(), "the next reads them again");
     }
 
     #[tokio::test(start_paused = true)]
     async fn waiting_for_input_makes_the_reading_stale() {
         let mut set = HookSet::default();
-        set.set(with_stop_hook("true"), true);
+        set.set(with_stop_hook("true"), Reading::ServesWaitingMessage);
         set.waiting();
-        assert!(!set.take_fresh());
-        set.set(Hooks::default(), false);
+        assert!(!set.serves_message());
+        set.set(Hooks::default(), Reading::Spent);
         assert!(set.get().all_of(Stage::Stop).is_empty(), "replaced");
-        assert!(!set.take_fresh(), "a reading for a message is not reused");
+        assert!(
+            !set.serves_message(),
+            "a reading for a message is not reused"
+        );
     }
 }

@@ -174,7 +174,7 @@ impl Actor {
         if let Err(e) = self.load_rules() {
             tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
         }
-        self.load_hooks(true);
+        self.load_hooks(hooks::Reading::ServesWaitingMessage);
         if let Some(ask) = self.record.state.pending_permission().cloned() {
             let view = self.permission_view(&ask).await;
             self.permissions.asked(view);

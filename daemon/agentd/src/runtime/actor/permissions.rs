@@ -14,9 +14,8 @@ pub(super) struct Permissions {
     /// Every permission rule in force: config file, creation, and rules
     /// added by answers (this conversation's and its project's).
     rules: Vec<Rule>,
-    /// Summary and diff of the request asked last; it is the pending one
-    /// while the state asks for permission, and the one a resolution
-    /// answers (the state has moved on by then).
+    /// Summary and diff of the request asked last: the pending one while
+    /// the state asks for permission (a resolution carries its own call).
     asked: Option<PermissionView>,
 }
 
@@ -38,15 +37,6 @@ impl Permissions {
         self.asked = Some(view);
     }
 
-    /// The request `request_id` was resolved: nothing is pending any more.
-    /// Returns the call it asked about, if it is the one asked last.
-    pub(super) fn resolve(&mut self, request_id: &str) -> Option<PermissionAsk> {
-        self.asked
-            .take()
-            .map(|view| view.ask)
-            .filter(|ask| ask.request_id == request_id)
-    }
-
     /// The pending request as a snapshot shows it: none once `state` asks
     /// for nothing.
     pub(super) fn pending(&self, state: &ConvState) -> Option<PermissionView> {
@@ -64,7 +54,7 @@ impl Actor {
     /// Every permission rule in force now, as the store has them.
     pub(super) fn read_rules(&self) -> Result<Vec<Rule>, crate::store::StoreError> {
         let mut rules = self.shared.config.rules.clone();
-        for text in &self.record.allow_rules {
+        for text in &self.record.setup.allow_rules {
             match Rule::parse(text, agentd_core::Action::Allow) {
                 Ok(rule) => rules.push(rule),
                 Err(e) => {
@@ -130,18 +120,18 @@ impl Actor {
     /// clients are told.
     pub(super) async fn permission_resolved(
         &mut self,
-        request_id: String,
+        ask: PermissionAsk,
         decision: Decision,
         by: Option<agentd_core::ClientInfo>,
     ) {
-        let asked = self.permissions.resolve(&request_id);
+        let PermissionAsk {
+            request_id,
+            tool_name: tool,
+            input,
+            ..
+        } = ask;
         if let Some(client) = &by {
-            let (tool, summary) = asked
-                .map(|ask| {
-                    let summary = crate::tools::summarize_call(&ask.tool_name, &ask.input);
-                    (ask.tool_name, summary)
-                })
-                .unwrap_or_default();
+            let summary = crate::tools::summarize_call(&tool, &input);
             self.audit.record(
                 client.clone(),
                 crate::store::access::AuditAction::PermissionAnswered {
@@ -206,27 +196,20 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_resolution_names_the_call_it_answered_once() {
-        let mut permissions = Permissions::default();
-        permissions.asked(view("p1", "bash"));
-        let ask = permissions.resolve("p1").expect("the call asked about");
-        assert_eq!(ask.tool_name, "bash");
-        assert!(permissions.resolve("p1").is_none(), "resolved once");
-    }
+    // Which call a resolution answered is the core's to say: see the core
+    // test `a_resolution_carries_the_request_it_ends_with_its_call`.
 
     #[tokio::test(start_paused = true)]
-    async fn a_resolution_of_another_request_names_no_call_and_clears_the_pending_one() {
+    async fn a_snapshot_shows_the_request_asked_last_while_the_state_asks() {
         let mut permissions = Permissions::default();
         permissions.asked(view("p1", "bash"));
         permissions.asked(view("p2", "edit"));
-        assert!(permissions.resolve("p1").is_none(), "p2 replaced it");
-        permissions.asked(view("p3", "bash"));
-        assert!(permissions.resolve("p9").is_none());
-        assert!(
-            permissions.resolve("p3").is_none(),
-            "nothing is pending now"
-        );
+        let asking = ConvState::ToolExecuting(agentd_core::ToolRun {
+            permission: Some(view("p2", "edit").ask),
+            ..agentd_core::ToolRun::default()
+        });
+        let pending = permissions.pending(&asking).map(|v| v.ask.request_id);
+        assert_eq!(pending.as_deref(), Some("p2"), "p2 replaced p1");
     }
 
     #[tokio::test(start_paused = true)]
@@ -234,10 +217,6 @@ mod tests {
         let mut permissions = Permissions::default();
         permissions.asked(view("p1", "bash"));
         assert!(permissions.pending(&ConvState::Idle).is_none());
-        assert!(
-            permissions.resolve("p1").is_some(),
-            "what a resolution reports is kept"
-        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -7,7 +7,6 @@ use crate::checkpoints::{RestoreError, Restored, Since};
 use crate::runtime::RuntimeError;
 use crate::runtime::events::EventKind;
 use agentd_core::ConvState;
-use agentd_core::plan::{Plan, StepChange, StepStatus};
 
 impl Actor {
     /// `Rewind`'s code part (and the check every rewind makes): the
@@ -78,64 +77,58 @@ impl Actor {
         Ok((seq, Some(restored)))
     }
 
-    /// A plan step started: remember where, so its failure can roll back
-    /// what came after. A step failed and `[plan] auto_rollback_on_failure`
-    /// is on: restore the files the agent changed since it started (files
-    /// someone else changed meanwhile are left alone and named), and say
-    /// so.
-    pub(super) async fn plan_step_checkpoint(&mut self, plan: &Plan, step: &StepChange) {
-        let id = self.record.id.clone();
-        let name = format!("plan:{}:{}", plan.tool_use_id, step.step_id);
-        let checkpoints = self.shared.checkpoints.clone();
-        match step.to {
-            StepStatus::InProgress => {
-                if let Err(e) = checkpoints.mark(&id, &name) {
-                    tracing::warn!(conversation = %id, "cannot mark plan step {}: {e}", step.step_id);
-                }
-            }
-            StepStatus::Failed if self.shared.config.plan.auto_rollback_on_failure => {
-                let Some(mark) = checkpoints.mark_of(&id, &name) else {
-                    return;
-                };
-                let notice = match checkpoints
-                    .restore(&id, Since::Mark(mark), false, true)
-                    .await
-                {
-                    Ok(restored) => {
-                        let text = format!(
-                            "plan step {} failed: {} file(s) restored and {} removed as they were before it started{}",
-                            step.step_id,
-                            restored.restored.len(),
-                            restored.removed.len(),
-                            if restored.skipped.is_empty() {
-                                String::new()
-                            } else {
-                                format!(
-                                    "; left as someone else changed them: {}",
-                                    restored
-                                        .skipped
-                                        .iter()
-                                        .map(|p| p.display().to_string())
-                                        .collect::<Vec<_>>()
-                                        .join(", ")
-                                )
-                            }
-                        );
-                        self.emit(EventKind::CodeRewound {
-                            message_seq: 0,
-                            restored,
-                            plan_step_id: step.step_id.clone(),
-                        });
-                        text
-                    }
-                    Err(e) => format!(
-                        "plan step {} failed and its changes could not be rolled back: {e}",
-                        step.step_id
-                    ),
-                };
-                self.emit(EventKind::info(notice));
-            }
-            _ => {}
+    /// `MarkCheckpoint`: a plan step started; remember where, so its
+    /// failure can roll back what came after.
+    pub(super) fn mark_checkpoint(&self, mark: &str) {
+        let id = &self.record.id;
+        if let Err(e) = self.shared.checkpoints.mark(id, mark) {
+            tracing::warn!(conversation = %id, "cannot mark {mark}: {e}");
         }
+    }
+
+    /// `RestoreCheckpoint`: the plan step `step_id` failed; restore the
+    /// files the agent changed since `mark` (files someone else changed
+    /// meanwhile are left alone and named), and say so.
+    pub(super) async fn roll_back_step(&mut self, mark: &str, step_id: String) {
+        let id = self.record.id.clone();
+        let checkpoints = self.shared.checkpoints.clone();
+        let Some(mark) = checkpoints.mark_of(&id, mark) else {
+            return;
+        };
+        let notice = match checkpoints
+            .restore(&id, Since::Mark(mark), false, true)
+            .await
+        {
+            Ok(restored) => {
+                let text = format!(
+                    "plan step {step_id} failed: {} file(s) restored and {} removed as they were before it started{}",
+                    restored.restored.len(),
+                    restored.removed.len(),
+                    if restored.skipped.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; left as someone else changed them: {}",
+                            restored
+                                .skipped
+                                .iter()
+                                .map(|p| p.display().to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    }
+                );
+                self.emit(EventKind::CodeRewound {
+                    message_seq: 0,
+                    restored,
+                    plan_step_id: step_id,
+                });
+                text
+            }
+            Err(e) => {
+                format!("plan step {step_id} failed and its changes could not be rolled back: {e}")
+            }
+        };
+        self.emit(EventKind::info(notice));
     }
 }

@@ -22,13 +22,13 @@ impl Actor {
         let mut dirs = Vec::new();
         for dir in settings.add_dirs {
             if dir != self.record.cwd
-                && !self.record.additional_dirs.contains(&dir)
+                && !self.record.setup.additional_dirs.contains(&dir)
                 && !dirs.contains(&dir)
             {
                 dirs.push(dir);
             }
         }
-        crate::runtime::too_many_dirs(self.record.additional_dirs.len() + dirs.len())?;
+        crate::runtime::too_many_dirs(self.record.setup.additional_dirs.len() + dirs.len())?;
         if mode.is_none() && model.is_none() && dirs.is_empty() {
             return Ok(self.record.clone());
         }
@@ -39,7 +39,7 @@ impl Actor {
         if let Some(model) = model {
             self.record.model = model;
         }
-        self.record.additional_dirs.extend(dirs);
+        self.record.setup.additional_dirs.extend(dirs);
         self.record.updated_at_ms = self.now_ms();
         if let Err(e) = self.write_record().await {
             tracing::error!(conversation = %self.record.id, "persisting settings failed: {e}");
@@ -131,7 +131,7 @@ impl Actor {
             mode: self.record.mode,
             model: self.record.model.clone(),
             context_window,
-            additional_dirs: self.record.additional_dirs.clone(),
+            additional_dirs: self.record.setup.additional_dirs.clone(),
             by,
         });
     }

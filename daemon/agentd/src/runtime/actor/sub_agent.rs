@@ -44,14 +44,14 @@ impl Actor {
             own.add(u);
         }
         let mut usage = own;
-        usage.add(&self.record.sub_agents_usage);
+        usage.add(&self.record.children.sub_agents_usage);
         let cost_usd = self
             .shared
             .config
             .models
             .cost(&self.record.model, &own)
             .unwrap_or(0.0)
-            + self.record.sub_agents_cost_usd;
+            + self.record.children.sub_agents_cost_usd;
         let (result, success) = match outcome {
             SubAgentOutcome::Submitted { result, success } => (result.clone(), *success),
             SubAgentOutcome::LastText => {
@@ -126,16 +126,16 @@ impl Actor {
         cost_usd: f64,
     ) {
         let child = result.conversation_id.clone();
-        let first = !child.is_empty() && !self.record.sub_agents_counted.contains(&child);
+        let first = !child.is_empty() && !self.record.children.sub_agents_counted.contains(&child);
         let saved = (
-            self.record.sub_agents_usage,
-            self.record.sub_agents_cost_usd,
-            self.record.sub_agents_counted.clone(),
+            self.record.children.sub_agents_usage,
+            self.record.children.sub_agents_cost_usd,
+            self.record.children.sub_agents_counted.clone(),
         );
         if first {
-            self.record.sub_agents_usage.add(&usage);
-            self.record.sub_agents_cost_usd += cost_usd;
-            self.record.sub_agents_counted.push(child.clone());
+            self.record.children.sub_agents_usage.add(&usage);
+            self.record.children.sub_agents_cost_usd += cost_usd;
+            self.record.children.sub_agents_counted.push(child.clone());
         }
         let line = result
             .result
@@ -184,9 +184,9 @@ impl Actor {
         if let Err(e) = applied {
             tracing::error!(conversation = %self.record.id, "a sub-agent's end not recorded: {e}");
             (
-                self.record.sub_agents_usage,
-                self.record.sub_agents_cost_usd,
-                self.record.sub_agents_counted,
+                self.record.children.sub_agents_usage,
+                self.record.children.sub_agents_cost_usd,
+                self.record.children.sub_agents_counted,
             ) = saved;
             return;
         }

@@ -107,7 +107,7 @@ impl Actor {
         let l = &config.limits;
         ToolContext {
             cwd: self.record.cwd.clone(),
-            additional_dirs: self.record.additional_dirs.clone(),
+            additional_dirs: self.record.setup.additional_dirs.clone(),
             cancel,
             limits: crate::tools::ToolLimits {
                 max_output_bytes: l.max_output_bytes,
@@ -131,7 +131,10 @@ impl Actor {
 
     /// The MCP servers this conversation uses: the config's and its own.
     pub(super) fn mcp_servers(&self) -> Vec<crate::mcp::ServerSpec> {
-        crate::mcp::servers_of(self.shared.mcp.config_servers(), &self.record.mcp_servers)
+        crate::mcp::servers_of(
+            self.shared.mcp.config_servers(),
+            &self.record.setup.mcp_servers,
+        )
     }
 
     /// Announces a tool call, as every start of one is.

@@ -13,7 +13,7 @@ use agent_proto::v1::{self as pb, PermissionDecision};
 use super::bridge::Bridge;
 use super::live::Live;
 use super::{EditorLink, lock, map};
-use crate::commands::request_id;
+use agent_cli::request_id;
 
 /// Asks the editor about a permission request and answers the daemon with
 /// its choice. Withdrawn (the SDK's request cancellation) when another

@@ -462,7 +462,7 @@ pub(super) fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate>
                     )));
                 }
                 Some(Block::Image(i)) => {
-                    let line = format!("[image: {}]", crate::render::image_description(i));
+                    let line = format!("[image: {}]", agent_cli::render::image_description(i));
                     let chunk = ContentChunk::new(ContentBlock::from(line));
                     updates.push(if user {
                         SessionUpdate::UserMessageChunk(chunk)

@@ -23,7 +23,7 @@ use super::bridge::Bridge;
 use super::live::{Live, Shared, TurnEnd};
 use super::permission::ask_permission;
 use super::{EditorLink, lock, map, rpc_error, status_error};
-use crate::connect::Client;
+use agent_cli::Client;
 
 /// How long a session's pump keeps trying to reach the daemon again.
 const RECONNECT_WINDOW: Duration = Duration::from_secs(30);

@@ -20,9 +20,9 @@ use tokio::sync::oneshot;
 
 use super::live::{Live, Shared, Waiter};
 use super::pump::pump;
-use super::{EditorLink, Target, invalid_params, lock, map, rpc_error, status_error};
-use crate::commands::{client_name, request_id};
-use crate::connect::{Client, connect_or_start};
+use super::{EditorLink, invalid_params, lock, map, rpc_error, status_error};
+use agent_cli::admin::Target;
+use agent_cli::{Client, client_name, connect_or_start, request_id};
 
 /// Conversations one `session/list` page holds.
 const LIST_PAGE: u32 = 50;

@@ -1,5 +1,8 @@
-//! `agent acp`: an Agent Client Protocol agent on stdin/stdout, for editors
-//! (Zed, JetBrains, Neovim plugins). A thin bridge: every ACP session is a
+//! `agent-acp` (`agent acp` runs it): an Agent Client Protocol agent on
+//! stdin/stdout, for editors (Zed, JetBrains, Neovim plugins). Its own
+//! binary, so that the `agent` client does not carry the ACP library; it
+//! reads `agent`'s command line and reaches the daemon through the
+//! `agent-cli` library, as every command does. A thin bridge: every ACP session is a
 //! daemon conversation, joined with `Attach` like `agent attach` joins it,
 //! so an editor and any number of terminals share one live conversation and
 //! its permission requests (the first answer wins, wherever it comes from).
@@ -19,7 +22,7 @@ mod map;
 mod permission;
 mod pump;
 
-use std::path::PathBuf;
+use std::process::ExitCode;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_client_protocol::v1::Responder;
@@ -31,23 +34,22 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{Agent, Client as Editor, Error, JsonRpcResponse, Stdio};
 
-use crate::error::{CliError, Exit};
+use agent_cli::admin::Target;
+use agent_cli::{CliError, Exit};
 use bridge::Bridge;
 use permission::ask_permission;
 
 /// The connection to the editor.
 type EditorLink = agent_client_protocol::v1::ConnectionTo<Editor>;
 
-/// Where the daemon is, as every command gets it.
-#[derive(Debug, Clone)]
-pub struct Target {
-    pub socket: PathBuf,
-    pub pass_socket: bool,
-    pub autostart: bool,
+/// The `agent-acp` binary: `agent`'s command line (its global options, then
+/// `acp`), served as ACP on stdin/stdout.
+pub fn main() -> ExitCode {
+    agent_cli::main_serving_acp(|target| Box::pin(serve(target)))
 }
 
 /// Serves ACP on stdin/stdout until the editor closes stdin.
-pub async fn serve(target: Target) -> Result<Exit, CliError> {
+async fn serve(target: Target) -> Result<Exit, CliError> {
     let bridge = Arc::new(Bridge::new(target));
     let [b1, b2, b3, b4, b5, b6, b7, b8, b9] = std::array::from_fn(|_| bridge.clone());
     Agent
