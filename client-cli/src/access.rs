@@ -26,29 +26,13 @@ pub fn role_name(raw: i32) -> &'static str {
     }
 }
 
-/// Unix ms as `YYYY-MM-DD HH:MM:SS` UTC; "-" for 0.
+/// Unix ms as `YYYY-MM-DD HH:MM:SS` UTC; "-" for 0 (and for an instant
+/// chrono cannot represent).
 fn when(ms: i64) -> String {
-    if ms <= 0 {
-        return "-".to_string();
+    match chrono::DateTime::from_timestamp_millis(ms) {
+        Some(t) if ms > 0 => t.format("%Y-%m-%d %H:%M:%S").to_string(),
+        _ => "-".to_string(),
     }
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 fn token_json(t: &pb::TokenInfo) -> Value {

@@ -449,17 +449,7 @@ pub(super) fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate>
                     )));
                 }
                 Some(Block::ToolResult(r)) => {
-                    let status = if r.is_error {
-                        ToolCallStatus::Failed
-                    } else {
-                        ToolCallStatus::Completed
-                    };
-                    updates.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                        r.tool_use_id.clone(),
-                        ToolCallUpdateFields::new()
-                            .status(status)
-                            .content(vec![text_content(bounded(&r.content, 4096))]),
-                    )));
+                    updates.push(tool_result_update(r));
                 }
                 Some(Block::Image(i)) => {
                     let line = format!("[image: {}]", agent_cli::render::image_description(i));
@@ -489,26 +479,29 @@ pub(super) fn bounded(text: &str, max: usize) -> String {
     format!("{}\n… ({} bytes left out)", &text[..end], text.len() - end)
 }
 
-/// Unix milliseconds as ISO 8601 UTC (`2026-11-26T06:20:32Z`).
+/// A call's result as the editor's update of that call: completed or
+/// failed, with the start of its text.
+pub(super) fn tool_result_update(r: &pb::ToolResultBlock) -> SessionUpdate {
+    let status = if r.is_error {
+        ToolCallStatus::Failed
+    } else {
+        ToolCallStatus::Completed
+    };
+    SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+        r.tool_use_id.clone(),
+        ToolCallUpdateFields::new()
+            .status(status)
+            .content(vec![text_content(bounded(&r.content, 4096))]),
+    ))
+}
+
+/// Unix milliseconds as ISO 8601 UTC (`2026-11-26T06:20:32Z`); the epoch
+/// for an instant chrono cannot represent.
 pub(super) fn iso8601(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
+    chrono::DateTime::from_timestamp_millis(ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// An MCP server the editor gives a session, as the daemon takes it: stdio

@@ -344,17 +344,7 @@ impl Pump {
                     }
                     // Calls that never ran (denied, cancelled, skipped) end here.
                     Some(Block::ToolResult(r)) if shared.ended.insert(r.tool_use_id.clone()) => {
-                        let status = if r.is_error {
-                            ToolCallStatus::Failed
-                        } else {
-                            ToolCallStatus::Completed
-                        };
-                        updates.push(SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
-                            r.tool_use_id.clone(),
-                            ToolCallUpdateFields::new()
-                                .status(status)
-                                .content(vec![map::text_content(map::bounded(&r.content, 4096))]),
-                        )));
+                        updates.push(map::tool_result_update(r));
                     }
                     _ => {}
                 }

@@ -31,20 +31,13 @@ files it touches and the steps it depends on). The user approves, rejects with f
 the plan and propose it again) or edits it. Once it is approved, carry it out step by step and \
 report each step's progress with update_plan.";
 
-/// `YYYY-MM-DD` (UTC) of a Unix-ms instant, without a date library.
+/// `YYYY-MM-DD` (UTC) of a Unix-ms instant (the epoch's date for an
+/// instant chrono cannot represent, hundreds of millennia away).
 pub(crate) fn civil_date(now_ms: i64) -> String {
-    // Howard Hinnant's days-to-civil algorithm.
-    let days = now_ms.div_euclid(86_400_000);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}")
+    chrono::DateTime::from_timestamp_millis(now_ms)
+        .unwrap_or_default()
+        .format("%Y-%m-%d")
+        .to_string()
 }
 
 #[cfg(test)]
