@@ -461,6 +461,18 @@ async fn bad_input_gets_clear_statuses() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert_eq!(e.message(), "message text is empty");
+    let listed = client
+        .list_conversations(pb::ListConversationsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .conversations;
+    assert_eq!(
+        listed.len(),
+        1,
+        "a refused prompt creates nothing: {listed:?}"
+    );
     let e = client
         .create_conversation(pb::CreateConversationRequest {
             cwd: "relative/dir".into(),

@@ -115,6 +115,13 @@ async fn text_over_the_limit_on_attach_is_an_error_event_and_the_stream_stays_us
         Some(Ev::Error(e)) => assert!(e.message.starts_with("feedback is 70000 bytes"), "{e:?}"),
         other => panic!("not an error event: {other:?}"),
     }
+    // A frame that says nothing is refused by the core's rule, the same
+    // words as SendMessage's, to this client only.
+    a.send(send_frame(" \n\t".into())).await;
+    match next_error(&mut a).await.event {
+        Some(Ev::Error(e)) => assert_eq!(e.message, "message text is empty", "{e:?}"),
+        other => panic!("not an error event: {other:?}"),
+    }
     // The same stream still carries messages.
     a.send(send_frame("hello".into())).await;
     a.until(WAIT, is_idle).await;

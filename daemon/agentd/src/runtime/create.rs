@@ -139,8 +139,11 @@ impl Manager {
         let first = match (parent, prompt) {
             (Some(p), _) => First::Seed(p),
             (None, Some((text, images))) => {
-                if text.trim().is_empty() && images.is_empty() {
-                    return Err(RuntimeError::InvalidArgument("prompt is empty".into()));
+                // The core's rule, before anything is written.
+                if agentd_core::message::says_nothing(&text, images.len()) {
+                    return Err(RuntimeError::InvalidArgument(
+                        agentd_core::Rejected::EmptyMessage.to_string(),
+                    ));
                 }
                 First::Prompt(text, images)
             }

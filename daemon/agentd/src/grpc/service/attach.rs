@@ -300,9 +300,7 @@ async fn send_frame(
     s: pb::SendMessageFrame,
 ) -> Result<(), Status> {
     let images = convert::uploads(&manager.shared().config.images.limits(), s.images);
-    if s.text.trim().is_empty() && images.as_ref().is_ok_and(Vec::is_empty) {
-        Err(Status::invalid_argument("message text is empty"))
-    } else if let Err(refused) = check_text(limits, "message text", &s.text) {
+    if let Err(refused) = check_text(limits, "message text", &s.text) {
         Err(refused)
     } else {
         match convert::client_request_id_from(s.client_request_id)

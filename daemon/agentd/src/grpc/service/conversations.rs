@@ -67,9 +67,6 @@ pub(super) fn new_conversation(
         mcp_servers.push(spec);
     }
     let prompt = req.prompt;
-    if !prompt.is_empty() && prompt.trim().is_empty() && req.images.is_empty() {
-        return Err(Status::invalid_argument("prompt is empty"));
-    }
     check_text(svc.limits(), "prompt", &prompt)?;
     // Checked before anything is made: a refused image creates nothing.
     let images = convert::uploads(&svc.manager.shared().config.images.limits(), req.images)?;

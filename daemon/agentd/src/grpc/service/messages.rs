@@ -13,9 +13,6 @@ pub(super) async fn send_message(
 ) -> Result<Response<pb::SendMessageResponse>, Status> {
     let from = caller(&request)?.client(String::new(), "", None);
     let req = request.into_inner();
-    if req.text.trim().is_empty() && req.images.is_empty() {
-        return Err(Status::invalid_argument("message text is empty"));
-    }
     check_text(svc.limits(), "message text", &req.text)?;
     let id = svc
         .manager
