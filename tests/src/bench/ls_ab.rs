@@ -10,11 +10,9 @@
 //! ```
 
 use std::path::Path;
-use std::time::Duration;
 
 use super::stats::Report;
 use super::{BenchResult, Context as _, Settings, procfs};
-use crate::fake_llm::{FakeLlm, Script};
 
 /// Runs the scenario: `settings.runs` runs of each client, after 3 of each
 /// to warm the page cache.
@@ -36,15 +34,8 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
             procfs::mib(size)
         ));
     }
-    let fake = FakeLlm::start().await;
-    let daemon = super::start_daemon(&fake).await;
-    let mut client = super::client(&daemon.socket).await?;
-    fake.set_default(Some(Script::text("ok")));
-    for i in 0..10 {
-        super::create(&mut client, &daemon.work_dir, &format!("task {i}"), &[]).await?;
-    }
-    super::wait_all_at_rest(&mut client, 10, Duration::from_secs(30)).await?;
-    fake.set_default(None);
+    // The fake stays up while the daemon runs.
+    let (_fake, daemon) = super::daemon_with_conversations(10).await?;
     for _ in 0..3 {
         ls(&daemon, a).await?;
         ls(&daemon, b).await?;

@@ -204,6 +204,22 @@ pub async fn list_states(
         .collect())
 }
 
+/// A running daemon with `n` conversations whose one turn ended ("ok"),
+/// and its fake (answering nothing by default again): what `agent ls`
+/// lists in the start-up scenarios.
+pub async fn daemon_with_conversations(n: usize) -> BenchResult<(FakeLlm, TestDaemon)> {
+    let fake = FakeLlm::start().await;
+    let daemon = start_daemon(&fake).await;
+    let mut client = client(&daemon.socket).await?;
+    fake.set_default(Some(crate::fake_llm::Script::text("ok")));
+    for i in 0..n {
+        create(&mut client, &daemon.work_dir, &format!("task {i}"), &[]).await?;
+    }
+    wait_all_at_rest(&mut client, n, Duration::from_secs(30)).await?;
+    fake.set_default(None);
+    Ok((fake, daemon))
+}
+
 /// Polls the list until no conversation is busy; returns how many are in
 /// the error state.
 pub async fn wait_all_at_rest(

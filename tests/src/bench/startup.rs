@@ -172,15 +172,7 @@ pub async fn run(settings: &Settings) -> BenchResult<Report> {
     drop(daemon);
 
     // A daemon with a handful of conversations, already running.
-    let fake = FakeLlm::start().await;
-    let daemon = super::start_daemon(&fake).await;
-    let mut client = super::client(&daemon.socket).await?;
-    fake.set_default(Some(Script::text("ok")));
-    for i in 0..10 {
-        super::create(&mut client, &daemon.work_dir, &format!("task {i}"), &[]).await?;
-    }
-    super::wait_all_at_rest(&mut client, 10, Duration::from_secs(30)).await?;
-    fake.set_default(None);
+    let (fake, daemon) = super::daemon_with_conversations(10).await?;
     for _ in 0..settings.runs * 2 {
         let (took, rss) = agent_ls(&daemon).await?;
         report.sample(
