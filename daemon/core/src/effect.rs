@@ -256,7 +256,7 @@ pub enum Effect {
     },
     /// Put the user message just sent in the queue: a turn runs and its
     /// sender asked to queue it rather than be refused. The state is
-    /// unchanged; the core delivers it later from `ConvContext::queued`.
+    /// unchanged; the core delivers it later from `Conversation::queue`.
     Enqueue,
     /// Run the hooks that check the user message just sent before it is
     /// sent (`session_start` for the first message, then

@@ -1,8 +1,8 @@
 //! `agentd-core`: everything the agent *decides*, and nothing it does.
 //!
 //! The heart is [`transition()`]: a pure, deterministic function from the
-//! current [`ConvState`], the [`ConvContext`] and one [`Event`] to the next
-//! state and the [`Effect`]s the runtime must carry out. It never reads the
+//! current [`Conversation`] (its [`ConvState`], mode, plan, queue...), the
+//! [`ConvContext`] and one [`Event`] to the next conversation and the [`Effect`]s the runtime must carry out. It never reads the
 //! clock, makes ids or draws random numbers: the clock reading arrives in the
 //! context, random draws (retry jitter) inside events.
 //!
@@ -21,6 +21,7 @@
 
 pub mod budget;
 pub mod client;
+pub mod conversation;
 pub mod correction;
 pub mod effect;
 pub mod event;
@@ -38,6 +39,7 @@ pub mod unified_diff;
 
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
+pub use conversation::{Conversation, QueuedMessage};
 pub use correction::{CorrectionSignal, Corrections};
 pub use effect::{Effect, LlmPurpose, Notice, Severity, SubAgentOutcome};
 pub use event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};

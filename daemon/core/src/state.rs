@@ -274,7 +274,8 @@ pub const CONTINUATION_THRESHOLD: f64 = 0.90;
 /// Fraction at which clients show a warning.
 pub const WARNING_THRESHOLD: f64 = 0.80;
 
-/// Everything `transition` may read besides the state and the event. The
+/// Everything `transition` may read besides the conversation and the event:
+/// configuration, limits, budgets, the clock. The
 /// runtime fills it; the clock reading arrives here, never from a syscall.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConvContext {
@@ -294,7 +295,9 @@ pub struct ConvContext {
     pub context_window: u64,
     /// What to do near the context limit.
     pub exhaustion: ContextExhaustionBehavior,
-    /// The permission policy: mode and rules.
+    /// The permission policy: mode and rules. The runtime builds it in the
+    /// conversation's mode (`Conversation::mode`); a transition that
+    /// changes the mode judges its later calls in the new one.
     pub policy: Policy,
     /// Same tool + identical input this many times in a row is a doom loop.
     pub doom_loop_threshold: usize,
@@ -304,30 +307,18 @@ pub struct ConvContext {
     /// The hooks configured for this conversation, as far as decisions
     /// depend on them (none by default).
     pub hooks: HookMatchers,
-    /// Texts of the user messages queued while a turn ran, oldest first:
-    /// delivered at the next model request boundary, or as the next turn
-    /// when this one ends (see `transition`).
-    pub queued: Vec<String>,
-    /// The images of the queued messages: `queued_images[i]` go with
-    /// `queued[i]` (missing entries: none). Delivered after that text.
-    pub queued_images: Vec<Vec<crate::image::ImageRef>>,
     /// Usage of the conversation's latest reply (zero before the first):
     /// the warning fires when a reply crosses the warning threshold from
     /// below it, and a manual continuation starts from it (REQ-BED-023).
     pub last_usage: Usage,
     /// The budgets, raises and spending the request boundary checks.
     pub budget: BudgetContext,
-    /// The conversation's plan, if one was proposed (issue 17).
-    pub plan: Option<crate::plan::Plan>,
     /// What a user message that deserves a plan does (`[plan] detect`).
     /// Off in `ConvContext::default()`; the daemon's default is suggest.
     pub plan_detect: crate::plan::PlanDetect,
     /// Set when this conversation is a sub-agent: no nesting, no mode
     /// upgrade, `submit_result` ends it (REQ-BED-008/009/018).
     pub sub_agent: Option<SubAgentRole>,
-    /// Self-correction tracking: the request the turn works on and its
-    /// open correction chains (persisted with the state).
-    pub corrections: crate::correction::Corrections,
     /// `[plan] auto_rollback_on_failure`: a failed plan step puts back the
     /// files the agent changed since it started.
     pub auto_rollback_on_failure: bool,
@@ -373,14 +364,10 @@ impl Default for ConvContext {
             doom_loop_threshold: 3,
             recent_calls: Vec::new(),
             hooks: HookMatchers::default(),
-            queued: Vec::new(),
-            queued_images: Vec::new(),
             last_usage: Usage::default(),
             budget: BudgetContext::default(),
-            plan: None,
             plan_detect: crate::plan::PlanDetect::Off,
             sub_agent: None,
-            corrections: crate::correction::Corrections::default(),
             auto_rollback_on_failure: false,
             auto_continue: AutoContinue::default(),
         }

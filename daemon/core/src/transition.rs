@@ -1,4 +1,5 @@
-//! The transition function: `(state, context, event) -> (state, effects)`.
+//! The transition function:
+//! `(conversation, context, event) -> (conversation, effects)`.
 //!
 //! Pure and deterministic: it reads nothing but its arguments. The seed's
 //! transition matrix (bedrock-state-machine-design.md) is its specification,
@@ -29,6 +30,7 @@ mod schedule;
 mod sub_agents;
 mod user;
 
+use crate::conversation::Conversation;
 use crate::correction::Corrections;
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::Event;
@@ -37,32 +39,40 @@ use crate::permission::{Decision, Mode};
 use crate::state::{ConvContext, ConvState, ErrorKind, ToolRun};
 use crate::texts;
 use queue::deliver_queued;
+use std::borrow::Cow;
 use std::fmt;
 use sub_agents::end_of_sub_agent;
 
 /// The outcome of an accepted event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Transition {
-    /// The new state (persisted before the effects run).
-    pub state: ConvState,
-    /// The permission mode the conversation enters, when it changes. Part
-    /// of what is persisted with the state, in the same commit, so a crash
-    /// can never leave a transcript that says "upgraded" with the old mode.
-    pub mode: Option<Mode>,
+    /// The conversation as the event leaves it, whole: persisted in one
+    /// commit before the effects run, so a crash can never leave a
+    /// transcript that says "upgraded" with the old mode, or a delivered
+    /// message still queued.
+    pub conversation: Conversation,
     /// What the runtime must do, in order.
     pub effects: Vec<Effect>,
-    /// How many of the queued messages (`ConvContext::queued`, from the
-    /// front) this transition delivered: the runtime removes them from the
-    /// queue in the same commit that persists the state.
-    pub delivered: usize,
-    /// The self-correction tracking the conversation has now, when it
-    /// changes: persisted in the same commit as the state.
-    pub corrections: Option<Corrections>,
 }
 
-impl Transition {
+/// A decision as the families make it: the new state, the effects, and
+/// what else of the conversation changes. [`Step::finish`] makes it the
+/// new conversation.
+#[derive(Debug)]
+struct Step {
+    state: ConvState,
+    /// The permission mode the conversation enters, when it changes.
+    mode: Option<Mode>,
+    effects: Vec<Effect>,
+    /// How many of the queued messages, from the front, it delivered.
+    delivered: usize,
+    /// The self-correction tracking, when it changes.
+    corrections: Option<Corrections>,
+}
+
+impl Step {
     fn new(state: ConvState) -> Self {
-        Transition {
+        Step {
             state,
             mode: None,
             effects: Vec::new(),
@@ -77,12 +87,67 @@ impl Transition {
     }
 
     fn unchanged(state: &ConvState) -> Self {
-        Transition::new(state.clone())
+        Step::new(state.clone())
     }
 
     fn prepend(mut self, effect: Effect) -> Self {
         self.effects.insert(0, effect);
         self
+    }
+
+    /// The conversation `before` as this step leaves it: the plan is the
+    /// last one its effects report, the queue loses what it delivered.
+    fn finish(self, before: &Conversation) -> Transition {
+        let plan = self.effects.iter().rev().find_map(|e| match e {
+            Effect::PlanChanged { plan, .. } => Some(plan),
+            _ => None,
+        });
+        let delivered = self.delivered.min(before.queue.len());
+        Transition {
+            conversation: Conversation {
+                state: self.state,
+                mode: self.mode.unwrap_or(before.mode),
+                plan: plan.or(before.plan.as_ref()).cloned(),
+                corrections: self
+                    .corrections
+                    .unwrap_or_else(|| before.corrections.clone()),
+                queue: before.queue[delivered..].to_vec(),
+            },
+            effects: self.effects,
+        }
+    }
+}
+
+/// What a decision reads: the conversation as the event finds it and the
+/// context (reads of the context go through it as on the context itself).
+/// A decision that changes the mode changes both, so the later decisions
+/// of the same event judge in the new mode.
+#[derive(Debug, Clone)]
+struct Inputs<'a> {
+    conv: Cow<'a, Conversation>,
+    ctx: Cow<'a, ConvContext>,
+}
+
+impl<'a> Inputs<'a> {
+    fn new(conv: &'a Conversation, ctx: &'a ConvContext) -> Self {
+        Inputs {
+            conv: Cow::Borrowed(conv),
+            ctx: Cow::Borrowed(ctx),
+        }
+    }
+
+    /// Later decisions of the same event are made in `mode`.
+    fn set_mode(&mut self, mode: Mode) {
+        self.ctx.to_mut().policy.mode = mode;
+        self.conv.to_mut().mode = mode;
+    }
+}
+
+impl std::ops::Deref for Inputs<'_> {
+    type Target = ConvContext;
+
+    fn deref(&self) -> &ConvContext {
+        &self.ctx
     }
 }
 
@@ -142,12 +207,14 @@ impl fmt::Display for Rejected {
 
 impl std::error::Error for Rejected {}
 
-/// Applies `event` to `state`.
+/// Applies `event` to the conversation `conv`.
 pub fn transition(
-    state: &ConvState,
+    conv: &Conversation,
     ctx: &ConvContext,
     event: Event,
 ) -> Result<Transition, Rejected> {
+    let inputs = Inputs::new(conv, ctx);
+    let (state, ctx) = (&conv.state, &inputs);
     let stops = matches!(
         event,
         Event::UserCancel
@@ -162,21 +229,19 @@ pub fn transition(
     let t = deliver_queued(state, ctx, stops, t);
     let t = plans::checkpoints(ctx, t);
     let t = continuation::owed(state, ctx, t);
-    Ok(end_of_sub_agent(state, ctx, cancelled, t))
+    Ok(end_of_sub_agent(state, ctx, cancelled, t).finish(conv))
 }
 
 /// The first attempt of model round `iteration`: a request boundary, where
 /// the budgets are checked. A reached budget holds the request back until
 /// someone raises it (REQ: issue 15 point 5).
-fn begin_request(ctx: &ConvContext, iteration: u32) -> Transition {
+fn begin_request(ctx: &Inputs<'_>, iteration: u32) -> Step {
     if let Some(stop) = crate::budget::check(&ctx.budget) {
-        return Transition::new(ConvState::BudgetStopped { iteration, stop }).with(
-            Effect::Notify {
-                notice: Notice::BudgetStopped { stop },
-            },
-        );
+        return Step::new(ConvState::BudgetStopped { iteration, stop }).with(Effect::Notify {
+            notice: Notice::BudgetStopped { stop },
+        });
     }
-    Transition::new(ConvState::LlmRequesting {
+    Step::new(ConvState::LlmRequesting {
         attempt: 1,
         iteration,
         retry: None,
@@ -188,7 +253,7 @@ fn begin_request(ctx: &ConvContext, iteration: u32) -> Transition {
 }
 
 /// The round after `iteration`, unless the iteration guard stops the turn.
-fn next_round(ctx: &ConvContext, iteration: u32) -> Transition {
+fn next_round(ctx: &Inputs<'_>, iteration: u32) -> Step {
     if iteration >= ctx.max_iterations {
         return fail(texts::ERR_MAX_ITERATIONS.to_string(), ErrorKind::Unknown);
     }
@@ -196,12 +261,12 @@ fn next_round(ctx: &ConvContext, iteration: u32) -> Transition {
 }
 
 /// A turn held at `stop` ends there, in error.
-fn budget_not_raised(stop: &crate::budget::BudgetStop) -> Transition {
+fn budget_not_raised(stop: &crate::budget::BudgetStop) -> Step {
     fail(texts::budget_not_raised(stop), ErrorKind::Budget)
 }
 
-fn fail(message: String, kind: ErrorKind) -> Transition {
-    Transition::new(ConvState::Error {
+fn fail(message: String, kind: ErrorKind) -> Step {
+    Step::new(ConvState::Error {
         message: message.clone(),
         kind,
     })
@@ -210,7 +275,7 @@ fn fail(message: String, kind: ErrorKind) -> Transition {
     })
 }
 
-fn interrupt_marker(ctx: &ConvContext) -> Effect {
+fn interrupt_marker(ctx: &Inputs<'_>) -> Effect {
     Effect::AppendMessage {
         message: Message::user(vec![ContentBlock::text(texts::INTERRUPT_USER)], ctx.now_ms),
     }
@@ -233,7 +298,7 @@ fn answer_all<'a>(run: &'a ToolRun, unfinished: impl Fn(&str) -> &'a str) -> Vec
 /// The transition function proper, before queued messages are delivered:
 /// each event goes to the code of its family. `None` from a family means
 /// the event does not apply to the state.
-fn decide(state: &ConvState, ctx: &ConvContext, event: Event) -> Result<Transition, Rejected> {
+fn decide(state: &ConvState, ctx: &Inputs<'_>, event: Event) -> Result<Step, Rejected> {
     let not_applicable = Rejected::NotApplicable {
         state: state.name(),
         event: event.name(),

@@ -83,7 +83,7 @@ proptest! {
             stop_reason: if with_call { StopReason::ToolUse } else { StopReason::EndTurn },
             usage: now,
         };
-        let t = transition(&requesting(), &ctx, Event::LlmCompleted { reply }).unwrap();
+        let t = transition(&requesting().into(), &ctx, Event::LlmCompleted { reply }).unwrap();
         let crossed = should_warn(&now, window) && !should_warn(&last, window);
         let expected: Vec<(u64, u64)> = if crossed {
             vec![(now.context_tokens(), window)]
@@ -97,7 +97,7 @@ proptest! {
         }
         let continues = should_trigger_continuation(&now, window);
         prop_assert_eq!(
-            matches!(t.state, ConvState::AwaitingContinuation { .. }),
+            matches!(t.conversation.state, ConvState::AwaitingContinuation { .. }),
             continues
         );
         if continues {
@@ -140,7 +140,7 @@ proptest! {
             2 => (Event::ContinuationFailed { error: "HTTP 500".into() }, texts::CONTINUATION_FALLBACK.to_string()),
             _ => (Event::UserCancel, texts::CONTINUATION_CANCELLED.to_string()),
         };
-        let t = transition(&state, &ctx, event).unwrap();
+        let t = transition(&state.clone().into(), &ctx, event).unwrap();
         let stored: Vec<_> = t.effects.iter().filter_map(|e| match e {
             Effect::AppendMessage { message } => Some(message),
             _ => None,
@@ -149,12 +149,12 @@ proptest! {
         prop_assert_eq!(stored[0].kind, MessageKind::Continuation);
         prop_assert_eq!(stored[0].role, Role::Assistant);
         prop_assert_eq!(stored[0].text(), expected.clone());
-        match &t.state {
+        match &t.conversation.state {
             ConvState::ContextExhausted { summary: s, .. } => prop_assert_eq!(s, &expected),
             other => prop_assert!(false, "not exhausted: {:?}", other),
         }
         // Read-only from then on, and it says so.
-        let refused = transition(&t.state, &ctx, Event::UserMessage { text: "more".into(), images: vec![], sending: Default::default() });
+        let refused = transition(&t.conversation.state.clone().into(), &ctx, Event::UserMessage { text: "more".into(), images: vec![], sending: Default::default() });
         prop_assert_eq!(refused.unwrap_err().to_string(), texts::CONTEXT_EXHAUSTED);
     }
 
@@ -173,9 +173,9 @@ proptest! {
             texts: queued.clone(),
             images: Vec::new(),
         };
-        let t = transition(&ConvState::Idle, &ctx, event).unwrap();
-        let first_round = matches!(t.state, ConvState::LlmRequesting { attempt: 1, iteration: 1, .. });
-        prop_assert!(first_round, "not the first round: {:?}", t.state);
+        let t = transition(&ConvState::Idle.into(), &ctx, event).unwrap();
+        let first_round = matches!(t.conversation.state, ConvState::LlmRequesting { attempt: 1, iteration: 1, .. });
+        prop_assert!(first_round, "not the first round: {:?}", t.conversation.state);
         let messages: Vec<_> = t.effects.iter().filter_map(|e| match e {
             Effect::AppendMessage { message } => Some(message),
             _ => None,

@@ -4,6 +4,7 @@
 
 #![expect(clippy::unwrap_used)]
 
+use agentd_core::Conversation;
 use agentd_core::correction::{CorrectionSignal, MAX_CHAINS, MAX_CORRECTION_ATTEMPTS};
 use agentd_core::effect::{Effect, LlmPurpose, Notice};
 use agentd_core::event::Event;
@@ -47,7 +48,7 @@ const FALLBACK: &str = "Read the file and write it whole with `write`.";
 
 struct Conv {
     ctx: ConvContext,
-    state: ConvState,
+    conversation: Conversation,
     transcript: Vec<Message>,
     notices: Vec<Notice>,
     /// Model requests for turns, with the last user message at the time.
@@ -62,7 +63,7 @@ impl Conv {
                 max_iterations: 1_000,
                 ..ConvContext::default()
             },
-            state: ConvState::Idle,
+            conversation: ConvState::Idle.into(),
             transcript: Vec::new(),
             notices: Vec::new(),
             requests: Vec::new(),
@@ -71,22 +72,19 @@ impl Conv {
     }
 
     fn feed(&mut self, event: Event) {
-        let t = transition(&self.state, &self.ctx, event.clone()).unwrap();
+        let t = transition(&self.conversation, &self.ctx, event.clone()).unwrap();
         assert_eq!(
             t,
-            transition(&self.state, &self.ctx, event).unwrap(),
+            transition(&self.conversation, &self.ctx, event).unwrap(),
             "transition is not deterministic"
         );
-        self.state = t.state;
-        if let Some(c) = t.corrections {
-            // What the runtime persists must read back the same.
-            let json = serde_json::to_string(&c).unwrap();
-            assert_eq!(
-                serde_json::from_str::<agentd_core::Corrections>(&json).unwrap(),
-                c
-            );
-            self.ctx.corrections = c;
-        }
+        // What the runtime persists must read back the same.
+        let json = serde_json::to_string(&t.conversation).unwrap();
+        assert_eq!(
+            serde_json::from_str::<Conversation>(&json).unwrap(),
+            t.conversation
+        );
+        self.conversation = t.conversation;
         for effect in t.effects {
             match effect {
                 Effect::AppendMessage { message } => self.transcript.push(message),
@@ -166,7 +164,7 @@ fn run(rounds: &[Round]) -> Result<(), String> {
         let notices_before = conv.notices.len();
         let requests_before = conv.requests.len();
         if let Round::User(n) = round {
-            if !conv.state.is_at_rest() {
+            if !conv.conversation.state.is_at_rest() {
                 continue;
             }
             current = users[usize::from(*n)];
@@ -177,7 +175,7 @@ fn run(rounds: &[Round]) -> Result<(), String> {
             });
             continue;
         }
-        if !matches!(conv.state, ConvState::LlmRequesting { .. }) {
+        if !matches!(conv.conversation.state, ConvState::LlmRequesting { .. }) {
             continue;
         }
         match round {
@@ -254,11 +252,12 @@ fn run(rounds: &[Round]) -> Result<(), String> {
                         if *attempts == MAX_CORRECTION_ATTEMPTS => {}
                     other => return Err(format!("after the limit: said {other:?}")),
                 }
-                if !asked.is_empty() || !matches!(conv.state, ConvState::Error { .. }) {
+                if !asked.is_empty() || !matches!(conv.conversation.state, ConvState::Error { .. })
+                {
                     return Err(format!(
                         "after the limit: {} requests, state {}",
                         asked.len(),
-                        conv.state.name()
+                        conv.conversation.state.name()
                     ));
                 }
                 *open = 0;
@@ -288,10 +287,10 @@ fn run(rounds: &[Round]) -> Result<(), String> {
                 }
             }
         }
-        if conv.ctx.corrections.chains.len() > MAX_CHAINS {
+        if conv.conversation.corrections.chains.len() > MAX_CHAINS {
             return Err("too many chains kept".to_string());
         }
-        for chain in &conv.ctx.corrections.chains {
+        for chain in &conv.conversation.corrections.chains {
             if chain.attempts.len() as u32 > MAX_CORRECTION_ATTEMPTS {
                 return Err(format!("{} attempts kept", chain.attempts.len()));
             }
@@ -343,7 +342,7 @@ fn four_signal_failures_in_a_row_give_three_attempts_then_an_end() {
         kinds[..4],
         ["attempt 1", "attempt 2", "attempt 3", "failed"]
     );
-    assert!(conv.state.is_at_rest());
+    assert!(conv.conversation.state.is_at_rest());
     assert_eq!(
         conv.requests.len(),
         4,

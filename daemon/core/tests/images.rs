@@ -3,8 +3,8 @@
 
 use agentd_core::image::{ImageInfo, describe, dimensions, human_size};
 use agentd_core::{
-    ContentBlock, ConvContext, ConvState, Effect, Event, ImageLimits, ImageMediaType, ImageRef,
-    ImageRejected, Rejected, transition,
+    ContentBlock, ConvContext, ConvState, Conversation, Effect, Event, ImageLimits, ImageMediaType,
+    ImageRef, ImageRejected, QueuedMessage, Rejected, transition,
 };
 use proptest::prelude::*;
 
@@ -304,7 +304,7 @@ fn appended(effects: &[Effect]) -> Vec<Vec<ContentBlock>> {
 fn a_user_message_puts_its_images_before_its_text() {
     let ctx = ConvContext::default();
     let t = transition(
-        &ConvState::Idle,
+        &Conversation::with_state(ConvState::Idle),
         &ctx,
         Event::UserMessage {
             text: "what is this?".into(),
@@ -321,14 +321,17 @@ fn a_user_message_puts_its_images_before_its_text() {
             ContentBlock::text("what is this?"),
         ]]
     );
-    assert!(matches!(t.state, ConvState::LlmRequesting { .. }));
+    assert!(matches!(
+        t.conversation.state,
+        ConvState::LlmRequesting { .. }
+    ));
 }
 
 #[test]
 fn an_image_alone_is_a_message_but_nothing_at_all_is_not() {
     let ctx = ConvContext::default();
     let t = transition(
-        &ConvState::Idle,
+        &Conversation::with_state(ConvState::Idle),
         &ctx,
         Event::UserMessage {
             text: "  ".into(),
@@ -342,7 +345,7 @@ fn an_image_alone_is_a_message_but_nothing_at_all_is_not() {
         vec![vec![ContentBlock::Image(image(3))]]
     );
     let refused = transition(
-        &ConvState::Idle,
+        &Conversation::with_state(ConvState::Idle),
         &ctx,
         Event::UserMessage {
             text: " ".into(),
@@ -357,23 +360,28 @@ fn an_image_alone_is_a_message_but_nothing_at_all_is_not() {
 fn queued_images_follow_their_own_text() {
     // A turn ends normally with two messages queued, the second with an
     // image and no text: the next turn's message carries them in order.
-    let ctx = ConvContext {
-        queued: vec!["first".into(), String::new()],
-        queued_images: vec![vec![], vec![image(7)]],
-        ..ConvContext::default()
-    };
-    let state = ConvState::LlmRequesting {
-        attempt: 1,
-        iteration: 1,
-        retry: None,
+    let ctx = ConvContext::default();
+    let conv = Conversation {
+        queue: vec![
+            QueuedMessage::text("first"),
+            QueuedMessage {
+                images: vec![image(7)],
+                ..QueuedMessage::text("")
+            },
+        ],
+        ..Conversation::with_state(ConvState::LlmRequesting {
+            attempt: 1,
+            iteration: 1,
+            retry: None,
+        })
     };
     let reply = agentd_core::Reply {
         content: vec![ContentBlock::text("done")],
         stop_reason: agentd_core::StopReason::EndTurn,
         usage: agentd_core::Usage::default(),
     };
-    let t = transition(&state, &ctx, Event::LlmCompleted { reply }).unwrap();
-    assert_eq!(t.delivered, 2);
+    let t = transition(&conv, &ctx, Event::LlmCompleted { reply }).unwrap();
+    assert!(t.conversation.queue.is_empty(), "both delivered");
     let messages = appended(&t.effects);
     assert_eq!(
         messages.last().unwrap(),

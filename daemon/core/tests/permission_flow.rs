@@ -3,6 +3,7 @@
 
 #![expect(clippy::unwrap_used)]
 
+use agentd_core::Conversation;
 use agentd_core::effect::Effect;
 use agentd_core::event::Event;
 use agentd_core::message::{ContentBlock, Reply, StopReason, ToolCall, Usage};
@@ -48,7 +49,12 @@ fn reply(ctx: &ConvContext, calls: &[(&str, Value)]) -> Transition {
             usage: Usage::default(),
         },
     };
-    transition(&state, ctx, event).unwrap()
+    // The conversation is in the mode its policy was built in.
+    let conv = Conversation {
+        mode: ctx.policy.mode,
+        ..state.into()
+    };
+    transition(&conv, ctx, event).unwrap()
 }
 
 fn ask(t: &Transition) -> &PermissionAsk {
@@ -168,8 +174,8 @@ fn allowed_calls_run_and_denied_ones_answer_with_the_reason() {
     );
     // The denial is the call's result; the read runs.
     assert_eq!(executed(&t), ["read"]);
-    let ConvState::ToolExecuting(ToolRun { results, .. }) = &t.state else {
-        panic!("{:?}", t.state)
+    let ConvState::ToolExecuting(ToolRun { results, .. }) = &t.conversation.state else {
+        panic!("{:?}", t.conversation.state)
     };
     assert!(results[0].is_error);
     assert!(
@@ -204,7 +210,10 @@ fn read_only_mode_refuses_mutating_tools_without_asking() {
         )
     );
     // The loop goes on.
-    assert!(matches!(t.state, ConvState::LlmRequesting { .. }));
+    assert!(matches!(
+        t.conversation.state,
+        ConvState::LlmRequesting { .. }
+    ));
 }
 
 fn looping(doom_loop: Action) -> ConvContext {

@@ -452,6 +452,7 @@ proptest! {
 
 mod flow {
     use super::*;
+    use agentd_core::Conversation;
     use agentd_core::effect::{Effect, Notice};
     use agentd_core::event::Event;
     use agentd_core::message::{ContentBlock, Reply, StopReason, Usage};
@@ -513,10 +514,18 @@ mod flow {
             .collect()
     }
 
-    fn proposed(mode: Mode) -> (ConvContext, ConvState) {
+    /// `state` in `mode`.
+    fn in_mode(state: ConvState, mode: Mode) -> Conversation {
+        Conversation {
+            mode,
+            ..state.into()
+        }
+    }
+
+    fn proposed(mode: Mode) -> (ConvContext, Conversation) {
         let c = ctx(mode);
         let t = transition(
-            &requesting(),
+            &in_mode(requesting(), mode),
             &c,
             reply_calling(&[("p1", "propose_plan", four_steps())]),
         )
@@ -538,8 +547,8 @@ mod flow {
                 Decision::EditPlan
             ]
         );
-        assert_eq!(t.state.name(), "AwaitingPermission");
-        (c, t.state)
+        assert_eq!(t.conversation.state.name(), "AwaitingPermission");
+        (c, t.conversation)
     }
 
     fn answer(answer: PlanAnswer) -> Event {
@@ -580,7 +589,7 @@ mod flow {
             }),
         )
         .unwrap();
-        assert_eq!(t.mode, Some(Mode::AcceptEdits));
+        assert_eq!(t.conversation.mode, Mode::AcceptEdits);
         let res = results(&t);
         assert_eq!(res.len(), 1);
         assert!(!res[0].2);
@@ -594,7 +603,7 @@ mod flow {
             Effect::PlanChanged { change: PlanEvent::Confirmed { mode: Mode::AcceptEdits, edited: false }, plan }
                 if plan.phase == PlanPhase::Approved
         )));
-        assert_eq!(t.state.name(), "LlmRequesting");
+        assert_eq!(t.conversation.state.name(), "LlmRequesting");
     }
 
     #[test]
@@ -608,11 +617,11 @@ mod flow {
             }),
         )
         .unwrap();
-        assert_eq!(t.mode, None);
+        assert_eq!(t.conversation.mode, Mode::Plan);
         let res = results(&t);
         assert!(res[0].2);
         assert!(res[0].1.contains("do the tests first"), "{}", res[0].1);
-        assert_eq!(t.state.name(), "LlmRequesting");
+        assert_eq!(t.conversation.state.name(), "LlmRequesting");
     }
 
     #[test]
@@ -655,15 +664,18 @@ mod flow {
             "{}",
             res[0].1
         );
-        assert_eq!(t.mode, Some(Mode::Default));
+        assert_eq!(t.conversation.mode, Mode::Default);
     }
 
     #[test]
     fn updates_change_steps_and_refusals_are_errors() {
-        let mut c = ctx(Mode::AcceptEdits);
-        c.plan = Some(approved(four_steps()));
+        let c = ctx(Mode::AcceptEdits);
+        let conv = Conversation {
+            plan: Some(approved(four_steps())),
+            ..in_mode(requesting(), Mode::AcceptEdits)
+        };
         let t = transition(
-            &requesting(),
+            &conv,
             &c,
             reply_calling(&[
                 ("u1", "update_plan", json!({"steps": [{"id": "1", "status": "in_progress"}]})),
@@ -708,7 +720,7 @@ mod flow {
         );
         // Without a plan.
         let t = transition(
-            &requesting(),
+            &requesting().into(),
             &ctx(Mode::Default),
             reply_calling(&[("u", "update_plan", json!({"steps": []}))]),
         )
@@ -718,13 +730,12 @@ mod flow {
 
     /// The effects that move files as steps start and fail, in order,
     /// each right after the `PlanChanged` of its step.
-    fn checkpoint_effects(c: &ConvContext, updates: serde_json::Value) -> Vec<String> {
-        let t = transition(
-            &requesting(),
-            c,
-            reply_calling(&[("u1", "update_plan", updates)]),
-        )
-        .unwrap();
+    fn checkpoint_effects(
+        conv: &Conversation,
+        c: &ConvContext,
+        updates: serde_json::Value,
+    ) -> Vec<String> {
+        let t = transition(conv, c, reply_calling(&[("u1", "update_plan", updates)])).unwrap();
         let mut out = Vec::new();
         for (i, e) in t.effects.iter().enumerate() {
             let text = match e {
@@ -754,19 +765,22 @@ mod flow {
         let mut c = ctx(Mode::AcceptEdits);
         let plan = approved(four_steps());
         let id = plan.tool_use_id.clone();
-        c.plan = Some(plan);
+        let conv = Conversation {
+            plan: Some(plan),
+            ..in_mode(requesting(), Mode::AcceptEdits)
+        };
         let start_and_fail = json!({"steps": [
             {"id": "1", "status": "in_progress"},
             {"id": "1", "status": "failed"}
         ]});
         assert_eq!(
-            checkpoint_effects(&c, start_and_fail.clone()),
+            checkpoint_effects(&conv, &c, start_and_fail.clone()),
             [format!("mark plan:{id}:1")],
             "no rollback unless [plan] auto_rollback_on_failure"
         );
         c.auto_rollback_on_failure = true;
         assert_eq!(
-            checkpoint_effects(&c, start_and_fail),
+            checkpoint_effects(&conv, &c, start_and_fail),
             [
                 format!("mark plan:{id}:1"),
                 format!("restore plan:{id}:1 step 1")
@@ -777,7 +791,7 @@ mod flow {
             {"id": "1", "status": "completed"}
         ]});
         assert_eq!(
-            checkpoint_effects(&c, complete),
+            checkpoint_effects(&conv, &c, complete),
             [format!("mark plan:{id}:1")],
             "a completed step keeps its changes"
         );
@@ -789,7 +803,7 @@ mod flow {
         let mut c = ctx(Mode::Default);
         c.plan_detect = PlanDetect::Suggest;
         let t = transition(
-            &ConvState::Idle,
+            &ConvState::Idle.into(),
             &c,
             Event::UserMessage {
                 text: text.into(),
@@ -801,9 +815,9 @@ mod flow {
         assert!(
             matches!(&t.effects[0], Effect::Notify { notice: Notice::PlanSuggested { score, .. } } if *score >= 3)
         );
-        assert_eq!(t.mode, None);
+        assert_eq!(t.conversation.mode, Mode::Default);
         let t = transition(
-            &ConvState::Idle,
+            &ConvState::Idle.into(),
             &c,
             Event::UserMessage {
                 text: "fix the typo".into(),
@@ -815,7 +829,7 @@ mod flow {
         assert!(!t.effects.iter().any(|e| matches!(e, Effect::Notify { .. })));
         c.plan_detect = PlanDetect::Require;
         let t = transition(
-            &ConvState::Idle,
+            &ConvState::Idle.into(),
             &c,
             Event::UserMessage {
                 text: text.into(),
@@ -824,10 +838,10 @@ mod flow {
             },
         )
         .unwrap();
-        assert_eq!(t.mode, Some(Mode::Plan));
+        assert_eq!(t.conversation.mode, Mode::Plan);
         c.plan_detect = PlanDetect::Off;
         let t = transition(
-            &ConvState::Idle,
+            &ConvState::Idle.into(),
             &c,
             Event::UserMessage {
                 text: text.into(),
@@ -836,7 +850,7 @@ mod flow {
             },
         )
         .unwrap();
-        assert_eq!(t.mode, None);
+        assert_eq!(t.conversation.mode, Mode::Default);
         assert!(!t.effects.iter().any(|e| matches!(e, Effect::Notify { .. })));
     }
 }

@@ -32,6 +32,7 @@ use agentd_core::state::{ContextExhaustionBehavior, ConvContext, ConvState, Erro
 use agentd_core::texts;
 use agentd_core::tools::is_read_only;
 use agentd_core::transition::transition;
+use agentd_core::{Conversation, QueuedMessage};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{FileFailurePersistence, TestRunner};
@@ -321,9 +322,11 @@ struct Sim {
     aborted: Vec<String>,
     /// The hooks the world runs now.
     hooks: Hooks,
-    /// Queued texts the core delivered, in order (the queue itself is
-    /// `ctx.queued`, as the runtime keeps it).
+    /// Queued texts the core delivered, in order.
     delivered: Vec<String>,
+    /// Texts queued and not delivered yet (the conversation's queue, as
+    /// the runtime keeps it).
+    queued: Vec<String>,
     /// Queued messages so far (they are numbered).
     queued_count: u32,
     violations: Vec<String>,
@@ -381,6 +384,7 @@ impl Sim {
             aborted: Vec::new(),
             hooks: Hooks::None,
             delivered: Vec::new(),
+            queued: Vec::new(),
             queued_count: 0,
             violations: Vec::new(),
         }
@@ -396,6 +400,14 @@ impl Sim {
     fn fresh_id(&mut self) -> String {
         self.next_id += 1;
         format!("toolu_{:03}", self.next_id)
+    }
+
+    /// The conversation as the runtime would hand it to the core.
+    fn conversation(&self) -> Conversation {
+        Conversation {
+            queue: self.queued.iter().map(QueuedMessage::text).collect(),
+            ..self.state.clone().into()
+        }
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -417,9 +429,10 @@ impl Sim {
         // The runtime counts the stop hooks' continuations of this turn in
         // the transcript.
         self.ctx.hooks.stop_continuations = stop_continuations(&self.transcript);
-        let result = transition(&self.state, &self.ctx, event.clone());
+        let conv = self.conversation();
+        let result = transition(&conv, &self.ctx, event.clone());
         if self.prop == Prop::Deterministic {
-            let again = transition(&self.state, &self.ctx, event.clone());
+            let again = transition(&conv, &self.ctx, event.clone());
             if again != result {
                 self.violate(
                     Prop::Deterministic,
@@ -431,6 +444,10 @@ impl Sim {
             // The state as the store holds it decides exactly the same.
             match round_trip(&self.state) {
                 Ok(loaded) if loaded == self.state => {
+                    let loaded = Conversation {
+                        state: loaded,
+                        ..conv.clone()
+                    };
                     if transition(&loaded, &self.ctx, event.clone()) != result {
                         self.violate(
                             Prop::SerdeRoundTrip,
@@ -449,20 +466,23 @@ impl Sim {
         self.ctx.now_ms += 7;
         let rejected = match result {
             Ok(t) => {
-                if t.delivered > self.ctx.queued.len() {
+                let left: Vec<String> = t
+                    .conversation
+                    .queue
+                    .iter()
+                    .map(|q| q.text.clone())
+                    .collect();
+                if !self.queued.ends_with(&left) {
                     self.violate(
                         Prop::QueueDelivered,
-                        format!(
-                            "{} delivered of {} queued",
-                            t.delivered,
-                            self.ctx.queued.len()
-                        ),
+                        format!("{left:?} left queued of {:?}", self.queued),
                     );
                 } else {
-                    let delivered: Vec<String> = self.ctx.queued.drain(..t.delivered).collect();
+                    let delivered = self.queued.len() - left.len();
+                    let delivered: Vec<String> = self.queued.drain(..delivered).collect();
                     self.delivered.extend(delivered);
                 }
-                self.state = t.state;
+                self.state = t.conversation.state;
                 for effect in t.effects {
                     self.run_effect(effect);
                 }
@@ -634,7 +654,7 @@ impl Sim {
                 wrong.push(format!("delivered {text:?} is in the transcript {n} times"));
             }
         }
-        for text in &self.ctx.queued {
+        for text in &self.queued {
             let n = count(text, &self.transcript);
             if n != 0 {
                 wrong.push(format!("queued {text:?} is in the transcript {n} times"));
@@ -778,7 +798,7 @@ impl Sim {
     /// (c): what a user message would do now, without keeping it.
     fn probe_user_message(&mut self) {
         let result = transition(
-            &self.state,
+            &self.conversation(),
             &self.ctx,
             Event::UserMessage {
                 text: "probe".to_string(),
@@ -791,7 +811,7 @@ impl Sim {
                 // A new turn asks the model, or is held at a reached budget.
                 let held = budget_reached(&self.ctx);
                 if !matches!(
-                    (&t.state, held),
+                    (&t.conversation.state, held),
                     (
                         ConvState::LlmRequesting {
                             attempt: 1,
@@ -803,7 +823,7 @@ impl Sim {
                 ) {
                     self.violate(
                         Prop::BusyRejects,
-                        format!("a user message at rest led to {:?}", t.state),
+                        format!("a user message at rest led to {:?}", t.conversation.state),
                     );
                 }
             }
@@ -951,9 +971,7 @@ impl Sim {
                 self.queued_count += 1;
                 let text = format!("queued note {}", self.queued_count);
                 match expected_refusal(&self.state) {
-                    Some("agent is busy" | "cancellation in progress") => {
-                        self.ctx.queued.push(text)
-                    }
+                    Some("agent is busy" | "cancellation in progress") => self.queued.push(text),
                     // Not busy: the runtime sends it as usual (or the
                     // state refuses it, e.g. an exhausted context).
                     _ => self.user_message(&text),
@@ -1096,7 +1114,7 @@ impl Sim {
         };
         let state = self.state.name();
         let result = transition(
-            &self.state,
+            &self.conversation(),
             &self.ctx,
             Event::UserMessage {
                 text: text.to_string(),
@@ -1307,7 +1325,7 @@ impl Sim {
         // most twice (a round each).
         let mut bound = 16 + 2 * self.max_attempts + 6 * self.max_iterations;
         // Messages queued now may start one more turn when this one ends.
-        if !self.ctx.queued.is_empty() {
+        if !self.queued.is_empty() {
             bound += 16 + 2 * self.max_attempts + 6 * self.max_iterations;
         }
         let mut steps = 0;
@@ -1586,8 +1604,8 @@ fn simulate(prop: Prop, setup: &Setup, actions: &[Action]) -> Vec<String> {
         sim.drain("a new turn");
         // (h): that turn took whatever was queued, and ended normally or
         // failed; a normal end leaves nothing queued.
-        if matches!(sim.state, ConvState::Idle) && !sim.ctx.queued.is_empty() {
-            let left = sim.ctx.queued.clone();
+        if matches!(sim.state, ConvState::Idle) && !sim.queued.is_empty() {
+            let left = sim.queued.clone();
             sim.violate(
                 Prop::QueueDelivered,
                 format!("still queued after a turn ended: {left:?}"),
@@ -1760,7 +1778,7 @@ fn the_generated_cases_reach_the_interesting_places() {
             .any(|m| m.role == Role::User && m.text().starts_with(texts::STOP_HOOK_PREFIX));
         flags[13] |= !sim.delivered.is_empty();
         // Queued messages that waited out a cancel or a failure.
-        flags[14] |= !sim.ctx.queued.is_empty();
+        flags[14] |= !sim.queued.is_empty();
         let counters = [
             &mut seen.tools_ran,
             &mut seen.concurrent_reads,

@@ -104,15 +104,17 @@ struct Parent {
 
 impl Parent {
     fn apply(&mut self, event: Event) -> Result<(), String> {
-        let t = transition(&self.state, &self.ctx, event.clone()).map_err(|e| e.to_string())?;
-        let again = transition(&self.state, &self.ctx, event).map_err(|e| e.to_string())?;
+        let t = transition(&self.state.clone().into(), &self.ctx, event.clone())
+            .map_err(|e| e.to_string())?;
+        let again =
+            transition(&self.state.clone().into(), &self.ctx, event).map_err(|e| e.to_string())?;
         assert_eq!(t, again, "transition is not deterministic");
         let restarting = matches!(self.state, ConvState::AwaitingSubAgents { .. });
         let before_pending = match &self.state {
             ConvState::AwaitingSubAgents { pending_ids, .. } => pending_ids.clone(),
             _ => Vec::new(),
         };
-        self.state = t.state;
+        self.state = t.conversation.state;
         for effect in t.effects {
             match effect {
                 Effect::AppendMessage { message } => self.transcript.push(message),
@@ -378,9 +380,9 @@ proptest! {
         for action in actions {
             // A stretch of work begins with a user message (its task).
             if state.is_at_rest() {
-                let t = transition(&state, &ctx, Event::UserMessage { text: "task".into(), images: Vec::new(), sending: Default::default() });
+                let t = transition(&state.clone().into(), &ctx, Event::UserMessage { text: "task".into(), images: Vec::new(), sending: Default::default() });
                 let Ok(t) = t else { break };
-                state = t.state;
+                state = t.conversation.state;
                 for e in t.effects {
                     if let Effect::AppendMessage { message } = e { transcript.push(message) }
                 }
@@ -431,7 +433,7 @@ proptest! {
                 },
             };
             let was_busy = !state.is_at_rest();
-            let Ok(t) = transition(&state, &ctx, event) else { continue };
+            let Ok(t) = transition(&state.clone().into(), &ctx, event) else { continue };
             let mut finished = Vec::new();
             for e in t.effects {
                 match e {
@@ -443,9 +445,9 @@ proptest! {
                     _ => {}
                 }
             }
-            if let ConvState::Cancelling { .. } = t.state {
-                state = t.state;
-                let t = transition(&state, &ctx, Event::LlmAborted { partial: Vec::new() }).unwrap();
+            if let ConvState::Cancelling { .. } = t.conversation.state {
+                state = t.conversation.state;
+                let t = transition(&state.clone().into(), &ctx, Event::LlmAborted { partial: Vec::new() }).unwrap();
                 for e in t.effects {
                     match e {
                         Effect::AppendMessage { message } => transcript.push(message),
@@ -453,9 +455,9 @@ proptest! {
                         _ => {}
                     }
                 }
-                state = t.state;
+                state = t.conversation.state;
             } else {
-                state = t.state;
+                state = t.conversation.state;
             }
             // One end exactly when the work comes to rest.
             let at_rest = state.is_at_rest();

@@ -24,6 +24,7 @@ use agentd_core::state::{
 };
 use agentd_core::texts;
 use agentd_core::transition::{Rejected, Transition, transition};
+use agentd_core::{Conversation, QueuedMessage};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 
@@ -35,21 +36,40 @@ use std::fmt::Write as _;
 /// `expect`. Lines are compared after trimming; blank lines are ignored, so
 /// the expectation can be indented like the code around it.
 #[track_caller]
-fn check(state: ConvState, ctx: &ConvContext, event: Event, expect: &str) {
-    let first = transition(&state, ctx, event.clone());
+fn check(conv: impl Into<Conversation>, ctx: &ConvContext, event: Event, expect: &str) {
+    let conv = in_mode(conv, ctx);
+    let first = transition(&conv, ctx, event.clone());
     // Purity: the same inputs give the same output.
-    let second = transition(&state, ctx, event);
+    let second = transition(&conv, ctx, event);
     assert_eq!(first, second, "transition is not deterministic");
-    let actual = render(&first);
+    let actual = render(&conv, &first);
     let expect = normalize(expect);
     if actual != expect {
         panic!(
             "\n--- state: {}\n--- expected:\n{}\n--- actual:\n{}\n",
-            render_state(&state),
+            render_state(&conv.state),
             indent(&expect),
             indent(&actual)
         );
     }
+}
+
+/// `conv` in the mode of `ctx`'s policy: the runtime builds the policy in
+/// the conversation's mode, and these tests set it there.
+fn in_mode(conv: impl Into<Conversation>, ctx: &ConvContext) -> Conversation {
+    Conversation {
+        mode: ctx.policy.mode,
+        ..conv.into()
+    }
+}
+
+/// `transition` on `conv` in the mode of `ctx`'s policy.
+fn run(
+    conv: impl Into<Conversation>,
+    ctx: &ConvContext,
+    event: Event,
+) -> Result<Transition, Rejected> {
+    transition(&in_mode(conv, ctx), ctx, event)
 }
 
 fn normalize(text: &str) -> String {
@@ -64,18 +84,23 @@ fn indent(text: &str) -> String {
     text.lines().map(|l| format!("    {l}\n")).collect()
 }
 
-fn render(result: &Result<Transition, Rejected>) -> String {
+/// The outcome of an event on `before`: the new state, what else of the
+/// conversation changed, the effects.
+fn render(before: &Conversation, result: &Result<Transition, Rejected>) -> String {
     match result {
         Err(rejected) => format!("REJECT {rejected}"),
         Ok(t) => {
-            let mut out = render_state(&t.state);
-            if let Some(mode) = t.mode {
-                write!(out, " mode={mode}").unwrap();
+            let after = &t.conversation;
+            let mut out = render_state(&after.state);
+            if after.mode != before.mode {
+                write!(out, " mode={}", after.mode).unwrap();
             }
-            if t.delivered > 0 {
-                write!(out, " delivered={}", t.delivered).unwrap();
+            let delivered = before.queue.len() - after.queue.len();
+            if delivered > 0 {
+                write!(out, " delivered={delivered}").unwrap();
             }
-            if let Some(c) = t.corrections.as_ref().filter(|c| !c.chains.is_empty()) {
+            let c = &after.corrections;
+            if *c != before.corrections && !c.chains.is_empty() {
                 let chains: Vec<String> = c
                     .chains
                     .iter()
@@ -1628,15 +1653,16 @@ fn an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_a
     );
     // Not at the end of the chain, nor twice, nor when it is off.
     for c in [on(3, false), on(0, true), ctx()] {
-        let t = transition(&continuation(1), &c, completed()).unwrap();
+        let t = run(continuation(1), &c, completed()).unwrap();
         assert!(!t.effects.contains(&Effect::ContinueInNewConversation));
     }
     // Nor when the context was exhausted already.
-    let exhausted = transition(&continuation(1), &ctx(), completed())
+    let exhausted = run(continuation(1), &ctx(), completed())
         .unwrap()
+        .conversation
         .state;
     assert!(
-        transition(&exhausted, &on(0, false), Event::DaemonRestarted).map_or(true, |t| !t
+        run(exhausted, &on(0, false), Event::DaemonRestarted).map_or(true, |t| !t
             .effects
             .contains(&Effect::ContinueInNewConversation))
     );
@@ -2921,8 +2947,8 @@ fn permission_doom_loop_within_one_reply_waits_for_the_running_reads() {
 
 /// The doom-loop state: bash `ls` a third time (t1), then a read (t2).
 fn doom_asking() -> ConvState {
-    transition(
-        &requesting(1, 1),
+    run(
+        requesting(1, 1),
         &doom_ctx(),
         reply(
             vec![
@@ -2933,6 +2959,7 @@ fn doom_asking() -> ConvState {
         ),
     )
     .unwrap()
+    .conversation
     .state
 }
 
@@ -2941,7 +2968,7 @@ fn a_resolution_carries_the_request_it_ends_with_its_call() {
     // The audit trail names the call an answer allowed or denied: the
     // core hands over the request, the runtime keeps no copy to match.
     let resolved_ask = |state: &ConvState, ctx: &ConvContext, event: Event| {
-        let t = transition(state, ctx, event).unwrap();
+        let t = run(state.clone(), ctx, event).unwrap();
         t.effects.into_iter().find_map(|e| match e {
             Effect::PermissionResolved { ask, .. } => Some(ask),
             _ => None,
@@ -2972,12 +2999,13 @@ fn permission_allow_once_runs_the_call() {
         "#,
     );
     // When it completes, the rest continues.
-    let allowed = transition(
-        &doom_asking(),
+    let allowed = run(
+        doom_asking(),
         &doom_ctx(),
         answer("perm-t1", Decision::AllowOnce, None),
     )
     .unwrap()
+    .conversation
     .state;
     check(
         allowed,
@@ -3661,18 +3689,21 @@ fn stop_continuations_are_counted_since_the_last_message_a_person_wrote() {
 // as the next turn when a turn ends normally; kept after a cancel or failure.
 // ---------------------------------------------------------------------------
 
-fn queued(texts: &[&str]) -> ConvContext {
-    ConvContext {
-        queued: texts.iter().map(|t| t.to_string()).collect(),
-        ..ctx()
+fn queued(state: ConvState, texts: &[&str]) -> Conversation {
+    Conversation {
+        queue: texts.iter().map(|t| QueuedMessage::text(*t)).collect(),
+        ..state.into()
     }
 }
 
 #[test]
 fn queued_messages_follow_the_tool_results_into_the_next_request() {
     check(
-        tools(1, &[("t1", "edit"), ("t2", "bash")], &["t2"], &["t1"]),
-        &queued(&["also run the linter", "and commit"]),
+        queued(
+            tools(1, &[("t1", "edit"), ("t2", "bash")], &["t2"], &["t1"]),
+            &["also run the linter", "and commit"],
+        ),
+        &ctx(),
         done("t2", "ok: 3 passed"),
         r#"
         LlmRequesting attempt=1 iter=2 delivered=2
@@ -3685,8 +3716,11 @@ fn queued_messages_follow_the_tool_results_into_the_next_request() {
 #[test]
 fn queued_messages_wait_while_tools_still_run() {
     check(
-        tools(1, &[("t1", "edit"), ("t2", "bash")], &["t1"], &[]),
-        &queued(&["later"]),
+        queued(
+            tools(1, &[("t1", "edit"), ("t2", "bash")], &["t1"], &[]),
+            &["later"],
+        ),
+        &ctx(),
         done("t1", "edited"),
         r#"
         ToolExecuting iter=1 calls=[t1:edit t2:bash] running=[t2] results=[t1]
@@ -3698,8 +3732,8 @@ fn queued_messages_wait_while_tools_still_run() {
 #[test]
 fn queued_messages_start_the_next_turn_when_the_reply_ends_it() {
     check(
-        requesting(1, 3),
-        &queued(&["now the docs"]),
+        queued(requesting(1, 3), &["now the docs"]),
+        &ctx(),
         reply(vec![text("Done.")], StopReason::EndTurn),
         r#"
         LlmRequesting attempt=1 iter=1 delivered=1
@@ -3713,8 +3747,8 @@ fn queued_messages_start_the_next_turn_when_the_reply_ends_it() {
 #[test]
 fn a_retry_is_not_a_boundary_for_queued_messages() {
     check(
-        waiting_retry(2, 1),
-        &queued(&["wait"]),
+        queued(waiting_retry(2, 1), &["wait"]),
+        &ctx(),
         Event::RetryDue,
         r#"
         LlmRequesting attempt=2 iter=1
@@ -3726,8 +3760,8 @@ fn a_retry_is_not_a_boundary_for_queued_messages() {
 #[test]
 fn queued_messages_stay_queued_after_a_cancel_and_go_with_the_next_message() {
     check(
-        tools(1, &[("t1", "bash")], &["t1"], &[]),
-        &queued(&["kept"]),
+        queued(tools(1, &[("t1", "bash")], &["t1"], &[]), &["kept"]),
+        &ctx(),
         Event::UserCancel,
         r#"
         Idle
@@ -3736,8 +3770,8 @@ fn queued_messages_stay_queued_after_a_cancel_and_go_with_the_next_message() {
         "#,
     );
     check(
-        ConvState::Idle,
-        &queued(&["kept"]),
+        queued(ConvState::Idle, &["kept"]),
+        &ctx(),
         user_msg("go on"),
         r#"
         LlmRequesting attempt=1 iter=1 delivered=1
@@ -3750,8 +3784,8 @@ fn queued_messages_stay_queued_after_a_cancel_and_go_with_the_next_message() {
 #[test]
 fn queued_messages_stay_queued_when_the_turn_fails_or_the_context_is_exhausted() {
     check(
-        requesting(3, 1),
-        &queued(&["kept"]),
+        queued(requesting(3, 1), &["kept"]),
+        &ctx(),
         failed(ErrorKind::Auth, false, None, 0),
         r#"
         Error kind=auth message="HTTP 529 overloaded"
@@ -3763,8 +3797,8 @@ fn queued_messages_stay_queued_when_the_turn_fails_or_the_context_is_exhausted()
 #[test]
 fn a_deny_and_stop_keeps_queued_messages_like_a_cancel() {
     check(
-        asking(1, &[("t1", "bash")], &[], "t1"),
-        &queued(&["kept"]),
+        queued(asking(1, &[("t1", "bash")], &[], "t1"), &["kept"]),
+        &ctx(),
         answer("perm-t1", Decision::DenyAndStop, None),
         r#"
         Idle
@@ -3958,8 +3992,8 @@ fn edit_failed_with_signal(id: &str) -> Event {
     }
 }
 
-/// A context whose current request is "fix a.txt" with `attempts` made.
-fn correcting_ctx(attempts: usize) -> ConvContext {
+/// `state` with "fix a.txt" the current request, `attempts` made.
+fn correcting(state: ConvState, attempts: usize) -> Conversation {
     let mut corrections = agentd_core::Corrections::default().starting("fix a.txt");
     if attempts > 0 {
         let key = corrections.current.as_ref().unwrap().key.clone();
@@ -3981,9 +4015,9 @@ fn correcting_ctx(attempts: usize) -> ConvContext {
                 max_attempts: 3,
             });
     }
-    ConvContext {
+    Conversation {
         corrections,
-        ..ctx()
+        ..state.into()
     }
 }
 
@@ -3991,8 +4025,8 @@ fn correcting_ctx(attempts: usize) -> ConvContext {
 fn a_signal_failure_re_engages_the_model_with_the_seed_prompt() {
     let prompt = texts::reengagement_prompt("Read a.txt and write it whole with `write`.");
     check(
-        tools(1, &[("t1", "edit")], &["t1"], &[]),
-        &correcting_ctx(0),
+        correcting(tools(1, &[("t1", "edit")], &["t1"], &[]), 0),
+        &ctx(),
         edit_failed_with_signal("t1"),
         &format!(
             r#"
@@ -4005,8 +4039,8 @@ fn a_signal_failure_re_engages_the_model_with_the_seed_prompt() {
     );
     // The third attempt is still an attempt.
     check(
-        tools(3, &[("t1", "edit")], &["t1"], &[]),
-        &correcting_ctx(2),
+        correcting(tools(3, &[("t1", "edit")], &["t1"], &[]), 2),
+        &ctx(),
         edit_failed_with_signal("t1"),
         &format!(
             r#"
@@ -4023,8 +4057,8 @@ fn a_signal_failure_re_engages_the_model_with_the_seed_prompt() {
 fn the_failure_after_the_last_attempt_ends_the_turn() {
     let message = "Self-correction stopped: edit failed again after 3 correction attempts (the limit). Last error: old_string not found in a.txt";
     check(
-        tools(4, &[("t1", "edit")], &["t1"], &[]),
-        &correcting_ctx(3),
+        correcting(tools(4, &[("t1", "edit")], &["t1"], &[]), 3),
+        &ctx(),
         edit_failed_with_signal("t1"),
         &format!(
             r#"
@@ -4040,8 +4074,8 @@ fn the_failure_after_the_last_attempt_ends_the_turn() {
 #[test]
 fn a_fallback_success_closes_the_chain_and_other_results_do_not() {
     check(
-        tools(2, &[("t2", "write")], &["t2"], &[]),
-        &correcting_ctx(1),
+        correcting(tools(2, &[("t2", "write")], &["t2"], &[]), 1),
+        &ctx(),
         done("t2", "wrote a.txt"),
         r#"
         LlmRequesting attempt=1 iter=3
@@ -4052,8 +4086,8 @@ fn a_fallback_success_closes_the_chain_and_other_results_do_not() {
     );
     // A read is no fallback: the chain stays open, nothing is said.
     check(
-        tools(2, &[("t2", "read")], &["t2"], &[]),
-        &correcting_ctx(1),
+        correcting(tools(2, &[("t2", "read")], &["t2"], &[]), 1),
+        &ctx(),
         done("t2", "contents"),
         r#"
         LlmRequesting attempt=1 iter=3
@@ -4063,8 +4097,8 @@ fn a_fallback_success_closes_the_chain_and_other_results_do_not() {
     );
     // Without a chain a success is just a success.
     check(
-        tools(1, &[("t2", "write")], &["t2"], &[]),
-        &correcting_ctx(0),
+        correcting(tools(1, &[("t2", "write")], &["t2"], &[]), 0),
+        &ctx(),
         done("t2", "wrote a.txt"),
         r#"
         LlmRequesting attempt=1 iter=2
@@ -4076,16 +4110,16 @@ fn a_fallback_success_closes_the_chain_and_other_results_do_not() {
 
 #[test]
 fn a_user_message_names_the_request_corrections_count_against() {
-    let t = transition(&ConvState::Idle, &ctx(), user_msg("fix a.txt")).unwrap();
-    let corrections = t.corrections.unwrap();
+    let t = run(ConvState::Idle, &ctx(), user_msg("fix a.txt")).unwrap();
+    let corrections = t.conversation.corrections;
     assert_eq!(
         corrections.current,
         Some(agentd_core::correction::OriginalRequest::new("fix a.txt"))
     );
     assert!(corrections.chains.is_empty());
     // An open chain of another request is kept.
-    let t = transition(&ConvState::Idle, &correcting_ctx(2), user_msg("other")).unwrap();
-    let corrections = t.corrections.unwrap();
+    let t = run(correcting(ConvState::Idle, 2), &ctx(), user_msg("other")).unwrap();
+    let corrections = t.conversation.corrections;
     assert_eq!(corrections.current.unwrap().text, "other");
     assert_eq!(corrections.chains.len(), 1);
 }

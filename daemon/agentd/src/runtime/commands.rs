@@ -55,7 +55,7 @@ impl Manager {
                 title: old.title.clone(),
                 summary,
                 queued: old
-                    .queued
+                    .queue
                     .iter()
                     .map(|q| (q.text.clone(), q.images.clone()))
                     .collect(),
@@ -65,7 +65,7 @@ impl Manager {
             sub_agent: None,
         };
         let next = self.create(new, None).await?;
-        let taken: Vec<String> = old.queued.iter().map(|q| q.id.clone()).collect();
+        let taken: Vec<String> = old.queue.iter().map(|q| q.id.clone()).collect();
         self.ask(id, |reply| Command::MarkContinued {
             next: next.id.clone(),
             hop: next.chain.hop,

@@ -7,7 +7,7 @@ use super::{
     ClientInfo, Manager, NewConversation, NewMessage, Parent, RuntimeError, too_many_dirs,
 };
 use crate::store::{Chain, ConversationRecord, Setup};
-use agentd_core::{ConvState, Mode};
+use agentd_core::{ConvState, Conversation, Mode};
 use tokio::sync::{mpsc, oneshot};
 
 /// The first message of a conversation created with one.
@@ -52,8 +52,10 @@ fn new_record(
         model,
         created_at_ms: now,
         updated_at_ms: now,
-        state: ConvState::Idle,
-        mode: new.mode.unwrap_or(default_mode),
+        conversation: Conversation {
+            mode: new.mode.unwrap_or(default_mode),
+            ..Conversation::with_state(ConvState::Idle)
+        },
         setup: Setup {
             additional_dirs: new.additional_dirs,
             allow_rules: new.allow_rules,

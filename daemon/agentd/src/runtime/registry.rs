@@ -165,7 +165,7 @@ impl Manager {
                 "bypass mode turned off: agentd runs without --allow-bypass; the mode is now {}",
                 config.default_mode.as_str()
             );
-            record.mode = config.default_mode;
+            record.conversation.mode = config.default_mode;
             self.shared.store.commit(&record, &[])?;
         }
         Ok(record)

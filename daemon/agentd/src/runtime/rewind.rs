@@ -10,7 +10,7 @@ use super::actor::{Command, Input, starts_turn};
 use super::{Manager, RuntimeError};
 use crate::checkpoints::Restored;
 use crate::store::{Chain, ConversationRecord, ForkOrigin};
-use agentd_core::{Role, Usage};
+use agentd_core::{Conversation, Role, Usage};
 
 /// What to rewind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -144,7 +144,12 @@ fn forked(
         model: old.model.clone(),
         created_at_ms: now,
         updated_at_ms: now,
-        mode: old.mode,
+        // The fork rests, in the old one's mode, counting its corrections.
+        conversation: Conversation {
+            mode: old.mode,
+            corrections: old.corrections.clone(),
+            ..Conversation::default()
+        },
         setup: old.setup.clone(),
         message_count: counts.message_count,
         usage: counts.usage,
@@ -156,7 +161,6 @@ fn forked(
             ..Chain::default()
         },
         pruned_through: old.pruned_through,
-        corrections: old.corrections.clone(),
         fork: ForkOrigin {
             forked_from: Some(old.id.clone()),
             forked_at: before,

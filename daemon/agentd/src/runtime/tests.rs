@@ -177,7 +177,10 @@ async fn a_conversation_is_imported_once_and_only_with_its_images() {
     let message = agentd_core::Message::user(vec![agentd_core::ContentBlock::Image(image)], T0);
     let imported = crate::store::ConversationRecord {
         id: "01IMPORTED".into(),
-        state: ConvState::Idle,
+        conversation: agentd_core::Conversation {
+            state: ConvState::Idle,
+            ..record.conversation.clone()
+        },
         message_count: 1,
         ..record
     };

@@ -583,8 +583,11 @@ mod tests {
             model: "m".into(),
             created_at_ms: 1,
             updated_at_ms: 1,
-            state: ConvState::Idle,
-            mode: Mode::Default,
+            conversation: agentd_core::Conversation {
+                state: ConvState::Idle,
+                mode: Mode::Default,
+                ..agentd_core::Conversation::default()
+            },
             ..ConversationRecord::default()
         }
     }
@@ -706,7 +709,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let busy = |id: &str| {
             let mut r = record(id);
-            r.state = ConvState::AwaitingLlm { iteration: 1 };
+            r.conversation.state = ConvState::AwaitingLlm { iteration: 1 };
             r
         };
         let ids = |store: &Store| -> Vec<String> {
@@ -752,7 +755,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let exhausted = |pending: bool| {
             let mut r = record("X");
-            r.state = ConvState::ContextExhausted {
+            r.conversation.state = ConvState::ContextExhausted {
                 summary: "s".into(),
                 final_usage: Usage::default(),
             };

@@ -2,7 +2,8 @@
 //! their queued messages and remembered requests, durable events, rule
 //! scopes and trusted directories. Kept apart from the trees they live in.
 
-use agentd_core::{ConvState, Mode, Usage};
+pub(crate) use agentd_core::QueuedMessage;
+use agentd_core::{ConvState, Conversation, Usage};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
@@ -23,10 +24,11 @@ pub struct ConversationRecord {
     pub created_at_ms: i64,
     /// Unix ms.
     pub updated_at_ms: i64,
-    pub state: ConvState,
-    /// Permission mode.
-    #[serde(default)]
-    pub mode: Mode,
+    /// What transitions decide (state, mode, plan, corrections, queue):
+    /// written whole with each transition. Read through the record as its
+    /// own fields (`record.state`, `record.mode`).
+    #[serde(flatten)]
+    pub conversation: Conversation,
     /// What its creator chose beyond the model and the mode (a fork keeps
     /// it).
     #[serde(flatten)]
@@ -49,10 +51,6 @@ pub struct ConversationRecord {
     /// record as the request's effect, so both or neither survive a crash.
     #[serde(default)]
     pub requests: Vec<RememberedRequest>,
-    /// User messages sent "queue if busy" while a turn ran, oldest first,
-    /// not yet delivered to the model (see `agentd_core::transition`).
-    #[serde(default)]
-    pub queued: Vec<QueuedMessage>,
     /// The number the next queued message gets (its id is `q<number>`).
     #[serde(default)]
     pub queued_next: u64,
@@ -71,10 +69,6 @@ pub struct ConversationRecord {
     /// budgets' raises are the day's, see `Store::day_raises`).
     #[serde(default, skip_serializing_if = "agentd_core::Amounts::is_empty")]
     pub budget_raised: agentd_core::Amounts,
-    /// The latest plan proposed in it, with its steps' statuses (issue
-    /// 17): written with the state of the transition that changed it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan: Option<agentd_core::Plan>,
     /// Set when a `spawn_agents` call of another conversation started this
     /// one (REQ-BED-009: not user initiated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,11 +79,17 @@ pub struct ConversationRecord {
     /// The conversation a rewind forked it from, if one did.
     #[serde(flatten)]
     pub fork: ForkOrigin,
-    /// Self-correction tracking (issue 17 point 6): the request the turn
-    /// works on and its open correction chains, written with the state of
-    /// the transition that changed them, so a restart keeps the count.
-    #[serde(default, skip_serializing_if = "agentd_core::Corrections::is_empty")]
-    pub corrections: agentd_core::Corrections,
+}
+
+impl std::ops::Deref for ConversationRecord {
+    type Target = Conversation;
+
+    /// The conversation's values read as the record's own, as they were
+    /// before they were grouped; they change only through
+    /// `record.conversation`.
+    fn deref(&self) -> &Conversation {
+        &self.conversation
+    }
 }
 
 /// What a conversation's creator chose beyond the model and the mode.
@@ -207,23 +207,6 @@ impl ConversationRecord {
     pub fn needs_recovery(&self) -> bool {
         !self.state.is_at_rest() || self.chain.continue_pending
     }
-}
-
-/// A user message waiting for the turn in flight to reach a point where it
-/// can be delivered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct QueuedMessage {
-    /// `q<number>`, unique within the conversation.
-    pub id: String,
-    pub text: String,
-    /// When it was queued, Unix ms.
-    pub at_ms: i64,
-    /// The client that sent it (id, name), if it came from one.
-    #[serde(default)]
-    pub from: Option<(String, String)>,
-    /// Its images (their bytes are in the images tree).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub images: Vec<agentd_core::ImageRef>,
 }
 
 /// A request a client identified, and what it did.

@@ -2,41 +2,39 @@
 //! that leave the transcript answerable.
 
 use super::continuation::exhausted;
-use super::{Transition, answer_all, budget_not_raised, interrupt_marker};
+use super::{Inputs, Step, answer_all, budget_not_raised, interrupt_marker};
 use crate::effect::Effect;
 use crate::message::{ContentBlock, Message, MessageKind, Role};
 use crate::permission::Decision;
-use crate::state::{ConvContext, ConvState};
+use crate::state::ConvState;
 use crate::texts;
 
 /// A user cancels: the work in flight stops, and every tool call is
 /// answered so the transcript stays valid.
-pub(super) fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
+pub(super) fn on_cancel(state: &ConvState, ctx: &Inputs<'_>) -> Step {
     match state {
         // Cancelling a turn held at a budget stops it there.
         ConvState::BudgetStopped { stop, .. } => budget_not_raised(stop),
         ConvState::Idle
         | ConvState::Error { .. }
         | ConvState::ContextExhausted { .. }
-        | ConvState::Cancelling { .. } => Transition::unchanged(state),
-        ConvState::AwaitingLlm { .. } => {
-            Transition::new(ConvState::Idle).with(interrupt_marker(ctx))
-        }
+        | ConvState::Cancelling { .. } => Step::unchanged(state),
+        ConvState::AwaitingLlm { .. } => Step::new(ConvState::Idle).with(interrupt_marker(ctx)),
         // The model had ended its turn: stopping the hooks ends it.
-        ConvState::StopHooks { .. } => Transition::new(ConvState::Idle).with(Effect::AbortHooks),
-        ConvState::LlmRequesting { retry: Some(_), .. } => Transition::new(ConvState::Idle)
+        ConvState::StopHooks { .. } => Step::new(ConvState::Idle).with(Effect::AbortHooks),
+        ConvState::LlmRequesting { retry: Some(_), .. } => Step::new(ConvState::Idle)
             .with(Effect::CancelRetry)
             .with(interrupt_marker(ctx)),
         ConvState::LlmRequesting {
             iteration,
             retry: None,
             ..
-        } => Transition::new(ConvState::Cancelling {
+        } => Step::new(ConvState::Cancelling {
             iteration: *iteration,
         })
         .with(Effect::AbortLlm),
         ConvState::ToolExecuting(run) => {
-            let mut t = Transition::new(ConvState::Idle);
+            let mut t = Step::new(ConvState::Idle);
             if !run.running.is_empty() {
                 t = t.with(Effect::AbortTools {
                     tool_use_ids: run.running.clone(),
@@ -76,7 +74,7 @@ pub(super) fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
         } => {
             // Cascade: every running child is cancelled; the spawn call
             // was running, the calls after it never started.
-            let mut t = Transition::new(ConvState::Idle);
+            let mut t = Step::new(ConvState::Idle);
             if !pending_ids.is_empty() {
                 t = t.with(Effect::CancelSubAgents {
                     agent_ids: pending_ids.clone(),
@@ -108,7 +106,7 @@ pub(super) fn on_cancel(state: &ConvState, ctx: &ConvContext) -> Transition {
 /// Ends a cancelled model request: keeps the partial text, marked
 /// interrupted, then the interrupt marker. Incomplete tool calls and
 /// unsigned reasoning are dropped (they could not be answered or replayed).
-pub(super) fn finish_cancel(ctx: &ConvContext, partial: Vec<ContentBlock>) -> Transition {
+pub(super) fn finish_cancel(ctx: &Inputs<'_>, partial: Vec<ContentBlock>) -> Step {
     let kept: Vec<ContentBlock> = partial
         .into_iter()
         .filter(|b| match b {
@@ -120,7 +118,7 @@ pub(super) fn finish_cancel(ctx: &ConvContext, partial: Vec<ContentBlock>) -> Tr
             | ContentBlock::Image(_) => false,
         })
         .collect();
-    let mut t = Transition::new(ConvState::Idle);
+    let mut t = Step::new(ConvState::Idle);
     if kept.iter().any(|b| matches!(b, ContentBlock::Text { .. })) {
         t = t.with(Effect::AppendMessage {
             message: Message {
@@ -140,9 +138,9 @@ pub(super) fn finish_cancel(ctx: &ConvContext, partial: Vec<ContentBlock>) -> Tr
 /// The aborted model request of a cancel ended, with what it had streamed.
 pub(super) fn on_aborted(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     partial: Vec<ContentBlock>,
-) -> Option<Transition> {
+) -> Option<Step> {
     match state {
         ConvState::Cancelling { .. } => Some(finish_cancel(ctx, partial)),
         _ => None,

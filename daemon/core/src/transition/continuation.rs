@@ -2,11 +2,11 @@
 //! fills up, and the read-only end it leads to.
 
 use super::reply::retry_delay;
-use super::{Rejected, Transition};
+use super::{Inputs, Rejected, Step};
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::LlmFailure;
 use crate::message::{ContentBlock, Message, MessageKind, Reply, Role, ToolCall, Usage};
-use crate::state::{ConvContext, ConvState};
+use crate::state::ConvState;
 use crate::texts;
 
 pub(super) fn continuation_purpose(rejected: &[ToolCall]) -> LlmPurpose {
@@ -30,8 +30,8 @@ pub(super) fn continuation_started(rejected: &[ToolCall], manual: bool) -> Effec
 /// The conversation becomes read-only: the summary (or the fallback text)
 /// is stored as a message of kind `continuation` (seed: message type
 /// `continuation`), which is what a continued conversation is seeded with.
-pub(super) fn exhausted(ctx: &ConvContext, summary: String, final_usage: Usage) -> Transition {
-    Transition::new(ConvState::ContextExhausted {
+pub(super) fn exhausted(ctx: &Inputs<'_>, summary: String, final_usage: Usage) -> Step {
+    Step::new(ConvState::ContextExhausted {
         summary: summary.clone(),
         final_usage,
     })
@@ -52,11 +52,7 @@ pub(super) fn exhausted(ctx: &ConvContext, summary: String, final_usage: Usage) 
 }
 
 /// The model's reply to the continuation request is the summary.
-pub(super) fn on_summary_reply(
-    ctx: &ConvContext,
-    trigger_usage: Usage,
-    reply: &Reply,
-) -> Transition {
+pub(super) fn on_summary_reply(ctx: &Inputs<'_>, trigger_usage: Usage, reply: &Reply) -> Step {
     let mut usage = trigger_usage;
     usage.add(&reply.usage);
     exhausted(ctx, text_of(&reply.content), usage)
@@ -65,20 +61,20 @@ pub(super) fn on_summary_reply(
 /// A failed continuation request is retried like a turn's; past the last
 /// attempt the summary is the fallback text.
 pub(super) fn on_request_failed(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     rejected_tool_calls: &[ToolCall],
     trigger_usage: Usage,
     attempt: u32,
     failure: &LlmFailure,
     jitter_permille: u16,
-) -> Transition {
+) -> Step {
     // A retry-after longer than we wait is not retried (as for a turn's
     // request), rather than retried at once.
     if failure.retryable
         && attempt < ctx.max_attempts
         && let Some(delay_ms) = retry_delay(ctx, attempt, failure, jitter_permille)
     {
-        Transition::new(ConvState::AwaitingContinuation {
+        Step::new(ConvState::AwaitingContinuation {
             rejected_tool_calls: rejected_tool_calls.to_vec(),
             trigger_usage,
             attempt: attempt + 1,
@@ -95,10 +91,10 @@ pub(super) fn on_request_failed(
 /// The runtime's summary request ended with a summary.
 pub(super) fn on_completed(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     summary: String,
     usage: Usage,
-) -> Option<Transition> {
+) -> Option<Step> {
     let ConvState::AwaitingContinuation { trigger_usage, .. } = state else {
         return None;
     };
@@ -108,7 +104,7 @@ pub(super) fn on_completed(
 }
 
 /// The runtime's summary request failed: the fallback text stands in.
-pub(super) fn on_failed(state: &ConvState, ctx: &ConvContext) -> Option<Transition> {
+pub(super) fn on_failed(state: &ConvState, ctx: &Inputs<'_>) -> Option<Step> {
     let ConvState::AwaitingContinuation { trigger_usage, .. } = state else {
         return None;
     };
@@ -123,11 +119,11 @@ pub(super) fn on_failed(state: &ConvState, ctx: &ConvContext) -> Option<Transiti
 /// starting from the last reply's usage. `Ok(None)`: it does not apply.
 pub(super) fn on_user_trigger(
     state: &ConvState,
-    ctx: &ConvContext,
-) -> Result<Option<Transition>, Rejected> {
+    ctx: &Inputs<'_>,
+) -> Result<Option<Step>, Rejected> {
     match state {
         ConvState::Idle => Ok(Some(
-            Transition::new(ConvState::AwaitingContinuation {
+            Step::new(ConvState::AwaitingContinuation {
                 rejected_tool_calls: Vec::new(),
                 trigger_usage: ctx.last_usage,
                 attempt: 1,
@@ -165,7 +161,7 @@ fn text_of(blocks: &[ContentBlock]) -> String {
 /// [`AutoContinue::due`]).
 ///
 /// [`AutoContinue::due`]: crate::state::AutoContinue::due
-pub(super) fn owed(before: &ConvState, ctx: &ConvContext, t: Transition) -> Transition {
+pub(super) fn owed(before: &ConvState, ctx: &Inputs<'_>, t: Step) -> Step {
     let exhausts = matches!(t.state, ConvState::ContextExhausted { .. })
         && !matches!(before, ConvState::ContextExhausted { .. });
     if exhausts && ctx.auto_continue.due() {

@@ -3,10 +3,10 @@
 
 use super::continuation::continuation_purpose;
 use super::sub_agents::spawn_effect;
-use super::{Transition, answer_all, begin_request, interrupt_marker, next_round};
+use super::{Inputs, Step, answer_all, begin_request, interrupt_marker, next_round};
 use crate::effect::{Effect, Notice};
 use crate::message::Message;
-use crate::state::{ConvContext, ConvState, ErrorKind};
+use crate::state::{ConvState, ErrorKind};
 use crate::texts;
 use crate::tools::{SpawnRequest, agent_id};
 
@@ -15,11 +15,11 @@ use crate::tools::{SpawnRequest, agent_id};
 /// follows is left due (`AwaitingLlm`) for the next start to issue. A
 /// pending permission request and a model request in flight are simply
 /// kept: the next start asks / requests again.
-pub(super) fn on_stop(state: &ConvState, ctx: &ConvContext) -> Transition {
+pub(super) fn on_stop(state: &ConvState, ctx: &Inputs<'_>) -> Step {
     match state {
         // The model had ended its turn; the stop hooks are stopped with
         // the daemon, and the turn ends.
-        ConvState::StopHooks { .. } => Transition::new(ConvState::Idle).with(Effect::AbortHooks),
+        ConvState::StopHooks { .. } => Step::new(ConvState::Idle).with(Effect::AbortHooks),
         ConvState::ToolExecuting(run) if run.permission.is_none() => {
             let results = answer_all(run, |id| {
                 if run.running.iter().any(|r| r == id) {
@@ -38,7 +38,7 @@ pub(super) fn on_stop(state: &ConvState, ctx: &ConvContext) -> Transition {
                     iteration: run.iteration + 1,
                 }
             };
-            let mut t = Transition::new(next);
+            let mut t = Step::new(next);
             if !run.running.is_empty() {
                 t = t.with(Effect::AbortTools {
                     tool_use_ids: run.running.clone(),
@@ -51,13 +51,13 @@ pub(super) fn on_stop(state: &ConvState, ctx: &ConvContext) -> Transition {
                 message: Message::user(results, ctx.now_ms),
             })
         }
-        _ => Transition::unchanged(state),
+        _ => Step::unchanged(state),
     }
 }
 
 /// The daemon started again: each busy state picks up where it can (a
 /// model request is issued again, a permission asked again) and says so.
-pub(super) fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
+pub(super) fn on_restart(state: &ConvState, ctx: &Inputs<'_>) -> Step {
     let recovered = |what: &str| Effect::Notify {
         notice: Notice::Recovered {
             message: format!("agentd restarted: {what}"),
@@ -67,19 +67,19 @@ pub(super) fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
         ConvState::Idle
         | ConvState::Error { .. }
         | ConvState::ContextExhausted { .. }
-        | ConvState::BudgetStopped { .. } => Transition::unchanged(state),
+        | ConvState::BudgetStopped { .. } => Step::unchanged(state),
         ConvState::AwaitingLlm { iteration } | ConvState::LlmRequesting { iteration, .. } => {
             begin_request(ctx, (*iteration).max(1))
                 .prepend(recovered("re-issuing the model request"))
         }
-        ConvState::StopHooks { .. } => Transition::new(ConvState::Idle)
+        ConvState::StopHooks { .. } => Step::new(ConvState::Idle)
             .with(recovered("the stop hooks were interrupted; the turn ended")),
-        ConvState::Cancelling { .. } => Transition::new(ConvState::Idle)
+        ConvState::Cancelling { .. } => Step::new(ConvState::Idle)
             .with(recovered("completing the cancellation"))
             .with(interrupt_marker(ctx)),
         ConvState::ToolExecuting(run) => {
             if let Some(ask) = &run.permission {
-                return Transition::unchanged(state)
+                return Step::unchanged(state)
                     .with(recovered("asking the pending permission request again"))
                     .with(Effect::AskPermission { ask: ask.clone() });
             }
@@ -105,8 +105,8 @@ pub(super) fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
             // The children are conversations and recover by themselves;
             // asking again for each pending one makes the runtime watch it
             // (it creates none twice) and report its end once.
-            let mut t = Transition::unchanged(state)
-                .with(recovered("waiting for the sub-agents still running"));
+            let mut t =
+                Step::unchanged(state).with(recovered("waiting for the sub-agents still running"));
             let request = run
                 .calls
                 .iter()
@@ -126,7 +126,7 @@ pub(super) fn on_restart(state: &ConvState, ctx: &ConvContext) -> Transition {
             rejected_tool_calls,
             attempt,
             ..
-        } => Transition::unchanged(state)
+        } => Step::unchanged(state)
             .with(recovered("re-issuing the continuation request"))
             .with(Effect::RequestLlm {
                 attempt: *attempt,

@@ -2,14 +2,14 @@
 //! loop), the request a person is asked, and their answer.
 
 use super::schedule::schedule;
-use super::{Rejected, Transition};
+use super::{Inputs, Rejected, Step};
 use crate::client::ClientInfo;
 use crate::effect::{Effect, Notice};
 use crate::event::RuleScope;
 use crate::hooks::HookVerdict;
 use crate::message::{ToolCall, ToolResult};
 use crate::permission::{Action, Decision, Mode, PermissionAsk, Verdict, suggest_rule};
-use crate::state::{ConvContext, ConvState, ToolRun};
+use crate::state::{ConvState, ToolRun};
 use crate::texts;
 use crate::tools::{Called, Tool};
 
@@ -17,7 +17,7 @@ use crate::tools::{Called, Tool};
 /// restricted mode's refusal, and a doom-loop `deny`) → the pre_tool_use
 /// hooks → the mode's defaults, ask and allow rules (and a doom-loop
 /// `ask`). `None`: hooks match the call and have not answered yet.
-pub(super) fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Option<Verdict> {
+pub(super) fn verdict(ctx: &Inputs<'_>, run: &ToolRun, call: &ToolCall) -> Option<Verdict> {
     let tool = Tool::from_name(&call.name);
     let sub_agent = ctx.sub_agent.is_some();
     match tool {
@@ -85,7 +85,7 @@ pub(super) fn verdict(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Opti
 /// The doom-loop check: the same call with identical input too many times
 /// in a row. The setting (config `doom_loop = allow|ask|deny`): allow turns
 /// the check off; ask and deny act on a loop found.
-fn doom_loop(ctx: &ConvContext, run: &ToolRun, call: &ToolCall) -> Option<Verdict> {
+fn doom_loop(ctx: &Inputs<'_>, run: &ToolRun, call: &ToolCall) -> Option<Verdict> {
     let threshold = ctx.doom_loop_threshold;
     if threshold < 2 || ctx.policy.doom_loop == Action::Allow {
         return None;
@@ -119,7 +119,7 @@ const OFFER_BACKGROUND: bool = true;
 
 /// The request a person is asked about `call`, offering only the
 /// decisions that make sense for it.
-pub(super) fn ask_for(ctx: &ConvContext, call: &ToolCall, reason: String) -> PermissionAsk {
+pub(super) fn ask_for(ctx: &Inputs<'_>, call: &ToolCall, reason: String) -> PermissionAsk {
     // "Always" and "never" add a rule; without a narrow one to add (a bash
     // call whose command cannot be read, a write without a path) they are
     // not offered, rather than allowing or denying the whole tool.
@@ -168,9 +168,9 @@ pub(super) struct Answer<'a> {
 /// nothing is pending.
 pub(super) fn on_answered(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     answer: Answer<'_>,
-) -> Result<Transition, Rejected> {
+) -> Result<Step, Rejected> {
     match state {
         ConvState::ToolExecuting(run) => on_permission_answer(ctx, run, answer),
         _ => Err(Rejected::NoPendingPermission),
@@ -178,10 +178,10 @@ pub(super) fn on_answered(
 }
 
 fn on_permission_answer(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     run: &ToolRun,
     answer: Answer<'_>,
-) -> Result<Transition, Rejected> {
+) -> Result<Step, Rejected> {
     let Answer {
         request_id,
         decision,
@@ -219,16 +219,11 @@ fn on_permission_answer(
 /// An approved `request_mode_upgrade`: nothing to run, the approval is the
 /// upgrade. Later calls of the same reply are judged in the new mode, and
 /// the new mode is persisted with the result that says so.
-fn upgrade_mode(
-    ctx: &ConvContext,
-    mut run: ToolRun,
-    call: &ToolCall,
-    resolved: Effect,
-) -> Transition {
+fn upgrade_mode(ctx: &Inputs<'_>, mut run: ToolRun, call: &ToolCall, resolved: Effect) -> Step {
     run.results
         .push(ToolResult::new(&call.id, texts::MODE_UPGRADED, false));
     let mut upgraded = ctx.clone();
-    upgraded.policy.mode = Mode::Default;
+    upgraded.set_mode(Mode::Default);
     let effects = vec![
         resolved,
         Effect::Notify {
@@ -246,14 +241,14 @@ fn upgrade_mode(
 /// a denial (adding a rule for "always" and "never"; stopping the turn for
 /// deny-and-stop), and the run goes on.
 fn follow_decision(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     mut run: ToolRun,
     call: ToolCall,
     decision: Decision,
     feedback: Option<String>,
     scope: RuleScope,
     resolved: Effect,
-) -> Result<Transition, Rejected> {
+) -> Result<Step, Rejected> {
     let add_rule = |action: Action| {
         suggest_rule(&call, &ctx.policy.cwd).map(|mut rule| {
             rule.action = action;
@@ -268,7 +263,7 @@ fn follow_decision(
                 None
             };
             run.running.push(call.id.clone());
-            let mut t = Transition::new(ConvState::ToolExecuting(run)).with(resolved);
+            let mut t = Step::new(ConvState::ToolExecuting(run)).with(resolved);
             if let Some(effect) = rule {
                 t = t.with(effect);
             }

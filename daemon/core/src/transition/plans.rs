@@ -2,13 +2,13 @@
 //! `update_plan` call moves its steps, and a person's answer to the proposal.
 
 use super::schedule::{Next, schedule};
-use super::{Rejected, Transition};
+use super::{Inputs, Rejected, Step};
 use crate::client::ClientInfo;
 use crate::effect::{Effect, Notice};
 use crate::message::{ToolCall, ToolResult};
 use crate::permission::{Decision, Mode, PermissionAsk};
 use crate::plan::{Plan, PlanAnswer, PlanEvent, PlanPhase, StepChange, StepStatus};
-use crate::state::{ConvContext, ConvState, ToolRun};
+use crate::state::{ConvState, ToolRun};
 use crate::texts;
 use crate::tools::Tool;
 
@@ -99,11 +99,11 @@ fn update_plan(plan: Option<&Plan>, call: &ToolCall) -> (ToolResult, Option<(Pla
 /// nothing is pending.
 pub(super) fn on_answered(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     request_id: &str,
     answer: PlanAnswer,
     by: Option<ClientInfo>,
-) -> Result<Transition, Rejected> {
+) -> Result<Step, Rejected> {
     match state {
         ConvState::ToolExecuting(run) => on_plan_answer(ctx, run, request_id, answer, by),
         _ => Err(Rejected::NoPendingPermission),
@@ -111,12 +111,12 @@ pub(super) fn on_answered(
 }
 
 fn on_plan_answer(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     run: &ToolRun,
     request_id: &str,
     answer: PlanAnswer,
     by: Option<ClientInfo>,
-) -> Result<Transition, Rejected> {
+) -> Result<Step, Rejected> {
     let Some(ask) = &run.permission else {
         return Err(Rejected::NoPendingPermission);
     };
@@ -192,9 +192,9 @@ fn on_plan_answer(
     run.permission = None;
     run.results.push(result);
     let mut next = ctx.clone();
-    next.plan = Some(plan);
+    next.conv.to_mut().plan = Some(plan);
     if let Some(mode) = mode.filter(|m| *m != ctx.policy.mode) {
-        next.policy.mode = mode;
+        next.set_mode(mode);
         effects.push(Effect::Notify {
             notice: Notice::Info {
                 message: format!("permission mode is now {mode}"),
@@ -212,7 +212,7 @@ fn on_plan_answer(
 /// started, and a step that fails puts back what the agent changed since,
 /// when `[plan] auto_rollback_on_failure` is on. Each effect follows the
 /// `PlanChanged` that reports the step.
-pub(super) fn checkpoints(ctx: &ConvContext, mut t: Transition) -> Transition {
+pub(super) fn checkpoints(ctx: &Inputs<'_>, mut t: Step) -> Step {
     let mut i = 0;
     while i < t.effects.len() {
         if let Effect::PlanChanged {

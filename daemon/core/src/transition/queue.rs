@@ -1,10 +1,10 @@
 //! Queued user messages join the conversation: at the next model request
 //! boundary or as the next turn's message when a turn ends.
 
-use super::{Transition, begin_request};
+use super::{Inputs, Step, begin_request};
 use crate::effect::{Effect, LlmPurpose};
 use crate::message::{ContentBlock, Message, Role};
-use crate::state::{ConvContext, ConvState};
+use crate::state::ConvState;
 
 /// Queued user messages (sent "queue if busy" while a turn ran) join the
 /// conversation at the first chance, all of them, in order, each as a text
@@ -21,19 +21,19 @@ use crate::state::{ConvContext, ConvState};
 /// conversation whose context is exhausted never takes them.
 pub(super) fn deliver_queued(
     before: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     stops: bool,
-    mut t: Transition,
-) -> Transition {
-    if ctx.queued.is_empty() {
+    mut t: Step,
+) -> Step {
+    let queue = &ctx.conv.queue;
+    if queue.is_empty() {
         return t;
     }
     let queued = || {
-        ctx.queued.iter().enumerate().flat_map(|(i, text)| {
-            let images = ctx.queued_images.get(i).map(Vec::as_slice).unwrap_or(&[]);
-            std::iter::once(ContentBlock::text(text.clone()))
+        queue.iter().flat_map(|q| {
+            std::iter::once(ContentBlock::text(q.text.clone()))
                 .filter(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()))
-                .chain(images.iter().cloned().map(ContentBlock::Image))
+                .chain(q.images.iter().cloned().map(ContentBlock::Image))
         })
     };
     let asks_model = t.effects.iter().position(|e| {
@@ -60,7 +60,7 @@ pub(super) fn deliver_queued(
             } else {
                 message.content.extend(queued());
             }
-            t.delivered = ctx.queued.len();
+            t.delivered = queue.len();
         }
         return t;
     }
@@ -74,7 +74,7 @@ pub(super) fn deliver_queued(
             message: Message::user(queued().collect(), ctx.now_ms),
         });
         t.effects.extend(next.effects);
-        t.delivered = ctx.queued.len();
+        t.delivered = queue.len();
     }
     t
 }

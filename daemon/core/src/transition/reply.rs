@@ -14,23 +14,19 @@
 
 use super::continuation::{self, continuation_purpose, continuation_started};
 use super::schedule::schedule;
-use super::{Transition, fail, next_round};
+use super::{Inputs, Step, fail, next_round};
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::LlmFailure;
 use crate::message::{ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall};
 use crate::state::{
-    ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait, ToolRun,
+    ContextExhaustionBehavior, ConvState, ErrorKind, RetryWait, ToolRun,
     should_trigger_continuation, should_warn,
 };
 use crate::texts;
 
 /// The model's reply: in a turn it is taken; after a cancel it ends the
 /// cancel; while a continuation is requested it is the summary.
-pub(super) fn on_completed(
-    state: &ConvState,
-    ctx: &ConvContext,
-    reply: Reply,
-) -> Option<Transition> {
+pub(super) fn on_completed(state: &ConvState, ctx: &Inputs<'_>, reply: Reply) -> Option<Step> {
     match state {
         ConvState::LlmRequesting {
             iteration,
@@ -49,10 +45,10 @@ pub(super) fn on_completed(
 /// or (for a continuation) retried or falling back.
 pub(super) fn on_failed(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     failure: LlmFailure,
     jitter_permille: u16,
-) -> Option<Transition> {
+) -> Option<Step> {
     match state {
         ConvState::LlmRequesting {
             attempt,
@@ -83,14 +79,14 @@ pub(super) fn on_failed(
 }
 
 /// A retry's wait is over: the request goes out again.
-pub(super) fn on_retry_due(state: &ConvState) -> Option<Transition> {
+pub(super) fn on_retry_due(state: &ConvState) -> Option<Step> {
     match state {
         ConvState::LlmRequesting {
             attempt,
             iteration,
             retry: Some(_),
         } => Some(
-            Transition::new(ConvState::LlmRequesting {
+            Step::new(ConvState::LlmRequesting {
                 attempt: *attempt,
                 iteration: *iteration,
                 retry: None,
@@ -104,7 +100,7 @@ pub(super) fn on_retry_due(state: &ConvState) -> Option<Transition> {
             rejected_tool_calls,
             attempt,
             ..
-        } => Some(Transition::unchanged(state).with(Effect::RequestLlm {
+        } => Some(Step::unchanged(state).with(Effect::RequestLlm {
             attempt: *attempt,
             purpose: continuation_purpose(rejected_tool_calls),
         })),
@@ -116,15 +112,15 @@ pub(super) fn on_retry_due(state: &ConvState) -> Option<Transition> {
 /// on is the next round's user message; none ends the turn.
 pub(super) fn on_stop_hooks_decided(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     continue_with: Option<String>,
-) -> Option<Transition> {
+) -> Option<Step> {
     let ConvState::StopHooks { iteration } = state else {
         return None;
     };
     let reason = continue_with.as_deref().map(str::trim).unwrap_or("");
     Some(if reason.is_empty() {
-        Transition::new(ConvState::Idle)
+        Step::new(ConvState::Idle)
     } else if *iteration >= ctx.max_iterations {
         next_round(ctx, *iteration)
     } else {
@@ -137,7 +133,7 @@ pub(super) fn on_stop_hooks_decided(
     })
 }
 
-fn on_reply(ctx: &ConvContext, iteration: u32, mut reply: Reply) -> Transition {
+fn on_reply(ctx: &Inputs<'_>, iteration: u32, mut reply: Reply) -> Step {
     // Providers may stream an empty text block (e.g. before a tool call) but
     // refuse one sent back ("text content blocks must be non-empty"): it
     // must not enter the transcript, or every later request fails.
@@ -174,11 +170,11 @@ fn on_reply(ctx: &ConvContext, iteration: u32, mut reply: Reply) -> Transition {
 }
 
 fn on_reply_usage_checked(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     iteration: u32,
     reply: Reply,
     calls: Vec<ToolCall>,
-) -> Transition {
+) -> Step {
     if should_trigger_continuation(&reply.usage, ctx.context_window) {
         // The tool calls are not executed, so they must not enter the
         // transcript unanswered: keep only the rest of the reply.
@@ -191,7 +187,7 @@ fn on_reply_usage_checked(
             ContextExhaustionBehavior::ThresholdBasedContinuation => {
                 let purpose = continuation_purpose(&calls);
                 let started = continuation_started(&calls, false);
-                Transition::new(ConvState::AwaitingContinuation {
+                Step::new(ConvState::AwaitingContinuation {
                     rejected_tool_calls: calls,
                     trigger_usage: reply.usage,
                     attempt: 1,
@@ -230,9 +226,9 @@ fn on_reply_usage_checked(
         match &reply.stop_reason {
             StopReason::PauseTurn => next_round(ctx, iteration),
             StopReason::EndTurn | StopReason::StopSequence if ctx.hooks.stop_due() => {
-                Transition::new(ConvState::StopHooks { iteration }).with(Effect::RunStopHooks)
+                Step::new(ConvState::StopHooks { iteration }).with(Effect::RunStopHooks)
             }
-            StopReason::EndTurn | StopReason::StopSequence => Transition::new(ConvState::Idle),
+            StopReason::EndTurn | StopReason::StopSequence => Step::new(ConvState::Idle),
             StopReason::ToolUse => info(
                 ConvState::Idle,
                 "The model stopped for tool use but asked for no tool.",
@@ -261,8 +257,8 @@ fn on_reply_usage_checked(
     }
 }
 
-fn info(state: ConvState, message: &str) -> Transition {
-    Transition::new(state).with(Effect::Notify {
+fn info(state: ConvState, message: &str) -> Step {
+    Step::new(state).with(Effect::Notify {
         notice: Notice::Info {
             message: message.to_string(),
         },
@@ -270,7 +266,7 @@ fn info(state: ConvState, message: &str) -> Transition {
 }
 
 fn assistant(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     content: Vec<ContentBlock>,
     stop: &StopReason,
     usage: crate::message::Usage,
@@ -289,7 +285,7 @@ fn assistant(
 /// The delay before attempt `attempt + 1`, or `None` when the failure must
 /// not be retried after all (a `retry-after` longer than we wait).
 pub(super) fn retry_delay(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     attempt: u32,
     failure: &LlmFailure,
     jitter_permille: u16,
@@ -307,18 +303,18 @@ pub(super) fn retry_delay(
 }
 
 fn on_llm_failed(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     attempt: u32,
     iteration: u32,
     failure: LlmFailure,
     jitter_permille: u16,
-) -> Transition {
+) -> Step {
     if failure.retryable
         && attempt < ctx.max_attempts
         && let Some(delay_ms) = retry_delay(ctx, attempt, &failure, jitter_permille)
     {
         let next = attempt + 1;
-        return Transition::new(ConvState::LlmRequesting {
+        return Step::new(ConvState::LlmRequesting {
             attempt: next,
             iteration,
             retry: Some(RetryWait {

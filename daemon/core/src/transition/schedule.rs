@@ -3,14 +3,14 @@
 
 use super::permissions::{ask_for, verdict};
 use super::sub_agents::{spawn, submitted};
-use super::{Transition, answer_all, begin_request, fail, next_round};
+use super::{Inputs, Step, answer_all, begin_request, fail, next_round};
 use crate::correction::Assessment;
 use crate::effect::{Effect, Notice, SubAgentOutcome};
 use crate::hooks::HookVerdict;
 use crate::message::{ContentBlock, Message, ToolCall, ToolResult};
 use crate::permission::Verdict;
 use crate::plan::Plan;
-use crate::state::{ConvContext, ConvState, ErrorKind, Submitted, ToolRun};
+use crate::state::{ConvState, ErrorKind, Submitted, ToolRun};
 use crate::texts;
 use crate::tools::{SpawnRequest, Tool};
 
@@ -18,9 +18,9 @@ use crate::tools::{SpawnRequest, Tool};
 /// starts.
 pub(super) fn on_tool_completed(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     result: ToolResult,
-) -> Option<Transition> {
+) -> Option<Step> {
     match state {
         ConvState::ToolExecuting(run) if run.running.contains(&result.tool_use_id) => {
             let mut run = run.clone();
@@ -29,7 +29,7 @@ pub(super) fn on_tool_completed(
             if run.running.is_empty() {
                 Some(schedule(ctx, run, Vec::new()))
             } else {
-                Some(Transition::new(ConvState::ToolExecuting(run)))
+                Some(Step::new(ConvState::ToolExecuting(run)))
             }
         }
         _ => None,
@@ -40,11 +40,11 @@ pub(super) fn on_tool_completed(
 /// have rewritten its input): the call is judged again with their verdict.
 pub(super) fn on_hooks_decided(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     tool_use_id: String,
     verdict: HookVerdict,
     new_input: Option<serde_json::Value>,
-) -> Option<Transition> {
+) -> Option<Step> {
     match state {
         ConvState::ToolExecuting(run) if run.hooking.as_deref() == Some(tool_use_id.as_str()) => {
             let mut run = run.clone();
@@ -80,13 +80,9 @@ pub(super) enum Next {
 /// starts alone; a call that needs permission suspends the run (nothing else
 /// runs meanwhile). When every call has a result, the results go back to the
 /// model as one user message.
-pub(super) fn schedule(
-    ctx: &ConvContext,
-    mut run: ToolRun,
-    mut effects: Vec<Effect>,
-) -> Transition {
+pub(super) fn schedule(ctx: &Inputs<'_>, mut run: ToolRun, mut effects: Vec<Effect>) -> Step {
     // The plan as the calls answered so far leave it.
-    let mut plan = ctx.plan.clone();
+    let mut plan = ctx.conv.plan.clone();
     if run.stop_with_feedback.is_none() && run.submitted.is_none() {
         for id in run.pending_ids() {
             let Some(call) = run.calls.iter().find(|c| c.id == id).cloned() else {
@@ -107,8 +103,8 @@ pub(super) fn schedule(
 }
 
 /// The run as it waits, with what it started.
-fn waiting(run: ToolRun, effects: Vec<Effect>) -> Transition {
-    Transition {
+fn waiting(run: ToolRun, effects: Vec<Effect>) -> Step {
+    Step {
         state: ConvState::ToolExecuting(run),
         mode: None,
         effects,
@@ -119,7 +115,7 @@ fn waiting(run: ToolRun, effects: Vec<Effect>) -> Transition {
 
 /// Looks at one call that has no result yet and starts it if it may.
 fn start_call(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     run: &mut ToolRun,
     plan: &mut Option<Plan>,
     effects: &mut Vec<Effect>,
@@ -155,7 +151,7 @@ fn start_call(
 /// Acts on the verdict on `call`: a denial is its result, an ask suspends
 /// the run, an allowed call starts (or spawns, or submits the result).
 fn follow_verdict(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     run: &mut ToolRun,
     effects: &mut Vec<Effect>,
     call: ToolCall,
@@ -217,7 +213,7 @@ fn follow_verdict(
 
 /// Every call is answered (or the rest is skipped after a deny-and-stop
 /// or a submitted result): the results go back as one user message.
-fn answered(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Transition {
+fn answered(ctx: &Inputs<'_>, mut run: ToolRun, mut effects: Vec<Effect>) -> Step {
     if let Some(Submitted { result, success }) = run.submitted.take() {
         let results = answer_all(&run, |_| texts::SKIPPED_AFTER_SUBMIT);
         effects.push(Effect::AppendMessage {
@@ -226,7 +222,7 @@ fn answered(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
         effects.push(Effect::FinishSubAgent {
             outcome: SubAgentOutcome::Submitted { result, success },
         });
-        return Transition {
+        return Step {
             state: ConvState::Idle,
             mode: None,
             effects,
@@ -237,7 +233,7 @@ fn answered(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
     let results = answer_all(&run, |_| texts::SKIPPED_AFTER_INTERRUPT);
     let mut t = match run.stop_with_feedback.take() {
         None => return corrected(ctx, &run, results, effects),
-        Some(feedback) if feedback.trim().is_empty() => Transition::new(ConvState::Idle),
+        Some(feedback) if feedback.trim().is_empty() => Step::new(ConvState::Idle),
         Some(feedback) => {
             // The feedback rides in the same user message as the results.
             let mut blocks = results;
@@ -264,13 +260,13 @@ fn answered(ctx: &ConvContext, mut run: ToolRun, mut effects: Vec<Effect>) -> Tr
 /// results message; one after the last attempt ends the turn, saying so to
 /// the model and to people; a fallback tool's success closes the chain.
 fn corrected(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     run: &ToolRun,
     mut blocks: Vec<ContentBlock>,
     mut effects: Vec<Effect>,
-) -> Transition {
+) -> Step {
     let assessment =
-        crate::correction::assess(&ctx.corrections, &run.calls, &run.results, ctx.now_ms);
+        crate::correction::assess(&ctx.conv.corrections, &run.calls, &run.results, ctx.now_ms);
     let (notice, corrections, mut t) = match assessment {
         Assessment::None => (None, None, next_round(ctx, run.iteration)),
         Assessment::Succeeded {

@@ -2,10 +2,10 @@
 //! and a child that reports how its work ended.
 
 use super::schedule::schedule;
-use super::{Transition, next_round};
+use super::{Inputs, Step, next_round};
 use crate::effect::{Effect, SubAgentOutcome};
 use crate::message::{ContentBlock, Message, ToolCall, ToolResult};
-use crate::state::{ConvContext, ConvState, SubAgentResult, Submitted, ToolRun};
+use crate::state::{ConvState, SubAgentResult, Submitted, ToolRun};
 use crate::texts;
 use crate::tools::{AgentTask, SpawnRequest, agent_id, synthesis_id};
 
@@ -15,10 +15,10 @@ use crate::tools::{AgentTask, SpawnRequest, agent_id, synthesis_id};
 /// `submit_result` itself reports where it is scheduled.
 pub(super) fn end_of_sub_agent(
     before: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     cancelled: bool,
-    mut t: Transition,
-) -> Transition {
+    mut t: Step,
+) -> Step {
     let Some(role) = ctx.sub_agent else {
         return t;
     };
@@ -69,14 +69,14 @@ pub(super) fn spawn(
     call: &ToolCall,
     request: &SpawnRequest,
     mut effects: Vec<Effect>,
-) -> Transition {
+) -> Step {
     let agents: Vec<String> = (1..=request.agents.len())
         .map(|n| agent_id(n, &call.id))
         .collect();
     for (id, task) in agents.iter().zip(&request.agents) {
         effects.push(spawn_effect(id.clone(), task, request));
     }
-    Transition {
+    Step {
         state: ConvState::AwaitingSubAgents {
             pending_ids: agents.clone(),
             completed: Vec::new(),
@@ -106,12 +106,12 @@ pub(super) fn spawn_effect(agent_id: String, task: &AgentTask, request: &SpawnRe
 /// carries every child's result in the order they were asked for, and the
 /// run goes on.
 fn sub_agents_done(
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     mut run: ToolRun,
     call_id: &str,
     agents: &[String],
     completed: &[SubAgentResult],
-) -> Transition {
+) -> Step {
     let ordered: Vec<(&str, &str, bool, &str)> = agents
         .iter()
         .filter_map(|id| completed.iter().find(|r| r.agent_id == *id))
@@ -151,9 +151,9 @@ pub(super) fn submitted(input: &serde_json::Value) -> Result<Submitted, String> 
 /// the call is answered and the run goes on.
 pub(super) fn on_finished(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     result: SubAgentResult,
-) -> Option<Transition> {
+) -> Option<Step> {
     let ConvState::AwaitingSubAgents {
         pending_ids,
         completed,
@@ -172,7 +172,7 @@ pub(super) fn on_finished(
     let mut completed = completed.clone();
     completed.push(result);
     if !pending_ids.is_empty() {
-        return Some(Transition::new(ConvState::AwaitingSubAgents {
+        return Some(Step::new(ConvState::AwaitingSubAgents {
             pending_ids,
             completed,
             agents: agents.clone(),

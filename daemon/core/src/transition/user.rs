@@ -1,14 +1,14 @@
 //! What people send: a message that starts a turn (with plan detection),
 //! a continued conversation's first message, and the answer to a budget stop.
 
-use super::{Rejected, Transition, begin_request, budget_not_raised};
+use super::{Inputs, Rejected, Step, begin_request, budget_not_raised};
 use crate::effect::{Effect, Notice};
 use crate::event::{PromptHooks, Sending};
 use crate::image::ImageRef;
 use crate::message::{ContentBlock, Message, MessageKind};
 use crate::permission::Mode;
 use crate::plan::PlanDetect;
-use crate::state::{ConvContext, ConvState};
+use crate::state::ConvState;
 use crate::texts;
 
 /// A user message: it starts a turn when the conversation rests (once its
@@ -17,11 +17,11 @@ use crate::texts;
 /// as a running turn.
 pub(super) fn on_user_message(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     text: String,
     images: Vec<ImageRef>,
     sending: Sending,
-) -> Result<Transition, Rejected> {
+) -> Result<Step, Rejected> {
     if crate::message::says_nothing(&text, images.len()) {
         return Err(Rejected::EmptyMessage);
     }
@@ -33,7 +33,7 @@ pub(super) fn on_user_message(
         }
         ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
             return Ok(match sending.hooks {
-                PromptHooks::Due => Transition::unchanged(state).with(Effect::RunPromptHooks),
+                PromptHooks::Due => Step::unchanged(state).with(Effect::RunPromptHooks),
                 PromptHooks::Passed => start_turn(ctx, text, images),
             });
         }
@@ -47,7 +47,7 @@ pub(super) fn on_user_message(
         | ConvState::AwaitingContinuation { .. } => Rejected::Busy,
     };
     if sending.queue_if_busy {
-        Ok(Transition::unchanged(state).with(Effect::Enqueue))
+        Ok(Step::unchanged(state).with(Effect::Enqueue))
     } else {
         Err(busy)
     }
@@ -55,11 +55,11 @@ pub(super) fn on_user_message(
 
 /// A user message that starts a turn: with plan detection, the request
 /// self-corrections count against, and the first model request.
-fn start_turn(ctx: &ConvContext, text: String, images: Vec<ImageRef>) -> Transition {
+fn start_turn(ctx: &Inputs<'_>, text: String, images: Vec<ImageRef>) -> Step {
     let detected = detect_plan(ctx, &text);
     // The request this turn works on: self-corrections count
     // against it.
-    let corrections = ctx.corrections.starting(&text);
+    let corrections = ctx.conv.corrections.starting(&text);
     // Images first, then the text about them (as Anthropic
     // advises); an image-only message has no text block.
     let mut content: Vec<ContentBlock> = images.into_iter().map(ContentBlock::Image).collect();
@@ -81,7 +81,7 @@ fn start_turn(ctx: &ConvContext, text: String, images: Vec<ImageRef>) -> Transit
 /// mode to enter (`require`) and the notice clients show. `None`: detection
 /// is off, the conversation already plans (or cannot change anything), or
 /// the text does not deserve a plan.
-fn detect_plan(ctx: &ConvContext, text: &str) -> Option<(Option<Mode>, Notice)> {
+fn detect_plan(ctx: &Inputs<'_>, text: &str) -> Option<(Option<Mode>, Notice)> {
     if ctx.plan_detect == PlanDetect::Off || matches!(ctx.policy.mode, Mode::Plan | Mode::ReadOnly)
     {
         return None;
@@ -116,12 +116,12 @@ fn detect_plan(ctx: &ConvContext, text: &str) -> Option<(Option<Mode>, Notice)> 
 /// parent's summary, then the messages that were queued there.
 pub(super) fn on_continued_from(
     state: &ConvState,
-    ctx: &ConvContext,
+    ctx: &Inputs<'_>,
     parent_id: &str,
     summary: &str,
     texts: Vec<String>,
     images: Vec<Vec<ImageRef>>,
-) -> Option<Transition> {
+) -> Option<Step> {
     let ConvState::Idle = state else {
         return None;
     };
@@ -154,11 +154,7 @@ pub(super) fn on_continued_from(
 
 /// A person's answer to a budget stop: raised, the held request goes out;
 /// not raised, the turn ends in error.
-pub(super) fn on_budget_answered(
-    state: &ConvState,
-    ctx: &ConvContext,
-    raise: bool,
-) -> Option<Transition> {
+pub(super) fn on_budget_answered(state: &ConvState, ctx: &Inputs<'_>, raise: bool) -> Option<Step> {
     match state {
         ConvState::BudgetStopped { iteration, .. } if raise => Some(begin_request(ctx, *iteration)),
         ConvState::BudgetStopped { stop, .. } => Some(budget_not_raised(stop)),

@@ -38,7 +38,7 @@ pub(crate) fn summary(
         mcp_servers: r.setup.mcp_servers.iter().map(|s| s.name.clone()).collect(),
         turn: r.turns,
         cost_usd,
-        queued: queued(&r.queued),
+        queued: queued(&r.queue),
         context_window,
         parent_conversation_id: r.chain.parent_id.clone().unwrap_or_default(),
         forked_from: r.fork.forked_from.clone().unwrap_or_default(),

@@ -4,7 +4,7 @@
 use super::{brief, image_from, message_from, mode_from, usage_from};
 use crate::store::{Chain, ConversationRecord, ForkOrigin, Setup};
 use agent_proto::v1 as pb;
-use agentd_core::{ConvState, ErrorKind, Message};
+use agentd_core::{ConvState, Conversation, ErrorKind, Message};
 use tonic::Status;
 
 /// A conversation from an export, validated. Conversations exported
@@ -76,8 +76,11 @@ pub(crate) fn exported_from(
         model: c.model.clone(),
         created_at_ms: c.created_at_ms,
         updated_at_ms: c.updated_at_ms,
-        state,
-        mode: mode_from(c.mode)?,
+        conversation: Conversation {
+            state,
+            mode: mode_from(c.mode)?,
+            ..Conversation::default()
+        },
         setup: Setup {
             additional_dirs,
             allow_rules,

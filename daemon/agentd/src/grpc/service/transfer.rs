@@ -67,7 +67,7 @@ fn imported_grants(
                 )));
             }
             admission::Refusal::Mode(_) => {
-                record.mode = agentd_core::Mode::Default;
+                record.conversation.mode = agentd_core::Mode::Default;
                 notices.push(format!(
                     "conversation {id}: {what}; its mode is now default"
                 ));

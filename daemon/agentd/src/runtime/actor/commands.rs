@@ -29,7 +29,7 @@ impl Actor {
             sending: self.sending(message.queue_if_busy, PromptHooks::Due),
         };
         // The state is unchanged by these answers: nothing to commit.
-        let answer = agentd_core::transition(&self.record.state, &self.context(None), event);
+        let answer = agentd_core::transition(&self.record.conversation, &self.context(None), event);
         match answer.map(|t| t.effects) {
             Err(r) => {
                 let _ = reply.send(Err(RuntimeError::Rejected(r)));

@@ -13,13 +13,14 @@
 //! the request cache and the event numbers; the client is told.
 
 use super::Actor;
-use super::queue::Queue;
 use super::replay::Fanout;
 use crate::runtime::error::RuntimeError;
 use crate::runtime::events::EventKind;
 use crate::store::{ConversationRecord, StoreError, StoredEvent};
 use crate::tools::ToolOutput;
-use agentd_core::{ConvState, Effect, Event, Message, Role, ToolCall, Transition, transition};
+use agentd_core::{
+    ConvState, Conversation, Effect, Event, Message, Role, ToolCall, Transition, transition,
+};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -78,14 +79,6 @@ impl Rollback {
     }
 }
 
-/// What a transition changes besides the state.
-struct Changes<'t> {
-    mode: Option<agentd_core::Mode>,
-    delivered: usize,
-    corrections: Option<agentd_core::Corrections>,
-    effects: &'t [Effect],
-}
-
 /// How a committed transition changed things, for announcing it.
 struct Committed {
     /// The number of the transcript's last message before it.
@@ -94,8 +87,8 @@ struct Committed {
     old_state: ConvState,
     state_changed: bool,
     mode_changed: bool,
-    /// How many queued messages it delivered.
-    delivered: usize,
+    /// Whether it delivered queued messages.
+    queue_changed: bool,
 }
 
 impl Actor {
@@ -144,19 +137,10 @@ impl Actor {
                 unflushed = Some(self.rollback_point());
             }
             let Transition {
-                state,
-                mode,
+                conversation,
                 effects,
-                delivered,
-                corrections,
             } = t;
-            let changes = Changes {
-                mode,
-                delivered,
-                corrections,
-                effects: &effects,
-            };
-            let committed = match self.commit(state, changes, flush_now).await {
+            let committed = match self.commit(conversation, &effects, flush_now).await {
                 Ok(committed) => committed,
                 Err(e) => {
                     // Nothing may run on state we could not persist.
@@ -206,7 +190,7 @@ impl Actor {
             Step::Decide(event) => {
                 // Decided now, on the state the steps before it left.
                 let ctx = self.context(Some(&event));
-                match transition(&self.record.state, &ctx, event) {
+                match transition(&self.record.conversation, &ctx, event) {
                     Ok(t) => Some(t),
                     Err(e) => {
                         tracing::warn!(conversation = %self.record.id, "instant tool result not applied: {e}");
@@ -217,54 +201,41 @@ impl Actor {
         }
     }
 
-    /// Takes `t` into the record and writes it (flushed when `flush_now`).
-    /// Within a group of commits flushed together only the last record
-    /// matters: the one the flush that ends the group writes.
+    /// Takes the `conversation` a transition leaves into the record, whole,
+    /// with what its `effects` change there, and writes it (flushed when
+    /// `flush_now`). Within a group of commits flushed together only the
+    /// last record matters: the one the flush that ends the group writes.
     async fn commit(
         &mut self,
-        state: ConvState,
-        t: Changes<'_>,
+        conversation: Conversation,
+        effects: &[Effect],
         flush_now: bool,
     ) -> Result<Committed, StoreError> {
         let base = self.transcript.len() as u64;
-        let delivered = Queue::of(&mut self.record).delivered(t.delivered);
-        let old_state = std::mem::replace(&mut self.record.state, state);
+        let old = std::mem::replace(&mut self.record.conversation, conversation);
+        let old_state = old.state;
         let state_changed = self.record.state != old_state;
-        let mode_changed = t.mode.is_some_and(|mode| mode != self.record.mode);
-        if t.effects.contains(&Effect::ContinueInNewConversation) {
+        let mode_changed = self.record.mode != old.mode;
+        let queue_changed = self.record.queue != old.queue;
+        if effects.contains(&Effect::ContinueInNewConversation) {
             // The continuation the core owes is written with the state that
             // makes it due.
             self.record.chain.continue_pending = true;
         }
-        if let Some(mode) = t.mode {
-            self.record.mode = mode;
-        }
-        // The plan as this transition leaves it is written with it.
-        if let Some(plan) = t.effects.iter().rev().find_map(|e| match e {
-            Effect::PlanChanged { plan, .. } => Some(plan),
-            _ => None,
-        }) {
-            self.record.plan = Some(plan.clone());
-        }
-        // So is the self-correction tracking.
-        if let Some(corrections) = t.corrections {
-            self.record.corrections = corrections;
-        }
-        let appended: Vec<Message> = t
-            .effects
+        let appended: Vec<Message> = effects
             .iter()
             .filter_map(|e| match e {
                 Effect::AppendMessage { message } => Some(message.clone()),
                 _ => None,
             })
             .collect();
-        for effect in t.effects {
+        for effect in effects {
             if let Effect::FinishSubAgent { outcome } = effect {
                 // Written with the state that ends the sub-agent.
                 self.record_sub_agent_end(outcome, &appended);
             }
         }
-        self.persist(base, &appended, t.effects, state_changed, flush_now)?;
+        self.persist(base, &appended, effects, state_changed, flush_now)?;
         if flush_now {
             self.shared.store.flush().await?;
         }
@@ -274,7 +245,7 @@ impl Actor {
             old_state,
             state_changed,
             mode_changed,
-            delivered,
+            queue_changed,
         })
     }
 
@@ -285,8 +256,8 @@ impl Actor {
         if c.mode_changed {
             self.announce_settings(String::new());
         }
-        if c.delivered > 0 {
-            self.emit(EventKind::QueueChanged(self.record.queued.clone()));
+        if c.queue_changed {
+            self.emit(EventKind::QueueChanged(self.record.queue.clone()));
         }
         if c.state_changed && !c.old_state.is_at_rest() && self.record.state.is_at_rest() {
             self.notify_turn_end();
@@ -498,7 +469,7 @@ mod tests {
         let mut rx = fanout.subscribe(&crate::runtime::Rings::default());
         let rollback = Rollback::of(&record, &transcript, &fanout);
         record.title = "changed".into();
-        record.state = ConvState::ContextExhausted {
+        record.conversation.state = ConvState::ContextExhausted {
             summary: "x".into(),
             final_usage: Default::default(),
         };

@@ -1,7 +1,7 @@
-//! What `transition` reads besides the state and the event: the limits
-//! and settings of the config, the permission policy (with the paths of the
-//! calls to judge resolved on the file system), recent calls, hooks,
-//! budgets, the queue and the plan.
+//! What `transition` reads besides the conversation and the event: the
+//! limits and settings of the config, the permission policy (in the
+//! conversation's mode, with the paths of the calls to judge resolved on
+//! the file system), recent calls, hooks and budgets.
 
 use super::Actor;
 use agentd_core::{ContentBlock, ConvContext, ConvState, Event, Policy, Role, ToolCall};
@@ -10,7 +10,7 @@ use agentd_core::{ContentBlock, ConvContext, ConvState, Event, Policy, Role, Too
 const RECENT_CALLS: usize = 8;
 
 impl Actor {
-    /// Everything `transition` reads besides the state and the event.
+    /// Everything `transition` reads besides the conversation and the event.
     pub(super) fn context(&self, event: Option<&Event>) -> ConvContext {
         let cfg = &self.shared.config;
         ConvContext {
@@ -34,18 +34,9 @@ impl Actor {
                 .hooks
                 .get()
                 .matchers(agentd_core::hooks::stop_continuations(&self.transcript)),
-            queued: self.record.queued.iter().map(|q| q.text.clone()).collect(),
-            queued_images: self
-                .record
-                .queued
-                .iter()
-                .map(|q| q.images.clone())
-                .collect(),
             last_usage: self.record.last_usage,
             budget: self.budget_context(),
-            plan: self.record.plan.clone(),
             plan_detect: cfg.plan.detect,
-            corrections: self.record.corrections.clone(),
             sub_agent: self.sub_agent_role(),
             auto_rollback_on_failure: cfg.plan.auto_rollback_on_failure,
             auto_continue: agentd_core::AutoContinue {

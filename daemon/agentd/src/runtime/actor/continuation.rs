@@ -123,7 +123,7 @@ impl Actor {
             return Err(RuntimeError::Store(e));
         }
         if queue_changed {
-            self.emit(EventKind::QueueChanged(self.record.queued.clone()));
+            self.emit(EventKind::QueueChanged(self.record.queue.clone()));
         }
         self.emit(EventKind::ConversationContinued {
             conversation_id: next,
@@ -152,7 +152,7 @@ mod tests {
     use std::time::Duration;
 
     fn exhausted(record: &mut ConversationRecord) {
-        record.state = ConvState::ContextExhausted {
+        record.conversation.state = ConvState::ContextExhausted {
             summary: "so far".into(),
             final_usage: Default::default(),
         };

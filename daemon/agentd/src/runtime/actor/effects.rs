@@ -64,7 +64,11 @@ impl Actor {
         let partial = std::mem::take(&mut self.work.partial).into_blocks();
         self.work.abort_llm();
         let ctx = self.context(None);
-        match transition(&self.record.state, &ctx, Event::LlmAborted { partial }) {
+        match transition(
+            &self.record.conversation,
+            &ctx,
+            Event::LlmAborted { partial },
+        ) {
             Ok(t) => Some(t),
             Err(e) => {
                 tracing::debug!("abort not applicable: {e}");

@@ -125,7 +125,12 @@ impl Actor {
                 verdict: agentd_core::HookVerdict::None,
                 new_input: None,
             };
-            return transition(&self.record.state, &self.context(Some(&event)), event).ok();
+            return transition(
+                &self.record.conversation,
+                &self.context(Some(&event)),
+                event,
+            )
+            .ok();
         }
         let (id, cancel) = self.work.begin_hooks();
         let env = self.hook_env(cancel);

@@ -426,7 +426,7 @@ impl Actor {
     /// Applies a client's event; the rejection goes back to that client.
     async fn apply(&mut self, event: Event) -> Result<(), RuntimeError> {
         let ctx = self.context(Some(&event));
-        let t = agentd_core::transition(&self.record.state, &ctx, event)
+        let t = agentd_core::transition(&self.record.conversation, &ctx, event)
             .map_err(RuntimeError::Rejected)?;
         self.commit_and_run(t).await
     }

@@ -34,7 +34,7 @@ impl Actor {
         }
         let saved = self.record.clone();
         if let Some(mode) = mode {
-            self.record.mode = mode;
+            self.record.conversation.mode = mode;
         }
         if let Some(model) = model {
             self.record.model = model;

@@ -540,7 +540,7 @@ async fn clients_that_attach_after_a_recovery_are_told_what_it_did() {
     let id = rig.conversation(Mode::Default).await;
     // The daemon died while the model was asked.
     let mut record = rig.record(&id);
-    record.state = ConvState::LlmRequesting {
+    record.conversation.state = ConvState::LlmRequesting {
         attempt: 1,
         iteration: 1,
         retry: None,
