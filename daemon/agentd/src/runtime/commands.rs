@@ -36,14 +36,14 @@ impl Manager {
             Seed::Continued(next) => return self.record(&next),
             Seed::Exhausted(record) => *record,
         };
-        let summary = match &old.state {
+        let summary = match &old.conversation.state {
             ConvState::ContextExhausted { summary, .. } => summary.clone(),
             _ => String::new(),
         };
         let new = NewConversation {
             cwd: old.cwd.clone(),
             model: old.model.clone(),
-            mode: Some(old.mode),
+            mode: Some(old.conversation.mode),
             allow_rules: old.setup.allow_rules.clone(),
             additional_dirs: old.setup.additional_dirs.clone(),
             // The servers a client gave go on with the work.
@@ -55,6 +55,7 @@ impl Manager {
                 title: old.title.clone(),
                 summary,
                 queued: old
+                    .conversation
                     .queue
                     .iter()
                     .map(|q| (q.text.clone(), q.images.clone()))
@@ -65,7 +66,12 @@ impl Manager {
             sub_agent: None,
         };
         let next = self.create(new, None).await?;
-        let taken: Vec<String> = old.queue.iter().map(|q| q.id.clone()).collect();
+        let taken: Vec<String> = old
+            .conversation
+            .queue
+            .iter()
+            .map(|q| q.id.clone())
+            .collect();
         self.ask(id, |reply| Command::MarkContinued {
             next: next.id.clone(),
             hop: next.chain.hop,

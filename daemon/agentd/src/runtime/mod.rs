@@ -173,7 +173,7 @@ impl Manager {
         }
         let mut n = 0;
         for rec in self.shared.store.conversations_mid_turn()? {
-            tracing::info!(conversation = %rec.id, state = rec.state.name(), "recovering conversation");
+            tracing::info!(conversation = %rec.id, state = rec.conversation.state.name(), "recovering conversation");
             self.send_input(&rec.id, Input::Recover).await?;
             n += 1;
         }

@@ -159,7 +159,7 @@ impl Manager {
         mut record: ConversationRecord,
     ) -> Result<ConversationRecord, RuntimeError> {
         let config = &self.shared.config;
-        if record.mode == Mode::Bypass && !config.allow_bypass {
+        if record.conversation.mode == Mode::Bypass && !config.allow_bypass {
             tracing::warn!(
                 conversation = %record.id,
                 "bypass mode turned off: agentd runs without --allow-bypass; the mode is now {}",

@@ -146,8 +146,8 @@ fn forked(
         updated_at_ms: now,
         // The fork rests, in the old one's mode, counting its corrections.
         conversation: Conversation {
-            mode: old.mode,
-            corrections: old.corrections.clone(),
+            mode: old.conversation.mode,
+            corrections: old.conversation.corrections.clone(),
             ..Conversation::default()
         },
         setup: old.setup.clone(),

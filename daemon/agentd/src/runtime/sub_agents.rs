@@ -256,7 +256,7 @@ async fn create_child(
     let new = NewConversation {
         cwd: parent.cwd.clone(),
         model,
-        mode: Some(child_mode(parent.mode, spawn.read_only)),
+        mode: Some(child_mode(parent.conversation.mode, spawn.read_only)),
         allow_rules: parent.setup.allow_rules.clone(),
         additional_dirs: parent.setup.additional_dirs.clone(),
         mcp_servers: parent.setup.mcp_servers.clone(),
@@ -471,7 +471,9 @@ impl Manager {
         request_id: &str,
     ) -> Result<String, super::RuntimeError> {
         let record = self.record(id)?;
-        let agentd_core::ConvState::AwaitingSubAgents { pending_ids, .. } = &record.state else {
+        let agentd_core::ConvState::AwaitingSubAgents { pending_ids, .. } =
+            &record.conversation.state
+        else {
             return Ok(id.to_string());
         };
         let mut asking = Vec::new();
@@ -482,7 +484,7 @@ impl Manager {
             let Some(child) = self.shared.store.conversation(&child_id)? else {
                 continue;
             };
-            if let Some(ask) = child.state.pending_permission()
+            if let Some(ask) = child.conversation.state.pending_permission()
                 && (request_id.is_empty() || ask.request_id == request_id)
             {
                 asking.push((child_id, ask.request_id.clone()));

@@ -133,10 +133,10 @@ async fn settings_are_applied_by_the_live_actor_and_stored() {
     };
     let record = rig.manager.update(&id, settings).await.unwrap();
     assert_eq!(
-        (record.mode, record.model.as_str()),
+        (record.conversation.mode, record.model.as_str()),
         (Mode::Plan, "other-model")
     );
-    assert_eq!(rig.record(&id).mode, Mode::Plan);
+    assert_eq!(rig.record(&id).conversation.mode, Mode::Plan);
     assert_eq!(rig.manager.loaded().await, 1);
 }
 

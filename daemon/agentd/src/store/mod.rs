@@ -622,7 +622,10 @@ mod tests {
         assert_eq!(record.children.sub_agents_counted, ["a1"]);
         assert_eq!(record.fork.forked_from.as_deref(), Some("01OLD"));
         assert_eq!(record.fork.forked_at, 3);
-        assert_eq!((record.mode, record.queued_next), (Mode::AcceptEdits, 4));
+        assert_eq!(
+            (record.conversation.mode, record.queued_next),
+            (Mode::AcceptEdits, 4)
+        );
         // Written again, it is the same flat object: an older daemon reads it.
         let written: serde_json::Value =
             serde_json::from_slice(&encode("c/01FLAT", &record).unwrap()).unwrap();

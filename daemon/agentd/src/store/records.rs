@@ -81,17 +81,6 @@ pub struct ConversationRecord {
     pub fork: ForkOrigin,
 }
 
-impl std::ops::Deref for ConversationRecord {
-    type Target = Conversation;
-
-    /// The conversation's values read as the record's own, as they were
-    /// before they were grouped; they change only through
-    /// `record.conversation`.
-    fn deref(&self) -> &Conversation {
-        &self.conversation
-    }
-}
-
 /// What a conversation's creator chose beyond the model and the mode.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Setup {
@@ -205,7 +194,7 @@ impl ConversationRecord {
     /// Whether start-up has something to do for it: a turn was in flight,
     /// or a continuation the daemon owes.
     pub fn needs_recovery(&self) -> bool {
-        !self.state.is_at_rest() || self.chain.continue_pending
+        !self.conversation.state.is_at_rest() || self.chain.continue_pending
     }
 }
 

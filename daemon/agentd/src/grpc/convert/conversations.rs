@@ -21,11 +21,11 @@ pub(crate) fn summary(
         title: r.title.clone(),
         cwd: r.cwd.display().to_string(),
         model: r.model.clone(),
-        state: Some(state(&r.state, max_attempts)),
+        state: Some(state(&r.conversation.state, max_attempts)),
         created_at_ms: r.created_at_ms,
         updated_at_ms: r.updated_at_ms,
         message_count: r.message_count,
-        mode: mode(r.mode) as i32,
+        mode: mode(r.conversation.mode) as i32,
         usage: Some(usage(&r.usage)),
         last_seq,
         additional_dirs: r
@@ -38,7 +38,7 @@ pub(crate) fn summary(
         mcp_servers: r.setup.mcp_servers.iter().map(|s| s.name.clone()).collect(),
         turn: r.turns,
         cost_usd,
-        queued: queued(&r.queue),
+        queued: queued(&r.conversation.queue),
         context_window,
         parent_conversation_id: r.chain.parent_id.clone().unwrap_or_default(),
         forked_from: r.fork.forked_from.clone().unwrap_or_default(),
@@ -46,9 +46,9 @@ pub(crate) fn summary(
         continued_as: r.chain.continued_as.clone().unwrap_or_default(),
         context_warning: agentd_core::state::should_warn(&r.last_usage, context_window),
         context_tokens: r.last_usage.context_tokens(),
-        continuing: matches!(r.state, ConvState::ContextExhausted { .. })
+        continuing: matches!(r.conversation.state, ConvState::ContextExhausted { .. })
             && (r.chain.continue_pending || r.chain.continued_automatically),
-        budget_stop: match &r.state {
+        budget_stop: match &r.conversation.state {
             ConvState::BudgetStopped { stop, .. } => Some(budget_stop(stop)),
             _ => None,
         },

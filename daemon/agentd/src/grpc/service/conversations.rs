@@ -144,7 +144,7 @@ pub(super) async fn get_conversation(
         .map_err(to_status)?;
     let record = svc.manager.record(&id).map_err(to_status)?;
     let messages = svc.manager.messages(&record).map_err(to_status)?;
-    let pending = record.state.pending_permission().map(|ask| {
+    let pending = record.conversation.state.pending_permission().map(|ask| {
         convert::permission(&crate::runtime::PermissionView {
             summary: crate::tools::summarize_call(&ask.tool_name, &ask.input),
             diff: None,
@@ -161,7 +161,7 @@ pub(super) async fn get_conversation(
             .collect(),
         pending_permission: pending,
         instructions: Some(instructions),
-        plan: record.plan.as_ref().map(convert::plan),
+        plan: record.conversation.plan.as_ref().map(convert::plan),
         checkpoints: svc
             .manager
             .shared()

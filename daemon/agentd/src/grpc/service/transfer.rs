@@ -51,7 +51,7 @@ fn imported_grants(
             .map(|d| (d.as_path(), "additional directory")),
     );
     let grants = Grants {
-        mode: Some(record.mode),
+        mode: Some(record.conversation.mode),
         allow_rules: &record.setup.allow_rules,
         mcp_servers: &server_names,
         dirs: &dirs,

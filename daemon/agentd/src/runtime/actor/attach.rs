@@ -132,7 +132,7 @@ impl Actor {
                 record: self.record.clone(),
                 messages,
                 partial: self.work.partial.clone(),
-                pending: self.permissions.pending(&self.record.state),
+                pending: self.permissions.pending(&self.record.conversation.state),
                 clients,
                 your_client_id: client.id.clone(),
                 max_attempts: self.shared.config.retry.max_attempts,

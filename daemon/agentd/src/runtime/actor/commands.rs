@@ -101,7 +101,7 @@ impl Actor {
         }
         // Hooks checking a message that is not sent yet stop too.
         self.work.cancel_prompt();
-        let was_busy = !self.record.state.is_at_rest();
+        let was_busy = !self.record.conversation.state.is_at_rest();
         self.apply_request(
             client_request_id,
             RequestOutcome::Cancelled { was_busy },

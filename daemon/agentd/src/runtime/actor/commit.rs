@@ -214,9 +214,9 @@ impl Actor {
         let base = self.transcript.len() as u64;
         let old = std::mem::replace(&mut self.record.conversation, conversation);
         let old_state = old.state;
-        let state_changed = self.record.state != old_state;
-        let mode_changed = self.record.mode != old.mode;
-        let queue_changed = self.record.queue != old.queue;
+        let state_changed = self.record.conversation.state != old_state;
+        let mode_changed = self.record.conversation.mode != old.mode;
+        let queue_changed = self.record.conversation.queue != old.queue;
         if effects.contains(&Effect::ContinueInNewConversation) {
             // The continuation the core owes is written with the state that
             // makes it due.
@@ -257,19 +257,29 @@ impl Actor {
             self.announce_settings(String::new());
         }
         if c.queue_changed {
-            self.emit(EventKind::QueueChanged(self.record.queue.clone()));
+            self.emit(EventKind::QueueChanged(
+                self.record.conversation.queue.clone(),
+            ));
         }
-        if c.state_changed && !c.old_state.is_at_rest() && self.record.state.is_at_rest() {
+        if c.state_changed
+            && !c.old_state.is_at_rest()
+            && self.record.conversation.state.is_at_rest()
+        {
             self.notify_turn_end();
         }
-        if c.state_changed && matches!(self.record.state, ConvState::ContextExhausted { .. }) {
+        if c.state_changed
+            && matches!(
+                self.record.conversation.state,
+                ConvState::ContextExhausted { .. }
+            )
+        {
             self.after_exhaustion();
         }
     }
 
     /// Fires the `turn_end` notification hooks, saying how the turn ended.
     fn notify_turn_end(&mut self) {
-        let message = match &self.record.state {
+        let message = match &self.record.conversation.state {
             ConvState::Error { message, .. } => format!("agentd: the turn failed: {message}"),
             ConvState::ContextExhausted { .. } => {
                 "agentd: the turn ended; the context is exhausted".to_string()
@@ -303,7 +313,7 @@ impl Actor {
         }
         if state_changed {
             self.emit(EventKind::StateChanged {
-                state: self.record.state.clone(),
+                state: self.record.conversation.state.clone(),
                 max_attempts: self.shared.config.retry.max_attempts,
             });
         }
@@ -346,7 +356,7 @@ impl Actor {
                 seq,
                 StoredEvent::StateChanged {
                     at_ms: now,
-                    state: self.record.state.clone(),
+                    state: self.record.conversation.state.clone(),
                 },
             ));
         }
@@ -482,7 +492,7 @@ mod tests {
         fanout.emit(clock.now_ms(), EventKind::info("never seen"));
         rollback.restore(&mut record, &mut transcript, &mut fanout);
         assert_eq!(record.title, "");
-        assert_eq!(record.state, ConvState::Idle);
+        assert_eq!(record.conversation.state, ConvState::Idle);
         assert_eq!(transcript.len(), 1);
         assert_eq!(
             fanout.next_seq(),

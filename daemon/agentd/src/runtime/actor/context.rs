@@ -73,7 +73,7 @@ impl Actor {
                 .iter()
                 .map(|d| d.display().to_string())
                 .collect(),
-            ..Policy::new(self.record.mode, cwd)
+            ..Policy::new(self.record.conversation.mode, cwd)
         };
         // The policy judges paths as the tools will use them: resolved,
         // symbolic links followed. That needs the file system, so it is
@@ -81,7 +81,7 @@ impl Actor {
         // judges only calls neither running nor finished (the one after a
         // command's end usually none); the effects' hooks (no event) see
         // every call of the run.
-        let mut calls: Vec<ToolCall> = match &self.record.state {
+        let mut calls: Vec<ToolCall> = match &self.record.conversation.state {
             ConvState::ToolExecuting(run) if event.is_some() => {
                 let pending = run.pending_ids();
                 run.calls
@@ -146,7 +146,7 @@ impl Actor {
     /// The last tool calls of the transcript, oldest first, excluding the
     /// calls of the run in progress (the core sees those in the state).
     fn recent_calls(&self) -> Vec<ToolCall> {
-        let current: Vec<&str> = match &self.record.state {
+        let current: Vec<&str> = match &self.record.conversation.state {
             ConvState::ToolExecuting(run) => run.calls.iter().map(|c| c.id.as_str()).collect(),
             _ => Vec::new(),
         };

@@ -27,7 +27,10 @@ impl Continuation {
     /// daemon owes it a continuation (see `continue_pending`).
     pub(super) fn ask_if_owed(&self, record: &ConversationRecord) {
         if record.chain.continue_pending
-            && matches!(record.state, ConvState::ContextExhausted { .. })
+            && matches!(
+                record.conversation.state,
+                ConvState::ContextExhausted { .. }
+            )
         {
             let _ = self.requests.send(record.id.clone());
         }
@@ -55,7 +58,7 @@ impl Continuation {
 
     /// What a continuation of `record` is made from, or the one it has.
     pub(super) fn seed(record: &ConversationRecord) -> Result<Seed, RuntimeError> {
-        match (&record.chain.continued_as, &record.state) {
+        match (&record.chain.continued_as, &record.conversation.state) {
             (Some(next), _) => Ok(Seed::Continued(next.clone())),
             (None, ConvState::ContextExhausted { .. }) => {
                 Ok(Seed::Exhausted(Box::new(record.clone())))
@@ -123,7 +126,9 @@ impl Actor {
             return Err(RuntimeError::Store(e));
         }
         if queue_changed {
-            self.emit(EventKind::QueueChanged(self.record.queue.clone()));
+            self.emit(EventKind::QueueChanged(
+                self.record.conversation.queue.clone(),
+            ));
         }
         self.emit(EventKind::ConversationContinued {
             conversation_id: next,

@@ -175,7 +175,7 @@ impl Actor {
             tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
         }
         self.load_hooks(hooks::Reading::ServesWaitingMessage);
-        if let Some(ask) = self.record.state.pending_permission().cloned() {
+        if let Some(ask) = self.record.conversation.state.pending_permission().cloned() {
             let view = self.permission_view(&ask).await;
             self.permissions.asked(view);
         }
@@ -229,7 +229,9 @@ impl Actor {
     /// At rest, with no client attached and nothing in flight: nothing
     /// would be lost by unloading the conversation.
     fn is_idle(&self) -> bool {
-        self.record.state.is_at_rest() && self.fanout.clients.is_empty() && self.work.is_empty()
+        self.record.conversation.state.is_at_rest()
+            && self.fanout.clients.is_empty()
+            && self.work.is_empty()
     }
 
     /// Removes this actor from the registry if no input is waiting; the

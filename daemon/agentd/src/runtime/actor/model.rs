@@ -138,7 +138,7 @@ impl Actor {
             self.refresh_instructions();
         }
         self.emit(EventKind::ReplyBegin { attempt });
-        let restricted = matches!(self.record.mode, Mode::ReadOnly | Mode::Plan);
+        let restricted = matches!(self.record.conversation.mode, Mode::ReadOnly | Mode::Plan);
         let (messages, tools) = match &purpose {
             LlmPurpose::Turn if self.record.sub_agent.is_some() => (
                 self.transcript.clone(),
@@ -160,7 +160,7 @@ impl Actor {
         let messages = self.pruned(messages);
         self.load_images(&messages);
         let mut system = self.system_prompt();
-        if self.record.mode == Mode::Plan {
+        if self.record.conversation.mode == Mode::Plan {
             system = Arc::from(format!("{system}\n\n{}", prompt::PLAN_MODE));
         }
         let request = LlmRequest {

@@ -114,7 +114,7 @@ impl Actor {
             });
         }
         self.persist_queue(saved).await?;
-        Ok(self.record.queue.clone())
+        Ok(self.record.conversation.queue.clone())
     }
 
     /// Writes the record with its changed queue and tells clients; on a
@@ -126,7 +126,9 @@ impl Actor {
             self.record = saved;
             return Err(RuntimeError::Store(e));
         }
-        self.emit(EventKind::QueueChanged(self.record.queue.clone()));
+        self.emit(EventKind::QueueChanged(
+            self.record.conversation.queue.clone(),
+        ));
         Ok(())
     }
 }

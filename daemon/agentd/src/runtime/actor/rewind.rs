@@ -19,13 +19,13 @@ impl Actor {
     ) -> Result<(u64, Option<Restored>), RuntimeError> {
         let id = self.record.id.clone();
         let running = !matches!(
-            self.record.state,
+            self.record.conversation.state,
             ConvState::Idle | ConvState::Error { .. } | ConvState::ContextExhausted { .. }
         ) || self.work.prompt_checking();
         if running {
             return Err(RuntimeError::NotAllowed(format!(
                 "conversation {id} is running a turn ({}); cancel it or wait for it to end before rewinding",
-                self.record.state.name()
+                self.record.conversation.state.name()
             )));
         }
         let seq = if to == 0 { self.turn_message_seq() } else { to };

@@ -17,7 +17,9 @@ impl Actor {
         &mut self,
         settings: Settings,
     ) -> Result<ConversationRecord, RuntimeError> {
-        let mode = settings.mode.filter(|m| *m != self.record.mode);
+        let mode = settings
+            .mode
+            .filter(|m| *m != self.record.conversation.mode);
         let model = settings.model.filter(|m| *m != self.record.model);
         let mut dirs = Vec::new();
         for dir in settings.add_dirs {
@@ -48,7 +50,7 @@ impl Actor {
         }
         tracing::info!(
             conversation = %self.record.id,
-            mode = self.record.mode.as_str(),
+            mode = self.record.conversation.mode.as_str(),
             model = %self.record.model,
             "settings changed"
         );
@@ -61,11 +63,12 @@ impl Actor {
     /// with the transition it makes, which sends the held request (or holds
     /// it again if the raise was too small); "stop" ends the turn.
     pub(super) async fn answer_budget(&mut self, answer: BudgetAnswer) -> Result<(), RuntimeError> {
-        let agentd_core::ConvState::BudgetStopped { stop, .. } = &self.record.state else {
+        let agentd_core::ConvState::BudgetStopped { stop, .. } = &self.record.conversation.state
+        else {
             return Err(RuntimeError::NotAllowed(format!(
                 "no budget holds conversation {} (it is in state {})",
                 self.record.id,
-                self.record.state.name()
+                self.record.conversation.state.name()
             )));
         };
         let stop = *stop;
@@ -128,7 +131,7 @@ impl Actor {
             .lookup(&self.record.model)
             .context_window;
         self.emit(EventKind::SettingsChanged {
-            mode: self.record.mode,
+            mode: self.record.conversation.mode,
             model: self.record.model.clone(),
             context_window,
             additional_dirs: self.record.setup.additional_dirs.clone(),

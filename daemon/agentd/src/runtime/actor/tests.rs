@@ -23,7 +23,7 @@ async fn a_message_is_durable_when_send_returns() {
     assert_eq!(transcript.len(), 1);
     assert_eq!(transcript[0].text(), "hello");
     assert!(matches!(
-        rig.record(&id).state,
+        rig.record(&id).conversation.state,
         ConvState::LlmRequesting { attempt: 1, .. }
     ));
     assert!(rig.manager.cancel(&id).await.unwrap());
@@ -48,7 +48,7 @@ async fn a_failed_flush_rolls_back_the_state_and_the_transcript() {
     let EventKind::Snapshot(snapshot) = &sub.initial[0].kind else {
         panic!("a snapshot first");
     };
-    assert_eq!(snapshot.record.state, ConvState::Idle);
+    assert_eq!(snapshot.record.conversation.state, ConvState::Idle);
     assert!(snapshot.messages.is_empty());
     assert_eq!(snapshot.record.message_count, 0);
     assert!(snapshot.record.title.is_empty());
@@ -93,7 +93,7 @@ async fn a_failed_flush_of_a_mode_upgrade_leaves_the_mode_and_the_request() {
     let EventKind::Snapshot(snapshot) = &late.initial[0].kind else {
         panic!("a snapshot first");
     };
-    assert_eq!(snapshot.record.mode, Mode::ReadOnly);
+    assert_eq!(snapshot.record.conversation.mode, Mode::ReadOnly);
     assert!(snapshot.pending.is_some(), "the request is still pending");
     assert_eq!(snapshot.messages.len(), 2);
     // Answered again, it goes through.
@@ -101,7 +101,7 @@ async fn a_failed_flush_of_a_mode_upgrade_leaves_the_mode_and_the_request() {
     rig.answer(&id, Decision::AllowOnce, RuleScope::Conversation)
         .await;
     until_idle(&mut sub).await;
-    assert_eq!(rig.record(&id).mode, Mode::Default);
+    assert_eq!(rig.record(&id).conversation.mode, Mode::Default);
 }
 
 #[tokio::test(start_paused = true)]
@@ -125,7 +125,7 @@ async fn a_mode_upgrade_is_stored_with_the_result_that_announces_it() {
     // When the answer is acknowledged, the mode and the result that says
     // so are durable together.
     let record = rig.record(&id);
-    assert_eq!(record.mode, Mode::Default);
+    assert_eq!(record.conversation.mode, Mode::Default);
     let transcript = rig.transcript(&id);
     assert_eq!(tool_results(&transcript[2]), [texts::MODE_UPGRADED]);
     next(&mut sub, |e| {
@@ -329,13 +329,13 @@ async fn an_input_sent_while_the_actor_unloads_is_not_lost() {
     rig.manager.send(&id, "first".into()).await.unwrap();
     // Let the turn end (the actor is then idle with no client).
     for _ in 0..100 {
-        if rig.record(&id).state.is_at_rest() {
+        if rig.record(&id).conversation.state.is_at_rest() {
             break;
         }
         tokio::task::yield_now().await;
         std::thread::sleep(Duration::from_millis(1));
     }
-    assert!(rig.record(&id).state.is_at_rest());
+    assert!(rig.record(&id).conversation.state.is_at_rest());
     // Hold the registry, as a client's send does, while the idle timer
     // fires: the actor wants to unload and waits for the lock.
     let registry = rig.manager.actors.lock().await;
@@ -552,7 +552,7 @@ async fn clients_that_attach_after_a_recovery_are_told_what_it_did() {
     rig.model.push(says("yes"));
     assert_eq!(rig.manager.recover().await.unwrap(), 1);
     for _ in 0..100 {
-        if rig.record(&id).state.is_at_rest() {
+        if rig.record(&id).conversation.state.is_at_rest() {
             break;
         }
         tokio::task::yield_now().await;
@@ -715,7 +715,10 @@ async fn an_edit_that_misses_re_engages_three_times_then_ends_and_the_events_are
             "failed after 3"
         ]
     );
-    assert!(matches!(rig.record(&id).state, ConvState::Error { .. }));
+    assert!(matches!(
+        rig.record(&id).conversation.state,
+        ConvState::Error { .. }
+    ));
     // Three re-engagements carried the seed's prompt; nothing after the end.
     let requests = rig.model.requests();
     assert_eq!(requests.len(), 4);
@@ -732,7 +735,7 @@ async fn an_edit_that_misses_re_engages_three_times_then_ends_and_the_events_are
             "{prompt}"
         );
     }
-    assert!(rig.record(&id).corrections.chains.is_empty());
+    assert!(rig.record(&id).conversation.corrections.chains.is_empty());
     // Unloaded and loaded again: a client resuming gets them from the store.
     rig.manager.detach(&id, sub.client.id.clone()).await;
     drop(sub);

@@ -172,7 +172,7 @@ impl Actor {
 
     /// The name of the call `tool_use_id` of the run in progress.
     pub(super) fn tool_name(&self, tool_use_id: &str) -> String {
-        match &self.record.state {
+        match &self.record.conversation.state {
             agentd_core::ConvState::ToolExecuting(run) => run
                 .calls
                 .iter()

@@ -129,6 +129,6 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
             .iter()
             .find(|c| c.id == s.your_client_id)
             .map_or(pb::ClientRole::Unspecified, |c| role(c.role)) as i32,
-        plan: s.record.plan.as_ref().map(plan),
+        plan: s.record.conversation.plan.as_ref().map(plan),
     }
 }
