@@ -10,27 +10,12 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// The hooks of this conversation: the user's, and its project's if the
-/// project is trusted.
+/// project is trusted, as last read (at start, and again for every user
+/// message, so `agent trust` and an edited hook file count from the next
+/// message on).
 #[derive(Default)]
 pub(super) struct HookSet {
     current: Arc<Hooks>,
-    /// What the reading in force may still serve.
-    reading: Reading,
-}
-
-/// What the reading of the hooks in force may still serve: a message reads
-/// them again unless they were read for it already.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(super) enum Reading {
-    /// Read as the actor started, and no input was waited for since: the
-    /// message that was already waiting then (the first message of a new
-    /// conversation) uses this reading instead of looking up the same
-    /// files again.
-    ServesWaitingMessage,
-    /// Used by a message, read for one, or older than the last wait for
-    /// input: the next message reads them again.
-    #[default]
-    Spent,
 }
 
 impl HookSet {
@@ -40,30 +25,16 @@ impl HookSet {
     }
 
     /// Replaces the hooks in force with a reading made now.
-    fn set(&mut self, hooks: Hooks, reading: Reading) {
+    fn set(&mut self, hooks: Hooks) {
         self.current = Arc::new(hooks);
-        self.reading = reading;
-    }
-
-    /// The actor waits for its next input: what comes next arrives after
-    /// the hooks were read.
-    pub(super) fn waiting(&mut self) {
-        self.reading = Reading::Spent;
-    }
-
-    /// Whether a message may use the reading in force (once: the next one
-    /// reads them again).
-    fn serves_message(&mut self) -> bool {
-        std::mem::take(&mut self.reading) == Reading::ServesWaitingMessage
     }
 }
 
 impl Actor {
     /// Reads the conversation's hooks again (the user's, plus the trusted
     /// project's); a project file that cannot be used is logged and kept
-    /// with them, for [`Actor::tell_hooks_problem`]. `reading`: what the
-    /// reading may serve (see [`Reading`]).
-    pub(super) fn load_hooks(&mut self, reading: Reading) {
+    /// with them, for [`Actor::tell_hooks_problem`].
+    pub(super) fn load_hooks(&mut self) {
         let cfg = &self.shared.config;
         let trusted = match self.shared.store.trusted_dirs() {
             Ok(dirs) => dirs,
@@ -78,19 +49,15 @@ impl Actor {
             tracing::warn!(conversation = %self.record.id, "{problem}");
         }
         hooks.problem = problem;
-        self.hooks.set(hooks, reading);
+        self.hooks.set(hooks);
     }
 
     /// The hooks a user message goes through before it is sent, read
     /// again for it (session_start for the first message, then
     /// user_prompt_submit). Clients are told why the project's hooks are
-    /// not used, with the message they are not used for: the hooks read
-    /// when the actor started are used by a first message no client could
-    /// have seen a notice before.
+    /// not used, with each message they are not used for.
     pub(super) fn hooks_for_message(&mut self) -> (Vec<hooks::Hook>, Vec<hooks::Hook>) {
-        if !self.hooks.serves_message() {
-            self.load_hooks(Reading::Spent);
-        }
+        self.load_hooks();
         if let Some(problem) = self.hooks.get().problem.clone() {
             self.emit(EventKind::info(problem));
         }
@@ -251,29 +218,12 @@ mod tests {
         }
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_reading_made_at_start_serves_one_message_that_was_already_waiting() {
+    #[test]
+    fn a_new_reading_replaces_the_hooks_in_force() {
         let mut set = HookSet::default();
-        set.set(with_stop_hook("true"), Reading::ServesWaitingMessage);
+        set.set(with_stop_hook("true"));
         assert_eq!(set.get().all_of(Stage::Stop).len(), 1);
-        assert!(
-            set.serves_message(),
-            "the first message uses the start's reading"
-        );
-        assert!(!set.serves_message(), "the next reads them again");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn waiting_for_input_makes_the_reading_stale() {
-        let mut set = HookSet::default();
-        set.set(with_stop_hook("true"), Reading::ServesWaitingMessage);
-        set.waiting();
-        assert!(!set.serves_message());
-        set.set(Hooks::default(), Reading::Spent);
+        set.set(Hooks::default());
         assert!(set.get().all_of(Stage::Stop).is_empty(), "replaced");
-        assert!(
-            !set.serves_message(),
-            "a reading for a message is not reused"
-        );
     }
 }

@@ -174,7 +174,7 @@ impl Actor {
         if let Err(e) = self.load_rules() {
             tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
         }
-        self.load_hooks(hooks::Reading::ServesWaitingMessage);
+        self.load_hooks();
         if let Some(ask) = self.record.conversation.state.pending_permission().cloned() {
             let view = self.permission_view(&ask).await;
             self.permissions.asked(view);
@@ -185,9 +185,6 @@ impl Actor {
     /// or it unloaded itself after `idle_after` at rest).
     async fn next_input(&mut self, idle_after: std::time::Duration) -> Option<Input> {
         loop {
-            if self.rx.is_empty() {
-                self.hooks.waiting();
-            }
             if !self.is_idle() {
                 return self.rx.recv().await;
             }
