@@ -171,4 +171,31 @@ mod tests {
         assert_eq!(kind("mcp__github__create_issue"), pb::ToolKind::Other);
         assert_eq!(kind("doom_loop"), pb::ToolKind::Other);
     }
+
+    #[test]
+    fn an_imported_call_cannot_claim_a_kind_its_name_does_not_have() {
+        // A client (an import, a remote token) sends the kind too; the
+        // daemon keeps only the name and says the kind itself.
+        let claimed = pb::Message {
+            seq: 1,
+            role: pb::Role::Assistant as i32,
+            content: vec![pb::ContentBlock {
+                block: Some(pb::content_block::Block::ToolUse(pb::ToolUseBlock {
+                    id: "t1".into(),
+                    name: "bash".into(),
+                    input_json: r#"{"command":"rm -rf x"}"#.into(),
+                    kind: pb::ToolKind::Read as i32,
+                })),
+            }],
+            ..Default::default()
+        };
+        let stored = messages::message_from(&claimed).unwrap();
+        let shown = messages::message(1, &stored);
+        match &shown.content[0].block {
+            Some(pb::content_block::Block::ToolUse(t)) => {
+                assert_eq!(t.kind(), pb::ToolKind::Execute, "{t:?}");
+            }
+            other => panic!("not a tool use: {other:?}"),
+        }
+    }
 }
