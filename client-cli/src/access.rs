@@ -109,6 +109,7 @@ pub async fn token(
             name,
             expires,
             out,
+            ..
         } => {
             create_token(
                 client,
@@ -123,8 +124,8 @@ pub async fn token(
             )
             .await?
         }
-        TokenCommand::Ls => list_tokens(client, json, io).await?,
-        TokenCommand::Revoke { id } => revoke_token(client, id, json, io).await?,
+        TokenCommand::Ls { .. } => list_tokens(client, json, io).await?,
+        TokenCommand::Revoke { id, .. } => revoke_token(client, id, json, io).await?,
     }
     Ok(Exit::Ok)
 }

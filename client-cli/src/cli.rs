@@ -6,12 +6,13 @@
 mod admin;
 mod conversation;
 mod decisions;
+mod global;
 mod shells;
 mod words;
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use admin::{DaemonCommand, McpCommand, TokenCommand, TokenRole, parse_duration};
 pub use conversation::{
@@ -21,6 +22,7 @@ pub use decisions::{
     Decision, Mode, PLAN_KEYS, PlanKey, TypedAnswer, default_options, offered_decisions,
     parse_plan_key, parse_typed_answer,
 };
+pub use global::{ColorWhen, ConnectionArgs, GlobalArgs, Globals};
 pub use shells::{ShellsArgs, ShellsCommand};
 use words::edit_distance;
 
@@ -40,84 +42,13 @@ use words::edit_distance;
         Exit status: 0 ok, 1 error, 2 usage, 3 context window exhausted, 130 interrupted."
 )]
 pub struct Cli {
-    /// The daemon's Unix socket [default: $XDG_RUNTIME_DIR/agentd/agentd.sock,
-    /// else ~/.local/state/agentd/run/agentd.sock]
-    #[arg(
-        long,
-        env = "AGENTD_SOCKET",
-        value_name = "PATH",
-        global = true,
-        help_heading = "Global options"
-    )]
-    pub socket: Option<PathBuf>,
+    /// The global options given before any subcommand.
+    #[command(flatten)]
+    pub given: GlobalArgs,
 
-    /// Machine-readable output: JSON (streaming commands print one object per
-    /// event per line)
-    #[arg(long, global = true, help_heading = "Global options")]
-    pub json: bool,
-
-    /// Do not start agentd when no daemon answers on the socket
-    #[arg(long, global = true, help_heading = "Global options")]
-    pub no_autostart: bool,
-
-    /// Talk to the daemon on another machine, at HOST:PORT (its `agentd
-    /// --listen`), over TLS with a bearer token; needs --token-file and
-    /// --fingerprint. The local socket is not used
-    #[arg(
-        long,
-        env = "AGENT_REMOTE",
-        value_name = "HOST:PORT",
-        requires_all = ["token_file", "fingerprint"],
-        global = true,
-        help_heading = "Global options"
-    )]
-    pub remote: Option<String>,
-
-    /// With --remote: the file holding the bearer token (`agent token
-    /// create` on the daemon's machine prints one)
-    #[arg(
-        long,
-        env = "AGENT_TOKEN_FILE",
-        value_name = "FILE",
-        global = true,
-        help_heading = "Global options"
-    )]
-    pub token_file: Option<PathBuf>,
-
-    /// With --remote: the SHA-256 fingerprint of the daemon's certificate,
-    /// `SHA256:<64 hex digits>` (agentd prints it at start; `agent token ls`
-    /// shows it); any other certificate is refused
-    #[arg(
-        long,
-        env = "AGENT_FINGERPRINT",
-        value_name = "SHA256:…",
-        global = true,
-        help_heading = "Global options"
-    )]
-    pub fingerprint: Option<String>,
-
-    /// The name the other clients and the audit trail know this client by
-    /// [default: user@host:pid]
-    #[arg(
-        long,
-        env = "AGENT_CLIENT_NAME",
-        value_name = "NAME",
-        global = true,
-        help_heading = "Global options"
-    )]
-    pub name: Option<String>,
-
-    /// Colour and styles in human output: `auto` uses them when stdout is a
-    /// terminal, `NO_COLOR` is unset or empty and `TERM` is not `dumb`
-    #[arg(
-        long,
-        value_enum,
-        value_name = "WHEN",
-        default_value_t = ColorWhen::Auto,
-        global = true,
-        help_heading = "Global options"
-    )]
-    pub color: ColorWhen,
+    /// The global options of the whole command line (every level's merged).
+    #[arg(skip)]
+    pub global: Globals,
 
     /// Continue the newest conversation of this directory (interactive)
     #[arg(short = 'c', long = "continue", conflicts_with = "resume")]
@@ -149,13 +80,19 @@ impl Cli {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        Cli::try_parse_from(args)
+        let mut matches = Cli::command().try_get_matches_from(args)?;
+        let global = Globals::fold(&matches).map_err(|e| {
+            clap::Error::raw(clap::error::ErrorKind::ValueValidation, e).format(&mut Cli::command())
+        })?;
+        let mut cli =
+            Cli::from_arg_matches_mut(&mut matches).map_err(|e| e.format(&mut Cli::command()))?;
+        cli.global = global;
+        Ok(cli)
     }
 
     /// A one-word prompt that looks like a misspelt subcommand (`agent lss`):
     /// the message that says so, instead of starting a session with it.
     pub fn misspelt_command(&self) -> Option<String> {
-        use clap::CommandFactory;
         let word = self.prompt.as_deref()?.trim();
         if self.command.is_some() || word.contains(char::is_whitespace) || word.len() < 2 {
             return None;
@@ -204,6 +141,9 @@ pub enum Command {
     /// attached client sees it waiting. `agent queue ID` lists or drops queued
     /// messages.
     Send {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -223,6 +163,9 @@ pub enum Command {
     /// List the messages queued for a conversation's next model request, or
     /// drop them
     Queue {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -240,6 +183,9 @@ pub enum Command {
     /// uses the new mode and directories, the next model request the new
     /// model. Every attached client is told. Without options, prints them.
     Set {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -256,6 +202,9 @@ pub enum Command {
 
     /// Cancel the turn in flight, if any
     Cancel {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -268,6 +217,9 @@ pub enum Command {
     /// conversation then becomes read-only ("context exhausted") and `agent
     /// continue ID` goes on in a new one seeded with the summary.
     Compact {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -279,6 +231,9 @@ pub enum Command {
     /// starts with the old one's summary and the messages queued there, and
     /// runs its first turn at once. Prints its id (`agent attach` follows it).
     Continue {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -286,6 +241,9 @@ pub enum Command {
 
     /// List conversations, newest first (the newest 50 unless told)
     Ls {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// List every conversation
         #[arg(long, conflicts_with = "limit")]
         all: bool,
@@ -301,6 +259,9 @@ pub enum Command {
 
     /// Print a conversation's transcript
     Show {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -333,6 +294,9 @@ pub enum Command {
     /// transcript ends just before that message; the original stays.
     /// Refused while a turn runs.
     Rewind {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -356,6 +320,9 @@ pub enum Command {
 
     /// Token usage and cost: the daily ledger, or one conversation's replies
     Usage {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Days back from today (UTC), today included
         #[arg(long, value_name = "N", default_value_t = 7,
               value_parser = clap::value_parser!(u32).range(1..=3660))]
@@ -368,6 +335,9 @@ pub enum Command {
     /// Answer a budget that holds a conversation's turn: raise it (the
     /// held model request goes out) or stop the turn
     Budget {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         #[command(subcommand)]
         command: BudgetCommand,
     },
@@ -387,6 +357,9 @@ pub enum Command {
     /// MCP servers: the daemon's configured ones and those conversations
     /// started, with their state and tools
     Mcp {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         #[command(subcommand)]
         command: McpCommand,
     },
@@ -394,6 +367,9 @@ pub enum Command {
     /// Bearer tokens for remote clients (`agentd --listen`); local socket
     /// only
     Token {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         #[command(subcommand)]
         command: TokenCommand,
     },
@@ -401,6 +377,9 @@ pub enum Command {
     /// Trust a directory: hooks in the `.agentd/config.toml` of projects at
     /// or under it run (those of other projects never do)
     Trust {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// The directory [default: the current directory]
         #[arg(value_name = "DIR", conflicts_with = "list")]
         dir: Option<PathBuf>,
@@ -411,6 +390,9 @@ pub enum Command {
 
     /// Stop trusting a directory: its projects' hooks no longer run
     Untrust {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// The directory [default: the current directory]
         #[arg(value_name = "DIR")]
         dir: Option<PathBuf>,
@@ -418,6 +400,9 @@ pub enum Command {
 
     /// Write conversations as JSON lines (one conversation per line) to stdout
     Export {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation ids or unique prefixes [default: all]
         #[arg(value_name = "ID")]
         ids: Vec<String>,
@@ -425,6 +410,9 @@ pub enum Command {
 
     /// Restore conversations written by `agent export`
     Import {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// A JSON-lines file, or `-` for stdin [default: -]
         #[arg(value_name = "FILE")]
         file: Option<PathBuf>,
@@ -436,6 +424,9 @@ pub enum Command {
     /// (mode 0600), which the daemon reads at every model request: no
     /// restart is needed. `echo "$KEY" | agent login` works too.
     Login {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Whose key [default: the daemon's provider]
         #[arg(long, value_enum)]
         provider: Option<crate::credentials::Provider>,
@@ -443,6 +434,9 @@ pub enum Command {
 
     /// Remove the API key `agent login` stored
     Logout {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Whose key [default: the daemon's provider]
         #[arg(long, value_enum)]
         provider: Option<crate::credentials::Provider>,
@@ -453,16 +447,26 @@ pub enum Command {
     ///
     /// Sends the model one tiny request. Each line says ok or FAIL with the
     /// reason; exits 1 when anything failed.
-    Doctor,
+    Doctor {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+    },
 
     /// Stop, restart or inspect the daemon, or read its log
     Daemon {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         #[command(subcommand)]
         command: DaemonCommand,
     },
 
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell)
     Completions {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// The shell
         #[arg(value_name = "SHELL")]
         shell: clap_complete::Shell,
@@ -474,26 +478,21 @@ pub enum Command {
     /// agent server. Each editor session is a daemon conversation: a
     /// conversation a terminal is attached to can be loaded in the editor
     /// (session/load takes its id) and both stay live. Logs go to stderr.
-    Acp,
+    Acp {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+    },
 
     /// Print the man page, or write one per subcommand into DIR
     Man {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Write agent.1, agent-run.1, … into this directory
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
-}
-
-/// When human output is coloured (`--color`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
-pub enum ColorWhen {
-    /// Never: plain text with no escape sequence
-    Never,
-    /// When stdout is a terminal and neither `NO_COLOR` nor `TERM=dumb` says no
-    #[default]
-    Auto,
-    /// Always, even into a pipe or a file
-    Always,
 }
 
 #[cfg(test)]
@@ -513,13 +512,13 @@ mod tests {
 
     #[test]
     fn color_is_a_global_flag_that_defaults_to_auto() {
-        assert_eq!(parse(&["ls"]).unwrap().color, ColorWhen::Auto);
+        assert_eq!(parse(&["ls"]).unwrap().global.color, ColorWhen::Auto);
         assert_eq!(
-            parse(&["--color", "never", "ls"]).unwrap().color,
+            parse(&["--color", "never", "ls"]).unwrap().global.color,
             ColorWhen::Never
         );
         assert_eq!(
-            parse(&["ls", "--color", "always"]).unwrap().color,
+            parse(&["ls", "--color", "always"]).unwrap().global.color,
             ColorWhen::Always
         );
         assert!(parse(&["--color", "sometimes", "ls"]).is_err());
@@ -576,14 +575,15 @@ mod tests {
     #[test]
     fn global_flags_go_anywhere() {
         let cli = parse(&["ls", "--json", "--socket", "/s.sock", "--no-autostart"]).unwrap();
-        assert!(cli.json && cli.no_autostart);
-        assert_eq!(cli.socket, Some(PathBuf::from("/s.sock")));
+        assert!(cli.global.json && cli.global.no_autostart);
+        assert_eq!(cli.global.socket, Some(PathBuf::from("/s.sock")));
         assert!(matches!(
             cli.command.unwrap(),
             Command::Ls {
                 all: false,
                 limit: 50,
-                flat: false
+                flat: false,
+                ..
             }
         ));
         let cli = parse(&["ls", "--all"]).unwrap();
@@ -597,7 +597,8 @@ mod tests {
             Command::Ls {
                 all: false,
                 limit: 3,
-                flat: false
+                flat: false,
+                ..
             }
         ));
         let cli = parse(&["ls", "--flat"]).unwrap();
@@ -608,35 +609,62 @@ mod tests {
         assert!(parse(&["ls", "-n", "0"]).is_err());
         assert!(parse(&["ls", "--all", "-n", "3"]).is_err());
         let cli = parse(&["--json", "show", "01AB"]).unwrap();
-        assert!(cli.json);
+        assert!(cli.global.json);
         assert!(
-            matches!(cli.command.unwrap(), Command::Show { id, context: false, full: false, audit: false, checkpoints: false } if id == "01AB")
+            matches!(cli.command.unwrap(), Command::Show { id, context: false, full: false, audit: false, checkpoints: false, .. } if id == "01AB")
         );
+    }
+
+    #[test]
+    fn a_subcommand_option_of_a_global_name_is_its_own() {
+        // `token create --name` names the token; the client's name is
+        // given before `create`, and the token's does not leak into it.
+        let cli = parse(&[
+            "--name", "me", "token", "create", "--role", "viewer", "--name", "tok", "--json",
+        ])
+        .unwrap();
+        assert_eq!(cli.global.name.as_deref(), Some("me"));
+        assert!(cli.global.json);
+        let Some(Command::Token {
+            command: TokenCommand::Create { name, .. },
+            ..
+        }) = cli.command
+        else {
+            panic!("not token create")
+        };
+        assert_eq!(name.as_deref(), Some("tok"));
+        let cli = parse(&["token", "create", "--role", "viewer", "--name", "tok"]).unwrap();
+        assert_eq!(cli.global.name, None);
+        // A deeper level's default does not undo an outer level's option.
+        let cli = parse(&["--color", "always", "--socket", "/o", "daemon", "status"]).unwrap();
+        assert_eq!(cli.global.color, ColorWhen::Always);
+        assert_eq!(cli.global.socket, Some(PathBuf::from("/o")));
     }
 
     #[test]
     fn global_options_reach_nested_subcommands_and_help() {
         // Under a subcommand's own subcommand, and given at both levels.
         let cli = parse(&["daemon", "status", "--json", "--socket", "/d.sock"]).unwrap();
-        assert!(cli.json);
-        assert_eq!(cli.socket, Some(PathBuf::from("/d.sock")));
+        assert!(cli.global.json);
+        assert_eq!(cli.global.socket, Some(PathBuf::from("/d.sock")));
         assert!(matches!(
             cli.command,
             Some(Command::Daemon {
-                command: DaemonCommand::Status
+                command: DaemonCommand::Status { .. },
+                ..
             })
         ));
         let cli = parse(&["--color", "never", "daemon", "--color", "always", "stop"]).unwrap();
-        assert_eq!(cli.color, ColorWhen::Always);
+        assert_eq!(cli.global.color, ColorWhen::Always);
         // An option's value that names a subcommand is a value: `ls` runs,
         // and takes the global options after it.
         let cli = parse(&["--name", "run", "ls", "--json"]).unwrap();
-        assert_eq!(cli.name.as_deref(), Some("run"));
-        assert!(cli.json && matches!(cli.command, Some(Command::Ls { .. })));
+        assert_eq!(cli.global.name.as_deref(), Some("run"));
+        assert!(cli.global.json && matches!(cli.command, Some(Command::Ls { .. })));
         // A short flag and an option's `=` value are skipped alike.
         let cli = parse(&["--socket=/x", "-c", "ls", "--no-autostart"]).unwrap();
-        assert!(cli.no_autostart && cli.continue_last);
-        assert_eq!(cli.socket, Some(PathBuf::from("/x")));
+        assert!(cli.global.no_autostart && cli.continue_last);
+        assert_eq!(cli.global.socket, Some(PathBuf::from("/x")));
         // A value that is not UTF-8 does not hide the subcommand after it.
         #[cfg(unix)]
         {
@@ -644,11 +672,11 @@ mod tests {
             let socket = std::ffi::OsStr::from_bytes(b"--socket=/s\xff.sock");
             let args = ["agent".as_ref(), socket, "ls".as_ref(), "--json".as_ref()];
             let cli = Cli::parse_args(args).unwrap();
-            assert!(cli.json && matches!(cli.command, Some(Command::Ls { .. })));
+            assert!(cli.global.json && matches!(cli.command, Some(Command::Ls { .. })));
         }
         // A prompt is not a subcommand; an option after it is the top level's.
         let cli = parse(&["fix the bug", "--json"]).unwrap();
-        assert!(cli.json && cli.command.is_none());
+        assert!(cli.global.json && cli.command.is_none());
         assert_eq!(cli.prompt.as_deref(), Some("fix the bug"));
         // --remote still needs its two companions where it is given.
         let err = parse(&["ls", "--remote", "h:1"]).unwrap_err();
@@ -763,38 +791,40 @@ mod tests {
         };
         assert!(matches!(
             s.command,
-            Some(ShellsCommand::Output { shell_id, follow: true, from: 42 }) if shell_id == "sh1"
+            Some(ShellsCommand::Output { shell_id, follow: true, from: 42, .. }) if shell_id == "sh1"
         ));
 
         let cli = parse(&["shells", "kill", "sh1"]).unwrap();
         let Command::Shells(s) = cli.command.unwrap() else {
             panic!("not shells")
         };
-        assert!(matches!(s.command, Some(ShellsCommand::Kill { shell_id }) if shell_id == "sh1"));
+        assert!(
+            matches!(s.command, Some(ShellsCommand::Kill { shell_id, .. }) if shell_id == "sh1")
+        );
     }
 
     #[test]
     fn export_import_send_cancel_attach() {
         let cli = parse(&["export"]).unwrap();
-        assert!(matches!(cli.command.unwrap(), Command::Export { ids } if ids.is_empty()));
+        assert!(matches!(cli.command.unwrap(), Command::Export { ids, .. } if ids.is_empty()));
         let cli = parse(&["export", "01A", "01B"]).unwrap();
-        assert!(matches!(cli.command.unwrap(), Command::Export { ids } if ids.len() == 2));
+        assert!(matches!(cli.command.unwrap(), Command::Export { ids, .. } if ids.len() == 2));
         let cli = parse(&["import"]).unwrap();
         assert!(matches!(
             cli.command.unwrap(),
-            Command::Import { file: None }
+            Command::Import { file: None, .. }
         ));
         let cli = parse(&["import", "-"]).unwrap();
         assert!(
-            matches!(cli.command.unwrap(), Command::Import { file: Some(f) } if f == Path::new("-"))
+            matches!(cli.command.unwrap(), Command::Import { file: Some(f), .. } if f == Path::new("-"))
         );
         let cli = parse(&["send", "01A", "hello", "there"]).unwrap();
         assert!(
-            matches!(cli.command.unwrap(), Command::Send { id, text, no_queue: false, image } if id == "01A" && text.len() == 2 && image.is_empty())
+            matches!(cli.command.unwrap(), Command::Send { id, text, no_queue: false, image, .. } if id == "01A" && text.len() == 2 && image.is_empty())
         );
         assert!(parse(&["send", "01A"]).is_err());
         let cli = parse(&["cancel", "01A"]).unwrap();
-        assert!(matches!(cli.command.unwrap(), Command::Cancel { id } if id == "01A"));
+        assert!(matches!(cli.command.unwrap(), Command::Cancel { id, .. } if id == "01A"));
         let cli = parse(&["attach", "--yes", "01A"]).unwrap();
         assert!(matches!(cli.command.unwrap(), Command::Attach(a) if a.yes && a.id == "01A"));
         // A word that is no command is the prompt of an interactive session,

@@ -73,7 +73,11 @@ pub async fn execute(cli: Cli, io: &mut Io) -> Result<Exit, CliError> {
 /// fingerprint), refusing the commands that only work on this machine.
 fn context(cli: &Cli) -> Result<Ctx, CliError> {
     let remote =
-        match (&cli.remote, &cli.token_file, &cli.fingerprint) {
+        match (
+            &cli.global.remote,
+            &cli.global.token_file,
+            &cli.global.fingerprint,
+        ) {
             (Some(address), Some(token_file), Some(fingerprint)) => Some(
                 crate::remote::Remote::new(address, token_file, fingerprint)?,
             ),
@@ -91,7 +95,7 @@ fn context(cli: &Cli) -> Result<Ctx, CliError> {
                 Command::Daemon { .. }
                     | Command::Login { .. }
                     | Command::Logout { .. }
-                    | Command::Doctor
+                    | Command::Doctor { .. }
             )
         )
     {
@@ -102,12 +106,12 @@ fn context(cli: &Cli) -> Result<Ctx, CliError> {
             "`agent daemon`, `login`, `logout` and `doctor` manage the daemon on this machine; they do not work with --remote (run them on the daemon's machine)".to_string(),
         ));
     }
-    crate::remote::set(remote, cli.name.clone());
+    crate::remote::set(remote, cli.global.name.clone());
     Ok(Ctx {
-        socket: socket_path(cli.socket.as_deref())?,
-        pass_socket: cli.socket.is_some(),
-        autostart: !cli.no_autostart,
-        json: cli.json,
+        socket: socket_path(cli.global.socket.as_deref())?,
+        pass_socket: cli.global.socket.is_some(),
+        autostart: !cli.global.no_autostart,
+        json: cli.global.json,
         connected: std::sync::Mutex::new(None),
     })
 }
@@ -122,16 +126,20 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             text,
             no_queue,
             image,
+            ..
         } => {
             let images = read_images(&image)?;
             send::send(ctx, id, text.join(" "), images, !no_queue, io).await
         }
-        Command::Queue { id, drop, drop_all } => queue::queue(ctx, id, drop, drop_all, io).await,
+        Command::Queue {
+            id, drop, drop_all, ..
+        } => queue::queue(ctx, id, drop, drop_all, io).await,
         Command::Set {
             id,
             mode,
             model,
             add_dirs,
+            ..
         } => {
             let change = set::Change {
                 mode,
@@ -140,12 +148,12 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             };
             set::set(ctx, id, change, io).await
         }
-        Command::Cancel { id } => cancel::cancel(ctx, id, io).await,
-        Command::Compact { id } => compact::compact(ctx, id, io).await,
-        Command::Continue { id } => compact::continue_conversation(ctx, id, io).await,
-        Command::Ls { all, limit, flat } => {
-            ls::ls(ctx, if all { 0 } else { limit }, flat, io).await
-        }
+        Command::Cancel { id, .. } => cancel::cancel(ctx, id, io).await,
+        Command::Compact { id, .. } => compact::compact(ctx, id, io).await,
+        Command::Continue { id, .. } => compact::continue_conversation(ctx, id, io).await,
+        Command::Ls {
+            all, limit, flat, ..
+        } => ls::ls(ctx, if all { 0 } else { limit }, flat, io).await,
         Command::Show {
             id, audit: true, ..
         } => crate::access::audit(ctx.client().await?, id, ctx.json, io).await,
@@ -164,6 +172,7 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             conversation,
             both,
             force,
+            ..
         } => {
             let request = pb::RewindRequest {
                 conversation_id: id.clone(),
@@ -174,31 +183,34 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             };
             rewind::rewind(ctx, request, io).await
         }
-        Command::Token { command } => {
+        Command::Token { command, .. } => {
             crate::access::token(ctx.client().await?, command, ctx.json, io).await
         }
-        Command::Usage { days, conversation } => usage::usage(ctx, days, conversation, io).await,
-        Command::Budget { command } => budget::budget(ctx, command, io).await,
+        Command::Usage {
+            days, conversation, ..
+        } => usage::usage(ctx, days, conversation, io).await,
+        Command::Budget { command, .. } => budget::budget(ctx, command, io).await,
         Command::Answer(args) => answer::answer(ctx, args, io).await,
         Command::Plan(args) => plan::plan_answer(ctx, args, io).await,
         Command::Shells(args) => shells::shells(ctx, args, io).await,
         Command::Mcp {
-            command: McpCommand::Ls,
+            command: McpCommand::Ls { .. },
+            ..
         } => mcp::mcp_ls(ctx, io).await,
-        Command::Trust { dir, list: true } if dir.is_none() => {
-            trust::trust(ctx, None, true, io).await
-        }
+        Command::Trust {
+            dir, list: true, ..
+        } if dir.is_none() => trust::trust(ctx, None, true, io).await,
         Command::Trust { dir, .. } => trust::trust(ctx, Some(dir), true, io).await,
-        Command::Untrust { dir } => trust::trust(ctx, Some(dir), false, io).await,
-        Command::Export { ids } => export::export(ctx, ids, io).await,
-        Command::Import { file } => export::import(ctx, file, io).await,
-        Command::Login { provider } => crate::admin::login(&ctx.target(), provider, io).await,
-        Command::Logout { provider } => crate::admin::logout(&ctx.target(), provider, io).await,
-        Command::Doctor => crate::admin::doctor(&ctx.target(), io).await,
-        Command::Daemon { command } => crate::admin::daemon(&ctx.target(), command, io).await,
-        Command::Completions { shell } => crate::admin::completions(shell, io),
-        Command::Man { out } => crate::admin::man(out, io),
-        Command::Acp => acp::acp(),
+        Command::Untrust { dir, .. } => trust::trust(ctx, Some(dir), false, io).await,
+        Command::Export { ids, .. } => export::export(ctx, ids, io).await,
+        Command::Import { file, .. } => export::import(ctx, file, io).await,
+        Command::Login { provider, .. } => crate::admin::login(&ctx.target(), provider, io).await,
+        Command::Logout { provider, .. } => crate::admin::logout(&ctx.target(), provider, io).await,
+        Command::Doctor { .. } => crate::admin::doctor(&ctx.target(), io).await,
+        Command::Daemon { command, .. } => crate::admin::daemon(&ctx.target(), command, io).await,
+        Command::Completions { shell, .. } => crate::admin::completions(shell, io),
+        Command::Man { out, .. } => crate::admin::man(out, io),
+        Command::Acp { .. } => acp::acp(),
     }
 }
 

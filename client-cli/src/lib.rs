@@ -113,8 +113,8 @@ fn run_main(acp: Option<AcpServer>) -> ExitCode {
             return Exit::Error.into();
         }
     };
-    let mut io = Io::stdio(cli.color);
-    let json = cli.json;
+    let mut io = Io::stdio(cli.global.color);
+    let json = cli.global.json;
     // Boxed: the command's future is some 15 KB (the largest of all the
     // commands'), and `block_on` passes it down by value through several
     // frames, each a fresh copy on fresh stack pages: 30 of a one-round

@@ -24,8 +24,8 @@ pub async fn daemon(
     io: &mut Io,
 ) -> Result<Exit, CliError> {
     match command {
-        DaemonCommand::Status => status_cmd(target, io).await,
-        DaemonCommand::Stop => {
+        DaemonCommand::Status { .. } => status_cmd(target, io).await,
+        DaemonCommand::Stop { .. } => {
             match running(target).await {
                 Some((_, info)) => {
                     stop(&info).await?;
@@ -38,8 +38,8 @@ pub async fn daemon(
             }
             Ok(Exit::Ok)
         }
-        DaemonCommand::Restart => restart(target, io).await,
-        DaemonCommand::Logs { follow, lines } => logs(target, follow, lines, io).await,
+        DaemonCommand::Restart { .. } => restart(target, io).await,
+        DaemonCommand::Logs { follow, lines, .. } => logs(target, follow, lines, io).await,
     }
 }
 

@@ -3,19 +3,35 @@
 
 use std::path::PathBuf;
 
+use super::{ConnectionArgs, GlobalArgs};
 use clap::{Subcommand, ValueEnum};
 
 // `agent daemon …`.
 #[derive(Debug, Subcommand)]
 pub enum DaemonCommand {
     /// Stop the daemon cleanly (SIGTERM) and wait until it has exited
-    Stop,
+    Stop {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+    },
     /// Stop the daemon and start it again with the same executable and arguments
-    Restart,
+    Restart {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+    },
     /// Pid, version, uptime, socket, data dir, log and loaded conversations
-    Status,
+    Status {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+    },
     /// Print the daemon's log (the last N lines), and follow it with -f
     Logs {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Keep printing what the daemon writes (Ctrl-C ends)
         #[arg(long, short = 'f')]
         follow: bool,
@@ -31,6 +47,9 @@ pub enum TokenCommand {
     /// Make a token; its text is printed once (on stdout), keep it in a
     /// file for `agent --token-file`
     Create {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: ConnectionArgs,
         /// What its holder may do: viewer (sees everything, changes
         /// nothing), approver (also answers permission requests), driver
         /// (also sends messages, cancels, changes settings, ...)
@@ -50,9 +69,16 @@ pub enum TokenCommand {
     },
     /// List the tokens (never their text), and the listener's address and
     /// certificate fingerprint
-    Ls,
+    Ls {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+    },
     /// Revoke a token: every later call with it is refused
     Revoke {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Token id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -95,5 +121,9 @@ pub fn parse_duration(text: &str) -> Result<u64, String> {
 pub enum McpCommand {
     /// List MCP servers: state (not started / running / crashed), restarts,
     /// last error and tools
-    Ls,
+    Ls {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+    },
 }

@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use super::GlobalArgs;
 use clap::{Args, Subcommand};
 
 use super::{Decision, Mode};
@@ -33,6 +34,9 @@ pub struct NewArgs {
 // `defer`, clap would show them as the subcommand's description.)
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// The global options given at this level (read `Cli::global`).
+    #[command(flatten)]
+    pub global: GlobalArgs,
     /// Working directory of the conversation [default: the current directory]
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<PathBuf>,
@@ -67,6 +71,9 @@ pub struct RunArgs {
 // `agent attach`.
 #[derive(Debug, Args)]
 pub struct AttachArgs {
+    /// The global options given at this level (read `Cli::global`).
+    #[command(flatten)]
+    pub global: GlobalArgs,
     /// DANGEROUS: answer "allow once" to every permission request this client
     /// sees, so the agent may run any command and change any file without asking
     #[arg(long, short = 'y')]
@@ -85,6 +92,9 @@ pub struct AttachArgs {
 // `agent answer`.
 #[derive(Debug, Args)]
 pub struct AnswerArgs {
+    /// The global options given at this level (read `Cli::global`).
+    #[command(flatten)]
+    pub global: GlobalArgs,
     /// Conversation id or unique prefix
     #[arg(value_name = "ID")]
     pub id: String,
@@ -123,6 +133,9 @@ pub enum PlanAction {
 // `agent plan`.
 #[derive(Debug, Args)]
 pub struct PlanArgs {
+    /// The global options given at this level (read `Cli::global`).
+    #[command(flatten)]
+    pub global: GlobalArgs,
     /// Conversation id or unique prefix
     #[arg(value_name = "ID")]
     pub id: String,
@@ -146,6 +159,9 @@ pub struct PlanArgs {
 pub enum BudgetCommand {
     /// Raise the budget that was reached and let the turn go on
     Raise {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
@@ -157,6 +173,9 @@ pub enum BudgetCommand {
     },
     /// Stop the turn at the budget
     Stop {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,

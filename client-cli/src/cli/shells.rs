@@ -1,11 +1,15 @@
 //! The arguments of `agent shells` and its subcommands.
 
+use super::GlobalArgs;
 use clap::{Args, Subcommand};
 
 // `agent shells`.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
 pub struct ShellsArgs {
+    /// The global options given at this level (read `Cli::global`).
+    #[command(flatten)]
+    pub global: GlobalArgs,
     /// `output` or `kill`; without one, lists shells.
     #[command(subcommand)]
     pub command: Option<ShellsCommand>,
@@ -24,6 +28,9 @@ pub struct ShellsArgs {
 pub enum ShellsCommand {
     /// Write a shell's output (raw bytes) to stdout
     Output {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Shell id
         #[arg(value_name = "SHELL_ID")]
         shell_id: String,
@@ -36,6 +43,9 @@ pub enum ShellsCommand {
     },
     /// Kill a shell and its whole process group
     Kill {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
         /// Shell id
         #[arg(value_name = "SHELL_ID")]
         shell_id: String,

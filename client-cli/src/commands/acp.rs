@@ -36,7 +36,7 @@ pub(super) fn acp() -> Result<Exit, CliError> {
 /// `agent-acp`'s command line (the global options, then `acp` or nothing)
 /// served by `serve`.
 pub(crate) async fn serve_acp(cli: Cli, serve: AcpServer) -> Result<Exit, CliError> {
-    if cli.prompt.is_some() || !matches!(cli.command, None | Some(Command::Acp)) {
+    if cli.prompt.is_some() || !matches!(cli.command, None | Some(Command::Acp { .. })) {
         return Err(CliError::Input(
             "agent-acp serves the Agent Client Protocol on stdin/stdout: it takes `agent`'s \
              global options and `acp`, nothing else"

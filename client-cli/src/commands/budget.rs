@@ -15,8 +15,8 @@ pub(super) async fn budget(
     io: &mut Io,
 ) -> Result<Exit, CliError> {
     let (id, raise, raise_by) = match command {
-        BudgetCommand::Raise { id, by } => (id, true, by),
-        BudgetCommand::Stop { id } => (id, false, None),
+        BudgetCommand::Raise { id, by, .. } => (id, true, by),
+        BudgetCommand::Stop { id, .. } => (id, false, None),
     };
     let c = ctx
         .client()

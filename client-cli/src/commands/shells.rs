@@ -39,8 +39,9 @@ pub(super) async fn shells(ctx: &Ctx, args: ShellsArgs, io: &mut Io) -> Result<E
             shell_id,
             follow,
             from,
+            ..
         }) => shell_output(ctx, shell_id, follow, from, io).await?,
-        Some(ShellsCommand::Kill { shell_id }) => {
+        Some(ShellsCommand::Kill { shell_id, .. }) => {
             let response = ctx
                 .client()
                 .await?
