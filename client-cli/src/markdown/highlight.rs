@@ -19,6 +19,7 @@
 //! too; a helper given up is killed and reaped at once.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -187,10 +188,13 @@ struct Helper {
 
 impl Helper {
     fn start(program: &Path) -> Result<Helper, String> {
+        // Its own process group: Ctrl-C at the terminal (cancelling a turn)
+        // is for this client, not for the helper.
         let mut child = Command::new(program)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
+            .process_group(0)
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", program.display()))?;
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {

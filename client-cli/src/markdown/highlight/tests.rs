@@ -43,6 +43,7 @@ fn a_missing_program_shows_the_code_plain() {
 fn a_helper_that_never_answers_is_given_up_within_the_deadline() {
     let dir = tempfile::tempdir().unwrap();
     let (mut highlighter, started) = scripted(&dir, "exec sleep 100");
+    let pid = highlighter.helper().map(|h| h.child.id()).unwrap();
     let begin = Instant::now();
     assert_eq!(highlighter.highlight(CODE, "rust", false), None);
     assert!(
@@ -51,6 +52,8 @@ fn a_helper_that_never_answers_is_given_up_within_the_deadline() {
         begin.elapsed()
     );
     assert!(matches!(highlighter.state, State::GivenUp));
+    // Killed and reaped: no zombie left.
+    assert!(!Path::new(&format!("/proc/{pid}")).exists());
     // Not asked again, not started again.
     let again = Instant::now();
     assert_eq!(highlighter.highlight(CODE, "rust", false), None);
