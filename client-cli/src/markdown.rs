@@ -12,38 +12,31 @@
 //! Without colour the output is plain text with no escape sequence at all:
 //! markers that carry meaning stay (`#` of headings, `**`, backticks, code
 //! fences), the others go. With colour, styles replace the markers and fenced
-//! code is highlighted by syntect (its syntax set is loaded once, on the
-//! first highlighted block) when the crate's `highlight` feature (on by
-//! default) is built in.
+//! code is highlighted by the co-process `agent-highlight` when it is
+//! installed (started once, when the first fenced block begins to stream
+//! in); without it, code is shown plain.
 //!
 //! Nothing here fails: any input, however broken, renders to some text.
 //!
 //! The parts: [`MarkdownStream`] in `stream` (cutting the source into
 //! top-level blocks and deciding when each is complete), `block` (one block's
 //! pulldown-cmark events to terminal lines, tables in `block::table`), `wrap`
-//! (words to lines at a width) and `highlight` (syntect, for fenced code).
+//! (words to lines at a width) and `highlight` (the client of
+//! `agent-highlight`, for fenced code).
 //! The vocabulary they share lives here: [`Style`], `Look` and `Piece`.
 
 use pulldown_cmark::Options;
 use unicode_width::UnicodeWidthStr;
 
 mod block;
-#[cfg(feature = "highlight")]
 mod highlight;
-/// Built without the `highlight` feature (no syntect), fenced code is shown
-/// as it is, like code in a language syntect does not know.
-#[cfg(not(feature = "highlight"))]
-mod highlight {
-    pub(super) fn highlight(_code: &str, _lang: &str, _truecolor: bool) -> Option<Vec<String>> {
-        None
-    }
-}
 mod stream;
 mod wrap;
 
 #[cfg(test)]
 mod tests;
 
+pub(crate) use highlight::{find_highlighter, probe_highlighter};
 pub use stream::MarkdownStream;
 
 /// How replies are shown: with or without colour, and how wide.

@@ -39,6 +39,11 @@ pub(crate) const CRATES: &[CrateRule] = &[
         may_use: &["agent-proto", "agent-cli"],
         why: "the ACP bridge is a client: it reaches the daemon through agent-cli and agent-proto, never the daemon or its core",
     },
+    CrateRule {
+        name: "agent-highlight",
+        may_use: &[],
+        why: "the highlighter is the client's co-process: code in, coloured lines out over its pipes; it knows neither the client nor the daemon",
+    },
 ];
 
 /// Top modules of one crate that a top module may not name.

@@ -50,12 +50,26 @@ pub fn acp_bin() -> PathBuf {
     find_bin("AGENT_TESTS_ACP_BIN", "test-agent-acp")
 }
 
+/// The syntax highlighter that the client runs (give it to the client as
+/// `AGENT_HIGHLIGHT_BIN`; [`TestDaemon::agent`] does):
+/// `$AGENT_TESTS_HIGHLIGHT_BIN`, else `test-agent-highlight` in the cargo
+/// target directory of the running test.
+pub fn highlight_bin() -> PathBuf {
+    find_bin("AGENT_TESTS_HIGHLIGHT_BIN", "test-agent-highlight")
+}
+
 fn find_bin(var: &str, name: &str) -> PathBuf {
+    target_bin(var, name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `$var`, else the binary `name` in the cargo target directory of the
+/// running executable; why not when it is not there.
+fn target_bin(var: &str, name: &str) -> Result<PathBuf, String> {
     if let Some(path) = std::env::var_os(var).filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
+        return Ok(PathBuf::from(path));
     }
-    let exe = std::env::current_exe()
-        .unwrap_or_else(|e| panic!("cannot find the current executable: {e}"));
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the current executable: {e}"))?;
     // Test executables live in target/<profile>/deps, binaries one level up.
     let mut dir = exe.parent().map(Path::to_path_buf).unwrap_or_default();
     if dir.ends_with("deps") {
@@ -63,12 +77,12 @@ fn find_bin(var: &str, name: &str) -> PathBuf {
     }
     let candidate = dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
     if !candidate.exists() {
-        panic!(
+        return Err(format!(
             "{name} not found at {}: build it with `cargo build -p agent-tests --bins`, or set {var}",
             candidate.display()
-        );
+        ));
     }
-    candidate
+    Ok(candidate)
 }
 
 /// How a [`TestDaemon`] differs from the default.
@@ -268,7 +282,8 @@ impl TestDaemon {
 
     /// The client binary with `--socket <socket> --no-autostart`, run in
     /// `work_dir`, without any `AGENTD_*` variable from the test's
-    /// environment. Add the subcommand and run it.
+    /// environment, with [`highlight_bin`] as its highlighter when that is
+    /// built. Add the subcommand and run it.
     pub fn agent(&self) -> Command {
         self.agent_bin(&client_bin())
     }
@@ -286,6 +301,10 @@ impl TestDaemon {
         }
         self.isolate_xdg(&mut cmd);
         cmd.env("NO_COLOR", "1");
+        // Not a failure when absent: a benchmark's client does not need it.
+        if let Ok(highlighter) = target_bin("AGENT_TESTS_HIGHLIGHT_BIN", "test-agent-highlight") {
+            cmd.env("AGENT_HIGHLIGHT_BIN", highlighter);
+        }
         cmd
     }
 

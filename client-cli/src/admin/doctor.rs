@@ -10,6 +10,7 @@ use crate::connect::connect_or_start;
 use crate::credentials::Provider;
 use crate::error::{CliError, Exit};
 use crate::io::Io;
+use crate::markdown::{find_highlighter, probe_highlighter};
 
 /// One line of `agent doctor`.
 struct Check {
@@ -39,6 +40,12 @@ impl Check {
 /// Exits 1 when anything failed. Never shows a key.
 pub async fn doctor(target: &Target, io: &mut Io) -> Result<Exit, CliError> {
     let mut checks = vec![Check::ok("agent", format!("version {VERSION}"))];
+    // Starting the highlighter and waiting for its answer blocks.
+    checks.push(
+        tokio::task::spawn_blocking(highlight_check)
+            .await
+            .unwrap_or_else(|e| Check::fail("highlighting", e.to_string())),
+    );
     let connected = connect_or_start(&target.socket, target.pass_socket, target.autostart).await;
     let daemon = match connected {
         Ok(mut client) => info(&mut client, true).await,
@@ -63,6 +70,26 @@ pub async fn doctor(target: &Target, io: &mut Io) -> Result<Exit, CliError> {
         }
     }
     Ok(if failed { Exit::Error } else { Exit::Ok })
+}
+
+/// Whether code in replies is coloured, and by which program: not having
+/// it is a choice (code shows plain), one that does not work is a failure.
+fn highlight_check() -> Check {
+    let program = match find_highlighter() {
+        Ok(program) => program,
+        Err(e) => return Check::ok("highlighting", format!("off, code shows plain: {e}")),
+    };
+    match probe_highlighter(&program) {
+        Ok(took) => Check::ok(
+            "highlighting",
+            format!(
+                "{} (highlighted a line in {} ms)",
+                program.display(),
+                took.as_millis()
+            ),
+        ),
+        Err(e) => Check::fail("highlighting", format!("{}: {e}", program.display())),
+    }
 }
 
 fn daemon_checks(info: &pb::GetDaemonInfoResponse, checks: &mut Vec<Check>) {

@@ -5,6 +5,7 @@
 use pulldown_cmark::{CodeBlockKind, Event, Parser, Tag};
 
 use super::block::render_block;
+use super::highlight;
 use super::{Style, options};
 
 /// A reply being streamed: takes its text in deltas, gives back the terminal
@@ -74,6 +75,11 @@ impl MarkdownStream {
             && last.is_complete(&text[last.start..])
         {
             complete = blocks.len();
+        }
+        // A fenced block has begun: the highlighter starts now, so that its
+        // loading overlaps the rest of the block.
+        if self.style.color && blocks.get(complete).is_some_and(|b| b.kind == Kind::Fenced) {
+            highlight::warm_up();
         }
         let cut = match blocks.get(complete) {
             Some(next) => next.start,

@@ -111,26 +111,6 @@ fn coloured_styles() {
     assert_eq!(color("- i"), "\x1b[33m•\x1b[0m i\n");
 }
 
-#[cfg(feature = "highlight")]
-#[test]
-fn coloured_code_is_highlighted_and_unknown_languages_are_not() {
-    let out = render("```rust\nfn main() {}\n```", Style::colored(40));
-    let lines: Vec<&str> = out.lines().collect();
-    assert_eq!(lines.len(), 3, "{out:?}");
-    assert_eq!(lines[0], "\x1b[2m```rust\x1b[0m");
-    assert!(lines[1].contains("\x1b[38;5;"), "{out:?}");
-    assert!(lines[1].contains("fn"), "{out:?}");
-    let truecolor = Style {
-        truecolor: true,
-        ..Style::colored(40)
-    };
-    assert!(render("```rust\nfn main() {}\n```", truecolor).contains("\x1b[38;2;"));
-    assert_eq!(
-        render("```nosuchlang\nx = 1\n```", Style::colored(40)),
-        "\x1b[2m```nosuchlang\x1b[0m\nx = 1\n\x1b[2m```\x1b[0m\n"
-    );
-}
-
 #[test]
 fn plain_output_has_no_escape_sequences() {
     let doc =

@@ -17,6 +17,7 @@ mod foundation;
 mod fuzz;
 mod hardening;
 mod harness;
+mod highlight;
 mod hooks;
 mod idempotency;
 mod images;
