@@ -48,7 +48,19 @@ const FIRST_ANSWER: Duration = Duration::from_secs(3);
 const NEXT_ANSWER: Duration = Duration::from_secs(1);
 
 /// The process's one highlighter.
+#[cfg(not(test))]
 static HIGHLIGHTER: Mutex<Highlighter> = Mutex::new(Highlighter::new(Program::Find));
+
+/// The unit tests' process renders code plain whatever is installed on the
+/// machine (an `agent-highlight` on `PATH` must not change what they see);
+/// `Highlighter`'s own tests give it a program, the e2e tests the real one.
+#[cfg(test)]
+static HIGHLIGHTER: Mutex<Highlighter> = Mutex::new(Highlighter {
+    program: Program::Find,
+    first_answer: FIRST_ANSWER,
+    next_answer: NEXT_ANSWER,
+    state: State::GivenUp,
+});
 
 /// `code` highlighted as `lang`, one string per line; `None` when it is to
 /// be shown plain (unknown language, too big, no helper).
