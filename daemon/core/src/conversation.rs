@@ -162,6 +162,15 @@ impl SubAgents {
         self.counted.push(child.to_string());
         true
     }
+
+    /// What they spent as the per-conversation budgets count it:
+    /// micro-USD and billed tokens.
+    pub fn spent(&self) -> (u64, u64) {
+        (
+            crate::budget::micro_usd(self.cost_usd),
+            crate::budget::billed_tokens(&self.usage),
+        )
+    }
 }
 
 /// A user message waiting for the turn in flight to reach a point where it

@@ -220,8 +220,17 @@ pub fn transition(
     ctx: &ConvContext,
     event: Event,
 ) -> Result<Transition, Rejected> {
+    let before = conv;
     let conv = record_facts(conv, &event)?;
-    let inputs = Inputs::new(&conv, ctx);
+    let mut inputs = Inputs::new(&conv, ctx);
+    if conv.sub_agents != before.sub_agents {
+        // A child counted now counts toward the budgets at once.
+        inputs
+            .ctx
+            .to_mut()
+            .budget
+            .sub_agents_counted(&before.sub_agents, &conv.sub_agents);
+    }
     let (state, ctx) = (&conv.state, &inputs);
     let stops = matches!(
         event,

@@ -4081,6 +4081,77 @@ fn budget_reached_holds_a_new_turn_with_its_message_stored() {
 }
 
 #[test]
+fn a_childs_spending_counts_toward_its_parents_budget_with_its_end() {
+    // The parent waits for its last child; the spawn call is its only call,
+    // so the child's end leads to the next model request.
+    let mut last = sub_agents(&["agent_3_t1"]);
+    if let ConvState::AwaitingSubAgents { run, .. } = &mut last {
+        run.calls.truncate(1);
+    }
+    let ctx = ConvContext {
+        budget: BudgetContext {
+            configured: Amounts {
+                per_conversation_usd: Some(1_000_000),
+                per_conversation_tokens: Some(10_000),
+                ..Amounts::default()
+            },
+            raised: Amounts::default(),
+            // Its own replies, and the $0.25 and 100 tokens its sub-agents
+            // spent before.
+            spent: Amounts {
+                per_conversation_usd: Some(600_000),
+                per_conversation_tokens: Some(1_000),
+                ..Amounts::default()
+            },
+        },
+        ..ctx()
+    };
+    let conv = Conversation {
+        sub_agents: agentd_core::SubAgents {
+            usage: usage(90, 10),
+            cost_usd: 0.25,
+            counted: vec!["C1".to_string()],
+        },
+        ..last.into()
+    };
+    let ended = |cost_usd: f64| Event::SubAgentFinished {
+        result: finished_agent("agent_3_t1", "fixed", true).1,
+        usage: usage(90, 10),
+        cost_usd,
+    };
+    let stop = |t: Transition| match t.conversation.state {
+        ConvState::BudgetStopped { stop, .. } => Some((stop.kind, stop.spent)),
+        _ => None,
+    };
+    // $0.30 more: $0.90 spent, the request goes.
+    assert_eq!(stop(run(conv.clone(), &ctx, ended(0.3)).unwrap()), None);
+    // $0.50 more: $1.10, the budget holds the request back.
+    assert_eq!(
+        stop(run(conv.clone(), &ctx, ended(0.5)).unwrap()),
+        Some((BudgetKind::PerConversationUsd, 1_100_000))
+    );
+    // Counted before (a report again after a restart): not counted twice.
+    let counted = Conversation {
+        sub_agents: agentd_core::SubAgents {
+            counted: vec!["C1".to_string(), "C3".to_string()],
+            ..conv.sub_agents.clone()
+        },
+        ..conv.clone()
+    };
+    assert_eq!(stop(run(counted, &ctx, ended(0.5)).unwrap()), None);
+    // Tokens alike: 9,000 more billed reach the 10,000.
+    let many = Event::SubAgentFinished {
+        result: finished_agent("agent_3_t1", "fixed", true).1,
+        usage: usage(8_990, 10),
+        cost_usd: 0.0,
+    };
+    assert_eq!(
+        stop(run(conv, &ctx, many).unwrap()),
+        Some((BudgetKind::PerConversationTokens, 10_000))
+    );
+}
+
+#[test]
 fn budget_raised_sends_the_held_request() {
     check(
         budget_stopped(3),

@@ -24,7 +24,7 @@ impl Continuation {
     }
 
     /// Asks the manager to continue `record` when the record says the
-    /// daemon owes it a continuation (see `continue_pending`).
+    /// daemon owes it a continuation (`ContinuationChain::pending`).
     pub(super) fn ask_if_owed(&self, record: &ConversationRecord) {
         if record.conversation.continuation.pending
             && matches!(
