@@ -12,6 +12,7 @@
 //! is unknown spends tokens only: it never counts toward a dollar budget,
 //! which is why token budgets exist.
 
+use crate::conversation::SubAgents;
 use crate::message::Usage;
 use serde::{Deserialize, Serialize};
 
@@ -197,6 +198,25 @@ pub struct BudgetContext {
     /// What was spent, per kind (every kind filled, whether budgeted or
     /// not).
     pub spent: Amounts,
+}
+
+impl BudgetContext {
+    /// The spending of a conversation whose sub-agents went from `before`
+    /// to `after` (a child's end was counted): the per-conversation budgets
+    /// count its sub-agents' spending ([`SubAgents::spent`]), and the
+    /// runtime gave the spending of the conversation as the event found it.
+    ///
+    /// [`SubAgents::spent`]: crate::conversation::SubAgents::spent
+    pub(crate) fn sub_agents_counted(&mut self, before: &SubAgents, after: &SubAgents) {
+        let (usd_before, tokens_before) = before.spent();
+        let (usd, tokens) = after.spent();
+        if let Some(spent) = &mut self.spent.per_conversation_usd {
+            *spent = spent.saturating_sub(usd_before).saturating_add(usd);
+        }
+        if let Some(spent) = &mut self.spent.per_conversation_tokens {
+            *spent = spent.saturating_sub(tokens_before).saturating_add(tokens);
+        }
+    }
 }
 
 /// A budget that was reached: the turn stops before its next model

@@ -3,16 +3,18 @@
 
 use crate::correction::Corrections;
 use crate::image::ImageRef;
+use crate::message::Usage;
 use crate::permission::Mode;
 use crate::plan::Plan;
-use crate::state::ConvState;
+use crate::state::{AutoContinue, ConvState};
 use serde::{Deserialize, Serialize};
 
 /// Everything about a conversation that a transition decides: its state,
-/// its permission mode, its plan, its self-correction tracking and the
-/// user messages queued while a turn ran. `transition` returns the new
-/// value whole, so the runtime persists it in one assignment and a crash
-/// can never leave one part of it ahead of another.
+/// its permission mode, its plan, its self-correction tracking, the user
+/// messages queued while a turn ran, where it stands in a chain of
+/// continuations and what its sub-agents used. `transition` returns the
+/// new value whole, so the runtime persists it in one assignment and a
+/// crash can never leave one part of it ahead of another.
 ///
 /// Its serialized form is the fields of the conversation record as they
 /// were stored before this type existed (it is flattened into it).
@@ -35,6 +37,13 @@ pub struct Conversation {
     /// boundary, or as the next turn when this one ends (see `transition`).
     #[serde(default, rename = "queued")]
     pub queue: Vec<QueuedMessage>,
+    /// Where it stands in a chain of continuations, and whether the daemon
+    /// owes it one.
+    #[serde(flatten)]
+    pub continuation: ContinuationChain,
+    /// What its sub-agents used, counted once per child.
+    #[serde(flatten)]
+    pub sub_agents: SubAgents,
 }
 
 impl Conversation {
@@ -50,6 +59,117 @@ impl Conversation {
 impl From<ConvState> for Conversation {
     fn from(state: ConvState) -> Self {
         Conversation::with_state(state)
+    }
+}
+
+/// Where a conversation stands in a chain of continuations (each one
+/// continues the last when its context is exhausted). Its serialized names
+/// are the conversation record's from before this type existed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContinuationChain {
+    /// The conversation this one continues (its context was exhausted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<String>,
+    /// The conversation that continues this one, once there is one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continued_as: Option<String>,
+    /// The daemon made that continuation by itself (`auto_continue`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub continued_automatically: bool,
+    /// How many continuations lead from the first conversation of the
+    /// chain to this one (0: not a continuation).
+    #[serde(default)]
+    pub hop: u32,
+    /// Exhausted, and the daemon is to continue it by itself but has not
+    /// yet: set by the transition that owes it
+    /// ([`Effect::ContinueInNewConversation`]), so it is written with the
+    /// state and a restart finds it; cleared by [`Event::ContinuedAs`].
+    ///
+    /// [`Effect::ContinueInNewConversation`]: crate::effect::Effect::ContinueInNewConversation
+    /// [`Event::ContinuedAs`]: crate::event::Event::ContinuedAs
+    #[serde(
+        default,
+        rename = "continue_pending",
+        skip_serializing_if = "std::ops::Not::not"
+    )]
+    pub pending: bool,
+}
+
+impl ContinuationChain {
+    /// The chain of a new conversation that continues `parent_id`, which
+    /// stood at `parent_hop`: one hop further.
+    pub fn continuing(parent_id: String, parent_hop: u32) -> Self {
+        ContinuationChain {
+            parent_id: Some(parent_id),
+            hop: parent_hop.saturating_add(1),
+            ..ContinuationChain::default()
+        }
+    }
+
+    /// Whether the daemon continues it by itself once it is exhausted, as
+    /// `auto` says: it is on, this one was not continued, and the chain is
+    /// not too long (`max_hops` continuations in a row).
+    pub fn owed(&self, auto: &AutoContinue) -> bool {
+        auto.enabled && self.continued_as.is_none() && self.hop < auto.max_hops
+    }
+
+    /// Whether the daemon continues it by itself, or did: clients follow
+    /// such a continuation without being asked.
+    pub fn automatic(&self) -> bool {
+        self.pending || self.continued_automatically
+    }
+
+    /// It goes on as `next` (made by the daemon itself if `automatically`):
+    /// nothing is owed any more.
+    pub(crate) fn continued_as(&mut self, next: String, automatically: bool) {
+        self.continued_as = Some(next);
+        self.continued_automatically = automatically;
+        self.pending = false;
+    }
+}
+
+/// What a conversation's sub-agents used, counted once per child as each
+/// ends (the conversation's own usage excludes it). Its serialized names
+/// are the conversation record's from before this type existed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct SubAgents {
+    /// What its sub-agents used (theirs included).
+    #[serde(default, rename = "sub_agents_usage")]
+    pub usage: Usage,
+    /// What that cost at list price, USD (children of unknown price count
+    /// nothing).
+    #[serde(default, rename = "sub_agents_cost_usd")]
+    pub cost_usd: f64,
+    /// The children (conversation ids) counted in `usage`.
+    #[serde(
+        default,
+        rename = "sub_agents_counted",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub counted: Vec<String>,
+}
+
+impl SubAgents {
+    /// Counts what the child `child` used in all, unless it was counted
+    /// already (its end may be reported again after a restart); a child
+    /// without an id is never counted. Returns whether it was counted now.
+    pub fn count(&mut self, child: &str, usage: &Usage, cost_usd: f64) -> bool {
+        if child.is_empty() || self.counted.iter().any(|c| c == child) {
+            return false;
+        }
+        self.usage.add(usage);
+        self.cost_usd += cost_usd;
+        self.counted.push(child.to_string());
+        true
+    }
+
+    /// What they spent as the per-conversation budgets count it:
+    /// micro-USD and billed tokens.
+    pub fn spent(&self) -> (u64, u64) {
+        (
+            crate::budget::micro_usd(self.cost_usd),
+            crate::budget::billed_tokens(&self.usage),
+        )
     }
 }
 

@@ -126,8 +126,33 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         continue_with: Option<String>,
     },
-    /// A sub-agent of this conversation ended (reported once per child).
-    SubAgentFinished { result: SubAgentResult },
+    /// A sub-agent of this conversation ended (reported once per child,
+    /// again after a restart). What it used is counted once
+    /// ([`SubAgents::count`]) with the end it reports, taken while the
+    /// conversation waits for it; a late end is refused, and the runtime
+    /// counts it with the same `SubAgents::count`.
+    ///
+    /// [`SubAgents::count`]: crate::conversation::SubAgents::count
+    SubAgentFinished {
+        result: SubAgentResult,
+        /// What it used in all (its own replies and its sub-agents').
+        #[serde(default)]
+        usage: Usage,
+        /// What that cost, USD (0 when unknown).
+        #[serde(default)]
+        cost_usd: f64,
+    },
+    /// The runtime made the conversation `id` that continues this
+    /// (exhausted) one, by itself if `automatically`, and the queued
+    /// messages `taken` went there: it is recorded, and no continuation is
+    /// owed any more. Refused when it is recorded already.
+    ContinuedAs {
+        id: String,
+        automatically: bool,
+        /// Ids of the queued messages the new conversation took.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        taken: Vec<String>,
+    },
     /// The continuation summary arrived.
     ContinuationCompleted {
         summary: String,
@@ -189,6 +214,7 @@ impl Event {
             Event::ContinuationFailed { .. } => "ContinuationFailed",
             Event::UserTriggerContinuation => "UserTriggerContinuation",
             Event::ContinuedFrom { .. } => "ContinuedFrom",
+            Event::ContinuedAs { .. } => "ContinuedAs",
             Event::BudgetAnswered { .. } => "BudgetAnswered",
             Event::DaemonRestarted => "DaemonRestarted",
             Event::DaemonStopping => "DaemonStopping",

@@ -39,7 +39,7 @@ pub mod unified_diff;
 
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
-pub use conversation::{Conversation, QueuedMessage};
+pub use conversation::{ContinuationChain, Conversation, QueuedMessage, SubAgents};
 pub use correction::{CorrectionSignal, Corrections};
 pub use effect::{Effect, LlmPurpose, Notice, Severity, SubAgentOutcome};
 pub use event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};

@@ -328,25 +328,17 @@ pub struct ConvContext {
 }
 
 /// Whether the daemon continues a conversation whose context is exhausted
-/// in a new one by itself (`[context] auto_continue`, `max_hops`).
+/// in a new one by itself (`[context] auto_continue`, `max_hops`); whether
+/// one is owed also depends on where it stands in its chain
+/// ([`ContinuationChain::owed`]).
+///
+/// [`ContinuationChain::owed`]: crate::conversation::ContinuationChain::owed
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct AutoContinue {
     /// `[context] auto_continue`.
     pub enabled: bool,
     /// `[context] max_hops`: how many automatic continuations in a row.
     pub max_hops: u32,
-    /// How many continuations precede this conversation in its chain.
-    pub hop: u32,
-    /// Whether this conversation was continued already.
-    pub continued: bool,
-}
-
-impl AutoContinue {
-    /// Whether the daemon continues it by itself once it is exhausted: it
-    /// is on, this one was not continued, and the chain is not too long.
-    pub fn due(&self) -> bool {
-        self.enabled && !self.continued && self.hop < self.max_hops
-    }
 }
 
 impl Default for ConvContext {

@@ -30,7 +30,7 @@ mod schedule;
 mod sub_agents;
 mod user;
 
-use crate::conversation::Conversation;
+use crate::conversation::{ContinuationChain, Conversation};
 use crate::correction::Corrections;
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::Event;
@@ -96,13 +96,15 @@ impl Step {
     }
 
     /// The conversation `before` as this step leaves it: the plan is the
-    /// last one its effects report, the queue loses what it delivered.
+    /// last one its effects report, the queue loses what it delivered, and
+    /// a continuation the effects owe is pending until it is made.
     fn finish(self, before: &Conversation) -> Transition {
         let plan = self.effects.iter().rev().find_map(|e| match e {
             Effect::PlanChanged { plan, .. } => Some(plan),
             _ => None,
         });
         let delivered = self.delivered.min(before.queue.len());
+        let owed = self.effects.contains(&Effect::ContinueInNewConversation);
         Transition {
             conversation: Conversation {
                 state: self.state,
@@ -112,6 +114,11 @@ impl Step {
                     .corrections
                     .unwrap_or_else(|| before.corrections.clone()),
                 queue: before.queue[delivered..].to_vec(),
+                continuation: ContinuationChain {
+                    pending: before.continuation.pending || owed,
+                    ..before.continuation.clone()
+                },
+                sub_agents: before.sub_agents.clone(),
             },
             effects: self.effects,
         }
@@ -213,7 +220,17 @@ pub fn transition(
     ctx: &ConvContext,
     event: Event,
 ) -> Result<Transition, Rejected> {
-    let inputs = Inputs::new(conv, ctx);
+    let before = conv;
+    let conv = record_facts(conv, &event)?;
+    let mut inputs = Inputs::new(&conv, ctx);
+    if conv.sub_agents != before.sub_agents {
+        // A child counted now counts toward the budgets at once.
+        inputs
+            .ctx
+            .to_mut()
+            .budget
+            .sub_agents_counted(&before.sub_agents, &conv.sub_agents);
+    }
     let (state, ctx) = (&conv.state, &inputs);
     let stops = matches!(
         event,
@@ -229,7 +246,49 @@ pub fn transition(
     let t = deliver_queued(state, ctx, stops, t);
     let t = plans::checkpoints(ctx, t);
     let t = continuation::owed(state, ctx, t);
-    Ok(end_of_sub_agent(state, ctx, cancelled, t).finish(conv))
+    Ok(end_of_sub_agent(state, ctx, cancelled, t).finish(&conv))
+}
+
+/// What the conversation records of `event` before the state decides on
+/// it: a child's usage, counted once ([`SubAgents::count`]); the
+/// conversation that continues this one, and the queued messages it took.
+/// A continuation recorded already is refused.
+///
+/// [`SubAgents::count`]: crate::conversation::SubAgents::count
+fn record_facts<'a>(
+    conv: &'a Conversation,
+    event: &Event,
+) -> Result<Cow<'a, Conversation>, Rejected> {
+    let mut conv = Cow::Borrowed(conv);
+    match event {
+        Event::SubAgentFinished {
+            result,
+            usage,
+            cost_usd,
+        } => {
+            let mut sub_agents = conv.sub_agents.clone();
+            if sub_agents.count(&result.conversation_id, usage, *cost_usd) {
+                conv.to_mut().sub_agents = sub_agents;
+            }
+        }
+        Event::ContinuedAs {
+            id,
+            automatically,
+            taken,
+        } => {
+            if conv.continuation.continued_as.as_deref() == Some(id.as_str()) {
+                return Err(Rejected::NotApplicable {
+                    state: conv.state.name(),
+                    event: event.name(),
+                });
+            }
+            let conv = conv.to_mut();
+            conv.continuation.continued_as(id.clone(), *automatically);
+            conv.queue.retain(|q| !taken.contains(&q.id));
+        }
+        _ => {}
+    }
+    Ok(conv)
 }
 
 /// The first attempt of model round `iteration`: a request boundary, where
@@ -344,7 +403,7 @@ fn decide(state: &ConvState, ctx: &Inputs<'_>, event: Event) -> Result<Step, Rej
         Event::StopHooksDecided { continue_with } => {
             reply::on_stop_hooks_decided(state, ctx, continue_with)
         }
-        Event::SubAgentFinished { result } => sub_agents::on_finished(state, ctx, result),
+        Event::SubAgentFinished { result, .. } => sub_agents::on_finished(state, ctx, result),
         Event::ContinuationCompleted { summary, usage } => {
             continuation::on_completed(state, ctx, summary, usage)
         }
@@ -356,6 +415,8 @@ fn decide(state: &ConvState, ctx: &Inputs<'_>, event: Event) -> Result<Step, Rej
             texts,
             images,
         } => user::on_continued_from(state, ctx, &parent_id, &summary, texts, images),
+        // Recorded already (`record_facts`), in any state.
+        Event::ContinuedAs { .. } => Some(Step::unchanged(state)),
         Event::BudgetAnswered { raise } => user::on_budget_answered(state, ctx, raise),
         Event::DaemonRestarted => Some(lifecycle::on_restart(state, ctx)),
         Event::DaemonStopping => Some(lifecycle::on_stop(state, ctx)),

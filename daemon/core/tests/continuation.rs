@@ -6,10 +6,12 @@ use agentd_core::effect::{Effect, LlmPurpose, Notice};
 use agentd_core::event::Event;
 use agentd_core::message::{ContentBlock, MessageKind, Reply, Role, StopReason, Usage};
 use agentd_core::state::{
-    ConvContext, ConvState, WARNING_THRESHOLD, should_trigger_continuation, should_warn,
+    AutoContinue, ConvContext, ConvState, WARNING_THRESHOLD, should_trigger_continuation,
+    should_warn,
 };
 use agentd_core::texts;
 use agentd_core::transition::transition;
+use agentd_core::{ContinuationChain, Conversation};
 use proptest::prelude::*;
 use serde_json::json;
 
@@ -199,5 +201,68 @@ proptest! {
             Effect::RequestLlm { purpose: LlmPurpose::Turn, .. }
         ));
         prop_assert!(asks, "the model is not asked");
+    }
+
+    /// The daemon owes a continuation exactly when an exhausting
+    /// transition finds auto-continue on, this conversation not continued
+    /// and the chain shorter than `max_hops`: the effect and the pending
+    /// mark come together, nothing else of the chain changes; recording
+    /// the continuation made clears the mark, once.
+    #[test]
+    fn a_continuation_is_pending_exactly_when_the_daemon_owes_one(
+        enabled in any::<bool>(),
+        max_hops in 0u32..5,
+        hop in 0u32..7,
+        continued in any::<bool>(),
+        pending in any::<bool>(),
+        automatically in any::<bool>(),
+        fails in any::<bool>(),
+    ) {
+        let ctx = ConvContext {
+            auto_continue: AutoContinue { enabled, max_hops },
+            ..ConvContext::default()
+        };
+        let before = ContinuationChain {
+            parent_id: (hop > 0).then(|| "01PARENT".to_string()),
+            continued_as: continued.then(|| "01OTHER".to_string()),
+            hop,
+            pending,
+            ..ContinuationChain::default()
+        };
+        let conv = Conversation {
+            continuation: before.clone(),
+            ..ConvState::AwaitingContinuation {
+                rejected_tool_calls: Vec::new(),
+                trigger_usage: Usage::default(),
+                attempt: 1,
+            }
+            .into()
+        };
+        let event = if fails {
+            Event::ContinuationFailed { error: "HTTP 500".into() }
+        } else {
+            Event::ContinuationCompleted { summary: "S.".into(), usage: Usage::default() }
+        };
+        let t = transition(&conv, &ctx, event).unwrap();
+        let owed = enabled && !continued && hop < max_hops;
+        prop_assert_eq!(t.effects.contains(&Effect::ContinueInNewConversation), owed);
+        prop_assert_eq!(
+            &t.conversation.continuation,
+            &ContinuationChain { pending: pending || owed, ..before.clone() }
+        );
+        let made = Event::ContinuedAs { id: "01NEXT".into(), automatically, taken: Vec::new() };
+        let after = transition(&t.conversation, &ctx, made.clone()).unwrap();
+        prop_assert!(after.effects.is_empty());
+        prop_assert_eq!(&after.conversation.state, &t.conversation.state);
+        prop_assert_eq!(
+            &after.conversation.continuation,
+            &ContinuationChain {
+                continued_as: Some("01NEXT".into()),
+                continued_automatically: automatically,
+                pending: false,
+                ..before
+            }
+        );
+        prop_assert!(transition(&after.conversation, &ctx, made).is_err(), "recorded twice");
     }
 }

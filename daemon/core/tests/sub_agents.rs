@@ -14,6 +14,8 @@
 //!   late, or after a cancel it is refused;
 //! - a cancel cancels exactly the children still running; a restart asks
 //!   again for exactly those (and no child is started twice otherwise);
+//! - what a child used is counted once, however often its end is
+//!   reported, whether the report was taken or (late) refused;
 //! - the conversation comes to rest once the world answers what is
 //!   outstanding.
 //!
@@ -33,6 +35,7 @@ use agentd_core::state::{
 };
 use agentd_core::texts;
 use agentd_core::transition::transition;
+use agentd_core::{Conversation, SubAgents};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -97,6 +100,10 @@ struct Parent {
     reported: Vec<(String, String, bool)>,
     /// Children cancelled.
     cancelled: Vec<String>,
+    /// What the children used, as the conversation counts it.
+    sub_agents: SubAgents,
+    /// The conversation ids of every child whose end was reported.
+    ended: Vec<String>,
     /// The read after the spawn call runs.
     read_running: bool,
     llm_in_flight: bool,
@@ -104,11 +111,14 @@ struct Parent {
 
 impl Parent {
     fn apply(&mut self, event: Event) -> Result<(), String> {
-        let t = transition(&self.state.clone().into(), &self.ctx, event.clone())
-            .map_err(|e| e.to_string())?;
-        let again =
-            transition(&self.state.clone().into(), &self.ctx, event).map_err(|e| e.to_string())?;
+        let conv = Conversation {
+            sub_agents: self.sub_agents.clone(),
+            ..self.state.clone().into()
+        };
+        let t = transition(&conv, &self.ctx, event.clone()).map_err(|e| e.to_string())?;
+        let again = transition(&conv, &self.ctx, event).map_err(|e| e.to_string())?;
         assert_eq!(t, again, "transition is not deterministic");
+        self.sub_agents = t.conversation.sub_agents;
         let restarting = matches!(self.state, ConvState::AwaitingSubAgents { .. });
         let before_pending = match &self.state {
             ConvState::AwaitingSubAgents { pending_ids, .. } => pending_ids.clone(),
@@ -160,18 +170,29 @@ impl Parent {
 
     fn finish(&mut self, agent: &str, success: bool) -> Result<(), String> {
         let result = format!("result of {agent}");
+        let child = format!("conv-{agent}");
+        let used = Usage {
+            input_tokens: 10,
+            ..Usage::default()
+        };
         let r = self.apply(Event::SubAgentFinished {
             result: SubAgentResult {
                 agent_id: agent.to_string(),
                 result: result.clone(),
                 success,
-                conversation_id: format!("conv-{agent}"),
+                conversation_id: child.clone(),
             },
+            usage: used,
+            cost_usd: 0.5,
         });
         if r.is_ok() {
             self.running.retain(|a| a != agent);
             self.reported.push((agent.to_string(), result, success));
+        } else {
+            // A late end is counted by the runtime, as the core counts.
+            self.sub_agents.count(&child, &used, 0.5);
         }
+        self.ended.push(child);
         r
     }
 
@@ -245,6 +266,8 @@ proptest! {
             spawned: Vec::new(),
             reported: Vec::new(),
             cancelled: Vec::new(),
+            sub_agents: SubAgents::default(),
+            ended: Vec::new(),
             read_running: false,
             llm_in_flight: true,
         };
@@ -334,6 +357,15 @@ proptest! {
         for agent in p.cancelled.clone() {
             prop_assert!(p.finish(&agent, true).is_err());
         }
+        // Every child that ended is counted, once.
+        let mut ended = p.ended.clone();
+        ended.sort();
+        ended.dedup();
+        let mut counted = p.sub_agents.counted.clone();
+        counted.sort();
+        prop_assert_eq!(&counted, &ended);
+        prop_assert_eq!(p.sub_agents.usage.input_tokens, 10 * ended.len() as u64);
+        prop_assert_eq!(p.sub_agents.cost_usd, 0.5 * ended.len() as f64);
     }
 }
 

@@ -24,7 +24,7 @@ use agentd_core::state::{
 };
 use agentd_core::texts;
 use agentd_core::transition::{Rejected, Transition, transition};
-use agentd_core::{Conversation, QueuedMessage};
+use agentd_core::{ContinuationChain, Conversation, QueuedMessage};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 
@@ -108,6 +108,20 @@ fn render(before: &Conversation, result: &Result<Transition, Rejected>) -> Strin
                     .collect();
                 write!(out, " corrections=[{}]", chains.join(" ")).unwrap();
             }
+            if after.continuation != before.continuation {
+                write!(out, " chain=[{}]", render_chain(&after.continuation)).unwrap();
+            }
+            let s = &after.sub_agents;
+            if *s != before.sub_agents {
+                write!(
+                    out,
+                    " sub_agents=[{} ${} counted={}]",
+                    render_usage(&s.usage),
+                    s.cost_usd,
+                    s.counted.join(",")
+                )
+                .unwrap();
+            }
             for effect in &t.effects {
                 out.push_str("\n+ ");
                 out.push_str(&render_effect(effect));
@@ -115,6 +129,24 @@ fn render(before: &Conversation, result: &Result<Transition, Rejected>) -> Strin
             out
         }
     }
+}
+
+/// Where a conversation stands in its chain of continuations.
+fn render_chain(c: &ContinuationChain) -> String {
+    let mut out = format!("hop={}", c.hop);
+    if let Some(parent) = &c.parent_id {
+        write!(out, " parent={parent}").unwrap();
+    }
+    if let Some(next) = &c.continued_as {
+        write!(out, " continued_as={next}").unwrap();
+    }
+    if c.continued_automatically {
+        out.push_str(" automatically");
+    }
+    if c.pending {
+        out.push_str(" pending");
+    }
+    out
 }
 
 fn render_state(state: &ConvState) -> String {
@@ -675,7 +707,14 @@ fn finished_agent(agent_id: &str, result: &str, success: bool) -> (Event, SubAge
         success,
         conversation_id: format!("C{}", &agent_id[6..7]),
     };
-    (Event::SubAgentFinished { result: r.clone() }, r)
+    (
+        Event::SubAgentFinished {
+            result: r.clone(),
+            usage: Usage::default(),
+            cost_usd: 0.0,
+        },
+        r,
+    )
 }
 
 /// The context of a sub-agent.
@@ -1184,7 +1223,7 @@ fn matrix_sub_agents() {
         &ctx(),
         finished_agent("agent_3_t1", "done", true).0,
         r#"
-        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1 agent_3_t1] pending=[agent_2_t1] completed=[agent_1_t1 agent_3_t1] calls=[t1 t2] results=[]
+        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1 agent_3_t1] pending=[agent_2_t1] completed=[agent_1_t1 agent_3_t1] calls=[t1 t2] results=[] sub_agents=[0/0/0/0 $0 counted=C3]
         "#,
     );
     // AwaitingSubAgents + SubAgentResult(last): the call's result carries
@@ -1194,7 +1233,7 @@ fn matrix_sub_agents() {
         &ctx(),
         finished_agent("agent_2_t1", "no luck", false).0,
         r#"
-        ToolExecuting iter=2 calls=[t1:spawn_agents t2:read] running=[t2] results=[t1]
+        ToolExecuting iter=2 calls=[t1:spawn_agents t2:read] running=[t2] results=[t1] sub_agents=[0/0/0/0 $0 counted=C2]
         + execute t2 read {"path":"a.txt"}
         "#,
     );
@@ -1210,7 +1249,7 @@ fn matrix_sub_agents() {
         &ctx(),
         finished_agent("agent_3_t1", "fixed", true).0,
         r#"
-        LlmRequesting attempt=1 iter=3
+        LlmRequesting attempt=1 iter=3 sub_agents=[0/0/0/0 $0 counted=C3]
         + append user: result t1 "synthesis_t1: 3 sub-agent(s) ended, 2 succeeded, 1 failed.\n\n## agent_1_t1 (conversation C1) succeeded\nfound it\n\n## agent_2_t1 (conversation C2) failed\nno luck\n\n## agent_3_t1 (conversation C3) succeeded\nfixed"
         + request attempt=1 turn
         "#,
@@ -1613,25 +1652,32 @@ fn matrix_continuation_response_exhausts_the_context() {
 
 #[test]
 fn an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_allows() {
-    let on = |hop: u32, continued: bool| ConvContext {
+    let on = ConvContext {
         auto_continue: agentd_core::state::AutoContinue {
             enabled: true,
             max_hops: 3,
-            hop,
-            continued,
         },
         ..ctx()
+    };
+    // `state` at `hop` in its chain, continued already if `continued`.
+    let at = |state: ConvState, hop: u32, continued: bool| Conversation {
+        continuation: ContinuationChain {
+            hop,
+            continued_as: continued.then(|| "c2".to_string()),
+            ..ContinuationChain::default()
+        },
+        ..state.into()
     };
     let completed = || Event::ContinuationCompleted {
         summary: "S.".to_string(),
         usage: usage(1_000, 300),
     };
     check(
-        continuation(1),
-        &on(2, false),
+        at(continuation(1), 2, false),
+        &on,
         completed(),
         r#"
-        ContextExhausted usage=181000/0/0/1300 summary="S."
+        ContextExhausted usage=181000/0/0/1300 summary="S." chain=[hop=2 pending]
         + append assistant kind=continuation: text "S."
         + notify context_exhausted "S."
         + continue in a new conversation
@@ -1639,12 +1685,12 @@ fn an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_a
     );
     check(
         continuation(3),
-        &on(0, false),
+        &on,
         Event::ContinuationFailed {
             error: "HTTP 500".to_string(),
         },
         &format!(
-            "ContextExhausted usage=180000/0/0/1000 summary={fallback:?}
+            "ContextExhausted usage=180000/0/0/1000 summary={fallback:?} chain=[hop=0 pending]
             + append assistant kind=continuation: text {fallback:?}
             + notify context_exhausted {fallback:?}
             + continue in a new conversation",
@@ -1652,9 +1698,14 @@ fn an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_a
         ),
     );
     // Not at the end of the chain, nor twice, nor when it is off.
-    for c in [on(3, false), on(0, true), ctx()] {
-        let t = run(continuation(1), &c, completed()).unwrap();
+    for (conv, c) in [
+        (at(continuation(1), 3, false), &on),
+        (at(continuation(1), 0, true), &on),
+        (at(continuation(1), 0, false), &ctx()),
+    ] {
+        let t = run(conv, c, completed()).unwrap();
         assert!(!t.effects.contains(&Effect::ContinueInNewConversation));
+        assert!(!t.conversation.continuation.pending, "nothing is owed");
     }
     // Nor when the context was exhausted already.
     let exhausted = run(continuation(1), &ctx(), completed())
@@ -1662,9 +1713,150 @@ fn an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_a
         .conversation
         .state;
     assert!(
-        run(exhausted, &on(0, false), Event::DaemonRestarted).map_or(true, |t| !t
+        run(exhausted, &on, Event::DaemonRestarted).map_or(true, |t| !t
             .effects
             .contains(&Effect::ContinueInNewConversation))
+    );
+}
+
+#[test]
+fn a_continuation_made_is_recorded_with_what_it_took_and_nothing_is_owed_any_more() {
+    let owed = |pending: bool| Conversation {
+        queue: ["first", "second"]
+            .iter()
+            .enumerate()
+            .map(|(n, t)| QueuedMessage {
+                id: format!("q{n}"),
+                ..QueuedMessage::text(*t)
+            })
+            .collect(),
+        continuation: ContinuationChain {
+            hop: 1,
+            parent_id: Some("c0".to_string()),
+            pending,
+            ..ContinuationChain::default()
+        },
+        ..exhausted_state().into()
+    };
+    let continued_as = |id: &str, automatically: bool, taken: &[&str]| Event::ContinuedAs {
+        id: id.to_string(),
+        automatically,
+        taken: taken.iter().map(|t| t.to_string()).collect(),
+    };
+    check(
+        owed(true),
+        &ctx(),
+        continued_as("c2", true, &["q0"]),
+        "ContextExhausted usage=181000/0/0/1200 summary=\"we were fixing the test\" delivered=1 chain=[hop=1 parent=c0 continued_as=c2 automatically]",
+    );
+    // By hand (`agent continue`), taking every queued message.
+    check(
+        owed(false),
+        &ctx(),
+        continued_as("c2", false, &["q0", "q1"]),
+        "ContextExhausted usage=181000/0/0/1200 summary=\"we were fixing the test\" delivered=2 chain=[hop=1 parent=c0 continued_as=c2]",
+    );
+    // Recorded once: the same continuation again is refused.
+    let done = run(owed(true), &ctx(), continued_as("c2", true, &[]))
+        .unwrap()
+        .conversation;
+    check(
+        done,
+        &ctx(),
+        continued_as("c2", true, &[]),
+        "REJECT ContinuedAs does not apply in state ContextExhausted",
+    );
+}
+
+#[test]
+fn the_chain_of_a_continuation_is_one_hop_further_than_its_parent() {
+    for (parent_hop, hop) in [(0, 1), (1, 2), (7, 8), (u32::MAX, u32::MAX)] {
+        let chain = ContinuationChain::continuing("p".to_string(), parent_hop);
+        assert_eq!(
+            chain,
+            ContinuationChain {
+                parent_id: Some("p".to_string()),
+                hop,
+                ..ContinuationChain::default()
+            }
+        );
+    }
+    let auto = |max_hops| agentd_core::state::AutoContinue {
+        enabled: true,
+        max_hops,
+    };
+    // (hop, continued, max_hops) -> owed
+    for (hop, continued, max_hops, owed) in [
+        (0, false, 3, true),
+        (2, false, 3, true),
+        (3, false, 3, false),
+        (0, true, 3, false),
+        (0, false, 0, false),
+    ] {
+        let chain = ContinuationChain {
+            hop,
+            continued_as: continued.then(|| "next".to_string()),
+            ..ContinuationChain::default()
+        };
+        assert_eq!(
+            chain.owed(&auto(max_hops)),
+            owed,
+            "{hop} {continued} {max_hops}"
+        );
+    }
+}
+
+#[test]
+fn a_sub_agents_usage_is_counted_once_with_the_end_it_reports() {
+    let ended = |agent: &str, input: u64, cost_usd: f64| Event::SubAgentFinished {
+        result: finished_agent(agent, "done", true).1,
+        usage: usage(input, 10),
+        cost_usd,
+    };
+    check(
+        sub_agents(&["agent_2_t1", "agent_3_t1"]),
+        &ctx(),
+        ended("agent_3_t1", 100, 0.25),
+        r#"
+        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1 agent_3_t1] pending=[agent_2_t1] completed=[agent_1_t1 agent_3_t1] calls=[t1 t2] results=[] sub_agents=[100/0/0/10 $0.25 counted=C3]
+        "#,
+    );
+    // Counted already (its end is reported again after a restart, and the
+    // parent still waits for it): taken, not counted twice.
+    let counted = Conversation {
+        sub_agents: agentd_core::SubAgents {
+            usage: usage(100, 10),
+            cost_usd: 0.25,
+            counted: vec!["C3".to_string()],
+        },
+        ..sub_agents(&["agent_2_t1", "agent_3_t1"]).into()
+    };
+    check(
+        counted.clone(),
+        &ctx(),
+        ended("agent_3_t1", 100, 0.25),
+        r#"
+        AwaitingSubAgents call=t1 agents=[agent_1_t1 agent_2_t1 agent_3_t1] pending=[agent_2_t1] completed=[agent_1_t1 agent_3_t1] calls=[t1 t2] results=[]
+        "#,
+    );
+    // A late end is refused: the runtime counts it with `SubAgents::count`.
+    check(
+        ConvState::Idle,
+        &ctx(),
+        ended("agent_2_t1", 100, 0.25),
+        "REJECT SubAgentFinished does not apply in state Idle",
+    );
+    let mut late = counted.sub_agents.clone();
+    assert!(late.count("C2", &usage(5, 1), 0.5));
+    assert!(!late.count("C2", &usage(5, 1), 0.5), "counted once");
+    assert!(!late.count("", &usage(5, 1), 0.5), "a child without an id");
+    assert_eq!(
+        (late.usage, late.cost_usd, late.counted),
+        (
+            usage(105, 11),
+            0.75,
+            vec!["C3".to_string(), "C2".to_string()]
+        )
     );
 }
 
@@ -3885,6 +4077,77 @@ fn budget_reached_holds_a_new_turn_with_its_message_stored() {
         + append user: text "one more thing"
         + notify budget_stopped budget=per_day_usd limit=5000000 spent=5000000 raise_by=5000000
         "#,
+    );
+}
+
+#[test]
+fn a_childs_spending_counts_toward_its_parents_budget_with_its_end() {
+    // The parent waits for its last child; the spawn call is its only call,
+    // so the child's end leads to the next model request.
+    let mut last = sub_agents(&["agent_3_t1"]);
+    if let ConvState::AwaitingSubAgents { run, .. } = &mut last {
+        run.calls.truncate(1);
+    }
+    let ctx = ConvContext {
+        budget: BudgetContext {
+            configured: Amounts {
+                per_conversation_usd: Some(1_000_000),
+                per_conversation_tokens: Some(10_000),
+                ..Amounts::default()
+            },
+            raised: Amounts::default(),
+            // Its own replies, and the $0.25 and 100 tokens its sub-agents
+            // spent before.
+            spent: Amounts {
+                per_conversation_usd: Some(600_000),
+                per_conversation_tokens: Some(1_000),
+                ..Amounts::default()
+            },
+        },
+        ..ctx()
+    };
+    let conv = Conversation {
+        sub_agents: agentd_core::SubAgents {
+            usage: usage(90, 10),
+            cost_usd: 0.25,
+            counted: vec!["C1".to_string()],
+        },
+        ..last.into()
+    };
+    let ended = |cost_usd: f64| Event::SubAgentFinished {
+        result: finished_agent("agent_3_t1", "fixed", true).1,
+        usage: usage(90, 10),
+        cost_usd,
+    };
+    let stop = |t: Transition| match t.conversation.state {
+        ConvState::BudgetStopped { stop, .. } => Some((stop.kind, stop.spent)),
+        _ => None,
+    };
+    // $0.30 more: $0.90 spent, the request goes.
+    assert_eq!(stop(run(conv.clone(), &ctx, ended(0.3)).unwrap()), None);
+    // $0.50 more: $1.10, the budget holds the request back.
+    assert_eq!(
+        stop(run(conv.clone(), &ctx, ended(0.5)).unwrap()),
+        Some((BudgetKind::PerConversationUsd, 1_100_000))
+    );
+    // Counted before (a report again after a restart): not counted twice.
+    let counted = Conversation {
+        sub_agents: agentd_core::SubAgents {
+            counted: vec!["C1".to_string(), "C3".to_string()],
+            ..conv.sub_agents.clone()
+        },
+        ..conv.clone()
+    };
+    assert_eq!(stop(run(counted, &ctx, ended(0.5)).unwrap()), None);
+    // Tokens alike: 9,000 more billed reach the 10,000.
+    let many = Event::SubAgentFinished {
+        result: finished_agent("agent_3_t1", "fixed", true).1,
+        usage: usage(8_990, 10),
+        cost_usd: 0.0,
+    };
+    assert_eq!(
+        stop(run(conv, &ctx, many).unwrap()),
+        Some((BudgetKind::PerConversationTokens, 10_000))
     );
 }
 

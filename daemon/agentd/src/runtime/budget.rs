@@ -50,13 +50,10 @@ pub(crate) fn conversation_spent(shared: &Shared, record: &ConversationRecord) -
         .models
         .cost(&record.model, &record.usage)
         .map_or(0, micro_usd);
-    let children = micro_usd(record.children.sub_agents_cost_usd);
+    let (children_usd, children_tokens) = record.conversation.sub_agents.spent();
     Amounts {
-        per_conversation_usd: Some(own.saturating_add(children)),
-        per_conversation_tokens: Some(
-            billed_tokens(&record.usage)
-                .saturating_add(billed_tokens(&record.children.sub_agents_usage)),
-        ),
+        per_conversation_usd: Some(own.saturating_add(children_usd)),
+        per_conversation_tokens: Some(billed_tokens(&record.usage).saturating_add(children_tokens)),
         ..Amounts::default()
     }
 }

@@ -51,7 +51,7 @@ impl Manager {
             client_request_id: Some(format!("continue:{}", old.id)),
             parent: Some(Parent {
                 id: old.id.clone(),
-                hop: old.chain.hop,
+                hop: old.conversation.continuation.hop,
                 title: old.title.clone(),
                 summary,
                 queued: old
@@ -74,7 +74,7 @@ impl Manager {
             .collect();
         self.ask(id, |reply| Command::MarkContinued {
             next: next.id.clone(),
-            hop: next.chain.hop,
+            hop: next.conversation.continuation.hop,
             automatic,
             taken,
             reply,

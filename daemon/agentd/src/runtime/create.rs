@@ -6,8 +6,8 @@ use super::actor::{Actor, Command, Input, Subscription};
 use super::{
     ClientInfo, Manager, NewConversation, NewMessage, Parent, RuntimeError, too_many_dirs,
 };
-use crate::store::{Chain, ConversationRecord, Setup};
-use agentd_core::{ConvState, Conversation, Mode};
+use crate::store::{ConversationRecord, Setup};
+use agentd_core::{ContinuationChain, ConvState, Conversation, Mode};
 use tokio::sync::{mpsc, oneshot};
 
 /// The first message of a conversation created with one.
@@ -54,17 +54,16 @@ fn new_record(
         updated_at_ms: now,
         conversation: Conversation {
             mode: new.mode.unwrap_or(default_mode),
+            continuation: parent
+                .as_ref()
+                .map(|p| ContinuationChain::continuing(p.id.clone(), p.hop))
+                .unwrap_or_default(),
             ..Conversation::with_state(ConvState::Idle)
         },
         setup: Setup {
             additional_dirs: new.additional_dirs,
             allow_rules: new.allow_rules,
             mcp_servers: new.mcp_servers,
-        },
-        chain: Chain {
-            parent_id: parent.as_ref().map(|p| p.id.clone()),
-            hop: parent.as_ref().map(|p| p.hop + 1).unwrap_or(0),
-            ..Chain::default()
         },
         sub_agent: new.sub_agent,
         ..ConversationRecord::default()

@@ -148,7 +148,7 @@ impl Manager {
                 };
                 match manager.continue_conversation(&id, true).await {
                     Ok(next) => {
-                        tracing::info!(conversation = %id, continued_as = %next.id, hop = next.chain.hop, "continued automatically")
+                        tracing::info!(conversation = %id, continued_as = %next.id, hop = next.conversation.continuation.hop, "continued automatically")
                     }
                     Err(e) => {
                         tracing::warn!(conversation = %id, "automatic continuation failed: {e}")

@@ -9,8 +9,8 @@
 use super::actor::{Command, Input, starts_turn};
 use super::{Manager, RuntimeError};
 use crate::checkpoints::Restored;
-use crate::store::{Chain, ConversationRecord, ForkOrigin};
-use agentd_core::{Conversation, Role, Usage};
+use crate::store::{ConversationRecord, ForkOrigin};
+use agentd_core::{ContinuationChain, Conversation, Role, Usage};
 
 /// What to rewind.
 #[derive(Debug, Clone, Copy, Default)]
@@ -148,6 +148,13 @@ fn forked(
         conversation: Conversation {
             mode: old.conversation.mode,
             corrections: old.conversation.corrections.clone(),
+            // It stands where the old one stood in the chain of
+            // continuations, continued by none.
+            continuation: ContinuationChain {
+                parent_id: old.conversation.continuation.parent_id.clone(),
+                hop: old.conversation.continuation.hop,
+                ..ContinuationChain::default()
+            },
             ..Conversation::default()
         },
         setup: old.setup.clone(),
@@ -155,11 +162,6 @@ fn forked(
         usage: counts.usage,
         last_usage: counts.last_usage,
         turns: counts.turns,
-        chain: Chain {
-            parent_id: old.chain.parent_id.clone(),
-            hop: old.chain.hop,
-            ..Chain::default()
-        },
         pruned_through: old.pruned_through,
         fork: ForkOrigin {
             forked_from: Some(old.id.clone()),

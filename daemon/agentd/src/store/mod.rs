@@ -29,8 +29,8 @@ mod usage;
 
 pub(crate) use journal::Tree;
 pub(crate) use records::{
-    Chain, ConversationRecord, FilePin, ForkOrigin, QueuedMessage, RememberedRequest,
-    RequestOutcome, RuleScope, Setup, StoredEvent, SubAgentEnd, SubAgentLink, TrustRecord,
+    ConversationRecord, FilePin, ForkOrigin, QueuedMessage, RememberedRequest, RequestOutcome,
+    RuleScope, Setup, StoredEvent, SubAgentEnd, SubAgentLink, TrustRecord,
 };
 
 use agentd_core::Message;
@@ -613,13 +613,22 @@ mod tests {
         let record: ConversationRecord = decode(b"c/01FLAT", FLAT_RECORD.as_bytes()).unwrap();
         assert_eq!(record.setup.additional_dirs, [PathBuf::from("/extra")]);
         assert_eq!(record.setup.allow_rules, ["read"]);
-        assert_eq!(record.chain.parent_id.as_deref(), Some("01PARENT"));
-        assert_eq!(record.chain.continued_as.as_deref(), Some("01NEXT"));
-        assert!(record.chain.continued_automatically && record.chain.continue_pending);
-        assert_eq!(record.chain.hop, 2);
-        assert_eq!(record.children.sub_agents_usage.output_tokens, 9);
-        assert_eq!(record.children.sub_agents_cost_usd, 0.5);
-        assert_eq!(record.children.sub_agents_counted, ["a1"]);
+        assert_eq!(
+            record.conversation.continuation.parent_id.as_deref(),
+            Some("01PARENT")
+        );
+        assert_eq!(
+            record.conversation.continuation.continued_as.as_deref(),
+            Some("01NEXT")
+        );
+        assert!(
+            record.conversation.continuation.continued_automatically
+                && record.conversation.continuation.pending
+        );
+        assert_eq!(record.conversation.continuation.hop, 2);
+        assert_eq!(record.conversation.sub_agents.usage.output_tokens, 9);
+        assert_eq!(record.conversation.sub_agents.cost_usd, 0.5);
+        assert_eq!(record.conversation.sub_agents.counted, ["a1"]);
         assert_eq!(record.fork.forked_from.as_deref(), Some("01OLD"));
         assert_eq!(record.fork.forked_at, 3);
         assert_eq!(
@@ -639,7 +648,55 @@ mod tests {
         let minimal = r#"{"id": "01MIN", "title": "", "cwd": "/", "model": "m",
             "created_at_ms": 0, "updated_at_ms": 0, "state": {"state": "idle"}, "message_count": 0}"#;
         let record: ConversationRecord = decode(b"c/01MIN", minimal.as_bytes()).unwrap();
-        assert_eq!(record.chain, Chain::default(), "groups missing: defaults");
+        assert_eq!(
+            record.conversation.continuation,
+            agentd_core::ContinuationChain::default(),
+            "groups missing: defaults"
+        );
+    }
+
+    /// Records as the daemon wrote them (its serializer's output) before
+    /// the chain of continuations and the sub-agents' usage moved into the
+    /// core's `Conversation`: one with every group set, one all defaults.
+    const WRITTEN_FULL: &str = r#"{"id":"01REC","title":"t","cwd":"/w","model":"m","created_at_ms":1,"updated_at_ms":2,"state":{"state":"context_exhausted","summary":"s","final_usage":{"input_tokens":1,"output_tokens":2,"cache_creation_input_tokens":0,"cache_read_input_tokens":0}},"mode":"accept_edits","queued":[{"id":"q1","text":"later","at_ms":1,"from":null}],"additional_dirs":["/extra"],"allow_rules":["read"],"message_count":30,"usage":{"input_tokens":50,"output_tokens":60,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"seq_reserved":70,"turns":10,"requests":[{"id":"r1","at_ms":1,"outcome":{"kind":"answered"}}],"queued_next":4,"last_usage":{"input_tokens":51,"output_tokens":61,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"parent_id":"01PARENT","continued_as":"01NEXT","continued_automatically":true,"hop":2,"continue_pending":true,"pruned_through":1,"budget_raised":{"per_day_usd":5},"sub_agent":{"parent_id":"01P","agent_id":"a","description":"d"},"sub_agents_usage":{"input_tokens":8,"output_tokens":9,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"sub_agents_cost_usd":0.5,"sub_agents_counted":["a1"],"forked_from":"01OLDER","forked_at":3}"#;
+    const WRITTEN_DEFAULTS: &str = r#"{"id":"01MIN","title":"","cwd":"","model":"","created_at_ms":0,"updated_at_ms":0,"state":{"state":"idle"},"mode":"default","queued":[],"additional_dirs":[],"allow_rules":[],"message_count":0,"usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"seq_reserved":0,"turns":0,"requests":[],"queued_next":0,"last_usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"hop":0,"sub_agents_usage":{"input_tokens":0,"output_tokens":0,"cache_creation_input_tokens":0,"cache_read_input_tokens":0},"sub_agents_cost_usd":0.0}"#;
+
+    #[test]
+    fn a_record_written_before_the_chain_and_the_sub_agents_moved_into_the_conversation_reads_and_writes_the_same()
+     {
+        for (key, json) in [("c/01REC", WRITTEN_FULL), ("c/01MIN", WRITTEN_DEFAULTS)] {
+            let record: ConversationRecord = decode(key.as_bytes(), json.as_bytes()).unwrap();
+            let written: serde_json::Value =
+                serde_json::from_slice(&encode(key, &record).unwrap()).unwrap();
+            let old: serde_json::Value = serde_json::from_str(json).unwrap();
+            // The same object: every key, value and absence (the order of
+            // its keys, which no reader depends on, aside).
+            assert_eq!(written, old, "{key}");
+        }
+        let record: ConversationRecord = decode(b"c/01REC", WRITTEN_FULL.as_bytes()).unwrap();
+        assert_eq!(
+            record.conversation.continuation,
+            agentd_core::ContinuationChain {
+                parent_id: Some("01PARENT".to_string()),
+                continued_as: Some("01NEXT".to_string()),
+                continued_automatically: true,
+                hop: 2,
+                pending: true,
+            }
+        );
+        assert_eq!(
+            record.conversation.sub_agents,
+            agentd_core::SubAgents {
+                usage: Usage {
+                    input_tokens: 8,
+                    output_tokens: 9,
+                    ..Usage::default()
+                },
+                cost_usd: 0.5,
+                counted: vec!["a1".to_string()],
+            }
+        );
+        assert!(record.needs_recovery(), "a continuation is owed");
     }
 
     #[tokio::test]
@@ -762,7 +819,7 @@ mod tests {
                 summary: "s".into(),
                 final_usage: Usage::default(),
             };
-            r.chain.continue_pending = pending;
+            r.conversation.continuation.pending = pending;
             r
         };
         let ids = |store: &Store| -> Vec<String> {

@@ -24,9 +24,9 @@ pub struct ConversationRecord {
     pub created_at_ms: i64,
     /// Unix ms.
     pub updated_at_ms: i64,
-    /// What transitions decide (state, mode, plan, corrections, queue):
-    /// written whole with each transition. Read through the record as its
-    /// own fields (`record.state`, `record.mode`).
+    /// What transitions decide (state, mode, plan, corrections, queue,
+    /// where it stands in a chain of continuations, what its sub-agents
+    /// used): written whole with each transition.
     #[serde(flatten)]
     pub conversation: Conversation,
     /// What its creator chose beyond the model and the mode (a fork keeps
@@ -57,9 +57,6 @@ pub struct ConversationRecord {
     /// Usage of the latest reply: how full the context is now.
     #[serde(default)]
     pub last_usage: Usage,
-    /// Where it stands in a chain of continuations.
-    #[serde(flatten)]
-    pub chain: Chain,
     /// Requests send the large tool outputs of the messages before this
     /// index as a note (see `agentd_core::prune`); the transcript keeps
     /// them. Only moves forward; 0: nothing pruned.
@@ -73,9 +70,6 @@ pub struct ConversationRecord {
     /// one (REQ-BED-009: not user initiated).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_agent: Option<SubAgentLink>,
-    /// What its sub-agents used.
-    #[serde(flatten)]
-    pub children: Children,
     /// The conversation a rewind forked it from, if one did.
     #[serde(flatten)]
     pub fork: ForkOrigin,
@@ -94,47 +88,6 @@ pub struct Setup {
     /// here: they follow the config file).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub mcp_servers: Vec<super::persisted::ServerSpec>,
-}
-
-/// Where a conversation stands in a chain of continuations (each one
-/// continues the last when its context is exhausted).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Chain {
-    /// The conversation this one continues (its context was exhausted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_id: Option<String>,
-    /// The conversation that continues this one, once there is one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub continued_as: Option<String>,
-    /// The daemon made that continuation by itself (`auto_continue`).
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub continued_automatically: bool,
-    /// How many continuations lead from the first conversation of the
-    /// chain to this one (0: not a continuation).
-    #[serde(default)]
-    pub hop: u32,
-    /// Exhausted, and the daemon is to continue it by itself (`[context]
-    /// auto_continue`) but has not yet: written with the state, so a
-    /// restart finds it (the mid-turn index holds it) and does it then.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub continue_pending: bool,
-}
-
-/// What a conversation's sub-agents used, counted once per child as
-/// each ends (the conversation's own `usage` excludes it).
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Children {
-    /// What this conversation's sub-agents used (theirs included), counted
-    /// once per child as each ends: `usage` stays this conversation's own.
-    #[serde(default)]
-    pub sub_agents_usage: Usage,
-    /// What that cost at list price, USD (children of unknown price count
-    /// nothing).
-    #[serde(default)]
-    pub sub_agents_cost_usd: f64,
-    /// The children whose usage is counted in `sub_agents_usage`.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub sub_agents_counted: Vec<String>,
 }
 
 /// The conversation a rewind forked this one from.
@@ -194,7 +147,7 @@ impl ConversationRecord {
     /// Whether start-up has something to do for it: a turn was in flight,
     /// or a continuation the daemon owes.
     pub fn needs_recovery(&self) -> bool {
-        !self.conversation.state.is_at_rest() || self.chain.continue_pending
+        !self.conversation.state.is_at_rest() || self.conversation.continuation.pending
     }
 }
 

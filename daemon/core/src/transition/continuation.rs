@@ -158,13 +158,14 @@ fn text_of(blocks: &[ContentBlock]) -> String {
 
 /// A transition that exhausts the context owes a continuation in a new
 /// conversation when the daemon makes them by itself (see
-/// [`AutoContinue::due`]).
+/// [`ContinuationChain::owed`]); the new conversation records it as
+/// pending (`Step::finish`).
 ///
-/// [`AutoContinue::due`]: crate::state::AutoContinue::due
+/// [`ContinuationChain::owed`]: crate::conversation::ContinuationChain::owed
 pub(super) fn owed(before: &ConvState, ctx: &Inputs<'_>, t: Step) -> Step {
     let exhausts = matches!(t.state, ConvState::ContextExhausted { .. })
         && !matches!(before, ConvState::ContextExhausted { .. });
-    if exhausts && ctx.auto_continue.due() {
+    if exhausts && ctx.conv.continuation.owed(&ctx.auto_continue) {
         t.with(Effect::ContinueInNewConversation)
     } else {
         t

@@ -40,14 +40,24 @@ pub(crate) fn summary(
         cost_usd,
         queued: queued(&r.conversation.queue),
         context_window,
-        parent_conversation_id: r.chain.parent_id.clone().unwrap_or_default(),
+        parent_conversation_id: r
+            .conversation
+            .continuation
+            .parent_id
+            .clone()
+            .unwrap_or_default(),
         forked_from: r.fork.forked_from.clone().unwrap_or_default(),
         forked_at_message: r.fork.forked_at,
-        continued_as: r.chain.continued_as.clone().unwrap_or_default(),
+        continued_as: r
+            .conversation
+            .continuation
+            .continued_as
+            .clone()
+            .unwrap_or_default(),
         context_warning: agentd_core::state::should_warn(&r.last_usage, context_window),
         context_tokens: r.last_usage.context_tokens(),
         continuing: matches!(r.conversation.state, ConvState::ContextExhausted { .. })
-            && (r.chain.continue_pending || r.chain.continued_automatically),
+            && r.conversation.continuation.automatic(),
         budget_stop: match &r.conversation.state {
             ConvState::BudgetStopped { stop, .. } => Some(budget_stop(stop)),
             _ => None,
@@ -63,9 +73,9 @@ pub(crate) fn summary(
             .as_ref()
             .map(|l| l.agent_id.clone())
             .unwrap_or_default(),
-        sub_agents_usage: Some(usage(&r.children.sub_agents_usage)),
-        sub_agents_cost_usd: (r.children.sub_agents_cost_usd > 0.0)
-            .then_some(r.children.sub_agents_cost_usd),
+        sub_agents_usage: Some(usage(&r.conversation.sub_agents.usage)),
+        sub_agents_cost_usd: (r.conversation.sub_agents.cost_usd > 0.0)
+            .then_some(r.conversation.sub_agents.cost_usd),
     }
 }
 

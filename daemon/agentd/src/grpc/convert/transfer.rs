@@ -2,9 +2,9 @@
 //! export, validated.
 
 use super::{brief, image_from, message_from, mode_from, usage_from};
-use crate::store::{Chain, ConversationRecord, ForkOrigin, Setup};
+use crate::store::{ConversationRecord, ForkOrigin, Setup};
 use agent_proto::v1 as pb;
-use agentd_core::{ConvState, Conversation, ErrorKind, Message};
+use agentd_core::{ContinuationChain, ConvState, Conversation, ErrorKind, Message};
 use tonic::Status;
 
 /// A conversation from an export, validated. Conversations exported
@@ -79,6 +79,11 @@ pub(crate) fn exported_from(
         conversation: Conversation {
             state,
             mode: mode_from(c.mode)?,
+            continuation: ContinuationChain {
+                parent_id: non_empty(&c.parent_conversation_id),
+                continued_as: non_empty(&c.continued_as),
+                ..ContinuationChain::default()
+            },
             ..Conversation::default()
         },
         setup: Setup {
@@ -91,11 +96,6 @@ pub(crate) fn exported_from(
         },
         message_count: messages.len() as u64,
         usage: c.usage.as_ref().map(usage_from).unwrap_or_default(),
-        chain: Chain {
-            parent_id: non_empty(&c.parent_conversation_id),
-            continued_as: non_empty(&c.continued_as),
-            ..Chain::default()
-        },
         fork: ForkOrigin {
             forked_from: non_empty(&c.forked_from),
             forked_at: c.forked_at_message,

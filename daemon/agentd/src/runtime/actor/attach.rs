@@ -148,8 +148,7 @@ impl Actor {
         let replay = StoredReplay {
             transcript: &self.transcript,
             max_attempts: self.shared.config.retry.max_attempts,
-            continuing: self.record.chain.continue_pending
-                || self.record.chain.continued_automatically,
+            continuing: self.record.conversation.continuation.automatic(),
         };
         replay.after(&self.shared.store, &self.record.id, after_seq)
     }

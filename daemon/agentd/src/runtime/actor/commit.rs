@@ -217,11 +217,6 @@ impl Actor {
         let state_changed = self.record.conversation.state != old_state;
         let mode_changed = self.record.conversation.mode != old.mode;
         let queue_changed = self.record.conversation.queue != old.queue;
-        if effects.contains(&Effect::ContinueInNewConversation) {
-            // The continuation the core owes is written with the state that
-            // makes it due.
-            self.record.chain.continue_pending = true;
-        }
         let appended: Vec<Message> = effects
             .iter()
             .filter_map(|e| match e {

@@ -42,8 +42,6 @@ impl Actor {
             auto_continue: agentd_core::AutoContinue {
                 enabled: cfg.context.auto_continue,
                 max_hops: cfg.context.max_hops,
-                hop: self.record.chain.hop,
-                continued: self.record.chain.continued_as.is_some(),
             },
         }
     }

@@ -24,9 +24,9 @@ impl Continuation {
     }
 
     /// Asks the manager to continue `record` when the record says the
-    /// daemon owes it a continuation (see `continue_pending`).
+    /// daemon owes it a continuation (`ContinuationChain::pending`).
     pub(super) fn ask_if_owed(&self, record: &ConversationRecord) {
-        if record.chain.continue_pending
+        if record.conversation.continuation.pending
             && matches!(
                 record.conversation.state,
                 ConvState::ContextExhausted { .. }
@@ -43,10 +43,10 @@ impl Continuation {
         config: &ContextSection,
         record: &ConversationRecord,
     ) -> Option<String> {
-        if record.chain.continue_pending {
+        if record.conversation.continuation.pending {
             self.ask_if_owed(record);
             None
-        } else if config.auto_continue && record.chain.continued_as.is_none() {
+        } else if config.auto_continue && record.conversation.continuation.continued_as.is_none() {
             Some(format!(
                 "not continued automatically: {} continuations in a row is the limit ([context] max_hops); `agent continue` goes on",
                 config.max_hops
@@ -58,7 +58,10 @@ impl Continuation {
 
     /// What a continuation of `record` is made from, or the one it has.
     pub(super) fn seed(record: &ConversationRecord) -> Result<Seed, RuntimeError> {
-        match (&record.chain.continued_as, &record.conversation.state) {
+        match (
+            &record.conversation.continuation.continued_as,
+            &record.conversation.state,
+        ) {
             (Some(next), _) => Ok(Seed::Continued(next.clone())),
             (None, ConvState::ContextExhausted { .. }) => {
                 Ok(Seed::Exhausted(Box::new(record.clone())))
@@ -72,32 +75,18 @@ impl Continuation {
         }
     }
 
-    /// Records in `record` that it continues as `next` (its queued messages
-    /// `taken` went there). Returns whether its queue changed.
-    fn mark(
-        record: &mut ConversationRecord,
-        next: &str,
-        automatic: bool,
-        taken: &[String],
-    ) -> bool {
-        record.chain.continued_as = Some(next.to_string());
-        record.chain.continued_automatically = automatic;
-        record.chain.continue_pending = false;
-        super::queue::Queue::of(record).taken(taken)
-    }
-
     /// For a client that attaches (or comes back) after the conversation
     /// was continued: where it goes on, addressed to that client alone
     /// (the live event may be long gone from the buffer), so it can follow.
     pub(super) fn frame(record: &ConversationRecord, now: i64) -> Option<Arc<ConvEvent>> {
-        let next = record.chain.continued_as.clone()?;
+        let next = record.conversation.continuation.continued_as.clone()?;
         Some(Arc::new(ConvEvent::new(
             0,
             now,
             EventKind::ConversationContinued {
                 conversation_id: next,
-                hop: record.chain.hop + 1,
-                automatic: record.chain.continued_automatically,
+                hop: record.conversation.continuation.hop + 1,
+                automatic: record.conversation.continuation.continued_automatically,
             },
         )))
     }
@@ -105,8 +94,10 @@ impl Continuation {
 
 impl Actor {
     /// Records that this conversation continues as `next` (its queued
-    /// messages `taken` went with it), durably, and tells every attached
-    /// client, so they can follow.
+    /// messages `taken` went with it): the core's `ContinuedAs`, committed
+    /// as any transition (the queue's change announced with it). Then
+    /// tells every attached client, so they can follow. Recorded already:
+    /// nothing to do.
     pub(super) async fn mark_continued(
         &mut self,
         next: String,
@@ -114,21 +105,15 @@ impl Actor {
         automatic: bool,
         taken: Vec<String>,
     ) -> Result<(), RuntimeError> {
-        if self.record.chain.continued_as.as_deref() == Some(next.as_str()) {
-            return Ok(());
-        }
-        let saved = self.record.clone();
-        let queue_changed = Continuation::mark(&mut self.record, &next, automatic, &taken);
-        self.record.updated_at_ms = self.now_ms();
-        if let Err(e) = self.write_record().await {
-            tracing::error!(conversation = %self.record.id, "persisting the continuation failed: {e}");
-            self.record = saved;
-            return Err(RuntimeError::Store(e));
-        }
-        if queue_changed {
-            self.emit(EventKind::QueueChanged(
-                self.record.conversation.queue.clone(),
-            ));
+        let made = agentd_core::Event::ContinuedAs {
+            id: next.clone(),
+            automatically: automatic,
+            taken,
+        };
+        match self.apply(made).await {
+            Ok(()) => {}
+            Err(RuntimeError::Rejected(_)) => return Ok(()),
+            Err(e) => return Err(e),
         }
         self.emit(EventKind::ConversationContinued {
             conversation_id: next,
@@ -177,7 +162,7 @@ mod tests {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let continuation = Continuation::new(tx);
         let mut record = crate::runtime::test_record("c1", dir.path());
-        record.chain.continue_pending = true;
+        record.conversation.continuation.pending = true;
         continuation.ask_if_owed(&record);
         assert!(rx.try_recv().is_err(), "not exhausted yet");
         exhausted(&mut record);
@@ -197,7 +182,7 @@ mod tests {
         exhausted(&mut record);
         // Whether one is due is the core's decision (its test
         // `an_exhausted_context_is_continued_by_the_daemon_when_it_is_on_and_the_chain_allows`).
-        record.chain.hop = 3;
+        record.conversation.continuation.hop = 3;
         let notice = continuation.after_exhaustion(&config(true, 3), &record);
         assert!(notice.unwrap().contains("3 continuations in a row"));
         assert_eq!(
@@ -223,9 +208,19 @@ mod tests {
             Continuation::seed(&record),
             Ok(Seed::Exhausted(_))
         ));
-        record.chain.continue_pending = true;
-        assert!(!Continuation::mark(&mut record, "c2", true, &[]));
-        assert!(!record.chain.continue_pending, "the continuation is made");
+        record.conversation.continuation.pending = true;
+        let made = agentd_core::Event::ContinuedAs {
+            id: "c2".to_string(),
+            automatically: true,
+            taken: Vec::new(),
+        };
+        let t = agentd_core::transition(&record.conversation, &Default::default(), made).unwrap();
+        assert!(t.effects.is_empty());
+        record.conversation = t.conversation;
+        assert!(
+            !record.conversation.continuation.pending,
+            "the continuation is made"
+        );
         assert!(matches!(Continuation::seed(&record), Ok(Seed::Continued(n)) if n == "c2"));
         let frame = Continuation::frame(&record, clock.now_ms()).unwrap();
         assert!(matches!(

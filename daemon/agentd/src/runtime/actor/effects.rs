@@ -109,7 +109,7 @@ impl Actor {
             })
             .await;
         }
-        let continuing = self.record.chain.continue_pending;
+        let continuing = self.record.conversation.continuation.pending;
         self.emit(EventKind::from_notice(notice, continuing));
     }
 

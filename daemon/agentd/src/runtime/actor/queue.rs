@@ -61,14 +61,6 @@ impl<'r> Queue<'r> {
         self.queued.retain(|q| q.id != queued_id);
         self.queued.len() != before
     }
-
-    /// The messages `taken` went elsewhere (to a continuation); returns
-    /// whether any was here.
-    pub(super) fn taken(&mut self, taken: &[String]) -> bool {
-        let before = self.queued.len();
-        self.queued.retain(|q| !taken.contains(&q.id));
-        self.queued.len() != before
-    }
 }
 
 impl Actor {
@@ -202,8 +194,24 @@ mod tests {
         // The core delivers the oldest (a transition leaves the queue
         // without it; `agentd_core::transition`).
         queue.queued.remove(0);
-        assert!(queue.taken(&["q2".to_string()]));
-        assert!(!queue.taken(&["q0".to_string()]), "delivered already");
-        assert_eq!(queued.len(), 2);
+        // And records the continuation that took some (`ContinuedAs`).
+        let taken = |conv: &agentd_core::Conversation, ids: &[&str], next: &str| {
+            let made = agentd_core::Event::ContinuedAs {
+                id: next.to_string(),
+                automatically: false,
+                taken: ids.iter().map(|id| id.to_string()).collect(),
+            };
+            agentd_core::transition(conv, &Default::default(), made)
+                .unwrap()
+                .conversation
+        };
+        let conv = agentd_core::Conversation {
+            queue: queued,
+            ..agentd_core::Conversation::default()
+        };
+        let conv = taken(&conv, &["q2"], "c2");
+        assert_eq!(ids(&conv.queue), ["q1", "q3"]);
+        let conv = taken(&conv, &["q0"], "c3");
+        assert_eq!(ids(&conv.queue), ["q1", "q3"], "delivered already");
     }
 }

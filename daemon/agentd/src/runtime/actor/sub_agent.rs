@@ -44,14 +44,14 @@ impl Actor {
             own.add(u);
         }
         let mut usage = own;
-        usage.add(&self.record.children.sub_agents_usage);
+        usage.add(&self.record.conversation.sub_agents.usage);
         let cost_usd = self
             .shared
             .config
             .models
             .cost(&self.record.model, &own)
             .unwrap_or(0.0)
-            + self.record.children.sub_agents_cost_usd;
+            + self.record.conversation.sub_agents.cost_usd;
         let (result, success) = match outcome {
             SubAgentOutcome::Submitted { result, success } => (result.clone(), *success),
             SubAgentOutcome::LastText => {
@@ -126,17 +126,10 @@ impl Actor {
         cost_usd: f64,
     ) {
         let child = result.conversation_id.clone();
-        let first = !child.is_empty() && !self.record.children.sub_agents_counted.contains(&child);
-        let saved = (
-            self.record.children.sub_agents_usage,
-            self.record.children.sub_agents_cost_usd,
-            self.record.children.sub_agents_counted.clone(),
-        );
-        if first {
-            self.record.children.sub_agents_usage.add(&usage);
-            self.record.children.sub_agents_cost_usd += cost_usd;
-            self.record.children.sub_agents_counted.push(child.clone());
-        }
+        // Whether this end is news: the core counts a child once
+        // (`SubAgents::count`), with the end it takes.
+        let mut counted = self.record.conversation.sub_agents.clone();
+        let first = counted.count(&child, &usage, cost_usd);
         let line = result
             .result
             .lines()
@@ -167,27 +160,31 @@ impl Actor {
         if let Err(e) = self.load_rules() {
             tracing::error!(conversation = %self.record.id, "cannot load permission rules: {e}");
         }
-        let applied = match self
-            .apply(agentd_core::Event::SubAgentFinished { result })
-            .await
-        {
-            // The commit wrote the counted usage.
+        let ended = agentd_core::Event::SubAgentFinished {
+            result,
+            usage,
+            cost_usd,
+        };
+        let applied = match self.apply(ended).await {
+            // The commit wrote the usage the core counted (a failed one
+            // rolled the record back).
             Ok(()) => Ok(()),
             // A late end (the parent was cancelled, or it was reported
-            // before): only its usage is news.
+            // before) the core refuses: only its usage is news, counted
+            // as the core counts it.
             Err(RuntimeError::Rejected(_)) if first => {
-                self.write_record().await.map_err(RuntimeError::Store)
+                let saved = std::mem::replace(&mut self.record.conversation.sub_agents, counted);
+                let written = self.write_record().await;
+                if written.is_err() {
+                    self.record.conversation.sub_agents = saved;
+                }
+                written.map_err(RuntimeError::Store)
             }
             Err(RuntimeError::Rejected(_)) => return,
             Err(e) => Err(e),
         };
         if let Err(e) = applied {
             tracing::error!(conversation = %self.record.id, "a sub-agent's end not recorded: {e}");
-            (
-                self.record.children.sub_agents_usage,
-                self.record.children.sub_agents_cost_usd,
-                self.record.children.sub_agents_counted,
-            ) = saved;
             return;
         }
         if first {
