@@ -841,15 +841,25 @@ fn open_pty(size: Size) -> Result<(OwnedFd, OwnedFd)> {
 /// Makes the child a session leader whose controlling terminal is its
 /// stdin (the pseudo-terminal), as a terminal emulator does: then the line
 /// discipline turns Ctrl-C into SIGINT for it, and a resize into SIGWINCH.
+/// SIGINT and SIGQUIT go back to their default actions, as under a terminal
+/// emulator: a test run started in the background of a non-interactive
+/// shell inherits them ignored, and a program that ignores Ctrl-C is not
+/// what a person at a terminal sees.
 #[expect(unsafe_code)]
 fn make_controlling_terminal(cmd: &mut Command) {
     // SAFETY: the closure runs in the forked child before exec, where only
-    // async-signal-safe functions may be called. It calls setsid(2) and
-    // ioctl(2) through rustix (plain system calls, no allocation or locks:
+    // async-signal-safe functions may be called. It calls setsid(2),
+    // ioctl(2) and sigaction(2) (plain system calls, no allocation or locks:
     // an error is an errno turned into an io::Error without allocating) and
-    // touches no memory shared with the parent.
+    // touches no memory shared with the parent. Setting a signal's action to
+    // its default installs no handler.
     unsafe {
         cmd.pre_exec(|| {
+            use nix::sys::signal::{SaFlags, SigAction, SigHandler, SigSet, Signal, sigaction};
+            let default = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+            for signal in [Signal::SIGINT, Signal::SIGQUIT] {
+                sigaction(signal, &default).map_err(std::io::Error::from)?;
+            }
             rustix::process::setsid()?;
             rustix::process::ioctl_tiocsctty(rustix::stdio::stdin())?;
             Ok(())
