@@ -206,7 +206,26 @@ impl Actor {
             }
             Input::Recover => self.recover().await,
             other => {
+                // A tool's end usually starts the next model request: it
+                // goes out before the clients' streams are woken. Their
+                // wake came first and, on a busy CPU, a client ran before
+                // the request was written (issue 44). A reply's call needs
+                // no such wait: its command starts on the tool task's
+                // first poll, before the woken streams run, while a yield
+                // would keep the call's begin from the clients until the
+                // worker was free again (after the command, on a busy CPU).
+                let work_first = matches!(other, Input::ToolDone { .. });
+                if work_first {
+                    self.fanout.batch();
+                }
                 self.handle(other).await;
+                if work_first {
+                    if self.fanout.batched() {
+                        // Until the tasks it started have run.
+                        tokio::task::yield_now().await;
+                    }
+                    self.fanout.send_batch();
+                }
                 Flow::Go
             }
         };

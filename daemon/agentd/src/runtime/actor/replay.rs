@@ -101,6 +101,9 @@ pub(super) struct Fanout {
     next_seq: u64,
     /// Events held back until the store is flushed.
     held: Option<Vec<Arc<ConvEvent>>>,
+    /// Events published (numbered, in the replay buffer) whose clients are
+    /// woken only by [`Fanout::send_batch`].
+    batch: Option<Vec<Arc<ConvEvent>>>,
 }
 
 impl Fanout {
@@ -112,6 +115,7 @@ impl Fanout {
             clients: Vec::new(),
             next_seq: first_seq,
             held: None,
+            batch: None,
         }
     }
 
@@ -165,6 +169,28 @@ impl Fanout {
         }
     }
 
+    /// From now on published events reach the hub (and wake the clients'
+    /// streams) only at [`Fanout::send_batch`], together.
+    pub(super) fn batch(&mut self) {
+        self.batch.get_or_insert_with(Vec::new);
+    }
+
+    /// Whether events wait in the batch.
+    pub(super) fn batched(&self) -> bool {
+        self.batch.as_ref().is_some_and(|batch| !batch.is_empty())
+    }
+
+    /// Sends the batch to the hub, in order, and ends batching.
+    pub(super) fn send_batch(&mut self) {
+        let batch = self.batch.take().unwrap_or_default();
+        if let Some(hub) = &self.hub {
+            for event in batch {
+                // No receivers left is fine: the clients went away.
+                let _ = hub.send(event);
+            }
+        }
+    }
+
     /// Forgets what was held back (its commit failed) and takes its
     /// numbers back, so the next commit writes its durable events over
     /// the failed one's.
@@ -210,8 +236,13 @@ impl Fanout {
         }
         self.replay.push_back(Buffered::of(&event));
         if let Some(hub) = &self.hub {
-            // No receivers left is fine: the clients went away.
-            let _ = hub.send(event);
+            match &mut self.batch {
+                Some(batch) => batch.push(event),
+                // No receivers left is fine: the clients went away.
+                None => {
+                    let _ = hub.send(event);
+                }
+            }
         }
     }
 
@@ -518,6 +549,33 @@ mod tests {
         assert!(rx.try_recv().is_err(), "held until the flush");
         fanout.release();
         assert_eq!(rx.try_recv().unwrap().seq, 1);
+    }
+
+    #[test]
+    fn batched_events_reach_the_hub_together_in_order_and_are_replayable_at_once() {
+        let mut fanout = Fanout::new(1);
+        let mut rx = fanout.subscribe(&Rings::default());
+        fanout.batch();
+        assert!(!fanout.batched());
+        fanout.hold();
+        fanout.emit(0, EventKind::info("a"));
+        fanout.release();
+        fanout.emit(0, EventKind::info("b"));
+        assert!(fanout.batched());
+        assert!(
+            rx.try_recv().is_err(),
+            "no client is woken before the batch is sent"
+        );
+        assert_eq!(seqs(&fanout.buffered_after(0, &[]).unwrap()), vec![1, 2]);
+        fanout.send_batch();
+        assert_eq!(rx.try_recv().unwrap().seq, 1);
+        assert_eq!(rx.try_recv().unwrap().seq, 2);
+        fanout.emit(0, EventKind::info("c"));
+        assert_eq!(
+            rx.try_recv().unwrap().seq,
+            3,
+            "sent at once after the batch"
+        );
     }
 
     #[test]
