@@ -102,6 +102,14 @@ pub enum CliError {
 }
 
 impl CliError {
+    /// Whoever read the output has gone (`agent show ID | head`): the
+    /// command stops quietly, with status 0, as ripgrep does. Only stdout
+    /// can fail so: files do not, and the daemon's socket fails as
+    /// [`CliError::Disconnected`].
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Io { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+
     /// The exit status this error ends the process with.
     pub fn exit(&self) -> Exit {
         match self {

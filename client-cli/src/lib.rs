@@ -87,6 +87,7 @@ fn run_main(acp: Option<AcpServer>) -> ExitCode {
                 .and_then(|rt| rt.block_on(admin::version(socket.as_deref(), &mut io)));
             return match result {
                 Ok(exit) => exit.into(),
+                Err(e) if e.is_broken_pipe() => Exit::Ok.into(),
                 Err(e) => {
                     eprintln!("agent: {e}");
                     e.exit().into()
@@ -126,6 +127,7 @@ fn run_main(acp: Option<AcpServer>) -> ExitCode {
     let _ = io.out.flush();
     let code = match result {
         Ok(exit) => exit.code(),
+        Err(e) if e.is_broken_pipe() => Exit::Ok.code(),
         Err(e) => {
             if !already_on_screen(&e, json, std::io::stdout().is_terminal()) {
                 eprintln!("agent: {e}");

@@ -12,7 +12,11 @@ use crate::io::Io;
 /// `agent completions SHELL`: the completion script on stdout.
 pub fn completions(shell: clap_complete::Shell, io: &mut Io) -> Result<Exit, CliError> {
     let mut command = whole_command();
-    clap_complete::generate(shell, &mut command, "agent", &mut io.out);
+    // Into memory first: clap_complete panics when a write fails (a reader
+    // that went away, `agent completions bash | head`).
+    let mut script = Vec::new();
+    clap_complete::generate(shell, &mut command, "agent", &mut script);
+    io.out.write_all(&script).map_err(out_err)?;
     io.out.flush().map_err(out_err)?;
     Ok(Exit::Ok)
 }

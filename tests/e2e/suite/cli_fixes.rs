@@ -1,6 +1,7 @@
 //! Small breaks of the `agent` client found by trying it from outside: shell
 //! ids abbreviated, the prompt's keys on `agent answer`, a colourless
-//! `agentd.log`, and a reconnecting client that announced itself.
+//! `agentd.log`, a reconnecting client that announced itself, and a reader
+//! that goes away (`agent show ID | head`).
 
 use super::util::{agent_out, autostarting_agent, send, tool, wait_state};
 use agent_proto::v1 as pb;
@@ -303,4 +304,47 @@ async fn a_client_that_leaves_is_not_a_warning_in_the_log() {
         !log.contains("WARN agentd::grpc") && !log.contains("closing an Attach stream"),
         "a client leaving is routine, not a warning:\n{log}"
     );
+}
+
+/// `agent show ID | head`, `agent completions bash | head`, `agent man |
+/// head`: the reader goes before the command is done writing. The command
+/// stops quietly with status 0, as other tools do: no panic (status 101),
+/// no "Broken pipe (os error 32)" on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_that_goes_away_ends_every_command_quietly() {
+    let s = Scenario::new()
+        .scripts([Script::text("a reply to print")])
+        .conversation("say something")
+        .start()
+        .await;
+    let (d, mut client, id) = (s.daemon, s.client, s.id);
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let commands: [&[&str]; 6] = [
+        &["show", &id],
+        &["show", &id, "--json"],
+        &["ls"],
+        &["export"],
+        &["completions", "bash"],
+        &["man"],
+    ];
+    for args in commands {
+        // The read end is closed before the command starts, so its first
+        // write fails however little it prints.
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let out = d
+            .agent()
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("the client runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "agent {args:?}: {}: {stderr}",
+            out.status
+        );
+        assert!(stderr.is_empty(), "agent {args:?} said: {stderr}");
+    }
 }
