@@ -176,7 +176,19 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
             let (outcome, left) =
                 session_outcome(client, config, &mut ui_io, Some(link.clone())).await?;
             match outcome {
-                Outcome::Switch(next) => target = next,
+                Outcome::Switch(next) => {
+                    if next.is_none() {
+                        // `/clear`: nothing else on screen says what happened.
+                        let short: String =
+                            last_id.iter().flat_map(|id| id.chars()).take(10).collect();
+                        say(&mut ui_io, "New conversation: your next message starts it.")?;
+                        say(
+                            &mut ui_io,
+                            &format!("(the last one stays: `agent attach {short}`)"),
+                        )?;
+                    }
+                    target = next;
+                }
                 _ => return left,
             }
         }

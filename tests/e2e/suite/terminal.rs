@@ -235,6 +235,15 @@ async fn interactive_session_at(cols: u16, rows: u16) {
         again.send("/greet the team").unwrap();
         again.enter().unwrap();
         again.wait_for("Hello, team.", WAIT).unwrap();
+        // `/clear` says what it did.
+        again.send("/clear").unwrap();
+        again.enter().unwrap();
+        again
+            .wait_for("New conversation: your next message starts it.", WAIT)
+            .unwrap();
+        again
+            .wait_for("(the last one stays: `agent attach ", WAIT)
+            .unwrap();
         again.ctrl_d().unwrap();
         assert!(again.wait_exit(WAIT).unwrap().success(), "{}", again.dump());
     })
