@@ -37,9 +37,7 @@ pub use notices::{
     correction_success_text, hook_line, queue_line, settings_line, sub_agent_line,
 };
 pub use permissions::wrap_options;
-pub use plans::{
-    PLAN_KEYS, checklist_line, parse_plan_steps, plan_box, plan_steps_text, plan_suggested_text,
-};
+pub use plans::{checklist_line, parse_plan_steps, plan_box, plan_steps_text, plan_suggested_text};
 pub use status::{error_kind_text, mode_name, state_text};
 pub use tables::{
     conversation_table, conversation_tree, cost_text, shell_table, tokens_text, usage_table,

@@ -6,11 +6,12 @@ use std::io::{self, Write};
 
 use agent_proto::v1 as pb;
 
-use super::{BOLD, DIM, GREEN, RED, Renderer, YELLOW, mode_name, one_line, wrap_options};
+use super::{BOLD, DIM, GREEN, RED, Renderer, YELLOW, mode_name, one_line};
 
 impl<W: Write> Renderer<W> {
     /// A plan approval request: the seed's box (intent, risk, duration,
-    /// files, steps) and the keys that answer it.
+    /// files, steps). The keys that answer it are the session's to say
+    /// (`cli::PLAN_KEYS`): only it knows whether it can read them.
     pub fn plan_request(&mut self, plan: &pb::Plan) -> io::Result<()> {
         let rule = "━".repeat(60);
         let title = self.paint(YELLOW, "📋 Task Plan Generated");
@@ -18,23 +19,6 @@ impl<W: Write> Renderer<W> {
         self.line(&rule)?;
         for line in plan_box(plan).lines() {
             self.line(line)?;
-        }
-        if !self.show_keys {
-            return Ok(());
-        }
-        let options = PLAN_KEYS.iter().map(|(key, label)| {
-            let columns = 4 + label.chars().count();
-            (
-                format!("{} {label}", self.paint(BOLD, &format!("[{key}]"))),
-                columns,
-            )
-        });
-        let width = match self.markdown.width {
-            0 => usize::MAX,
-            w => w,
-        };
-        for line in wrap_options(options, width) {
-            self.line(&line)?;
         }
         Ok(())
     }
@@ -102,14 +86,6 @@ pub(super) fn plan_rejected_text(p: &pb::PlanRejected) -> String {
         format!("plan rejected: {}", one_line(&p.feedback, 200))
     }
 }
-
-/// The keys that answer a plan approval request, and what they do.
-pub const PLAN_KEYS: [(char, &str); 4] = [
-    ('y', "approve"),
-    ('a', "approve, accept edits"),
-    ('n', "reject (then type feedback)"),
-    ('e', "edit the steps"),
-];
 
 /// The seed's plan box, without its rules and question.
 pub fn plan_box(plan: &pb::Plan) -> String {

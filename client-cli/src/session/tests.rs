@@ -1041,8 +1041,19 @@ async fn a_plan_is_approved_with_accept_edits_by_one_key() {
     call.send(5, resolved(D::Unspecified, "me", "me@test"))
         .await;
     call.send(6, changed(S::Idle)).await;
-    let (result, _, _) = agent.finish().await;
+    let (result, out, err) = agent.finish().await;
     assert_eq!(result.unwrap(), Exit::Ok);
+    // One table of keys, the one that is read: no other labels for them.
+    let shown = format!("{out}{err}");
+    assert_eq!(
+        shown.matches("[e] approve, accept edits").count(),
+        1,
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("[e] edit the steps") && !shown.contains("[y]"),
+        "{shown}"
+    );
 }
 
 #[tokio::test]
