@@ -19,6 +19,7 @@ use agent_proto::v1::{self as pb, attach_response::Event};
 use crate::io::DEFAULT_WIDTH;
 use crate::markdown::{self, MarkdownStream};
 
+mod diff;
 mod format;
 mod messages;
 mod notices;
@@ -90,6 +91,9 @@ pub struct Renderer<W: Write> {
     begun: HashSet<String>,
     /// Tool calls whose outcome was shown with `⎿`.
     ended: HashSet<String>,
+    /// Calls whose diff was shown with their permission request: their end
+    /// does not show it again.
+    diff_shown: HashSet<String>,
     /// Output of running tool calls shown so far, by id.
     live: HashMap<String, LiveOutput>,
     /// Highest transcript message seq shown.
@@ -148,6 +152,7 @@ impl<W: Write> Renderer<W> {
             tool_uses: HashMap::new(),
             begun: HashSet::new(),
             ended: HashSet::new(),
+            diff_shown: HashSet::new(),
             live: HashMap::new(),
             last_message_seq: 0,
             last_error: None,

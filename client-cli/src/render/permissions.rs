@@ -80,6 +80,9 @@ impl<W: Write> Renderer<W> {
             self.line(&format!("  why: {why}"))?;
         }
         self.diff(&r.diff, "  ")?;
+        if !r.diff.is_empty() {
+            self.diff_shown.insert(r.tool_use_id.clone());
+        }
         let offered = offered_decisions(&r.options);
         if !r.suggested_rule.is_empty() && offered.contains(&Decision::AllowAlways) {
             let rule = self.paint(

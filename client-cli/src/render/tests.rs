@@ -190,7 +190,37 @@ fn tool_calls_begin_and_end() {
         out,
         "Running tests\n\
          ⏺ bash: cargo test\n  ⎿ ok exit 0, 12 lines (1.5s)\n\
-         ⏺ edit: src/a.rs\n  ⎿ error old_string not found\n    @@ -1 +1 @@\n    -a\n    +b\n"
+         ⏺ edit: src/a.rs\n  ⎿ error old_string not found\n      @@ -1 +1 @@\n    1 -a\n    1 +b\n"
+    );
+}
+
+#[test]
+fn a_diff_is_shown_once_with_its_lines_numbered() {
+    // Shown with the request that asked for the edit, not again when the
+    // edit ends; an edit nobody was asked about shows it when it ends.
+    let end = |id: &str| {
+        E::ToolCallEnd(pb::ToolCallEnd {
+            tool_use_id: id.into(),
+            tool_name: "edit".into(),
+            diff: "--- a\n+++ b\n@@ -9,2 +9,2 @@\n keep\n-old\n+new".into(),
+            ..Default::default()
+        })
+    };
+    let out = render(vec![
+        E::PermissionRequested(pb::PermissionRequested {
+            request: Some(request(&[D::AllowOnce, D::Deny])),
+        }),
+        end("t1"),
+        end("t2"),
+    ]);
+    assert_eq!(out.matches("-old").count(), 2, "{out}");
+    assert_eq!(out.matches("+new").count(), 2, "{out}");
+    assert!(out.contains("\n  1 -old\n  1 +new\n"), "{out}");
+    assert!(
+        out.contains(
+            "\n       +++ b\n       @@ -9,2 +9,2 @@\n     9  keep\n    10 -old\n    10 +new\n"
+        ),
+        "{out}"
     );
 }
 
@@ -459,7 +489,7 @@ fn permission_request_block_and_resolution() {
         "⚠ permission needed: edit\n\
          \x20 edit src/main.rs\n\
          \x20 why: edits ask in default mode\n\
-         \x20 --- a\n  +++ b\n  @@ -1 +1 @@\n  -old\n  +new\n\
+         \x20   --- a\n    +++ b\n    @@ -1 +1 @@\n  1 -old\n  1 +new\n\
          \x20 \"allow always\" adds the rule edit(src/**)\n\
          \x20 [y] allow once  [a] allow always  [n] deny\n\
          \x20 [s] deny and stop (then type feedback)  [v] never\n\
@@ -590,7 +620,7 @@ fn snapshot_shows_header_transcript_partial_and_pending() {
          ⚠ permission needed: edit\n\
          \x20 edit src/main.rs\n\
          \x20 why: edits ask in default mode\n\
-         \x20 --- a\n  +++ b\n  @@ -1 +1 @@\n  -old\n  +new\n\
+         \x20   --- a\n    +++ b\n    @@ -1 +1 @@\n  1 -old\n  1 +new\n\
          \x20 [y] allow once  [n] deny\n\
          edit\n\
          > hurry\n"

@@ -105,7 +105,9 @@ impl<W: Write> Renderer<W> {
         } else {
             self.line(&text)?;
         }
-        self.diff(&t.diff, "    ")?;
+        if !self.diff_shown.remove(&t.tool_use_id) {
+            self.diff(&t.diff, "    ")?;
+        }
         self.ended.insert(t.tool_use_id.clone());
         Ok(())
     }
@@ -240,8 +242,20 @@ impl<W: Write> Renderer<W> {
         self.line(&text)
     }
 
+    /// A diff under a call or a request, its hunks' lines numbered.
     pub(super) fn diff(&mut self, diff: &str, indent: &str) -> io::Result<()> {
-        for line in diff.lines() {
+        let lines = super::diff::numbered(diff);
+        let width = lines
+            .iter()
+            .filter_map(|l| l.number)
+            .max()
+            .map_or(0, |n| n.to_string().len());
+        for super::diff::DiffLine { number, text: line } in lines {
+            let number = match (number, width) {
+                (_, 0) => String::new(),
+                (Some(n), _) => self.paint(DIM, &format!("{n:>width$} ")),
+                (None, _) => " ".repeat(width + 1),
+            };
             let painted = if line.starts_with("+++") || line.starts_with("---") {
                 self.paint(BOLD, line)
             } else if line.starts_with('+') {
@@ -253,7 +267,7 @@ impl<W: Write> Renderer<W> {
             } else {
                 line.to_string()
             };
-            self.line(&format!("{indent}{painted}"))?;
+            self.line(&format!("{indent}{number}{painted}"))?;
         }
         Ok(())
     }
