@@ -176,19 +176,11 @@ pub(crate) async fn interactive(ctx: &Ctx, start: Start, io: &mut Io) -> Result<
             let (outcome, left) =
                 session_outcome(client, config, &mut ui_io, Some(link.clone())).await?;
             match outcome {
-                Outcome::Switch(next) => {
-                    if next.is_none() {
-                        // `/clear`: nothing else on screen says what happened.
-                        let short: String =
-                            last_id.iter().flat_map(|id| id.chars()).take(10).collect();
-                        say(&mut ui_io, "New conversation: your next message starts it.")?;
-                        say(
-                            &mut ui_io,
-                            &format!("(the last one stays: `agent attach {short}`)"),
-                        )?;
-                    }
-                    target = next;
+                Outcome::Switch(None) => {
+                    say_cleared(&mut ui_io, last_id.as_deref())?;
+                    target = None;
                 }
+                Outcome::Switch(next) => target = next,
                 _ => return left,
             }
         }
@@ -287,6 +279,14 @@ pub(crate) async fn on_terminal(
 }
 
 /// Prints one line through the session's output.
+/// After `/clear`, which shows nothing else: what happened, and how to get
+/// back to the conversation left.
+fn say_cleared(io: &mut Io, left: Option<&str>) -> Result<(), CliError> {
+    say(io, "New conversation: your next message starts it.")?;
+    let short: String = left.unwrap_or_default().chars().take(10).collect();
+    say(io, &format!("(the last one stays: `agent attach {short}`)"))
+}
+
 fn say(io: &mut Io, text: &str) -> Result<(), CliError> {
     writeln!(io.out, "{text}").map_err(|e| CliError::io("writing output", e))
 }
