@@ -289,9 +289,11 @@ pub enum Command {
     /// `--code` (the default) puts every file the agent changed since that
     /// user message back as it was (files it created are removed); it
     /// refuses, listing them, when someone else changed a file since the
-    /// agent last did, unless `--force`. `bash` changes are tracked only in
-    /// a git work tree. `--conversation` forks a new conversation whose
-    /// transcript ends just before that message; the original stays.
+    /// agent last did, unless `--force`. Without `--to` it goes back to the
+    /// last turn that changed files (and says so when none did). `bash`
+    /// changes are tracked only in a git work tree. `--conversation` forks
+    /// a new conversation whose transcript ends just before that message
+    /// (without `--to`: the last user message); the original stays.
     /// Refused while a turn runs.
     Rewind {
         /// The global options given at this level (read `Cli::global`).
@@ -300,8 +302,9 @@ pub enum Command {
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
-        /// The user message to rewind to (its number in `agent show`)
-        /// [default: the last user message]
+        /// The user message to rewind to (its `#N` in `agent show`)
+        /// [default: the last whose turn changed files; with
+        /// `--conversation` alone, the last user message]
         #[arg(long, value_name = "MESSAGE")]
         to: Option<u64>,
         /// Restore the files (the default)

@@ -125,6 +125,9 @@ pub struct Renderer<W: Write> {
     sent_texts: VecDeque<String>,
     /// Show the conversation header with the first snapshot.
     show_header: bool,
+    /// Each user message's first line starts with its number, the one
+    /// `agent rewind --to` takes (`agent show`).
+    numbered: bool,
     header_shown: bool,
     /// How the assistant's markdown is shown (colour follows `color`).
     markdown: markdown::Style,
@@ -166,6 +169,7 @@ impl<W: Write> Renderer<W> {
             own_name: String::new(),
             sent_texts: VecDeque::new(),
             show_header: true,
+            numbered: false,
             header_shown: false,
             markdown: markdown::Style {
                 color,

@@ -59,7 +59,7 @@ slash_commands! {
     Compact: "compact", "", "summarise the conversation now and end it (then /continue)";
     Continue: "continue", "", "go on in a new conversation seeded with the summary";
     Rewind: "rewind", "[MESSAGE] [code|conversation|both] [force]",
-        "undo the agent's file changes since a message (default: the last), or fork before it";
+        "undo the agent's file changes since a message (default: the last turn that changed any), or fork before it";
     Attach: "attach", "ID", "go to another conversation (agent ls lists them)";
     Clear: "clear" | "new", "", "start a new conversation in this directory";
     Exit: "exit" | "quit", "", "leave (the conversation stays in the daemon: agent -c)";

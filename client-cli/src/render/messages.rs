@@ -122,6 +122,8 @@ impl<W: Write> Renderer<W> {
             }
             return Ok(());
         }
+        // The number goes on the message's first line of text.
+        let mut number = (self.numbered && m.seq > 0).then_some(m.seq);
         for block in &m.content {
             match &block.block {
                 Some(Block::Text(t)) => {
@@ -130,7 +132,7 @@ impl<W: Write> Renderer<W> {
                         self.sent_texts.pop_front();
                         continue;
                     }
-                    self.user_text(text)?;
+                    self.user_text(text, number.take())?;
                 }
                 Some(Block::ToolResult(r)) => self.tool_result(r)?,
                 Some(Block::Image(i)) => {
@@ -144,7 +146,9 @@ impl<W: Write> Renderer<W> {
         Ok(())
     }
 
-    fn user_text(&mut self, text: &str) -> io::Result<()> {
+    /// A user message's text; its first line after `number` (`#3 > …`)
+    /// when given.
+    fn user_text(&mut self, text: &str, number: Option<u64>) -> io::Result<()> {
         self.end_line()?;
         // The daemon's markers in the transcript are not something the
         // person typed: shown dim, in the daemon's words.
@@ -153,6 +157,10 @@ impl<W: Write> Renderer<W> {
             return writeln!(self.out, "{marker}");
         }
         for (i, line) in text.lines().enumerate() {
+            if let Some(n) = number.filter(|_| i == 0) {
+                let label = self.paint(DIM, &format!("#{n} "));
+                write!(self.out, "{label}")?;
+            }
             let prefix = if i == 0 { "> " } else { "  " };
             let line = self.paint(BOLD, &format!("{prefix}{line}"));
             writeln!(self.out, "{line}")?;

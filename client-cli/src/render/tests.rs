@@ -687,7 +687,7 @@ fn transcript_for_show() {
     r.transcript(&response).unwrap();
     assert_eq!(
         String::from_utf8(r.into_inner()).unwrap(),
-        "conversation 01JABC · error (rate limit)\n\n> hi\n\nHello\n⏺ glob: *.rs\n[interrupted]\n\
+        "conversation 01JABC · error (rate limit)\n\n#1 > hi\n\nHello\n⏺ glob: *.rs\n[interrupted]\n\
          \x20 ⎿ (no output)\n\n✗ error (rate limit): spend cap\n"
     );
 }

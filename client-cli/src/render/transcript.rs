@@ -112,11 +112,13 @@ impl<W: Write> Renderer<W> {
         Ok(())
     }
 
-    /// Renders a whole conversation, as `agent show` prints it.
+    /// Renders a whole conversation, as `agent show` prints it: each user
+    /// message numbered, so that `agent rewind --to` can name it.
     pub fn transcript(&mut self, r: &pb::GetConversationResponse) -> io::Result<()> {
         if let Some(c) = &r.conversation {
             self.header(c)?;
         }
+        self.numbered = true;
         for m in &r.messages {
             // A blank line before each turn's words, none before tool results.
             let has_text = m

@@ -1134,7 +1134,7 @@ Tab completes commands and paths. The commands:
   /image PATH      attach an image (PNG, JPEG, GIF, WebP) to your next message
   /compact         summarise the conversation now and end it (then /continue)
   /continue        go on in a new conversation seeded with the summary
-  /rewind [MESSAGE] [code|conversation|both] [force] undo the agent's file changes since a message (default: the last), or fork before it
+  /rewind [MESSAGE] [code|conversation|both] [force] undo the agent's file changes since a message (default: the last turn that changed any), or fork before it
   /attach ID       go to another conversation (agent ls lists them)
   /clear           start a new conversation in this directory
   /exit            leave (the conversation stays in the daemon: agent -c)

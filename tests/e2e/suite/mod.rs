@@ -32,6 +32,7 @@ mod remote;
 mod remote_limits;
 mod remote_sessions;
 mod rewind;
+mod rewind_default;
 mod secrets;
 mod settings;
 mod shells;

@@ -431,6 +431,19 @@ impl Checkpoints {
         Ok(out)
     }
 
+    /// The last turn whose calls changed files the checkpoints can put
+    /// back (a `bash` call in a git work tree the daemon stopped during may
+    /// have): what a code rewind with no message named goes back to. A
+    /// turn of untracked commands alone changed nothing it could restore.
+    pub(crate) fn last_changed_turn(&self, conversation_id: &str) -> Result<Option<u64>, String> {
+        Ok(self
+            .records(conversation_id)?
+            .into_iter()
+            .filter(|(_, r)| !r.files.is_empty() || r.git.is_some())
+            .map(|(_, r)| r.turn)
+            .max())
+    }
+
     /// The turns of a conversation that have checkpoints, oldest first.
     pub(crate) fn turns(&self, conversation_id: &str) -> Result<Vec<TurnCheckpoint>, String> {
         let mut turns: BTreeMap<u64, TurnCheckpoint> = BTreeMap::new();

@@ -233,6 +233,26 @@ async fn bash_outside_git_is_recorded_as_not_tracked() {
 }
 
 #[tokio::test]
+async fn the_last_changed_turn_skips_turns_of_untracked_commands_alone() {
+    let f = fixture(CheckpointsSection::default());
+    assert_eq!(f.cp.last_changed_turn("c1").unwrap(), None);
+    f.write(1, "t1", 1, "a.txt", "a1").await;
+    f.write(3, "t2", 2, "b.txt", "b1").await;
+    f.write(1, "t3", 3, "c.txt", "c1").await;
+    // Turn 5 ran a command outside git: nothing it could put back.
+    let input = json!({"command": "true"});
+    let mut pending =
+        f.cp.before(key(5, "t4", 4), "bash", &input, &f.ctx)
+            .await
+            .unwrap();
+    f.cp.started(&mut pending);
+    f.cp.after(pending).await;
+    assert_eq!(f.cp.turns("c1").unwrap().len(), 3);
+    assert_eq!(f.cp.last_changed_turn("c1").unwrap(), Some(3));
+    assert_eq!(f.cp.last_changed_turn("c2").unwrap(), None);
+}
+
+#[tokio::test]
 async fn bash_outside_git_that_never_started_leaves_no_record() {
     let f = fixture(CheckpointsSection::default());
     let input = json!({"command": "true"});

@@ -15,7 +15,8 @@ use agentd_core::{ContinuationChain, Conversation, Role, Usage};
 /// What to rewind.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct RewindRequest {
-    /// The user message (sequence number) to rewind to; 0: the last one.
+    /// The user message (sequence number) to rewind to; 0: with `code`,
+    /// the last whose turn changed files, else the last one.
     pub to: u64,
     pub code: bool,
     pub conversation: bool,

@@ -157,8 +157,9 @@ pub(crate) enum Command {
         reply: Reply<()>,
     },
     /// Restore the files the agent changed since user message `to` (0: the
-    /// last), or only check that it can be rewound to (`code` false);
-    /// refused while a turn runs. Replies with the message rewound to.
+    /// last whose turn changed files), or only check that it can be rewound
+    /// to (`code` false; 0: the last); refused while a turn runs. Replies
+    /// with the message rewound to.
     Rewind {
         to: u64,
         code: bool,

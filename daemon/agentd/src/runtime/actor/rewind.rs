@@ -28,7 +28,7 @@ impl Actor {
                 self.record.conversation.state.name()
             )));
         }
-        let seq = if to == 0 { self.turn_message_seq() } else { to };
+        let seq = self.rewind_target(to, code)?;
         let starts = usize::try_from(seq)
             .ok()
             .and_then(|s| s.checked_sub(1))
@@ -75,6 +75,28 @@ impl Actor {
             plan_step_id: String::new(),
         });
         Ok((seq, Some(restored)))
+    }
+
+    /// The user message a rewind goes back to: `to`, or when 0, the last
+    /// turn that changed files (for `code`; none is an error, as there is
+    /// nothing to restore) or the last turn (for a fork alone).
+    fn rewind_target(&self, to: u64, code: bool) -> Result<u64, RuntimeError> {
+        if to != 0 {
+            return Ok(to);
+        }
+        if !code {
+            return Ok(self.turn_message_seq());
+        }
+        let id = &self.record.id;
+        match self.shared.checkpoints.last_changed_turn(id) {
+            Ok(Some(turn)) => Ok(turn),
+            Ok(None) => Err(RuntimeError::NotAllowed(
+                "nothing to rewind: no turn of this conversation changed files".into(),
+            )),
+            Err(e) => Err(RuntimeError::NotAllowed(format!(
+                "the checkpoints of conversation {id} cannot be read: {e}"
+            ))),
+        }
     }
 
     /// `MarkCheckpoint`: a plan step started; remember where, so its
