@@ -47,7 +47,7 @@ impl Provider {
     }
 
     /// The provider's own API, the daemon's base URL when none is set.
-    pub fn official_url(self) -> &'static str {
+    pub(crate) fn official_url(self) -> &'static str {
         match self {
             Provider::Anthropic => "https://api.anthropic.com",
             Provider::Openai => "https://api.openai.com/v1",
@@ -55,7 +55,7 @@ impl Provider {
     }
 
     /// How the keys of the provider's own API begin.
-    pub fn key_prefix(self) -> &'static str {
+    pub(crate) fn key_prefix(self) -> &'static str {
         match self {
             Provider::Anthropic => "sk-ant-",
             Provider::Openai => "sk-",
@@ -105,7 +105,7 @@ const KEY_LENGTH: std::ops::RangeInclusive<usize> = 8..=2048;
 /// knows it: the provider's own API, another server speaking its protocol
 /// (a gateway, vLLM, OpenRouter, …), or not known (an older daemon).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     Official,
     Other,
     Unknown,
@@ -113,7 +113,7 @@ pub enum Endpoint {
 
 impl Endpoint {
     /// What a base URL is for `provider`; an empty one is not known.
-    pub fn of(base_url: &str, provider: Provider) -> Endpoint {
+    pub(crate) fn of(base_url: &str, provider: Provider) -> Endpoint {
         let url = base_url.trim_end_matches('/');
         if url.is_empty() {
             Endpoint::Unknown
@@ -133,7 +133,7 @@ impl Endpoint {
 /// anything. When the endpoint is not known, a wrong prefix is refused for
 /// Anthropic and only warned about for OpenAI (its protocol is spoken by
 /// many servers): the warning is returned. No message quotes the key.
-pub fn check_key(
+pub(crate) fn check_key(
     raw: &str,
     provider: Provider,
     endpoint: Endpoint,
@@ -240,7 +240,7 @@ pub fn configured_provider(config: Option<&Path>) -> Provider {
 /// The base URL a daemon started from this environment would use for
 /// `provider`: its variable (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`),
 /// else the config file's `[provider] base_url`, else the official one.
-pub fn configured_base_url(
+pub(crate) fn configured_base_url(
     env: &dyn Fn(&str) -> Option<String>,
     config: Option<&Path>,
     provider: Provider,
