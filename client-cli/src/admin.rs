@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_proto::v1 as pb;
 
-use crate::connect::{Client, connect};
+use crate::connect::{Client, connect, connect_or_start};
 use crate::credentials::{self, Provider};
 use crate::error::{CliError, Exit};
 use crate::io::Io;
@@ -133,14 +133,32 @@ pub fn socket_from_args(args: &[String]) -> Option<PathBuf> {
 
 // ---- login / logout ----
 
-/// The credentials file and provider to use: the running daemon's, else
-/// those a daemon started from this environment would use.
+/// Where `agent login` and `agent logout` act: the credentials file and
+/// provider (the daemon's, else those a daemon started from this
+/// environment would use), the endpoint the key is for, and the daemon.
+struct LoginTarget {
+    path: PathBuf,
+    provider: Provider,
+    endpoint: credentials::Endpoint,
+    daemon: Option<(Client, pb::GetDaemonInfoResponse)>,
+}
+
+/// The [`LoginTarget`]; `start` starts a daemon when none answers (for
+/// `--check`, which needs one).
 async fn credentials_target(
     target: &Target,
     provider: Option<Provider>,
-) -> Result<(PathBuf, Provider, Option<Client>), CliError> {
+    start: bool,
+) -> Result<LoginTarget, CliError> {
     let env = |k: &str| std::env::var(k).ok();
-    let daemon = running(target).await;
+    let daemon = if start {
+        let mut client =
+            connect_or_start(&target.socket, target.pass_socket, target.autostart).await?;
+        let info = info(&mut client, false).await?;
+        Some((client, info))
+    } else {
+        running(target).await
+    };
     let path = daemon
         .as_ref()
         .map(|(_, i)| i.credentials_file.clone())
@@ -152,21 +170,51 @@ async fn credentials_target(
                 "neither XDG_CONFIG_HOME nor HOME is set: no place for the credentials file".into(),
             )
         })?;
+    let config = credentials::config_file(&env);
     let provider = provider.unwrap_or_else(|| match &daemon {
         Some((_, i)) => Provider::from_name(&i.provider).unwrap_or(Provider::Anthropic),
-        None => credentials::configured_provider(credentials::config_file(&env).as_deref()),
+        None => credentials::configured_provider(config.as_deref()),
     });
-    Ok((path, provider, daemon.map(|(c, _)| c)))
+    // A daemon reports the endpoint of its own provider only (an older one
+    // none); a daemon's environment, which may name another, is unknown.
+    let base_url = match &daemon {
+        Some((_, i)) if Provider::from_name(&i.provider) == Some(provider) => i.base_url.clone(),
+        Some(_) => String::new(),
+        None => credentials::configured_base_url(&env, config.as_deref(), provider),
+    };
+    Ok(LoginTarget {
+        path,
+        provider,
+        endpoint: credentials::Endpoint::of(&base_url, provider),
+        daemon,
+    })
 }
 
-/// `agent login`: reads a key (no echo at a terminal, else all of stdin)
-/// and stores it in the daemon's credentials file.
+/// `agent login`: reads a key (no echo at a terminal, else all of stdin),
+/// checks its shape and stores it in the daemon's credentials file; with
+/// `check`, then has the daemon send its model one tiny request.
 pub async fn login(
     target: &Target,
     provider: Option<Provider>,
+    check: bool,
     io: &mut Io,
 ) -> Result<Exit, CliError> {
-    let (path, provider, client) = credentials_target(target, provider).await?;
+    let LoginTarget {
+        path,
+        provider,
+        endpoint,
+        daemon,
+    } = credentials_target(target, provider, check).await?;
+    if check
+        && let Some((_, info)) = &daemon
+        && Provider::from_name(&info.provider) != Some(provider)
+    {
+        return Err(CliError::Input(format!(
+            "--check asks agentd's model, which is {}'s; store the {} key without --check",
+            info.provider,
+            provider.table()
+        )));
+    }
     let raw = if io.input.is_terminal() {
         rpassword::prompt_password(format!("{} API key (not echoed): ", provider.table()))
             .map_err(|e| CliError::io("reading the key from the terminal", e))?
@@ -176,7 +224,7 @@ pub async fn login(
             .await
             .map_err(|e| CliError::io("reading the key from stdin", e))?
     };
-    let key = credentials::clean_key(&raw)?;
+    let (key, warning) = credentials::check_key(&raw, provider, endpoint)?;
     credentials::store(&path, provider, &key)?;
     line(
         io,
@@ -186,10 +234,15 @@ pub async fn login(
             path.display()
         ),
     )?;
+    if let Some(warning) = warning {
+        writeln!(io.err, "agent: warning: {warning}").map_err(out_err)?;
+    }
+    let Some((mut client, _)) = daemon else {
+        return Ok(Exit::Ok);
+    };
     // Say so when the daemon will not use it: a key in its config file
     // comes first.
-    if let Some(mut client) = client
-        && let Ok(info) = info(&mut client, false).await
+    if let Ok(info) = info(&mut client, false).await
         && info.credentials_source != pb::CredentialsSource::CredentialsFile as i32
     {
         let why = if info.credentials_error.is_empty() {
@@ -206,7 +259,12 @@ pub async fn login(
         )
         .map_err(out_err)?;
     }
-    Ok(Exit::Ok)
+    if !check {
+        return Ok(Exit::Ok);
+    }
+    let answer = doctor::model_check(&info(&mut client, true).await?);
+    line(io, &answer.text())?;
+    Ok(if answer.ok { Exit::Ok } else { Exit::Error })
 }
 
 /// `agent logout`: removes the key from the daemon's credentials file.
@@ -215,7 +273,7 @@ pub async fn logout(
     provider: Option<Provider>,
     io: &mut Io,
 ) -> Result<Exit, CliError> {
-    let (path, provider, _) = credentials_target(target, provider).await?;
+    let LoginTarget { path, provider, .. } = credentials_target(target, provider, false).await?;
     if credentials::remove(&path, provider)? {
         line(
             io,

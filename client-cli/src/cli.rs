@@ -426,6 +426,14 @@ pub enum Command {
     /// The key goes to `credentials.toml` in the daemon's config directory
     /// (mode 0600), which the daemon reads at every model request: no
     /// restart is needed. `echo "$KEY" | agent login` works too.
+    ///
+    /// The key's shape is checked first: one line, no spaces or control
+    /// characters, 8 to 2048 characters, and for the provider's own API
+    /// its prefix (`sk-ant-` for Anthropic, `sk-` for OpenAI). When the
+    /// daemon's base URL is another server (a gateway, vLLM, OpenRouter…)
+    /// the prefix is not checked; when it cannot be known (an older
+    /// daemon), a wrong prefix is refused for Anthropic and only warned
+    /// about for OpenAI. A refused key is never stored nor shown (exit 2).
     Login {
         /// The global options given at this level (read `Cli::global`).
         #[command(flatten)]
@@ -433,6 +441,10 @@ pub enum Command {
         /// Whose key [default: the daemon's provider]
         #[arg(long, value_enum)]
         provider: Option<crate::credentials::Provider>,
+        /// Then have the daemon send its model one tiny request (it costs
+        /// one) and say whether it answers; exits 1 when it does not
+        #[arg(long)]
+        check: bool,
     },
 
     /// Remove the API key `agent login` stored
@@ -446,14 +458,20 @@ pub enum Command {
     },
 
     /// Check the set-up: versions, socket, data dir, config, where the API
-    /// key comes from (never the key), and whether the model answers
+    /// key comes from (never the key), the model endpoint, and, when asked,
+    /// whether the model answers
     ///
-    /// Sends the model one tiny request. Each line says ok or FAIL with the
-    /// reason; exits 1 when anything failed.
+    /// Each line says ok or FAIL with the reason; exits 1 when anything
+    /// failed. Sends nothing to the model (nothing is paid) unless
+    /// `--model` is given.
     Doctor {
         /// The global options given at this level (read `Cli::global`).
         #[command(flatten)]
         global: GlobalArgs,
+        /// Also send the model one tiny request (it costs one) and say
+        /// whether it answers
+        #[arg(long)]
+        model: bool,
     },
 
     /// Stop, restart or inspect the daemon, or read its log

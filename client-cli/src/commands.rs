@@ -204,9 +204,11 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
         Command::Untrust { dir, .. } => trust::trust(ctx, Some(dir), false, io).await,
         Command::Export { ids, .. } => export::export(ctx, ids, io).await,
         Command::Import { file, .. } => export::import(ctx, file, io).await,
-        Command::Login { provider, .. } => crate::admin::login(&ctx.target(), provider, io).await,
+        Command::Login {
+            provider, check, ..
+        } => crate::admin::login(&ctx.target(), provider, check, io).await,
         Command::Logout { provider, .. } => crate::admin::logout(&ctx.target(), provider, io).await,
-        Command::Doctor { .. } => crate::admin::doctor(&ctx.target(), io).await,
+        Command::Doctor { model, .. } => crate::admin::doctor(&ctx.target(), model, io).await,
         Command::Daemon { command, .. } => crate::admin::daemon(&ctx.target(), command, io).await,
         Command::Completions { shell, .. } => crate::admin::completions(shell, io),
         Command::Man { out, .. } => crate::admin::man(out, io),

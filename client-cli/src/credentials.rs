@@ -46,6 +46,22 @@ impl Provider {
         }
     }
 
+    /// The provider's own API, the daemon's base URL when none is set.
+    pub(crate) fn official_url(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "https://api.anthropic.com",
+            Provider::Openai => "https://api.openai.com/v1",
+        }
+    }
+
+    /// How the keys of the provider's own API begin.
+    pub(crate) fn key_prefix(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "sk-ant-",
+            Provider::Openai => "sk-",
+        }
+    }
+
     /// The provider a daemon reports (`GetDaemonInfo.provider`).
     pub fn from_name(name: &str) -> Option<Provider> {
         match name {
@@ -80,19 +96,88 @@ pub fn credentials_file(env: &dyn Fn(&str) -> Option<String>) -> Option<PathBuf>
     config_dir(env).map(|d| d.join(CREDENTIALS_FILE))
 }
 
-/// A key as typed or piped: surrounding whitespace dropped; empty, or with
-/// whitespace or control characters inside, refused (a paste gone wrong).
-pub fn clean_key(raw: &str) -> Result<String, CliError> {
+/// The shortest and longest key `agent login` takes: shorter is a paste
+/// gone wrong, longer is a file pasted (gateway tokens run to a few
+/// hundred characters; Anthropic's and OpenAI's keys are 100 to 200).
+const KEY_LENGTH: std::ops::RangeInclusive<usize> = 8..=2048;
+
+/// Where the key's provider sends requests, as far as `agent login`
+/// knows it: the provider's own API, another server speaking its protocol
+/// (a gateway, vLLM, OpenRouter, …), or not known (an older daemon).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Endpoint {
+    Official,
+    Other,
+    Unknown,
+}
+
+impl Endpoint {
+    /// What a base URL is for `provider`; an empty one is not known.
+    pub(crate) fn of(base_url: &str, provider: Provider) -> Endpoint {
+        let url = base_url.trim_end_matches('/');
+        if url.is_empty() {
+            Endpoint::Unknown
+        } else if url == provider.official_url().trim_end_matches('/') {
+            Endpoint::Official
+        } else {
+            Endpoint::Other
+        }
+    }
+}
+
+/// A key as typed or piped, checked for shape before it is stored:
+/// surrounding whitespace dropped; empty, with whitespace or control
+/// characters inside, or of no sane length, refused (a paste gone wrong).
+/// Keys for the provider's own API must carry its prefix (`sk-ant-`,
+/// `sk-`); keys for other servers speaking its protocol may look like
+/// anything. When the endpoint is not known, a wrong prefix is refused for
+/// Anthropic and only warned about for OpenAI (its protocol is spoken by
+/// many servers): the warning is returned. No message quotes the key.
+pub(crate) fn check_key(
+    raw: &str,
+    provider: Provider,
+    endpoint: Endpoint,
+) -> Result<(String, Option<String>), CliError> {
     let key = raw.trim();
     if key.is_empty() {
-        return Err(CliError::Input("no API key given".into()));
+        return Err(CliError::BadKey("no API key given".into()));
     }
     if key.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(CliError::Input(
+        return Err(CliError::BadKey(
             "the API key contains spaces or control characters; give it on one line".into(),
         ));
     }
-    Ok(key.to_string())
+    let length = key.chars().count();
+    if !KEY_LENGTH.contains(&length) {
+        return Err(CliError::BadKey(format!(
+            "the API key is {length} characters long; a key is {} to {}",
+            KEY_LENGTH.start(),
+            KEY_LENGTH.end()
+        )));
+    }
+    let prefix = provider.key_prefix();
+    let refuse = match (endpoint, provider) {
+        _ if key.starts_with(prefix) => return Ok((key.to_string(), None)),
+        (Endpoint::Other, _) => return Ok((key.to_string(), None)),
+        (Endpoint::Official, _) | (Endpoint::Unknown, Provider::Anthropic) => true,
+        (Endpoint::Unknown, Provider::Openai) => false,
+    };
+    let what = format!(
+        "{} keys start with `{prefix}` and this one does not",
+        provider.table()
+    );
+    if refuse {
+        Err(CliError::BadKey(format!(
+            "{what}; nothing stored (is it another provider's key? `--provider` picks the provider)"
+        )))
+    } else {
+        Ok((
+            key.to_string(),
+            Some(format!(
+                "{what}: stored anyway, as servers other than OpenAI's have keys of their own"
+            )),
+        ))
+    }
 }
 
 /// Stores `key` for `provider` in the credentials file at `path`, keeping
@@ -150,6 +235,31 @@ pub fn configured_provider(config: Option<&Path>) -> Provider {
                 .and_then(Provider::from_name)
         })
         .unwrap_or(Provider::Anthropic)
+}
+
+/// The base URL a daemon started from this environment would use for
+/// `provider`: its variable (`ANTHROPIC_BASE_URL`, `OPENAI_BASE_URL`),
+/// else the config file's `[provider] base_url`, else the official one.
+pub(crate) fn configured_base_url(
+    env: &dyn Fn(&str) -> Option<String>,
+    config: Option<&Path>,
+    provider: Provider,
+) -> String {
+    let variable = match provider {
+        Provider::Anthropic => "ANTHROPIC_BASE_URL",
+        Provider::Openai => "OPENAI_BASE_URL",
+    };
+    env(variable)
+        .filter(|u| !u.is_empty())
+        .or_else(|| {
+            config.and_then(|p| read_table(p).ok()).and_then(|t| {
+                t.get(provider.table())
+                    .and_then(|s| s.get("base_url"))
+                    .and_then(toml::Value::as_str)
+                    .map(str::to_string)
+            })
+        })
+        .unwrap_or_else(|| provider.official_url().to_string())
 }
 
 /// The file parsed; an empty table when it does not exist.
@@ -273,10 +383,103 @@ mod tests {
 
     #[test]
     fn keys_are_cleaned_and_bad_ones_refused() {
+        let clean_key =
+            |raw: &str| check_key(raw, Provider::Anthropic, Endpoint::Other).map(|(key, _)| key);
         assert_eq!(clean_key("  sk-ant-1\n").unwrap(), "sk-ant-1");
         assert!(clean_key("\n").is_err());
         assert!(clean_key("sk one").is_err());
         assert!(clean_key("sk\u{7}x").is_err());
+        assert!(clean_key("sk-1").is_err(), "too short");
+        assert!(clean_key(&"k".repeat(2049)).is_err(), "too long");
+    }
+
+    #[test]
+    fn the_prefix_is_checked_only_for_the_providers_own_api() {
+        let anthropic = "sk-ant-api03-Zq8xW3kP0v7Yt2Lm";
+        let openai = "sk-proj-Zq8xW3kP0v7Yt2Lm";
+        let other = "token-abc123";
+        let check = |key, provider, endpoint| check_key(key, provider, endpoint);
+        assert!(check(anthropic, Provider::Anthropic, Endpoint::Official).is_ok());
+        assert!(check(openai, Provider::Openai, Endpoint::Official).is_ok());
+        let refused = check(openai, Provider::Anthropic, Endpoint::Official).unwrap_err();
+        assert!(matches!(refused, CliError::BadKey(_)));
+        assert_eq!(refused.exit(), crate::error::Exit::Usage);
+        assert!(refused.to_string().contains("`sk-ant-`"), "{refused}");
+        assert!(!refused.to_string().contains("Zq8x"), "{refused}");
+        assert!(check(other, Provider::Openai, Endpoint::Official).is_err());
+        assert!(check(other, Provider::Anthropic, Endpoint::Unknown).is_err());
+        // vLLM, OpenRouter, a gateway: their keys are their own.
+        for provider in [Provider::Anthropic, Provider::Openai] {
+            assert_eq!(
+                check(other, provider, Endpoint::Other).unwrap(),
+                (other.to_string(), None)
+            );
+        }
+        // Not knowing the endpoint, an OpenAI-protocol key is only warned about.
+        let (key, warning) = check(other, Provider::Openai, Endpoint::Unknown).unwrap();
+        assert_eq!(key, other);
+        assert!(warning.is_some_and(|w| w.contains("`sk-`") && !w.contains(other)));
+        assert_eq!(
+            Endpoint::of("https://api.openai.com/v1/", Provider::Openai),
+            Endpoint::Official
+        );
+        assert_eq!(
+            Endpoint::of("https://api.openai.com/v1", Provider::Anthropic),
+            Endpoint::Other
+        );
+        assert_eq!(Endpoint::of("", Provider::Openai), Endpoint::Unknown);
+    }
+
+    #[test]
+    fn the_base_url_comes_from_the_environment_then_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("config.toml");
+        std::fs::write(&config, "[openai]\nbase_url = \"http://vllm:8000/v1\"\n").unwrap();
+        let none = |_: &str| None;
+        let set = |k: &str| (k == "OPENAI_BASE_URL").then(|| "http://env/v1".to_string());
+        let url = |env: &dyn Fn(&str) -> Option<String>, provider| {
+            configured_base_url(env, Some(&config), provider)
+        };
+        assert_eq!(url(&set, Provider::Openai), "http://env/v1");
+        assert_eq!(url(&none, Provider::Openai), "http://vllm:8000/v1");
+        assert_eq!(url(&set, Provider::Anthropic), "https://api.anthropic.com");
+    }
+
+    /// A key as the shape check sees it: printable, no whitespace.
+    fn key_strategy() -> impl proptest::strategy::Strategy<Value = String> {
+        "[!-~]{8,200}"
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_key_with_whitespace_inside_is_refused(
+            head in key_strategy(),
+            space in "[ \t\n\r\u{a0}\u{2003}\u{3000}]",
+            tail in key_strategy(),
+            provider in proptest::sample::select(vec![Provider::Anthropic, Provider::Openai]),
+            endpoint in proptest::sample::select(
+                vec![Endpoint::Official, Endpoint::Other, Endpoint::Unknown],
+            ),
+        ) {
+            let key = format!("{}{head}{space}{tail}", provider.key_prefix());
+            let refused = check_key(&key, provider, endpoint);
+            proptest::prop_assert!(matches!(refused, Err(CliError::BadKey(_))));
+        }
+
+        #[test]
+        fn keys_of_the_right_shape_pass(
+            body in key_strategy(),
+            provider in proptest::sample::select(vec![Provider::Anthropic, Provider::Openai]),
+            endpoint in proptest::sample::select(
+                vec![Endpoint::Official, Endpoint::Other, Endpoint::Unknown],
+            ),
+        ) {
+            let key = format!("{}{body}", provider.key_prefix());
+            let (stored, warning) = check_key(&format!(" {key}\n"), provider, endpoint)
+                .map_err(|e| proptest::test_runner::TestCaseError::fail(e.to_string()))?;
+            proptest::prop_assert_eq!(stored, key);
+            proptest::prop_assert!(warning.is_none());
+        }
     }
 
     #[test]

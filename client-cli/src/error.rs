@@ -92,6 +92,10 @@ pub enum CliError {
     /// Bad input given to the client (a file to import, a directory, ...).
     #[error("{0}")]
     Input(String),
+    /// `agent login` refused a key by its shape (the message never quotes
+    /// it); nothing was stored.
+    #[error("{0}")]
+    BadKey(String),
     /// Reading or writing a local file or the terminal failed.
     #[error("{context}: {source}")]
     Io {
@@ -114,6 +118,7 @@ impl CliError {
     pub fn exit(&self) -> Exit {
         match self {
             CliError::ContextExhausted(_) => Exit::ContextExhausted,
+            CliError::BadKey(_) => Exit::Usage,
             CliError::AutostartFailed { .. }
             | CliError::NoDaemon(_)
             | CliError::Connect { .. }

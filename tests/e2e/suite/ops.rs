@@ -1,6 +1,7 @@
-//! Looking after the daemon with `agent`: `login` stores a key the running
-//! daemon picks up without a restart, `doctor` reports where the key comes
-//! from and whether the model answers, `daemon restart|status|logs|stop`
+//! Looking after the daemon with `agent`: `login` checks a key's shape and
+//! stores it for the running daemon to pick up without a restart, `doctor`
+//! reports where the key comes from, the model endpoint and, with
+//! `--model`, whether the model answers, `daemon restart|status|logs|stop`
 //! manage the process — and the key never shows up anywhere a person or a
 //! client can read it.
 
@@ -105,10 +106,20 @@ async fn login_doctor_and_restart_and_the_key_is_never_shown() {
     assert!(std::fs::read_to_string(&file).unwrap().contains(KEY));
     seen.push(("login", login_out));
 
+    // Doctor shows the endpoint and spends no model request by default.
+    let (ok, doctor, err) = agent_out(&d, &["doctor"]).await;
+    assert!(ok, "{doctor}{err}\n{}", d.log());
+    let endpoint = format!("ok   endpoint     {} (anthropic, model ", fake.base_url());
+    assert!(doctor.contains(&endpoint), "{doctor}");
+    assert!(doctor.contains("not checked"), "{doctor}");
+    assert!(doctor.contains("agent doctor --model"), "{doctor}");
+    assert!(fake.requests().is_empty(), "doctor paid for a request");
+    seen.push(("doctor without --model", doctor));
+
     // The running daemon uses it at once; the model check reaches the fake
     // with the key in its header.
     fake.push(Script::text("OK"));
-    let (ok, doctor, err) = agent_out(&d, &["doctor"]).await;
+    let (ok, doctor, err) = agent_out(&d, &["doctor", "--model"]).await;
     assert!(ok, "{doctor}{err}\n{}", d.log());
     assert!(doctor.contains("credentials file"), "{doctor}");
     assert!(doctor.contains(&file.display().to_string()), "{doctor}");
@@ -161,7 +172,7 @@ async fn login_doctor_and_restart_and_the_key_is_never_shown() {
 
     // The restarted daemon answers with the stored key too.
     fake.push(Script::text("OK"));
-    let (ok, doctor, err) = run(autostarting(&d, &fake.base_url()), &["doctor"]).await;
+    let (ok, doctor, err) = run(autostarting(&d, &fake.base_url()), &["doctor", "--model"]).await;
     assert!(ok, "{doctor}{err}");
     assert_eq!(
         fake.requests().last().unwrap().header("x-api-key"),
@@ -206,6 +217,92 @@ async fn login_doctor_and_restart_and_the_key_is_never_shown() {
             "part of the key appears in {what}"
         );
     }
+}
+
+/// `agent login ARGS` with `key` on its stdin: its exit status, stdout
+/// and stderr.
+async fn login(d: &TestDaemon, args: &[&str], key: &str) -> (Option<i32>, String, String) {
+    let mut login = tokio::process::Command::from(d.agent())
+        .arg("login")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = login.stdin.take().unwrap();
+    stdin
+        .write_all(format!("{key}\n").as_bytes())
+        .await
+        .unwrap();
+    drop(stdin);
+    let out = login.wait_with_output().await.unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_refuses_a_key_of_the_wrong_shape_and_check_asks_the_model() {
+    let s = Scenario::new().env("ANTHROPIC_API_KEY", "").start().await;
+    let (fake, d) = (s.fake, s.daemon);
+    let file = d.user_config_dir().join("credentials.toml");
+
+    // A paste gone wrong: refused with exit 2, nothing stored, not echoed.
+    for bad in ["sk-ant-e2e-Zq8x W3kP0v7Yt2Lm", "sk-ant"] {
+        let (code, out, err) = login(&d, &[], bad).await;
+        assert_eq!(code, Some(2), "{out}{err}");
+        assert!(err.contains("agent: "), "{err}");
+        assert!(!out.contains(bad) && !err.contains(bad), "{out}{err}");
+        assert!(!file.exists(), "a refused key was stored");
+    }
+
+    // A good key, then one tiny request through the daemon.
+    fake.push(Script::text("OK"));
+    let (code, out, err) = login(&d, &["--check"], KEY).await;
+    assert_eq!(code, Some(0), "{out}{err}\n{}", d.log());
+    assert!(out.contains("stored the anthropic key"), "{out}");
+    assert!(out.contains("ok   model"), "{out}");
+    assert!(out.contains("answers"), "{out}");
+    assert!(!out.contains(KEY) && !err.contains(KEY), "{out}{err}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 1);
+    assert_eq!(requests[0].header("x-api-key"), Some(KEY));
+
+    // The model failing is said, with exit 1 (the key stays stored).
+    fake.push(Script::unauthorized());
+    let (code, out, err) = login(&d, &["--check"], KEY).await;
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(out.contains("FAIL model"), "{out}");
+    assert!(file.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn login_checks_the_prefix_only_for_the_providers_own_api() {
+    // The fake stands in for another server: its keys are its own.
+    let s = Scenario::new().env("ANTHROPIC_API_KEY", "").start().await;
+    let (code, out, err) = login(&s.daemon, &[], "token-abc123456").await;
+    assert_eq!(code, Some(0), "{out}{err}");
+
+    // Against Anthropic's own API, a key without `sk-ant-` is refused.
+    let s = Scenario::new()
+        .env("ANTHROPIC_API_KEY", "")
+        .env("ANTHROPIC_BASE_URL", "https://api.anthropic.com")
+        .start()
+        .await;
+    let d = s.daemon;
+    let (code, out, err) = login(&d, &[], "token-abc123456").await;
+    assert_eq!(code, Some(2), "{out}{err}");
+    assert!(err.contains("`sk-ant-`"), "{err}");
+    assert!(!err.contains("token-abc"), "{err}");
+    assert!(!d.user_config_dir().join("credentials.toml").exists());
+    let (ok, doctor, _) = agent_out(&d, &["doctor"]).await;
+    assert!(
+        doctor.contains("endpoint     https://api.anthropic.com (anthropic"),
+        "{ok} {doctor}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

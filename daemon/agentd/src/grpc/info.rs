@@ -98,12 +98,30 @@ pub(super) async fn daemon_info(manager: &Manager, check_model: bool) -> pb::Get
         }
         .to_string(),
         model: config.model.clone(),
+        base_url: shown_url(&config.base_url),
         log_file: path(daemon.log_file.as_deref()),
         conversations_loaded: u32::try_from(manager.loaded().await).unwrap_or(u32::MAX),
         executable: path(daemon.executable.as_deref()),
         args: daemon.args.clone(),
         model_check,
     }
+}
+
+/// `url` without what may hold a secret: the `user:password@` of its
+/// authority and its query (some gateways take a key there).
+fn shown_url(url: &str) -> String {
+    let url = url.split(['?', '#']).next().unwrap_or_default();
+    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let scheme = if scheme.is_empty() {
+        String::new()
+    } else {
+        format!("{scheme}://")
+    };
+    format!("{scheme}{host}{path}")
 }
 
 fn source(resolved: Option<&Result<Resolved, CredentialsError>>) -> pb::CredentialsSource {
@@ -166,5 +184,27 @@ async fn check(manager: &Manager) -> pb::ModelCheck {
         ok,
         detail,
         latency_ms,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_url;
+
+    #[test]
+    fn the_shown_url_holds_no_secret() {
+        assert_eq!(
+            shown_url("https://api.anthropic.com"),
+            "https://api.anthropic.com"
+        );
+        assert_eq!(
+            shown_url("https://me:sk-secret@gw.example/v1?key=sk-2"),
+            "https://gw.example/v1"
+        );
+        assert_eq!(
+            shown_url("http://127.0.0.1:8080/v1#x"),
+            "http://127.0.0.1:8080/v1"
+        );
+        assert_eq!(shown_url("localhost:11434"), "localhost:11434");
     }
 }
