@@ -80,26 +80,8 @@ async fn login_doctor_and_restart_and_the_key_is_never_shown() {
     assert!(fake.requests().is_empty(), "nothing is sent without a key");
 
     // `echo KEY | agent login`: stored 0600 in the daemon's config dir.
-    let mut login = tokio::process::Command::from(d.agent())
-        .arg("login")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = login.stdin.take().unwrap();
-    stdin
-        .write_all(format!("{KEY}\n").as_bytes())
-        .await
-        .unwrap();
-    drop(stdin);
-    let out = login.wait_with_output().await.unwrap();
-    let login_out = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "{login_out}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (status, login_out, login_err) = login(&d, &[], KEY).await;
+    assert_eq!(status, Some(0), "{login_out}{login_err}");
     let file = d.user_config_dir().join("credentials.toml");
     let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o600);
