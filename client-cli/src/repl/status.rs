@@ -95,82 +95,107 @@ impl Status {
 
     /// What goes before the input on its line: the spinner while the
     /// agent works (at most `width` columns, so typing has room), else
-    /// nothing.
+    /// nothing. The timer and the streamed count always show; what the
+    /// agent does is cut to the room left.
     pub fn left(&self, now_ms: u64, width: usize) -> String {
         if !self.busy() {
             return String::new();
         }
+        let width = width.max(10);
         let frame = FRAMES[usize::try_from(now_ms / FRAME_MS).unwrap_or(0) % FRAMES.len()];
-        let mut text = format!(
-            "{frame} {} {}",
-            self.doing(now_ms),
-            seconds(now_ms.saturating_sub(self.state_since_ms))
-        );
+        let mut tail = format!(" {}", seconds(now_ms.saturating_sub(self.state_since_ms)));
         let streamed = self.streamed_chars.div_ceil(CHARS_PER_TOKEN);
         if streamed > 0 {
-            text.push_str(&format!(" ↓{}", count(streamed)));
+            tail.push_str(&format!(" ↓{}", count(streamed)));
         }
-        one_line(&text, width.max(10)) + " "
+        let doing = self.doing(now_ms);
+        // The frame and its space, and at least one column of what it does.
+        let room = width.saturating_sub(2 + tail.chars().count());
+        if room == 0 {
+            return one_line(&format!("{frame} {doing}{tail}"), width) + " ";
+        }
+        format!("{frame} {}{tail} ", one_line(&doing, room))
     }
 
     /// What goes at the right end of the input line (hidden by the editor
     /// when the input reaches it): the status while idle, the keys while
-    /// busy.
+    /// busy. Parts that do not fit are left out, the least important first,
+    /// so the line never ends in a field cut in the middle.
     pub fn right(&self, width: usize) -> String {
-        let text = if self.busy() {
-            let mut parts = Vec::new();
+        let parts = if self.busy() {
+            let mut parts = vec![(0, "Ctrl-C cancels".to_string())];
             if self.queued > 0 {
-                parts.push(format!("{} queued", self.queued));
+                parts.insert(0, (1, format!("{} queued", self.queued)));
             }
-            parts.push("Ctrl-C cancels".to_string());
-            parts.join(" · ")
+            parts
         } else {
-            self.idle_line()
+            self.idle_parts()
         };
-        one_line(&text, width.max(10))
+        fit(parts, width.max(10))
     }
 
-    fn idle_line(&self) -> String {
+    /// The idle status's parts in the order shown, each with its rank:
+    /// the lower, the longer it stays when the line is too wide.
+    fn idle_parts(&self) -> Vec<(u8, String)> {
         let mut parts = Vec::new();
         if !self.model.is_empty() {
-            parts.push(self.model.clone());
+            parts.push((3, self.model.clone()));
         }
         if !self.mode.is_empty() {
-            parts.push(self.mode.clone());
+            parts.push((1, self.mode.clone()));
         }
         match self.state {
-            StateKind::Error => parts.push("last turn failed".to_string()),
-            StateKind::ContextExhausted => parts.push("context exhausted".to_string()),
+            StateKind::Error => parts.push((0, "last turn failed".to_string())),
+            StateKind::ContextExhausted => parts.push((0, "context exhausted".to_string())),
             _ => {}
         }
         if self.context_window > 0 && self.context_used > 0 {
             let percent = self.context_used.saturating_mul(100) / self.context_window;
-            parts.push(format!("context {percent}%"));
+            parts.push((2, format!("context {percent}%")));
         }
         let tokens = self.total.input_tokens
             + self.total.cache_creation_input_tokens
             + self.total.cache_read_input_tokens
             + self.total.output_tokens;
         if tokens > 0 {
-            parts.push(format!("{} tokens", count(tokens)));
+            parts.push((7, format!("{} tokens", count(tokens))));
         }
         if let Some(cost) = self.cost_usd {
-            parts.push(format!("${cost:.2}"));
+            parts.push((4, format!("${cost:.2}")));
         }
         if self.shells_running > 0 {
-            parts.push(plural(self.shells_running, "shell", "shells"));
+            parts.push((6, plural(self.shells_running, "shell", "shells")));
         }
         if self.others > 0 {
-            parts.push(format!(
-                "{} attached",
-                plural(self.others, "other client", "other clients")
-            ));
+            let others = plural(self.others, "other client", "other clients");
+            parts.push((8, format!("{others} attached")));
         }
         if self.queued > 0 {
-            parts.push(format!("{} queued", self.queued));
+            parts.push((5, format!("{} queued", self.queued)));
         }
-        parts.push("/help".to_string());
-        parts.join(" · ")
+        parts.push((9, "/help".to_string()));
+        parts
+    }
+}
+
+/// `parts` joined with ` · ` in `width` columns: the highest-ranked part
+/// (the last of equals) left out until the rest fits; one part alone is cut.
+fn fit(mut parts: Vec<(u8, String)>, width: usize) -> String {
+    loop {
+        let line = parts
+            .iter()
+            .map(|(_, text)| text.as_str())
+            .collect::<Vec<_>>()
+            .join(" · ");
+        if line.chars().count() <= width || parts.len() <= 1 {
+            return one_line(&line, width);
+        }
+        let least = parts
+            .iter()
+            .enumerate()
+            .max_by_key(|(i, (rank, _))| (*rank, *i))
+            .map_or(0, |(i, _)| i);
+        parts.remove(least);
     }
 }
 
@@ -276,6 +301,50 @@ mod tests {
             assert!(s.left(0, width).chars().count() <= width + 1, "{width}");
             assert!(s.right(width).chars().count() <= width, "{width}");
         }
+    }
+
+    #[test]
+    fn a_narrow_status_leaves_out_whole_parts_least_important_first() {
+        let s = Status {
+            model: "claude-sonnet-4-5".into(),
+            mode: "accept_edits".into(),
+            state: StateKind::Error,
+            total: pb::Usage {
+                input_tokens: 1_000,
+                ..Default::default()
+            },
+            context_used: 50_000,
+            context_window: 200_000,
+            cost_usd: Some(1.5),
+            shells_running: 2,
+            others: 1,
+            queued: 1,
+            ..Status::default()
+        };
+        assert_eq!(
+            s.right(80),
+            "claude-sonnet-4-5 · accept_edits · last turn failed · context 25% · $1.50"
+        );
+        assert_eq!(s.right(60), "accept_edits · last turn failed · context 25%");
+        assert_eq!(s.right(40), "accept_edits · last turn failed");
+        assert_eq!(s.right(10), "last turn…");
+        for width in [10, 40, 60, 80, 120] {
+            assert!(s.right(width).chars().count() <= width, "{width}");
+        }
+    }
+
+    #[test]
+    fn the_spinner_keeps_its_timer_however_long_the_command() {
+        let mut s = busy(StateKind::ToolExecuting);
+        s.tool = Some("bash: ".to_string() + &"cargo test --workspace ".repeat(20));
+        s.state_since_ms = 0;
+        for width in [20, 40, 80] {
+            let left = s.left(75_000, width);
+            assert!(left.ends_with(" 1m15s "), "{width}: {left:?}");
+            assert!(left.chars().count() <= width + 1, "{width}: {left:?}");
+        }
+        s.streamed_chars = 4_000;
+        assert!(s.left(75_000, 40).ends_with(" 1m15s ↓1.0k "));
     }
 
     #[test]
