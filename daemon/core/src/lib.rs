@@ -27,6 +27,7 @@ pub mod effect;
 pub mod event;
 pub mod hooks;
 pub mod image;
+pub mod loops;
 pub mod message;
 pub mod permission;
 pub mod plan;
@@ -45,6 +46,7 @@ pub use effect::{Effect, LlmPurpose, Notice, Severity, SubAgentOutcome};
 pub use event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};
 pub use hooks::{HookMatchers, HookVerdict};
 pub use image::{ImageLimits, ImageMediaType, ImageRef, ImageRejected};
+pub use loops::{Loop, LoopLimits, PastCall};
 pub use message::{
     ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };

@@ -40,7 +40,7 @@ mod judge;
 mod parts;
 mod paths;
 mod rule;
-mod shell;
+pub(crate) mod shell;
 mod suggest;
 
 pub use paths::{glob_search_dir, patch_paths, split_glob};

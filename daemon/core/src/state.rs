@@ -299,11 +299,11 @@ pub struct ConvContext {
     /// conversation's mode (`Conversation::mode`); a transition that
     /// changes the mode judges its later calls in the new one.
     pub policy: Policy,
-    /// Same tool + identical input this many times in a row is a doom loop.
-    pub doom_loop_threshold: usize,
+    /// How much repetition the doom-loop checks allow (config `[loops]`).
+    pub loops: crate::loops::LoopLimits,
     /// The most recent tool calls of this conversation, oldest first (for the
     /// doom-loop detector); the runtime keeps the last few.
-    pub recent_calls: Vec<ToolCall>,
+    pub recent_calls: Vec<crate::loops::PastCall>,
     /// The hooks configured for this conversation, as far as decisions
     /// depend on them (none by default).
     pub hooks: HookMatchers,
@@ -353,7 +353,7 @@ impl Default for ConvContext {
             context_window: 200_000,
             exhaustion: ContextExhaustionBehavior::ThresholdBasedContinuation,
             policy: Policy::default(),
-            doom_loop_threshold: 3,
+            loops: crate::loops::LoopLimits::default(),
             recent_calls: Vec::new(),
             hooks: HookMatchers::default(),
             last_usage: Usage::default(),

@@ -263,3 +263,36 @@ pub fn correction_failed(attempts: u32, tool: &str, error: &str) -> String {
         error.trim().lines().next().unwrap_or_default()
     )
 }
+
+/// The result of a call refused as a doom loop (`doom_loop = "deny"`):
+/// the reason, then the warning of seed 004 (tool-integration-agentic-loop
+/// "Doom Loop Detection"), with the call's arguments, shortened.
+pub fn doom_loop_warning(
+    reason: &str,
+    found: &crate::loops::Loop,
+    call: &crate::message::ToolCall,
+) -> String {
+    let what = match found {
+        crate::loops::Loop::Identical { times } => format!(
+            "The LLM has called '{}' with identical arguments {times} times in a row",
+            call.name
+        ),
+        other => {
+            let reason = other.reason(&call.name);
+            let sentence = reason.trim_start_matches("doom loop: ");
+            let mut chars = sentence.chars();
+            chars
+                .next()
+                .map(|c| c.to_uppercase().chain(chars).collect())
+                .unwrap_or_default()
+        }
+    };
+    let mut arguments = call.input.to_string();
+    if let Some((cut, _)) = arguments.char_indices().nth(200) {
+        arguments.truncate(cut);
+        arguments.push('…');
+    }
+    format!(
+        "{reason}\n[WARNING: Doom loop detected!]\n[{what}]\n[Arguments: {arguments}]\n[This may indicate the LLM is stuck.]"
+    )
+}

@@ -6,6 +6,7 @@
 use agentd_core::Conversation;
 use agentd_core::effect::Effect;
 use agentd_core::event::Event;
+use agentd_core::loops::PastCall;
 use agentd_core::message::{ContentBlock, Reply, StopReason, ToolCall, Usage};
 use agentd_core::permission::{Action, Decision, Mode, PermissionAsk, Policy, Rule};
 use agentd_core::state::{ConvContext, ConvState, ToolRun};
@@ -216,6 +217,11 @@ fn read_only_mode_refuses_mutating_tools_without_asking() {
     ));
 }
 
+/// An earlier call of round 0 that succeeded with no output.
+fn past(call: &ToolCall) -> PastCall {
+    PastCall::new(call, 0, None)
+}
+
 fn looping(doom_loop: Action) -> ConvContext {
     let mut p = policy(Mode::Default, &["allow bash"]);
     p.doom_loop = doom_loop;
@@ -225,7 +231,7 @@ fn looping(doom_loop: Action) -> ConvContext {
         input: json!({"command": "ls"}),
     };
     ConvContext {
-        recent_calls: vec![call("old1"), call("old2")],
+        recent_calls: vec![past(&call("old1")), past(&call("old2"))],
         ..ctx(p)
     }
 }

@@ -24,6 +24,7 @@
 use agentd_core::effect::{Effect, LlmPurpose};
 use agentd_core::event::{Event, LlmFailure, RuleScope};
 use agentd_core::hooks::{HookMatchers, HookVerdict, stop_continuations};
+use agentd_core::loops::LoopLimits;
 use agentd_core::message::{
     ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
@@ -347,7 +348,10 @@ impl Sim {
             now_ms: 1_700_000_000_000,
             max_attempts: setup.max_attempts,
             max_iterations: setup.max_iterations,
-            doom_loop_threshold: setup.doom_loop_threshold,
+            loops: LoopLimits {
+                identical: setup.doom_loop_threshold,
+                ..LoopLimits::default()
+            },
             exhaustion: if setup.sub_agent {
                 ContextExhaustionBehavior::IntentionallyUnhandled
             } else {
@@ -627,10 +631,10 @@ impl Sim {
         if message.role != Role::User || !answers {
             return;
         }
-        if let Some(prev) = self.transcript.last() {
-            self.ctx.recent_calls.extend(prev.tool_calls());
-            let excess = self.ctx.recent_calls.len().saturating_sub(6);
-            self.ctx.recent_calls.drain(..excess);
+        if !self.transcript.is_empty() {
+            let mut transcript = self.transcript.clone();
+            transcript.push(message.clone());
+            self.ctx.recent_calls = agentd_core::loops::recent_calls(&transcript, &[], 6);
         }
     }
 

@@ -14,6 +14,7 @@
 use agentd_core::budget::{Amounts, BudgetContext, BudgetKind, BudgetStop};
 use agentd_core::effect::{Effect, LlmPurpose, Notice};
 use agentd_core::event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};
+use agentd_core::loops::PastCall;
 use agentd_core::message::{
     ContentBlock, Message, Reply, Role, StopReason, ToolCall, ToolResult, Usage,
 };
@@ -731,8 +732,8 @@ fn child_ctx(reminded: bool) -> ConvContext {
 fn doom_ctx() -> ConvContext {
     ConvContext {
         recent_calls: vec![
-            call("old1", "bash", json!({"cmd": "ls"})),
-            call("old2", "bash", json!({"cmd": "ls"})),
+            PastCall::new(&call("old1", "bash", json!({"cmd": "ls"})), 0, None),
+            PastCall::new(&call("old2", "bash", json!({"cmd": "ls"})), 1, None),
         ],
         ..ctx()
     }
@@ -3072,7 +3073,11 @@ fn permission_doom_loop_asks_on_the_third_identical_call() {
     );
     // A different input, or only one earlier call, does not ask.
     let once = ConvContext {
-        recent_calls: vec![call("old1", "bash", json!({"cmd": "ls"}))],
+        recent_calls: vec![PastCall::new(
+            &call("old1", "bash", json!({"cmd": "ls"})),
+            0,
+            None,
+        )],
         ..ctx()
     };
     check(

@@ -348,16 +348,18 @@ async fn a_request_waits_for_a_client_and_survives_a_restart() {
     assert_eq!(fake.requests().len(), 4);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_identical_calls_raise_a_doom_loop_request() {
-    let same = json!({"thought": "I should think about this again"});
+/// Plays `calls` (then a final reply) in default mode and expects the one
+/// with id `asking` to raise the doom-loop request; answers it and waits
+/// for the turn to end. Returns the request's reason.
+async fn doom_loop_request(calls: Vec<(&str, serde_json::Value)>, asking: &str) -> String {
+    let count = calls.len();
     let s = Scenario::new()
-        .scripts([
-            tool("d1", "think", same.clone()),
-            tool("d2", "think", same.clone()),
-            tool("d3", "think", same),
-            done(),
-        ])
+        .scripts(
+            calls
+                .into_iter()
+                .map(|(id, input)| tool(id, "think", input))
+                .chain([done()]),
+        )
         .conversation("")
         .mode(pb::PermissionMode::Default)
         .start()
@@ -366,12 +368,37 @@ async fn three_identical_calls_raise_a_doom_loop_request() {
     let mut a = Attached::open(&mut client, &id, 0, "A").await;
     send(&mut client, &id, "loop").await;
     let r = request_of(a.until(WAIT, is_request).await.last().unwrap());
-    assert_eq!(r.tool_use_id, "d3", "the third identical call asks");
-    assert!(r.reason.contains("doom loop"), "{}", r.reason);
+    assert_eq!(r.tool_use_id, asking, "{}", r.reason);
     a.send(answer(&r.request_id, pb::PermissionDecision::AllowOnce, ""))
         .await;
     a.until(WAIT, is_idle).await;
-    assert_eq!(fake.requests().len(), 4);
+    assert_eq!(fake.requests().len(), count + 1, "every call ran");
+    r.reason
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_identical_calls_raise_a_doom_loop_request() {
+    let same = json!({"thought": "I should think about this again"});
+    let calls = vec![("d1", same.clone()), ("d2", same.clone()), ("d3", same)];
+    let reason = doom_loop_request(calls, "d3").await;
+    assert!(reason.contains("doom loop"), "{reason}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_calls_alternating_with_the_same_results_raise_a_doom_loop_request() {
+    let a = json!({"thought": "maybe the bug is in the parser"});
+    let b = json!({"thought": "no, it must be the lexer"});
+    let calls = vec![
+        ("a1", a.clone()),
+        ("b1", b.clone()),
+        ("a2", a.clone()),
+        ("b2", b),
+        ("a3", a),
+    ];
+    assert_eq!(
+        doom_loop_request(calls, "a3").await,
+        "doom loop: the same 2 calls (think → think) came 2 times in a row with the same results"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

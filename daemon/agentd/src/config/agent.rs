@@ -307,3 +307,48 @@ impl Default for SubAgentsSection {
         SubAgentsSection { max_concurrent: 4 }
     }
 }
+
+/// How much repetition the doom-loop checks allow (`[loops]`); 0 turns a
+/// check off. What a loop found does is `permissions.doom_loop`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct LoopsSection {
+    /// The same call with identical input this many times in a row.
+    pub identical: usize,
+    /// A block of 2 to `max_period` calls repeated this many times with
+    /// the same results, and started again.
+    pub cycles: usize,
+    pub max_period: usize,
+    /// The same failing command with only cosmetic changes this many
+    /// times in a row.
+    pub cosmetic: usize,
+    /// Rounds in a row with no new output and nothing new that worked,
+    /// before a call that repeats an earlier one.
+    pub no_progress: usize,
+}
+
+impl Default for LoopsSection {
+    fn default() -> Self {
+        let d = agentd_core::LoopLimits::default();
+        LoopsSection {
+            identical: d.identical,
+            cycles: d.cycles,
+            max_period: d.max_period,
+            cosmetic: d.cosmetic,
+            no_progress: d.no_progress,
+        }
+    }
+}
+
+impl LoopsSection {
+    /// The limits the core checks with.
+    pub(crate) fn limits(self) -> agentd_core::LoopLimits {
+        agentd_core::LoopLimits {
+            identical: self.identical,
+            cycles: self.cycles,
+            max_period: self.max_period,
+            cosmetic: self.cosmetic,
+            no_progress: self.no_progress,
+        }
+    }
+}

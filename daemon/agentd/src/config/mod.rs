@@ -6,8 +6,8 @@ mod daemon;
 
 pub(crate) use agent::{
     BudgetSection, CheckpointsSection, ContextSection, ImagesSection, InstructionsSection,
-    LimitsSection, PermissionsSection, PlanSection, ProviderKind, ProviderSection, RetrySection,
-    ShellsSection, SubAgentsSection,
+    LimitsSection, LoopsSection, PermissionsSection, PlanSection, ProviderKind, ProviderSection,
+    RetrySection, ShellsSection, SubAgentsSection,
 };
 pub(crate) use daemon::{GrpcSection, LogSection, RemoteSection, RuntimeSection, StoreSection};
 
@@ -58,6 +58,8 @@ pub(crate) struct FileConfig {
     pub retry: RetrySection,
     pub limits: LimitsSection,
     pub permissions: PermissionsSection,
+    /// How much repetition the doom-loop checks allow.
+    pub loops: LoopsSection,
     pub shells: ShellsSection,
     /// Limits on what clients send.
     pub grpc: GrpcSection,
@@ -115,6 +117,8 @@ pub(crate) struct Config {
     pub rules: Vec<agentd_core::Rule>,
     /// What a doom loop does.
     pub doom_loop: agentd_core::Action,
+    /// How much repetition the doom-loop checks allow.
+    pub loops: LoopsSection,
     /// Whether conversations may use `bypass` mode (`--allow-bypass`).
     pub allow_bypass: bool,
     pub shells: ShellsSection,
@@ -219,6 +223,7 @@ impl Config {
                 .doom_loop
                 .unwrap_or(agentd_core::Action::Ask),
             allow_bypass: false,
+            loops: file.loops,
             shells: file.shells,
             grpc: file.grpc,
             instructions: file.instructions,
@@ -405,6 +410,21 @@ mod tests {
         assert_eq!(c.runtime.workers(), 3);
         let wrong = toml::from_str::<FileConfig>("[runtime]\nthreads = 3\n").unwrap_err();
         assert!(wrong.to_string().contains("threads"), "{wrong}");
+    }
+
+    #[test]
+    fn the_loop_checks_have_defaults_and_can_be_turned_off_one_by_one() {
+        let c = Config::from_parts(toml::from_str("").unwrap(), &env_of(&[]), None).unwrap();
+        assert_eq!(c.loops.limits(), agentd_core::LoopLimits::default());
+        let file = toml::from_str("[loops]\ncycles = 0\nno_progress = 12\n").unwrap();
+        let c = Config::from_parts(file, &env_of(&[]), None).unwrap();
+        let limits = c.loops.limits();
+        assert_eq!(
+            (limits.cycles, limits.no_progress, limits.identical),
+            (0, 12, 3)
+        );
+        let wrong = toml::from_str::<FileConfig>("[loops]\nrepeats = 3\n").unwrap_err();
+        assert!(wrong.to_string().contains("repeats"), "{wrong}");
     }
 
     #[test]

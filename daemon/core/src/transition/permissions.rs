@@ -7,6 +7,7 @@ use crate::client::ClientInfo;
 use crate::effect::{Effect, Notice};
 use crate::event::RuleScope;
 use crate::hooks::HookVerdict;
+use crate::loops::PastCall;
 use crate::message::{ToolCall, ToolResult};
 use crate::permission::{Action, Decision, Mode, PermissionAsk, Verdict, suggest_rule};
 use crate::state::{ConvState, ToolRun};
@@ -82,34 +83,30 @@ pub(super) fn verdict(ctx: &Inputs<'_>, run: &ToolRun, call: &ToolCall) -> Optio
     Some(doom.unwrap_or(base))
 }
 
-/// The doom-loop check: the same call with identical input too many times
-/// in a row. The setting (config `doom_loop = allow|ask|deny`): allow turns
-/// the check off; ask and deny act on a loop found.
+/// The doom-loop check: the loops [`crate::loops`] finds (the same call
+/// again and again, cycles, cosmetic variants of a failing command, rounds
+/// without progress). The setting (config `doom_loop = allow|ask|deny`):
+/// allow turns the check off; ask and deny act on a loop found, deny with
+/// the seed's warning as the call's result.
 fn doom_loop(ctx: &Inputs<'_>, run: &ToolRun, call: &ToolCall) -> Option<Verdict> {
-    let threshold = ctx.doom_loop_threshold;
-    if threshold < 2 || ctx.policy.doom_loop == Action::Allow {
+    if ctx.policy.doom_loop == Action::Allow {
         return None;
     }
-    let earlier: Vec<&ToolCall> = ctx
+    let history: Vec<PastCall> = ctx
         .recent_calls
         .iter()
-        .chain(run.calls.iter().take_while(|c| c.id != call.id))
+        .cloned()
+        .chain(
+            run.calls
+                .iter()
+                .take_while(|c| c.id != call.id)
+                .map(|c| PastCall::new(c, u64::MAX, None)),
+        )
         .collect();
-    let repeats = earlier
-        .iter()
-        .rev()
-        .take_while(|c| c.name == call.name && c.input == call.input)
-        .count();
-    if repeats + 1 < threshold {
-        return None;
-    }
-    let reason = format!(
-        "doom loop: {} was called with identical input {} times in a row",
-        call.name,
-        repeats + 1
-    );
+    let found = crate::loops::detect(&history, call, &ctx.loops)?;
+    let reason = found.reason(&call.name);
     Some(match ctx.policy.doom_loop {
-        Action::Deny => Verdict::Deny(reason),
+        Action::Deny => Verdict::Deny(texts::doom_loop_warning(&reason, &found, call)),
         Action::Ask | Action::Allow => Verdict::Ask(reason),
     })
 }

@@ -4,10 +4,11 @@
 //! the file system), recent calls, hooks and budgets.
 
 use super::Actor;
-use agentd_core::{ContentBlock, ConvContext, ConvState, Event, Policy, Role, ToolCall};
+use agentd_core::{ContentBlock, ConvContext, ConvState, Event, Policy, ToolCall};
 
-/// Tool calls remembered for the doom-loop detector.
-const RECENT_CALLS: usize = 8;
+/// Tool calls the doom-loop checks look back on: enough for the
+/// no-progress check's rounds (`[loops] no_progress`) and a cycle or two.
+const RECENT_CALLS: usize = 24;
 
 impl Actor {
     /// Everything `transition` reads besides the conversation and the event.
@@ -28,7 +29,7 @@ impl Actor {
                 agentd_core::ContextExhaustionBehavior::ThresholdBasedContinuation
             },
             policy: self.policy(event),
-            doom_loop_threshold: 3,
+            loops: cfg.loops.limits(),
             recent_calls: self.recent_calls(),
             hooks: self
                 .hooks
@@ -141,23 +142,14 @@ impl Actor {
         )
     }
 
-    /// The last tool calls of the transcript, oldest first, excluding the
-    /// calls of the run in progress (the core sees those in the state).
-    fn recent_calls(&self) -> Vec<ToolCall> {
+    /// The last tool calls of the transcript with their outcomes, oldest
+    /// first, excluding the calls of the run in progress (the core sees
+    /// those in the state).
+    fn recent_calls(&self) -> Vec<agentd_core::PastCall> {
         let current: Vec<&str> = match &self.record.conversation.state {
             ConvState::ToolExecuting(run) => run.calls.iter().map(|c| c.id.as_str()).collect(),
             _ => Vec::new(),
         };
-        let mut calls: Vec<ToolCall> = self
-            .transcript
-            .iter()
-            .rev()
-            .filter(|m| m.role == Role::Assistant)
-            .flat_map(|m| m.tool_calls().collect::<Vec<_>>().into_iter().rev())
-            .filter(|c| !current.contains(&c.id.as_str()))
-            .take(RECENT_CALLS)
-            .collect();
-        calls.reverse();
-        calls
+        agentd_core::loops::recent_calls(&self.transcript, &current, RECENT_CALLS)
     }
 }
