@@ -151,6 +151,10 @@ pub enum Command {
         /// a turn runs
         #[arg(long)]
         no_queue: bool,
+        /// Switch the conversation to model M first, for this message and
+        /// the ones after it (as `agent set ID --model M`)
+        #[arg(long, value_name = "M")]
+        model: Option<String>,
         /// Attach an image (PNG, JPEG, GIF or WebP, recognised by its
         /// content) to the message; repeatable
         #[arg(long = "image", value_name = "FILE")]
@@ -237,6 +241,9 @@ pub enum Command {
         /// Conversation id or unique prefix
         #[arg(value_name = "ID")]
         id: String,
+        /// The new conversation talks to model M [default: the old one's]
+        #[arg(long, value_name = "M")]
+        model: Option<String>,
     },
 
     /// List conversations, newest first (the newest 50 unless told)

@@ -29,7 +29,6 @@ mod usage;
 
 use std::io::Write;
 
-use agent_proto::v1 as pb;
 use serde_json::Value;
 
 use crate::cli::{Cli, Command, McpCommand};
@@ -126,10 +125,11 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             text,
             no_queue,
             image,
+            model,
             ..
         } => {
             let images = read_images(&image)?;
-            send::send(ctx, id, text.join(" "), images, !no_queue, io).await
+            send::send(ctx, id, text.join(" "), images, !no_queue, model, io).await
         }
         Command::Queue {
             id, drop, drop_all, ..
@@ -150,7 +150,9 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
         }
         Command::Cancel { id, .. } => cancel::cancel(ctx, id, io).await,
         Command::Compact { id, .. } => compact::compact(ctx, id, io).await,
-        Command::Continue { id, .. } => compact::continue_conversation(ctx, id, io).await,
+        Command::Continue { id, model, .. } => {
+            compact::continue_conversation(ctx, id, model, io).await
+        }
         Command::Ls {
             all, limit, flat, ..
         } => ls::ls(ctx, if all { 0 } else { limit }, flat, io).await,
@@ -173,16 +175,7 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             both,
             force,
             ..
-        } => {
-            let request = pb::RewindRequest {
-                conversation_id: id.clone(),
-                message_seq: to.unwrap_or(0),
-                code: both || !conversation,
-                conversation: both || conversation,
-                force,
-            };
-            rewind::rewind(ctx, request, io).await
-        }
+        } => rewind::rewind(ctx, rewind::request(id, to, conversation, both, force), io).await,
         Command::Token { command, .. } => {
             crate::access::token(ctx.client().await?, command, ctx.json, io).await
         }

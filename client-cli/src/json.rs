@@ -170,6 +170,11 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "agent_id": c.agent_id,
         "sub_agents_usage": opt(c.sub_agents_usage.as_ref(), usage),
         "sub_agents_cost_usd": c.sub_agents_cost_usd,
+        "usage_by_model": c.usage_by_model.iter().map(|m| json!({
+            "model": m.model,
+            "usage": opt(m.usage.as_ref(), usage),
+            "cost_usd": m.cost_usd,
+        })).collect::<Vec<_>>(),
     })
 }
 

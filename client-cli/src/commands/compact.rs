@@ -31,12 +31,14 @@ pub(super) async fn compact(ctx: &Ctx, id: String, io: &mut Io) -> Result<Exit, 
 pub(super) async fn continue_conversation(
     ctx: &Ctx,
     id: String,
+    model: Option<String>,
     io: &mut Io,
 ) -> Result<Exit, CliError> {
     // Asked again, the daemon answers with the same new conversation, so a
     // retry after a broken connection is safe.
     let request = pb::ContinueConversationRequest {
         conversation_id: id.clone(),
+        model: model.unwrap_or_default(),
     };
     let response = retrying(ctx, |mut client| {
         let request = request.clone();

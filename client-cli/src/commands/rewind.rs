@@ -45,3 +45,21 @@ pub(crate) fn rewind_lines(r: &pb::RewindResponse) -> Vec<String> {
     }
     lines
 }
+
+/// The request `agent rewind ID [--to N] [--conversation | --both]
+/// [--force]` makes: the code alone unless told otherwise.
+pub(super) fn request(
+    id: String,
+    to: Option<u64>,
+    conversation: bool,
+    both: bool,
+    force: bool,
+) -> pb::RewindRequest {
+    pb::RewindRequest {
+        conversation_id: id,
+        message_seq: to.unwrap_or(0),
+        code: both || !conversation,
+        conversation: both || conversation,
+        force,
+    }
+}

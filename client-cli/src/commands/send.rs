@@ -13,10 +13,22 @@ pub(super) async fn send(
     text: String,
     images: Vec<pb::ImageUpload>,
     queue_if_busy: bool,
+    model: Option<String>,
     io: &mut Io,
 ) -> Result<Exit, CliError> {
     if text.trim().is_empty() {
         return Err(CliError::Input("the message is empty".to_string()));
+    }
+    if let Some(model) = model {
+        // The switch first: a model the conversation does not fit any more
+        // is refused, and then the message is not sent either.
+        let request = pb::UpdateConversationRequest {
+            conversation_id: id.clone(),
+            model,
+            client_name: super::client_name(),
+            ..Default::default()
+        };
+        super::set::update(ctx, &id, request).await?;
     }
     let request = pb::SendMessageRequest {
         conversation_id: id.clone(),

@@ -16,6 +16,22 @@ pub(super) struct Change {
     pub(super) add_dirs: Vec<PathBuf>,
 }
 
+/// Sends `request` for conversation `id`; returns the conversation as it
+/// is now.
+pub(super) async fn update(
+    ctx: &Ctx,
+    id: &str,
+    request: pb::UpdateConversationRequest,
+) -> Result<Option<pb::ConversationSummary>, CliError> {
+    Ok(retrying(ctx, |mut client| {
+        let request = request.clone();
+        async move { client.update_conversation(request).await }
+    })
+    .await?
+    .map_err(|s| CliError::conversation_status(s, id))?
+    .conversation)
+}
+
 /// `agent set`: changes the mode, the model or the directories (prints
 /// them when nothing is given).
 pub(super) async fn set(
@@ -43,13 +59,7 @@ pub(super) async fn set(
             client_name: client_name(),
             add_dirs,
         };
-        retrying(ctx, |mut client| {
-            let request = request.clone();
-            async move { client.update_conversation(request).await }
-        })
-        .await?
-        .map_err(|s| CliError::conversation_status(s, &id))?
-        .conversation
+        update(ctx, &id, request).await?
     };
     let c = conversation.unwrap_or_default();
     if ctx.json {

@@ -183,6 +183,17 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
+fn read_model_usage(o: &Obj<'_>) -> Result<pb::ModelUsage, JsonError> {
+    Ok(pb::ModelUsage {
+        model: o.string("model")?,
+        usage: o.object("usage")?.map(|u| read_usage(&u)).transpose()?,
+        cost_usd: match o.get("cost_usd") {
+            Some(Value::Number(n)) => n.as_f64(),
+            _ => None,
+        },
+    })
+}
+
 fn read_usage(o: &Obj<'_>) -> Result<pb::Usage, JsonError> {
     Ok(pb::Usage {
         input_tokens: o.int("input_tokens")?,
@@ -261,6 +272,14 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
             Some(Value::Number(n)) => n.as_f64(),
             _ => None,
         },
+        usage_by_model: o
+            .array("usage_by_model")?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                read_model_usage(&Obj::new(v, &format!("{}[{i}]", o.sub("usage_by_model")))?)
+            })
+            .collect::<Result<_, _>>()?,
     })
 }
 

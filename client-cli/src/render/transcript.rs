@@ -165,6 +165,19 @@ impl<W: Write> Renderer<W> {
             );
             let line = self.paint(DIM, &line);
             self.line(&line)?;
+            // After a model switch, what each model used, at its own price.
+            if c.usage_by_model.len() > 1 {
+                for m in &c.usage_by_model {
+                    let line = format!(
+                        "  {}: {} tokens · cost {}",
+                        m.model,
+                        tokens_text(m.usage.as_ref()),
+                        cost_text(m.cost_usd)
+                    );
+                    let line = self.paint(DIM, &line);
+                    self.line(&line)?;
+                }
+            }
         }
         self.out.flush()
     }

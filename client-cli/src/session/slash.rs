@@ -201,6 +201,7 @@ impl Session<'_> {
     async fn slash_continue(&mut self) -> Result<Option<Outcome>, CliError> {
         let request = pb::ContinueConversationRequest {
             conversation_id: self.config.conversation_id.clone(),
+            ..Default::default()
         };
         match self.client.continue_conversation(request).await {
             Ok(r) => {

@@ -155,6 +155,54 @@ impl Models {
     pub(crate) fn cost(&self, model: &str, usage: &Usage) -> Option<f64> {
         self.lookup(model).price.map(|p| p.cost(usage))
     }
+
+    /// What a conversation's own replies cost, each model's at its price
+    /// (`/model` switches it); None when one of them has no known price.
+    pub(crate) fn conversation_cost(
+        &self,
+        record: &crate::store::ConversationRecord,
+    ) -> Option<f64> {
+        self.pricing(record).cost_usd
+    }
+
+    /// What a conversation's own replies used and cost, in all and by
+    /// model, and its model's window.
+    pub(crate) fn pricing(&self, record: &crate::store::ConversationRecord) -> Pricing {
+        let by_model: Vec<ModelCost> = record
+            .usage_by_model()
+            .into_iter()
+            .map(|(model, usage)| ModelCost {
+                cost_usd: self.cost(&model, &usage),
+                model,
+                usage,
+            })
+            .collect();
+        Pricing {
+            context_window: self.lookup(&record.model).context_window,
+            cost_usd: by_model
+                .iter()
+                .try_fold(0.0, |sum, m| Some(sum + m.cost_usd?)),
+            by_model,
+        }
+    }
+}
+
+/// What a conversation's own replies used and cost, and its model's
+/// window (tokens).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Pricing {
+    pub context_window: u64,
+    /// The sum of `by_model`'s costs; None when one is unknown.
+    pub cost_usd: Option<f64>,
+    pub by_model: Vec<ModelCost>,
+}
+
+/// What one model's replies used and cost (None: its price is unknown).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ModelCost {
+    pub model: String,
+    pub usage: Usage,
+    pub cost_usd: Option<f64>,
 }
 
 /// `model` without a provider prefix (`openai/…`) or a date or `-latest`

@@ -93,6 +93,21 @@ impl Usage {
             .saturating_add(self.output_tokens)
     }
 
+    /// What `self` has beyond `other`, field by field (0 where `other`
+    /// has more).
+    pub fn minus(&self, other: &Usage) -> Usage {
+        Usage {
+            input_tokens: self.input_tokens.saturating_sub(other.input_tokens),
+            output_tokens: self.output_tokens.saturating_sub(other.output_tokens),
+            cache_creation_input_tokens: self
+                .cache_creation_input_tokens
+                .saturating_sub(other.cache_creation_input_tokens),
+            cache_read_input_tokens: self
+                .cache_read_input_tokens
+                .saturating_sub(other.cache_read_input_tokens),
+        }
+    }
+
     /// Adds `other` into `self`.
     pub fn add(&mut self, other: &Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);

@@ -291,6 +291,7 @@ async fn warning_at_80_then_90_mid_tool_round_then_continue_in_a_linked_conversa
     let again = client
         .continue_conversation(pb::ContinueConversationRequest {
             conversation_id: id.clone(),
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -517,6 +518,7 @@ async fn cancel_and_failure_of_the_continuation_request_give_the_seeds_texts_and
     let refused = client
         .continue_conversation(pb::ContinueConversationRequest {
             conversation_id: d_id,
+            ..Default::default()
         })
         .await
         .unwrap_err();

@@ -24,6 +24,7 @@ mod images;
 mod limits;
 mod live_output;
 mod mcp;
+mod model_switch;
 mod ops;
 mod permissions;
 mod plans;

@@ -48,7 +48,7 @@ pub(crate) fn conversation_spent(shared: &Shared, record: &ConversationRecord) -
     let own = shared
         .config
         .models
-        .cost(&record.model, &record.usage)
+        .conversation_cost(record)
         .map_or(0, micro_usd);
     let (children_usd, children_tokens) = record.conversation.sub_agents.spent();
     Amounts {

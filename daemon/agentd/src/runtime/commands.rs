@@ -22,7 +22,8 @@ impl Manager {
     }
 
     /// Continues the exhausted conversation `id` in a new one (see
-    /// [`Parent`]); `automatic` when the daemon does it by itself. Asked
+    /// [`Parent`]), talking to `model` when one is given; `automatic` when
+    /// the daemon does it by itself. Asked
     /// again, it returns the continuation made the first time: the new
     /// conversation is created under a request id derived from the old
     /// one, so even a crash between creating it and marking the old one
@@ -31,6 +32,7 @@ impl Manager {
         &self,
         id: &str,
         automatic: bool,
+        model: Option<String>,
     ) -> Result<ConversationRecord, RuntimeError> {
         let old = match self.ask(id, |reply| Command::TakeSeed { reply }).await?? {
             Seed::Continued(next) => return self.record(&next),
@@ -42,7 +44,7 @@ impl Manager {
         };
         let new = NewConversation {
             cwd: old.cwd.clone(),
-            model: old.model.clone(),
+            model: model.unwrap_or_else(|| old.model.clone()),
             mode: Some(old.conversation.mode),
             allow_rules: old.setup.allow_rules.clone(),
             additional_dirs: old.setup.additional_dirs.clone(),

@@ -60,10 +60,8 @@ pub(crate) struct SnapshotData {
     pub your_client_id: String,
     /// Attempts allowed per request (for rendering the state).
     pub max_attempts: u32,
-    /// The model's context window (tokens).
-    pub context_window: u64,
-    /// What the conversation's usage cost (None: the price is unknown).
-    pub cost_usd: Option<f64>,
+    /// What the conversation's usage cost, and its model's window.
+    pub pricing: crate::models::Pricing,
 }
 
 /// One event of a conversation.

@@ -146,7 +146,7 @@ impl Manager {
                 let Some(manager) = weak.upgrade() else {
                     return;
                 };
-                match manager.continue_conversation(&id, true).await {
+                match manager.continue_conversation(&id, true, None).await {
                     Ok(next) => {
                         tracing::info!(conversation = %id, continued_as = %next.id, hop = next.conversation.continuation.hop, "continued automatically")
                     }

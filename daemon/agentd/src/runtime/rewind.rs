@@ -9,7 +9,7 @@
 use super::actor::{Command, Input, starts_turn};
 use super::{Manager, RuntimeError};
 use crate::checkpoints::Restored;
-use crate::store::{ConversationRecord, ForkOrigin};
+use crate::store::{ConversationRecord, ForkOrigin, ModelHistory, ModelSwitch};
 use agentd_core::{ContinuationChain, Conversation, Role, Usage};
 
 /// What to rewind.
@@ -85,9 +85,14 @@ impl Manager {
             .collect();
         let now = self.shared.clock.now_ms();
         let mut usage = Usage::default();
-        for (_, m) in &messages {
+        let mut by_model = std::collections::BTreeMap::<String, Usage>::new();
+        for (seq, m) in &messages {
             if let Some(u) = &m.usage {
                 usage.add(u);
+                by_model
+                    .entry(old.model_at(*seq).to_string())
+                    .or_default()
+                    .add(u);
             }
         }
         let last_usage = messages
@@ -105,6 +110,7 @@ impl Manager {
             Forked {
                 message_count: messages.len() as u64,
                 usage,
+                by_model,
                 last_usage,
                 turns,
             },
@@ -117,10 +123,42 @@ impl Manager {
     }
 }
 
+/// The model history of a fork of `old` ending before message `before`:
+/// the switches made before it, then, if `old` has moved on to another
+/// model since, a switch to that one (a fork goes on with the model chosen
+/// last).
+fn forked_models(
+    old: &ConversationRecord,
+    before: u64,
+    usage_by_model: std::collections::BTreeMap<String, Usage>,
+) -> ModelHistory {
+    let mut model_switches: Vec<ModelSwitch> = old
+        .models
+        .model_switches
+        .iter()
+        .filter(|s| s.at < before)
+        .cloned()
+        .collect();
+    let last = old.model_at(before.saturating_sub(1));
+    if last != old.model {
+        model_switches.push(ModelSwitch {
+            at: before,
+            from: last.to_string(),
+            to: old.model.clone(),
+        });
+    }
+    ModelHistory {
+        model_switches,
+        usage_by_model,
+    }
+}
+
 /// What a fork's transcript holds: the counts its record starts with.
 struct Forked {
     message_count: u64,
     usage: Usage,
+    /// `usage` by the model each reply came from.
+    by_model: std::collections::BTreeMap<String, Usage>,
     last_usage: Usage,
     turns: u64,
 }
@@ -168,6 +206,7 @@ fn forked(
             forked_from: Some(old.id.clone()),
             forked_at: before,
         },
+        models: forked_models(old, before, counts.by_model),
         ..ConversationRecord::default()
     }
 }
@@ -216,6 +255,7 @@ mod tests {
         let counts = Forked {
             message_count: 2,
             usage: Usage::default(),
+            by_model: std::collections::BTreeMap::new(),
             last_usage: Usage::default(),
             turns: 1,
         };

@@ -29,8 +29,9 @@ mod usage;
 
 pub(crate) use journal::Tree;
 pub(crate) use records::{
-    ConversationRecord, FilePin, ForkOrigin, QueuedMessage, RememberedRequest, RequestOutcome,
-    RuleScope, Setup, StoredEvent, SubAgentEnd, SubAgentLink, TrustRecord,
+    ConversationRecord, FilePin, ForkOrigin, ModelHistory, ModelSwitch, QueuedMessage,
+    RememberedRequest, RequestOutcome, RuleScope, Setup, StoredEvent, SubAgentEnd, SubAgentLink,
+    TrustRecord,
 };
 
 use agentd_core::Message;

@@ -5,6 +5,7 @@
 pub(crate) use agentd_core::QueuedMessage;
 use agentd_core::{ConvState, Conversation, Usage};
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 /// A conversation as stored. Its groups are flattened: the stored JSON is
@@ -73,6 +74,82 @@ pub struct ConversationRecord {
     /// The conversation a rewind forked it from, if one did.
     #[serde(flatten)]
     pub fork: ForkOrigin,
+    /// The models its replies came from, and what each used.
+    #[serde(flatten)]
+    pub models: ModelHistory,
+}
+
+/// The models a conversation's replies came from (`/model` and `agent set
+/// --model` switch it), and what each used: costs are counted at each
+/// model's own price.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ModelHistory {
+    /// Each switch, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_switches: Vec<ModelSwitch>,
+    /// Usage per model. Records written before it was kept have their
+    /// usage in `usage` only: [`ConversationRecord::usage_by_model`] counts
+    /// the rest for the first model.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub usage_by_model: BTreeMap<String, Usage>,
+}
+
+/// From message `at` on, replies come from `to` instead of `from`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModelSwitch {
+    pub at: u64,
+    pub from: String,
+    pub to: String,
+}
+
+impl ConversationRecord {
+    /// The model message `seq` was (or will be) answered by.
+    pub fn model_at(&self, seq: u64) -> &str {
+        let switches = &self.models.model_switches;
+        match switches.iter().rev().find(|s| s.at <= seq) {
+            Some(s) => &s.to,
+            None => switches.first().map_or(&self.model, |s| &s.from),
+        }
+    }
+
+    /// Switches to `model` from the next message on.
+    pub fn switch_model(&mut self, model: String) {
+        let from = std::mem::replace(&mut self.model, model.clone());
+        self.models.model_switches.push(ModelSwitch {
+            at: self.message_count + 1,
+            from,
+            to: model,
+        });
+    }
+
+    /// Counts a reply of the current model.
+    pub fn count_reply(&mut self, usage: &Usage) {
+        self.usage.add(usage);
+        self.last_usage = *usage;
+        self.models
+            .usage_by_model
+            .entry(self.model.clone())
+            .or_default()
+            .add(usage);
+    }
+
+    /// What each model used, by name; usage counted before models were
+    /// told apart goes to the first model.
+    pub fn usage_by_model(&self) -> Vec<(String, Usage)> {
+        let mut by_model = self.models.usage_by_model.clone();
+        let mut counted = Usage::default();
+        for u in by_model.values() {
+            counted.add(u);
+        }
+        let rest = self.usage.minus(&counted);
+        if rest != Usage::default() {
+            by_model
+                .entry(self.model_at(0).to_string())
+                .or_default()
+                .add(&rest);
+        }
+        by_model.into_iter().collect()
+    }
 }
 
 /// What a conversation's creator chose beyond the model and the mode.
@@ -292,4 +369,59 @@ pub struct FilePin {
     pub sha256: String,
     /// Its owner's uid.
     pub uid: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(input: u64, output: u64) -> Usage {
+        Usage {
+            input_tokens: input,
+            output_tokens: output,
+            ..Usage::default()
+        }
+    }
+
+    #[test]
+    fn each_model_counts_its_own_replies_and_old_usage_goes_to_the_first() {
+        let mut r = ConversationRecord {
+            model: "big".into(),
+            // Counted before models were told apart.
+            usage: usage(100, 10),
+            message_count: 4,
+            ..ConversationRecord::default()
+        };
+        r.count_reply(&usage(5, 1));
+        r.switch_model("small".into());
+        r.message_count = 6;
+        r.count_reply(&usage(7, 2));
+        assert_eq!(
+            r.usage_by_model(),
+            [
+                ("big".to_string(), usage(105, 11)),
+                ("small".to_string(), usage(7, 2))
+            ]
+        );
+        assert_eq!(r.usage, usage(112, 13));
+        assert_eq!((r.model_at(1), r.model_at(4)), ("big", "big"));
+        assert_eq!((r.model_at(5), r.model_at(9)), ("small", "small"));
+        // Written and read back the same.
+        let back: ConversationRecord =
+            serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn a_record_that_never_switched_writes_no_model_history() {
+        let mut r = ConversationRecord {
+            model: "m".into(),
+            ..ConversationRecord::default()
+        };
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(!text.contains("model_switches") && !text.contains("usage_by_model"));
+        r.count_reply(&usage(1, 1));
+        assert_eq!(r.usage_by_model(), [("m".to_string(), usage(1, 1))]);
+        assert_eq!(r.model_at(0), "m");
+    }
 }

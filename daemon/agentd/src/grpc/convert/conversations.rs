@@ -7,15 +7,16 @@ use agent_proto::v1 as pb;
 use agentd_core::{ConvState, ErrorKind, Mode, Usage};
 use tonic::Status;
 
-/// A conversation without its messages; `cost_usd` is what its usage cost
-/// (None: the model's price is unknown).
+/// A conversation without its messages; `pricing` is what its usage cost
+/// and its model's window.
 pub(crate) fn summary(
     r: &ConversationRecord,
     max_attempts: u32,
     last_seq: u64,
-    cost_usd: Option<f64>,
-    context_window: u64,
+    pricing: &crate::models::Pricing,
 ) -> pb::ConversationSummary {
+    let cost_usd = pricing.cost_usd;
+    let context_window = pricing.context_window;
     pb::ConversationSummary {
         id: r.id.clone(),
         title: r.title.clone(),
@@ -74,6 +75,15 @@ pub(crate) fn summary(
             .map(|l| l.agent_id.clone())
             .unwrap_or_default(),
         sub_agents_usage: Some(usage(&r.conversation.sub_agents.usage)),
+        usage_by_model: pricing
+            .by_model
+            .iter()
+            .map(|m| pb::ModelUsage {
+                model: m.model.clone(),
+                usage: Some(usage(&m.usage)),
+                cost_usd: m.cost_usd,
+            })
+            .collect(),
         sub_agents_cost_usd: (r.conversation.sub_agents.cost_usd > 0.0)
             .then_some(r.conversation.sub_agents.cost_usd),
     }

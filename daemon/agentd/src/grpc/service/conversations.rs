@@ -234,13 +234,18 @@ pub(super) async fn continue_conversation(
     svc: &Service,
     request: Request<pb::ContinueConversationRequest>,
 ) -> Result<Response<pb::ContinueConversationResponse>, Status> {
+    let request = request.into_inner();
     let id = svc
         .manager
-        .resolve(&request.into_inner().conversation_id)
+        .resolve(&request.conversation_id)
+        .map_err(to_status)?;
+    let model = (!request.model.is_empty())
+        .then(|| crate::runtime::model_name(&request.model))
+        .transpose()
         .map_err(to_status)?;
     let record = svc
         .manager
-        .continue_conversation(&id, false)
+        .continue_conversation(&id, false, model)
         .await
         .map_err(to_status)?;
     Ok(Response::new(pb::ContinueConversationResponse {

@@ -87,10 +87,8 @@ impl Service {
     }
 
     fn summary(&self, r: &crate::store::ConversationRecord) -> pb::ConversationSummary {
-        let models = &self.manager.shared().config.models;
-        let cost = models.cost(&r.model, &r.usage);
-        let window = models.lookup(&r.model).context_window;
-        convert::summary(r, self.max_attempts(), 0, cost, window)
+        let pricing = self.manager.shared().config.models.pricing(r);
+        convert::summary(r, self.max_attempts(), 0, &pricing)
     }
 
     fn limits(&self) -> &GrpcSection {

@@ -124,13 +124,7 @@ pub(super) async fn export_conversations(
                         &r,
                         max_attempts,
                         0,
-                        manager.shared().config.models.cost(&r.model, &r.usage),
-                        manager
-                            .shared()
-                            .config
-                            .models
-                            .lookup(&r.model)
-                            .context_window,
+                        &manager.shared().config.models.pricing(&r),
                     )),
                     messages: messages
                         .iter()

@@ -84,7 +84,7 @@ fn conversation(
         .iter()
         .filter_map(|(seq, m)| {
             m.usage
-                .map(|u| (format!("#{seq}"), record.model.clone(), u))
+                .map(|u| (format!("#{seq}"), record.model_at(*seq).to_string(), u))
         })
         .collect();
     let shared = svc.manager.shared();

@@ -136,8 +136,7 @@ impl Actor {
                 clients,
                 your_client_id: client.id.clone(),
                 max_attempts: self.shared.config.retry.max_attempts,
-                context_window: models.lookup(&self.record.model).context_window,
-                cost_usd: models.cost(&self.record.model, &self.record.usage),
+                pricing: models.pricing(&self.record),
             })),
         ))
     }

@@ -298,11 +298,7 @@ impl Actor {
                 self.emit(EventKind::UsageUpdated {
                     last,
                     total: self.record.usage,
-                    cost_usd: self
-                        .shared
-                        .config
-                        .models
-                        .cost(&self.record.model, &self.record.usage),
+                    cost_usd: self.shared.config.models.conversation_cost(&self.record),
                 });
             }
         }
@@ -385,8 +381,7 @@ impl Actor {
         self.record.message_count = self.transcript.len() as u64 + appended.len() as u64;
         for m in appended {
             if let Some(u) = &m.usage {
-                self.record.usage.add(u);
-                self.record.last_usage = *u;
+                self.record.count_reply(u);
             }
             if self.record.title.is_empty() && m.role == Role::User {
                 self.record.title = title_of(&m.text());

@@ -21,6 +21,9 @@ impl Actor {
             .mode
             .filter(|m| *m != self.record.conversation.mode);
         let model = settings.model.filter(|m| *m != self.record.model);
+        if let Some(model) = &model {
+            self.fits(model)?;
+        }
         let mut dirs = Vec::new();
         for dir in settings.add_dirs {
             if dir != self.record.cwd
@@ -39,7 +42,7 @@ impl Actor {
             self.record.conversation.mode = mode;
         }
         if let Some(model) = model {
-            self.record.model = model;
+            self.record.switch_model(model);
         }
         self.record.setup.additional_dirs.extend(dirs);
         self.record.updated_at_ms = self.now_ms();
@@ -56,6 +59,22 @@ impl Actor {
         );
         self.announce_settings(settings.by);
         Ok(self.record.clone())
+    }
+
+    /// Refuses a switch to `model` when the conversation's context already
+    /// fills its window past the continuation threshold: its next request
+    /// would fail. The way on is a continuation with that model.
+    fn fits(&self, model: &str) -> Result<(), RuntimeError> {
+        let window = self.shared.config.models.lookup(model).context_window;
+        let used = self.record.last_usage;
+        if !agentd_core::state::should_trigger_continuation(&used, window) {
+            return Ok(());
+        }
+        let id = &self.record.id;
+        Err(RuntimeError::NotAllowed(format!(
+            "{model} has a context window of {window} tokens and this conversation already uses {} of context: it would not fit. Continue it in a new conversation with that model: `agent compact {id}`, then `agent continue {id} --model {model}`",
+            used.context_tokens()
+        )))
     }
 
     /// Answers the budget that holds the turn: a raise is written (the

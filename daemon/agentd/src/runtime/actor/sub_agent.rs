@@ -39,17 +39,17 @@ impl Actor {
     pub(super) fn record_sub_agent_end(&mut self, outcome: &SubAgentOutcome, appended: &[Message]) {
         // What it used in all: its replies so far (those of this commit are
         // not counted in the record yet) and its own sub-agents'.
-        let mut own = self.record.usage;
+        let mut own = self.record.clone();
         for u in appended.iter().filter_map(|m| m.usage.as_ref()) {
-            own.add(u);
+            own.count_reply(u);
         }
-        let mut usage = own;
+        let mut usage = own.usage;
         usage.add(&self.record.conversation.sub_agents.usage);
         let cost_usd = self
             .shared
             .config
             .models
-            .cost(&self.record.model, &own)
+            .conversation_cost(&own)
             .unwrap_or(0.0)
             + self.record.conversation.sub_agents.cost_usd;
         let (result, success) = match outcome {

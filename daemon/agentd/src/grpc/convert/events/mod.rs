@@ -107,13 +107,7 @@ fn snapshot(s: &SnapshotData, seq: u64) -> pb::Snapshot {
         ..Default::default()
     });
     pb::Snapshot {
-        conversation: Some(summary(
-            &s.record,
-            s.max_attempts,
-            seq,
-            s.cost_usd,
-            s.context_window,
-        )),
+        conversation: Some(summary(&s.record, s.max_attempts, seq, &s.pricing)),
         messages: s
             .messages
             .iter()
