@@ -59,6 +59,8 @@ pub(crate) struct FileConfig {
     pub limits: LimitsSection,
     pub permissions: PermissionsSection,
     pub shells: ShellsSection,
+    /// The shell and the environment of commands (README "Environment").
+    pub shell: crate::environment::ShellSection,
     /// Limits on what clients send.
     pub grpc: GrpcSection,
     pub instructions: InstructionsSection,
@@ -118,6 +120,8 @@ pub(crate) struct Config {
     /// Whether conversations may use `bypass` mode (`--allow-bypass`).
     pub allow_bypass: bool,
     pub shells: ShellsSection,
+    /// The shell and environment of commands (`[shell]`).
+    pub shell: crate::environment::Policy,
     /// Limits on what clients send.
     pub grpc: GrpcSection,
     pub instructions: InstructionsSection,
@@ -220,6 +224,7 @@ impl Config {
                 .unwrap_or(agentd_core::Action::Ask),
             allow_bypass: false,
             shells: file.shells,
+            shell: file.shell.policy().map_err(ConfigError::Invalid)?,
             grpc: file.grpc,
             instructions: file.instructions,
             models: crate::models::Models::new(

@@ -32,6 +32,9 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::net::unix::pipe;
 
+mod launch;
+pub(crate) use launch::Launch;
+
 /// How often a dying process group is checked.
 const POLL: Duration = Duration::from_millis(10);
 /// How long SIGKILL gets to take effect before the caller carries on.
@@ -152,24 +155,29 @@ pub(crate) enum SpawnError {
 }
 
 /// Starts `bash -c command` in `cwd`, in a process group of its own, with
-/// stdin empty and stdout and stderr to one new pipe. The environment is the
-/// daemon's minus its credentials, with prompts and pagers out of the way.
-/// Needs a tokio runtime (the pipe registers with it).
+/// stdin empty and stdout and stderr to one new pipe. The shell and the
+/// environment are the conversation's (`launch`), minus the daemon's
+/// credentials, with prompts and pagers out of the way. Needs a tokio
+/// runtime (the pipe registers with it).
 pub(crate) fn spawn_bash(
     command: &str,
     cwd: &Path,
     on_drop: OnDrop,
+    launch: &Launch,
 ) -> Result<Spawned, SpawnError> {
-    with_bash(|program| spawn_bash_with(program, command, cwd, on_drop))
+    with_shell(launch, |program| {
+        spawn_bash_with(program, launch, command, cwd, on_drop)
+    })
 }
 
 fn spawn_bash_with(
     program: &OsStr,
+    launch: &Launch,
     command: &str,
     cwd: &Path,
     on_drop: OnDrop,
 ) -> Result<Spawned, SpawnError> {
-    let mut cmd = bash_command(program, command, cwd);
+    let mut cmd = bash_command(program, launch, command, cwd);
     cmd.kill_on_drop(on_drop == OnDrop::Kill);
     let read_end = attach_output_pipe(&mut cmd).map_err(SpawnError::Pipe)?;
     let (child, group) = start(cmd, cwd)?;
@@ -203,12 +211,19 @@ pub(crate) struct Piped {
 /// separately: hooks read a JSON object on stdin and answer on stdout,
 /// with their complaints on stderr. The shell is killed if the handle is
 /// dropped; its group is the caller's to terminate.
-pub(crate) fn spawn_piped(command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
-    with_bash(|program| spawn_piped_with(program, command, cwd))
+pub(crate) fn spawn_piped(command: &str, cwd: &Path, launch: &Launch) -> Result<Piped, SpawnError> {
+    with_shell(launch, |program| {
+        spawn_piped_with(program, launch, command, cwd)
+    })
 }
 
-fn spawn_piped_with(program: &OsStr, command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
-    let mut cmd = bash_command(program, command, cwd);
+fn spawn_piped_with(
+    program: &OsStr,
+    launch: &Launch,
+    command: &str,
+    cwd: &Path,
+) -> Result<Piped, SpawnError> {
+    let mut cmd = bash_command(program, launch, command, cwd);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -252,6 +267,23 @@ fn start(
 /// The daemon's `PATH` does not change; a bash that moved away since is
 /// looked for again ([`moved_away`]).
 static BASH: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// Starts the conversation's shell with `spawn`; the daemon's bash when it
+/// has none, or when its shell is gone.
+fn with_shell<T>(
+    launch: &Launch,
+    spawn: impl Fn(&OsStr) -> Result<T, SpawnError>,
+) -> Result<T, SpawnError> {
+    let Some(program) = launch.program() else {
+        return with_bash(spawn);
+    };
+    match spawn(program.as_os_str()) {
+        Err(SpawnError::Start { source, .. }) if moved_away(program.as_os_str(), &source) => {
+            with_bash(spawn)
+        }
+        other => other,
+    }
+}
 
 /// Starts bash with `spawn`: by the remembered path, and once more by a
 /// fresh lookup when that bash moved away.
@@ -303,21 +335,34 @@ fn find_in_path(path: &OsStr, name: &str) -> Option<PathBuf> {
             return None;
         }
         let candidate = dir.join(name);
-        if std::fs::metadata(&candidate)
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        {
+        if is_executable(&candidate) {
             return Some(candidate);
         }
     }
     None
 }
 
-/// `bash -c command` in its own process group, without stdin.
-fn bash_command(program: &OsStr, command: &str, cwd: &Path) -> tokio::process::Command {
+/// Whether `path` is a file someone may execute.
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `shell -c command` in its own process group, without stdin, in the
+/// environment of `launch`: the one place that decides what a command's
+/// environment is (the conversation's or the daemon's, then the fixed
+/// additions, then without the daemon's credentials).
+fn bash_command(
+    program: &OsStr,
+    launch: &Launch,
+    command: &str,
+    cwd: &Path,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
-    // `$0`, and the name bash's own messages start with ("bash: line 1:
-    // …"), as when it is found by name.
-    cmd.arg0("bash")
+    // The environment first: everything below goes on top of it.
+    launch.apply_env(&mut cmd);
+    // `$0`, and the name the shell's own messages start with ("bash: line
+    // 1: …"), as when it is found by name.
+    cmd.arg0(launch::arg0(program))
         .arg("-c")
         .arg(command)
         .current_dir(cwd)

@@ -133,6 +133,7 @@ impl Manager {
             // A retry: the first attempt's conversation.
             NewId::Created(record) => return Ok((*record, None)),
         };
+        self.give_environment(&id, &new, now)?;
         let config = &self.shared.config;
         let (record, parent) = new_record(id, now, new, &config.model, config.default_mode);
         // A continuation starts its first turn with the parent's summary,
@@ -155,6 +156,45 @@ impl Manager {
             }
         };
         self.start_with(record, first, client).await
+    }
+
+    /// Gives the new conversation `id` the environment `new` brings, or
+    /// the one of the conversation it continues or serves as a sub-agent.
+    /// Written before the conversation, whose commit flushes it: a
+    /// conversation never runs without the environment it was made with.
+    fn give_environment(
+        &self,
+        id: &str,
+        new: &NewConversation,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        let envs = &self.shared.environments;
+        let from = new
+            .parent
+            .as_ref()
+            .map(|p| p.id.as_str())
+            .or_else(|| new.sub_agent.as_ref().map(|l| l.parent_id.as_str()));
+        match (&new.environment, from) {
+            (Some(vars), _) => envs.receive(id, vars.clone(), now)?,
+            (None, Some(from)) => envs.copy(from, id)?,
+            (None, None) => {}
+        }
+        Ok(())
+    }
+
+    /// Sets conversation `id`'s environment to `vars`, as a client sent
+    /// them now (`agent set --env-from-here`, `/env`): its next command runs
+    /// in it. Durable when this returns.
+    pub(crate) async fn set_environment(
+        &self,
+        id: &str,
+        vars: std::collections::BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        self.record(id)?;
+        let now = self.shared.clock.now_ms();
+        self.shared.environments.receive(id, vars, now)?;
+        self.shared.store.flush().await?;
+        Ok(())
     }
 
     /// Refuses a conversation this daemon may not make: bypass mode when
