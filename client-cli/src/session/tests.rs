@@ -166,6 +166,9 @@ async fn run_streams_the_reply_and_exits_when_idle() {
     // A fresh request id (a ULID) makes the create safe to retry.
     let request_id = std::mem::take(&mut created[0].client_request_id);
     assert_eq!(request_id.len(), 26, "{request_id:?}");
+    // This process's environment: the conversation's commands run in it.
+    let sent = created[0].environment.take().unwrap();
+    assert_eq!(sent.vars.get("PATH"), std::env::var("PATH").ok().as_ref());
     assert_eq!(
         created,
         vec![pb::CreateConversationRequest {
@@ -178,6 +181,7 @@ async fn run_streams_the_reply_and_exits_when_idle() {
             additional_dirs: vec![],
             mcp_servers: vec![],
             client_request_id: String::new(),
+            environment: None,
         }]
     );
 }

@@ -78,7 +78,7 @@ async fn spawns_bash_in_a_group_of_its_own() {
 
 #[test]
 fn daemon_credentials_are_not_passed_on() {
-    let cmd = bash_command(OsStr::new("bash"), "env", Path::new("/"));
+    let cmd = bash_command(OsStr::new("bash"), &Launch::daemon(), "env", Path::new("/"));
     let removed: Vec<_> = cmd
         .as_std()
         .get_envs()
@@ -375,4 +375,29 @@ fn stat_fields_survive_odd_command_names() {
     let own = proc_stat(nix::unistd::getpid().as_raw()).unwrap();
     assert!(own.is_alive());
     assert_eq!(own.pgrp, nix::unistd::getpgrp().as_raw());
+}
+
+#[tokio::test]
+async fn a_conversations_environment_replaces_the_daemons_and_keeps_the_fixed_additions() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = std::env::var_os("PATH").unwrap();
+    let env: Vec<(OsString, OsString)> = vec![
+        ("PATH".into(), path),
+        ("FOO".into(), "bar".into()),
+        ("ANTHROPIC_API_KEY".into(), "sk-sent-by-a-client".into()),
+        ("PAGER".into(), "less".into()),
+    ];
+    let launch = Launch::new(None, Some(env));
+    assert!(launch.program().is_some(), "bash is on the PATH");
+    let spawned = spawn_bash(
+        "echo \"$0 FOO=$FOO PAGER=$PAGER key=${ANTHROPIC_API_KEY-unset} home=${HOME-unset}\"",
+        dir.path(),
+        OnDrop::Kill,
+        &launch,
+    )
+    .unwrap();
+    assert_eq!(
+        read_all(spawned.output).await,
+        "bash FOO=bar PAGER=cat key=unset home=unset\n"
+    );
 }
