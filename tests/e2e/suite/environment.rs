@@ -15,9 +15,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use tonic::transport::Channel;
 
-/// What every test's command prints: each variable it looks at, and
+/// What every test's command prints: each variable it looks at (the held
+/// one by its length, so the transcript does not hold its value), and
 /// whether `mytool` was found on its `PATH`.
-const PROBE: &str = "echo \"FOO=${FOO-unset} BAR=${BAR-unset} tok=${MY_TOKEN-unset} \
+const PROBE: &str = "echo \"FOO=${FOO-unset} BAR=${BAR-unset} tok=${#MY_TOKEN} \
                      key=${ANTHROPIC_API_KEY-unset} set=${FROM_CONFIG-unset}\"; \
                      mytool || echo no-mytool";
 
@@ -116,9 +117,18 @@ async fn commands_run_in_the_creating_clients_environment_across_a_restart() {
         .scripts([
             tool("b1", "bash", serde_json::json!({ "command": PROBE })),
             done(),
-            tool("b2", "bash", serde_json::json!({ "command": PROBE })),
+            // Each call another command: three alike would be a doom loop.
+            tool(
+                "b2",
+                "bash",
+                serde_json::json!({ "command": format!("{PROBE} # 2") }),
+            ),
             done(),
-            tool("b3", "bash", serde_json::json!({ "command": PROBE })),
+            tool(
+                "b3",
+                "bash",
+                serde_json::json!({ "command": format!("{PROBE} # 3") }),
+            ),
             done(),
         ])
         .start()
@@ -131,7 +141,8 @@ async fn commands_run_in_the_creating_clients_environment_across_a_restart() {
     let out = output_of(&fake, &mut client, &id, "b1").await;
     assert!(
         out.contains(&format!(
-            "FOO=bar BAR=bar tok={HELD} key=unset set=unset\nmytool-ran"
+            "FOO=bar BAR=bar tok={} key=unset set=unset\nmytool-ran",
+            HELD.len()
         )),
         "{out}"
     );
@@ -150,7 +161,7 @@ async fn commands_run_in_the_creating_clients_environment_across_a_restart() {
     send(&mut client, &id, "again").await;
     let out = output_of(&fake, &mut client, &id, "b2").await;
     assert!(
-        out.contains("FOO=bar BAR=bar tok=unset key=unset set=unset\nmytool-ran"),
+        out.contains("FOO=bar BAR=bar tok=0 key=unset set=unset\nmytool-ran"),
         "{out}"
     );
     assert_eq!(origin(&mut client, &id).await.missing, 1);
@@ -176,11 +187,12 @@ async fn commands_run_in_the_creating_clients_environment_across_a_restart() {
     send(&mut client, &id, "once more").await;
     let out = output_of(&fake, &mut client, &id, "b3").await;
     assert!(
-        out.contains(&format!("FOO=baz BAR=unset tok={HELD} key=unset")),
+        out.contains(&format!("FOO=baz BAR=unset tok={} key=unset", HELD.len())),
         "{out}"
     );
     assert!(out.contains("mytool-ran"), "{out}");
     assert_eq!(origin(&mut client, &id).await.missing, 0);
+    assert!(!on_disk(&d, HELD), "a held variable sent again was written");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +210,7 @@ async fn inherit_none_keeps_only_what_the_config_sets() {
     let id = create_in(&mut client, s.work.path(), terminal(bin.path(), "bar")).await;
     let out = output_of(&s.fake, &mut client, &id, "b1").await;
     assert!(
-        out.contains("FOO=unset BAR=unset tok=unset key=unset set=yes\n"),
+        out.contains("FOO=unset BAR=unset tok=0 key=unset set=yes\n"),
         "{out}"
     );
     assert!(out.contains("no-mytool"), "{out}");
@@ -223,7 +235,8 @@ async fn include_only_lets_through_what_it_names_and_set_wins() {
     let out = output_of(&s.fake, &mut client, &id, "b1").await;
     assert!(
         out.contains(&format!(
-            "FOO=from-config BAR=unset tok={HELD} key=unset set=yes\nmytool-ran"
+            "FOO=from-config BAR=unset tok={} key=unset set=yes\nmytool-ran",
+            HELD.len()
         )),
         "{out}"
     );
