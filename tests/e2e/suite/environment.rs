@@ -42,9 +42,9 @@ fn path_with(bin: &Path) -> String {
 
 /// The environment a terminal would send: `FOO`, `BAR`, a `PATH` with
 /// `bin`, a `*TOKEN*` variable and a model key.
-fn terminal(bin: &Path, foo: &str) -> pb::Environment {
+fn terminal(bin: &Path) -> pb::Environment {
     let vars: HashMap<String, String> = [
-        ("FOO", foo.to_string()),
+        ("FOO", "bar".to_string()),
         ("BAR", "bar".to_string()),
         ("PATH", path_with(bin)),
         ("MY_TOKEN", HELD.to_string()),
@@ -136,7 +136,7 @@ async fn commands_run_in_the_creating_clients_environment_across_a_restart() {
     let (fake, mut d, work) = (s.fake, s.daemon, s.work);
     let mut client = s.client;
     let bin = tool_dir();
-    let id = create_in(&mut client, work.path(), terminal(bin.path(), "bar")).await;
+    let id = create_in(&mut client, work.path(), terminal(bin.path())).await;
 
     let out = output_of(&fake, &mut client, &id, "b1").await;
     assert!(
@@ -207,7 +207,7 @@ async fn inherit_none_keeps_only_what_the_config_sets() {
         .await;
     let mut client = s.client;
     let bin = tool_dir();
-    let id = create_in(&mut client, s.work.path(), terminal(bin.path(), "bar")).await;
+    let id = create_in(&mut client, s.work.path(), terminal(bin.path())).await;
     let out = output_of(&s.fake, &mut client, &id, "b1").await;
     assert!(
         out.contains("FOO=unset BAR=unset tok=0 key=unset set=yes\n"),
@@ -231,7 +231,7 @@ async fn include_only_lets_through_what_it_names_and_set_wins() {
         .await;
     let mut client = s.client;
     let bin = tool_dir();
-    let id = create_in(&mut client, s.work.path(), terminal(bin.path(), "bar")).await;
+    let id = create_in(&mut client, s.work.path(), terminal(bin.path())).await;
     let out = output_of(&s.fake, &mut client, &id, "b1").await;
     assert!(
         out.contains(&format!(
@@ -257,7 +257,7 @@ async fn a_remote_caller_may_not_send_an_environment() {
     let refused = remote
         .update_conversation(pb::UpdateConversationRequest {
             conversation_id: s.id.clone(),
-            environment: Some(terminal(bin.path(), "bar")),
+            environment: Some(terminal(bin.path())),
             ..Default::default()
         })
         .await
@@ -272,7 +272,7 @@ async fn a_remote_caller_may_not_send_an_environment() {
     let refused = remote
         .create_conversation(pb::CreateConversationRequest {
             cwd: s.work.path().display().to_string(),
-            environment: Some(terminal(bin.path(), "bar")),
+            environment: Some(terminal(bin.path())),
             ..Default::default()
         })
         .await
