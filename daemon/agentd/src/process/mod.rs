@@ -22,8 +22,7 @@
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -34,6 +33,9 @@ use tokio::net::unix::pipe;
 
 mod launch;
 pub(crate) use launch::Launch;
+use launch::with_shell;
+#[cfg(test)]
+use launch::{BASH, find_in_path};
 
 /// How often a dying process group is checked.
 const POLL: Duration = Duration::from_millis(10);
@@ -255,96 +257,6 @@ fn start(
     // cannot have been reused yet and its start time is the one to keep.
     let group = Group::spawned(Pid::from_raw(pid), before, after);
     Ok((child, group))
-}
-
-/// Where `bash` was found on the daemon's `PATH`, once for all commands.
-///
-/// Started by name, the new process looked for it itself, and every
-/// directory of `PATH` before bash's costs a failed `execve` (each sets up
-/// and drops a whole new address space): with bash in the ninth directory,
-/// as on the machine the benchmarks run on, about 60 µs of every command's
-/// start, the daemon's worker waiting in `vfork` meanwhile (issue 20).
-/// The daemon's `PATH` does not change; a bash that moved away since is
-/// looked for again ([`moved_away`]).
-static BASH: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
-
-/// Starts the conversation's shell with `spawn`; the daemon's bash when it
-/// has none, or when its shell is gone.
-fn with_shell<T>(
-    launch: &Launch,
-    spawn: impl Fn(&OsStr) -> Result<T, SpawnError>,
-) -> Result<T, SpawnError> {
-    let Some(program) = launch.program() else {
-        return with_bash(spawn);
-    };
-    match spawn(program.as_os_str()) {
-        Err(SpawnError::Start { source, .. }) if moved_away(program.as_os_str(), &source) => {
-            with_bash(spawn)
-        }
-        other => other,
-    }
-}
-
-/// Starts bash with `spawn`: by the remembered path, and once more by a
-/// fresh lookup when that bash moved away.
-fn with_bash<T>(spawn: impl Fn(&OsStr) -> Result<T, SpawnError>) -> Result<T, SpawnError> {
-    let (program, remembered) = bash_program();
-    match spawn(&program) {
-        Err(SpawnError::Start { source, .. }) if remembered && moved_away(&program, &source) => {
-            spawn(&find_bash())
-        }
-        other => other,
-    }
-}
-
-/// The program to start for `bash`, and whether it is the remembered one:
-/// see [`find_bash`].
-fn bash_program() -> (OsString, bool) {
-    let known = BASH.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    match known {
-        Some(path) => (path.into_os_string(), true),
-        None => (find_bash(), false),
-    }
-}
-
-/// Looks for bash on the daemon's `PATH` now and remembers where it is;
-/// the bare name when it cannot be told from here (see [`find_in_path`]),
-/// and the new process searches.
-fn find_bash() -> OsString {
-    let found = std::env::var_os("PATH").and_then(|path| find_in_path(&path, "bash"));
-    let mut known = BASH.lock().unwrap_or_else(|p| p.into_inner());
-    known.clone_from(&found);
-    found.map_or_else(|| OsString::from("bash"), PathBuf::into_os_string)
-}
-
-/// Whether starting the remembered `program` failed because it is not
-/// there any more (not, say, because the command's directory is missing):
-/// then it is looked for again.
-fn moved_away(program: &OsStr, error: &std::io::Error) -> bool {
-    error.kind() == std::io::ErrorKind::NotFound && !Path::new(program).is_file()
-}
-
-/// The first executable file `name` in the directories of `path` (a `PATH`
-/// value), as `execvp` would pick it. None when there is none, or when a
-/// directory before it is relative (`.`, or an empty entry): that one is
-/// looked up in each command's own working directory, so only the new
-/// process can search it.
-fn find_in_path(path: &OsStr, name: &str) -> Option<PathBuf> {
-    for dir in std::env::split_paths(path) {
-        if !dir.is_absolute() {
-            return None;
-        }
-        let candidate = dir.join(name);
-        if is_executable(&candidate) {
-            return Some(candidate);
-        }
-    }
-    None
-}
-
-/// Whether `path` is a file someone may execute.
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// `shell -c command` in its own process group, without stdin, in the
