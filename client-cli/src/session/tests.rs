@@ -1133,6 +1133,7 @@ Tab completes commands and paths. The commands:
   /mode [MODE]     show or change the permission mode; Shift-Tab: the next one
   /model [NAME]    show or change the model of the next requests
   /add-dir DIR     let the tools reach DIR too (as the working directory)
+  /env             run the next commands in this terminal's environment as it is now
   /init            ask the agent to write an AGENTS.md for this project
   /budget raise [AMOUNT] | stop answer a reached budget: raise it (default: by the budget again) or stop the turn
   /image PATH      attach an image (PNG, JPEG, GIF, WebP) to your next message
