@@ -3,7 +3,8 @@
 //! conversation, never with the daemon's credentials; what `[shell.
 //! environment] exclude` names is held in memory only, lost in a restart
 //! and sent again with `agent set --env-from-here`; `inherit`,
-//! `include_only` and `set` shape it; a remote caller may not send one.
+//! `include_only` and `set` shape it; background shells and hooks run in it
+//! as the `bash` tool does; a remote caller may not send one.
 
 use super::remote::{LISTEN, listening, raw, secret, token};
 use super::secrets::{all_files, text_of};
@@ -291,4 +292,38 @@ async fn a_remote_caller_may_not_send_an_environment() {
         .unwrap()
         .into_inner();
     assert_eq!(r.environment, None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_shells_and_hooks_run_in_it_too() {
+    let s = Scenario::new()
+        .config(
+            "[[hooks.post_tool_use]]\nmatcher = \"bash\"\n\
+             command = \"echo hook FOO=$FOO key=${ANTHROPIC_API_KEY-unset} > hook-env.txt\"",
+        )
+        .scripts([
+            tool(
+                "b1",
+                "bash",
+                serde_json::json!({
+                    "command": "{ echo FOO=$FOO; mytool; } > bg-env.txt",
+                    "run_in_background": true,
+                }),
+            ),
+            done(),
+        ])
+        .start()
+        .await;
+    let mut client = s.client;
+    let bin = tool_dir();
+    let work = s.work.path();
+    let id = create_in(&mut client, work, terminal(bin.path())).await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let deadline = tokio::time::Instant::now() + agent_tests::harness::WAIT;
+    let read = |name: &str| std::fs::read_to_string(work.join(name)).unwrap_or_default();
+    while !read("bg-env.txt").ends_with("mytool-ran\n") && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(read("bg-env.txt"), "FOO=bar\nmytool-ran\n");
+    assert_eq!(read("hook-env.txt"), "hook FOO=bar key=unset\n");
 }
