@@ -169,6 +169,12 @@ impl Environments {
         launch
     }
 
+    /// Lets go of conversation `id`'s launch (its actor unloaded): built
+    /// again when it next runs a command. Its held variables stay.
+    pub(crate) fn unloaded(&self, id: &str) {
+        lock(&self.launches).remove(id);
+    }
+
     /// Where conversation `id`'s environment came from; None: it runs in
     /// the daemon's.
     pub(crate) fn origin(&self, id: &str) -> Result<Option<Origin>, StoreError> {

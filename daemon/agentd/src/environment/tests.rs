@@ -43,6 +43,10 @@ fn held_variables_reach_commands_until_a_restart_and_never_the_disk() {
     );
     assert_eq!(value(&launch, "ANTHROPIC_API_KEY"), None);
     assert!(Arc::ptr_eq(&launch, &envs.launch("c1")), "built once");
+    envs.unloaded("c1");
+    let rebuilt = envs.launch("c1");
+    assert!(!Arc::ptr_eq(&launch, &rebuilt), "built again once unloaded");
+    assert_eq!(rebuilt, launch, "with the held variable still there");
     let origin = Origin {
         set_at_ms: 1_000,
         variables: 3,
