@@ -18,6 +18,31 @@ enum First {
     Seed(Parent),
 }
 
+/// Where a new conversation's environment comes from.
+enum Inherited {
+    /// The client sent it.
+    Sent(std::collections::BTreeMap<String, String>),
+    /// The conversation it continues or serves as a sub-agent has it.
+    From(String),
+    /// None: it runs in the daemon's.
+    Daemon,
+}
+
+impl Inherited {
+    fn of(new: &NewConversation) -> Inherited {
+        let from = new
+            .parent
+            .as_ref()
+            .map(|p| p.id.clone())
+            .or_else(|| new.sub_agent.as_ref().map(|l| l.parent_id.clone()));
+        match (&new.environment, from) {
+            (Some(vars), _) => Inherited::Sent(vars.clone()),
+            (None, Some(from)) => Inherited::From(from),
+            (None, None) => Inherited::Daemon,
+        }
+    }
+}
+
 /// The id a create goes on with.
 enum NewId {
     /// The conversation is to be made under this id.
@@ -133,7 +158,7 @@ impl Manager {
             // A retry: the first attempt's conversation.
             NewId::Created(record) => return Ok((*record, None)),
         };
-        self.give_environment(&id, &new, now)?;
+        let environment = Inherited::of(&new);
         let config = &self.shared.config;
         let (record, parent) = new_record(id, now, new, &config.model, config.default_mode);
         // A continuation starts its first turn with the parent's summary,
@@ -150,11 +175,13 @@ impl Manager {
                 First::Prompt(text, images)
             }
             (None, None) => {
+                self.give_environment(&record.id, environment, now)?;
                 self.shared.store.commit(&record, &[])?;
                 self.shared.store.flush().await?;
                 return Ok((record, None));
             }
         };
+        self.give_environment(&record.id, environment, now)?;
         self.start_with(record, first, client).await
     }
 
@@ -165,19 +192,14 @@ impl Manager {
     fn give_environment(
         &self,
         id: &str,
-        new: &NewConversation,
+        environment: Inherited,
         now: i64,
     ) -> Result<(), RuntimeError> {
         let envs = &self.shared.environments;
-        let from = new
-            .parent
-            .as_ref()
-            .map(|p| p.id.as_str())
-            .or_else(|| new.sub_agent.as_ref().map(|l| l.parent_id.as_str()));
-        match (&new.environment, from) {
-            (Some(vars), _) => envs.receive(id, vars.clone(), now)?,
-            (None, Some(from)) => envs.copy(from, id)?,
-            (None, None) => {}
+        match environment {
+            Inherited::Sent(vars) => envs.receive(id, vars, now)?,
+            Inherited::From(from) => envs.copy(&from, id)?,
+            Inherited::Daemon => {}
         }
         Ok(())
     }

@@ -222,13 +222,14 @@ pub(super) async fn update_conversation(
             ..Grants::default()
         },
     )?;
+    let record = svc.manager.update(&id, settings).await.map_err(to_status)?;
+    // After the settings: a refused update changes nothing.
     if let Some(vars) = environment {
         svc.manager
             .set_environment(&id, vars)
             .await
             .map_err(to_status)?;
     }
-    let record = svc.manager.update(&id, settings).await.map_err(to_status)?;
     Ok(Response::new(pb::UpdateConversationResponse {
         conversation: Some(svc.summary(&record)),
     }))
