@@ -15,6 +15,11 @@
 //! Both the `bash` tool and the background shells build on this module;
 //! neither imports the other's process code.
 //!
+//! Which shell starts and in which environment is the conversation's
+//! [`Launch`] (`launch.rs`, built by `crate::environment`): every spawn
+//! takes one, and `bash_command` is the one place that turns it into the
+//! child's environment.
+//!
 //! No child inherits the daemon's credentials: every process the daemon
 //! starts (commands, shells, hooks, MCP stdio servers, git) goes through
 //! `withhold_secrets`, the one function and the one list.
