@@ -28,7 +28,7 @@ pub fn role_name(raw: i32) -> &'static str {
 
 /// Unix ms as `YYYY-MM-DD HH:MM:SS` UTC; "-" for 0 (and for an instant
 /// chrono cannot represent).
-fn when(ms: i64) -> String {
+pub(crate) fn when(ms: i64) -> String {
     match chrono::DateTime::from_timestamp_millis(ms) {
         Some(t) if ms > 0 => t.format("%Y-%m-%d %H:%M:%S").to_string(),
         _ => "-".to_string(),

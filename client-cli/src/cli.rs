@@ -202,6 +202,9 @@ pub enum Command {
         /// Another directory its tools may reach (repeatable)
         #[arg(long = "add-dir", value_name = "DIR")]
         add_dirs: Vec<PathBuf>,
+        /// Its commands run in this terminal's environment from now on
+        #[arg(long)]
+        env_from_here: bool,
     },
 
     /// Cancel the turn in flight, if any

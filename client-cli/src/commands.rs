@@ -139,12 +139,14 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             mode,
             model,
             add_dirs,
+            env_from_here,
             ..
         } => {
             let change = set::Change {
                 mode,
                 model,
                 add_dirs,
+                env_from_here,
             };
             set::set(ctx, id, change, io).await
         }

@@ -331,6 +331,17 @@ pub fn get_conversation_response(r: &pb::GetConversationResponse) -> Value {
         "instructions": opt(r.instructions.as_ref(), instructions),
         "plan": opt(r.plan.as_ref(), plan),
         "checkpoints": r.checkpoints.iter().map(checkpoint_turn).collect::<Vec<_>>(),
+        "environment": opt(r.environment.as_ref(), environment_origin),
+    })
+}
+
+/// Where a conversation's environment came from (null: the daemon's).
+fn environment_origin(o: &pb::EnvironmentOrigin) -> Value {
+    json!({
+        "set_at_ms": o.set_at_ms,
+        "variables": o.variables,
+        "held": o.held,
+        "missing": o.missing,
     })
 }
 

@@ -37,6 +37,7 @@ pub mod cli;
 pub mod commands;
 pub mod connect;
 pub mod credentials;
+pub mod environment;
 pub mod error;
 pub mod io;
 pub mod json;

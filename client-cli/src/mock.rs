@@ -75,6 +75,7 @@ fn script(fake: &FakeAgent, state: &Arc<Mutex<State>>) {
                 instructions: None,
                 plan: None,
                 checkpoints: Vec::new(),
+                environment: None,
             }),
             None => Err(Status::not_found(format!("conversation {id} not found"))),
         }

@@ -52,6 +52,7 @@ slash_commands! {
     Mode: "mode", "[MODE]", "show or change the permission mode; Shift-Tab: the next one";
     Model: "model", "[NAME]", "show or change the model of the next requests";
     AddDir: "add-dir", "DIR", "let the tools reach DIR too (as the working directory)";
+    Env: "env", "", "run the next commands in this terminal's environment as it is now";
     Init: "init", "", "ask the agent to write an AGENTS.md for this project";
     Budget: "budget", "raise [AMOUNT] | stop",
         "answer a reached budget: raise it (default: by the budget again) or stop the turn";

@@ -150,6 +150,8 @@ impl Bridge {
                     .collect(),
                 client_request_id: request_id(),
                 mcp_servers,
+                // The editor's, which started this bridge.
+                environment: agent_cli::environment::here(),
                 ..Default::default()
             })
             .await

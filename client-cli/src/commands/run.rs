@@ -44,6 +44,7 @@ pub(super) async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, C
         allow_rules: args.new.allow,
         additional_dirs,
         client_request_id: request_id(),
+        environment: crate::environment::here(),
     };
     let on_terminal = io.tty && !ctx.json && !args.yes;
     let mut config = SessionConfig {

@@ -133,7 +133,7 @@ async fn show_prints_the_transcript_and_names_bad_ids() {
     assert_eq!(result.unwrap(), Exit::Ok);
     assert_eq!(
         out,
-        "conversation 01AAA · idle · m · /srv/proj\nfirst\n\n#1 > hello\n⏺ bash: ls\n\n\
+        "conversation 01AAA · idle · m · /srv/proj\nfirst\nenvironment: the daemon's\n\n#1 > hello\n⏺ bash: ls\n\n\
          15 tokens: 10 in, 0 cache write, 0 cache read, 5 out · cost -\n"
     );
     let (_, out, _) = daemon

@@ -655,6 +655,7 @@ fn transcript_for_show() {
     let response = pb::GetConversationResponse {
         plan: None,
         checkpoints: Vec::new(),
+        environment: None,
         conversation: Some(pb::ConversationSummary {
             id: "01JABC".into(),
             state: Some(pb::ConversationState {
@@ -687,7 +688,7 @@ fn transcript_for_show() {
     r.transcript(&response).unwrap();
     assert_eq!(
         String::from_utf8(r.into_inner()).unwrap(),
-        "conversation 01JABC · error (rate limit)\n\n#1 > hi\n\nHello\n⏺ glob: *.rs\n[interrupted]\n\
+        "conversation 01JABC · error (rate limit)\nenvironment: the daemon's\n\n#1 > hi\n\nHello\n⏺ glob: *.rs\n[interrupted]\n\
          \x20 ⎿ (no output)\n\n✗ error (rate limit): spend cap\n"
     );
 }

@@ -117,6 +117,8 @@ impl<W: Write> Renderer<W> {
     pub fn transcript(&mut self, r: &pb::GetConversationResponse) -> io::Result<()> {
         if let Some(c) = &r.conversation {
             self.header(c)?;
+            let env = self.paint(DIM, &environment_line(r.environment.as_ref(), &c.id));
+            self.line(&env)?;
         }
         self.numbered = true;
         for m in &r.messages {
@@ -231,4 +233,26 @@ pub fn checkpoint_lines(turns: &[pb::CheckpointTurn]) -> Vec<String> {
         lines.extend(t.files.iter().map(|f| format!("    {f}")));
     }
     lines
+}
+
+/// Where a conversation's commands get their environment, for `agent show`.
+fn environment_line(origin: Option<&pb::EnvironmentOrigin>, id: &str) -> String {
+    let Some(o) = origin else {
+        return "environment: the daemon's".to_string();
+    };
+    let mut line = format!(
+        "environment: from the terminal that created it or last sent it, {} UTC, {} variables",
+        crate::access::when(o.set_at_ms),
+        o.variables
+    );
+    if o.missing > 0 {
+        line.push_str(&format!(
+            " ({} held for the daemon's life only and lost in a restart: \
+             `agent set {id} --env-from-here` sends them again)",
+            o.held
+        ));
+    } else if o.held > 0 {
+        line.push_str(&format!(" ({} held for this daemon only)", o.held));
+    }
+    line
 }

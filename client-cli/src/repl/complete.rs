@@ -205,6 +205,7 @@ mod tests {
                 ("/mode [MODE]", "/mode", true),
                 ("/model [NAME]", "/model", true),
                 ("/add-dir DIR", "/add-dir", true),
+                ("/env", "/env", false),
                 ("/init", "/init", false),
                 ("/budget raise [AMOUNT] | stop", "/budget", true),
                 ("/image PATH", "/image", true),

@@ -232,6 +232,7 @@ async fn start_conversation(
         mcp_servers: Vec::new(),
         client_request_id: crate::commands::request_id(),
         images: Vec::new(),
+        environment: crate::environment::here(),
     };
     let prompt = request.prompt.clone();
     let created = create_conversation(ctx, request).await?;

@@ -49,6 +49,7 @@ impl Session<'_> {
                 Ok(dir) => self.update_settings(None, None, vec![dir]).await?,
                 Err(e) => self.show_error(&e.to_string())?,
             },
+            SlashCommand::Env => self.slash_env().await?,
             SlashCommand::Cost => self.slash_cost()?,
             SlashCommand::Budget => self.slash_budget(arg).await?,
             SlashCommand::Compact => self.slash_compact().await?,
@@ -287,6 +288,29 @@ impl Session<'_> {
 
     /// `/mode` and `/model`: the daemon changes the conversation and tells
     /// every client (the line saying so comes with that event).
+    /// `/env`: the conversation's commands run in this terminal's
+    /// environment as it is now.
+    async fn slash_env(&mut self) -> Result<(), CliError> {
+        let Some(environment) = crate::environment::here() else {
+            return self.show_error(
+                "/env: only a client on the daemon's own machine sends its environment",
+            );
+        };
+        let n = environment.vars.len();
+        let request = pb::UpdateConversationRequest {
+            conversation_id: self.config.conversation_id.clone(),
+            client_name: self.config.client_name.clone(),
+            environment: Some(environment),
+            ..Default::default()
+        };
+        match self.client.update_conversation(request).await {
+            Ok(_) => self.note(&format!(
+                "the next commands run in this terminal's environment ({n} variables)"
+            )),
+            Err(status) => self.show_error(status.message()),
+        }
+    }
+
     pub(super) async fn update_settings(
         &mut self,
         mode: Option<crate::cli::Mode>,
@@ -300,6 +324,7 @@ impl Session<'_> {
             model: model.unwrap_or_default().to_string(),
             client_name: self.config.client_name.clone(),
             add_dirs,
+            environment: None,
         };
         let before = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
         match self.client.update_conversation(request).await {

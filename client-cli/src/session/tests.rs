@@ -166,6 +166,9 @@ async fn run_streams_the_reply_and_exits_when_idle() {
     // A fresh request id (a ULID) makes the create safe to retry.
     let request_id = std::mem::take(&mut created[0].client_request_id);
     assert_eq!(request_id.len(), 26, "{request_id:?}");
+    // This process's environment: the conversation's commands run in it.
+    let sent = created[0].environment.take().unwrap();
+    assert_eq!(sent.vars.get("PATH"), std::env::var("PATH").ok().as_ref());
     assert_eq!(
         created,
         vec![pb::CreateConversationRequest {
@@ -178,6 +181,7 @@ async fn run_streams_the_reply_and_exits_when_idle() {
             additional_dirs: vec![],
             mcp_servers: vec![],
             client_request_id: String::new(),
+            environment: None,
         }]
     );
 }
@@ -1129,6 +1133,7 @@ Tab completes commands and paths. The commands:
   /mode [MODE]     show or change the permission mode; Shift-Tab: the next one
   /model [NAME]    show or change the model of the next requests
   /add-dir DIR     let the tools reach DIR too (as the working directory)
+  /env             run the next commands in this terminal's environment as it is now
   /init            ask the agent to write an AGENTS.md for this project
   /budget raise [AMOUNT] | stop answer a reached budget: raise it (default: by the budget again) or stop the turn
   /image PATH      attach an image (PNG, JPEG, GIF, WebP) to your next message

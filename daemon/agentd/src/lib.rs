@@ -45,6 +45,7 @@ pub(crate) mod alloc;
 pub(crate) mod checkpoints;
 pub(crate) mod cli;
 pub(crate) mod config;
+pub(crate) mod environment;
 pub(crate) mod grpc;
 pub(crate) mod hooks;
 pub(crate) mod images;

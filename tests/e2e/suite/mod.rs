@@ -12,6 +12,7 @@ mod correction;
 mod crash;
 mod data_dir;
 mod durability;
+mod environment;
 mod fake_llm;
 mod foundation;
 mod fuzz;

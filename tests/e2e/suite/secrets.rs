@@ -177,7 +177,7 @@ async fn mcp_servers_and_hooks_do_not_inherit_the_daemons_credentials() {
 const ENV_KEY: &str = "sk-env-key-0123456789abcdef";
 const LOGIN_KEY: &str = "sk-login-key-0123456789abcdef";
 
-fn text_of(result: &Value) -> String {
+pub(super) fn text_of(result: &Value) -> String {
     match &result["content"] {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -185,7 +185,7 @@ fn text_of(result: &Value) -> String {
 }
 
 /// Every file under `dir`, with its bytes.
-fn all_files(dir: &Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
+pub(super) fn all_files(dir: &Path, out: &mut Vec<(std::path::PathBuf, Vec<u8>)>) {
     for entry in std::fs::read_dir(dir).unwrap().flatten() {
         let kind = entry.file_type().unwrap();
         if kind.is_dir() {

@@ -25,6 +25,7 @@ fn update(id: &str, mode: pb::PermissionMode, model: &str) -> pb::UpdateConversa
         model: model.to_string(),
         client_name: "laptop".to_string(),
         add_dirs: Vec::new(),
+        environment: None,
     }
 }
 

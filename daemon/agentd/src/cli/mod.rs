@@ -239,6 +239,10 @@ pub(crate) async fn run(
         &config,
     ));
     let manager = Manager::new(Shared {
+        environments: crate::environment::Environments::new(
+            store.environments_tree(),
+            config.shell.clone(),
+        ),
         checkpoints,
         rings: Default::default(),
         store,

@@ -61,6 +61,8 @@ pub(crate) struct FileConfig {
     /// How much repetition the doom-loop checks allow.
     pub loops: LoopsSection,
     pub shells: ShellsSection,
+    /// The shell and the environment of commands (README "Environment").
+    pub shell: crate::environment::ShellSection,
     /// Limits on what clients send.
     pub grpc: GrpcSection,
     pub instructions: InstructionsSection,
@@ -122,6 +124,8 @@ pub(crate) struct Config {
     /// Whether conversations may use `bypass` mode (`--allow-bypass`).
     pub allow_bypass: bool,
     pub shells: ShellsSection,
+    /// The shell and environment of commands (`[shell]`).
+    pub shell: crate::environment::Policy,
     /// Limits on what clients send.
     pub grpc: GrpcSection,
     pub instructions: InstructionsSection,
@@ -225,6 +229,7 @@ impl Config {
             allow_bypass: false,
             loops: file.loops,
             shells: file.shells,
+            shell: file.shell.policy().map_err(ConfigError::Invalid)?,
             grpc: file.grpc,
             instructions: file.instructions,
             models: crate::models::Models::new(

@@ -70,6 +70,8 @@ pub(super) struct Grants<'a> {
     /// The working directory and the directories it adds, each with what
     /// it is called in a refusal.
     pub dirs: &'a [(&'a Path, &'static str)],
+    /// Whether it sends an environment for the conversation's commands.
+    pub environment: bool,
 }
 
 /// One grant a source may not give.
@@ -83,6 +85,8 @@ pub(super) enum Refusal {
     McpServers(Vec<String>),
     /// A directory outside every root remote callers may use.
     Dir { what: &'static str, path: PathBuf },
+    /// An environment for the conversation's commands.
+    Environment,
 }
 
 impl Refusal {
@@ -111,6 +115,10 @@ impl Refusal {
                  (`[remote] roots` in the daemon's config; the daemon user's home when unset)",
                 brief(&path.display().to_string())
             ),
+            Refusal::Environment => format!(
+                "{who} may not send an environment: it would decide what the commands run \
+                 (PATH, LD_PRELOAD, BASH_ENV); only the local user's clients send one"
+            ),
         }
     }
 }
@@ -134,6 +142,9 @@ pub(super) fn refusals(source: Source, roots: &[PathBuf], grants: &Grants) -> Ve
     }
     if !grants.mcp_servers.is_empty() {
         out.push(Refusal::McpServers(grants.mcp_servers.to_vec()));
+    }
+    if grants.environment {
+        out.push(Refusal::Environment);
     }
     if source.remote() {
         for (path, what) in grants.dirs {
@@ -229,11 +240,18 @@ mod tests {
             rules in prop::collection::vec("[a-z]{1,8}", 0..3),
             servers in prop::collection::vec("[a-z]{1,8}", 0..3),
             dir_paths in dirs(),
+            environment in any::<bool>(),
         ) {
             let roots = [PathBuf::from("/home/al")];
             let dirs: Vec<(&Path, &'static str)> =
                 dir_paths.iter().map(|p| (p.as_path(), "cwd")).collect();
-            let grants = Grants { mode, allow_rules: &rules, mcp_servers: &servers, dirs: &dirs };
+            let grants = Grants {
+                mode,
+                allow_rules: &rules,
+                mcp_servers: &servers,
+                dirs: &dirs,
+                environment,
+            };
             let refused = refusals(source, &roots, &grants);
             let admitted = admit(source, &roots, &grants);
             prop_assert_eq!(admitted.is_ok(), refused.is_empty());
@@ -255,6 +273,7 @@ mod tests {
                 refused.contains(&Refusal::McpServers(servers.clone())),
                 !servers.is_empty()
             );
+            prop_assert_eq!(refused.contains(&Refusal::Environment), environment);
             let outside = dir_paths
                 .iter()
                 .filter(|p| !p.starts_with("/home/al"))

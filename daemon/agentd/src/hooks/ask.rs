@@ -32,6 +32,8 @@ pub(crate) struct Env {
     pub grace: Duration,
     /// Fires when the turn is cancelled: running hooks are killed.
     pub cancel: CancellationToken,
+    /// The conversation's shell and environment.
+    pub launch: std::sync::Arc<crate::process::Launch>,
 }
 
 impl Env {
@@ -78,6 +80,7 @@ pub(super) async fn ask(hook: &Hook, env: &Env, payload: &[u8]) -> (Said, u64) {
         hook.timeout,
         env.grace,
         &env.cancel,
+        &env.launch,
     )
     .await;
     let took = started.elapsed().as_millis() as u64;

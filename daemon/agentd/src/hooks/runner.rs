@@ -45,8 +45,9 @@ pub(crate) async fn run(
     timeout: Duration,
     grace: Duration,
     cancel: &CancellationToken,
+    launch: &process::Launch,
 ) -> Result<Finished, RunError> {
-    let mut piped = process::spawn_piped(command, cwd)?;
+    let mut piped = process::spawn_piped(command, cwd, launch)?;
     let group = piped.group;
     let stdin = piped.child.stdin.take();
     let stdout = piped.child.stdout.take();

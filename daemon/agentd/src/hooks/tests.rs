@@ -23,6 +23,7 @@ fn env(dir: &Path) -> Env {
         conversation_id: "c1".to_string(),
         grace: Duration::from_millis(200),
         cancel: CancellationToken::new(),
+        launch: Default::default(),
     }
 }
 

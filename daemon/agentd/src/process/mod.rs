@@ -15,6 +15,11 @@
 //! Both the `bash` tool and the background shells build on this module;
 //! neither imports the other's process code.
 //!
+//! Which shell starts and in which environment is the conversation's
+//! [`Launch`] (`launch.rs`, built by `crate::environment`): every spawn
+//! takes one, and `bash_command` is the one place that turns it into the
+//! child's environment.
+//!
 //! No child inherits the daemon's credentials: every process the daemon
 //! starts (commands, shells, hooks, MCP stdio servers, git) goes through
 //! `withhold_secrets`, the one function and the one list.
@@ -22,8 +27,7 @@
 use std::ffi::{OsStr, OsString};
 use std::future::Future;
 use std::os::fd::OwnedFd;
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -31,6 +35,12 @@ use nix::fcntl::OFlag;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::net::unix::pipe;
+
+mod launch;
+pub(crate) use launch::Launch;
+use launch::with_shell;
+#[cfg(test)]
+use launch::{BASH, find_in_path};
 
 /// How often a dying process group is checked.
 const POLL: Duration = Duration::from_millis(10);
@@ -152,24 +162,29 @@ pub(crate) enum SpawnError {
 }
 
 /// Starts `bash -c command` in `cwd`, in a process group of its own, with
-/// stdin empty and stdout and stderr to one new pipe. The environment is the
-/// daemon's minus its credentials, with prompts and pagers out of the way.
-/// Needs a tokio runtime (the pipe registers with it).
+/// stdin empty and stdout and stderr to one new pipe. The shell and the
+/// environment are the conversation's (`launch`), minus the daemon's
+/// credentials, with prompts and pagers out of the way. Needs a tokio
+/// runtime (the pipe registers with it).
 pub(crate) fn spawn_bash(
     command: &str,
     cwd: &Path,
     on_drop: OnDrop,
+    launch: &Launch,
 ) -> Result<Spawned, SpawnError> {
-    with_bash(|program| spawn_bash_with(program, command, cwd, on_drop))
+    with_shell(launch, |program| {
+        spawn_bash_with(program, launch, command, cwd, on_drop)
+    })
 }
 
 fn spawn_bash_with(
     program: &OsStr,
+    launch: &Launch,
     command: &str,
     cwd: &Path,
     on_drop: OnDrop,
 ) -> Result<Spawned, SpawnError> {
-    let mut cmd = bash_command(program, command, cwd);
+    let mut cmd = bash_command(program, launch, command, cwd);
     cmd.kill_on_drop(on_drop == OnDrop::Kill);
     let read_end = attach_output_pipe(&mut cmd).map_err(SpawnError::Pipe)?;
     let (child, group) = start(cmd, cwd)?;
@@ -203,12 +218,19 @@ pub(crate) struct Piped {
 /// separately: hooks read a JSON object on stdin and answer on stdout,
 /// with their complaints on stderr. The shell is killed if the handle is
 /// dropped; its group is the caller's to terminate.
-pub(crate) fn spawn_piped(command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
-    with_bash(|program| spawn_piped_with(program, command, cwd))
+pub(crate) fn spawn_piped(command: &str, cwd: &Path, launch: &Launch) -> Result<Piped, SpawnError> {
+    with_shell(launch, |program| {
+        spawn_piped_with(program, launch, command, cwd)
+    })
 }
 
-fn spawn_piped_with(program: &OsStr, command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
-    let mut cmd = bash_command(program, command, cwd);
+fn spawn_piped_with(
+    program: &OsStr,
+    launch: &Launch,
+    command: &str,
+    cwd: &Path,
+) -> Result<Piped, SpawnError> {
+    let mut cmd = bash_command(program, launch, command, cwd);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -242,82 +264,22 @@ fn start(
     Ok((child, group))
 }
 
-/// Where `bash` was found on the daemon's `PATH`, once for all commands.
-///
-/// Started by name, the new process looked for it itself, and every
-/// directory of `PATH` before bash's costs a failed `execve` (each sets up
-/// and drops a whole new address space): with bash in the ninth directory,
-/// as on the machine the benchmarks run on, about 60 µs of every command's
-/// start, the daemon's worker waiting in `vfork` meanwhile (issue 20).
-/// The daemon's `PATH` does not change; a bash that moved away since is
-/// looked for again ([`moved_away`]).
-static BASH: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
-
-/// Starts bash with `spawn`: by the remembered path, and once more by a
-/// fresh lookup when that bash moved away.
-fn with_bash<T>(spawn: impl Fn(&OsStr) -> Result<T, SpawnError>) -> Result<T, SpawnError> {
-    let (program, remembered) = bash_program();
-    match spawn(&program) {
-        Err(SpawnError::Start { source, .. }) if remembered && moved_away(&program, &source) => {
-            spawn(&find_bash())
-        }
-        other => other,
-    }
-}
-
-/// The program to start for `bash`, and whether it is the remembered one:
-/// see [`find_bash`].
-fn bash_program() -> (OsString, bool) {
-    let known = BASH.lock().unwrap_or_else(|p| p.into_inner()).clone();
-    match known {
-        Some(path) => (path.into_os_string(), true),
-        None => (find_bash(), false),
-    }
-}
-
-/// Looks for bash on the daemon's `PATH` now and remembers where it is;
-/// the bare name when it cannot be told from here (see [`find_in_path`]),
-/// and the new process searches.
-fn find_bash() -> OsString {
-    let found = std::env::var_os("PATH").and_then(|path| find_in_path(&path, "bash"));
-    let mut known = BASH.lock().unwrap_or_else(|p| p.into_inner());
-    known.clone_from(&found);
-    found.map_or_else(|| OsString::from("bash"), PathBuf::into_os_string)
-}
-
-/// Whether starting the remembered `program` failed because it is not
-/// there any more (not, say, because the command's directory is missing):
-/// then it is looked for again.
-fn moved_away(program: &OsStr, error: &std::io::Error) -> bool {
-    error.kind() == std::io::ErrorKind::NotFound && !Path::new(program).is_file()
-}
-
-/// The first executable file `name` in the directories of `path` (a `PATH`
-/// value), as `execvp` would pick it. None when there is none, or when a
-/// directory before it is relative (`.`, or an empty entry): that one is
-/// looked up in each command's own working directory, so only the new
-/// process can search it.
-fn find_in_path(path: &OsStr, name: &str) -> Option<PathBuf> {
-    for dir in std::env::split_paths(path) {
-        if !dir.is_absolute() {
-            return None;
-        }
-        let candidate = dir.join(name);
-        if std::fs::metadata(&candidate)
-            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        {
-            return Some(candidate);
-        }
-    }
-    None
-}
-
-/// `bash -c command` in its own process group, without stdin.
-fn bash_command(program: &OsStr, command: &str, cwd: &Path) -> tokio::process::Command {
+/// `shell -c command` in its own process group, without stdin, in the
+/// environment of `launch`: the one place that decides what a command's
+/// environment is (the conversation's or the daemon's, then the fixed
+/// additions, then without the daemon's credentials).
+fn bash_command(
+    program: &OsStr,
+    launch: &Launch,
+    command: &str,
+    cwd: &Path,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
-    // `$0`, and the name bash's own messages start with ("bash: line 1:
-    // …"), as when it is found by name.
-    cmd.arg0("bash")
+    // The environment first: everything below goes on top of it.
+    launch.apply_env(&mut cmd);
+    // `$0`, and the name the shell's own messages start with ("bash: line
+    // 1: …"), as when it is found by name.
+    cmd.arg0(launch::arg0(program))
         .arg("-c")
         .arg(command)
         .current_dir(cwd)

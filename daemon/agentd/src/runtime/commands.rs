@@ -66,6 +66,8 @@ impl Manager {
             // A sub-agent fails when its context is exhausted: only a
             // user's conversation is continued.
             sub_agent: None,
+            // The parent's (see `give_environment`).
+            environment: None,
         };
         let next = self.create(new, None).await?;
         let taken: Vec<String> = old

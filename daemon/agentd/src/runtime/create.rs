@@ -18,6 +18,31 @@ enum First {
     Seed(Parent),
 }
 
+/// Where a new conversation's environment comes from.
+enum Inherited {
+    /// The client sent it.
+    Sent(std::collections::BTreeMap<String, String>),
+    /// The conversation it continues or serves as a sub-agent has it.
+    From(String),
+    /// None: it runs in the daemon's.
+    Daemon,
+}
+
+impl Inherited {
+    fn of(new: &NewConversation) -> Inherited {
+        let from = new
+            .parent
+            .as_ref()
+            .map(|p| p.id.clone())
+            .or_else(|| new.sub_agent.as_ref().map(|l| l.parent_id.clone()));
+        match (&new.environment, from) {
+            (Some(vars), _) => Inherited::Sent(vars.clone()),
+            (None, Some(from)) => Inherited::From(from),
+            (None, None) => Inherited::Daemon,
+        }
+    }
+}
+
 /// The id a create goes on with.
 enum NewId {
     /// The conversation is to be made under this id.
@@ -133,6 +158,7 @@ impl Manager {
             // A retry: the first attempt's conversation.
             NewId::Created(record) => return Ok((*record, None)),
         };
+        let environment = Inherited::of(&new);
         let config = &self.shared.config;
         let (record, parent) = new_record(id, now, new, &config.model, config.default_mode);
         // A continuation starts its first turn with the parent's summary,
@@ -149,12 +175,48 @@ impl Manager {
                 First::Prompt(text, images)
             }
             (None, None) => {
+                self.give_environment(&record.id, environment, now)?;
                 self.shared.store.commit(&record, &[])?;
                 self.shared.store.flush().await?;
                 return Ok((record, None));
             }
         };
+        self.give_environment(&record.id, environment, now)?;
         self.start_with(record, first, client).await
+    }
+
+    /// Gives the new conversation `id` the environment `new` brings, or
+    /// the one of the conversation it continues or serves as a sub-agent.
+    /// Written before the conversation, whose commit flushes it: a
+    /// conversation never runs without the environment it was made with.
+    fn give_environment(
+        &self,
+        id: &str,
+        environment: Inherited,
+        now: i64,
+    ) -> Result<(), RuntimeError> {
+        let envs = &self.shared.environments;
+        match environment {
+            Inherited::Sent(vars) => envs.receive(id, vars, now)?,
+            Inherited::From(from) => envs.copy(&from, id)?,
+            Inherited::Daemon => {}
+        }
+        Ok(())
+    }
+
+    /// Sets conversation `id`'s environment to `vars`, as a client sent
+    /// them now (`agent set --env-from-here`, `/env`): its next command runs
+    /// in it. Durable when this returns.
+    pub(crate) async fn set_environment(
+        &self,
+        id: &str,
+        vars: std::collections::BTreeMap<String, String>,
+    ) -> Result<(), RuntimeError> {
+        self.record(id)?;
+        let now = self.shared.clock.now_ms();
+        self.shared.environments.receive(id, vars, now)?;
+        self.shared.store.flush().await?;
+        Ok(())
     }
 
     /// Refuses a conversation this daemon may not make: bypass mode when

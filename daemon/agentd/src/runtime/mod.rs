@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub checkpoints: Arc<crate::checkpoints::Checkpoints>,
     /// The conversations' fan-out rings, one made ahead.
     pub rings: Arc<Rings>,
+    /// The conversations' environments (the user's, per conversation).
+    pub environments: crate::environment::Environments,
 }
 
 /// What the daemon is and where its files are, as `GetDaemonInfo` reports

@@ -30,6 +30,9 @@ pub(crate) struct NewConversation {
     pub parent: Option<Parent>,
     /// Set for a sub-agent: its parent and agent id.
     pub sub_agent: Option<crate::store::SubAgentLink>,
+    /// The environment the client sent (checked); None: a continuation or
+    /// a sub-agent takes its parent's, anything else runs in the daemon's.
+    pub environment: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// What a continued conversation takes from the one it continues.

@@ -117,6 +117,9 @@ impl Manager {
         );
         let numbered: Vec<(u64, &agentd_core::Message)> =
             messages.iter().map(|(seq, m)| (*seq, m)).collect();
+        // Before the commit that makes the fork, so it never runs a
+        // command without the environment it was made with.
+        self.shared.environments.copy(&old.id, &record.id)?;
         self.shared.store.commit(&record, &numbered)?;
         self.shared.store.flush().await?;
         Ok(record)

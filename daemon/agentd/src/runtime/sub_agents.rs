@@ -268,6 +268,8 @@ async fn create_child(
             description: spawn.description.clone(),
             result: None,
         }),
+        // The parent's (see `Manager::give_environment`).
+        environment: None,
     };
     m.create(new, None).await
 }

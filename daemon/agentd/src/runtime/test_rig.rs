@@ -164,6 +164,10 @@ pub(crate) fn rig_with(configure: impl FnOnce(&mut Config)) -> Rig {
         events,
     );
     let manager = Manager::new(Shared {
+        environments: crate::environment::Environments::new(
+            store.environments_tree(),
+            config.shell.clone(),
+        ),
         store: store.clone(),
         config,
         provider: model.clone(),

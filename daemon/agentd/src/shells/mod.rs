@@ -207,12 +207,28 @@ impl ShellManager {
 
     /// Starts `command` with `bash -c` in `cwd` as a background shell of
     /// `conversation_id`: own process group, stdin empty, stdout and stderr
-    /// to the spool, environment as for the bash tool.
+    /// to the spool, in the daemon's environment.
+    #[cfg(test)]
     pub(crate) async fn spawn(
         &self,
         conversation_id: &str,
         command: &str,
         cwd: &Path,
+    ) -> Result<ShellRecord, ShellError> {
+        let launch = process::Launch::daemon();
+        self.spawn_in(conversation_id, command, cwd, &launch).await
+    }
+
+    /// Starts `command` with the conversation's shell (`launch`) in `cwd`
+    /// as a background shell of `conversation_id`: own process group,
+    /// stdin empty, stdout and stderr to the spool, the shell and
+    /// environment as for the bash tool.
+    pub(crate) async fn spawn_in(
+        &self,
+        conversation_id: &str,
+        command: &str,
+        cwd: &Path,
+        launch: &process::Launch,
     ) -> Result<ShellRecord, ShellError> {
         // The map stays locked from the count to the insert, so concurrent
         // spawns cannot both take the last slot. Everything in between is
@@ -234,7 +250,7 @@ impl ShellManager {
             child,
             group,
             output: receiver,
-        } = process::spawn_bash(command, cwd, OnDrop::Leave)
+        } = process::spawn_bash(command, cwd, OnDrop::Leave, launch)
             .map_err(|e| ShellError::Spawn(e.to_string()))?;
         let record = ShellRecord {
             id: id.clone(),

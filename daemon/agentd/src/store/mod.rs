@@ -10,7 +10,7 @@
 //! whether `mid_turn` has been built), `images` (SHA-256 hex → the image's
 //! bytes: every image once, whatever number of messages refer to it),
 //! `tokens` and `audit` (see [`access`]), `checkpoints` (see
-//! `crate::checkpoints`).
+//! `crate::checkpoints`), `environments` (see `crate::environment`).
 //! sled 0.34 makes nothing durable until a flush, and its flush is costly
 //! (a hand-off to its I/O thread pool and back, and a `sync_file_range`).
 //! So every change also goes to the store's journal ([`journal`]), and
@@ -125,6 +125,8 @@ pub struct Store {
     journal: std::sync::Arc<journal::Journal>,
     /// The `checkpoints` tree (its keys are `crate::checkpoints`' own).
     checkpoints: Tree,
+    /// The `environments` tree (its keys are `crate::environment`'s own).
+    environments: Tree,
     /// Flushes asked for, for tests and benchmarks that count them.
     flushes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Makes every flush fail, for tests of what a failed write undoes.
@@ -555,6 +557,12 @@ impl Store {
     /// layout of its keys is `crate::checkpoints`' own).
     pub(crate) fn checkpoints_tree(&self) -> Tree {
         self.checkpoints.clone()
+    }
+
+    /// The tree the conversations' environments are kept in
+    /// (`environments`; the layout is `crate::environment`'s own).
+    pub(crate) fn environments_tree(&self) -> Tree {
+        self.environments.clone()
     }
 
     /// A number larger than every one handed out before (sled's id

@@ -134,7 +134,7 @@ async fn start_in_background(command: &str, ctx: &ToolContext) -> Result<String,
         ));
     };
     let record = shells
-        .spawn(&ctx.conversation_id, command, &ctx.cwd)
+        .spawn_in(&ctx.conversation_id, command, &ctx.cwd, &ctx.launch)
         .await
         .map_err(|e| ToolError::new(format!("bash: {e}")))?;
     Ok(record.id)
@@ -160,7 +160,7 @@ async fn execute(
         mut child,
         group,
         output: receiver,
-    } = process::spawn_bash(command, &ctx.cwd, OnDrop::Kill)
+    } = process::spawn_bash(command, &ctx.cwd, OnDrop::Kill, &ctx.launch)
         .map_err(|e| ToolError::new(format!("bash: {e}")))?;
     let output = Arc::new(Mutex::new(Captured {
         text: HeadTail::new(limits.content_budget()),

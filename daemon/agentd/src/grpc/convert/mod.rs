@@ -5,6 +5,7 @@
 
 mod clients;
 mod conversations;
+mod environment;
 mod events;
 mod mcp;
 mod messages;
@@ -17,6 +18,7 @@ pub(crate) use conversations::{
     budget_stop, checkpoint_turns, code_rewound, error_kind, instructions, mode, mode_from, queued,
     state, summary, usage, usage_from, usage_line,
 };
+pub(crate) use environment::{environment_from, environment_origin};
 pub(crate) use events::{event, event_owned};
 pub(crate) use mcp::{mcp_server_from, mcp_servers};
 pub(crate) use messages::{image, image_from, message, message_from, uploads};

@@ -37,6 +37,7 @@ pub(super) fn new_conversation(
         .then(|| convert::mode_from(req.mode))
         .transpose()?;
     let server_names: Vec<String> = req.mcp_servers.iter().map(|s| s.name.clone()).collect();
+    let environment = req.environment.map(convert::environment_from).transpose()?;
     let mut dirs = vec![(cwd.as_path(), "cwd")];
     dirs.extend(
         additional_dirs
@@ -50,6 +51,7 @@ pub(super) fn new_conversation(
             allow_rules: &req.allow_rules,
             mcp_servers: &server_names,
             dirs: &dirs,
+            environment: environment.is_some(),
         },
     )?;
     let mut mcp_servers = Vec::with_capacity(req.mcp_servers.len());
@@ -81,6 +83,7 @@ pub(super) fn new_conversation(
             client_request_id: convert::client_request_id_from(req.client_request_id)?,
             parent: None,
             sub_agent: None,
+            environment,
         },
         (!prompt.is_empty() || !images.is_empty()).then_some((prompt, images)),
     ))
@@ -162,6 +165,13 @@ pub(super) async fn get_conversation(
         pending_permission: pending,
         instructions: Some(instructions),
         plan: record.conversation.plan.as_ref().map(convert::plan),
+        environment: svc
+            .manager
+            .shared()
+            .environments
+            .origin(&record.id)
+            .map_err(|e| to_status(e.into()))?
+            .map(convert::environment_origin),
         checkpoints: svc
             .manager
             .shared()
@@ -197,6 +207,7 @@ pub(super) async fn update_conversation(
             .collect::<Result<Vec<_>, _>>()?,
         by: display_name(&req.client_name),
     };
+    let environment = req.environment.map(convert::environment_from).transpose()?;
     let dirs: Vec<_> = settings
         .add_dirs
         .iter()
@@ -207,10 +218,18 @@ pub(super) async fn update_conversation(
         &Grants {
             mode: settings.mode,
             dirs: &dirs,
+            environment: environment.is_some(),
             ..Grants::default()
         },
     )?;
     let record = svc.manager.update(&id, settings).await.map_err(to_status)?;
+    // After the settings: a refused update changes nothing.
+    if let Some(vars) = environment {
+        svc.manager
+            .set_environment(&id, vars)
+            .await
+            .map_err(to_status)?;
+    }
     Ok(Response::new(pb::UpdateConversationResponse {
         conversation: Some(svc.summary(&record)),
     }))

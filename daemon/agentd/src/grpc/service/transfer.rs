@@ -55,6 +55,9 @@ fn imported_grants(
         allow_rules: &record.setup.allow_rules,
         mcp_servers: &server_names,
         dirs: &dirs,
+        // Export never writes a conversation's environment, and import
+        // never sets one.
+        environment: false,
     };
     let refused = admission::refusals(source, &svc.roots_for(source), &grants);
     let mut notices = Vec::new();
@@ -80,6 +83,8 @@ fn imported_grants(
                 record.setup.mcp_servers.clear();
                 notices.push(format!("conversation {id}: {what}; they were dropped"));
             }
+            // Asked for by no import (see `environment` above).
+            admission::Refusal::Environment => {}
         }
     }
     Ok(notices)

@@ -77,6 +77,7 @@ impl Actor {
             conversation_id: self.record.id.clone(),
             grace: std::time::Duration::from_millis(self.shared.config.limits.kill_grace_ms),
             cancel,
+            launch: self.shared.environments.launch(&self.record.id),
         }
     }
 

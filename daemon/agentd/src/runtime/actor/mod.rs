@@ -260,6 +260,7 @@ impl Actor {
             return false;
         }
         registry.remove_if_same(&self.record.id, &self.tx);
+        self.shared.environments.unloaded(&self.record.id);
         tracing::debug!(conversation = %self.record.id, "unloaded (idle)");
         true
     }
