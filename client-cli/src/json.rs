@@ -170,6 +170,7 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
         "agent_id": c.agent_id,
         "sub_agents_usage": opt(c.sub_agents_usage.as_ref(), usage),
         "sub_agents_cost_usd": c.sub_agents_cost_usd,
+        "archived": c.archived,
     })
 }
 

@@ -261,6 +261,7 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
             Some(Value::Number(n)) => n.as_f64(),
             _ => None,
         },
+        archived: o.boolean("archived")?,
     })
 }
 

@@ -66,6 +66,7 @@ impl Store {
             tokens: next()?,
             audit: next()?,
             checkpoints: next()?,
+            deleting: next()?,
             db,
             mid_turn_ids: Default::default(),
             journal,
@@ -97,7 +98,7 @@ impl Store {
 
 /// The trees, in the order the journal numbers them: it replays into the
 /// trees by their place in this list, so append to it, never reorder it.
-const TREE_NAMES: [&str; 14] = [
+const TREE_NAMES: [&str; 15] = [
     "conversations",
     "messages",
     "rules",
@@ -112,6 +113,7 @@ const TREE_NAMES: [&str; 14] = [
     "tokens",
     "audit",
     "checkpoints",
+    "deleting",
 ];
 
 /// Checks the schema version a store was written with, or records ours in

@@ -73,6 +73,9 @@ pub struct ConversationRecord {
     /// The conversation a rewind forked it from, if one did.
     #[serde(flatten)]
     pub fork: ForkOrigin,
+    /// Put away (`agent archive`): left out of listings unless asked for.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archived: bool,
 }
 
 /// What a conversation's creator chose beyond the model and the mode.
