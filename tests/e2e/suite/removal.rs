@@ -126,7 +126,6 @@ async fn rm_refuses_a_running_conversation_and_force_stops_it_and_tells_attached
         let shells = client
             .list_shells(pb::ListShellsRequest {
                 conversation_id: id.clone(),
-                ..Default::default()
             })
             .await
             .unwrap()

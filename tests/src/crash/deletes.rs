@@ -54,9 +54,11 @@ impl Run {
             return None;
         }
         let conv = candidates[self.rng.random_range(0..candidates.len())];
+        // Early in the round, so most deletes end before the kill and some
+        // are cut by it.
         let after = self
             .rng
-            .random_range(Duration::ZERO..=self.opts.max_delay.max(Duration::from_millis(1)));
+            .random_range(Duration::ZERO..=(self.opts.max_delay / 4).max(Duration::from_millis(1)));
         self.convs[conv].deletion = Some(Deletion::Asked);
         self.summary.deletes += 1;
         Some(Action {

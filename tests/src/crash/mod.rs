@@ -459,7 +459,7 @@ impl Run {
             if let Some(v) = outcome.violation {
                 return Err(v);
             }
-            acked += usize::from(outcome.acked);
+            acked += usize::from(outcome.acked && !matches!(action.kind, Kind::Delete { .. }));
             self.record(action, outcome);
         }
         self.check_deleted_keys()?;
