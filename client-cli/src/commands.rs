@@ -30,7 +30,6 @@ mod usage;
 
 use std::io::Write;
 
-use agent_proto::v1 as pb;
 use serde_json::Value;
 
 use crate::cli::{Cli, Command, McpCommand};
@@ -182,16 +181,7 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             both,
             force,
             ..
-        } => {
-            let request = pb::RewindRequest {
-                conversation_id: id.clone(),
-                message_seq: to.unwrap_or(0),
-                code: both || !conversation,
-                conversation: both || conversation,
-                force,
-            };
-            rewind::rewind(ctx, request, io).await
-        }
+        } => rewind::rewind(ctx, rewind::request(id, to, conversation, both, force), io).await,
         Command::Token { command, .. } => {
             crate::access::token(ctx.client().await?, command, ctx.json, io).await
         }

@@ -8,6 +8,23 @@ use crate::io::Io;
 use crate::json as js;
 
 /// `agent rewind`.
+/// What `agent rewind` asks for: the code unless only `--conversation`.
+pub(super) fn request(
+    id: String,
+    to: Option<u64>,
+    conversation: bool,
+    both: bool,
+    force: bool,
+) -> pb::RewindRequest {
+    pb::RewindRequest {
+        conversation_id: id,
+        message_seq: to.unwrap_or(0),
+        code: both || !conversation,
+        conversation: both || conversation,
+        force,
+    }
+}
+
 pub(super) async fn rewind(
     ctx: &Ctx,
     request: pb::RewindRequest,
