@@ -143,13 +143,7 @@ async fn rm_refuses_a_running_conversation_and_force_stops_it_and_tells_attached
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let mut attached = Attached::open(&mut client, &id, 0, "watcher").await;
-    let person = tokio::process::Command::from(d.agent())
-        .args(["attach", &id])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let person = super::util::spawn_agent(&d, &["attach", &id]);
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     let (ok, out, err) = agent_out(&d, &["rm", &id]).await;

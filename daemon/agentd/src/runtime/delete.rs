@@ -80,6 +80,17 @@ impl Manager {
                 state.name()
             )));
         }
+        // A running parent waits for its sub-agents' ends: a child goes
+        // with its parent, or once the parent is at rest.
+        if let Some(link) = &record.sub_agent
+            && let Ok(parent) = self.record(&link.parent_id)
+            && !parent.conversation.state.is_at_rest()
+        {
+            return Err(RuntimeError::NotAllowed(format!(
+                "conversation {id} is a sub-agent of {}, whose turn is running: cancel or delete that one instead",
+                link.parent_id
+            )));
+        }
         let sub_agents = self.sub_agents_of(id)?;
         let mut ids = sub_agents.clone();
         ids.push(id.to_string());
