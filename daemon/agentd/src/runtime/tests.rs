@@ -213,9 +213,9 @@ async fn a_delete_takes_the_sub_agents_and_one_a_crash_cut_short_is_finished_at_
     let other = rig.manager.create(other, None).await.unwrap().id;
     let store = &rig.manager.shared().store;
     let deleted = rig.manager.delete(&parent, false).await.unwrap();
-    assert_eq!(deleted.sub_agents, [child.clone()]);
+    assert_eq!(deleted.sub_agents, std::slice::from_ref(&child));
     assert!(!deleted.stopped);
-    assert_eq!(rig.manager.ids().unwrap(), [other.clone()]);
+    assert_eq!(rig.manager.ids().unwrap(), std::slice::from_ref(&other));
     for id in [&parent, &child] {
         assert!(store.keys_of(id).unwrap().is_empty(), "{id}");
     }
