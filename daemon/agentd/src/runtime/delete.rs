@@ -4,8 +4,9 @@
 //! or a continuation is a conversation of its own and stays). Under the
 //! registry's lock their live actors are taken out and the store's
 //! tombstone is written with their records removed (see
-//! `store/removal.rs`), so from there no input can load them again and no
-//! reader finds them; the tombstone is flushed. Then each actor is told to
+//! `store/removal.rs`), so from there no input can load them again (a load
+//! that read one before reads it again, and finds it gone) and no reader
+//! finds them; the tombstone is flushed. Then each actor is told to
 //! stop (it writes nothing more; its attached clients' streams end, and
 //! the edge tells them the conversation was deleted), its background
 //! shells are killed, its checkpoint records forgotten (the contents other
@@ -97,7 +98,7 @@ impl Manager {
         let actors: Vec<_> = {
             let mut registry = self.actors.lock().await;
             self.shared.store.tombstone(id, &ids)?;
-            ids.iter().filter_map(|i| registry.live.remove(i)).collect()
+            ids.iter().filter_map(|i| registry.take(i)).collect()
         };
         self.shared.store.flush().await?;
         for tx in actors {
