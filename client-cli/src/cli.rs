@@ -7,6 +7,7 @@ mod admin;
 mod conversation;
 mod decisions;
 mod global;
+mod removal;
 mod shells;
 mod words;
 
@@ -23,6 +24,7 @@ pub use decisions::{
     parse_plan_key, parse_typed_answer,
 };
 pub use global::{ColorWhen, ConnectionArgs, GlobalArgs, Globals};
+pub use removal::{ArchiveArgs, RenameArgs, RmArgs};
 pub use shells::{ShellsArgs, ShellsCommand};
 use words::edit_distance;
 
@@ -265,7 +267,27 @@ pub enum Command {
         /// under their parents
         #[arg(long)]
         flat: bool,
+        /// List the archived conversations (`agent archive`) instead
+        #[arg(long)]
+        archived: bool,
     },
+
+    /// Delete conversations for good: transcript, checkpoints, background
+    /// shells (killed) and sub-agents
+    ///
+    /// Refuses a conversation whose turn is running unless `--force`, which
+    /// stops it first. Says what it removed. Attached clients are told.
+    Rm(RmArgs),
+
+    /// Put conversations away: `agent ls`, `-c` and `-r` no longer show
+    /// them (`agent ls --archived` does); nothing is deleted
+    Archive(ArchiveArgs),
+
+    /// Bring archived conversations back into `agent ls`
+    Unarchive(ArchiveArgs),
+
+    /// Give a conversation a new title
+    Rename(RenameArgs),
 
     /// Print a conversation's transcript
     Show {

@@ -18,6 +18,7 @@ mod ls;
 mod mcp;
 mod plan;
 mod queue;
+mod removal;
 mod rewind;
 mod run;
 mod send;
@@ -156,8 +157,16 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             compact::continue_conversation(ctx, id, model, io).await
         }
         Command::Ls {
-            all, limit, flat, ..
-        } => ls::ls(ctx, if all { 0 } else { limit }, flat, io).await,
+            all,
+            limit,
+            flat,
+            archived,
+            ..
+        } => ls::ls(ctx, if all { 0 } else { limit }, flat, archived, io).await,
+        Command::Rm(args) => removal::rm(ctx, args.ids, args.force, io).await,
+        Command::Archive(args) => removal::archive(ctx, args.ids, true, io).await,
+        Command::Unarchive(args) => removal::archive(ctx, args.ids, false, io).await,
+        Command::Rename(args) => removal::rename(ctx, args.id, args.title.join(" "), io).await,
         Command::Show {
             id, audit: true, ..
         } => crate::access::audit(ctx.client().await?, id, ctx.json, io).await,

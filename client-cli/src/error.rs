@@ -62,6 +62,9 @@ pub enum CliError {
     /// The daemon knows no conversation with this id or prefix.
     #[error("unknown conversation {0}")]
     UnknownConversation(String),
+    /// The conversation was deleted (`agent rm`) while this client used it.
+    #[error("conversation {0} was deleted")]
+    ConversationDeleted(String),
     /// The prefix names more than one conversation.
     #[error("ambiguous conversation prefix {0}")]
     AmbiguousPrefix(String),
@@ -124,6 +127,7 @@ impl CliError {
             | CliError::Connect { .. }
             | CliError::NoSocketPath(_)
             | CliError::UnknownConversation(_)
+            | CliError::ConversationDeleted(_)
             | CliError::AmbiguousPrefix(_)
             | CliError::UnknownShell(_)
             | CliError::Refused(_)
@@ -147,6 +151,11 @@ impl CliError {
     pub fn conversation_status(status: Status, id: &str) -> Self {
         let message = status.message().to_string();
         match status.code() {
+            // The daemon's words when it ends the stream of a conversation
+            // deleted meanwhile.
+            Code::NotFound if message.ends_with(" was deleted") => {
+                CliError::ConversationDeleted(id.to_string())
+            }
             Code::NotFound if names(&message, "conversation") => {
                 CliError::UnknownConversation(id.to_string())
             }

@@ -175,6 +175,7 @@ pub fn conversation_summary(c: &pb::ConversationSummary) -> Value {
             "usage": opt(m.usage.as_ref(), usage),
             "cost_usd": m.cost_usd,
         })).collect::<Vec<_>>(),
+        "archived": c.archived,
     })
 }
 

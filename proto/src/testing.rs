@@ -104,6 +104,9 @@ pub mod rpc {
         RevokeToken: pb::RevokeTokenRequest => pb::RevokeTokenResponse;
         GetAudit: pb::GetAuditRequest => pb::GetAuditResponse;
         Rewind: pb::RewindRequest => pb::RewindResponse;
+        DeleteConversation: pb::DeleteConversationRequest => pb::DeleteConversationResponse;
+        ArchiveConversation: pb::ArchiveConversationRequest => pb::ArchiveConversationResponse;
+        RenameConversation: pb::RenameConversationRequest => pb::RenameConversationResponse;
     }
 }
 
@@ -379,6 +382,27 @@ impl AgentService for FakeAgent {
         request: Request<pb::RewindRequest>,
     ) -> Result<Response<pb::RewindResponse>, Status> {
         self.unary::<rpc::Rewind>(request)
+    }
+
+    async fn delete_conversation(
+        &self,
+        request: Request<pb::DeleteConversationRequest>,
+    ) -> Result<Response<pb::DeleteConversationResponse>, Status> {
+        self.unary::<rpc::DeleteConversation>(request)
+    }
+
+    async fn archive_conversation(
+        &self,
+        request: Request<pb::ArchiveConversationRequest>,
+    ) -> Result<Response<pb::ArchiveConversationResponse>, Status> {
+        self.unary::<rpc::ArchiveConversation>(request)
+    }
+
+    async fn rename_conversation(
+        &self,
+        request: Request<pb::RenameConversationRequest>,
+    ) -> Result<Response<pb::RenameConversationResponse>, Status> {
+        self.unary::<rpc::RenameConversation>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

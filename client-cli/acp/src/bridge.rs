@@ -315,6 +315,7 @@ impl Bridge {
             .list_conversations(pb::ListConversationsRequest {
                 limit: LIST_PAGE,
                 before_id: req.cursor.clone().unwrap_or_default(),
+                archived: false,
             })
             .await
             .map_err(|s| status_error(&s))?

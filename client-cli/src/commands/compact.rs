@@ -53,7 +53,7 @@ pub(super) async fn continue_conversation(
 
 /// Prints the conversation the daemon answered with: its JSON summary, or
 /// the line `text` writes about it.
-fn answer(
+pub(super) fn answer(
     ctx: &Ctx,
     io: &mut Io,
     conversation: Option<pb::ConversationSummary>,

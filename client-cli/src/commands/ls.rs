@@ -12,13 +12,21 @@ use crate::json as js;
 use crate::render::conversation_tree;
 
 /// `limit` 0 lists every conversation.
-pub(super) async fn ls(ctx: &Ctx, limit: u32, flat: bool, io: &mut Io) -> Result<Exit, CliError> {
+/// `archived`: the archived conversations instead of the others.
+pub(super) async fn ls(
+    ctx: &Ctx,
+    limit: u32,
+    flat: bool,
+    archived: bool,
+    io: &mut Io,
+) -> Result<Exit, CliError> {
     let response = ctx
         .client()
         .await?
         .list_conversations(pb::ListConversationsRequest {
             limit,
             before_id: String::new(),
+            archived,
         })
         .await
         .map_err(CliError::status)?

@@ -7,6 +7,23 @@ use crate::error::{CliError, Exit};
 use crate::io::Io;
 use crate::json as js;
 
+/// What `agent rewind` asks for: the code unless only `--conversation`.
+pub(super) fn request(
+    id: String,
+    to: Option<u64>,
+    conversation: bool,
+    both: bool,
+    force: bool,
+) -> pb::RewindRequest {
+    pb::RewindRequest {
+        conversation_id: id,
+        message_seq: to.unwrap_or(0),
+        code: both || !conversation,
+        conversation: both || conversation,
+        force,
+    }
+}
+
 /// `agent rewind`.
 pub(super) async fn rewind(
     ctx: &Ctx,
@@ -44,22 +61,4 @@ pub(crate) fn rewind_lines(r: &pb::RewindResponse) -> Vec<String> {
         ));
     }
     lines
-}
-
-/// The request `agent rewind ID [--to N] [--conversation | --both]
-/// [--force]` makes: the code alone unless told otherwise.
-pub(super) fn request(
-    id: String,
-    to: Option<u64>,
-    conversation: bool,
-    both: bool,
-    force: bool,
-) -> pb::RewindRequest {
-    pb::RewindRequest {
-        conversation_id: id,
-        message_seq: to.unwrap_or(0),
-        code: both || !conversation,
-        conversation: both || conversation,
-        force,
-    }
 }

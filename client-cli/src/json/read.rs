@@ -280,6 +280,7 @@ fn read_summary(o: &Obj<'_>) -> Result<pb::ConversationSummary, JsonError> {
                 read_model_usage(&Obj::new(v, &format!("{}[{i}]", o.sub("usage_by_model")))?)
             })
             .collect::<Result<_, _>>()?,
+        archived: o.boolean("archived")?,
     })
 }
 

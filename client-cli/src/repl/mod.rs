@@ -427,6 +427,7 @@ async fn conversations(
         .list_conversations(pb::ListConversationsRequest {
             limit: 0,
             before_id: String::new(),
+            archived: false,
         })
         .await
         .map_err(CliError::status)?;

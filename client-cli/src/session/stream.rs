@@ -191,6 +191,13 @@ impl Session<'_> {
         delivered: bool,
     ) -> Result<StreamEnd, CliError> {
         self.tx = None;
+        if status.code() == Code::NotFound && status.message().ends_with(" was deleted") {
+            // Deleted while attached: the daemon ended the stream saying so.
+            return Err(CliError::conversation_status(
+                status,
+                &self.config.conversation_id,
+            ));
+        }
         if status.code() == Code::OutOfRange {
             // A frame over the daemon's size limit: it closed the stream
             // there, and read nothing sent after it.

@@ -151,6 +151,7 @@ async fn ls_pages_newest_first() {
             .list_conversations(pb::ListConversationsRequest {
                 limit: 2,
                 before_id: before_id.clone(),
+                archived: false,
             })
             .await
             .unwrap()

@@ -215,13 +215,7 @@ async fn a_reconnecting_client_does_not_announce_itself_as_attached() {
     // Another client first, so this one's id (c2) differs from the one the
     // restarted daemon gives it (c1): a stale own id must not hide its join.
     let _observer = super::util::Attached::open(&mut client, &id, 0, "observer").await;
-    let mut attach = tokio::process::Command::from(d.agent())
-        .args(["attach", &id])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut attach = super::util::spawn_agent(&d, &["attach", &id]);
     let agent_pid = attach.id().unwrap();
     let stdin = attach.stdin.take().unwrap();
     // What it prints, read as it comes.

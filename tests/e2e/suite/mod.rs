@@ -33,6 +33,7 @@ mod queue;
 mod remote;
 mod remote_limits;
 mod remote_sessions;
+mod removal;
 mod rewind;
 mod rewind_default;
 mod secrets;

@@ -150,6 +150,18 @@ pub(super) async fn agent_out(d: &TestDaemon, args: &[&str]) -> (bool, String, S
     )
 }
 
+/// `agent ARGS` started with its stdin, stdout and stderr piped (stdin
+/// kept open: an `agent attach` goes on until it is closed).
+pub(super) fn spawn_agent(d: &TestDaemon, args: &[&str]) -> tokio::process::Child {
+    tokio::process::Command::from(d.agent())
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Checks the message chain of a recorded request: roles alternate from
 /// user, and every tool_use is answered, in order, by the next message's
 /// tool_results (and nothing else answers).

@@ -469,6 +469,7 @@ async fn poll_until_listed(
                 .list_conversations(pb::ListConversationsRequest {
                     limit: LS_PAGE as u32,
                     before_id: String::new(),
+                    archived: false,
                 })
                 .await
             {

@@ -8,7 +8,9 @@
 //! ```
 //!
 //! Defaults: 20 kills, a seed from the clock, 4 conversations per kill, 30 %
-//! of the turns spawning sub-agents (`--spawns PERCENT`). It
+//! of the turns spawning sub-agents (`--spawns PERCENT`), 30 % of the
+//! kills with a conversation deleted among the turns (`--deletes
+//! PERCENT`). It
 //! prints the seed first; `--seed` repeats a run's plan. Exits 0 after the
 //! summary line, 1 with a description of the first violation (the daemon's
 //! directory is kept and named), 2 on a usage error.
@@ -28,7 +30,7 @@ use std::time::Duration;
 use agent_tests::crash::{self, CrashOptions};
 
 const USAGE: &str = "usage: crash-test [--kills N] [--seed S] [--conversations C] \
-[--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--spawns PERCENT] \
+[--max-rounds R] [--min-delay-ms MS] [--max-delay-ms MS] [--spawns PERCENT] [--deletes PERCENT] \
 [--no-git] [--tolerate-non-atomic-create] [--quiet]";
 
 fn parse(args: &[String]) -> Result<CrashOptions, String> {
@@ -67,6 +69,7 @@ fn parse(args: &[String]) -> Result<CrashOptions, String> {
             "--min-delay-ms" => opts.min_delay = Duration::from_millis(number()?),
             "--max-delay-ms" => opts.max_delay = Duration::from_millis(number()?),
             "--spawns" => opts.spawns = number()?.min(100) as f64 / 100.0,
+            "--deletes" => opts.deletes = number()?.min(100) as f64 / 100.0,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }

@@ -49,6 +49,7 @@
 //! interleaving.
 
 pub mod check;
+mod deletes;
 pub mod ledger;
 pub mod repo;
 pub mod responder;
@@ -113,6 +114,8 @@ pub struct CrashOptions {
     pub git: bool,
     /// How long conversations get to come to rest after a restart.
     pub settle_timeout: Duration,
+    /// Chance that a round deletes one conversation (see `deletes`).
+    pub deletes: f64,
     /// Print a line per kill.
     pub progress: bool,
     /// Count, instead of failing on, a conversation created with a prompt
@@ -143,6 +146,7 @@ impl Default for CrashOptions {
             sub_agents_max_concurrent: 2,
             git: true,
             settle_timeout: Duration::from_secs(60),
+            deletes: 0.3,
             progress: true,
             tolerate_non_atomic_create: false,
             keep_dir: None,
@@ -211,6 +215,9 @@ pub struct Summary {
     /// Calls of the git conversation that were running when the daemon
     /// was killed.
     pub git_interrupted: usize,
+    /// Deletes asked for, and acknowledged.
+    pub deletes: usize,
+    pub deletes_acknowledged: usize,
 }
 
 impl fmt::Display for Summary {
@@ -233,7 +240,8 @@ impl Summary {
              {} cancelled, {} sub-agents ({} spawn calls answered, {} sub-agents cancelled alone), \
              {} messages ({} acknowledged to clients), \
              {} model requests ({} repeated, {} streams cut), \
-             {} tools interrupted, {} skipped, {} attach frames{}{}",
+             {} tools interrupted, {} skipped, {} attach frames, \
+             {} deletes ({} acknowledged){}{}",
             self.kills,
             self.recovery_kills,
             self.conversations,
@@ -251,6 +259,8 @@ impl Summary {
             self.restarted_tools,
             self.skipped_tools,
             self.frames,
+            self.deletes,
+            self.deletes_acknowledged,
             if self.git_rewinds > 0 {
                 format!(
                     "; git conversation: {} rewinds checked ({} files put back or removed), \
@@ -336,6 +346,8 @@ struct Conv {
     /// Messages whose tools' effects a rewind undid (the first ones): the
     /// effects are checked in those after them.
     effects_from: usize,
+    /// Set once its delete is asked for.
+    deletion: Option<deletes::Deletion>,
 }
 
 /// The conversation that works in a git repository.
@@ -367,6 +379,8 @@ enum Kind {
     Send { conv: usize },
     /// A new conversation; the prompt goes with the creation, or after it.
     Create { cwd: PathBuf, with_prompt: bool },
+    /// A delete of a conversation (index into `convs`), after a while.
+    Delete { conv: usize, after: Duration },
 }
 
 /// What became of an action.
@@ -445,9 +459,10 @@ impl Run {
             if let Some(v) = outcome.violation {
                 return Err(v);
             }
-            acked += usize::from(outcome.acked);
+            acked += usize::from(outcome.acked && !matches!(action.kind, Kind::Delete { .. }));
             self.record(action, outcome);
         }
+        self.check_deleted_keys()?;
         self.summary.turns_acknowledged += acked;
         let mut kills = format!("kill {kill_no}");
         let mut again = String::new();
@@ -456,6 +471,7 @@ impl Run {
             self.restart().await?;
             tokio::time::sleep(Duration::from_millis(delay)).await;
             self.kill();
+            self.check_deleted_keys()?;
             self.summary.recovery_kills += 1;
             kills = format!("kills {kill_no}-{}", kill_no + 1);
             again = format!(", again {delay} ms into recovery");
@@ -464,6 +480,7 @@ impl Run {
         let settle = Instant::now();
         self.settle().await?;
         let settled = settle.elapsed();
+        self.check_deletes(&mut self.client()?).await?;
         let (convs, requests) = self.check().await?;
         self.check_git().await?;
         if self.opts.progress {
@@ -497,7 +514,11 @@ impl Run {
     fn plan(&mut self) -> Vec<Action> {
         let git = self.git.as_ref().map(|g| g.conv);
         let mut candidates: Vec<usize> = (0..self.convs.len())
-            .filter(|&i| self.convs[i].turns < self.convs[i].life && Some(i) != git)
+            .filter(|&i| {
+                self.convs[i].turns < self.convs[i].life
+                    && Some(i) != git
+                    && self.convs[i].deletion.is_none()
+            })
             .collect();
         let crowded = candidates.len() > 3 * self.opts.conversations;
         let mut actions = Vec::new();
@@ -594,6 +615,9 @@ impl Run {
             });
         }
         self.summary.turns_started += actions.len();
+        if let Some(delete) = self.plan_delete(&actions) {
+            actions.push(delete);
+        }
         actions
     }
 
@@ -665,6 +689,15 @@ impl Run {
                     outcome
                 })
             }
+            Kind::Delete { conv, after } => {
+                let id = self.convs[*conv].id.clone();
+                let after = *after;
+                tokio::spawn(async move {
+                    let mut outcome = Outcome::default();
+                    deletes::delete(&mut client, &id, after, &mut outcome).await;
+                    outcome
+                })
+            }
         };
         Ok((action, task))
     }
@@ -673,6 +706,10 @@ impl Run {
     fn record(&mut self, action: Action, outcome: Outcome) {
         self.summary.cancels += usize::from(outcome.cancelled);
         self.summary.child_cancels += usize::from(outcome.child_cancelled);
+        if let Kind::Delete { conv, .. } = action.kind {
+            self.record_delete(conv, &outcome);
+            return;
+        }
         let Kind::Create { with_prompt, .. } = action.kind else {
             return;
         };
@@ -693,6 +730,7 @@ impl Run {
             dirty: true,
             cancelled,
             effects_from: 0,
+            deletion: None,
         });
     }
 
@@ -775,6 +813,7 @@ impl Run {
                 dirty: true,
                 cancelled: HashSet::new(),
                 effects_from: 0,
+                deletion: None,
             });
         }
         if self.summary.kills > 0 {
@@ -783,7 +822,7 @@ impl Run {
         }
         let mut observers = lock(&self.observers);
         for conv in &self.convs {
-            if conv.turns < conv.life || conv.dirty {
+            if (conv.turns < conv.life || conv.dirty) && conv.deletion.is_none() {
                 observers.push(tokio::spawn(ledger::observe(
                     client.clone(),
                     conv.id.clone(),
@@ -846,7 +885,7 @@ impl Run {
         let mut transcripts: HashMap<RequestKey, (String, Vec<pb::Message>)> = HashMap::new();
         let all = self.listing(&mut client).await?;
         let dirty: Vec<usize> = (0..self.convs.len())
-            .filter(|&i| self.convs[i].dirty)
+            .filter(|&i| self.convs[i].dirty && self.convs[i].deletion.is_none())
             .collect();
         for &i in &dirty {
             let (id, messages) = self.check_conv(&mut client, i).await?;
@@ -872,6 +911,10 @@ impl Run {
                     req.body["messages"]
                 ));
             };
+            let (RequestKey::Conv(label) | RequestKey::Child(label, ..)) = key;
+            if self.deleted_label(label) {
+                continue;
+            }
             if let Entry::Vacant(slot) = transcripts.entry(key) {
                 let RequestKey::Conv(label) = key else {
                     return Err(format!(
@@ -952,7 +995,12 @@ impl Run {
             .conversations;
         for c in &all {
             let parent = &c.sub_agent_parent_id;
-            if !parent.is_empty() && !self.convs.iter().any(|k| k.id == *parent) {
+            if !parent.is_empty()
+                && !self
+                    .convs
+                    .iter()
+                    .any(|k| k.id == *parent && k.deletion.is_none())
+            {
                 return Err(format!(
                     "sub-agent {} ({}) is an orphan: its parent {parent} is not a conversation of the run",
                     c.id, c.agent_id
@@ -1017,6 +1065,9 @@ impl Run {
         let mut client = self.client()?;
         let all = self.listing(&mut client).await?;
         for i in 0..self.convs.len() {
+            if self.convs[i].deletion.is_some() {
+                continue;
+            }
             let (id, messages) = self.check_conv(&mut client, i).await?;
             let (children, answered) = self.check_family(&mut client, i, &messages, &all).await?;
             self.summary.sub_agents += children.len();
@@ -1037,7 +1088,7 @@ impl Run {
                 }
             }
         }
-        self.summary.conversations = self.convs.len();
+        self.summary.conversations = self.convs.iter().filter(|c| c.deletion.is_none()).count();
         self.summary.requests = self.requests_checked;
         Ok(())
     }
@@ -1079,6 +1130,7 @@ impl Run {
             dirty: false,
             cancelled: HashSet::new(),
             effects_from: 0,
+            deletion: None,
         });
         self.git = Some(GitConv {
             conv: self.convs.len() - 1,

@@ -879,6 +879,7 @@ fn body(rng: &mut StdRng, path: &str, ids: &[String], intact: bool) -> Vec<u8> {
         "ListConversations" => pb::ListConversationsRequest {
             limit: rng.random(),
             before_id: id(rng, ids),
+            archived: rng.random(),
         }
         .encode_to_vec(),
         "GetConversation" => pb::GetConversationRequest {

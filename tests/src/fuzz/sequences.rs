@@ -602,6 +602,7 @@ async fn list_all(
             .list_conversations(pb::ListConversationsRequest {
                 limit: 100,
                 before_id: before_id.clone(),
+                archived: false,
             })
             .await
             .map_err(|e| format!("ListConversations failed: {e}"))?

@@ -4,9 +4,33 @@
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 
-use super::{Checkpoints, FileState, RECORD, Record, id_of, io_err};
+use super::{Checkpoints, FileState, MARK, RECORD, Record, id_of, io_err, prefix};
 
 impl Checkpoints {
+    /// Forgets a deleted conversation's records and marks (not flushed).
+    /// The contents they name are shared, by hash, with every other
+    /// record (a fork's parent's, a conversation in the same files): the
+    /// next [`Checkpoints::prune`] removes those no record refers to any
+    /// more. Idempotent. Returns how many records went.
+    pub(crate) fn forget(&self, conversation_id: &str) -> Result<usize, crate::store::StoreError> {
+        let _guard = self.locked();
+        let mut records = 0;
+        for kind in [RECORD, MARK] {
+            let keys: Vec<sled::IVec> = self
+                .tree
+                .scan_prefix(prefix(kind, conversation_id))
+                .keys()
+                .collect::<Result<_, _>>()?;
+            if kind == RECORD {
+                records = keys.len();
+            }
+            for k in keys {
+                self.tree.remove(k)?;
+            }
+        }
+        Ok(records)
+    }
+
     /// Retention: drops records older than `max_age_days`, then the oldest
     /// while the stored contents exceed `max_bytes`, then every content no
     /// record refers to. Returns the records dropped.

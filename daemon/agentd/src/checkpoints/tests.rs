@@ -585,3 +585,43 @@ async fn ids_stay_above_every_record_after_a_restart() {
     assert!(ids[1].0 > ahead && ids[1].1 == "new", "{ids:?}");
     assert!(reopened.mark("c1", "step").unwrap() > ids[1].0);
 }
+
+#[tokio::test]
+async fn a_deleted_conversations_checkpoints_go_and_the_contents_another_shares_stay() {
+    let f = fixture(CheckpointsSection::default());
+    let now = crate::runtime::Clock::System.now_ms();
+    std::fs::write(f.path("a.txt"), "shared").unwrap();
+    std::fs::write(f.path("b.txt"), "shared").unwrap();
+    std::fs::write(f.path("c.txt"), "its own").unwrap();
+    f.write(1, "t1", now - 2, "a.txt", "a1").await;
+    // Another conversation (a fork, say) changes files with the same prior
+    // content, and one of its own.
+    for (id, name, content) in [("u1", "b.txt", "b1"), ("u2", "c.txt", "c1")] {
+        let key = CallKey {
+            conversation_id: "c2".into(),
+            turn: 1,
+            tool_use_id: id.into(),
+            at_ms: now - 1,
+        };
+        let input = json!({"path": name, "content": content});
+        let pending = f.cp.before(key, "write", &input, &f.ctx).await;
+        std::fs::write(f.path(name), content).unwrap();
+        f.cp.after(pending.unwrap()).await;
+    }
+    f.cp.mark("c2", "step").unwrap();
+    assert_eq!(f.blob_count(), 2);
+    assert_eq!(f.cp.forget("c2").unwrap(), 2);
+    assert_eq!(f.cp.forget("c2").unwrap(), 0, "idempotent");
+    assert!(f.cp.records("c2").unwrap().is_empty());
+    assert_eq!(f.cp.mark_of("c2", "step"), None);
+    f.cp.prune(now).unwrap();
+    assert_eq!(
+        f.blob_count(),
+        1,
+        "only the content no one else refers to goes"
+    );
+    f.cp.restore("c1", Since::Turn(1), false, false)
+        .await
+        .unwrap();
+    assert_eq!(std::fs::read_to_string(f.path("a.txt")).unwrap(), "shared");
+}

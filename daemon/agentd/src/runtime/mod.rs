@@ -12,6 +12,7 @@ pub(crate) mod budget;
 pub(crate) mod clock;
 mod commands;
 mod create;
+mod delete;
 pub(crate) mod error;
 pub(crate) mod events;
 pub(crate) mod instructions;
@@ -29,6 +30,7 @@ pub(crate) use actor::{Rings, Subscription};
 pub(crate) use clock::Clock;
 #[cfg(test)]
 pub(crate) use create::test_record;
+pub(crate) use delete::{Label, title};
 pub(crate) use error::RuntimeError;
 pub(crate) use events::{
     ClientInfo, ConvEvent, EventKind, PermissionView, SnapshotData, SubAgentRef,
@@ -173,6 +175,10 @@ impl Manager {
         if forgotten > 0 {
             tracing::debug!("forgot {forgotten} create request ids older than a day");
         }
+        let finished = self.finish_deletes().await?;
+        if finished > 0 {
+            tracing::info!("finished {finished} deletes a stop interrupted");
+        }
         let mut n = 0;
         for rec in self.shared.store.conversations_mid_turn()? {
             tracing::info!(conversation = %rec.id, state = rec.conversation.state.name(), "recovering conversation");
@@ -229,13 +235,18 @@ impl Manager {
     }
 
     /// Conversations newest first, older than `before` when given, at most
-    /// `limit` (0: all); and whether older ones remain.
+    /// `limit` (0: all), the archived ones or the others; and whether older
+    /// ones remain.
     pub(crate) fn list(
         &self,
         before: Option<&str>,
         limit: usize,
+        archived: bool,
     ) -> Result<(Vec<ConversationRecord>, bool), RuntimeError> {
-        Ok(self.shared.store.conversations_page(before, limit)?)
+        Ok(self
+            .shared
+            .store
+            .conversations_page_where(before, limit, |r| r.archived == archived)?)
     }
 
     /// Every conversation id, newest first.

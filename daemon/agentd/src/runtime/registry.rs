@@ -32,6 +32,13 @@ impl LiveActors {
         self.live.get(id).filter(|tx| !tx.is_closed())
     }
 
+    /// Takes the actor of `id` out (a delete stops it), and makes a load
+    /// that read the conversation before read it again (it is gone).
+    pub(super) fn take(&mut self, id: &str) -> Option<mpsc::UnboundedSender<Input>> {
+        self.unloads += 1;
+        self.live.remove(id)
+    }
+
     /// Removes the actor of `id` if it is the one `tx` reaches.
     pub(crate) fn remove_if_same(&mut self, id: &str, tx: &mpsc::UnboundedSender<Input>) {
         if self.live.get(id).is_some_and(|t| t.same_channel(tx)) {

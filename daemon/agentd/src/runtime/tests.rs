@@ -191,3 +191,49 @@ async fn a_conversation_is_imported_once_and_only_with_its_images() {
     assert!(matches!(refused, Err(RuntimeError::InvalidArgument(_))));
     assert!(rig.manager.record("01IMPORTED").is_err(), "nothing stored");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_delete_takes_the_sub_agents_and_one_a_crash_cut_short_is_finished_at_start() {
+    let rig = rig();
+    let parent = rig.conversation(Mode::Default).await;
+    let child = NewConversation {
+        sub_agent: Some(crate::store::SubAgentLink {
+            parent_id: parent.clone(),
+            agent_id: "agent_1_t1".into(),
+            description: "d".into(),
+            result: None,
+        }),
+        ..new_in(&rig)
+    };
+    let child = rig.manager.create(child, None).await.unwrap().id;
+    let other = NewConversation {
+        client_request_id: Some("create-other".into()),
+        ..new_in(&rig)
+    };
+    let other = rig.manager.create(other, None).await.unwrap().id;
+    let store = &rig.manager.shared().store;
+    let deleted = rig.manager.delete(&parent, false).await.unwrap();
+    assert_eq!(deleted.sub_agents, std::slice::from_ref(&child));
+    assert!(!deleted.stopped);
+    assert_eq!(rig.manager.ids().unwrap(), std::slice::from_ref(&other));
+    for id in [&parent, &child] {
+        assert!(store.keys_of(id).unwrap().is_empty(), "{id}");
+    }
+    assert!(store.tombstones().unwrap().is_empty());
+    // A delete a crash cut short after its tombstone: hidden at once, and
+    // finished when the daemon starts.
+    store
+        .tombstone(&other, std::slice::from_ref(&other))
+        .unwrap();
+    assert!(matches!(
+        rig.manager.resolve(&other),
+        Err(RuntimeError::NotFound(_))
+    ));
+    assert!(
+        !store.keys_of(&other).unwrap().is_empty(),
+        "only hidden so far"
+    );
+    assert_eq!(rig.manager.finish_deletes().await.unwrap(), 1);
+    assert!(store.keys_of(&other).unwrap().is_empty());
+    assert!(store.tombstones().unwrap().is_empty());
+}

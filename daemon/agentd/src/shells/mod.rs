@@ -17,6 +17,7 @@
 //! that provably are ours: same pid and same start time in `/proc`.
 
 mod output;
+mod removal;
 mod shell;
 mod tasks;
 

@@ -10,7 +10,9 @@
 //! whether `mid_turn` has been built), `images` (SHA-256 hex → the image's
 //! bytes: every image once, whatever number of messages refer to it),
 //! `tokens` and `audit` (see [`access`]), `checkpoints` (see
-//! `crate::checkpoints`), `environments` (see `crate::environment`).
+//! `crate::checkpoints`), `environments` (see `crate::environment`),
+//! `deleting` (see [`removal`]: the tombstones of conversations being
+//! deleted).
 //! sled 0.34 makes nothing durable until a flush, and its flush is costly
 //! (a hand-off to its I/O thread pool and back, and a `sync_file_range`).
 //! So every change also goes to the store's journal ([`journal`]), and
@@ -25,6 +27,7 @@ mod journal;
 mod open;
 pub(crate) mod persisted;
 mod records;
+mod removal;
 mod usage;
 
 pub(crate) use journal::Tree;
@@ -127,6 +130,9 @@ pub struct Store {
     checkpoints: Tree,
     /// The `environments` tree (its keys are `crate::environment`'s own).
     environments: Tree,
+    /// Tombstones: the root id of a delete → every id it deletes (see
+    /// [`removal`]).
+    deleting: Tree,
     /// Flushes asked for, for tests and benchmarks that count them.
     flushes: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// Makes every flush fail, for tests of what a failed write undoes.
@@ -362,6 +368,16 @@ impl Store {
         before: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<ConversationRecord>, bool), StoreError> {
+        self.conversations_page_where(before, limit, |_| true)
+    }
+
+    /// Like [`Store::conversations_page`], of the records `keep` keeps.
+    pub fn conversations_page_where(
+        &self,
+        before: Option<&str>,
+        limit: usize,
+        keep: impl Fn(&ConversationRecord) -> bool,
+    ) -> Result<(Vec<ConversationRecord>, bool), StoreError> {
         let iter = match before {
             Some(b) => self.convs.range(..b.as_bytes()),
             None => self.convs.iter(),
@@ -370,10 +386,14 @@ impl Store {
         let mut out = Vec::new();
         for item in iter.rev() {
             let (k, v) = item?;
+            let record: ConversationRecord = decode(&k, &v)?;
+            if !keep(&record) {
+                continue;
+            }
             if out.len() == limit {
                 return Ok((out, true));
             }
-            out.push(decode(&k, &v)?);
+            out.push(record);
         }
         Ok((out, false))
     }

@@ -67,6 +67,7 @@ impl Store {
             audit: next()?,
             checkpoints: next()?,
             environments: next()?,
+            deleting: next()?,
             db,
             mid_turn_ids: Default::default(),
             journal,
@@ -98,7 +99,7 @@ impl Store {
 
 /// The trees, in the order the journal numbers them: it replays into the
 /// trees by their place in this list, so append to it, never reorder it.
-const TREE_NAMES: [&str; 15] = [
+const TREE_NAMES: [&str; 16] = [
     "conversations",
     "messages",
     "rules",
@@ -114,6 +115,7 @@ const TREE_NAMES: [&str; 15] = [
     "audit",
     "checkpoints",
     "environments",
+    "deleting",
 ];
 
 /// Checks the schema version a store was written with, or records ours in

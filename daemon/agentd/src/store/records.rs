@@ -74,6 +74,9 @@ pub struct ConversationRecord {
     /// The conversation a rewind forked it from, if one did.
     #[serde(flatten)]
     pub fork: ForkOrigin,
+    /// Put away (`agent archive`): left out of listings unless asked for.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub archived: bool,
     /// The models its replies came from, and what each used.
     #[serde(flatten)]
     pub models: ModelHistory,

@@ -52,6 +52,12 @@ pub(crate) const fn rule(rpc: Rpc) -> Need {
         Rpc::GetAudit => Need::Role(Viewer),
         // Rewriting files and forking the transcript: a driver's.
         Rpc::Rewind => Need::Role(Driver),
+        // Putting conversations away changes what every client sees, and a
+        // delete cannot be undone: a driver's, the role that administers
+        // conversations (tokens and trust stay local).
+        Rpc::DeleteConversation => Need::Role(Driver),
+        Rpc::ArchiveConversation => Need::Role(Driver),
+        Rpc::RenameConversation => Need::Role(Driver),
     }
 }
 
@@ -182,6 +188,9 @@ mod tests {
             "DropQueuedMessage",
             "ImportConversations",
             "AnswerBudget",
+            "DeleteConversation",
+            "ArchiveConversation",
+            "RenameConversation",
         ] {
             assert!(!may(Viewer, method), "a viewer may not call {method}");
         }
@@ -193,6 +202,9 @@ mod tests {
             "KillShell",
             "CreateConversation",
             "AnswerBudget",
+            "DeleteConversation",
+            "ArchiveConversation",
+            "RenameConversation",
         ] {
             assert!(!may(Approver, method), "an approver may not call {method}");
             assert!(may(Driver, method), "a driver may call {method}");

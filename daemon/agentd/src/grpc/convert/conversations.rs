@@ -49,6 +49,7 @@ pub(crate) fn summary(
             .unwrap_or_default(),
         forked_from: r.fork.forked_from.clone().unwrap_or_default(),
         forked_at_message: r.fork.forked_at,
+        archived: r.archived,
         continued_as: r
             .conversation
             .continuation

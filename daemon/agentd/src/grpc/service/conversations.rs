@@ -124,7 +124,7 @@ pub(super) async fn list_conversations(
     let before = (!before.is_empty()).then_some(before.as_str());
     let (page, more) = svc
         .manager
-        .list(before, req.limit as usize)
+        .list(before, req.limit as usize, req.archived)
         .map_err(to_status)?;
     let next_before_id = match page.last() {
         Some(last) if more => last.id.clone(),

@@ -46,6 +46,7 @@ pub(super) async fn forward(
             return client.detach().await;
         };
         if !client.hub_open && client.out.is_empty() {
+            client.tell_if_deleted(&tx).await;
             break;
         }
         // Then wait: for the held delta to fall due (what arrives meanwhile
@@ -103,6 +104,16 @@ struct Forwarder {
 }
 
 impl Forwarder {
+    /// The conversation's events ended: when because it was deleted, the
+    /// stream ends saying so (NOT_FOUND "conversation ID was deleted"),
+    /// within a bound, so a client that reads nothing does not hold it.
+    async fn tell_if_deleted(&self, tx: &FrameTx) {
+        if let Err(crate::runtime::RuntimeError::NotFound(_)) = self.manager.record(&self.id) {
+            let status = tonic::Status::not_found(format!("conversation {} was deleted", self.id));
+            let _ = tokio::time::timeout(Duration::from_secs(1), tx.send(Err(status))).await;
+        }
+    }
+
     /// A client's forwarding state, its initial frames queued.
     fn new(manager: Arc<Manager>, id: String, sub: crate::runtime::Subscription) -> Forwarder {
         let mut out = Outbox::default();

@@ -16,6 +16,7 @@ mod attach;
 mod conversations;
 mod forward;
 mod messages;
+mod removal;
 mod shells;
 mod transfer;
 mod usage;
@@ -216,6 +217,27 @@ impl AgentService for Service {
         request: Request<pb::RewindRequest>,
     ) -> Result<Response<pb::RewindResponse>, Status> {
         conversations::rewind(self, request).await
+    }
+
+    async fn delete_conversation(
+        &self,
+        request: Request<pb::DeleteConversationRequest>,
+    ) -> Result<Response<pb::DeleteConversationResponse>, Status> {
+        removal::delete_conversation(self, request).await
+    }
+
+    async fn archive_conversation(
+        &self,
+        request: Request<pb::ArchiveConversationRequest>,
+    ) -> Result<Response<pb::ArchiveConversationResponse>, Status> {
+        removal::archive_conversation(self, request).await
+    }
+
+    async fn rename_conversation(
+        &self,
+        request: Request<pb::RenameConversationRequest>,
+    ) -> Result<Response<pb::RenameConversationResponse>, Status> {
+        removal::rename_conversation(self, request).await
     }
 
     async fn send_message(

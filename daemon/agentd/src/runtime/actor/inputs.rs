@@ -70,6 +70,9 @@ pub(crate) enum Input {
     Shell(crate::shells::ShellEvent),
     /// The daemon is stopping.
     Shutdown { done: oneshot::Sender<()> },
+    /// The conversation is being deleted: stop everything and write
+    /// nothing more (see `runtime/delete.rs`).
+    Delete { done: oneshot::Sender<()> },
     /// One of this conversation's sub-agents ended, having used `usage`.
     SubAgentFinished {
         result: agentd_core::SubAgentResult,
@@ -165,6 +168,11 @@ pub(crate) enum Command {
         code: bool,
         force: bool,
         reply: Reply<(u64, Option<crate::checkpoints::Restored>)>,
+    },
+    /// Renames or (un)archives the conversation.
+    Label {
+        label: crate::runtime::Label,
+        reply: Reply<ConversationRecord>,
     },
     /// A rewind forked this conversation: tell the clients.
     Forked {

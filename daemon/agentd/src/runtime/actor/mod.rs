@@ -28,6 +28,7 @@ mod continuation;
 mod effects;
 mod hooks;
 mod inputs;
+mod labels;
 mod model;
 mod permissions;
 mod queue;
@@ -204,6 +205,11 @@ impl Actor {
                 let _ = done.send(());
                 return Flow::Stop;
             }
+            Input::Delete { done } => {
+                self.work.stop_all();
+                let _ = done.send(());
+                return Flow::Stop;
+            }
             Input::Recover => self.recover().await,
             other => {
                 // A tool's end usually starts the next model request: it
@@ -330,7 +336,7 @@ impl Actor {
             }),
             // A slot granted to a recovery that no longer waits for one.
             Input::RecoverySlotGranted => {}
-            Input::Recover | Input::Shutdown { .. } => {}
+            Input::Recover | Input::Shutdown { .. } | Input::Delete { .. } => {}
         }
     }
 
@@ -361,6 +367,9 @@ impl Actor {
             }
             Command::Update { settings, reply } => {
                 let _ = reply.send(self.update_settings(settings).await);
+            }
+            Command::Label { label, reply } => {
+                let _ = reply.send(self.label(label).await);
             }
             Command::AnswerBudget { answer, reply } => {
                 let _ = reply.send(self.answer_budget(answer).await);

@@ -48,6 +48,11 @@ impl Actor {
                     let _ = done.send(());
                     return Flow::Stop;
                 }
+                Input::Delete { done } => {
+                    self.work.stop_all();
+                    let _ = done.send(());
+                    return Flow::Stop;
+                }
                 // Waiting already (the slot was asked for again).
                 Input::Recover => {}
                 other => self.handle(other).await,
