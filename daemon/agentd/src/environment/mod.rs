@@ -175,6 +175,15 @@ impl Environments {
         lock(&self.launches).remove(id);
     }
 
+    /// Forgets conversation `id`'s environment (it is being deleted): the
+    /// stored one, the held variables and its launch. Not flushed.
+    pub(crate) fn forget(&self, id: &str) -> Result<(), StoreError> {
+        self.tree.remove(id.as_bytes())?;
+        lock(&self.held).remove(id);
+        lock(&self.launches).remove(id);
+        Ok(())
+    }
+
     /// Where conversation `id`'s environment came from; None: it runs in
     /// the daemon's.
     pub(crate) fn origin(&self, id: &str) -> Result<Option<Origin>, StoreError> {

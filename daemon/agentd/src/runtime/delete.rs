@@ -126,6 +126,7 @@ impl Manager {
         for id in ids {
             shells_killed += self.shared.shells.forget_conversation(id).await;
             self.shared.checkpoints.forget(id)?;
+            self.shared.environments.forget(id)?;
             let n = self.shared.store.purge(id)?;
             if id == root {
                 messages = n;

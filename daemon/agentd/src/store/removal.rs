@@ -79,7 +79,7 @@ impl Store {
 
     /// The trees that hold a key of conversation `id` (its record, its
     /// messages, events, audit, rules, checkpoints, shells, create
-    /// requests, mid-turn entry): none once a delete of it is done. The
+    /// requests, mid-turn entry, environment): none once a delete of it is done. The
     /// crash test reads it from a stopped daemon's store. The
     /// `checkpoints` tree is read by the one thing its keys share with the
     /// store's: a conversation's begin with one kind byte, then its id and
@@ -112,6 +112,9 @@ impl Store {
         }
         if self.mid_turn.contains_key(id.as_bytes())? {
             out.push("mid_turn");
+        }
+        if self.environments.contains_key(id.as_bytes())? {
+            out.push("environments");
         }
         if self.shells()?.iter().any(|s| s.conversation_id == id) {
             out.push("shells");
