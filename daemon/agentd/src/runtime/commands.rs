@@ -64,6 +64,7 @@ impl Manager {
             // A sub-agent fails when its context is exhausted: only a
             // user's conversation is continued.
             sub_agent: None,
+            thinking: old.conversation.thinking,
         };
         let next = self.create(new, None).await?;
         let taken: Vec<String> = old

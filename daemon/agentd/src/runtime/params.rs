@@ -30,6 +30,8 @@ pub(crate) struct NewConversation {
     pub parent: Option<Parent>,
     /// Set for a sub-agent: its parent and agent id.
     pub sub_agent: Option<crate::store::SubAgentLink>,
+    /// The thinking asked for the first turn (None: the model's).
+    pub thinking: Option<agentd_core::Thinking>,
 }
 
 /// What a continued conversation takes from the one it continues.
@@ -81,6 +83,8 @@ pub(crate) struct NewMessage {
     /// Who sent it, for the audit trail, when it came by a unary call
     /// (`from` names an attached sender).
     pub by: Option<agentd_core::ClientInfo>,
+    /// The thinking asked for the turn it starts (None: the model's).
+    pub thinking: Option<agentd_core::Thinking>,
 }
 
 /// A change of a conversation's settings; `None` keeps a value.

@@ -268,6 +268,8 @@ async fn create_child(
             description: spawn.description.clone(),
             result: None,
         }),
+        // A child's task is no message of a person: its model's own.
+        thinking: None,
     };
     m.create(new, None).await
 }

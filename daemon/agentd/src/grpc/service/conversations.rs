@@ -81,6 +81,7 @@ pub(super) fn new_conversation(
             client_request_id: convert::client_request_id_from(req.client_request_id)?,
             parent: None,
             sub_agent: None,
+            thinking: convert::thinking_from(req.thinking.as_ref())?,
         },
         (!prompt.is_empty() || !images.is_empty()).then_some((prompt, images)),
     ))
