@@ -155,6 +155,8 @@ pub enum Command {
         /// content) to the message; repeatable
         #[arg(long = "image", value_name = "FILE")]
         image: Vec<PathBuf>,
+        #[command(flatten)]
+        think: crate::think::ThinkArgs,
         /// The message; several words are joined with spaces
         #[arg(value_name = "TEXT", required = true, num_args = 1..)]
         text: Vec<String>,

@@ -126,10 +126,17 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             text,
             no_queue,
             image,
+            think,
             ..
         } => {
             let images = read_images(&image)?;
-            send::send(ctx, id, text.join(" "), images, !no_queue, io).await
+            let thinking = think.choice().map_err(CliError::Input)?;
+            let message = send::Message {
+                text: text.join(" "),
+                images,
+                thinking,
+            };
+            send::send(ctx, id, message, !no_queue, io).await
         }
         Command::Queue {
             id, drop, drop_all, ..

@@ -232,6 +232,9 @@ pub fn content_block(b: &pb::ContentBlock) -> Value {
     match &b.block {
         None => json!({}),
         Some(Block::Text(t)) => json!({"type": "text", "text": t.text}),
+        Some(Block::Thinking(t)) if !t.redacted_data.is_empty() => json!({
+            "type": "thinking", "thinking": t.thinking, "redacted_data": t.redacted_data,
+        }),
         Some(Block::Thinking(t)) => {
             json!({"type": "thinking", "thinking": t.thinking, "signature": t.signature})
         }

@@ -7,14 +7,25 @@ use super::{Ctx, print_json, print_line, request_id, retrying};
 use crate::error::{CliError, Exit};
 use crate::io::Io;
 
+/// What `agent send` sends.
+pub(super) struct Message {
+    pub(super) text: String,
+    pub(super) images: Vec<pb::ImageUpload>,
+    pub(super) thinking: Option<pb::ThinkingChoice>,
+}
+
 pub(super) async fn send(
     ctx: &Ctx,
     id: String,
-    text: String,
-    images: Vec<pb::ImageUpload>,
+    message: Message,
     queue_if_busy: bool,
     io: &mut Io,
 ) -> Result<Exit, CliError> {
+    let Message {
+        text,
+        images,
+        thinking,
+    } = message;
     if text.trim().is_empty() {
         return Err(CliError::Input("the message is empty".to_string()));
     }
@@ -25,6 +36,7 @@ pub(super) async fn send(
         expected_turn: None,
         queue_if_busy,
         images,
+        thinking,
     };
     let response = retrying(ctx, |mut client| {
         let request = request.clone();
