@@ -510,6 +510,7 @@ mod tests {
                         block(Block::Thinking(pb::ThinkingBlock {
                             thinking: "hmm".into(),
                             signature: "sig==".into(),
+                            redacted_data: String::new(),
                         })),
                         block(Block::Text(pb::TextBlock { text: "ok".into() })),
                         block(Block::ToolUse(pb::ToolUseBlock {
@@ -517,6 +518,11 @@ mod tests {
                             name: "bash".into(),
                             input_json: "{\"command\": \"ls\"}".into(),
                             ..Default::default()
+                        })),
+                        block(Block::Thinking(pb::ThinkingBlock {
+                            thinking: "[redacted reasoning]".into(),
+                            signature: String::new(),
+                            redacted_data: "EmwKAhgB+/==".into(),
                         })),
                         pb::ContentBlock { block: None },
                     ],

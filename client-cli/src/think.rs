@@ -6,7 +6,8 @@
 use agent_proto::v1 as pb;
 use clap::Args;
 
-/// The thinking flags of a command that sends a message.
+// The thinking flags of a command that sends a message. (No doc comment:
+// clap would show it as the description of the subcommands that flatten it.)
 #[derive(Debug, Default, Clone, Args)]
 pub struct ThinkArgs {
     /// Extended thinking for this message's turn: --think alone (the

@@ -67,7 +67,7 @@ impl Session<'_> {
         if arg.is_empty() {
             let now = crate::think::describe(self.outbox.thinking.as_ref());
             return self.note(&format!(
-                "thinking: {now}; /think on|off|BUDGET|low|medium|high|default changes it"
+                "thinking: {now}; /think on, off, a token budget, low, medium, high or default changes it"
             ));
         }
         if arg.eq_ignore_ascii_case("default") {
