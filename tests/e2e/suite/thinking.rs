@@ -395,3 +395,31 @@ async fn openai_reasoning_is_asked_by_effort_shown_and_never_sent_back() {
         reqs[1].body
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_run_think_asks_for_a_budget_and_shows_the_thinking_on_one_line() {
+    let s = Scenario::new()
+        .script(Script::Reply(
+            ReplyScript::new()
+                .thinking("Let me weigh this.\nAt length.", "sig-1")
+                .text("Forty-two."),
+        ))
+        .start()
+        .await;
+    let (fake, d) = (s.fake, s.daemon);
+    let cwd = s.work.path().display().to_string();
+    let (ok, out, err) =
+        agent_out(&d, &["run", "--cwd", &cwd, "--think=3000", "what is it?"]).await;
+    assert!(ok, "{err}");
+    let req = &fake.requests()[0];
+    assert_eq!(
+        req.body["thinking"],
+        json!({"type": "enabled", "budget_tokens": 3000})
+    );
+    assert!(out.contains("✻ thinking…"), "{out}");
+    assert!(!out.contains("At length"), "collapsed: {out}");
+    assert!(out.contains("Forty-two."), "{out}");
+    let (ok, _, err) = agent_out(&d, &["run", "--cwd", &cwd, "--effort", "max", "x"]).await;
+    assert!(!ok);
+    assert!(err.contains("low, medium or high"), "{err}");
+}
