@@ -4,28 +4,24 @@ use agent_proto::v1 as pb;
 use serde_json::json;
 
 use super::{Ctx, print_json, print_line, request_id, retrying};
+use crate::cli::SendArgs;
 use crate::error::{CliError, Exit};
 use crate::io::Io;
 
-/// What `agent send` sends.
-pub(super) struct Message {
-    pub(super) text: String,
-    pub(super) images: Vec<pb::ImageUpload>,
-    pub(super) thinking: Option<pb::ThinkingChoice>,
-}
-
-pub(super) async fn send(
-    ctx: &Ctx,
-    id: String,
-    message: Message,
-    queue_if_busy: bool,
-    io: &mut Io,
-) -> Result<Exit, CliError> {
-    let Message {
+/// `agent send`: the message with its images and thinking.
+pub(super) async fn send(ctx: &Ctx, args: SendArgs, io: &mut Io) -> Result<Exit, CliError> {
+    let SendArgs {
+        id,
+        no_queue,
+        image,
+        think,
         text,
-        images,
-        thinking,
-    } = message;
+        ..
+    } = args;
+    let text = text.join(" ");
+    let images = super::read_images(&image)?;
+    let thinking = think.choice().map_err(CliError::Input)?;
+    let queue_if_busy = !no_queue;
     if text.trim().is_empty() {
         return Err(CliError::Input("the message is empty".to_string()));
     }

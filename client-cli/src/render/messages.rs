@@ -59,11 +59,11 @@ impl<W: Write> Renderer<W> {
             let label = self.paint(DIM, label);
             write!(self.out, "{label}")?;
             self.line_open = true;
-        } else if !self.thinking.expanded {
-            if let Some(line) = self.thinking.more(now) {
-                let line = self.paint(DIM, &line);
-                write!(self.out, "\r\x1b[2K{line}")?;
-            }
+        } else if !self.thinking.expanded
+            && let Some(line) = self.thinking.more(now)
+        {
+            let line = self.paint(DIM, &line);
+            write!(self.out, "\r\x1b[2K{line}")?;
         }
         if self.thinking.expanded {
             let body = self.paint(DIM, text);
