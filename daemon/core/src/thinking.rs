@@ -11,7 +11,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::message::ContentBlock;
+use crate::message::{ContentBlock, Message, Role};
 
 /// The smallest budget the Anthropic API takes.
 pub const MIN_BUDGET: u32 = 1_024;
@@ -202,6 +202,36 @@ pub fn usable_window(window: u64, plan: &ThinkingPlan) -> u64 {
     window.saturating_sub(plan.reserved()).max(1)
 }
 
+/// Whether a request with `messages` may ask an Anthropic model to think:
+/// in a tool loop (the transcript ends with tool results) the API takes
+/// thinking only when the reply that called the tools began with reasoning
+/// that goes back. A loop that began without thinking (the config changed
+/// across a restart, say) finishes without it.
+pub fn may_think(messages: &[Message]) -> bool {
+    let Some((last, before)) = messages.split_last() else {
+        return true;
+    };
+    let in_loop = last.role == Role::User
+        && last
+            .content
+            .iter()
+            .any(|b| matches!(b, ContentBlock::ToolResult { .. }));
+    if !in_loop {
+        return true;
+    }
+    before
+        .iter()
+        .rev()
+        .find(|m| m.role == Role::Assistant)
+        .and_then(|m| m.content.first())
+        .is_some_and(|b| {
+            matches!(
+                b,
+                ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. }
+            ) && goes_back(b)
+        })
+}
+
 /// Whether `block` of an assistant reply goes back to the model in later
 /// requests (see the module doc).
 pub fn goes_back(block: &ContentBlock) -> bool {
@@ -350,6 +380,44 @@ mod tests {
         assert_eq!(usable_window(0, &p), 0);
         let off = plan(None, None, ThinkForm::Budget, 8_192, 64_000);
         assert_eq!(usable_window(200_000, &off), 200_000);
+    }
+
+    #[test]
+    fn a_tool_loop_thinks_only_if_it_began_thinking() {
+        let user = Message::user(vec![ContentBlock::text("go")], 0);
+        let call = ContentBlock::ToolUse {
+            id: "t".into(),
+            name: "read".into(),
+            input: serde_json::json!({}),
+        };
+        let reply = |content| Message {
+            role: Role::Assistant,
+            ..Message::user(content, 0)
+        };
+        let results = Message::user(vec![ContentBlock::tool_result("t", "ok", false)], 0);
+        let signed = ContentBlock::Thinking {
+            thinking: "a".into(),
+            signature: "s".into(),
+        };
+        assert!(may_think(&[]));
+        assert!(may_think(std::slice::from_ref(&user)));
+        let thought = [
+            user.clone(),
+            reply(vec![signed, call.clone()]),
+            results.clone(),
+        ];
+        assert!(may_think(&thought));
+        let plain = [user.clone(), reply(vec![call.clone()]), results.clone()];
+        assert!(!may_think(&plain));
+        let redacted = [
+            user,
+            reply(vec![
+                ContentBlock::RedactedThinking { data: "x".into() },
+                call,
+            ]),
+            results,
+        ];
+        assert!(may_think(&redacted));
     }
 
     #[test]

@@ -7,7 +7,8 @@ use crate::llm::{LlmRequest, StreamEvent};
 use crate::runtime::events::EventKind;
 use crate::runtime::{instructions, prompt};
 use agentd_core::{
-    ContentBlock, LlmPurpose, Message, Mode, Role, ThinkForm, Thinking, ThinkingPlan,
+    ContentBlock, LlmPurpose, Message, Mode, Role, ThinkForm, Thinking, ThinkingParams,
+    ThinkingPlan,
 };
 use std::sync::Arc;
 
@@ -166,7 +167,17 @@ impl Actor {
             system = Arc::from(format!("{system}\n\n{}", prompt::PLAN_MODE));
         }
         let thinking = match purpose {
-            LlmPurpose::Turn => self.thinking_plan(),
+            // Anthropic's thinking joins a tool loop only one that began
+            // thinking (`agentd_core::thinking::may_think`).
+            LlmPurpose::Turn => match self.thinking_plan() {
+                ThinkingPlan {
+                    params: Some(ThinkingParams::Budget { .. } | ThinkingParams::Adaptive { .. }),
+                    ..
+                } if !agentd_core::thinking::may_think(&messages) => {
+                    self.thinking_plan_for(Some(Thinking::Off))
+                }
+                plan => plan,
+            },
             // A summary needs no thinking.
             LlmPurpose::Continuation { .. } => self.thinking_plan_for(Some(Thinking::Off)),
         };
