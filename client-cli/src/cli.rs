@@ -13,7 +13,7 @@ mod words;
 
 use std::path::PathBuf;
 
-use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 pub use admin::{DaemonCommand, McpCommand, TokenCommand, TokenRole, parse_duration};
 pub use conversation::{
@@ -142,29 +142,7 @@ pub enum Command {
     /// current tool round (or as the next turn when this one ends), and every
     /// attached client sees it waiting. `agent queue ID` lists or drops queued
     /// messages.
-    Send {
-        /// The global options given at this level (read `Cli::global`).
-        #[command(flatten)]
-        global: GlobalArgs,
-        /// Conversation id or unique prefix
-        #[arg(value_name = "ID")]
-        id: String,
-        /// Refuse the message ("agent is busy") instead of queueing it while
-        /// a turn runs
-        #[arg(long)]
-        no_queue: bool,
-        /// Switch the conversation to model M first, for this message and
-        /// the ones after it (as `agent set ID --model M`)
-        #[arg(long, value_name = "M")]
-        model: Option<String>,
-        /// Attach an image (PNG, JPEG, GIF or WebP, recognised by its
-        /// content) to the message; repeatable
-        #[arg(long = "image", value_name = "FILE")]
-        image: Vec<PathBuf>,
-        /// The message; several words are joined with spaces
-        #[arg(value_name = "TEXT", required = true, num_args = 1..)]
-        text: Vec<String>,
-    },
+    Send(SendArgs),
 
     /// List the messages queued for a conversation's next model request, or
     /// drop them
@@ -548,6 +526,34 @@ pub enum Command {
     },
 }
 
+// `agent send`. (No doc comment: see `RunArgs`.)
+#[derive(Debug, Args)]
+pub struct SendArgs {
+    /// The global options given at this level (read `Cli::global`).
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    /// Conversation id or unique prefix
+    #[arg(value_name = "ID")]
+    pub id: String,
+    /// Refuse the message ("agent is busy") instead of queueing it while
+    /// a turn runs
+    #[arg(long)]
+    pub no_queue: bool,
+    /// Attach an image (PNG, JPEG, GIF or WebP, recognised by its
+    /// content) to the message; repeatable
+    #[arg(long = "image", value_name = "FILE")]
+    pub image: Vec<PathBuf>,
+    /// Switch the conversation to model M first, for this message and the
+    /// ones after it (as `agent set ID --model M`)
+    #[arg(long, value_name = "M")]
+    pub model: Option<String>,
+    #[command(flatten)]
+    pub think: crate::think::ThinkArgs,
+    /// The message; several words are joined with spaces
+    #[arg(value_name = "TEXT", required = true, num_args = 1..)]
+    pub text: Vec<String>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -873,7 +879,7 @@ mod tests {
         );
         let cli = parse(&["send", "01A", "hello", "there"]).unwrap();
         assert!(
-            matches!(cli.command.unwrap(), Command::Send { id, text, no_queue: false, image, .. } if id == "01A" && text.len() == 2 && image.is_empty())
+            matches!(cli.command.unwrap(), Command::Send(SendArgs { id, text, no_queue: false, image, .. }) if id == "01A" && text.len() == 2 && image.is_empty())
         );
         assert!(parse(&["send", "01A"]).is_err());
         let cli = parse(&["cancel", "01A"]).unwrap();

@@ -121,17 +121,7 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
     match command {
         Command::Run(args) => run::run(ctx, args, io).await,
         Command::Attach(args) => attach::attach(ctx, args, io).await,
-        Command::Send {
-            id,
-            text,
-            no_queue,
-            image,
-            model,
-            ..
-        } => {
-            let images = read_images(&image)?;
-            send::send(ctx, id, text.join(" "), images, !no_queue, model, io).await
-        }
+        Command::Send(args) => send::send(ctx, args, io).await,
         Command::Queue {
             id, drop, drop_all, ..
         } => queue::queue(ctx, id, drop, drop_all, io).await,

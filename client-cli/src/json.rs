@@ -238,6 +238,9 @@ pub fn content_block(b: &pb::ContentBlock) -> Value {
     match &b.block {
         None => json!({}),
         Some(Block::Text(t)) => json!({"type": "text", "text": t.text}),
+        Some(Block::Thinking(t)) if !t.redacted_data.is_empty() => json!({
+            "type": "thinking", "thinking": t.thinking, "redacted_data": t.redacted_data,
+        }),
         Some(Block::Thinking(t)) => {
             json!({"type": "thinking", "thinking": t.thinking, "signature": t.signature})
         }
@@ -524,6 +527,7 @@ mod tests {
                         block(Block::Thinking(pb::ThinkingBlock {
                             thinking: "hmm".into(),
                             signature: "sig==".into(),
+                            redacted_data: String::new(),
                         })),
                         block(Block::Text(pb::TextBlock { text: "ok".into() })),
                         block(Block::ToolUse(pb::ToolUseBlock {
@@ -531,6 +535,11 @@ mod tests {
                             name: "bash".into(),
                             input_json: "{\"command\": \"ls\"}".into(),
                             ..Default::default()
+                        })),
+                        block(Block::Thinking(pb::ThinkingBlock {
+                            thinking: "[redacted reasoning]".into(),
+                            signature: String::new(),
+                            redacted_data: "EmwKAhgB+/==".into(),
                         })),
                         pb::ContentBlock { block: None },
                     ],

@@ -49,6 +49,7 @@ pub mod render;
 pub mod repl;
 pub mod session;
 mod slash_command;
+pub mod think;
 
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;

@@ -27,6 +27,7 @@ mod permissions;
 mod plans;
 mod status;
 mod tables;
+mod thinking;
 mod tools;
 mod transcript;
 
@@ -141,6 +142,8 @@ pub struct Renderer<W: Write> {
     full_output: bool,
     /// The last tool result seen: its call's summary and the result.
     last_result: Option<(String, pb::ToolResultBlock)>,
+    /// How reasoning is shown (collapsed or whole).
+    thinking: thinking::ThinkingLine,
 }
 
 impl<W: Write> Renderer<W> {
@@ -180,7 +183,15 @@ impl<W: Write> Renderer<W> {
             expand_key: None,
             full_output: false,
             last_result: None,
+            thinking: thinking::ThinkingLine::default(),
         }
+    }
+
+    /// The reasoning's one line is redrawn in place with its time (a
+    /// terminal).
+    pub fn with_live_thinking(mut self, in_place: bool) -> Self {
+        self.thinking.in_place = in_place;
+        self
     }
 
     /// The interactive session: where output is folded, say which key shows
@@ -305,6 +316,12 @@ impl<W: Write> Renderer<W> {
     /// Ends an open line and the reply's held-back text (not the held
     /// tool calls).
     fn end_text(&mut self) -> io::Result<()> {
+        if let Stream::Thinking(_) = self.stream
+            && let Some(last) = self.thinking.end(std::time::Instant::now())
+        {
+            let last = self.paint(DIM, &last);
+            write!(self.out, "\r\x1b[2K{last}")?;
+        }
         if self.line_open {
             writeln!(self.out)?;
             self.line_open = false;

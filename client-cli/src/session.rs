@@ -168,6 +168,7 @@ pub(crate) async fn session_outcome(
             // A conversation the session just started has shown its prompt.
             SessionKind::Interactive => config.sent_prompt.is_none(),
         })
+        .with_live_thinking(color)
         .with_own_name(&config.client_name)
         .with_keys(ui.is_none())
         .with_auto_allow(config.yes);

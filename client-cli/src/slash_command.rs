@@ -51,6 +51,8 @@ slash_commands! {
     Expand: "expand" | "output", "", "the last tool result whole (also Ctrl-O)";
     Mode: "mode", "[MODE]", "show or change the permission mode; Shift-Tab: the next one";
     Model: "model", "[NAME]", "show or change the model of the next requests";
+    Think: "think", "[LEVEL]",
+        "thinking of your next messages: on, off, a token budget, low|medium|high, default";
     AddDir: "add-dir", "DIR", "let the tools reach DIR too (as the working directory)";
     Env: "env", "", "run the next commands in this terminal's environment as it is now";
     Init: "init", "", "ask the agent to write an AGENTS.md for this project";

@@ -12,6 +12,16 @@
 //!
 //! Every response carries `request-id: req_fake_N`, N counting requests from 1.
 //!
+//! Extended thinking (Anthropic): a script's [`thinking`](ReplyScript::thinking)
+//! block streams as `content_block_start` `{"type":"thinking","thinking":"","signature":""}`,
+//! `thinking_delta`s, one `signature_delta`, `content_block_stop`; a
+//! [`redacted_thinking`](ReplyScript::redacted_thinking) block as
+//! `content_block_start` `{"type":"redacted_thinking","data":…}` and
+//! `content_block_stop`, with no delta. A request's thinking is checked as
+//! the API checks it (`fake_llm::thinking`): a broken chain is answered 400.
+//! On `/v1/chat/completions` thinking streams as `reasoning_content` deltas
+//! and redacted blocks are left out.
+//!
 //! A request whose first user message contains a marker given to
 //! [`push_for`](FakeLlm::push_for) takes the next script queued for that
 //! marker: each conversation (a sub-agent's, say) can be scripted on its
@@ -40,6 +50,7 @@ mod plan;
 mod script;
 mod server;
 mod sse;
+mod thinking;
 
 #[cfg(test)]
 mod tests;

@@ -28,6 +28,9 @@ pub struct NewArgs {
     /// working directory (repeatable)
     #[arg(long = "add-dir", value_name = "DIR")]
     pub add_dirs: Vec<PathBuf>,
+
+    #[command(flatten)]
+    pub think: crate::think::ThinkArgs,
 }
 
 // `agent run`. (No doc comments on the argument types of subcommands: with

@@ -34,7 +34,9 @@ pub(super) async fn run(ctx: &Ctx, args: RunArgs, io: &mut Io) -> Result<Exit, C
         return Err(CliError::Input("the prompt is empty".to_string()));
     }
     let images = read_images(&args.image)?;
+    let thinking = args.new.think.choice().map_err(CliError::Input)?;
     let request = pb::CreateConversationRequest {
+        thinking,
         images,
         mcp_servers,
         cwd,

@@ -4,18 +4,25 @@ use agent_proto::v1 as pb;
 use serde_json::json;
 
 use super::{Ctx, print_json, print_line, request_id, retrying};
+use crate::cli::SendArgs;
 use crate::error::{CliError, Exit};
 use crate::io::Io;
 
-pub(super) async fn send(
-    ctx: &Ctx,
-    id: String,
-    text: String,
-    images: Vec<pb::ImageUpload>,
-    queue_if_busy: bool,
-    model: Option<String>,
-    io: &mut Io,
-) -> Result<Exit, CliError> {
+/// `agent send`: the message with its images and thinking.
+pub(super) async fn send(ctx: &Ctx, args: SendArgs, io: &mut Io) -> Result<Exit, CliError> {
+    let SendArgs {
+        id,
+        no_queue,
+        image,
+        think,
+        model,
+        text,
+        ..
+    } = args;
+    let text = text.join(" ");
+    let images = super::read_images(&image)?;
+    let thinking = think.choice().map_err(CliError::Input)?;
+    let queue_if_busy = !no_queue;
     if text.trim().is_empty() {
         return Err(CliError::Input("the message is empty".to_string()));
     }
@@ -37,6 +44,7 @@ pub(super) async fn send(
         expected_turn: None,
         queue_if_busy,
         images,
+        thinking,
     };
     let response = retrying(ctx, |mut client| {
         let request = request.clone();

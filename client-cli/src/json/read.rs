@@ -294,6 +294,7 @@ fn read_block(o: &Obj<'_>) -> Result<pb::ContentBlock, JsonError> {
             "thinking" => Block::Thinking(pb::ThinkingBlock {
                 thinking: o.string("thinking")?,
                 signature: o.string("signature")?,
+                redacted_data: o.string("redacted_data")?,
             }),
             "tool_use" => Block::ToolUse(pb::ToolUseBlock {
                 id: o.string("id")?,

@@ -41,20 +41,35 @@ impl<W: Write> Renderer<W> {
         Ok(())
     }
 
+    /// Reasoning as it streams: collapsed to one line (see
+    /// `render::thinking`), or whole and dimmed when expanded.
     pub(super) fn thinking_delta(&mut self, block: u32, text: &str) -> io::Result<()> {
         if text.is_empty() {
             return Ok(());
         }
+        self.streamed_reply = true;
+        let now = std::time::Instant::now();
         if self.stream != Stream::Thinking(block) {
             self.end_line()?;
-            let label = self.paint(DIM, "thinking: ");
-            write!(self.out, "{label}")?;
             self.stream = Stream::Thinking(block);
+            let label = match self.thinking.expanded {
+                true => "thinking: ",
+                false => self.thinking.begin(now),
+            };
+            let label = self.paint(DIM, label);
+            write!(self.out, "{label}")?;
+            self.line_open = true;
+        } else if !self.thinking.expanded
+            && let Some(line) = self.thinking.more(now)
+        {
+            let line = self.paint(DIM, &line);
+            write!(self.out, "\r\x1b[2K{line}")?;
         }
-        let body = self.paint(DIM, text);
-        write!(self.out, "{body}")?;
-        self.line_open = !text.ends_with('\n');
-        self.streamed_reply = true;
+        if self.thinking.expanded {
+            let body = self.paint(DIM, text);
+            write!(self.out, "{body}")?;
+            self.line_open = !text.ends_with('\n');
+        }
         Ok(())
     }
 
@@ -92,8 +107,11 @@ impl<W: Write> Renderer<W> {
                         write!(self.out, "{text}")?;
                     }
                     Some(Block::Thinking(t)) if !already_streamed => {
-                        let text =
-                            self.paint(DIM, &format!("thinking: {}", one_line(&t.thinking, 100)));
+                        let shown = match self.thinking.expanded {
+                            true => format!("thinking: {}", t.thinking.trim_end()),
+                            false => format!("✻ thinking: {}", one_line(&t.thinking, 100)),
+                        };
+                        let text = self.paint(DIM, &shown);
                         self.line(&text)?;
                     }
                     Some(Block::ToolUse(t)) => {

@@ -125,7 +125,37 @@ fn thinking_is_prefixed_and_text_starts_a_new_line() {
             text: "Done.".into(),
         }),
     ]);
-    assert_eq!(out, "thinking: let me see\nDone.\n");
+    assert_eq!(out, "✻ thinking…\nDone.\n", "collapsed to one line");
+}
+
+#[test]
+fn the_transcript_view_shows_thinking_whole() {
+    let mut r = Renderer::new(Vec::new(), false);
+    let thought = pb::ContentBlock {
+        block: Some(pb::content_block::Block::Thinking(pb::ThinkingBlock {
+            thinking: "first line\nsecond line".into(),
+            ..Default::default()
+        })),
+    };
+    let reply = pb::Message {
+        seq: 2,
+        role: pb::Role::Assistant as i32,
+        content: vec![thought, text("Done.")],
+        ..Default::default()
+    };
+    r.transcript(&pb::GetConversationResponse {
+        messages: vec![reply.clone()],
+        ..Default::default()
+    })
+    .unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(out.contains("thinking: first line\nsecond line\n"), "{out}");
+    // Live, a reply's reasoning that was not streamed is one line.
+    let mut r = Renderer::new(Vec::new(), false);
+    r.message(&reply, false).unwrap();
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert!(out.starts_with("✻ thinking: first line"), "{out}");
+    assert!(!out.contains("second line"), "one line: {out}");
 }
 
 #[test]
@@ -137,7 +167,7 @@ fn thinking_is_dimmed_with_colour() {
     })))
     .unwrap();
     let out = String::from_utf8(r.into_inner()).unwrap();
-    assert_eq!(out, "\x1b[2mthinking: \x1b[0m\x1b[2mhm\x1b[0m");
+    assert_eq!(out, "\x1b[2m✻ thinking…\x1b[0m");
 }
 
 #[test]

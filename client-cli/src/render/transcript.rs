@@ -121,6 +121,8 @@ impl<W: Write> Renderer<W> {
             self.line(&env)?;
         }
         self.numbered = true;
+        // The transcript view shows reasoning whole.
+        self.thinking.expanded = true;
         for m in &r.messages {
             // A blank line before each turn's words, none before tool results.
             let has_text = m

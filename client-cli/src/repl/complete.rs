@@ -204,6 +204,7 @@ mod tests {
                 ("/expand", "/expand", false),
                 ("/mode [MODE]", "/mode", true),
                 ("/model [NAME]", "/model", true),
+                ("/think [LEVEL]", "/think", true),
                 ("/add-dir DIR", "/add-dir", true),
                 ("/env", "/env", false),
                 ("/init", "/init", false),

@@ -233,6 +233,7 @@ async fn start_conversation(
         client_request_id: crate::commands::request_id(),
         images: Vec::new(),
         environment: crate::environment::here(),
+        thinking: new.think.choice().map_err(CliError::Input)?,
     };
     let prompt = request.prompt.clone();
     let created = create_conversation(ctx, request).await?;
@@ -377,6 +378,17 @@ fn before_conversation(
             new.model = Some(arg.to_string());
             say(io, &format!("the conversation will start with model {arg}"))?;
         }
+        SlashCommand::Think => match crate::think::parse(arg) {
+            Ok(choice) => {
+                let now = crate::think::describe(Some(&choice));
+                new.think = crate::think::ThinkArgs {
+                    think: Some(arg.to_string()),
+                    effort: None,
+                };
+                say(io, &format!("the first message's thinking: {now}"))?;
+            }
+            Err(e) => say(io, &e)?,
+        },
         SlashCommand::AddDir if arg.is_empty() => say(io, "which directory? /add-dir DIR")?,
         SlashCommand::AddDir => match crate::commands::typed_dir(arg) {
             Ok(dir) => {

@@ -19,6 +19,12 @@ pub(super) struct Outbox {
     /// The images of unacknowledged messages, by client request id, so a
     /// message sent again on a new stream carries them again.
     unacked_images: HashMap<String, Vec<pb::ImageUpload>>,
+    /// The thinking `/think` asked for the messages typed from now on
+    /// (None: the model's configured thinking).
+    pub(super) thinking: Option<pb::ThinkingChoice>,
+    /// The thinking of unacknowledged messages that asked for one, by
+    /// client request id.
+    unacked_thinking: HashMap<String, pb::ThinkingChoice>,
     /// `attach`: messages sent, and those the daemon refused.
     sent: usize,
     not_sent: usize,
@@ -37,8 +43,14 @@ impl Outbox {
                 .retain(|k, _| self.unacked.iter().any(|(_, u)| u == k));
             self.unacked_images.insert(id.clone(), images.clone());
         }
+        self.unacked_thinking
+            .retain(|k, _| self.unacked.iter().any(|(_, u)| u == k));
+        if let Some(t) = &self.thinking {
+            self.unacked_thinking.insert(id.clone(), t.clone());
+        }
         pb::SendMessageFrame {
             text: text.to_string(),
+            thinking: self.thinking.clone(),
             client_request_id: id,
             expected_turn: None,
             queue_if_busy: true,
@@ -56,6 +68,7 @@ impl Outbox {
                 expected_turn: None,
                 queue_if_busy: true,
                 images: self.unacked_images.get(id).cloned().unwrap_or_default(),
+                thinking: self.unacked_thinking.get(id).cloned(),
             })
             .collect()
     }

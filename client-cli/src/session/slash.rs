@@ -42,6 +42,7 @@ impl Session<'_> {
             SlashCommand::Attach => return self.slash_attach(arg).await,
             SlashCommand::Mode => self.slash_mode(arg).await?,
             SlashCommand::Model => self.slash_model(arg).await?,
+            SlashCommand::Think => self.slash_think(arg)?,
             SlashCommand::AddDir if arg.is_empty() => {
                 self.show_error("which directory? /add-dir DIR")?;
             }
@@ -59,6 +60,27 @@ impl Session<'_> {
             SlashCommand::Init => self.send_text(crate::repl::INIT_PROMPT).await,
         }
         Ok(None)
+    }
+
+    /// `/think`: the thinking of the messages typed from now on, or what
+    /// it is.
+    fn slash_think(&mut self, arg: &str) -> Result<(), CliError> {
+        if arg.is_empty() {
+            let now = crate::think::describe(self.outbox.thinking.as_ref());
+            return self.note(&format!(
+                "thinking: {now}; /think on, off, a token budget, low, medium, high or default changes it"
+            ));
+        }
+        if arg.eq_ignore_ascii_case("default") {
+            self.outbox.thinking = None;
+        } else {
+            match crate::think::parse(arg) {
+                Ok(choice) => self.outbox.thinking = Some(choice),
+                Err(e) => return self.show_error(&e),
+            }
+        }
+        let now = crate::think::describe(self.outbox.thinking.as_ref());
+        self.note(&format!("thinking for your next messages: {now}"))
     }
 
     /// A name that is no command: the person's prompt file of that name,

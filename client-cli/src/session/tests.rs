@@ -182,6 +182,7 @@ async fn run_streams_the_reply_and_exits_when_idle() {
             mcp_servers: vec![],
             client_request_id: String::new(),
             environment: None,
+            thinking: None,
         }]
     );
 }
@@ -1132,6 +1133,7 @@ Tab completes commands and paths. The commands:
   /expand          the last tool result whole (also Ctrl-O)
   /mode [MODE]     show or change the permission mode; Shift-Tab: the next one
   /model [NAME]    show or change the model of the next requests
+  /think [LEVEL]   thinking of your next messages: on, off, a token budget, low|medium|high, default
   /add-dir DIR     let the tools reach DIR too (as the working directory)
   /env             run the next commands in this terminal's environment as it is now
   /init            ask the agent to write an AGENTS.md for this project

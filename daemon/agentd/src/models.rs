@@ -2,8 +2,10 @@
 //! list price, from a built-in table that the config file can override or
 //! extend (`[models."NAME"]`). An unknown model gets the config's
 //! `[limits] context_window` and no price: its cost is never made up.
+//! Thinking: the table says how a model takes it (its `ThinkForm`); the
+//! config file says whether it thinks by default (`thinking = {…}`).
 
-use agentd_core::Usage;
+use agentd_core::{Effort, ThinkForm, Thinking, Usage};
 use serde::Deserialize;
 use std::collections::HashMap;
 
@@ -23,6 +25,11 @@ pub(crate) struct ModelInfo {
     /// Whether it takes images (in user messages and tool results): `read`
     /// returns an image file as an image only to such a model.
     pub images: bool,
+    /// How it takes thinking; None: unknown (the provider's usual form).
+    pub think_form: Option<ThinkForm>,
+    /// Whether it thinks when a turn does not say (the config file's
+    /// `thinking`); None: it does not.
+    pub thinking: Option<Thinking>,
 }
 
 /// A model's entry in the config file; what it leaves out comes from the
@@ -38,6 +45,35 @@ pub(crate) struct ModelSection {
     /// Whether the model takes images (the table says for the models it
     /// knows; an unknown model is taken not to).
     pub images: Option<bool>,
+    /// Thinking by default, and how the model takes it.
+    pub thinking: Option<ThinkingSection>,
+}
+
+/// `thinking = { budget_tokens = 8000 }`, `{ effort = "high" }` or
+/// `{ enabled = false }`; `form` says how the model takes thinking when
+/// the table does not know (`budget`, `adaptive`, `effort`, `none`).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ThinkingSection {
+    pub budget_tokens: Option<u32>,
+    pub effort: Option<Effort>,
+    pub enabled: Option<bool>,
+    pub form: Option<ThinkForm>,
+}
+
+impl ThinkingSection {
+    /// What the model does when a turn does not say.
+    fn default_choice(&self) -> Option<Thinking> {
+        if self.enabled == Some(false) {
+            return Some(Thinking::Off);
+        }
+        match (self.budget_tokens, self.effort) {
+            (Some(b), _) => Some(Thinking::Budget(b)),
+            (None, Some(e)) => Some(Thinking::Effort(e)),
+            (None, None) if self.enabled == Some(true) => Some(Thinking::On),
+            (None, None) => None,
+        }
+    }
 }
 
 const fn usd(input: f64, output: f64, cache_write: f64, cache_read: f64) -> Option<Price> {
@@ -53,26 +89,34 @@ const fn usd(input: f64, output: f64, cache_write: f64, cache_read: f64) -> Opti
 /// (USD per million tokens: input, output, cache write, cache read) as the
 /// providers publish them. A dated or provider-prefixed name
 /// (`claude-sonnet-4-5-20250929`, `openai/gpt-4.1`) finds its entry.
-/// Every model in it takes images.
+/// Every model in it takes images. The last column is how it takes
+/// thinking: Claude 4.5 and earlier a budget (`B`), OpenAI's reasoning
+/// models an effort (`E`), the rest none (`N`).
 #[rustfmt::skip]
-const TABLE: &[(&str, u64, u32, Option<Price>)] = &[
-    ("claude-opus-4-5",   200_000,   64_000,  usd(5.0, 25.0, 6.25, 0.5)),
-    ("claude-opus-4-1",   200_000,   32_000,  usd(15.0, 75.0, 18.75, 1.5)),
-    ("claude-opus-4",     200_000,   32_000,  usd(15.0, 75.0, 18.75, 1.5)),
-    ("claude-sonnet-4-5", 200_000,   64_000,  usd(3.0, 15.0, 3.75, 0.3)),
-    ("claude-sonnet-4",   200_000,   64_000,  usd(3.0, 15.0, 3.75, 0.3)),
-    ("claude-3-7-sonnet", 200_000,   64_000,  usd(3.0, 15.0, 3.75, 0.3)),
-    ("claude-haiku-4-5",  200_000,   64_000,  usd(1.0, 5.0, 1.25, 0.1)),
-    ("claude-3-5-haiku",  200_000,   8_192,   usd(0.8, 4.0, 1.0, 0.08)),
-    ("gpt-5",             400_000,   128_000, usd(1.25, 10.0, 1.25, 0.125)),
-    ("gpt-5-mini",        400_000,   128_000, usd(0.25, 2.0, 0.25, 0.025)),
-    ("gpt-4.1",           1_047_576, 32_768,  usd(2.0, 8.0, 2.0, 0.5)),
-    ("gpt-4.1-mini",      1_047_576, 32_768,  usd(0.4, 1.6, 0.4, 0.1)),
-    ("gpt-4o",            128_000,   16_384,  usd(2.5, 10.0, 2.5, 1.25)),
-    ("gpt-4o-mini",       128_000,   16_384,  usd(0.15, 0.6, 0.15, 0.075)),
-    ("o3",                200_000,   100_000, usd(2.0, 8.0, 2.0, 0.5)),
-    ("o4-mini",           200_000,   100_000, usd(1.1, 4.4, 1.1, 0.275)),
+const TABLE: &[Row] = &[
+    ("claude-opus-4-5",   200_000,   64_000,  usd(5.0, 25.0, 6.25, 0.5),       B),
+    ("claude-opus-4-1",   200_000,   32_000,  usd(15.0, 75.0, 18.75, 1.5),     B),
+    ("claude-opus-4",     200_000,   32_000,  usd(15.0, 75.0, 18.75, 1.5),     B),
+    ("claude-sonnet-4-5", 200_000,   64_000,  usd(3.0, 15.0, 3.75, 0.3),       B),
+    ("claude-sonnet-4",   200_000,   64_000,  usd(3.0, 15.0, 3.75, 0.3),       B),
+    ("claude-3-7-sonnet", 200_000,   64_000,  usd(3.0, 15.0, 3.75, 0.3),       B),
+    ("claude-haiku-4-5",  200_000,   64_000,  usd(1.0, 5.0, 1.25, 0.1),        B),
+    ("claude-3-5-haiku",  200_000,   8_192,   usd(0.8, 4.0, 1.0, 0.08),        N),
+    ("gpt-5",             400_000,   128_000, usd(1.25, 10.0, 1.25, 0.125),    E),
+    ("gpt-5-mini",        400_000,   128_000, usd(0.25, 2.0, 0.25, 0.025),     E),
+    ("gpt-4.1",           1_047_576, 32_768,  usd(2.0, 8.0, 2.0, 0.5),         N),
+    ("gpt-4.1-mini",      1_047_576, 32_768,  usd(0.4, 1.6, 0.4, 0.1),         N),
+    ("gpt-4o",            128_000,   16_384,  usd(2.5, 10.0, 2.5, 1.25),       N),
+    ("gpt-4o-mini",       128_000,   16_384,  usd(0.15, 0.6, 0.15, 0.075),     N),
+    ("o3",                200_000,   100_000, usd(2.0, 8.0, 2.0, 0.5),         E),
+    ("o4-mini",           200_000,   100_000, usd(1.1, 4.4, 1.1, 0.275),       E),
 ];
+
+/// Name, context window, output limit, price, thinking form.
+type Row = (&'static str, u64, u32, Option<Price>, ThinkForm);
+const B: ThinkForm = ThinkForm::Budget;
+const E: ThinkForm = ThinkForm::Effort;
+const N: ThinkForm = ThinkForm::None;
 
 /// The table with the config file's entries over it.
 #[derive(Debug, Clone, Default)]
@@ -107,12 +151,14 @@ impl Models {
             .get(model)
             .or_else(|| self.overrides.get(base_name(model)));
         let mut info = match from_table {
-            Some((_, window, output, price)) => ModelInfo {
+            Some((_, window, output, price, form)) => ModelInfo {
                 context_window: *window,
                 max_output_tokens: *output,
                 price: *price,
                 known: true,
                 images: true,
+                think_form: Some(*form),
+                thinking: None,
             },
             None => ModelInfo {
                 context_window: self.default_window,
@@ -120,6 +166,8 @@ impl Models {
                 price: None,
                 known: false,
                 images: false,
+                think_form: None,
+                thinking: None,
             },
         };
         if configured.is_none()
@@ -146,6 +194,10 @@ impl Models {
             }
             if let Some(images) = c.images {
                 info.images = images;
+            }
+            if let Some(t) = &c.thinking {
+                info.thinking = t.default_choice();
+                info.think_form = t.form.or(info.think_form);
             }
         }
         info
@@ -234,7 +286,7 @@ fn dated_openai(name: &str) -> Option<&str> {
     if shaped { name.get(..cut) } else { None }
 }
 
-fn table_entry(model: &str) -> Option<&'static (&'static str, u64, u32, Option<Price>)> {
+fn table_entry(model: &str) -> Option<&'static Row> {
     let base = base_name(model);
     TABLE.iter().find(|(name, ..)| *name == base)
 }
@@ -295,6 +347,8 @@ mod tests {
                 price: None,
                 known: false,
                 images: false,
+                think_form: None,
+                thinking: None,
             }
         );
         assert_eq!(models.cost("llama3.1:8b", &usage(1, 1, 0, 0)), None);
@@ -315,6 +369,10 @@ mod tests {
                     cache_read: 0.0,
                 }),
                 images: Some(true),
+                thinking: Some(ThinkingSection {
+                    budget_tokens: Some(4_000),
+                    ..Default::default()
+                }),
             },
         );
         overrides.insert(
@@ -340,5 +398,26 @@ mod tests {
         let sonnet = models.lookup("claude-sonnet-4-5-20250929");
         assert_eq!(sonnet.context_window, 1_000_000);
         assert_eq!(sonnet.price.map(|p| p.input), Some(3.0));
+        assert_eq!(sonnet.think_form, Some(ThinkForm::Budget));
+        assert_eq!(sonnet.thinking, None, "thinking is off unless configured");
+        assert_eq!(local.thinking, Some(Thinking::Budget(4_000)));
+        assert_eq!(local.think_form, None, "the provider's usual form");
+    }
+
+    #[test]
+    fn a_thinking_section_reads_as_the_config_file_writes_it() {
+        let read = |toml: &str| -> ModelSection { toml::from_str(toml).unwrap() };
+        let s = read("thinking = { budget_tokens = 8000 }");
+        assert_eq!(
+            s.thinking.unwrap().default_choice(),
+            Some(Thinking::Budget(8_000))
+        );
+        let s = read("thinking = { effort = \"high\", form = \"adaptive\" }");
+        let t = s.thinking.unwrap();
+        assert_eq!(t.default_choice(), Some(Thinking::Effort(Effort::High)));
+        assert_eq!(t.form, Some(ThinkForm::Adaptive));
+        let s = read("thinking = { enabled = false }");
+        assert_eq!(s.thinking.unwrap().default_choice(), Some(Thinking::Off));
+        assert!(toml::from_str::<ModelSection>("thinking = { budget = 1 }").is_err());
     }
 }

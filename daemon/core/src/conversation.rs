@@ -44,6 +44,11 @@ pub struct Conversation {
     /// What its sub-agents used, counted once per child.
     #[serde(flatten)]
     pub sub_agents: SubAgents,
+    /// The thinking the message that started the current (or last) turn
+    /// asked for; None: the model's configured thinking. Every request of
+    /// the turn asks the same, across a restart too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<crate::thinking::Thinking>,
 }
 
 impl Conversation {
@@ -189,6 +194,9 @@ pub struct QueuedMessage {
     /// Its images (their bytes are the runtime's).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<ImageRef>,
+    /// The thinking its sender asked for, should it start a turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<crate::thinking::Thinking>,
 }
 
 impl QueuedMessage {
@@ -200,6 +208,7 @@ impl QueuedMessage {
             at_ms: 0,
             from: None,
             images: Vec::new(),
+            thinking: None,
         }
     }
 }

@@ -49,6 +49,10 @@ pub struct Sending {
     /// as a turn, so this one is busy.
     #[serde(default)]
     pub other_in_hooks: bool,
+    /// The thinking its sender asked for the turn it starts (None: the
+    /// model's configured thinking).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub thinking: Option<crate::thinking::Thinking>,
 }
 
 /// Where a user message stands with the hooks that check a message before

@@ -34,6 +34,7 @@ pub mod plan;
 pub mod prune;
 pub mod state;
 pub mod texts;
+pub mod thinking;
 pub mod tools;
 pub mod transition;
 pub mod unified_diff;
@@ -56,5 +57,6 @@ pub use state::{
     AutoContinue, ContextExhaustionBehavior, ConvContext, ConvState, ErrorKind, RetryWait,
     SubAgentResult, SubAgentRole, Submitted, ToolRun,
 };
+pub use thinking::{Effort, ThinkForm, Thinking, ThinkingParams, ThinkingPlan};
 pub use tools::ToolSpec;
 pub use transition::{Rejected, Transition, transition};

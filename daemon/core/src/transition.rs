@@ -68,6 +68,8 @@ struct Step {
     delivered: usize,
     /// The self-correction tracking, when it changes.
     corrections: Option<Corrections>,
+    /// The turn's thinking, when a new turn starts.
+    thinking: Option<Option<crate::thinking::Thinking>>,
 }
 
 impl Step {
@@ -78,6 +80,7 @@ impl Step {
             effects: Vec::new(),
             delivered: 0,
             corrections: None,
+            thinking: None,
         }
     }
 
@@ -119,6 +122,7 @@ impl Step {
                     ..before.continuation.clone()
                 },
                 sub_agents: before.sub_agents.clone(),
+                thinking: self.thinking.unwrap_or(before.thinking),
             },
             effects: self.effects,
         }

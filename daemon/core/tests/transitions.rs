@@ -989,6 +989,7 @@ const QUEUE_IF_BUSY: Sending = Sending {
     queue_if_busy: true,
     hooks: PromptHooks::Passed,
     other_in_hooks: false,
+    thinking: None,
 };
 
 #[test]
@@ -4390,4 +4391,55 @@ fn a_user_message_names_the_request_corrections_count_against() {
     let corrections = t.conversation.corrections;
     assert_eq!(corrections.current.unwrap().text, "other");
     assert_eq!(corrections.chains.len(), 1);
+}
+
+#[test]
+fn a_turn_thinks_as_the_message_that_started_it_asked() {
+    use agentd_core::{Effort, Thinking};
+    let asked = Sending {
+        thinking: Some(Thinking::Budget(5_000)),
+        ..QUEUE_IF_BUSY
+    };
+    let started = transition(
+        &Conversation::with_state(ConvState::Idle),
+        &ctx(),
+        user_msg_sent("think hard", asked),
+    )
+    .unwrap();
+    assert_eq!(started.conversation.thinking, Some(Thinking::Budget(5_000)));
+    // A request of the turn keeps it.
+    let running = Conversation {
+        thinking: Some(Thinking::Budget(5_000)),
+        queue: vec![
+            QueuedMessage {
+                thinking: Some(Thinking::Effort(Effort::High)),
+                ..QueuedMessage::text("then this")
+            },
+            QueuedMessage::text("and this"),
+        ],
+        ..requesting(1, 1).into()
+    };
+    let ended = transition(
+        &running,
+        &ctx(),
+        reply(vec![ContentBlock::text("done")], StopReason::EndTurn),
+    )
+    .unwrap();
+    // The queued messages start the next turn, which thinks as the latest
+    // one that asked said.
+    assert_eq!(
+        ended.conversation.thinking,
+        Some(Thinking::Effort(Effort::High))
+    );
+    // A message that asks nothing goes back to the model's configuration.
+    let plain = transition(
+        &Conversation {
+            thinking: Some(Thinking::Off),
+            ..ConvState::Idle.into()
+        },
+        &ctx(),
+        user_msg_sent("hi", QUEUE_IF_BUSY),
+    )
+    .unwrap();
+    assert_eq!(plain.conversation.thinking, None);
 }

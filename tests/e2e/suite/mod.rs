@@ -43,6 +43,7 @@ mod stock_clients;
 mod streams;
 mod sub_agents;
 mod terminal;
+mod thinking;
 mod usage;
 mod util;
 mod workspace;

@@ -69,6 +69,9 @@ enum BlockHead<'a> {
         thinking: &'static str,
         signature: &'static str,
     },
+    RedactedThinking {
+        data: &'a str,
+    },
     ToolUse {
         id: &'a str,
         name: &'a str,
@@ -149,6 +152,7 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
                     thinking: "",
                     signature: "",
                 },
+                Block::Redacted(data) => BlockHead::RedactedThinking { data },
                 Block::ToolUse { id, name, .. } => BlockHead::ToolUse {
                     id,
                     name,
@@ -163,7 +167,7 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
                 index: *block,
                 delta: match &plan.script.blocks[*block] {
                     Block::Text(_) | Block::Deltas { .. } => Delta::Text { text: stamped() },
-                    Block::Thinking { .. } => Delta::Thinking {
+                    Block::Thinking { .. } | Block::Redacted(_) => Delta::Thinking {
                         thinking: stamped(),
                     },
                     Block::ToolUse { .. } => Delta::InputJson { partial_json: text },
@@ -245,6 +249,7 @@ pub(crate) fn full_message(plan: &Plan) -> serde_json::Value {
             Block::Thinking { text, signature } => {
                 json!({"type": "thinking", "thinking": text, "signature": signature})
             }
+            Block::Redacted(data) => json!({"type": "redacted_thinking", "data": data}),
             Block::ToolUse { id, name, raw_json } => {
                 let input = serde_json::from_str::<serde_json::Value>(raw_json)
                     .unwrap_or_else(|_| serde_json::Value::String(raw_json.clone()));

@@ -149,7 +149,9 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
                 Block::Text(_) | Block::Deltas { .. } => {
                     delta.content = Some(stamp_text(text, stamp))
                 }
-                Block::Thinking { .. } => delta.reasoning_content = Some(stamp_text(text, stamp)),
+                Block::Thinking { .. } | Block::Redacted(_) => {
+                    delta.reasoning_content = Some(stamp_text(text, stamp))
+                }
                 Block::ToolUse { .. } => {
                     delta.tool_calls = Some([ToolCall {
                         index: plan.tool_ordinal[*block],
@@ -228,6 +230,8 @@ pub(crate) fn full_completion(plan: &Plan) -> serde_json::Value {
             Block::Text(text) => content.push_str(text),
             Block::Deltas { n, each } => content.push_str(&each.repeat(*n)),
             Block::Thinking { text, .. } => reasoning.push_str(text),
+            // Chat completions have no encrypted reasoning.
+            Block::Redacted(_) => {}
             Block::ToolUse { id, name, raw_json } => tool_calls.push(json!({
                 "id": id,
                 "type": "function",

@@ -81,6 +81,7 @@ impl Plan {
                     steps.extend(deltas(split_text(text, script.chunk_chars)));
                     steps.push(Step::Signature(i));
                 }
+                Block::Redacted(_) => {}
                 Block::ToolUse { raw_json, .. } => {
                     tools += 1;
                     // Anthropic opens every tool input with an empty fragment.
@@ -119,6 +120,7 @@ impl Plan {
             Block::Text(text) => text,
             Block::Deltas { each, .. } => each,
             Block::Thinking { text, .. } => text,
+            Block::Redacted(data) => data,
             Block::ToolUse { raw_json, .. } => raw_json,
         };
         &source[range.clone()]

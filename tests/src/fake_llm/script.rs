@@ -137,6 +137,8 @@ pub(crate) enum Block {
         text: String,
         signature: String,
     },
+    /// `redacted_thinking`: its data comes whole in `content_block_start`.
+    Redacted(String),
     /// `raw_json` is streamed verbatim as `input_json_delta` fragments.
     ToolUse {
         id: String,
@@ -207,6 +209,13 @@ impl ReplyScript {
             text: s.to_string(),
             signature: signature.to_string(),
         });
+        self
+    }
+
+    /// A `redacted_thinking` block: `content_block_start` carries its
+    /// `data`, then `content_block_stop` (no delta).
+    pub fn redacted_thinking(mut self, data: &str) -> Self {
+        self.blocks.push(Block::Redacted(data.to_string()));
         self
     }
 

@@ -78,6 +78,12 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         Some(Err(e)) => (Vec::new(), Some(e)),
         None => (Vec::new(), None),
     };
+    let thinking_error = match format {
+        Some(Format::Anthropic) if super::thinking::may_concern(&bytes) => {
+            super::thinking::check(body.tree()).err()
+        }
+        _ => None,
+    };
     let (body, unparsed) = body.into_record();
     let record = shared.record(Recorded {
         path: path.clone(),
@@ -101,6 +107,15 @@ pub(crate) async fn handle(State(shared): State<Arc<Shared>>, request: Request) 
         );
     }
 
+    if let Some(message) = thinking_error {
+        // As the API answers a broken thinking chain.
+        return json_response(
+            seq,
+            400,
+            &[],
+            &error_body("invalid_request_error", &message),
+        );
+    }
     let Some(format) = format else {
         let message = format!("fake LLM: no route for {} {path}", parts.method);
         return json_response(seq, 404, &[], &error_body("not_found_error", &message));

@@ -739,6 +739,7 @@ fn imported(rng: &mut StdRng, ids: &[String]) -> pb::ExportedConversation {
                         2 => Some(Block::Thinking(pb::ThinkingBlock {
                             thinking: text(rng),
                             signature: text(rng),
+                            redacted_data: text(rng),
                         })),
                         3 => Some(Block::ToolUse(pb::ToolUseBlock {
                             id: text(rng),

@@ -141,6 +141,7 @@ fn source(resolved: Option<&Result<Resolved, CredentialsError>>) -> pb::Credenti
 async fn check(manager: &Manager) -> pb::ModelCheck {
     let shared = manager.shared();
     let request = LlmRequest {
+        thinking: None,
         model: shared.config.model.clone(),
         system: Arc::from(""),
         messages: Arc::new(vec![Message::user(

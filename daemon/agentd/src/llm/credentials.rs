@@ -504,6 +504,7 @@ mod tests {
         let sources = Arc::new(sources(dir.path(), None));
         let provider = KeyedProvider::new(sources, "http://127.0.0.1:9".into());
         let request = LlmRequest {
+            thinking: None,
             model: "m".into(),
             system: "".into(),
             messages: Arc::new(Vec::new()),

@@ -61,8 +61,11 @@ pub(crate) struct LlmRequest {
     /// The tools the model may call (shared: the same for every request of
     /// a mode).
     pub tools: Arc<[ToolSpec]>,
-    /// Upper bound on the reply's output tokens.
+    /// Upper bound on the reply's output tokens (thinking included: above
+    /// a thinking budget).
     pub max_tokens: u32,
+    /// The thinking this request asks for (see `agentd_core::thinking`).
+    pub thinking: Option<agentd_core::ThinkingParams>,
     /// The encoded start of the transcript from this conversation's
     /// earlier requests, which a provider may reuse (the transcript only
     /// grows; the conversation replaces the cache if it ever shrinks).

@@ -68,6 +68,7 @@ impl Manager {
             sub_agent: None,
             // The parent's (see `give_environment`).
             environment: None,
+            thinking: old.conversation.thinking,
         };
         let next = self.create(new, None).await?;
         let taken: Vec<String> = old

@@ -12,8 +12,12 @@ use tokio::sync::{mpsc, oneshot};
 
 /// The first message of a conversation created with one.
 enum First {
-    /// The user's prompt and its images.
-    Prompt(String, Vec<crate::images::StagedImage>),
+    /// The user's prompt, its images and the thinking it asks.
+    Prompt(
+        String,
+        Vec<crate::images::StagedImage>,
+        Option<agentd_core::Thinking>,
+    ),
     /// A continuation's seed: the parent's summary and queued messages.
     Seed(Parent),
 }
@@ -83,6 +87,8 @@ fn new_record(
                 .as_ref()
                 .map(|p| ContinuationChain::continuing(p.id.clone(), p.hop))
                 .unwrap_or_default(),
+            // A continuation's first turn thinks as the work it continues.
+            thinking: new.thinking,
             ..Conversation::with_state(ConvState::Idle)
         },
         setup: Setup {
@@ -160,6 +166,7 @@ impl Manager {
         };
         let environment = Inherited::of(&new);
         let config = &self.shared.config;
+        let thinking = new.thinking;
         let (record, parent) = new_record(id, now, new, &config.model, config.default_mode);
         // A continuation starts its first turn with the parent's summary,
         // written with the conversation in one commit (as a prompt is).
@@ -172,7 +179,7 @@ impl Manager {
                         agentd_core::Rejected::EmptyMessage.to_string(),
                     ));
                 }
-                First::Prompt(text, images)
+                First::Prompt(text, images, thinking)
             }
             (None, None) => {
                 self.give_environment(&record.id, environment, now)?;
@@ -295,10 +302,11 @@ impl Manager {
         );
         let (reply, done) = oneshot::channel();
         let first = match first {
-            First::Prompt(text, images) => Command::Send {
+            First::Prompt(text, images, thinking) => Command::Send {
                 message: NewMessage {
                     text,
                     images,
+                    thinking,
                     ..NewMessage::default()
                 },
                 reply,

@@ -33,6 +33,8 @@ pub(crate) struct NewConversation {
     /// The environment the client sent (checked); None: a continuation or
     /// a sub-agent takes its parent's, anything else runs in the daemon's.
     pub environment: Option<std::collections::BTreeMap<String, String>>,
+    /// The thinking asked for the first turn (None: the model's).
+    pub thinking: Option<agentd_core::Thinking>,
 }
 
 /// What a continued conversation takes from the one it continues.
@@ -84,6 +86,8 @@ pub(crate) struct NewMessage {
     /// Who sent it, for the audit trail, when it came by a unary call
     /// (`from` names an attached sender).
     pub by: Option<agentd_core::ClientInfo>,
+    /// The thinking asked for the turn it starts (None: the model's).
+    pub thinking: Option<agentd_core::Thinking>,
 }
 
 /// A change of a conversation's settings; `None` keeps a value.

@@ -270,6 +270,8 @@ async fn create_child(
         }),
         // The parent's (see `Manager::give_environment`).
         environment: None,
+        // A child's task is no message of a person: its model's own.
+        thinking: None,
     };
     m.create(new, None).await
 }

@@ -111,8 +111,9 @@ pub(super) fn finish_cancel(ctx: &Inputs<'_>, partial: Vec<ContentBlock>) -> Ste
         .into_iter()
         .filter(|b| match b {
             ContentBlock::Text { text } => !text.is_empty(),
-            ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
-            ContentBlock::RedactedThinking { .. } => true,
+            ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {
+                crate::thinking::goes_back(b)
+            }
             ContentBlock::ToolUse { .. }
             | ContentBlock::ToolResult { .. }
             | ContentBlock::Image(_) => false,

@@ -75,6 +75,8 @@ pub(super) fn deliver_queued(
         });
         t.effects.extend(next.effects);
         t.delivered = queue.len();
+        // The next turn thinks as the latest message that asked said.
+        t.thinking = Some(queue.iter().rev().find_map(|q| q.thinking));
     }
     t
 }

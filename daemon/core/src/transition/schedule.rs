@@ -110,6 +110,7 @@ fn waiting(run: ToolRun, effects: Vec<Effect>) -> Step {
         effects,
         delivered: 0,
         corrections: None,
+        thinking: None,
     }
 }
 
@@ -228,6 +229,7 @@ fn answered(ctx: &Inputs<'_>, mut run: ToolRun, mut effects: Vec<Effect>) -> Ste
             effects,
             delivered: 0,
             corrections: None,
+            thinking: None,
         };
     }
     let results = answer_all(&run, |_| texts::SKIPPED_AFTER_INTERRUPT);

@@ -88,6 +88,7 @@ pub(super) fn spawn(
         effects,
         delivered: 0,
         corrections: None,
+        thinking: None,
     }
 }
 

@@ -34,7 +34,7 @@ pub(super) fn on_user_message(
         ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
             return Ok(match sending.hooks {
                 PromptHooks::Due => Step::unchanged(state).with(Effect::RunPromptHooks),
-                PromptHooks::Passed => start_turn(ctx, text, images),
+                PromptHooks::Passed => start_turn(ctx, text, images, sending.thinking),
             });
         }
         ConvState::Cancelling { .. } => Rejected::CancellationInProgress,
@@ -55,7 +55,12 @@ pub(super) fn on_user_message(
 
 /// A user message that starts a turn: with plan detection, the request
 /// self-corrections count against, and the first model request.
-fn start_turn(ctx: &Inputs<'_>, text: String, images: Vec<ImageRef>) -> Step {
+fn start_turn(
+    ctx: &Inputs<'_>,
+    text: String,
+    images: Vec<ImageRef>,
+    thinking: Option<crate::thinking::Thinking>,
+) -> Step {
     let detected = detect_plan(ctx, &text);
     // The request this turn works on: self-corrections count
     // against it.
@@ -74,6 +79,7 @@ fn start_turn(ctx: &Inputs<'_>, text: String, images: Vec<ImageRef>) -> Step {
         t.effects.insert(0, Effect::Notify { notice });
     }
     t.corrections = Some(corrections);
+    t.thinking = Some(thinking);
     t
 }
 

@@ -78,10 +78,12 @@ pub(crate) fn block(b: &ContentBlock) -> pb::ContentBlock {
         } => Block::Thinking(pb::ThinkingBlock {
             thinking: thinking.clone(),
             signature: signature.clone(),
+            redacted_data: String::new(),
         }),
-        ContentBlock::RedactedThinking { .. } => Block::Thinking(pb::ThinkingBlock {
-            thinking: "[redacted reasoning]".to_string(),
+        ContentBlock::RedactedThinking { data } => Block::Thinking(pb::ThinkingBlock {
+            thinking: REDACTED.to_string(),
             signature: String::new(),
+            redacted_data: data.clone(),
         }),
         ContentBlock::ToolUse { id, name, input } => Block::ToolUse(pb::ToolUseBlock {
             id: id.clone(),
@@ -116,6 +118,7 @@ pub(super) fn block_owned(b: ContentBlock) -> pb::ContentBlock {
         } => Block::Thinking(pb::ThinkingBlock {
             thinking,
             signature,
+            redacted_data: String::new(),
         }),
         other => return block(&other),
     };
@@ -126,6 +129,11 @@ pub(crate) fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
     use pb::content_block::Block;
     match &b.block {
         Some(Block::Text(t)) => Ok(ContentBlock::text(t.text.clone())),
+        Some(Block::Thinking(t)) if !t.redacted_data.is_empty() => {
+            Ok(ContentBlock::RedactedThinking {
+                data: t.redacted_data.clone(),
+            })
+        }
         Some(Block::Thinking(t)) => Ok(ContentBlock::Thinking {
             thinking: t.thinking.clone(),
             signature: t.signature.clone(),
@@ -146,6 +154,45 @@ pub(crate) fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
         Some(Block::Image(i)) => Ok(ContentBlock::Image(image_from(i)?)),
         None => Err(Status::invalid_argument("content block without a kind")),
     }
+}
+
+/// What a redacted thinking block says to clients (its data is for the
+/// model).
+const REDACTED: &str = "[redacted reasoning]";
+
+/// The thinking a client asked for a turn; unset: the model's.
+pub(crate) fn thinking_from(
+    choice: Option<&pb::ThinkingChoice>,
+) -> Result<Option<agentd_core::Thinking>, Status> {
+    use agentd_core::{Effort, Thinking};
+    let Some(c) = choice else {
+        return Ok(None);
+    };
+    let effort = match c.effort.as_str() {
+        "" => None,
+        e => Some(Effort::parse(e).ok_or_else(|| {
+            Status::invalid_argument(format!(
+                "thinking effort {:?} is not one of low, medium, high",
+                brief(e)
+            ))
+        })?),
+    };
+    Ok(Some(match (c.off, c.budget_tokens, effort) {
+        (true, 0, None) => Thinking::Off,
+        (true, ..) => {
+            return Err(Status::invalid_argument(
+                "thinking cannot be off and have a budget or an effort",
+            ));
+        }
+        (false, 0, None) => Thinking::On,
+        (false, 0, Some(e)) => Thinking::Effort(e),
+        (false, b, None) => Thinking::Budget(b),
+        (false, _, Some(_)) => {
+            return Err(Status::invalid_argument(
+                "thinking takes a budget or an effort, not both",
+            ));
+        }
+    }))
 }
 
 /// An image as clients see it in messages: its description, no bytes.
@@ -203,4 +250,58 @@ pub(crate) fn uploads(
             .collect(),
     )
     .map_err(|e| Status::invalid_argument(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agentd_core::{Effort, Thinking};
+
+    #[test]
+    fn reasoning_survives_an_export_and_an_import_byte_for_byte() {
+        for b in [
+            ContentBlock::Thinking {
+                thinking: "Let me look.".into(),
+                signature: "c2ln+/==".into(),
+            },
+            ContentBlock::RedactedThinking {
+                data: "EmwKAhgBEgy3va3pzix/LafPsn4a".into(),
+            },
+        ] {
+            assert_eq!(block_from(&block(&b)).unwrap(), b);
+            assert_eq!(block_from(&block_owned(b.clone())).unwrap(), b);
+        }
+        // Clients see that a redacted block is one.
+        let shown = block(&ContentBlock::RedactedThinking { data: "x".into() });
+        let Some(pb::content_block::Block::Thinking(t)) = shown.block else {
+            panic!("{shown:?}");
+        };
+        assert_eq!(t.thinking, REDACTED);
+    }
+
+    #[test]
+    fn a_clients_thinking_choice_is_checked() {
+        let choice = |off, budget_tokens, effort: &str| pb::ThinkingChoice {
+            off,
+            budget_tokens,
+            effort: effort.into(),
+        };
+        assert_eq!(thinking_from(None).unwrap(), None);
+        let ok = |c| thinking_from(Some(&c)).unwrap();
+        assert_eq!(ok(choice(false, 0, "")), Some(Thinking::On));
+        assert_eq!(ok(choice(true, 0, "")), Some(Thinking::Off));
+        assert_eq!(ok(choice(false, 5000, "")), Some(Thinking::Budget(5000)));
+        assert_eq!(
+            ok(choice(false, 0, "High")),
+            Some(Thinking::Effort(Effort::High))
+        );
+        for bad in [
+            choice(false, 0, "max"),
+            choice(true, 1, ""),
+            choice(false, 1, "low"),
+        ] {
+            let status = thinking_from(Some(&bad)).unwrap_err();
+            assert_eq!(status.code(), tonic::Code::InvalidArgument, "{bad:?}");
+        }
+    }
 }

@@ -21,7 +21,7 @@ pub(crate) use conversations::{
 pub(crate) use environment::{environment_from, environment_origin};
 pub(crate) use events::{event, event_owned};
 pub(crate) use mcp::{mcp_server_from, mcp_servers};
-pub(crate) use messages::{image, image_from, message, message_from, uploads};
+pub(crate) use messages::{image, image_from, message, message_from, thinking_from, uploads};
 pub(crate) use permissions::{answer_from, decision, permission, plan};
 pub(crate) use shells::{shell, shell_status};
 pub(crate) use transfer::{exported_from, exported_images};

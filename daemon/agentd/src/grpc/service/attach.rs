@@ -303,10 +303,12 @@ async fn send_frame(
     if let Err(refused) = check_text(limits, "message text", &s.text) {
         Err(refused)
     } else {
+        let thinking = convert::thinking_from(s.thinking.as_ref());
         match convert::client_request_id_from(s.client_request_id)
             .and_then(|id| images.map(|images| (id, images)))
+            .and_then(|(id, images)| thinking.map(|thinking| (id, images, thinking)))
         {
-            Ok((client_request_id, images)) => {
+            Ok((client_request_id, images, thinking)) => {
                 let message = crate::runtime::NewMessage {
                     text: s.text,
                     images,
@@ -315,6 +317,7 @@ async fn send_frame(
                     queue_if_busy: s.queue_if_busy,
                     from: Some(client.clone()),
                     by: None,
+                    thinking,
                 };
                 manager
                     .send_message(id, message)

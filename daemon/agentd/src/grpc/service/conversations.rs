@@ -84,6 +84,7 @@ pub(super) fn new_conversation(
             parent: None,
             sub_agent: None,
             environment,
+            thinking: convert::thinking_from(req.thinking.as_ref())?,
         },
         (!prompt.is_empty() || !images.is_empty()).then_some((prompt, images)),
     ))

@@ -27,6 +27,7 @@ pub(super) async fn send_message(
         queue_if_busy: req.queue_if_busy,
         from: None,
         by: Some(from),
+        thinking: convert::thinking_from(req.thinking.as_ref())?,
     };
     let sent = svc
         .manager

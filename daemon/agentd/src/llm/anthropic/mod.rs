@@ -67,16 +67,19 @@ impl transport::HttpApi for AnthropicProvider {
     type Parser = AnthropicStream;
 
     fn request(&self, req: &LlmRequest) -> Result<reqwest::RequestBuilder, LlmError> {
-        Ok(self
+        let mut builder = self
             .endpoint
             .post()
             .header("x-api-key", self.api_key.clone())
             .header("anthropic-version", API_VERSION)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(
-                request_body(req)
-                    .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?,
-            ))
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(beta) = request::beta(req) {
+            builder = builder.header("anthropic-beta", beta);
+        }
+        Ok(builder.body(
+            request_body(req)
+                .map_err(|e| LlmError::Config(format!("cannot encode the request: {e}")))?,
+        ))
     }
 }
 

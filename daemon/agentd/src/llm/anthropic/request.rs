@@ -2,7 +2,7 @@
 //! the API accepts it, with cache breakpoints, serialized straight from the
 //! borrowed transcript (and its settled prefix reused from earlier requests).
 
-use agentd_core::{ContentBlock, ImageRef, Message, Role};
+use agentd_core::{ContentBlock, ImageRef, Message, Role, ThinkingParams};
 use serde::Serialize;
 use serde::ser::SerializeMap;
 use serde_json::Value;
@@ -36,11 +36,14 @@ pub(super) fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Erro
             cache_control: (Some(i) == last_tool).then_some(EPHEMERAL),
         })
         .collect();
+    let (thinking, output_config) = thinking(req.thinking);
     let mut body = serde_json::to_vec(&WireRequest {
         model: &req.model,
         max_tokens: req.max_tokens,
         system,
         tools,
+        thinking,
+        output_config,
     })?;
     // `{...}` → `{...,"messages":[...],"stream":true}`
     body.pop();
@@ -97,6 +100,55 @@ struct WireRequest<'a> {
     system: Option<[WireText<'a>; 1]>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    thinking: Option<WireThinking>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_config: Option<OutputConfig>,
+}
+
+/// `{"type":"enabled","budget_tokens":N}` or `{"type":"adaptive"}`.
+#[derive(Serialize)]
+struct WireThinking {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget_tokens: Option<u32>,
+}
+
+/// `{"effort":"high"}`: how hard an adaptive model thinks.
+#[derive(Serialize)]
+struct OutputConfig {
+    effort: &'static str,
+}
+
+/// The request's `thinking` and `output_config`. (No temperature or
+/// `top_k` is ever sent, which thinking requires.)
+fn thinking(params: Option<ThinkingParams>) -> (Option<WireThinking>, Option<OutputConfig>) {
+    match params {
+        None | Some(ThinkingParams::Effort(_)) => (None, None),
+        Some(ThinkingParams::Budget { budget_tokens }) => (
+            Some(WireThinking {
+                kind: "enabled",
+                budget_tokens: Some(budget_tokens),
+            }),
+            None,
+        ),
+        Some(ThinkingParams::Adaptive { effort }) => (
+            Some(WireThinking {
+                kind: "adaptive",
+                budget_tokens: None,
+            }),
+            effort.map(|e| OutputConfig { effort: e.as_str() }),
+        ),
+    }
+}
+
+/// The beta a request needs: a thinking budget with tools thinks between
+/// tool calls only with interleaved thinking (adaptive thinking
+/// interleaves by itself).
+pub(super) fn beta(req: &LlmRequest) -> Option<&'static str> {
+    matches!(req.thinking, Some(ThinkingParams::Budget { .. }))
+        .then_some("interleaved-thinking-2025-05-14")
 }
 
 /// `{"type": "ephemeral"}`: a prompt-cache breakpoint.
@@ -346,11 +398,12 @@ fn message_groups(messages: &[Message]) -> Vec<Group<'_>> {
 fn is_sendable(block: &ContentBlock) -> bool {
     match block {
         ContentBlock::Text { text } => !text.is_empty(),
-        ContentBlock::Thinking { signature, .. } => !signature.is_empty(),
-        ContentBlock::RedactedThinking { .. }
-        | ContentBlock::Image(_)
-        | ContentBlock::ToolUse { .. }
-        | ContentBlock::ToolResult { .. } => true,
+        ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {
+            agentd_core::thinking::goes_back(block)
+        }
+        ContentBlock::Image(_) | ContentBlock::ToolUse { .. } | ContentBlock::ToolResult { .. } => {
+            true
+        }
     }
 }
 
@@ -377,6 +430,7 @@ pub(crate) mod tests {
 
     pub(crate) fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> LlmRequest {
         LlmRequest {
+            thinking: None,
             model: "claude-test".into(),
             system: "You are terse.".into(),
             messages: Arc::new(messages),
@@ -393,6 +447,71 @@ pub(crate) mod tests {
             description: format!("{name} things"),
             input_schema: json!({ "type": "object", "properties": {} }),
         }
+    }
+
+    #[test]
+    fn thinking_is_asked_as_the_model_takes_it_and_signed_blocks_go_back() {
+        use agentd_core::Effort;
+        let signed = ContentBlock::Thinking {
+            thinking: "hm".into(),
+            signature: "sig==".into(),
+        };
+        let cut = ContentBlock::Thinking {
+            thinking: "half a tho".into(),
+            signature: String::new(),
+        };
+        let mut req = request(
+            vec![
+                message(Role::User, vec![ContentBlock::text("go")]),
+                message(
+                    Role::Assistant,
+                    vec![
+                        signed,
+                        ContentBlock::RedactedThinking {
+                            data: "ZW5j".into(),
+                        },
+                        cut,
+                        tool_use("t1", json!({})),
+                    ],
+                ),
+                message(
+                    Role::User,
+                    vec![ContentBlock::tool_result("t1", "ok", false)],
+                ),
+            ],
+            vec![spec("read")],
+        );
+        req.thinking = Some(ThinkingParams::Budget {
+            budget_tokens: 2_048,
+        });
+        req.max_tokens = 4_096;
+        let body = request_body(&req);
+        assert_eq!(
+            body["thinking"],
+            json!({"type": "enabled", "budget_tokens": 2048})
+        );
+        assert_eq!(body["max_tokens"], json!(4096));
+        assert!(body.get("temperature").is_none() && body.get("output_config").is_none());
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([
+                {"type": "thinking", "thinking": "hm", "signature": "sig=="},
+                {"type": "redacted_thinking", "data": "ZW5j"},
+                {"type": "tool_use", "id": "t1", "name": "read", "input": {}},
+            ])
+        );
+        assert_eq!(beta(&req), Some("interleaved-thinking-2025-05-14"));
+        req.thinking = Some(ThinkingParams::Adaptive {
+            effort: Some(Effort::High),
+        });
+        let body = request_body(&req);
+        assert_eq!(body["thinking"], json!({"type": "adaptive"}));
+        assert_eq!(body["output_config"], json!({"effort": "high"}));
+        assert_eq!(beta(&req), None);
+        req.thinking = None;
+        let body = request_body(&req);
+        assert!(body.get("thinking").is_none());
+        assert_eq!(beta(&req), None);
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The body of a chat-completions request: the transcript mapped onto chat
 //! messages (see the module docs of `openai`).
 
-use agentd_core::{ContentBlock, ImageRef, Message, Role};
+use agentd_core::{ContentBlock, Effort, ImageRef, Message, Role, ThinkingParams};
 use serde_json::{Map, Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -35,6 +35,25 @@ pub(super) fn request_body(req: &LlmRequest) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+    }
+    // Any thinking asked of this kind of server becomes an effort; the
+    // reasoning it streams back is shown, stored and never sent back.
+    match req.thinking {
+        Some(
+            ThinkingParams::Effort(effort)
+            | ThinkingParams::Adaptive {
+                effort: Some(effort),
+            },
+        ) => {
+            body.insert("reasoning_effort".into(), json!(effort.as_str()));
+        }
+        Some(ThinkingParams::Budget { budget_tokens }) => {
+            body.insert(
+                "reasoning_effort".into(),
+                json!(Effort::for_budget(budget_tokens).as_str()),
+            );
+        }
+        Some(ThinkingParams::Adaptive { effort: None }) | None => {}
     }
     body.insert("stream".into(), Value::Bool(true));
     body.insert("stream_options".into(), json!({ "include_usage": true }));
@@ -170,6 +189,7 @@ pub(crate) mod tests {
 
     pub(crate) fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> LlmRequest {
         LlmRequest {
+            thinking: None,
             model: "gpt-test".into(),
             system: "Be brief.".into(),
             messages: Arc::new(messages),
@@ -244,6 +264,34 @@ pub(crate) mod tests {
                 "stream_options": { "include_usage": true },
             })
         );
+    }
+
+    #[test]
+    fn thinking_becomes_a_reasoning_effort() {
+        use agentd_core::Effort;
+        let mut req = request(
+            vec![Message::user(vec![ContentBlock::text("hi")], 0)],
+            vec![],
+        );
+        assert!(request_body(&req).get("reasoning_effort").is_none());
+        for (params, effort) in [
+            (ThinkingParams::Effort(Effort::Low), "low"),
+            (
+                ThinkingParams::Budget {
+                    budget_tokens: 20_000,
+                },
+                "high",
+            ),
+            (
+                ThinkingParams::Adaptive {
+                    effort: Some(Effort::Medium),
+                },
+                "medium",
+            ),
+        ] {
+            req.thinking = Some(params);
+            assert_eq!(request_body(&req)["reasoning_effort"], json!(effort));
+        }
     }
 
     #[test]

@@ -451,6 +451,28 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
+    async fn openrouters_reasoning_spelling_is_thinking_too() {
+        let stream = concat!(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"Hm, \"},\"finish_reason\":null}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning\":\"yes.\"},\"finish_reason\":null}]}\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Yes.\"},\"finish_reason\":\"stop\"}]}\n\n",
+            "data: [DONE]\n\n",
+        );
+        let (events, reply) = testkit::parse(OpenAiStream::default(), stream, 7).await;
+        let reply = reply.unwrap();
+        assert_eq!(
+            reply.content[0],
+            ContentBlock::Thinking {
+                thinking: "Hm, yes.".into(),
+                signature: String::new(),
+            }
+        );
+        // Shown like thinking, and (unsigned) never sent back.
+        assert!(matches!(&events[0], StreamEvent::ThinkingDelta { text, .. } if text == "Hm, "));
+        assert!(!agentd_core::thinking::goes_back(&reply.content[0]));
+    }
+
+    #[tokio::test]
     async fn finish_reasons() {
         for (wire, want) in [
             ("stop", StopReason::EndTurn),

@@ -26,7 +26,7 @@ impl Actor {
         let event = Event::UserMessage {
             text: message.text.clone(),
             images: message.images.iter().map(|i| i.image.clone()).collect(),
-            sending: self.sending(message.queue_if_busy, PromptHooks::Due),
+            sending: self.sending(message.queue_if_busy, PromptHooks::Due, message.thinking),
         };
         // The state is unchanged by these answers: nothing to commit.
         let answer = agentd_core::transition(&self.record.conversation, &self.context(None), event);
@@ -57,11 +57,17 @@ impl Actor {
 
     /// How a user message is sent now: `hooks` says where it stands with
     /// its prompt hooks; another message in its hooks counts as a turn.
-    fn sending(&self, queue_if_busy: bool, hooks: PromptHooks) -> Sending {
+    fn sending(
+        &self,
+        queue_if_busy: bool,
+        hooks: PromptHooks,
+        thinking: Option<agentd_core::Thinking>,
+    ) -> Sending {
         Sending {
             queue_if_busy,
             hooks,
             other_in_hooks: self.work.prompt_checking(),
+            thinking,
         }
     }
 
@@ -79,7 +85,7 @@ impl Actor {
                 text: message.text,
                 images: message.images.into_iter().map(|i| i.image).collect(),
                 // Past its hooks it is taken or refused, not queued.
-                sending: self.sending(false, PromptHooks::Passed),
+                sending: self.sending(false, PromptHooks::Passed, message.thinking),
             },
         )
         .await?;

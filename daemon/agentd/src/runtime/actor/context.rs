@@ -21,7 +21,11 @@ impl Actor {
             retry_base_ms: cfg.retry.base_delay_ms,
             retry_max_ms: cfg.retry.max_delay_ms,
             max_retry_after_ms: cfg.retry.max_retry_after_ms,
-            context_window: cfg.models.lookup(&self.record.model).context_window,
+            // What a reply may spend thinking is not the transcript's.
+            context_window: agentd_core::thinking::usable_window(
+                cfg.models.lookup(&self.record.model).context_window,
+                &self.thinking_plan(),
+            ),
             // REQ-BED-024: a sub-agent fails at the threshold.
             exhaustion: if self.record.sub_agent.is_some() {
                 agentd_core::ContextExhaustionBehavior::IntentionallyUnhandled

@@ -6,7 +6,10 @@ use super::{Actor, Input};
 use crate::llm::{LlmRequest, StreamEvent};
 use crate::runtime::events::EventKind;
 use crate::runtime::{instructions, prompt};
-use agentd_core::{ContentBlock, LlmPurpose, Message, Mode, Role};
+use agentd_core::{
+    ContentBlock, LlmPurpose, Message, Mode, Role, ThinkForm, Thinking, ThinkingParams,
+    ThinkingPlan,
+};
 use std::sync::Arc;
 
 /// What the requests of a conversation share: the system prompt (made
@@ -163,12 +166,28 @@ impl Actor {
         if self.record.conversation.mode == Mode::Plan {
             system = Arc::from(format!("{system}\n\n{}", prompt::PLAN_MODE));
         }
+        let thinking = match purpose {
+            // Anthropic's thinking joins a tool loop only one that began
+            // thinking (`agentd_core::thinking::may_think`).
+            LlmPurpose::Turn => match self.thinking_plan() {
+                ThinkingPlan {
+                    params: Some(ThinkingParams::Budget { .. } | ThinkingParams::Adaptive { .. }),
+                    ..
+                } if !agentd_core::thinking::may_think(&messages) => {
+                    self.thinking_plan_for(Some(Thinking::Off))
+                }
+                plan => plan,
+            },
+            // A summary needs no thinking.
+            LlmPurpose::Continuation { .. } => self.thinking_plan_for(Some(Thinking::Off)),
+        };
         let request = LlmRequest {
             model: self.record.model.clone(),
             system,
             messages,
             tools,
-            max_tokens: self.max_tokens(),
+            max_tokens: thinking.max_tokens,
+            thinking: thinking.params,
             cache: self.parts.request_cache.clone(),
             images: self.parts.images.clone(),
         };
@@ -264,10 +283,28 @@ impl Actor {
 
     /// `max_tokens` of a request: the config's, within what the model can
     /// write.
-    fn max_tokens(&self) -> u32 {
+    /// The thinking of the current turn's requests and their `max_tokens`
+    /// (decided by `agentd_core::thinking::plan`).
+    pub(super) fn thinking_plan(&self) -> ThinkingPlan {
+        self.thinking_plan_for(self.record.conversation.thinking)
+    }
+
+    fn thinking_plan_for(&self, turn: Option<Thinking>) -> ThinkingPlan {
         let config = &self.shared.config;
         let info = config.models.lookup(&self.record.model);
-        config.limits.max_tokens.min(info.max_output_tokens)
+        // A model the table does not know takes what its provider's
+        // models usually take.
+        let form = info.think_form.unwrap_or(match config.provider {
+            crate::config::ProviderKind::Anthropic => ThinkForm::Budget,
+            crate::config::ProviderKind::Openai => ThinkForm::Effort,
+        });
+        agentd_core::thinking::plan(
+            turn,
+            info.thinking,
+            form,
+            config.limits.max_tokens,
+            info.max_output_tokens,
+        )
     }
 
     /// Whether the request about to go out is a turn's first: the

@@ -47,6 +47,7 @@ impl<'r> Queue<'r> {
             at_ms,
             from: message.from.map(|c| (c.id, c.name)),
             images: message.images.into_iter().map(|i| i.image).collect(),
+            thinking: message.thinking,
         });
     }
 
