@@ -32,6 +32,10 @@ pub(crate) struct Env {
     pub grace: Duration,
     /// Fires when the turn is cancelled: running hooks are killed.
     pub cancel: CancellationToken,
+    /// The sandbox hooks run in, as the conversation's commands do, and
+    /// the directories they may write in (working and additional).
+    pub sandboxes: std::sync::Arc<crate::process::sandbox::Sandboxes>,
+    pub writable: Vec<PathBuf>,
 }
 
 impl Env {
@@ -71,15 +75,21 @@ pub(super) enum Said {
 /// (the decision) through the returned closure's inputs.
 pub(super) async fn ask(hook: &Hook, env: &Env, payload: &[u8]) -> (Said, u64) {
     let started = Instant::now();
-    let result = runner::run(
-        &hook.command,
-        &env.cwd,
-        payload,
-        hook.timeout,
-        env.grace,
-        &env.cancel,
-    )
-    .await;
+    let result = match env.sandboxes.confine(&env.writable, false) {
+        Ok(sandbox) => {
+            runner::run(
+                &hook.command,
+                &env.cwd,
+                payload,
+                hook.timeout,
+                env.grace,
+                &env.cancel,
+                sandbox.as_ref(),
+            )
+            .await
+        }
+        Err(e) => Err(e.into()),
+    };
     let took = started.elapsed().as_millis() as u64;
     let said = match result {
         Err(e) => Said::Failed(e.to_string()),

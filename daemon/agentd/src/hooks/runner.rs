@@ -32,6 +32,8 @@ pub(crate) enum RunError {
     Cancelled,
     #[error("cannot read its output: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Sandbox(#[from] crate::process::sandbox::SandboxError),
 }
 
 /// Runs `command` with `input` on stdin. At `timeout` or when `cancel`
@@ -45,8 +47,9 @@ pub(crate) async fn run(
     timeout: Duration,
     grace: Duration,
     cancel: &CancellationToken,
+    sandbox: Option<&crate::process::sandbox::Confinement>,
 ) -> Result<Finished, RunError> {
-    let mut piped = process::spawn_piped(command, cwd)?;
+    let mut piped = process::spawn_piped(command, cwd, sandbox)?;
     let group = piped.group;
     let stdin = piped.child.stdin.take();
     let stdout = piped.child.stdout.take();

@@ -23,6 +23,8 @@ fn env(dir: &Path) -> Env {
         conversation_id: "c1".to_string(),
         grace: Duration::from_millis(200),
         cancel: CancellationToken::new(),
+        sandboxes: std::sync::Arc::new(crate::process::sandbox::Sandboxes::off()),
+        writable: Vec::new(),
     }
 }
 

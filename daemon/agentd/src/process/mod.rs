@@ -32,6 +32,10 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::net::unix::pipe;
 
+pub(crate) mod sandbox;
+
+use sandbox::Confinement;
+
 /// How often a dying process group is checked.
 const POLL: Duration = Duration::from_millis(10);
 /// How long SIGKILL gets to take effect before the caller carries on.
@@ -154,13 +158,15 @@ pub(crate) enum SpawnError {
 /// Starts `bash -c command` in `cwd`, in a process group of its own, with
 /// stdin empty and stdout and stderr to one new pipe. The environment is the
 /// daemon's minus its credentials, with prompts and pagers out of the way.
-/// Needs a tokio runtime (the pipe registers with it).
+/// Needs a tokio runtime (the pipe registers with it). With `sandbox` the
+/// command confines itself before it starts ([`sandbox`]).
 pub(crate) fn spawn_bash(
     command: &str,
     cwd: &Path,
     on_drop: OnDrop,
+    sandbox: Option<&Confinement>,
 ) -> Result<Spawned, SpawnError> {
-    with_bash(|program| spawn_bash_with(program, command, cwd, on_drop))
+    with_bash(|program| spawn_bash_with(program, command, cwd, on_drop, sandbox))
 }
 
 fn spawn_bash_with(
@@ -168,8 +174,9 @@ fn spawn_bash_with(
     command: &str,
     cwd: &Path,
     on_drop: OnDrop,
+    sandbox: Option<&Confinement>,
 ) -> Result<Spawned, SpawnError> {
-    let mut cmd = bash_command(program, command, cwd);
+    let mut cmd = bash_command(program, command, cwd, sandbox);
     cmd.kill_on_drop(on_drop == OnDrop::Kill);
     let read_end = attach_output_pipe(&mut cmd).map_err(SpawnError::Pipe)?;
     let (child, group) = start(cmd, cwd)?;
@@ -203,12 +210,21 @@ pub(crate) struct Piped {
 /// separately: hooks read a JSON object on stdin and answer on stdout,
 /// with their complaints on stderr. The shell is killed if the handle is
 /// dropped; its group is the caller's to terminate.
-pub(crate) fn spawn_piped(command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
-    with_bash(|program| spawn_piped_with(program, command, cwd))
+pub(crate) fn spawn_piped(
+    command: &str,
+    cwd: &Path,
+    sandbox: Option<&Confinement>,
+) -> Result<Piped, SpawnError> {
+    with_bash(|program| spawn_piped_with(program, command, cwd, sandbox))
 }
 
-fn spawn_piped_with(program: &OsStr, command: &str, cwd: &Path) -> Result<Piped, SpawnError> {
-    let mut cmd = bash_command(program, command, cwd);
+fn spawn_piped_with(
+    program: &OsStr,
+    command: &str,
+    cwd: &Path,
+    sandbox: Option<&Confinement>,
+) -> Result<Piped, SpawnError> {
+    let mut cmd = bash_command(program, command, cwd, sandbox);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -312,9 +328,18 @@ fn find_in_path(path: &OsStr, name: &str) -> Option<PathBuf> {
     None
 }
 
-/// `bash -c command` in its own process group, without stdin.
-fn bash_command(program: &OsStr, command: &str, cwd: &Path) -> tokio::process::Command {
+/// `bash -c command` in its own process group, without stdin; confined
+/// by `sandbox` when given.
+fn bash_command(
+    program: &OsStr,
+    command: &str,
+    cwd: &Path,
+    sandbox: Option<&Confinement>,
+) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
+    if let Some(sandbox) = sandbox {
+        sandbox.install(&mut cmd);
+    }
     // `$0`, and the name bash's own messages start with ("bash: line 1:
     // …"), as when it is found by name.
     cmd.arg0("bash")

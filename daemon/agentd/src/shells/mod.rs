@@ -207,12 +207,27 @@ impl ShellManager {
 
     /// Starts `command` with `bash -c` in `cwd` as a background shell of
     /// `conversation_id`: own process group, stdin empty, stdout and stderr
-    /// to the spool, environment as for the bash tool.
+    /// to the spool, environment as for the bash tool. Unconfined: see
+    /// [`ShellManager::spawn_confined`].
+    #[cfg(test)]
     pub(crate) async fn spawn(
         &self,
         conversation_id: &str,
         command: &str,
         cwd: &Path,
+    ) -> Result<ShellRecord, ShellError> {
+        self.spawn_confined(conversation_id, command, cwd, None)
+            .await
+    }
+
+    /// [`ShellManager::spawn`], the shell confined by `sandbox` when given
+    /// (see [`crate::process::sandbox`]).
+    pub(crate) async fn spawn_confined(
+        &self,
+        conversation_id: &str,
+        command: &str,
+        cwd: &Path,
+        sandbox: Option<&crate::process::sandbox::Confinement>,
     ) -> Result<ShellRecord, ShellError> {
         // The map stays locked from the count to the insert, so concurrent
         // spawns cannot both take the last slot. Everything in between is
@@ -234,7 +249,7 @@ impl ShellManager {
             child,
             group,
             output: receiver,
-        } = process::spawn_bash(command, cwd, OnDrop::Leave)
+        } = process::spawn_bash(command, cwd, OnDrop::Leave, sandbox)
             .map_err(|e| ShellError::Spawn(e.to_string()))?;
         let record = ShellRecord {
             id: id.clone(),

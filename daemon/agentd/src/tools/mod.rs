@@ -135,6 +135,9 @@ pub(crate) struct ToolContext {
     /// agentd's own files, which no file tool touches (`/proc/*/environ`
     /// is refused also when this is empty).
     pub own_files: Arc<OwnFiles>,
+    /// The sandbox `bash` runs its commands in (see
+    /// [`crate::process::sandbox`]).
+    pub sandboxes: Arc<crate::process::sandbox::Sandboxes>,
 }
 
 impl ToolContext {
@@ -153,6 +156,7 @@ impl ToolContext {
             model: String::new(),
             images: None,
             own_files: Arc::default(),
+            sandboxes: Arc::default(),
         }
     }
 

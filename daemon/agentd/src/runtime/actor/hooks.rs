@@ -77,6 +77,10 @@ impl Actor {
             conversation_id: self.record.id.clone(),
             grace: std::time::Duration::from_millis(self.shared.config.limits.kill_grace_ms),
             cancel,
+            sandboxes: self.shared.daemon.sandboxes.clone(),
+            writable: std::iter::once(self.record.cwd.clone())
+                .chain(self.record.setup.additional_dirs.iter().cloned())
+                .collect(),
         }
     }
 

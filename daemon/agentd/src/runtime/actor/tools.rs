@@ -126,6 +126,7 @@ impl Actor {
                 .images
                 .then(|| config.images.limits()),
             own_files: self.shared.daemon.own_files.clone(),
+            sandboxes: self.shared.daemon.sandboxes.clone(),
         }
     }
 

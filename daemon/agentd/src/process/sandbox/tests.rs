@@ -1,0 +1,130 @@
+use std::path::PathBuf;
+
+use super::*;
+use crate::process::{OnDrop, spawn_bash};
+
+/// Sandboxes of `section` denying `denied`; None (and a printed reason)
+/// where the kernel has no Landlock.
+fn sandboxes(section: SandboxSection, denied: &[PathBuf]) -> Option<Sandboxes> {
+    let s = Sandboxes::new(section, denied, None);
+    if let Err(why) = &s.support {
+        eprintln!("skipped: {why}");
+        return None;
+    }
+    Some(s)
+}
+
+/// Runs `command` in `cwd` confined by `sandbox`; its output.
+async fn run(command: &str, cwd: &Path, sandbox: Option<&Confinement>) -> String {
+    let spawned = spawn_bash(command, cwd, OnDrop::Kill, sandbox).unwrap();
+    let mut out = String::new();
+    let mut reader = spawned.output;
+    tokio::io::AsyncReadExt::read_to_string(&mut reader, &mut out)
+        .await
+        .unwrap();
+    out
+}
+
+#[tokio::test]
+async fn a_confined_command_writes_only_in_its_directories_and_reads_no_denied_file() {
+    let outside = tempfile::tempdir_in(
+        std::env::var_os("HOME").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from),
+    )
+    .unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("credentials");
+    std::fs::write(&secret, "sk-secret").unwrap();
+    let section = SandboxSection {
+        mode: SandboxMode::WorkspaceWrite,
+        network: false,
+    };
+    let Some(s) = sandboxes(section, &[secret_dir.path().to_path_buf()]) else {
+        return;
+    };
+    let confinement = s
+        .confine(&[work.path().to_path_buf()], false)
+        .unwrap()
+        .unwrap();
+    let command = format!(
+        "touch inside && echo in-ok; touch {0}/x || echo out-denied; cat {1} || echo read-denied; \
+         ls {2} >/dev/null && echo list-ok; cat /etc/hostname >/dev/null && echo read-ok; \
+         (exec 3<>/dev/tcp/127.0.0.1/9) 2>/dev/null || echo net-denied",
+        outside.path().display(),
+        secret.display(),
+        secret_dir.path().parent().unwrap().display(),
+    );
+    let out = run(&command, work.path(), Some(&confinement)).await;
+    for want in [
+        "in-ok",
+        "out-denied",
+        "read-denied",
+        "list-ok",
+        "read-ok",
+        "net-denied",
+    ] {
+        assert!(out.contains(want), "{want} missing from:\n{out}");
+    }
+    assert!(!out.contains("sk-secret"), "{out}");
+    assert!(work.path().join("inside").exists());
+    assert!(!outside.path().join("x").exists());
+    // The same ruleset is handed out again for the same directories.
+    let again = s
+        .confine(&[work.path().to_path_buf()], false)
+        .unwrap()
+        .unwrap();
+    assert!(Arc::ptr_eq(&confinement.0, &again.0));
+}
+
+#[tokio::test]
+async fn read_only_writes_nowhere_and_network_true_keeps_the_network() {
+    let work = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let section = SandboxSection {
+        mode: SandboxMode::ReadOnly,
+        network: true,
+    };
+    let Some(s) = sandboxes(section, &[]) else {
+        return;
+    };
+    let confinement = s
+        .confine(&[work.path().to_path_buf()], false)
+        .unwrap()
+        .unwrap();
+    let command = format!(
+        "touch x 2>/dev/null || echo write-denied; echo ok >/dev/null && echo null-ok; \
+         (exec 3<>/dev/tcp/127.0.0.1/{port}) && echo net-ok"
+    );
+    let out = run(&command, work.path(), Some(&confinement)).await;
+    for want in ["write-denied", "null-ok", "net-ok"] {
+        assert!(out.contains(want), "{want} missing from:\n{out}");
+    }
+}
+
+#[test]
+fn off_confines_nothing_and_says_so() {
+    let s = Sandboxes::off();
+    assert_eq!(s.active(), None);
+    assert!(
+        s.confine(&[PathBuf::from("/tmp")], false)
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(s.status(), "off (config: [sandbox] mode = \"off\")");
+    let on = Sandboxes::new(SandboxSection::default(), &[], Some(Path::new("/home/u")));
+    assert!(on.denied.contains(&PathBuf::from("/home/u/.ssh")));
+    match &on.support {
+        Ok(abi) => {
+            assert_eq!(on.active(), Some(false));
+            assert_eq!(
+                on.status(),
+                format!("workspace-write, network off (Landlock ABI {abi}, seccomp)")
+            );
+        }
+        Err(why) => {
+            assert_eq!(on.active(), None);
+            assert!(on.status().contains(why.as_str()), "{}", on.status());
+        }
+    }
+}
