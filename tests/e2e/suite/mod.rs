@@ -33,6 +33,7 @@ mod remote_limits;
 mod remote_sessions;
 mod rewind;
 mod rewind_default;
+mod sandbox;
 mod secrets;
 mod settings;
 mod shells;

@@ -128,3 +128,41 @@ fn off_confines_nothing_and_says_so() {
         }
     }
 }
+
+/// What the sandbox adds to a spawn (issue 44 measures the bash round):
+/// building a confinement happens once per set of directories; installing
+/// it costs three system calls in the child. Prints the numbers (see
+/// BENCHMARKS.md) and guards against a confinement rebuilt per spawn.
+#[tokio::test]
+async fn a_confined_spawn_costs_little_more_than_a_plain_one() {
+    let work = tempfile::tempdir().unwrap();
+    let Some(s) = sandboxes(SandboxSection::default(), &[PathBuf::from("/root/.ssh")]) else {
+        return;
+    };
+    let dirs = [work.path().to_path_buf()];
+    let started = std::time::Instant::now();
+    let confinement = s.confine(&dirs, false).unwrap().unwrap();
+    let build = started.elapsed();
+    const N: u32 = 40;
+    let mut times = [std::time::Duration::ZERO; 2];
+    for round in 0..N {
+        for (i, sandbox) in [None, Some(&confinement)].into_iter().enumerate() {
+            let started = std::time::Instant::now();
+            let again = s.confine(&dirs, false).unwrap();
+            let sandbox = sandbox.and(again.as_ref());
+            let mut spawned = spawn_bash("true", work.path(), OnDrop::Kill, sandbox).unwrap();
+            spawned.child.wait().await.unwrap();
+            if round > 0 {
+                times[i] += started.elapsed();
+            }
+        }
+    }
+    let [plain, confined] = times.map(|t| t / (N - 1));
+    eprintln!(
+        "sandbox: first build {build:?}; spawn+wait of `true`: plain {plain:?}, confined {confined:?}"
+    );
+    assert!(
+        confined < plain + std::time::Duration::from_millis(5),
+        "plain {plain:?}, confined {confined:?}"
+    );
+}
