@@ -134,7 +134,7 @@ fn off_confines_nothing_and_says_so() {
 /// it costs three system calls in the child, and a `fork` where a plain
 /// spawn uses `posix_spawn`. Prints the numbers (see BENCHMARKS.md).
 #[tokio::test]
-async fn a_confined_spawn_costs_little_more_than_a_plain_one() {
+async fn a_confined_spawn_against_a_plain_one() {
     let work = tempfile::tempdir().unwrap();
     let Some(s) = sandboxes(SandboxSection::default(), &[PathBuf::from("/root/.ssh")]) else {
         return;
@@ -164,11 +164,8 @@ async fn a_confined_spawn_costs_little_more_than_a_plain_one() {
         "sandbox: first build {build:?}; spawn+wait of `true`, median of {N}: plain {plain:?}, \
          confined {confined:?}"
     );
-    // Loose: the machine is shared. What it catches is a confinement
-    // rebuilt per spawn or a child that does more than three system calls
-    // (a confined spawn forks instead of posix_spawn: see BENCHMARKS.md).
-    assert!(
-        confined < plain * 4 + std::time::Duration::from_millis(20),
-        "plain {plain:?}, confined {confined:?}"
-    );
+    // No timed assertion (BENCHMARKS.md: none is part of the suite); what
+    // is asserted is that every spawn reuses the one confinement.
+    let again = s.confine(&dirs, false).unwrap().unwrap();
+    assert!(Arc::ptr_eq(&confinement.0, &again.0));
 }
