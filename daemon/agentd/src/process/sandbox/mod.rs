@@ -23,7 +23,10 @@
 //! `~/.config/gcloud`, `~/.kube`, `~/.docker`, `~/.netrc`. A denied path is
 //! cut out of the readable tree level by level (see [`plan`]). Landlock also
 //! keeps a sandboxed process from `ptrace`-reading processes outside its
-//! domain, so `/proc/<daemon>/environ` is closed too.
+//! domain, so `/proc/<daemon>/environ` is closed too. Signals are not
+//! scoped (Landlock ABI 6 could): every command is a Landlock domain of its
+//! own, so scoping would keep a later command from stopping a server an
+//! earlier one started.
 //!
 //! Where Landlock is missing (old kernel, another OS, a failed probe) the
 //! daemon says so once at start-up and runs commands as `off` would: it
