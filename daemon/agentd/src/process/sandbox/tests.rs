@@ -14,6 +14,19 @@ fn sandboxes(section: SandboxSection, denied: &[PathBuf]) -> Option<Sandboxes> {
     Some(s)
 }
 
+/// [`sandboxes`] of `mode` and `network`, and the confinement of a command
+/// that may write in `dir`.
+fn confined(
+    mode: SandboxMode,
+    network: bool,
+    denied: &[PathBuf],
+    dir: &Path,
+) -> Option<(Sandboxes, Confinement)> {
+    let s = sandboxes(SandboxSection { mode, network }, denied)?;
+    let confinement = s.confine(&[dir.to_path_buf()], false).unwrap().unwrap();
+    Some((s, confinement))
+}
+
 /// Runs `command` in `cwd` confined by `sandbox`; its output.
 async fn run(command: &str, cwd: &Path, sandbox: Option<&Confinement>) -> String {
     let spawned = spawn_bash(command, cwd, OnDrop::Kill, sandbox).unwrap();
@@ -35,17 +48,11 @@ async fn a_confined_command_writes_only_in_its_directories_and_reads_no_denied_f
     let secret_dir = tempfile::tempdir().unwrap();
     let secret = secret_dir.path().join("credentials");
     std::fs::write(&secret, "sk-secret").unwrap();
-    let section = SandboxSection {
-        mode: SandboxMode::WorkspaceWrite,
-        network: false,
-    };
-    let Some(s) = sandboxes(section, &[secret_dir.path().to_path_buf()]) else {
+    let denied = [secret_dir.path().to_path_buf()];
+    let Some((s, confinement)) = confined(SandboxMode::WorkspaceWrite, false, &denied, work.path())
+    else {
         return;
     };
-    let confinement = s
-        .confine(&[work.path().to_path_buf()], false)
-        .unwrap()
-        .unwrap();
     let command = format!(
         "touch inside && echo in-ok; touch {0}/x || echo out-denied; cat {1} || echo read-denied; \
          ls {2} >/dev/null && echo list-ok; cat /etc/hostname >/dev/null && echo read-ok; \
@@ -81,17 +88,9 @@ async fn read_only_writes_nowhere_and_network_true_keeps_the_network() {
     let work = tempfile::tempdir().unwrap();
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let section = SandboxSection {
-        mode: SandboxMode::ReadOnly,
-        network: true,
-    };
-    let Some(s) = sandboxes(section, &[]) else {
+    let Some((_, confinement)) = confined(SandboxMode::ReadOnly, true, &[], work.path()) else {
         return;
     };
-    let confinement = s
-        .confine(&[work.path().to_path_buf()], false)
-        .unwrap()
-        .unwrap();
     let command = format!(
         "touch x 2>/dev/null || echo write-denied; echo ok >/dev/null && echo null-ok; \
          (exec 3<>/dev/tcp/127.0.0.1/{port}) && echo net-ok"
