@@ -107,6 +107,12 @@ async fn an_allowed_command_stays_inside_until_run_unsandboxed_is_approved() {
     let r = request_of(a.until(WAIT, is_request).await.last().unwrap());
     assert_eq!(r.tool_use_id, "out");
     assert!(
+        !r.options
+            .contains(&(pb::PermissionDecision::AllowAlways as i32)),
+        "an allow rule never lets a command out: {:?}",
+        r.options
+    );
+    assert!(
         r.reason.contains("run unsandboxed: it must write there"),
         "{}",
         r.reason
