@@ -287,7 +287,7 @@ impl Bridge {
         let live = self.session(&req.session_id)?;
         let mode = map::mode_of(&req.mode_id.0).ok_or_else(|| {
             invalid_params(format!(
-                "unknown mode {:?} (read_only, default, accept_edits, plan, bypass)",
+                "unknown mode {:?} (read_only, default, accept_edits, plan, bypass, auto)",
                 req.mode_id.0
             ))
         })?;

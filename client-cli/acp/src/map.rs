@@ -40,7 +40,7 @@ pub(super) fn plan(p: &pb::Plan) -> agent_client_protocol::v1::schema::Plan {
 }
 
 /// The daemon's permission modes as ACP session modes: (id, name, description).
-const MODES: [(PermissionMode, &str, &str, &str); 5] = [
+const MODES: [(PermissionMode, &str, &str, &str); 6] = [
     (
         PermissionMode::ReadOnly,
         "read_only",
@@ -70,6 +70,12 @@ const MODES: [(PermissionMode, &str, &str, &str); 5] = [
         "bypass",
         "Bypass",
         "Nothing asks (only when agentd runs with --allow-bypass)",
+    ),
+    (
+        PermissionMode::Auto,
+        "auto",
+        "Auto",
+        "Like accept edits, and commands that run inside the OS sandbox do not ask",
     ),
 ];
 
@@ -604,7 +610,7 @@ mod tests {
         assert_eq!(without.current_mode_id.0.as_ref(), "plan");
         assert_eq!(
             ids(without),
-            ["read_only", "default", "accept_edits", "plan"]
+            ["read_only", "default", "accept_edits", "plan", "auto"]
         );
         assert!(ids(mode_state(0, true)).contains(&"bypass".to_string()));
     }

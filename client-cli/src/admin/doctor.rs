@@ -171,6 +171,16 @@ fn daemon_checks(info: &pb::GetDaemonInfoResponse, checks: &mut Vec<Check>) {
         )
     });
     checks.push(model_check(info));
+    // A sandbox that is off is no failure: the user may have chosen it;
+    // the line says why.
+    checks.push(Check::ok(
+        "sandbox",
+        if info.sandbox.is_empty() {
+            format!("not reported by agentd {}", info.version)
+        } else {
+            info.sandbox.clone()
+        },
+    ));
 }
 
 /// The model line: whether the model answered the daemon's request, or

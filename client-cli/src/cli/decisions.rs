@@ -23,6 +23,9 @@ pub enum Mode {
     /// Nothing asks (only if the daemon was started with --allow-bypass)
     #[value(name = "bypass")]
     Bypass,
+    /// Like accept_edits, and commands that run inside the OS sandbox do not ask
+    #[value(name = "auto")]
+    Auto,
 }
 
 impl Mode {
@@ -68,6 +71,7 @@ impl Mode {
             Mode::AcceptEdits => PermissionMode::AcceptEdits,
             Mode::Plan => PermissionMode::Plan,
             Mode::Bypass => PermissionMode::Bypass,
+            Mode::Auto => PermissionMode::Auto,
         }
     }
 }

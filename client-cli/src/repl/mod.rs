@@ -585,7 +585,7 @@ mod tests {
 /cost: there is no conversation yet; type your first message
 /usage: there is no conversation yet; type your first message
 /nosuch: there is no conversation yet; type your first message
-mode: the daemon's default; /mode read_only|default|accept_edits|plan|bypass sets the mode the conversation starts in
+mode: the daemon's default; /mode read_only|default|accept_edits|plan|bypass|auto sets the mode the conversation starts in
 the conversation will start in mode plan
 the conversation will start with model m2
 which directory? /add-dir DIR

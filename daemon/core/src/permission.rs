@@ -40,11 +40,13 @@ mod judge;
 mod parts;
 mod paths;
 mod rule;
+mod sandbox;
 pub(crate) mod shell;
 mod suggest;
 
 pub use paths::{glob_search_dir, patch_paths, split_glob};
 pub use rule::{Action, Rule, RuleError};
+pub use sandbox::{RUN_UNSANDBOXED, Sandboxed, needs_network, sandbox_hint};
 pub use shell::split_compound;
 pub use suggest::{suggest_rule, suggested_rule};
 
@@ -78,6 +80,10 @@ pub enum Mode {
     Plan,
     /// Nothing asks (only when the daemon allows it).
     Bypass,
+    /// Like accept_edits, and a bash command that runs inside the OS
+    /// sandbox runs without asking; leaving the sandbox, or (without the
+    /// network) a command known to need it, asks.
+    Auto,
 }
 
 impl Mode {
@@ -89,6 +95,7 @@ impl Mode {
             Mode::AcceptEdits => "accept_edits",
             Mode::Plan => "plan",
             Mode::Bypass => "bypass",
+            Mode::Auto => "auto",
         }
     }
 }
@@ -188,6 +195,10 @@ pub struct Policy {
     /// treated as one that changes things (asks by default).
     #[serde(default)]
     pub mcp_read_only: BTreeSet<String>,
+    /// How the daemon confines bash commands: None, unconfined. The
+    /// runtime fills it from `[sandbox]` and the kernel's support.
+    #[serde(default)]
+    pub sandbox: Option<Sandboxed>,
 }
 
 impl Default for Policy {
@@ -209,6 +220,7 @@ impl Policy {
             additional_dirs: Vec::new(),
             resolved_paths: BTreeMap::new(),
             mcp_read_only: BTreeSet::new(),
+            sandbox: None,
         }
     }
 
@@ -311,7 +323,7 @@ impl Policy {
                 })
                 .collect()
         };
-        let mut asks: Vec<String> = Vec::new();
+        let mut asks: Vec<String> = self.sandbox_asks(call, &parts);
         for outcome in outcomes {
             match outcome {
                 Outcome::Deny(reason) => return Verdict::Deny(reason),

@@ -253,7 +253,10 @@ async fn an_editor_prompts_sees_the_turn_stream_and_answers_a_permission_request
         .iter()
         .map(|m| m.id.0.as_ref())
         .collect();
-    assert_eq!(mode_ids, ["read_only", "default", "accept_edits", "plan"]);
+    assert_eq!(
+        mode_ids,
+        ["read_only", "default", "accept_edits", "plan", "auto"]
+    );
     // The session is a daemon conversation in that directory.
     let mut client = s.client.clone();
     let conv = summary(&mut client, &session).await;

@@ -36,6 +36,7 @@ mod remote_sessions;
 mod removal;
 mod rewind;
 mod rewind_default;
+mod sandbox;
 mod secrets;
 mod settings;
 mod shells;

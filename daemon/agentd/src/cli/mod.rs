@@ -238,6 +238,7 @@ pub(crate) async fn run(
         &credentials,
         &config,
     ));
+    let sandbox = config.sandbox;
     let manager = Manager::new(Shared {
         environments: crate::environment::Environments::new(
             store.environments_tree(),
@@ -253,7 +254,7 @@ pub(crate) async fn run(
         shells: shells.clone(),
         notices,
         clock: crate::runtime::Clock::System,
-        daemon: daemon_info(&socket, &data_dir, credentials, own_files),
+        daemon: daemon_info(&socket, &data_dir, credentials, own_files, sandbox),
     });
     forward_shell_events(manager.clone(), shell_rx);
 
@@ -295,7 +296,11 @@ fn daemon_info(
     data_dir: &Path,
     credentials: Arc<Sources>,
     own_files: Arc<crate::tools::OwnFiles>,
+    sandbox: crate::process::sandbox::SandboxSection,
 ) -> DaemonInfo {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let sandboxes =
+        crate::process::sandbox::Sandboxes::new(sandbox, own_files.paths(), home.as_deref());
     DaemonInfo {
         started_at_ms: crate::runtime::Clock::System.now_ms(),
         started: Some(std::time::Instant::now()),
@@ -306,6 +311,7 @@ fn daemon_info(
         args: std::env::args().skip(1).collect(),
         credentials: Some(credentials),
         own_files,
+        sandboxes: Arc::new(sandboxes),
     }
 }
 

@@ -93,6 +93,8 @@ pub(crate) struct FileConfig {
     pub sub_agents: SubAgentsSection,
     /// Checkpoints (README "Checkpoints and rewind").
     pub checkpoints: CheckpointsSection,
+    /// The sandbox commands run in (README "Sandbox").
+    pub sandbox: crate::process::sandbox::SandboxSection,
 }
 
 /// The effective configuration.
@@ -161,6 +163,8 @@ pub(crate) struct Config {
     pub sub_agents: SubAgentsSection,
     /// Checkpoints and their retention.
     pub checkpoints: CheckpointsSection,
+    /// The sandbox commands run in.
+    pub sandbox: crate::process::sandbox::SandboxSection,
 }
 
 impl Config {
@@ -253,6 +257,7 @@ impl Config {
                 max_concurrent: file.sub_agents.max_concurrent.max(1),
             },
             checkpoints: file.checkpoints,
+            sandbox: file.sandbox,
             model,
             provider: file.provider,
             base_url,

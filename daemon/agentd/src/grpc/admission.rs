@@ -173,7 +173,7 @@ pub(super) fn admit(source: Source, roots: &[PathBuf], grants: &Grants) -> Resul
 /// Modes in which some tool runs that `default` would ask about.
 fn asks_less_than_default(mode: Mode) -> bool {
     match mode {
-        Mode::AcceptEdits | Mode::Bypass => true,
+        Mode::AcceptEdits | Mode::Bypass | Mode::Auto => true,
         Mode::ReadOnly | Mode::Default | Mode::Plan => false,
     }
 }
@@ -199,12 +199,13 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const MODES: [Mode; 5] = [
+    const MODES: [Mode; 6] = [
         Mode::ReadOnly,
         Mode::Default,
         Mode::AcceptEdits,
         Mode::Plan,
         Mode::Bypass,
+        Mode::Auto,
     ];
 
     fn sources() -> impl Strategy<Value = Source> {
@@ -262,7 +263,8 @@ mod tests {
             let mode_refused = refused.iter().any(|r| matches!(r, Refusal::Mode(_)));
             let expect_mode = matches!(
                 (source, mode),
-                (_, Some(Mode::Bypass)) | (Source::Import { .. }, Some(Mode::AcceptEdits))
+                (_, Some(Mode::Bypass))
+                    | (Source::Import { .. }, Some(Mode::AcceptEdits | Mode::Auto))
             );
             prop_assert_eq!(mode_refused, expect_mode);
             prop_assert_eq!(

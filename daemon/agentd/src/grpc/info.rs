@@ -104,6 +104,7 @@ pub(super) async fn daemon_info(manager: &Manager, check_model: bool) -> pb::Get
         executable: path(daemon.executable.as_deref()),
         args: daemon.args.clone(),
         model_check,
+        sandbox: daemon.sandboxes.status(),
     }
 }
 

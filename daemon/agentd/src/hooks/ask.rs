@@ -34,6 +34,10 @@ pub(crate) struct Env {
     pub cancel: CancellationToken,
     /// The conversation's shell and environment.
     pub launch: std::sync::Arc<crate::process::Launch>,
+    /// The sandbox hooks run in, as the conversation's commands do, and
+    /// the directories they may write in (working and additional).
+    pub sandboxes: std::sync::Arc<crate::process::sandbox::Sandboxes>,
+    pub writable: Vec<PathBuf>,
 }
 
 impl Env {
@@ -73,16 +77,24 @@ pub(super) enum Said {
 /// (the decision) through the returned closure's inputs.
 pub(super) async fn ask(hook: &Hook, env: &Env, payload: &[u8]) -> (Said, u64) {
     let started = Instant::now();
-    let result = runner::run(
-        &hook.command,
-        &env.cwd,
-        payload,
-        hook.timeout,
-        env.grace,
-        &env.cancel,
-        &env.launch,
-    )
-    .await;
+    let result = match env.sandboxes.confine(&env.writable, false) {
+        Ok(sandbox) => {
+            runner::run(
+                &hook.command,
+                &env.cwd,
+                payload,
+                runner::Deadline {
+                    timeout: hook.timeout,
+                    grace: env.grace,
+                },
+                &env.cancel,
+                &env.launch,
+                sandbox.as_ref(),
+            )
+            .await
+        }
+        Err(e) => Err(e.into()),
+    };
     let took = started.elapsed().as_millis() as u64;
     let said = match result {
         Err(e) => Said::Failed(e.to_string()),

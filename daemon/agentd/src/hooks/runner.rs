@@ -32,22 +32,34 @@ pub(crate) enum RunError {
     Cancelled,
     #[error("cannot read its output: {0}")]
     Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Sandbox(#[from] crate::process::sandbox::SandboxError),
 }
 
-/// Runs `command` with `input` on stdin. At `timeout` or when `cancel`
-/// fires, the whole process group is terminated (SIGTERM, `grace`,
-/// SIGKILL). Whatever the group left running after the shell exited is
-/// terminated too: a hook does not outlive its answer.
+/// How long a hook may take: at `timeout` its process group is
+/// terminated (SIGTERM, `grace`, SIGKILL).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Deadline {
+    pub timeout: Duration,
+    pub grace: Duration,
+}
+
+/// Runs `command` with `input` on stdin, in the conversation's shell and
+/// environment (`launch`), confined by `sandbox` when given. At the
+/// deadline or when `cancel` fires, the whole process group is terminated.
+/// Whatever the group left running after the shell exited is terminated
+/// too: a hook does not outlive its answer.
 pub(crate) async fn run(
     command: &str,
     cwd: &Path,
     input: &[u8],
-    timeout: Duration,
-    grace: Duration,
+    deadline: Deadline,
     cancel: &CancellationToken,
     launch: &process::Launch,
+    sandbox: Option<&crate::process::sandbox::Confinement>,
 ) -> Result<Finished, RunError> {
-    let mut piped = process::spawn_piped(command, cwd, launch)?;
+    let Deadline { timeout, grace } = deadline;
+    let mut piped = process::spawn_piped(command, cwd, launch, sandbox)?;
     let group = piped.group;
     let stdin = piped.child.stdin.take();
     let stdout = piped.child.stdout.take();

@@ -24,6 +24,8 @@ fn env(dir: &Path) -> Env {
         grace: Duration::from_millis(200),
         cancel: CancellationToken::new(),
         launch: Default::default(),
+        sandboxes: std::sync::Arc::new(crate::process::sandbox::Sandboxes::off()),
+        writable: Vec::new(),
     }
 }
 

@@ -41,6 +41,9 @@ pub(crate) use launch::Launch;
 use launch::with_shell;
 #[cfg(test)]
 use launch::{BASH, find_in_path};
+pub(crate) mod sandbox;
+
+use sandbox::Confinement;
 
 /// How often a dying process group is checked.
 const POLL: Duration = Duration::from_millis(10);
@@ -165,15 +168,17 @@ pub(crate) enum SpawnError {
 /// stdin empty and stdout and stderr to one new pipe. The shell and the
 /// environment are the conversation's (`launch`), minus the daemon's
 /// credentials, with prompts and pagers out of the way. Needs a tokio
-/// runtime (the pipe registers with it).
+/// runtime (the pipe registers with it). With `sandbox` the command
+/// confines itself before it starts ([`sandbox`]).
 pub(crate) fn spawn_bash(
     command: &str,
     cwd: &Path,
     on_drop: OnDrop,
     launch: &Launch,
+    sandbox: Option<&Confinement>,
 ) -> Result<Spawned, SpawnError> {
     with_shell(launch, |program| {
-        spawn_bash_with(program, launch, command, cwd, on_drop)
+        spawn_bash_with(program, launch, command, cwd, on_drop, sandbox)
     })
 }
 
@@ -183,8 +188,9 @@ fn spawn_bash_with(
     command: &str,
     cwd: &Path,
     on_drop: OnDrop,
+    sandbox: Option<&Confinement>,
 ) -> Result<Spawned, SpawnError> {
-    let mut cmd = bash_command(program, launch, command, cwd);
+    let mut cmd = bash_command(program, launch, command, cwd, sandbox);
     cmd.kill_on_drop(on_drop == OnDrop::Kill);
     let read_end = attach_output_pipe(&mut cmd).map_err(SpawnError::Pipe)?;
     let (child, group) = start(cmd, cwd)?;
@@ -218,9 +224,14 @@ pub(crate) struct Piped {
 /// separately: hooks read a JSON object on stdin and answer on stdout,
 /// with their complaints on stderr. The shell is killed if the handle is
 /// dropped; its group is the caller's to terminate.
-pub(crate) fn spawn_piped(command: &str, cwd: &Path, launch: &Launch) -> Result<Piped, SpawnError> {
+pub(crate) fn spawn_piped(
+    command: &str,
+    cwd: &Path,
+    launch: &Launch,
+    sandbox: Option<&Confinement>,
+) -> Result<Piped, SpawnError> {
     with_shell(launch, |program| {
-        spawn_piped_with(program, launch, command, cwd)
+        spawn_piped_with(program, launch, command, cwd, sandbox)
     })
 }
 
@@ -229,8 +240,9 @@ fn spawn_piped_with(
     launch: &Launch,
     command: &str,
     cwd: &Path,
+    sandbox: Option<&Confinement>,
 ) -> Result<Piped, SpawnError> {
-    let mut cmd = bash_command(program, launch, command, cwd);
+    let mut cmd = bash_command(program, launch, command, cwd, sandbox);
     cmd.stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -267,16 +279,21 @@ fn start(
 /// `shell -c command` in its own process group, without stdin, in the
 /// environment of `launch`: the one place that decides what a command's
 /// environment is (the conversation's or the daemon's, then the fixed
-/// additions, then without the daemon's credentials).
+/// additions, then without the daemon's credentials); confined by
+/// `sandbox` when given.
 fn bash_command(
     program: &OsStr,
     launch: &Launch,
     command: &str,
     cwd: &Path,
+    sandbox: Option<&Confinement>,
 ) -> tokio::process::Command {
     let mut cmd = tokio::process::Command::new(program);
     // The environment first: everything below goes on top of it.
     launch.apply_env(&mut cmd);
+    if let Some(sandbox) = sandbox {
+        sandbox.install(&mut cmd);
+    }
     // `$0`, and the name the shell's own messages start with ("bash: line
     // 1: …"), as when it is found by name.
     cmd.arg0(launch::arg0(program))

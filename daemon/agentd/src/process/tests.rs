@@ -48,6 +48,7 @@ async fn spawns_bash_in_a_group_of_its_own() {
         &cwd,
         OnDrop::Kill,
         &Launch::daemon(),
+        None,
     )
     .unwrap();
     let pid = i32::try_from(spawned.child.id().unwrap()).unwrap();
@@ -78,7 +79,13 @@ async fn spawns_bash_in_a_group_of_its_own() {
 
 #[test]
 fn daemon_credentials_are_not_passed_on() {
-    let cmd = bash_command(OsStr::new("bash"), &Launch::daemon(), "env", Path::new("/"));
+    let cmd = bash_command(
+        OsStr::new("bash"),
+        &Launch::daemon(),
+        "env",
+        Path::new("/"),
+        None,
+    );
     let removed: Vec<_> = cmd
         .as_std()
         .get_envs()
@@ -156,7 +163,14 @@ fn bash_is_found_on_path_as_execvp_would() {
 async fn a_remembered_bash_that_moved_away_is_looked_for_again() {
     let dir = tempfile::tempdir().unwrap();
     *BASH.lock().unwrap() = Some(dir.path().join("gone/bash"));
-    let spawned = spawn_bash("echo $0 ok", dir.path(), OnDrop::Kill, &Launch::daemon()).unwrap();
+    let spawned = spawn_bash(
+        "echo $0 ok",
+        dir.path(),
+        OnDrop::Kill,
+        &Launch::daemon(),
+        None,
+    )
+    .unwrap();
     assert_eq!(read_all(spawned.output).await, "bash ok\n");
     let found = BASH.lock().unwrap().clone();
     // Another test may have moved it away meanwhile; any path it holds is
@@ -164,7 +178,7 @@ async fn a_remembered_bash_that_moved_away_is_looked_for_again() {
     assert!(found.as_ref().is_none_or(|p| p.is_file()), "{found:?}");
     // Hooks' commands too.
     *BASH.lock().unwrap() = Some(dir.path().join("gone/bash"));
-    let mut piped = spawn_piped("echo $0 ok", dir.path(), &Launch::daemon()).unwrap();
+    let mut piped = spawn_piped("echo $0 ok", dir.path(), &Launch::daemon(), None).unwrap();
     let mut out = String::new();
     piped
         .child
@@ -185,6 +199,7 @@ async fn a_missing_directory_is_a_start_error() {
         Path::new("/nonexistent/agentd"),
         OnDrop::Kill,
         &Launch::daemon(),
+        None,
     )
     .unwrap_err();
     assert!(matches!(err, SpawnError::Start { .. }), "{err:?}");
@@ -204,6 +219,7 @@ async fn sigterm_ignored_means_sigkill_after_the_grace() {
         dir.path(),
         OnDrop::Kill,
         &Launch::daemon(),
+        None,
     )
     .unwrap();
     let pgid = spawned.group.pgid();
@@ -225,7 +241,14 @@ async fn sigterm_ignored_means_sigkill_after_the_grace() {
 #[tokio::test]
 async fn sigterm_ends_a_willing_group_before_the_grace() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spawned = spawn_bash("sleep 300", dir.path(), OnDrop::Kill, &Launch::daemon()).unwrap();
+    let mut spawned = spawn_bash(
+        "sleep 300",
+        dir.path(),
+        OnDrop::Kill,
+        &Launch::daemon(),
+        None,
+    )
+    .unwrap();
     let pgid = spawned.group.pgid();
     wait_for_members(pgid, 1).await;
     // A grace far beyond what the test may take: SIGTERM must do it.
@@ -244,6 +267,7 @@ async fn a_grandchild_is_killed_with_the_group() {
         dir.path(),
         OnDrop::Kill,
         &Launch::daemon(),
+        None,
     )
     .unwrap();
     let pgid = spawned.group.pgid();
@@ -278,9 +302,15 @@ async fn a_grandchild_is_killed_with_the_group() {
 async fn a_spawned_group_has_its_leaders_start_time() {
     let dir = tempfile::tempdir().unwrap();
     for _ in 0..20 {
-        let mut spawned =
-            spawn_bash("sleep 30", dir.path(), OnDrop::Kill, &Launch::daemon()).unwrap();
-        let piped = spawn_piped("sleep 30", dir.path(), &Launch::daemon()).unwrap();
+        let mut spawned = spawn_bash(
+            "sleep 30",
+            dir.path(),
+            OnDrop::Kill,
+            &Launch::daemon(),
+            None,
+        )
+        .unwrap();
+        let piped = spawn_piped("sleep 30", dir.path(), &Launch::daemon(), None).unwrap();
         for group in [spawned.group, piped.group] {
             let pid = group.pgid().as_raw();
             let stat = proc_stat(pid).expect("the leader is not reaped yet");
@@ -298,7 +328,14 @@ async fn a_spawned_group_has_its_leaders_start_time() {
 #[tokio::test]
 async fn a_start_time_mismatch_refuses_to_signal() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spawned = spawn_bash("sleep 300", dir.path(), OnDrop::Kill, &Launch::daemon()).unwrap();
+    let mut spawned = spawn_bash(
+        "sleep 300",
+        dir.path(),
+        OnDrop::Kill,
+        &Launch::daemon(),
+        None,
+    )
+    .unwrap();
     let real = spawned.group;
     wait_for_members(real.pgid(), 1).await;
     // The same number, but a leader that started at another time: as if
@@ -394,6 +431,7 @@ async fn a_conversations_environment_replaces_the_daemons_and_keeps_the_fixed_ad
         dir.path(),
         OnDrop::Kill,
         &launch,
+        None,
     )
     .unwrap();
     assert_eq!(

@@ -98,6 +98,8 @@ pub(crate) struct DaemonInfo {
     pub credentials: Option<Arc<crate::llm::credentials::Sources>>,
     /// The daemon's own files and directories, which no file tool touches.
     pub own_files: Arc<crate::tools::OwnFiles>,
+    /// The sandbox commands run in (`[sandbox]`).
+    pub sandboxes: Arc<crate::process::sandbox::Sandboxes>,
 }
 
 /// Owns the actors.

@@ -208,7 +208,7 @@ impl ShellManager {
 
     /// Starts `command` with `bash -c` in `cwd` as a background shell of
     /// `conversation_id`: own process group, stdin empty, stdout and stderr
-    /// to the spool, in the daemon's environment.
+    /// to the spool, in the daemon's environment, unconfined.
     #[cfg(test)]
     pub(crate) async fn spawn(
         &self,
@@ -217,19 +217,22 @@ impl ShellManager {
         cwd: &Path,
     ) -> Result<ShellRecord, ShellError> {
         let launch = process::Launch::daemon();
-        self.spawn_in(conversation_id, command, cwd, &launch).await
+        self.spawn_in(conversation_id, command, cwd, &launch, None)
+            .await
     }
 
     /// Starts `command` with the conversation's shell (`launch`) in `cwd`
     /// as a background shell of `conversation_id`: own process group,
     /// stdin empty, stdout and stderr to the spool, the shell and
-    /// environment as for the bash tool.
+    /// environment as for the bash tool, confined by `sandbox` when given
+    /// (see [`crate::process::sandbox`]).
     pub(crate) async fn spawn_in(
         &self,
         conversation_id: &str,
         command: &str,
         cwd: &Path,
         launch: &process::Launch,
+        sandbox: Option<&crate::process::sandbox::Confinement>,
     ) -> Result<ShellRecord, ShellError> {
         // The map stays locked from the count to the insert, so concurrent
         // spawns cannot both take the last slot. Everything in between is
@@ -251,7 +254,7 @@ impl ShellManager {
             child,
             group,
             output: receiver,
-        } = process::spawn_bash(command, cwd, OnDrop::Leave, launch)
+        } = process::spawn_bash(command, cwd, OnDrop::Leave, launch, sandbox)
             .map_err(|e| ShellError::Spawn(e.to_string()))?;
         let record = ShellRecord {
             id: id.clone(),

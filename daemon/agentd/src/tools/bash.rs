@@ -35,6 +35,7 @@ use tokio::time::Instant;
 
 use super::live::{Coalescer, LineCount, OutputPreview};
 use super::{ToolContext, ToolError, ToolOutput, input};
+use crate::process::sandbox::Confinement;
 use crate::process::{self, DRAIN, Group, KILL_WAIT, OnDrop};
 use crate::truncate::HeadTail;
 
@@ -47,6 +48,36 @@ struct Input {
     description: Option<String>,
     #[serde(default)]
     run_in_background: bool,
+    /// `"off"`: run outside the sandbox (the permission check always asks).
+    sandbox: Option<SandboxChoice>,
+    /// Why the command must leave the sandbox; the permission request
+    /// shows it (see `agentd_core::permission`).
+    #[expect(dead_code)]
+    justification: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum SandboxChoice {
+    On,
+    Off,
+}
+
+impl Input {
+    /// The sandbox the command runs in: None outside one (sandbox off in
+    /// the config, no Landlock, or `sandbox: "off"`).
+    fn confinement(&self, ctx: &ToolContext) -> Result<Option<Confinement>, ToolError> {
+        if self.sandbox == Some(SandboxChoice::Off) {
+            return Ok(None);
+        }
+        let writable: Vec<std::path::PathBuf> = std::iter::once(ctx.cwd.clone())
+            .chain(ctx.additional_dirs.iter().cloned())
+            .collect();
+        let network = agentd_core::permission::needs_network(&self.command);
+        ctx.sandboxes
+            .confine(&writable, network)
+            .map_err(|e| ToolError::new(format!("bash: {e}")))
+    }
 }
 
 fn schema() -> Value {
@@ -56,7 +87,9 @@ fn schema() -> Value {
             "command": {"type": "string"},
             "timeout_ms": {"type": "integer", "description": "Default 120000, max 600000"},
             "description": {"type": "string", "description": "What it does, in 5-10 words"},
-            "run_in_background": {"type": "boolean", "description": "Start it as a background shell and return its ID at once; timeout_ms does not apply"}
+            "run_in_background": {"type": "boolean", "description": "Start it as a background shell and return its ID at once; timeout_ms does not apply"},
+            "sandbox": {"type": "string", "enum": ["on", "off"], "description": "\"off\" runs the command outside the OS sandbox; the user is always asked. Only for a command the sandbox stopped; say why in justification"},
+            "justification": {"type": "string", "description": "With sandbox \"off\": why the command must run outside the sandbox, for the user"}
         },
         "required": ["command"]
     })
@@ -85,7 +118,8 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
         if ctx.cancel.is_cancelled() {
             return Ok(super::cancelled_output());
         }
-        let id = start_in_background(&input.command, ctx).await?;
+        let sandbox = input.confinement(ctx)?;
+        let id = start_in_background(&input.command, ctx, sandbox.as_ref()).await?;
         return Ok(ToolOutput::ok(
             format!(
                 "Command running in background with ID: {id}. Use bash_output to read its \
@@ -99,7 +133,15 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
         .timeout_ms
         .unwrap_or(limits.bash_default_timeout_ms)
         .clamp(1, limits.bash_max_timeout_ms);
-    execute(&input.command, timeout_ms, ctx).await
+    let sandbox = input.confinement(ctx)?;
+    let mut out = execute(&input.command, timeout_ms, ctx, sandbox.as_ref()).await?;
+    if let (Some(_), Some(network)) = (&sandbox, ctx.sandboxes.active())
+        && out.is_error
+        && let Some(hint) = agentd_core::permission::sandbox_hint(&out.content, network)
+    {
+        out.content.push_str(&hint);
+    }
+    Ok(out)
 }
 
 /// For the permission answer "background": runs the bash call `input` as a
@@ -111,7 +153,8 @@ pub(crate) async fn run_as_background_shell(input: &Value, ctx: &ToolContext) ->
         if input.command.trim().is_empty() {
             return Err(ToolError::new("bash: `command` is empty"));
         }
-        start_in_background(&input.command, ctx).await
+        let sandbox = input.confinement(ctx)?;
+        start_in_background(&input.command, ctx, sandbox.as_ref()).await
     };
     match started.await {
         Ok(id) => ToolOutput::ok(
@@ -126,7 +169,11 @@ pub(crate) async fn run_as_background_shell(input: &Value, ctx: &ToolContext) ->
 }
 
 /// Starts `command` as a background shell of the conversation; its id.
-async fn start_in_background(command: &str, ctx: &ToolContext) -> Result<String, ToolError> {
+async fn start_in_background(
+    command: &str,
+    ctx: &ToolContext,
+    sandbox: Option<&Confinement>,
+) -> Result<String, ToolError> {
     let Some(shells) = &ctx.shells else {
         return Err(ToolError::new(
             "bash: background shells are not available yet; run the command in the foreground \
@@ -134,7 +181,13 @@ async fn start_in_background(command: &str, ctx: &ToolContext) -> Result<String,
         ));
     };
     let record = shells
-        .spawn_in(&ctx.conversation_id, command, &ctx.cwd, &ctx.launch)
+        .spawn_in(
+            &ctx.conversation_id,
+            command,
+            &ctx.cwd,
+            &ctx.launch,
+            sandbox,
+        )
         .await
         .map_err(|e| ToolError::new(format!("bash: {e}")))?;
     Ok(record.id)
@@ -151,6 +204,7 @@ async fn execute(
     command: &str,
     timeout_ms: u64,
     ctx: &ToolContext,
+    sandbox: Option<&Confinement>,
 ) -> Result<ToolOutput, ToolError> {
     let limits = ctx.limits;
     if ctx.cancel.is_cancelled() {
@@ -160,7 +214,7 @@ async fn execute(
         mut child,
         group,
         output: receiver,
-    } = process::spawn_bash(command, &ctx.cwd, OnDrop::Kill, &ctx.launch)
+    } = process::spawn_bash(command, &ctx.cwd, OnDrop::Kill, &ctx.launch, sandbox)
         .map_err(|e| ToolError::new(format!("bash: {e}")))?;
     let output = Arc::new(Mutex::new(Captured {
         text: HeadTail::new(limits.content_budget()),

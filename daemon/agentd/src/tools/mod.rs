@@ -138,6 +138,9 @@ pub(crate) struct ToolContext {
     /// The conversation's shell and environment, for `bash` and the
     /// background shells it starts.
     pub launch: Arc<crate::process::Launch>,
+    /// The sandbox `bash` runs its commands in (see
+    /// [`crate::process::sandbox`]).
+    pub sandboxes: Arc<crate::process::sandbox::Sandboxes>,
 }
 
 impl ToolContext {
@@ -157,6 +160,7 @@ impl ToolContext {
             images: None,
             own_files: Arc::default(),
             launch: Arc::default(),
+            sandboxes: Arc::default(),
         }
     }
 

@@ -43,6 +43,11 @@ impl OwnFiles {
         OwnFiles { paths: own }
     }
 
+    /// The paths, as given and as resolved.
+    pub(crate) fn paths(&self) -> &[PathBuf] {
+        &self.paths
+    }
+
     /// Why no tool may touch `resolved` (a path already resolved), or None
     /// when it is none of agentd's own.
     pub(crate) fn refusal(&self, resolved: &Path) -> Option<String> {

@@ -174,7 +174,7 @@ impl Policy {
     fn default_outcome(&self, call: &ToolCall, part: Option<&Part>) -> Outcome {
         let tool = call.name.as_str();
         let known = Tool::from_name(tool);
-        if self.is_read_only(tool) {
+        if self.is_read_only(tool) || self.runs_sandboxed_unasked(call) {
             return Outcome::Allow;
         }
         match part {
@@ -182,10 +182,10 @@ impl Policy {
                 write: true,
                 path: Some(path),
                 ..
-            }) if self.mode == Mode::AcceptEdits && self.is_inside_roots(path) => Outcome::Allow,
+            }) if self.accepts_edits() && self.is_inside_roots(path) => Outcome::Allow,
             Some(Part::File {
                 write: true, path, ..
-            }) if self.mode == Mode::AcceptEdits => {
+            }) if self.accepts_edits() => {
                 let p = part.map(ToString::to_string).unwrap_or_default();
                 Outcome::Ask(match path {
                     Some(_) => format!("{p} is outside the working directories"),
@@ -210,6 +210,13 @@ impl Policy {
             Some(p) => Outcome::Ask(format!("{tool} {p} needs permission")),
             None => Outcome::Ask(format!("{tool} needs permission")),
         }
+    }
+}
+
+impl Policy {
+    /// Whether file edits inside the working directories run unasked.
+    fn accepts_edits(&self) -> bool {
+        matches!(self.mode, Mode::AcceptEdits | Mode::Auto)
     }
 }
 

@@ -141,6 +141,11 @@ pub(super) fn ask_for(ctx: &Inputs<'_>, call: &ToolCall, reason: String) -> Perm
             )
         });
     }
+    // No allow rule lets a command out of the sandbox, so "always" would
+    // add a rule that changes nothing.
+    if reason.starts_with(crate::permission::RUN_UNSANDBOXED) {
+        options.retain(|d| *d != Decision::AllowAlways);
+    }
     PermissionAsk {
         request_id: format!("perm-{}", call.id),
         tool_use_id: call.id.clone(),

@@ -132,9 +132,11 @@ fn on_plan_answer(
         .map_err(|e| Rejected::InvalidPlanAnswer(e.0))?;
     let continues_in = |mode: Mode| match mode {
         Mode::Default | Mode::AcceptEdits => Ok(mode),
-        Mode::ReadOnly | Mode::Plan | Mode::Bypass => Err(Rejected::InvalidPlanAnswer(format!(
-            "an approved plan continues in default or accept_edits mode, not {mode}"
-        ))),
+        Mode::ReadOnly | Mode::Plan | Mode::Bypass | Mode::Auto => {
+            Err(Rejected::InvalidPlanAnswer(format!(
+                "an approved plan continues in default or accept_edits mode, not {mode}"
+            )))
+        }
     };
     let (decision, result, change, mode) = match answer {
         PlanAnswer::Approve { mode } => {

@@ -171,6 +171,7 @@ pub(crate) fn mode(m: Mode) -> pb::PermissionMode {
         Mode::AcceptEdits => pb::PermissionMode::AcceptEdits,
         Mode::Plan => pb::PermissionMode::Plan,
         Mode::Bypass => pb::PermissionMode::Bypass,
+        Mode::Auto => pb::PermissionMode::Auto,
     }
 }
 
@@ -181,6 +182,7 @@ pub(crate) fn mode_from(m: i32) -> Result<Mode, Status> {
         Ok(pb::PermissionMode::AcceptEdits) => Ok(Mode::AcceptEdits),
         Ok(pb::PermissionMode::Plan) => Ok(Mode::Plan),
         Ok(pb::PermissionMode::Bypass) => Ok(Mode::Bypass),
+        Ok(pb::PermissionMode::Auto) => Ok(Mode::Auto),
         Err(_) => Err(Status::invalid_argument(format!(
             "unknown permission mode {m}"
         ))),

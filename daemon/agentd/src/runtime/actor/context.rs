@@ -76,6 +76,14 @@ impl Actor {
                 .iter()
                 .map(|d| d.display().to_string())
                 .collect(),
+            // Whether bash runs confined: `auto` mode and "run unsandboxed"
+            // asks build on it.
+            sandbox: self
+                .shared
+                .daemon
+                .sandboxes
+                .active()
+                .map(|network| agentd_core::permission::Sandboxed { network }),
             ..Policy::new(self.record.conversation.mode, cwd)
         };
         // The policy judges paths as the tools will use them: resolved,

@@ -78,6 +78,10 @@ impl Actor {
             grace: std::time::Duration::from_millis(self.shared.config.limits.kill_grace_ms),
             cancel,
             launch: self.shared.environments.launch(&self.record.id),
+            sandboxes: self.shared.daemon.sandboxes.clone(),
+            writable: std::iter::once(self.record.cwd.clone())
+                .chain(self.record.setup.additional_dirs.iter().cloned())
+                .collect(),
         }
     }
 

@@ -127,6 +127,7 @@ impl Actor {
                 .then(|| config.images.limits()),
             own_files: self.shared.daemon.own_files.clone(),
             launch: self.shared.environments.launch(&self.record.id),
+            sandboxes: self.shared.daemon.sandboxes.clone(),
         }
     }
 
