@@ -35,6 +35,7 @@ mod rewind;
 mod rewind_default;
 mod secrets;
 mod settings;
+mod shell_reports;
 mod shells;
 mod stock_clients;
 mod streams;

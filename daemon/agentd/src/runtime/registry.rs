@@ -117,14 +117,28 @@ impl Manager {
     }
 
     /// Tells the conversation that owns a background shell that it started
-    /// or ended (its attached clients see it).
+    /// or ended (its attached clients see it). An end the model is still to
+    /// hear of loads the conversation if it is not live.
     pub(crate) async fn shell_event(&self, event: crate::shells::ShellEvent) {
-        let id = match &event {
-            crate::shells::ShellEvent::Started(r) | crate::shells::ShellEvent::Exited(r) => {
-                r.conversation_id.clone()
-            }
+        let (id, to_tell) = match &event {
+            crate::shells::ShellEvent::Started(r) => (r.conversation_id.clone(), false),
+            crate::shells::ShellEvent::Exited(r) => (r.conversation_id.clone(), r.report_pending),
         };
-        if let Some(tx) = self.actors.lock().await.get(&id) {
+        if to_tell {
+            let shell_id = match &event {
+                crate::shells::ShellEvent::Started(r) | crate::shells::ShellEvent::Exited(r) => {
+                    r.id.clone()
+                }
+            };
+            match self.send_input(&id, Input::Shell(event)).await {
+                Ok(()) => {}
+                // Nobody is left to tell.
+                Err(RuntimeError::NotFound(_)) => self.shared.shells.mark_reported(&shell_id),
+                Err(e) => {
+                    tracing::warn!(conversation = %id, "cannot tell the end of shell {shell_id}: {e}");
+                }
+            }
+        } else if let Some(tx) = self.actors.lock().await.get(&id) {
             let _ = tx.send(Input::Shell(event));
         }
     }

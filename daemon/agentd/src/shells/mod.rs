@@ -17,6 +17,7 @@
 //! that provably are ours: same pid and same start time in `/proc`.
 
 mod output;
+mod report;
 mod shell;
 mod tasks;
 
@@ -36,6 +37,7 @@ pub(crate) use crate::store::persisted::{ShellRecord, ShellStatus};
 
 use crate::process::{self, DRAIN, KILL_WAIT, OnDrop};
 use output::Spool;
+pub(crate) use report::status_words;
 use shell::Shell;
 use tasks::{group_of, monitor, provably_ours, pump};
 
@@ -192,6 +194,7 @@ impl ShellManager {
                 }
                 record.status = ShellStatus::Lost;
                 record.ended_at_ms = Some(now_ms());
+                record.report_pending = true;
                 if let Ok(meta) = std::fs::metadata(&spool_path) {
                     record.output_bytes = meta.len();
                 }
@@ -249,6 +252,7 @@ impl ShellManager {
             output_bytes: 0,
             truncated: false,
             proc_start_ticks: group.leader_ticks(),
+            report_pending: false,
         };
         let spool = Spool::new(file, self.limits.max_spool_bytes, self.limits.tail_bytes);
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);

@@ -1,0 +1,168 @@
+//! Shells that report back (issue 41 point 3): the end of a background
+//! shell reaches the model's next request, or starts a turn with
+//! `[shells] wake_on_exit`; a running command moves to the background or
+//! is killed from any client.
+
+use super::util::{assert_valid_chain, done, tool, wait_state};
+use agent_proto::v1 as pb;
+use agent_tests::fake_llm::{ReplyScript, Script};
+use agent_tests::harness::{Scenario, WAIT, wait_for};
+use serde_json::{Value, json};
+
+/// Every text block of the last message of a request body.
+fn last_texts(body: &Value) -> Vec<String> {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let Some(last) = messages.last() else {
+        return Vec::new();
+    };
+    last["content"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|b| b["type"] == "text")
+        .map(|b| b["text"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// The notes of ended shells in a request body (anywhere in it).
+fn notes(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "text")
+        .filter_map(|b| b["text"].as_str().map(str::to_string))
+        .filter(|t| t.starts_with("[background shell] "))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_shell_that_ends_reaches_the_next_request_once() {
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "b1",
+                "bash",
+                json!({"command": "echo one; echo from-the-shell; exit 3", "run_in_background": true}),
+            ),
+            tool("w1", "bash", json!({"command": "sleep 1"})),
+            tool("w2", "bash", json!({"command": "true"})),
+            done(),
+        ])
+        .conversation("start it")
+        .allow(&["bash"])
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 4);
+    for r in &reqs {
+        assert_valid_chain(r);
+    }
+    // Started in request 2's results; ended during `sleep 1`: told with
+    // request 3's results, after them.
+    assert!(notes(&reqs[1].body).is_empty());
+    let told = last_texts(&reqs[2].body);
+    assert_eq!(told.len(), 1, "{told:?}");
+    let note = &told[0];
+    assert!(
+        note.starts_with("[background shell] Shell sh-") && note.contains("ended (exit code 3)"),
+        "{note}"
+    );
+    assert!(
+        note.contains("Command: echo one; echo from-the-shell; exit 3")
+            && note.contains("one\nfrom-the-shell"),
+        "{note}"
+    );
+    // Once: request 4 carries it in the transcript only, not again.
+    assert_eq!(notes(&reqs[3].body), [note.clone()]);
+    assert!(last_texts(&reqs[3].body).is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_wake_on_exit_a_shell_that_ends_starts_a_turn() {
+    let s = Scenario::new()
+        .config("[shells]\nwake_on_exit = true\n")
+        .scripts([
+            tool(
+                "b1",
+                "bash",
+                json!({"command": "sleep 1; echo built", "run_in_background": true}),
+            ),
+            Script::Reply(ReplyScript::new().text("it builds in the background")),
+            Script::Reply(ReplyScript::new().text("the build finished")),
+        ])
+        .conversation("build it")
+        .allow(&["bash"])
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake, s.client, s.id);
+    wait_for("the woken turn's request", WAIT, || {
+        fake.requests().len() >= 3
+    })
+    .await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 3);
+    assert_valid_chain(&reqs[2]);
+    let messages = reqs[2].body["messages"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or_default();
+    assert_eq!(last["role"], "user");
+    let told = last_texts(&reqs[2].body);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0].contains("ended (exit code 0)") && told[0].contains("built"),
+        "{}",
+        told[0]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shell_lost_in_a_crash_is_told_once_across_restarts() {
+    let sleep = format!("sleep 300.{}", std::process::id());
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "b1",
+                "bash",
+                json!({"command": sleep.clone(), "run_in_background": true}),
+            ),
+            Script::Reply(ReplyScript::new().text("running")),
+            Script::Reply(ReplyScript::new().text("noted")),
+            Script::Reply(ReplyScript::new().text("still noted")),
+        ])
+        .conversation("serve")
+        .allow(&["bash"])
+        .start()
+        .await;
+    let (fake, mut d, id) = (s.fake, s.daemon, s.id);
+    let mut client = s.client;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    d.kill9();
+    d.restart().await;
+    let mut client = d.client().await;
+    super::util::send(&mut client, &id, "what happened?").await;
+    wait_for("the next request", WAIT, || fake.requests().len() >= 3).await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let told = notes(&fake.requests()[2].body);
+    assert_eq!(told.len(), 1, "{told:?}");
+    assert!(
+        told[0].contains("ended (lost: agentd restarted while it ran)") && told[0].contains(&sleep),
+        "{}",
+        told[0]
+    );
+    // Taken and stored: another restart does not tell it again.
+    d.terminate().await;
+    d.restart().await;
+    let mut client = d.client().await;
+    super::util::send(&mut client, &id, "and now?").await;
+    wait_for("the request after", WAIT, || fake.requests().len() >= 4).await;
+    assert_eq!(notes(&fake.requests()[3].body), told);
+}
