@@ -79,7 +79,7 @@ async fn a_background_shell_that_ends_reaches_the_next_request_once() {
         "{note}"
     );
     // Once: request 4 carries it in the transcript only, not again.
-    assert_eq!(notes(&reqs[3].body), [note.clone()]);
+    assert_eq!(notes(&reqs[3].body), std::slice::from_ref(note));
     assert!(last_texts(&reqs[3].body).is_empty());
 }
 
