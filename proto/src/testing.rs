@@ -104,6 +104,8 @@ pub mod rpc {
         RevokeToken: pb::RevokeTokenRequest => pb::RevokeTokenResponse;
         GetAudit: pb::GetAuditRequest => pb::GetAuditResponse;
         Rewind: pb::RewindRequest => pb::RewindResponse;
+        BackgroundCommand: pb::BackgroundCommandRequest => pb::BackgroundCommandResponse;
+        KillCommand: pb::KillCommandRequest => pb::KillCommandResponse;
     }
 }
 
@@ -379,6 +381,20 @@ impl AgentService for FakeAgent {
         request: Request<pb::RewindRequest>,
     ) -> Result<Response<pb::RewindResponse>, Status> {
         self.unary::<rpc::Rewind>(request)
+    }
+
+    async fn background_command(
+        &self,
+        request: Request<pb::BackgroundCommandRequest>,
+    ) -> Result<Response<pb::BackgroundCommandResponse>, Status> {
+        self.unary::<rpc::BackgroundCommand>(request)
+    }
+
+    async fn kill_command(
+        &self,
+        request: Request<pb::KillCommandRequest>,
+    ) -> Result<Response<pb::KillCommandResponse>, Status> {
+        self.unary::<rpc::KillCommand>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

@@ -3,7 +3,7 @@
 //! `[shells] wake_on_exit`; a running command moves to the background or
 //! is killed from any client.
 
-use super::util::{assert_valid_chain, done, tool, wait_state};
+use super::util::{assert_valid_chain, done, processes_matching, result_of, tool, wait_state};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{ReplyScript, Script};
 use agent_tests::harness::{Scenario, WAIT, wait_for};
@@ -165,4 +165,116 @@ async fn a_shell_lost_in_a_crash_is_told_once_across_restarts() {
     super::util::send(&mut client, &id, "and now?").await;
     wait_for("the request after", WAIT, || fake.requests().len() >= 4).await;
     assert_eq!(notes(&fake.requests()[3].body), told);
+}
+
+/// A conversation whose model runs `command` in the foreground and then
+/// says "done"; returns once the command runs (`needle` is in its command
+/// line).
+async fn running_command(command: &str, needle: &str) -> agent_tests::harness::Started<String> {
+    let s = Scenario::new()
+        .scripts([tool("c1", "bash", json!({"command": command})), done()])
+        .conversation("run it")
+        .allow(&["bash"])
+        .start()
+        .await;
+    wait_for("the command to run", WAIT, || {
+        !processes_matching(needle).is_empty()
+    })
+    .await;
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_client_moves_a_running_command_to_the_background() {
+    let sleep = format!("sleep 301.{}", std::process::id());
+    let s = running_command(&format!("echo started; {sleep}; echo never"), &sleep).await;
+    let (fake, d, id) = (s.fake, s.daemon, s.id);
+    let mut second = d.client().await;
+    let moved = second
+        .background_command(pb::BackgroundCommandRequest {
+            conversation_id: id.clone(),
+            tool_use_id: "c1".into(),
+            client_name: "second".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(moved.shell_id.starts_with("sh-"), "{moved:?}");
+    let mut client = s.client;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2);
+    let result = result_of(&reqs[1], "c1");
+    let text = result["content"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(&format!(
+            "Command moved to background (shell ID: {}) by second.",
+            moved.shell_id
+        )) && text.contains("Output so far:\nstarted"),
+        "{result}"
+    );
+    assert_ne!(result["is_error"], true);
+    // It runs on as that shell, listed and killable.
+    let listed = second
+        .list_shells(pb::ListShellsRequest {
+            conversation_id: id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .shells;
+    assert!(
+        listed.iter().any(|sh| sh.id == moved.shell_id),
+        "{listed:?}"
+    );
+    assert!(!processes_matching(&sleep).is_empty(), "still running");
+    second
+        .kill_shell(pb::KillShellRequest {
+            shell_id: moved.shell_id.clone(),
+        })
+        .await
+        .unwrap();
+    wait_for("the shell to be killed", WAIT, || {
+        processes_matching(&sleep).is_empty()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_client_kills_a_running_command_and_the_turn_goes_on() {
+    let sleep = format!("sleep 302.{}", std::process::id());
+    let s = running_command(&format!("echo started; {sleep}"), &sleep).await;
+    let (fake, d, id) = (s.fake, s.daemon, s.id);
+    let mut second = d.client().await;
+    second
+        .kill_command(pb::KillCommandRequest {
+            conversation_id: id.clone(),
+            tool_use_id: String::new(),
+            client_name: "second".into(),
+        })
+        .await
+        .unwrap();
+    let mut client = s.client;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    assert!(processes_matching(&sleep).is_empty());
+    let reqs = fake.requests();
+    assert_eq!(reqs.len(), 2, "the model got the result and answered");
+    let result = result_of(&reqs[1], "c1");
+    let text = result["content"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with(
+            "Killed by the user (second): the command and every process it started were stopped."
+        ) && text.contains("started"),
+        "{result}"
+    );
+    assert_eq!(result["is_error"], true);
+    // Nothing runs now: a second kill is NOT_FOUND.
+    let again = second
+        .kill_command(pb::KillCommandRequest {
+            conversation_id: id.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), tonic::Code::NotFound, "{again:?}");
 }

@@ -53,15 +53,15 @@ impl ShellManager {
         cwd: &Path,
         spawned: process::Spawned,
         already: &[u8],
-    ) -> Result<ShellRecord, (ShellError, process::Spawned)> {
+    ) -> Result<ShellRecord, Box<(ShellError, process::Spawned)>> {
         let shells = lock(&self.shells);
         if let Err(e) = self.check_limits(&shells, conversation_id) {
-            return Err((e, spawned));
+            return Err(Box::new((e, spawned)));
         }
         let id = self.fresh_id(&shells);
         let (spool_path, file) = match self.create_spool(&id) {
             Ok(made) => made,
-            Err(e) => return Err((e, spawned)),
+            Err(e) => return Err(Box::new((e, spawned))),
         };
         let tracked = Tracked {
             id,

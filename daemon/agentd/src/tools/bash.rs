@@ -340,7 +340,8 @@ async fn to_background(
     );
     match adopted {
         Ok(record) => Ok((record.id, so_far)),
-        Err((e, spawned)) => {
+        Err(refused) => {
+            let (e, spawned) = *refused;
             let (stop, reader) = start_pump(spawned.output, &run.output, run.started, ctx);
             let back = Running {
                 child: spawned.child,

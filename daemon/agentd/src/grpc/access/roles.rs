@@ -52,6 +52,9 @@ pub(crate) const fn rule(rpc: Rpc) -> Need {
         Rpc::GetAudit => Need::Role(Viewer),
         // Rewriting files and forking the transcript: a driver's.
         Rpc::Rewind => Need::Role(Driver),
+        // Steering a running command, like a cancel: a driver's.
+        Rpc::BackgroundCommand => Need::Role(Driver),
+        Rpc::KillCommand => Need::Role(Driver),
     }
 }
 
@@ -87,6 +90,8 @@ pub(crate) enum FrameKind {
     Answer,
     Cancel,
     Budget,
+    /// `background` and `kill`: steering a running command.
+    Command,
 }
 
 /// The least role an Attach frame needs, and what it is called in a
@@ -99,6 +104,10 @@ pub(crate) fn frame_need(frame: FrameKind) -> (ClientRole, &'static str) {
         FrameKind::Answer => (ClientRole::Approver, "the Attach `answer` frame"),
         FrameKind::Cancel => (ClientRole::Driver, "the Attach `cancel` frame"),
         FrameKind::Budget => (ClientRole::Driver, "the Attach `budget` frame"),
+        FrameKind::Command => (
+            ClientRole::Driver,
+            "the Attach `background` and `kill` frames",
+        ),
     }
 }
 
@@ -193,6 +202,8 @@ mod tests {
             "KillShell",
             "CreateConversation",
             "AnswerBudget",
+            "BackgroundCommand",
+            "KillCommand",
         ] {
             assert!(!may(Approver, method), "an approver may not call {method}");
             assert!(may(Driver, method), "a driver may call {method}");
@@ -222,6 +233,8 @@ mod tests {
         assert_eq!(frame_need(FrameKind::Cancel).0, unary("CancelConversation"));
         assert_eq!(frame_need(FrameKind::Subscribe).0, unary("Attach"));
         assert_eq!(frame_need(FrameKind::Create).0, unary("CreateConversation"));
+        assert_eq!(frame_need(FrameKind::Command).0, unary("BackgroundCommand"));
+        assert_eq!(frame_need(FrameKind::Command).0, unary("KillCommand"));
     }
 
     #[test]

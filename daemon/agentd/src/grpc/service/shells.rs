@@ -137,6 +137,58 @@ pub(super) async fn kill_shell(
     }))
 }
 
+/// Has the running foreground command of call `tool_use_id` (empty: the
+/// one running) of conversation `id` do `action` for the client `by`: the
+/// shell id it goes on as, for a move to the background.
+pub(super) async fn control(
+    manager: &crate::runtime::Manager,
+    id: &str,
+    tool_use_id: &str,
+    action: crate::shells::CommandAction,
+    by: &str,
+) -> Result<Option<String>, Status> {
+    manager
+        .shared()
+        .shells
+        .control(id, tool_use_id.trim(), action, by)
+        .await
+        .map_err(convert::shell_status)
+}
+
+pub(super) async fn background_command(
+    svc: &Service,
+    request: Request<pb::BackgroundCommandRequest>,
+) -> Result<Response<pb::BackgroundCommandResponse>, Status> {
+    let who = caller(&request)?;
+    let req = request.into_inner();
+    let id = svc
+        .manager
+        .resolve(&req.conversation_id)
+        .map_err(to_status)?;
+    let by = super::answerer(&who, req.client_name, "agent").name;
+    let action = crate::shells::CommandAction::Background;
+    let shell_id = control(&svc.manager, &id, &req.tool_use_id, action, &by).await?;
+    Ok(Response::new(pb::BackgroundCommandResponse {
+        shell_id: shell_id.unwrap_or_default(),
+    }))
+}
+
+pub(super) async fn kill_command(
+    svc: &Service,
+    request: Request<pb::KillCommandRequest>,
+) -> Result<Response<pb::KillCommandResponse>, Status> {
+    let who = caller(&request)?;
+    let req = request.into_inner();
+    let id = svc
+        .manager
+        .resolve(&req.conversation_id)
+        .map_err(to_status)?;
+    let by = super::answerer(&who, req.client_name, "agent").name;
+    let action = crate::shells::CommandAction::Kill;
+    control(&svc.manager, &id, &req.tool_use_id, action, &by).await?;
+    Ok(Response::new(pb::KillCommandResponse {}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
