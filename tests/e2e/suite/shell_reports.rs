@@ -278,3 +278,62 @@ async fn another_client_kills_a_running_command_and_the_turn_goes_on() {
         .unwrap_err();
     assert_eq!(again.code(), tonic::Code::NotFound, "{again:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ctrl_b_in_the_terminal_moves_a_running_command_to_the_background() {
+    use agent_tests::pty::PtySession;
+    let sleep = format!("sleep 303.{}", std::process::id());
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "c1",
+                "bash",
+                json!({"command": format!("echo started; {sleep}")}),
+            ),
+            Script::text("It runs in the background now."),
+        ])
+        .start()
+        .await;
+    let mut cmd = s.daemon.agent();
+    cmd.current_dir(s.work.path());
+    let term = PtySession::spawn(cmd, 100, 30).unwrap();
+    let needle = sleep.clone();
+    let term = tokio::task::spawn_blocking(move || {
+        term.wait_for("/help for commands", WAIT).unwrap();
+        term.send("serve it").unwrap();
+        term.enter().unwrap();
+        term.wait_for("allow?", WAIT).unwrap();
+        term.send("y").unwrap();
+        term.wait_for("Ctrl-B to background", WAIT).unwrap();
+        term.wait_for("started", WAIT).unwrap();
+        assert!(!processes_matching(&needle).is_empty(), "{}", term.dump());
+        term.send_bytes(b"\x02").unwrap();
+        term.wait_for("It runs in the background now.", WAIT)
+            .unwrap();
+        term
+    })
+    .await
+    .unwrap();
+    let reqs = s.fake.requests();
+    assert_eq!(reqs.len(), 2, "{}", term.dump());
+    let result = result_of(&reqs[1], "c1");
+    let text = result["content"].as_str().unwrap_or_default();
+    assert!(
+        text.starts_with("Command moved to background (shell ID: sh-"),
+        "{result}"
+    );
+    let shell_id: String = text["Command moved to background (shell ID: ".len()..]
+        .chars()
+        .take_while(|c| *c != ')')
+        .collect();
+    assert!(!processes_matching(&sleep).is_empty(), "the shell runs on");
+    let mut client = s.client;
+    client
+        .kill_shell(pb::KillShellRequest { shell_id })
+        .await
+        .unwrap();
+    wait_for("the shell to be killed", WAIT, || {
+        processes_matching(&sleep).is_empty()
+    })
+    .await;
+}
