@@ -11,14 +11,7 @@ use serde_json::{Value, json};
 
 /// Every text block of the last message of a request body.
 fn last_texts(body: &Value) -> Vec<String> {
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let Some(last) = messages.last() else {
-        return Vec::new();
-    };
-    last["content"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    super::util::last_content(body)
         .iter()
         .filter(|b| b["type"] == "text")
         .map(|b| b["text"].as_str().unwrap_or_default().to_string())

@@ -24,6 +24,10 @@ pub(crate) struct LiveActors {
     /// unloaded since (any actor that wrote to it in between would have
     /// had to unload again).
     unloads: u64,
+    /// The daemon is stopping: no conversation is loaded any more (a
+    /// shell killed by the shutdown would otherwise start an actor that
+    /// nobody stops; its end is told at the next start).
+    stopping: bool,
 }
 
 impl LiveActors {
@@ -62,6 +66,9 @@ impl Manager {
                 if let Some(tx) = actors.get(id) {
                     return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
                 }
+                if actors.stopping {
+                    return Err(RuntimeError::ShuttingDown);
+                }
                 actors.unloads
             };
             let record = self.held_to_bypass_rule(self.record(id)?)?;
@@ -76,6 +83,9 @@ impl Manager {
             if let Some(tx) = actors.get(id) {
                 // Loaded by someone else meanwhile.
                 return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
+            }
+            if actors.stopping {
+                return Err(RuntimeError::ShuttingDown);
             }
             if actors.unloads != unloads {
                 // An actor may have written the conversation after it was
@@ -134,6 +144,8 @@ impl Manager {
                 Ok(()) => {}
                 // Nobody is left to tell.
                 Err(RuntimeError::NotFound(_)) => self.shared.shells.mark_reported(&shell_id),
+                // Told at the next start.
+                Err(RuntimeError::ShuttingDown) => {}
                 Err(e) => {
                     tracing::warn!(conversation = %id, "cannot tell the end of shell {shell_id}: {e}");
                 }
@@ -148,7 +160,11 @@ impl Manager {
     /// say it stopped until `deadline` (the daemon's one shutdown
     /// deadline), and names those that did not.
     pub(crate) async fn shutdown(&self, deadline: tokio::time::Instant) {
-        let actors: Vec<_> = self.actors.lock().await.live.drain().collect();
+        let actors: Vec<_> = {
+            let mut registry = self.actors.lock().await;
+            registry.stopping = true;
+            registry.live.drain().collect()
+        };
         // All at once: each actor records its interrupted tools in parallel.
         let mut waiting = Vec::new();
         for (id, tx) in actors {

@@ -41,6 +41,29 @@ impl ShellManager {
         }
     }
 
+    /// Takes a slot for a new shell of `conversation_id` (under the lock
+    /// the caller holds until it tracks the shell): a fresh id and its spool.
+    pub(super) fn reserve<'a>(
+        &self,
+        shells: &HashMap<String, Arc<Shell>>,
+        conversation_id: &'a str,
+        command: &'a str,
+        cwd: &'a Path,
+    ) -> Result<Tracked<'a>, ShellError> {
+        self.check_limits(shells, conversation_id)?;
+        let id = self.fresh_id(shells);
+        let (spool_path, file) = self.create_spool(&id)?;
+        Ok(Tracked {
+            id,
+            conversation_id,
+            command,
+            cwd,
+            spool_path,
+            file,
+            already: &[],
+        })
+    }
+
     /// Moves a running foreground command (`spawned`, whose output nobody
     /// reads now) here as a background shell of `conversation_id`: same
     /// process group, same pipe, so no output is lost between. `already`
@@ -55,24 +78,10 @@ impl ShellManager {
         already: &[u8],
     ) -> Result<ShellRecord, Box<(ShellError, process::Spawned)>> {
         let shells = lock(&self.shells);
-        if let Err(e) = self.check_limits(&shells, conversation_id) {
-            return Err(Box::new((e, spawned)));
+        match self.reserve(&shells, conversation_id, command, cwd) {
+            Ok(tracked) => Ok(self.track(shells, Tracked { already, ..tracked }, spawned)),
+            Err(e) => Err(Box::new((e, spawned))),
         }
-        let id = self.fresh_id(&shells);
-        let (spool_path, file) = match self.create_spool(&id) {
-            Ok(made) => made,
-            Err(e) => return Err(Box::new((e, spawned))),
-        };
-        let tracked = Tracked {
-            id,
-            conversation_id,
-            command,
-            cwd,
-            spool_path,
-            file,
-            already,
-        };
-        Ok(self.track(shells, tracked, spawned))
     }
 
     /// Registers the process as a running shell (under the lock the caller

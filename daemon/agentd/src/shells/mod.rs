@@ -38,7 +38,6 @@ use tokio::sync::broadcast;
 pub(crate) use crate::store::persisted::{ShellRecord, ShellStatus};
 
 use crate::process::{self, DRAIN, KILL_WAIT, OnDrop};
-use adopt::Tracked;
 pub(crate) use commands::{CommandAction, CommandRequest, Foreground};
 #[cfg(test)]
 use output::Spool;
@@ -236,24 +235,11 @@ impl ShellManager {
         // spawns cannot both take the last slot. Everything in between is
         // synchronous (fork and exec take about a millisecond).
         let shells = lock(&self.shells);
-        self.check_limits(&shells, conversation_id)?;
-        let id = self.fresh_id(&shells);
-
-        let (spool_path, file) = self.create_spool(&id)?;
-
+        let tracked = self.reserve(&shells, conversation_id, command, cwd)?;
         // Shells outlive the task that watches them: if the daemon dies,
         // the next start finds them (see `recover`).
         let spawned = process::spawn_bash(command, cwd, OnDrop::Leave)
             .map_err(|e| ShellError::Spawn(e.to_string()))?;
-        let tracked = Tracked {
-            id,
-            conversation_id,
-            command,
-            cwd,
-            spool_path,
-            file,
-            already: &[],
-        };
         Ok(self.track(shells, tracked, spawned))
     }
 

@@ -155,19 +155,29 @@ pub(super) async fn control(
         .map_err(convert::shell_status)
 }
 
+/// What both command RPCs share: the conversation resolved, the client
+/// named (the request's name, else the caller's), the action done.
+async fn command_rpc<T>(
+    svc: &Service,
+    request: Request<T>,
+    fields: impl FnOnce(T) -> (String, String, String),
+    action: crate::shells::CommandAction,
+) -> Result<Option<String>, Status> {
+    let who = caller(&request)?;
+    let (conversation_id, tool_use_id, client_name) = fields(request.into_inner());
+    let id = svc.manager.resolve(&conversation_id).map_err(to_status)?;
+    let by = super::answerer(&who, client_name, "agent").name;
+    control(&svc.manager, &id, &tool_use_id, action, &by).await
+}
+
 pub(super) async fn background_command(
     svc: &Service,
     request: Request<pb::BackgroundCommandRequest>,
 ) -> Result<Response<pb::BackgroundCommandResponse>, Status> {
-    let who = caller(&request)?;
-    let req = request.into_inner();
-    let id = svc
-        .manager
-        .resolve(&req.conversation_id)
-        .map_err(to_status)?;
-    let by = super::answerer(&who, req.client_name, "agent").name;
+    let fields =
+        |r: pb::BackgroundCommandRequest| (r.conversation_id, r.tool_use_id, r.client_name);
     let action = crate::shells::CommandAction::Background;
-    let shell_id = control(&svc.manager, &id, &req.tool_use_id, action, &by).await?;
+    let shell_id = command_rpc(svc, request, fields, action).await?;
     Ok(Response::new(pb::BackgroundCommandResponse {
         shell_id: shell_id.unwrap_or_default(),
     }))
@@ -177,15 +187,9 @@ pub(super) async fn kill_command(
     svc: &Service,
     request: Request<pb::KillCommandRequest>,
 ) -> Result<Response<pb::KillCommandResponse>, Status> {
-    let who = caller(&request)?;
-    let req = request.into_inner();
-    let id = svc
-        .manager
-        .resolve(&req.conversation_id)
-        .map_err(to_status)?;
-    let by = super::answerer(&who, req.client_name, "agent").name;
+    let fields = |r: pb::KillCommandRequest| (r.conversation_id, r.tool_use_id, r.client_name);
     let action = crate::shells::CommandAction::Kill;
-    control(&svc.manager, &id, &req.tool_use_id, action, &by).await?;
+    command_rpc(svc, request, fields, action).await?;
     Ok(Response::new(pb::KillCommandResponse {}))
 }
 
