@@ -258,13 +258,7 @@ pub(crate) async fn run(
     if recovered > 0 {
         tracing::info!("recovered {recovered} conversation(s) that were mid-turn");
     }
-    // Shells whose end the model has not heard of yet (they ended, or were
-    // lost, while the daemon was down or before the note was taken).
-    for record in shells.unreported() {
-        manager
-            .shell_event(crate::shells::ShellEvent::Exited(record))
-            .await;
-    }
+    manager.tell_shell_ends().await;
     tracing::info!(socket = %socket.display(), data_dir = %data_dir.display(), "agentd listening");
     if let Some(listening) = &access.listening {
         announce_remote(

@@ -155,6 +155,16 @@ impl Manager {
         }
     }
 
+    /// Tells each conversation the ends of its shells it has not taken yet:
+    /// they ended, or were lost, while the daemon was down, or before the
+    /// note was taken.
+    pub(crate) async fn tell_shell_ends(&self) {
+        for record in self.shared.shells.unreported() {
+            self.shell_event(crate::shells::ShellEvent::Exited(record))
+                .await;
+        }
+    }
+
     /// Stops every actor: in-flight work is cancelled, persisted state is
     /// kept for recovery, and every client stream ends. Waits for each to
     /// say it stopped until `deadline` (the daemon's one shutdown
