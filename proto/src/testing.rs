@@ -107,6 +107,8 @@ pub mod rpc {
         DeleteConversation: pb::DeleteConversationRequest => pb::DeleteConversationResponse;
         ArchiveConversation: pb::ArchiveConversationRequest => pb::ArchiveConversationResponse;
         RenameConversation: pb::RenameConversationRequest => pb::RenameConversationResponse;
+        BackgroundCommand: pb::BackgroundCommandRequest => pb::BackgroundCommandResponse;
+        KillCommand: pb::KillCommandRequest => pb::KillCommandResponse;
     }
 }
 
@@ -403,6 +405,20 @@ impl AgentService for FakeAgent {
         request: Request<pb::RenameConversationRequest>,
     ) -> Result<Response<pb::RenameConversationResponse>, Status> {
         self.unary::<rpc::RenameConversation>(request)
+    }
+
+    async fn background_command(
+        &self,
+        request: Request<pb::BackgroundCommandRequest>,
+    ) -> Result<Response<pb::BackgroundCommandResponse>, Status> {
+        self.unary::<rpc::BackgroundCommand>(request)
+    }
+
+    async fn kill_command(
+        &self,
+        request: Request<pb::KillCommandRequest>,
+    ) -> Result<Response<pb::KillCommandResponse>, Status> {
+        self.unary::<rpc::KillCommand>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

@@ -65,6 +65,16 @@ impl Status {
         )
     }
 
+    /// Whether a `bash` command runs now (Ctrl-B moves it to the
+    /// background).
+    pub fn runs_command(&self) -> bool {
+        self.state == StateKind::ToolExecuting
+            && self
+                .tool
+                .as_deref()
+                .is_some_and(|t| t == "bash" || t.starts_with("bash:"))
+    }
+
     /// The state in words, for the spinner.
     pub fn doing(&self, now_ms: u64) -> String {
         match self.state {
@@ -126,6 +136,9 @@ impl Status {
             let mut parts = vec![(0, "Ctrl-C cancels".to_string())];
             if self.queued > 0 {
                 parts.insert(0, (1, format!("{} queued", self.queued)));
+            }
+            if self.runs_command() {
+                parts.push((2, "Ctrl-B to background".to_string()));
             }
             parts
         } else {
@@ -251,6 +264,8 @@ mod tests {
         let mut s = busy(StateKind::ToolExecuting);
         s.tool = Some("bash: cargo test".into());
         assert_eq!(s.left(31_000, 80), "⠋ running bash: cargo test 30s ");
+        assert_eq!(s.right(80), "Ctrl-C cancels · Ctrl-B to background");
+        assert_eq!(s.right(20), "Ctrl-C cancels");
         assert!(
             busy(StateKind::AwaitingPermission)
                 .left(1_000, 80)

@@ -53,6 +53,9 @@ const COMPLETION_MENU: &str = "completion_menu";
 pub const EXPAND_OUTPUT: &str = "\u{f}";
 /// What it sends for Shift-Tab: the next permission mode.
 pub const NEXT_MODE: &str = "\u{1b}[Z";
+/// What it sends for Ctrl-B while a command runs: move it to the
+/// background (otherwise Ctrl-B moves the cursor left, as in Emacs).
+pub const BACKGROUND: &str = "\u{2}";
 
 /// A permission request this terminal answers with one key.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -455,7 +458,11 @@ impl Ui {
                 Ok(Signal::HostCommand(key)) => {
                     if let Some(question) = question {
                         self.link.lock().asked = Some(question.request_id);
-                    } else if key != EXPAND_OUTPUT && key != NEXT_MODE {
+                    } else if key == BACKGROUND && !self.link.snapshot().runs_command() {
+                        let left = reedline::EditCommand::MoveLeft { select: false };
+                        self.editor.run_edit_commands(&[left]);
+                        continue;
+                    } else if key != EXPAND_OUTPUT && key != NEXT_MODE && key != BACKGROUND {
                         continue;
                     }
                     if self.lines.blocking_send(key).is_err() {

@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::{Outcome, Session, SessionKind};
 use crate::error::{CliError, Exit};
-use crate::repl::term::{EXPAND_OUTPUT, NEXT_MODE, UiLink};
+use crate::repl::term::{BACKGROUND, EXPAND_OUTPUT, NEXT_MODE, UiLink};
 
 /// How long `attach` waits, after stdin ends, for its last messages to be
 /// acknowledged.
@@ -93,6 +93,15 @@ impl Session<'_> {
                 let status = self.ui.as_ref().map(UiLink::snapshot).unwrap_or_default();
                 let next = crate::cli::Mode::after(&status.mode);
                 self.update_settings(Some(next), None, Vec::new()).await?;
+                Ok(true)
+            }
+            BACKGROUND => {
+                // The one command running; the daemon says if there is none.
+                self.note("moving the command to the background…")?;
+                let frame = pb::CommandFrame {
+                    tool_use_id: String::new(),
+                };
+                self.send_frame(Frame::Background(frame)).await;
                 Ok(true)
             }
             _ => Ok(false),

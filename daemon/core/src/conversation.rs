@@ -49,6 +49,10 @@ pub struct Conversation {
     /// the turn asks the same, across a restart too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<crate::thinking::Thinking>,
+    /// Ends of its background shells the model has yet to hear of, and
+    /// the shells it has heard of.
+    #[serde(flatten)]
+    pub shell_notes: ShellNotes,
 }
 
 impl Conversation {
@@ -210,5 +214,55 @@ impl QueuedMessage {
             images: Vec::new(),
             thinking: None,
         }
+    }
+}
+
+/// How a background shell ended, as the model is told: the note that
+/// joins the next model request of the conversation that started it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShellNote {
+    /// `sh-…`.
+    pub shell_id: String,
+    pub command: String,
+    /// How it ended, in words: `exit code 0`, `killed`, `lost`, …
+    pub status: String,
+    /// The last lines of its output (the runtime caps them).
+    #[serde(default)]
+    pub tail: String,
+}
+
+/// The ends of a conversation's background shells: those the model has
+/// not heard of yet, delivered all at once at the next model request
+/// boundary (or as a new turn, `[shells] wake_on_exit`), and every shell
+/// whose end was taken, so that an end reported again (after a restart)
+/// is told once.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShellNotes {
+    /// Not delivered yet, oldest first.
+    #[serde(
+        default,
+        rename = "shell_notes_pending",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub pending: Vec<ShellNote>,
+    /// Ids of the shells whose end was taken.
+    #[serde(
+        default,
+        rename = "shells_noted",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub noted: Vec<String>,
+}
+
+impl ShellNotes {
+    /// Takes the end `note` unless this shell's end was taken already;
+    /// whether it was taken now.
+    pub fn take(&mut self, note: &ShellNote) -> bool {
+        if note.shell_id.is_empty() || self.noted.contains(&note.shell_id) {
+            return false;
+        }
+        self.noted.push(note.shell_id.clone());
+        self.pending.push(note.clone());
+        true
     }
 }

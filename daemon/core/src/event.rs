@@ -197,6 +197,17 @@ pub enum Event {
         /// The client that answered.
         by: Option<ClientInfo>,
     },
+    /// A background shell of this conversation ended (reported again
+    /// after a restart until it is taken): its note is taken once per
+    /// shell ([`ShellNotes::take`]) and joins the next model request, or
+    /// starts a turn when the conversation is idle and
+    /// `ConvContext::wake_on_shell_exit` is set. A shell taken already is
+    /// refused.
+    ///
+    /// [`ShellNotes::take`]: crate::conversation::ShellNotes::take
+    ShellEnded {
+        note: crate::conversation::ShellNote,
+    },
 }
 
 impl Event {
@@ -223,6 +234,7 @@ impl Event {
             Event::DaemonRestarted => "DaemonRestarted",
             Event::DaemonStopping => "DaemonStopping",
             Event::PlanAnswered { .. } => "PlanAnswered",
+            Event::ShellEnded { .. } => "ShellEnded",
         }
     }
 }

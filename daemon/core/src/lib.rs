@@ -41,7 +41,9 @@ pub mod unified_diff;
 
 pub use budget::{Amounts, BudgetContext, BudgetKind, BudgetStop, Price};
 pub use client::{ClientInfo, ClientRole};
-pub use conversation::{ContinuationChain, Conversation, QueuedMessage, SubAgents};
+pub use conversation::{
+    ContinuationChain, Conversation, QueuedMessage, ShellNote, ShellNotes, SubAgents,
+};
 pub use correction::{CorrectionSignal, Corrections};
 pub use effect::{Effect, LlmPurpose, Notice, Severity, SubAgentOutcome};
 pub use event::{Event, LlmFailure, PromptHooks, RuleScope, Sending};

@@ -325,6 +325,10 @@ pub struct ConvContext {
     /// Whether an exhausted context is continued in a new conversation by
     /// the daemon itself.
     pub auto_continue: AutoContinue,
+    /// `[shells] wake_on_exit`: the end of a background shell starts a
+    /// turn when the conversation is idle (otherwise its note waits for
+    /// the next model request).
+    pub wake_on_shell_exit: bool,
 }
 
 /// Whether the daemon continues a conversation whose context is exhausted
@@ -362,6 +366,7 @@ impl Default for ConvContext {
             sub_agent: None,
             auto_rollback_on_failure: false,
             auto_continue: AutoContinue::default(),
+            wake_on_shell_exit: false,
         }
     }
 }

@@ -296,3 +296,28 @@ pub fn doom_loop_warning(
         "{reason}\n[WARNING: Doom loop detected!]\n[{what}]\n[Arguments: {arguments}]\n[This may indicate the LLM is stuck.]"
     )
 }
+
+/// How the note that a background shell ended begins (in the next model
+/// request of its conversation, or as the message of the turn it wakes).
+pub const SHELL_ENDED_PREFIX: &str = "[background shell] ";
+
+/// The note that a background shell ended: its id, command, how it ended
+/// and the last lines of its output.
+pub fn shell_ended(note: &crate::conversation::ShellNote) -> String {
+    let mut text = format!(
+        "{SHELL_ENDED_PREFIX}Shell {} ended ({}). Command: {}",
+        note.shell_id, note.status, note.command
+    );
+    let tail = note.tail.trim_end();
+    if tail.is_empty() {
+        text.push_str("\nIt printed nothing.");
+    } else {
+        text.push_str("\nLast lines of its output:\n");
+        text.push_str(tail);
+        text.push_str(&format!(
+            "\n(bash_output with shell_id {} reads what was not read yet.)",
+            note.shell_id
+        ));
+    }
+    text
+}

@@ -30,7 +30,7 @@ mod schedule;
 mod sub_agents;
 mod user;
 
-use crate::conversation::{ContinuationChain, Conversation};
+use crate::conversation::{ContinuationChain, Conversation, ShellNotes};
 use crate::correction::Corrections;
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::Event;
@@ -66,6 +66,8 @@ struct Step {
     effects: Vec<Effect>,
     /// How many of the queued messages, from the front, it delivered.
     delivered: usize,
+    /// It delivered the pending shell notes (all of them).
+    notes_delivered: bool,
     /// The self-correction tracking, when it changes.
     corrections: Option<Corrections>,
     /// The turn's thinking, when a new turn starts.
@@ -79,6 +81,7 @@ impl Step {
             mode: None,
             effects: Vec::new(),
             delivered: 0,
+            notes_delivered: false,
             corrections: None,
             thinking: None,
         }
@@ -100,7 +103,8 @@ impl Step {
 
     /// The conversation `before` as this step leaves it: the plan is the
     /// last one its effects report, the queue loses what it delivered, and
-    /// a continuation the effects owe is pending until it is made.
+    /// a continuation the effects owe is pending until it is made, and the
+    /// shell notes it delivered are no longer pending.
     fn finish(self, before: &Conversation) -> Transition {
         let plan = self.effects.iter().rev().find_map(|e| match e {
             Effect::PlanChanged { plan, .. } => Some(plan),
@@ -123,6 +127,14 @@ impl Step {
                 },
                 sub_agents: before.sub_agents.clone(),
                 thinking: self.thinking.unwrap_or(before.thinking),
+                shell_notes: ShellNotes {
+                    pending: if self.notes_delivered {
+                        Vec::new()
+                    } else {
+                        before.shell_notes.pending.clone()
+                    },
+                    noted: before.shell_notes.noted.clone(),
+                },
             },
             effects: self.effects,
         }
@@ -246,8 +258,12 @@ pub fn transition(
             }
     );
     let cancelled = stops || matches!(state, ConvState::Cancelling { .. });
+    // A shell's end wakes an idle conversation when the config says so.
+    let woke = matches!(event, Event::ShellEnded { .. })
+        && matches!(state, ConvState::Idle | ConvState::Error { .. })
+        && ctx.wake_on_shell_exit;
     let t = decide(state, ctx, event)?;
-    let t = deliver_queued(state, ctx, stops, t);
+    let t = deliver_queued(state, ctx, stops, woke, t);
     let t = plans::checkpoints(ctx, t);
     let t = continuation::owed(state, ctx, t);
     Ok(end_of_sub_agent(state, ctx, cancelled, t).finish(&conv))
@@ -255,8 +271,9 @@ pub fn transition(
 
 /// What the conversation records of `event` before the state decides on
 /// it: a child's usage, counted once ([`SubAgents::count`]); the
-/// conversation that continues this one, and the queued messages it took.
-/// A continuation recorded already is refused.
+/// conversation that continues this one, and the queued messages it took;
+/// a shell's end, taken once ([`ShellNotes::take`]). A continuation or a
+/// shell's end recorded already is refused.
 ///
 /// [`SubAgents::count`]: crate::conversation::SubAgents::count
 fn record_facts<'a>(
@@ -289,6 +306,16 @@ fn record_facts<'a>(
             let conv = conv.to_mut();
             conv.continuation.continued_as(id.clone(), *automatically);
             conv.queue.retain(|q| !taken.contains(&q.id));
+        }
+        Event::ShellEnded { note } => {
+            let mut notes = conv.shell_notes.clone();
+            if !notes.take(note) {
+                return Err(Rejected::NotApplicable {
+                    state: conv.state.name(),
+                    event: event.name(),
+                });
+            }
+            conv.to_mut().shell_notes = notes;
         }
         _ => {}
     }
@@ -429,6 +456,9 @@ fn decide(state: &ConvState, ctx: &Inputs<'_>, event: Event) -> Result<Step, Rej
             answer,
             by,
         } => return plans::on_answered(state, ctx, &request_id, answer, by),
+        // Taken already (`record_facts`): it waits for the next model
+        // request, or wakes an idle conversation (`deliver_queued`).
+        Event::ShellEnded { .. } => Some(Step::unchanged(state)),
     };
     applied.ok_or(not_applicable)
 }

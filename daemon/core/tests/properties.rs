@@ -33,7 +33,7 @@ use agentd_core::state::{ContextExhaustionBehavior, ConvContext, ConvState, Erro
 use agentd_core::texts;
 use agentd_core::tools::is_read_only;
 use agentd_core::transition::transition;
-use agentd_core::{Conversation, QueuedMessage};
+use agentd_core::{Conversation, QueuedMessage, ShellNote, ShellNotes};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{FileFailurePersistence, TestRunner};
@@ -58,6 +58,8 @@ struct Setup {
     /// 0: no hooks; 1: pre_tool_use hooks on bash; 2: pre_tool_use hooks
     /// on every call and stop hooks (at most 2 continuations per turn).
     hooks: u8,
+    /// `[shells] wake_on_exit`.
+    wake_on_shell_exit: bool,
 }
 
 /// Something that happens in the world.
@@ -104,6 +106,9 @@ enum Action {
     /// someone raises it enough and answers; 6 someone answers "stop"; 7
     /// someone raises it too little and answers.
     Budget(u8),
+    /// A background shell ends (`sh-0`..`sh-3`: the same one may be
+    /// reported again, as after a restart).
+    ShellEnds(u8),
 }
 
 #[derive(Debug, Clone)]
@@ -167,14 +172,16 @@ fn setup_strategy() -> impl Strategy<Value = Setup> {
         prop::sample::select(vec![0usize, 2, 2, 3]),
         prop::bool::weighted(0.2),
         prop::sample::select(vec![0u8, 0, 0, 0, 1, 2]),
+        prop::bool::weighted(0.3),
     )
         .prop_map(
-            |(max_attempts, max_iterations, doom_loop_threshold, sub_agent, hooks)| Setup {
+            |(max_attempts, max_iterations, doom_loop_threshold, sub_agent, hooks, wake)| Setup {
                 max_attempts,
                 max_iterations,
                 doom_loop_threshold,
                 sub_agent,
                 hooks,
+                wake_on_shell_exit: wake,
             },
         )
 }
@@ -238,6 +245,7 @@ fn action_strategy() -> impl Strategy<Value = Action> {
         6 => Just(Action::Queue),
         20 => (0u8..4, prop::bool::weighted(0.3))
             .prop_map(|(decision, rewrite)| Action::Hook { decision, rewrite }),
+        3 => (0u8..4).prop_map(Action::ShellEnds),
     ]
 }
 
@@ -330,6 +338,8 @@ struct Sim {
     queued: Vec<String>,
     /// Queued messages so far (they are numbered).
     queued_count: u32,
+    /// The ends of background shells, as the conversation keeps them.
+    shell_notes: ShellNotes,
     violations: Vec<String>,
 }
 
@@ -370,6 +380,7 @@ impl Sim {
                     stop_continuations: 0,
                 },
             },
+            wake_on_shell_exit: setup.wake_on_shell_exit,
             ..ConvContext::default()
         };
         Sim {
@@ -390,6 +401,7 @@ impl Sim {
             delivered: Vec::new(),
             queued: Vec::new(),
             queued_count: 0,
+            shell_notes: ShellNotes::default(),
             violations: Vec::new(),
         }
     }
@@ -410,6 +422,7 @@ impl Sim {
     fn conversation(&self) -> Conversation {
         Conversation {
             queue: self.queued.iter().map(QueuedMessage::text).collect(),
+            shell_notes: self.shell_notes.clone(),
             ..self.state.clone().into()
         }
     }
@@ -486,6 +499,16 @@ impl Sim {
                     let delivered: Vec<String> = self.queued.drain(..delivered).collect();
                     self.delivered.extend(delivered);
                 }
+                // A note no longer pending was delivered: it is in the
+                // transcript once from now on, like a queued message.
+                let told = self
+                    .shell_notes
+                    .pending
+                    .iter()
+                    .filter(|n| !t.conversation.shell_notes.pending.contains(n))
+                    .map(texts::shell_ended);
+                self.delivered.extend(told);
+                self.shell_notes = t.conversation.shell_notes;
                 self.state = t.conversation.state;
                 for effect in t.effects {
                     self.run_effect(effect);
@@ -658,8 +681,9 @@ impl Sim {
                 wrong.push(format!("delivered {text:?} is in the transcript {n} times"));
             }
         }
-        for text in &self.queued {
-            let n = count(text, &self.transcript);
+        let pending = self.shell_notes.pending.iter().map(texts::shell_ended);
+        for text in self.queued.iter().cloned().chain(pending) {
+            let n = count(&text, &self.transcript);
             if n != 0 {
                 wrong.push(format!("queued {text:?} is in the transcript {n} times"));
             }
@@ -987,6 +1011,16 @@ impl Sim {
             }
             Action::Hook { decision, rewrite } => self.hook_answer(*decision, *rewrite),
             Action::Budget(what) => self.budget(*what),
+            Action::ShellEnds(k) => {
+                let note = ShellNote {
+                    shell_id: format!("sh-{k}"),
+                    command: "make watch".to_string(),
+                    status: "exit code 0".to_string(),
+                    tail: format!("built {k}"),
+                };
+                let new = !self.shell_notes.noted.contains(&note.shell_id);
+                self.feed_expecting(Event::ShellEnded { note }, new);
+            }
         }
     }
 

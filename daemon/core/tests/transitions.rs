@@ -25,7 +25,7 @@ use agentd_core::state::{
 };
 use agentd_core::texts;
 use agentd_core::transition::{Rejected, Transition, transition};
-use agentd_core::{ContinuationChain, Conversation, QueuedMessage};
+use agentd_core::{ContinuationChain, Conversation, QueuedMessage, ShellNote};
 use serde_json::{Value, json};
 use std::fmt::Write as _;
 
@@ -120,6 +120,17 @@ fn render(before: &Conversation, result: &Result<Transition, Rejected>) -> Strin
                     render_usage(&s.usage),
                     s.cost_usd,
                     s.counted.join(",")
+                )
+                .unwrap();
+            }
+            let n = &after.shell_notes;
+            if *n != before.shell_notes {
+                let pending: Vec<&str> = n.pending.iter().map(|p| p.shell_id.as_str()).collect();
+                write!(
+                    out,
+                    " shell_notes=[{}] noted=[{}]",
+                    pending.join(","),
+                    n.noted.join(",")
                 )
                 .unwrap();
             }
@@ -4442,4 +4453,159 @@ fn a_turn_thinks_as_the_message_that_started_it_asked() {
     )
     .unwrap();
     assert_eq!(plain.conversation.thinking, None);
+}
+
+// ---------------------------------------------------------------------------
+// Background shells that end (issue 41 point 3).
+// ---------------------------------------------------------------------------
+
+fn shell_note(id: &str) -> ShellNote {
+    ShellNote {
+        shell_id: id.to_string(),
+        command: "make test".to_string(),
+        status: "exit code 2".to_string(),
+        tail: "FAILED: 1 test\n".to_string(),
+    }
+}
+
+fn shell_ended(id: &str) -> Event {
+    Event::ShellEnded {
+        note: shell_note(id),
+    }
+}
+
+/// A conversation in `state` with the ends of `pending` shells not yet
+/// told (and taken).
+fn with_notes(state: ConvState, pending: &[&str]) -> Conversation {
+    let mut conv = Conversation::with_state(state);
+    for id in pending {
+        conv.shell_notes.take(&shell_note(id));
+    }
+    conv
+}
+
+fn wake_ctx() -> ConvContext {
+    ConvContext {
+        wake_on_shell_exit: true,
+        ..ctx()
+    }
+}
+
+#[test]
+fn the_note_of_an_ended_shell_reads_as_the_model_is_told() {
+    assert_eq!(
+        texts::shell_ended(&shell_note("sh-abc")),
+        "[background shell] Shell sh-abc ended (exit code 2). Command: make test\n\
+         Last lines of its output:\nFAILED: 1 test\n\
+         (bash_output with shell_id sh-abc reads what was not read yet.)"
+    );
+    let quiet = ShellNote {
+        tail: " \n".to_string(),
+        ..shell_note("sh-q")
+    };
+    assert_eq!(
+        texts::shell_ended(&quiet),
+        "[background shell] Shell sh-q ended (exit code 2). Command: make test\nIt printed nothing."
+    );
+}
+
+#[test]
+fn a_shell_that_ends_during_a_turn_is_told_at_the_next_model_request() {
+    check(
+        requesting(1, 1),
+        &ctx(),
+        shell_ended("sh-a"),
+        "LlmRequesting attempt=1 iter=1 shell_notes=[sh-a] noted=[sh-a]",
+    );
+    check(
+        with_notes(tools(1, &[("t1", "bash")], &["t1"], &[]), &["sh-a"]),
+        &ctx(),
+        done("t1", "ok"),
+        r#"
+        LlmRequesting attempt=1 iter=2 shell_notes=[] noted=[sh-a]
+        + append user: result t1 "ok" | text "[background shell] Shell sh-a ended (exit code 2). Command: make test\nLast lines of its output:\nFAILED: 1 test\n(bash_output with shell_id sh-a reads what was not read yet.)"
+        + request attempt=1 turn
+        "#,
+    );
+}
+
+#[test]
+fn an_idle_conversation_hears_of_an_ended_shell_with_the_next_message_or_wakes() {
+    check(
+        ConvState::Idle,
+        &ctx(),
+        shell_ended("sh-a"),
+        "Idle shell_notes=[sh-a] noted=[sh-a]",
+    );
+    let t = run(
+        with_notes(ConvState::Idle, &["sh-a"]),
+        &ctx(),
+        user_msg("go on"),
+    )
+    .unwrap();
+    assert!(t.conversation.shell_notes.pending.is_empty());
+    let Effect::AppendMessage { message } = &t.effects[0] else {
+        panic!("{:?}", t.effects);
+    };
+    assert_eq!(
+        message.content.len(),
+        2,
+        "the note, then the message: {:?}",
+        message.content
+    );
+    assert!(matches!(&message.content[1], ContentBlock::Text { text } if text == "go on"));
+
+    // With wake_on_exit, the end starts a turn whose message is the note.
+    for idle in [ConvState::Idle, error_state()] {
+        let t = run(idle, &wake_ctx(), shell_ended("sh-b")).unwrap();
+        assert_eq!(t.conversation.state, requesting(1, 1));
+        assert!(t.conversation.shell_notes.pending.is_empty());
+        assert!(
+            matches!(&t.effects[0], Effect::AppendMessage { message }
+                if message.content == [ContentBlock::text(texts::shell_ended(&shell_note("sh-b")))]),
+            "{:?}",
+            t.effects
+        );
+    }
+    // A busy conversation is not woken: the note waits.
+    check(
+        requesting(1, 1),
+        &wake_ctx(),
+        shell_ended("sh-a"),
+        "LlmRequesting attempt=1 iter=1 shell_notes=[sh-a] noted=[sh-a]",
+    );
+}
+
+#[test]
+fn a_turn_that_ends_with_notes_pending_wakes_again_only_when_configured() {
+    let end = || reply(vec![text("done")], StopReason::EndTurn);
+    let t = run(with_notes(requesting(1, 1), &["sh-a"]), &ctx(), end()).unwrap();
+    assert_eq!(t.conversation.state, ConvState::Idle);
+    assert_eq!(t.conversation.shell_notes.pending.len(), 1, "still pending");
+    let t = run(with_notes(requesting(1, 1), &["sh-a"]), &wake_ctx(), end()).unwrap();
+    assert_eq!(t.conversation.state, requesting(1, 1));
+    assert!(t.conversation.shell_notes.pending.is_empty());
+    // A cancel never wakes it.
+    let t = run(
+        with_notes(requesting(1, 1), &["sh-a"]),
+        &wake_ctx(),
+        Event::UserCancel,
+    )
+    .unwrap();
+    assert_eq!(t.conversation.shell_notes.pending.len(), 1);
+}
+
+#[test]
+fn the_end_of_a_shell_is_taken_once_even_when_reported_again() {
+    let conv = with_notes(ConvState::Idle, &[]);
+    let t = run(conv, &ctx(), shell_ended("sh-a")).unwrap();
+    let again = run(t.conversation.clone(), &ctx(), shell_ended("sh-a"));
+    assert!(
+        matches!(again, Err(Rejected::NotApplicable { .. })),
+        "{again:?}"
+    );
+    // Delivered, and reported once more after a restart: still refused.
+    let t = run(t.conversation, &ctx(), user_msg("hi")).unwrap();
+    assert!(t.conversation.shell_notes.pending.is_empty());
+    assert!(run(t.conversation, &ctx(), shell_ended("sh-a")).is_err());
 }

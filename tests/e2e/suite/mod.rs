@@ -39,6 +39,7 @@ mod rewind_default;
 mod sandbox;
 mod secrets;
 mod settings;
+mod shell_reports;
 mod shells;
 mod stock_clients;
 mod streams;

@@ -26,14 +26,7 @@ fn shell_id(text: &str) -> Option<String> {
 
 /// The text of the tool results of the last message of a request body.
 fn last_results(body: &Value) -> Vec<String> {
-    let messages = body["messages"].as_array().cloned().unwrap_or_default();
-    let Some(last) = messages.last() else {
-        return Vec::new();
-    };
-    last["content"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
+    super::util::last_content(body)
         .iter()
         .filter(|b| b["type"] == "tool_result")
         .map(|b| b["content"].as_str().unwrap_or_default().to_string())

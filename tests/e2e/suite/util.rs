@@ -300,6 +300,16 @@ pub(super) fn processes_matching(needle: &str) -> Vec<u32> {
     out
 }
 
+/// The content blocks of the last message of a request body.
+pub(super) fn last_content(body: &Value) -> Vec<Value> {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .and_then(|m| m["content"].as_array())
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// A reply that says "done".
 pub(super) fn done() -> Script {
     Script::text("done")

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 use reedline::{Emacs, Keybindings, PromptEditMode, ReedlineEvent};
 
-use super::{COMPLETION_MENU, EXPAND_OUTPUT, NEXT_MODE};
+use super::{BACKGROUND, COMPLETION_MENU, EXPAND_OUTPUT, NEXT_MODE};
 use crate::cli::Decision;
 
 /// The edit mode while a question waits: its keys answer it, and the keys
@@ -68,6 +68,11 @@ pub(super) fn editing_keybindings() -> Keybindings {
         KeyModifiers::CONTROL,
         KeyCode::Char('o'),
         ReedlineEvent::ExecuteHostCommand(EXPAND_OUTPUT.to_string()),
+    );
+    keys.add_binding(
+        KeyModifiers::CONTROL,
+        KeyCode::Char('b'),
+        ReedlineEvent::ExecuteHostCommand(BACKGROUND.to_string()),
     );
     for modifiers in [KeyModifiers::SHIFT, KeyModifiers::NONE] {
         keys.add_binding(

@@ -263,6 +263,7 @@ pub(crate) async fn run(
     if recovered > 0 {
         tracing::info!("recovered {recovered} conversation(s) that were mid-turn");
     }
+    manager.tell_shell_ends().await;
     tracing::info!(socket = %socket.display(), data_dir = %data_dir.display(), "agentd listening");
     if let Some(listening) = &access.listening {
         announce_remote(

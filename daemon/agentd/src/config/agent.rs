@@ -113,6 +113,10 @@ pub(crate) struct ShellsSection {
     pub max_per_conversation: usize,
     /// Output kept per shell (spooled to disk), bytes.
     pub max_output_bytes: u64,
+    /// The end of a background shell starts a turn in its conversation
+    /// when that is idle (otherwise the model hears of it at its next
+    /// request).
+    pub wake_on_exit: bool,
 }
 
 impl Default for ShellsSection {
@@ -122,6 +126,7 @@ impl Default for ShellsSection {
             max_total: d.max_total,
             max_per_conversation: d.max_per_conversation,
             max_output_bytes: d.max_spool_bytes,
+            wake_on_exit: false,
         }
     }
 }

@@ -24,6 +24,10 @@ pub(crate) struct LiveActors {
     /// unloaded since (any actor that wrote to it in between would have
     /// had to unload again).
     unloads: u64,
+    /// The daemon is stopping: no conversation is loaded any more (a
+    /// shell killed by the shutdown would otherwise start an actor that
+    /// nobody stops; its end is told at the next start).
+    stopping: bool,
 }
 
 impl LiveActors {
@@ -69,6 +73,9 @@ impl Manager {
                 if let Some(tx) = actors.get(id) {
                     return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
                 }
+                if actors.stopping {
+                    return Err(RuntimeError::ShuttingDown);
+                }
                 actors.unloads
             };
             let record = self.held_to_bypass_rule(self.record(id)?)?;
@@ -83,6 +90,9 @@ impl Manager {
             if let Some(tx) = actors.get(id) {
                 // Loaded by someone else meanwhile.
                 return tx.send(input).map_err(|_| RuntimeError::ShuttingDown);
+            }
+            if actors.stopping {
+                return Err(RuntimeError::ShuttingDown);
             }
             if actors.unloads != unloads {
                 // An actor may have written the conversation after it was
@@ -124,15 +134,41 @@ impl Manager {
     }
 
     /// Tells the conversation that owns a background shell that it started
-    /// or ended (its attached clients see it).
+    /// or ended (its attached clients see it). An end the model is still to
+    /// hear of loads the conversation if it is not live.
     pub(crate) async fn shell_event(&self, event: crate::shells::ShellEvent) {
-        let id = match &event {
-            crate::shells::ShellEvent::Started(r) | crate::shells::ShellEvent::Exited(r) => {
-                r.conversation_id.clone()
-            }
+        let (id, to_tell) = match &event {
+            crate::shells::ShellEvent::Started(r) => (r.conversation_id.clone(), false),
+            crate::shells::ShellEvent::Exited(r) => (r.conversation_id.clone(), r.report_pending),
         };
-        if let Some(tx) = self.actors.lock().await.get(&id) {
+        if to_tell {
+            let shell_id = match &event {
+                crate::shells::ShellEvent::Started(r) | crate::shells::ShellEvent::Exited(r) => {
+                    r.id.clone()
+                }
+            };
+            match self.send_input(&id, Input::Shell(event)).await {
+                Ok(()) => {}
+                // Nobody is left to tell.
+                Err(RuntimeError::NotFound(_)) => self.shared.shells.mark_reported(&shell_id),
+                // Told at the next start.
+                Err(RuntimeError::ShuttingDown) => {}
+                Err(e) => {
+                    tracing::warn!(conversation = %id, "cannot tell the end of shell {shell_id}: {e}");
+                }
+            }
+        } else if let Some(tx) = self.actors.lock().await.get(&id) {
             let _ = tx.send(Input::Shell(event));
+        }
+    }
+
+    /// Tells each conversation the ends of its shells it has not taken yet:
+    /// they ended, or were lost, while the daemon was down, or before the
+    /// note was taken.
+    pub(crate) async fn tell_shell_ends(&self) {
+        for record in self.shared.shells.unreported() {
+            self.shell_event(crate::shells::ShellEvent::Exited(record))
+                .await;
         }
     }
 
@@ -141,7 +177,11 @@ impl Manager {
     /// say it stopped until `deadline` (the daemon's one shutdown
     /// deadline), and names those that did not.
     pub(crate) async fn shutdown(&self, deadline: tokio::time::Instant) {
-        let actors: Vec<_> = self.actors.lock().await.live.drain().collect();
+        let actors: Vec<_> = {
+            let mut registry = self.actors.lock().await;
+            registry.stopping = true;
+            registry.live.drain().collect()
+        };
         // All at once: each actor records its interrupted tools in parallel.
         let mut waiting = Vec::new();
         for (id, tx) in actors {

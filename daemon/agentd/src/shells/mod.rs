@@ -16,8 +16,11 @@
 //! marks the shells that were running as lost and kills those still running
 //! that provably are ours: same pid and same start time in `/proc`.
 
+mod adopt;
+mod commands;
 mod output;
 mod removal;
+mod report;
 mod shell;
 mod tasks;
 
@@ -36,9 +39,12 @@ use tokio::sync::broadcast;
 pub(crate) use crate::store::persisted::{ShellRecord, ShellStatus};
 
 use crate::process::{self, DRAIN, KILL_WAIT, OnDrop};
+pub(crate) use commands::{CommandAction, CommandRequest, Foreground};
+#[cfg(test)]
 use output::Spool;
+pub(crate) use report::status_words;
 use shell::Shell;
-use tasks::{group_of, monitor, provably_ours, pump};
+use tasks::{group_of, provably_ours};
 
 /// Largest read of the spool, per pipe read.
 const PIPE_CHUNK: usize = 64 * 1024;
@@ -114,6 +120,12 @@ pub(crate) enum ShellError {
     /// The spool could not be read or written.
     #[error("{0}")]
     Io(String),
+    /// No foreground command to move or kill (what the text says).
+    #[error("{0}")]
+    NoCommand(String),
+    /// The command could not do what was asked (the text says why).
+    #[error("{0}")]
+    Refused(String),
 }
 
 type Persist = Arc<dyn Fn(&ShellRecord) + Send + Sync>;
@@ -125,6 +137,9 @@ pub(crate) struct ShellManager {
     persist: Persist,
     events: broadcast::Sender<ShellEvent>,
     shells: Mutex<HashMap<String, Arc<Shell>>>,
+    /// The foreground commands running now, which a client may move here
+    /// or kill.
+    foreground: commands::Running,
     /// Order of registration, to list shells started in the same
     /// millisecond newest first too.
     seq: AtomicU64,
@@ -162,6 +177,7 @@ impl ShellManager {
             persist: Arc::from(persist),
             events,
             shells: Mutex::new(HashMap::new()),
+            foreground: commands::Running::default(),
             seq: AtomicU64::new(0),
         })
     }
@@ -193,6 +209,7 @@ impl ShellManager {
                 }
                 record.status = ShellStatus::Lost;
                 record.ended_at_ms = Some(now_ms());
+                record.report_pending = true;
                 if let Ok(meta) = std::fs::metadata(&spool_path) {
                     record.output_bytes = meta.len();
                 }
@@ -237,63 +254,13 @@ impl ShellManager {
         // The map stays locked from the count to the insert, so concurrent
         // spawns cannot both take the last slot. Everything in between is
         // synchronous (fork and exec take about a millisecond).
-        let mut shells = lock(&self.shells);
-        self.check_limits(&shells, conversation_id)?;
-        let id = loop {
-            let id = new_id(self.seq.load(Ordering::Relaxed));
-            if !shells.contains_key(&id) {
-                break id;
-            }
-        };
-
-        let (spool_path, file) = self.create_spool(&id)?;
-
+        let shells = lock(&self.shells);
+        let tracked = self.reserve(&shells, conversation_id, command, cwd)?;
         // Shells outlive the task that watches them: if the daemon dies,
         // the next start finds them (see `recover`).
-        let process::Spawned {
-            child,
-            group,
-            output: receiver,
-        } = process::spawn_bash(command, cwd, OnDrop::Leave, launch, sandbox)
+        let spawned = process::spawn_bash(command, cwd, OnDrop::Leave, launch, sandbox)
             .map_err(|e| ShellError::Spawn(e.to_string()))?;
-        let record = ShellRecord {
-            id: id.clone(),
-            conversation_id: conversation_id.to_string(),
-            command: command.to_string(),
-            cwd: cwd.to_path_buf(),
-            // A group id is a positive pid.
-            pid: group.pgid().as_raw().unsigned_abs(),
-            started_at_ms: now_ms(),
-            ended_at_ms: None,
-            status: ShellStatus::Running,
-            output_bytes: 0,
-            truncated: false,
-            proc_start_ticks: group.leader_ticks(),
-        };
-        let spool = Spool::new(file, self.limits.max_spool_bytes, self.limits.tail_bytes);
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let shell = Arc::new(Shell::new(seq, spool_path, record.clone(), Some(spool)));
-        shells.insert(id, Arc::clone(&shell));
-        drop(shells);
-
-        let reader = crate::tasks::spawn(
-            "shell output pump",
-            pump(receiver, Arc::clone(&shell), self.persist.clone()),
-        );
-        crate::tasks::spawn(
-            "shell monitor",
-            monitor(
-                shell,
-                child,
-                reader,
-                self.persist.clone(),
-                self.events.clone(),
-                Duration::from_millis(self.limits.kill_grace_ms),
-            ),
-        );
-        (self.persist)(&record);
-        let _ = self.events.send(ShellEvent::Started(record.clone()));
-        Ok(record)
+        Ok(self.track(shells, tracked, spawned))
     }
 
     /// Refuses a spawn past the daemon's or the conversation's limit of

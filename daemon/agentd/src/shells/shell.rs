@@ -30,6 +30,8 @@ pub(super) struct State {
     pub(super) spool: Option<Spool>,
     /// A kill was asked for: the end is `Killed`, whatever the exit status.
     pub(super) kill_requested: bool,
+    /// The model stopped it itself (`kill_shell`): its end is not told.
+    pub(super) quiet: bool,
     /// The end is recorded: stored through `persist` and announced. Waiters
     /// wait for this, not for the status, so that a clean shutdown cannot
     /// exit between the two.
@@ -51,6 +53,7 @@ impl Shell {
                 record,
                 spool,
                 kill_requested: false,
+                quiet: false,
             }),
             changed: watch::channel(0).0,
             model_cursor: tokio::sync::Mutex::new(0),

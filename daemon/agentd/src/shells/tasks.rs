@@ -77,6 +77,7 @@ pub(super) async fn monitor(
             record,
             spool,
             kill_requested,
+            quiet,
             ..
         } = &mut *st;
         record.status = if *kill_requested {
@@ -103,6 +104,8 @@ pub(super) async fn monitor(
             record.output_bytes = spool.written();
         }
         record.ended_at_ms = Some(now_ms());
+        // Stored with the end, so a crash before it is told loses nothing.
+        record.report_pending = !*quiet;
         record.clone()
     };
     shell.bump();

@@ -323,6 +323,7 @@ fn running_record(id: &str, pid: u32, ticks: Option<u64>) -> ShellRecord {
         output_bytes: 0,
         truncated: false,
         proc_start_ticks: ticks,
+        report_pending: false,
     }
 }
 

@@ -46,6 +46,10 @@ pub struct ShellRecord {
     /// Field 22 of `/proc/<pid>/stat` at start, so that after a crash a
     /// live pid can be proven to still be this shell.
     pub proc_start_ticks: Option<u64>,
+    /// It ended and its conversation has not taken the note of its end
+    /// yet: reported again after a restart until it has.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub report_pending: bool,
 }
 
 /// The points of a turn hooks run at.

@@ -30,13 +30,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
-use tokio::task::AbortHandle;
+use tokio::task::{AbortHandle, JoinHandle};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::live::{Coalescer, LineCount, OutputPreview};
 use super::{ToolContext, ToolError, ToolOutput, input};
 use crate::process::sandbox::Confinement;
 use crate::process::{self, DRAIN, Group, KILL_WAIT, OnDrop};
+use crate::shells::{CommandAction, CommandRequest, Foreground};
 use crate::truncate::HeadTail;
 
 #[derive(Debug, Deserialize)]
@@ -198,6 +200,48 @@ enum End {
     Exited(std::io::Result<ExitStatus>),
     TimedOut,
     Cancelled,
+    /// A client killed it (its name); the turn goes on.
+    Killed(String),
+}
+
+/// A command running in the foreground: what follows it while it runs.
+struct Running {
+    command: String,
+    child: tokio::process::Child,
+    group: Group,
+    output: Arc<Mutex<Captured>>,
+    started: Instant,
+    /// Stops the pump, which hands the pipe back (moving to the background).
+    stop: CancellationToken,
+    reader: JoinHandle<Option<pipe::Receiver>>,
+}
+
+impl Running {
+    /// Follows the command `spawned` started as, its output read by a new
+    /// pump.
+    fn start(command: &str, spawned: process::Spawned, ctx: &ToolContext) -> Self {
+        let output = Arc::new(Mutex::new(Captured {
+            text: HeadTail::new(ctx.limits.content_budget()),
+            lines: LineCount::default(),
+        }));
+        let started = Instant::now();
+        let (stop, reader) = start_pump(spawned.output, &output, started, ctx);
+        Running {
+            command: command.to_string(),
+            child: spawned.child,
+            group: spawned.group,
+            output,
+            started,
+            stop,
+            reader,
+        }
+    }
+
+    /// What it printed so far, as the result shows it.
+    fn text(&self, budget: usize) -> (String, u64) {
+        let captured = self.output.lock().unwrap_or_else(|p| p.into_inner());
+        (captured.text.render(budget), captured.lines.lines())
+    }
 }
 
 async fn execute(
@@ -210,34 +254,45 @@ async fn execute(
     if ctx.cancel.is_cancelled() {
         return Ok(super::cancelled_output());
     }
-    let process::Spawned {
-        mut child,
-        group,
-        output: receiver,
-    } = process::spawn_bash(command, &ctx.cwd, OnDrop::Kill, &ctx.launch, sandbox)
+    let spawned = process::spawn_bash(command, &ctx.cwd, OnDrop::Kill, &ctx.launch, sandbox)
         .map_err(|e| ToolError::new(format!("bash: {e}")))?;
-    let output = Arc::new(Mutex::new(Captured {
-        text: HeadTail::new(limits.content_budget()),
-        lines: LineCount::default(),
-    }));
-    let started = Instant::now();
-    let live = ctx.live.clone().map(|sink| Coalescer::new(sink, started));
-    let reader = crate::tasks::spawn(
-        "bash output pump",
-        pump(receiver, Arc::clone(&output), live),
-    );
+    let mut run = Running::start(command, spawned, ctx);
+    let group = run.group;
     let mut guard = GroupGuard {
         group,
         armed: true,
-        reader: reader.abort_handle(),
+        reader: run.reader.abort_handle(),
     };
-
-    let end = tokio::select! {
-        status = child.wait() => End::Exited(status),
-        () = tokio::time::sleep(Duration::from_millis(timeout_ms)) => End::TimedOut,
-        () = ctx.cancel.cancelled() => End::Cancelled,
+    let mut foreground = ctx
+        .shells
+        .as_ref()
+        .map(|s| s.foreground(&ctx.conversation_id, &ctx.tool_use_id));
+    let deadline = run.started + Duration::from_millis(timeout_ms);
+    let (end, killed_reply) = loop {
+        let request = tokio::select! {
+            status = run.child.wait() => break (End::Exited(status), None),
+            () = tokio::time::sleep_until(deadline) => break (End::TimedOut, None),
+            () = ctx.cancel.cancelled() => break (End::Cancelled, None),
+            request = next_request(foreground.as_mut()) => request,
+        };
+        match request.action {
+            CommandAction::Kill => break (End::Killed(request.by), Some(request.reply)),
+            CommandAction::Background => match to_background(run, ctx).await {
+                Ok((id, so_far)) => {
+                    guard.armed = false;
+                    let _ = request.reply.send(Ok(Some(id.clone())));
+                    return Ok(moved_output(&id, &request.by, so_far));
+                }
+                Err((e, back)) => {
+                    run = back;
+                    guard.reader = run.reader.abort_handle();
+                    let _ = request.reply.send(Err(e));
+                }
+            },
+        }
     };
-    let elapsed = started.elapsed();
+    drop(foreground);
+    let elapsed = run.started.elapsed();
     let grace = Duration::from_millis(limits.kill_grace_ms);
     let mut stopped_leftovers = false;
     match &end {
@@ -248,27 +303,24 @@ async fn execute(
                 stopped_leftovers = true;
             }
         }
-        End::Exited(Err(_)) | End::TimedOut | End::Cancelled => {
+        End::Exited(Err(_)) | End::TimedOut | End::Cancelled | End::Killed(_) => {
             group.terminate(grace).await;
             // Reap the shell; it is dead or dying from SIGKILL by now.
-            let _ = tokio::time::timeout(KILL_WAIT, child.wait()).await;
+            let _ = tokio::time::timeout(KILL_WAIT, run.child.wait()).await;
         }
+    }
+    if let Some(reply) = killed_reply {
+        let _ = reply.send(Ok(None));
     }
     // The leader is reaped by now (or never will be): the guard may only
     // fire at a group that still holds our leftovers.
     if !group.is_alive() {
         guard.armed = false;
     }
-    let _ = tokio::time::timeout(DRAIN, reader).await;
+    let _ = tokio::time::timeout(DRAIN, &mut run.reader).await;
     drop(guard);
 
-    let (text, lines) = {
-        let captured = output.lock().unwrap_or_else(|p| p.into_inner());
-        (
-            captured.text.render(limits.content_budget()),
-            captured.lines.lines(),
-        )
-    };
+    let (text, lines) = run.text(limits.content_budget());
     let preview = OutputPreview::of(&text, lines);
     let mut out = report(
         end,
@@ -280,6 +332,102 @@ async fn execute(
     );
     out.preview = Some(preview);
     Ok(out)
+}
+
+/// The next request of a client for the running command; never without
+/// background shells.
+async fn next_request(foreground: Option<&mut Foreground>) -> CommandRequest {
+    match foreground {
+        Some(foreground) => foreground.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Starts the pump that reads the command's output into `output` (and to
+/// the people watching); the token stops it, and it hands the pipe back.
+fn start_pump(
+    receiver: pipe::Receiver,
+    output: &Arc<Mutex<Captured>>,
+    started: Instant,
+    ctx: &ToolContext,
+) -> (CancellationToken, JoinHandle<Option<pipe::Receiver>>) {
+    let stop = CancellationToken::new();
+    let live = ctx.live.clone().map(|sink| Coalescer::new(sink, started));
+    let reader = crate::tasks::spawn(
+        "bash output pump",
+        pump(receiver, Arc::clone(output), live, stop.clone()),
+    );
+    (stop, reader)
+}
+
+/// Moves the running command to the background: the pump stops and hands
+/// the pipe back, and the shell manager takes the process group and the
+/// pipe, with the output so far. Its shell id and that output (text,
+/// lines); when it cannot (a limit), the command comes back, running here
+/// as before, with the error.
+async fn to_background(
+    mut run: Running,
+    ctx: &ToolContext,
+) -> Result<(String, (String, u64)), (String, Running)> {
+    let Some(shells) = ctx.shells.clone() else {
+        let e = "background shells are not available here".to_string();
+        return Err((e, run));
+    };
+    run.stop.cancel();
+    let receiver = match (&mut run.reader).await {
+        Ok(Some(receiver)) => receiver,
+        // The output ended first: the command is finishing here.
+        _ => return Err(("the command is ending; it was not moved".to_string(), run)),
+    };
+    let so_far = run.text(ctx.limits.content_budget());
+    let spawned = process::Spawned {
+        child: run.child,
+        group: run.group,
+        output: receiver,
+    };
+    let adopted = shells.adopt(
+        &ctx.conversation_id,
+        &run.command,
+        &ctx.cwd,
+        spawned,
+        so_far.0.as_bytes(),
+    );
+    match adopted {
+        Ok(record) => Ok((record.id, so_far)),
+        Err(refused) => {
+            let (e, spawned) = *refused;
+            let (stop, reader) = start_pump(spawned.output, &run.output, run.started, ctx);
+            let back = Running {
+                child: spawned.child,
+                stop,
+                reader,
+                ..run
+            };
+            Err((
+                format!("cannot move the command to the background: {e}"),
+                back,
+            ))
+        }
+    }
+}
+
+/// The result of a command a client moved to the background: the seed's
+/// text with the shell id, who moved it, and the output so far (what
+/// `bash_output` returns starts after it).
+fn moved_output(id: &str, by: &str, (text, lines): (String, u64)) -> ToolOutput {
+    let mut content = format!(
+        "Command moved to background (shell ID: {id}) by {by}. It keeps running: use \
+         bash_output to read its new output and kill_shell to stop it."
+    );
+    if text.is_empty() {
+        content.push_str("\nNo output so far.");
+    } else {
+        content.push_str("\nOutput so far:\n");
+        content.push_str(&text);
+    }
+    let mut out = ToolOutput::ok(content, format!("moved to background shell {id} by {by}"));
+    out.preview = Some(OutputPreview::of(&text, lines));
+    out
 }
 
 /// What the command printed: the bounded text the result keeps, and how
@@ -331,6 +479,17 @@ fn report(
             ));
             (true, format!("timed out after {timeout_ms} ms"))
         }
+        End::Killed(by) => {
+            let text = format!(
+                "Killed by the user ({by}): the command and every process it started were stopped."
+            );
+            content = if content.is_empty() {
+                text
+            } else {
+                format!("{text}\nOutput before the kill:\n{content}")
+            };
+            (true, format!("killed by {by}"))
+        }
         End::Cancelled => {
             let text = agentd_core::texts::CANCELLED_BY_USER;
             content = if content.is_empty() {
@@ -365,33 +524,33 @@ fn signal_name(sig: i32) -> String {
 
 /// Copies the command's output into the bounded buffer until end-of-file,
 /// and hands it to `live` (if anyone watches) when a chunk is due. Sending
-/// never waits, so the command is never held up by its viewers.
+/// never waits, so the command is never held up by its viewers. When
+/// `stop` fires it returns the pipe, read up to a chunk boundary (the
+/// command moves to the background and its new owner reads on).
 async fn pump(
     mut receiver: pipe::Receiver,
     output: Arc<Mutex<Captured>>,
     mut live: Option<Coalescer>,
-) {
+    stop: CancellationToken,
+) -> Option<pipe::Receiver> {
     let mut buf = vec![0u8; 64 * 1024];
-    loop {
+    let handed_back = loop {
         let due = live.as_ref().and_then(Coalescer::due);
-        let read = match due {
-            None => receiver.read(&mut buf).await,
-            Some(due) => {
-                // Reading is cancel-safe: a read that loses the race
-                // has taken nothing from the pipe.
-                tokio::select! {
-                    read = receiver.read(&mut buf) => read,
-                    () = tokio::time::sleep_until(due) => {
-                        if let Some(live) = &mut live {
-                            live.flush(Instant::now());
-                        }
-                        continue;
-                    }
+        // Reading is cancel-safe: a read that loses the race has taken
+        // nothing from the pipe.
+        let read = tokio::select! {
+            biased;
+            () = stop.cancelled() => break true,
+            read = receiver.read(&mut buf) => read,
+            () = until(due) => {
+                if let Some(live) = &mut live {
+                    live.flush(Instant::now());
                 }
+                continue;
             }
         };
         match read {
-            Ok(0) | Err(_) => break,
+            Ok(0) | Err(_) => break false,
             Ok(n) => {
                 let bytes = &buf[..n];
                 {
@@ -404,9 +563,18 @@ async fn pump(
                 }
             }
         }
-    }
+    };
     if let Some(live) = live {
         live.finish();
+    }
+    handed_back.then_some(receiver)
+}
+
+/// Returns at `due`; never without one.
+async fn until(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
     }
 }
 
@@ -728,5 +896,91 @@ mod tests {
             "bash: too many background shells (1 running; limit 1) — kill one with kill_shell first"
         );
         shells.kill_all().await;
+    }
+
+    #[tokio::test]
+    async fn a_client_moves_a_running_command_to_the_background_and_no_output_is_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = crate::tools::bash_output::tests::shell_ctx(&dir, "conv-m");
+        ctx.tool_use_id = "toolu_m".into();
+        let shells = ctx.shells.clone().unwrap();
+        let command = "echo $$; echo before; sleep 0.6; echo after; sleep 300";
+        let mover = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            shells
+                .control("conv-m", "toolu_m", CommandAction::Background, "alice")
+                .await
+        };
+        let (out, moved) = tokio::join!(run(json!({"command": command}), &ctx), mover);
+        let (out, id) = (out.unwrap(), moved.unwrap().unwrap());
+        assert!(!out.is_error, "{}", out.content);
+        assert!(
+            out.content.starts_with(&format!(
+                "Command moved to background (shell ID: {id}) by alice."
+            )) && out.content.contains("Output so far:\n"),
+            "{}",
+            out.content
+        );
+        assert!(out.content.contains("before"), "{}", out.content);
+        let record = shells.get(&id).unwrap();
+        assert_eq!(
+            (record.command.as_str(), &record.status),
+            (command, &crate::shells::ShellStatus::Running)
+        );
+        // The same process group, now the shell's.
+        let pgid = Pid::from_raw(out.content.lines().nth(2).unwrap().trim().parse().unwrap());
+        assert_eq!(record.pid, pgid.as_raw() as u32);
+        shells.wait_output(&id, record.output_bytes).await;
+        let (new, _) = shells.read_new(&id, None, 10_000).await.unwrap();
+        assert_eq!(
+            new, "after\n",
+            "bash_output starts after what the result showed"
+        );
+        let (all, _) = shells.read(&id, 0, 10_000).await.unwrap();
+        let all = String::from_utf8_lossy(&all);
+        assert!(
+            all.contains("before\n") && all.ends_with("after\n"),
+            "{all}"
+        );
+        shells.kill_all().await;
+        assert!(!group_alive(pgid));
+    }
+
+    #[tokio::test]
+    async fn a_client_kills_a_running_command_and_the_result_says_who() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ctx = crate::tools::bash_output::tests::shell_ctx(&dir, "conv-k");
+        ctx.limits.kill_grace_ms = 500;
+        ctx.tool_use_id = "toolu_k".into();
+        let shells = ctx.shells.clone().unwrap();
+        let killer = async {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            shells
+                .control("conv-k", "", CommandAction::Kill, "bob@tty2")
+                .await
+        };
+        let command = "echo $$; echo started; trap '' TERM; sleep 300";
+        let (out, killed) = tokio::join!(run(json!({"command": command}), &ctx), killer);
+        let out = out.unwrap();
+        assert_eq!(killed.unwrap(), None);
+        assert!(out.is_error);
+        assert!(
+            out.content.starts_with(
+                "Killed by the user (bob@tty2): the command and every process it started were \
+                 stopped.\nOutput before the kill:\n"
+            ) && out.content.contains("started"),
+            "{}",
+            out.content
+        );
+        assert_eq!(out.summary, "killed by bob@tty2");
+        let pgid = Pid::from_raw(out.content.lines().nth(2).unwrap().trim().parse().unwrap());
+        assert!(!group_alive(pgid));
+        // Over: nothing runs to be asked any more.
+        assert!(
+            shells
+                .control("conv-k", "", CommandAction::Kill, "bob")
+                .await
+                .is_err()
+        );
     }
 }

@@ -42,7 +42,7 @@ pub(crate) async fn run(input: Value, ctx: &ToolContext) -> Result<ToolOutput, T
     }
     let record = ctx
         .shell_manager(Tool::KillShell.name())?
-        .kill(id)
+        .kill_quietly(id)
         .await
         .map_err(|e| ToolError::new(format!("kill_shell: {e}")))?;
     let content = match &record.status {

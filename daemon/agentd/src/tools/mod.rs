@@ -124,6 +124,9 @@ pub(crate) struct ToolContext {
     /// The conversation the call belongs to: the model sees only the
     /// background shells this conversation started.
     pub conversation_id: String,
+    /// The call's id (the model's `tool_use` id): clients name a running
+    /// command by it to move it to the background or kill it.
+    pub tool_use_id: String,
     /// Where a command's output goes while it runs, for people watching
     /// (`bash` in the foreground); None: nobody is told.
     pub live: Option<LiveOutput>,
@@ -155,6 +158,7 @@ impl ToolContext {
             limits: ToolLimits::default(),
             shells: None,
             conversation_id: String::new(),
+            tool_use_id: String::new(),
             live: None,
             model: String::new(),
             images: None,

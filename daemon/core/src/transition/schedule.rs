@@ -109,6 +109,7 @@ fn waiting(run: ToolRun, effects: Vec<Effect>) -> Step {
         mode: None,
         effects,
         delivered: 0,
+        notes_delivered: false,
         corrections: None,
         thinking: None,
     }
@@ -228,6 +229,7 @@ fn answered(ctx: &Inputs<'_>, mut run: ToolRun, mut effects: Vec<Effect>) -> Ste
             mode: None,
             effects,
             delivered: 0,
+            notes_delivered: false,
             corrections: None,
             thinking: None,
         };

@@ -87,6 +87,7 @@ pub(super) fn spawn(
         mode: None,
         effects,
         delivered: 0,
+        notes_delivered: false,
         corrections: None,
         thinking: None,
     }

@@ -58,6 +58,9 @@ pub(crate) const fn rule(rpc: Rpc) -> Need {
         Rpc::DeleteConversation => Need::Role(Driver),
         Rpc::ArchiveConversation => Need::Role(Driver),
         Rpc::RenameConversation => Need::Role(Driver),
+        // Steering a running command, like a cancel: a driver's.
+        Rpc::BackgroundCommand => Need::Role(Driver),
+        Rpc::KillCommand => Need::Role(Driver),
     }
 }
 
@@ -93,6 +96,8 @@ pub(crate) enum FrameKind {
     Answer,
     Cancel,
     Budget,
+    /// `background` and `kill`: steering a running command.
+    Command,
 }
 
 /// The least role an Attach frame needs, and what it is called in a
@@ -105,6 +110,10 @@ pub(crate) fn frame_need(frame: FrameKind) -> (ClientRole, &'static str) {
         FrameKind::Answer => (ClientRole::Approver, "the Attach `answer` frame"),
         FrameKind::Cancel => (ClientRole::Driver, "the Attach `cancel` frame"),
         FrameKind::Budget => (ClientRole::Driver, "the Attach `budget` frame"),
+        FrameKind::Command => (
+            ClientRole::Driver,
+            "the Attach `background` and `kill` frames",
+        ),
     }
 }
 
@@ -205,6 +214,8 @@ mod tests {
             "DeleteConversation",
             "ArchiveConversation",
             "RenameConversation",
+            "BackgroundCommand",
+            "KillCommand",
         ] {
             assert!(!may(Approver, method), "an approver may not call {method}");
             assert!(may(Driver, method), "a driver may call {method}");
@@ -234,6 +245,8 @@ mod tests {
         assert_eq!(frame_need(FrameKind::Cancel).0, unary("CancelConversation"));
         assert_eq!(frame_need(FrameKind::Subscribe).0, unary("Attach"));
         assert_eq!(frame_need(FrameKind::Create).0, unary("CreateConversation"));
+        assert_eq!(frame_need(FrameKind::Command).0, unary("BackgroundCommand"));
+        assert_eq!(frame_need(FrameKind::Command).0, unary("KillCommand"));
     }
 
     #[test]

@@ -30,7 +30,8 @@ pub(crate) fn shell(r: &crate::shells::ShellRecord) -> pb::ShellInfo {
 pub(crate) fn shell_status(e: crate::shells::ShellError) -> Status {
     use crate::shells::ShellError;
     match e {
-        ShellError::NotFound(_) => Status::not_found(e.to_string()),
+        ShellError::NotFound(_) | ShellError::NoCommand(_) => Status::not_found(e.to_string()),
+        ShellError::Refused(_) => Status::failed_precondition(e.to_string()),
         ShellError::Limit(_) => Status::resource_exhausted(e.to_string()),
         ShellError::Spawn(_) | ShellError::Io(_) => Status::internal(e.to_string()),
     }

@@ -233,6 +233,7 @@ fn frame_kind(frame: &Option<Frame>) -> Option<FrameKind> {
         Some(Frame::Answer(_)) => Some(FrameKind::Answer),
         Some(Frame::Cancel(_)) => Some(FrameKind::Cancel),
         Some(Frame::Budget(_)) => Some(FrameKind::Budget),
+        Some(Frame::Background(_) | Frame::Kill(_)) => Some(FrameKind::Command),
         None => None,
     }
 }
@@ -285,6 +286,18 @@ async fn apply_frame(
                 .await
                 .map(|_| ())
                 .map_err(to_status)
+        }
+        Some(Frame::Background(c)) => {
+            let action = crate::shells::CommandAction::Background;
+            super::shells::control(manager, id, &c.tool_use_id, action, &client.name)
+                .await
+                .map(|_| ())
+        }
+        Some(Frame::Kill(c)) => {
+            let action = crate::shells::CommandAction::Kill;
+            super::shells::control(manager, id, &c.tool_use_id, action, &client.name)
+                .await
+                .map(|_| ())
         }
         None => Err(Status::invalid_argument("empty Attach frame")),
     }

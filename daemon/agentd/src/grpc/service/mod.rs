@@ -307,6 +307,20 @@ impl AgentService for Service {
         shells::kill_shell(self, request).await
     }
 
+    async fn background_command(
+        &self,
+        request: Request<pb::BackgroundCommandRequest>,
+    ) -> Result<Response<pb::BackgroundCommandResponse>, Status> {
+        shells::background_command(self, request).await
+    }
+
+    async fn kill_command(
+        &self,
+        request: Request<pb::KillCommandRequest>,
+    ) -> Result<Response<pb::KillCommandResponse>, Status> {
+        shells::kill_command(self, request).await
+    }
+
     type ExportConversationsStream = BoxStream<pb::ExportedConversation>;
 
     async fn export_conversations(

@@ -137,6 +137,62 @@ pub(super) async fn kill_shell(
     }))
 }
 
+/// Has the running foreground command of call `tool_use_id` (empty: the
+/// one running) of conversation `id` do `action` for the client `by`: the
+/// shell id it goes on as, for a move to the background.
+pub(super) async fn control(
+    manager: &crate::runtime::Manager,
+    id: &str,
+    tool_use_id: &str,
+    action: crate::shells::CommandAction,
+    by: &str,
+) -> Result<Option<String>, Status> {
+    manager
+        .shared()
+        .shells
+        .control(id, tool_use_id.trim(), action, by)
+        .await
+        .map_err(convert::shell_status)
+}
+
+/// What both command RPCs share: the conversation resolved, the client
+/// named (the request's name, else the caller's), the action done.
+async fn command_rpc<T>(
+    svc: &Service,
+    request: Request<T>,
+    fields: impl FnOnce(T) -> (String, String, String),
+    action: crate::shells::CommandAction,
+) -> Result<Option<String>, Status> {
+    let who = caller(&request)?;
+    let (conversation_id, tool_use_id, client_name) = fields(request.into_inner());
+    let id = svc.manager.resolve(&conversation_id).map_err(to_status)?;
+    let by = super::answerer(&who, client_name, "agent").name;
+    control(&svc.manager, &id, &tool_use_id, action, &by).await
+}
+
+pub(super) async fn background_command(
+    svc: &Service,
+    request: Request<pb::BackgroundCommandRequest>,
+) -> Result<Response<pb::BackgroundCommandResponse>, Status> {
+    let fields =
+        |r: pb::BackgroundCommandRequest| (r.conversation_id, r.tool_use_id, r.client_name);
+    let action = crate::shells::CommandAction::Background;
+    let shell_id = command_rpc(svc, request, fields, action).await?;
+    Ok(Response::new(pb::BackgroundCommandResponse {
+        shell_id: shell_id.unwrap_or_default(),
+    }))
+}
+
+pub(super) async fn kill_command(
+    svc: &Service,
+    request: Request<pb::KillCommandRequest>,
+) -> Result<Response<pb::KillCommandResponse>, Status> {
+    let fields = |r: pb::KillCommandRequest| (r.conversation_id, r.tool_use_id, r.client_name);
+    let action = crate::shells::CommandAction::Kill;
+    command_rpc(svc, request, fields, action).await?;
+    Ok(Response::new(pb::KillCommandResponse {}))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -48,6 +48,9 @@ impl Actor {
                 enabled: cfg.context.auto_continue,
                 max_hops: cfg.context.max_hops,
             },
+            // A sub-agent's turn is its task: a shell's end never starts
+            // another.
+            wake_on_shell_exit: cfg.shells.wake_on_exit && self.record.sub_agent.is_none(),
         }
     }
 

@@ -37,6 +37,7 @@ mod reports;
 mod requests;
 mod rewind;
 mod settings;
+mod shell_ends;
 mod sub_agent;
 mod sub_agent_recovery;
 #[cfg(test)]
@@ -330,10 +331,13 @@ impl Actor {
                 cost_usd,
             } => self.sub_agent_finished(result, usage, cost_usd).await,
             Input::FromSubAgent(kind) => self.sub_agent_event(kind),
-            Input::Shell(event) => self.emit(match event {
-                crate::shells::ShellEvent::Started(r) => EventKind::ShellStarted(r),
-                crate::shells::ShellEvent::Exited(r) => EventKind::ShellExited(r),
-            }),
+            Input::Shell(crate::shells::ShellEvent::Started(r)) => {
+                self.emit(EventKind::ShellStarted(r));
+            }
+            Input::Shell(crate::shells::ShellEvent::Exited(r)) => {
+                self.emit(EventKind::ShellExited(r.clone()));
+                self.shell_ended(r).await;
+            }
             // A slot granted to a recovery that no longer waits for one.
             Input::RecoverySlotGranted => {}
             Input::Recover | Input::Shutdown { .. } | Input::Delete { .. } => {}

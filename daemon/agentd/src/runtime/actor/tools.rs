@@ -50,6 +50,7 @@ impl Actor {
         };
         let env = self.hook_env(cancel.clone());
         let mut ctx = self.tool_context(cancel);
+        ctx.tool_use_id = call.id.clone();
         // The daemon's keys never leave in a result (tools/redact.rs).
         let redactor = Arc::new(crate::tools::Redactor::of_daemon(
             self.shared.daemon.credentials.as_deref(),
@@ -118,6 +119,7 @@ impl Actor {
             },
             shells: Some(self.shared.shells.clone()),
             conversation_id: self.record.id.clone(),
+            tool_use_id: String::new(),
             live: None,
             model: self.record.model.clone(),
             images: config
