@@ -91,8 +91,7 @@ impl Run {
             return Ok(());
         }
         let db = self.daemon.data_dir.join("db");
-        let store = agentd::Store::open(&db)
-            .map_err(|e| format!("cannot open the stopped daemon's store: {e}"))?;
+        let store = open_stopped(&db)?;
         let tombstones = store
             .tombstones()
             .map_err(|e| format!("cannot read the tombstones: {e}"))?;
@@ -183,5 +182,29 @@ pub(super) async fn delete(
     match client.delete_conversation(request).await {
         Ok(_) => outcome.acked = true,
         Err(status) => outcome.violation = unexplained(&status, "DeleteConversation"),
+    }
+}
+
+/// How long the check waits for the stopped daemon's store lock: a daemon
+/// killed while it spawned a command leaves the lock held by the
+/// half-started child until that child's `exec` closes it (the daemon's
+/// own start-up waits for it the same way, `LOCK_WAIT`).
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens the store of a stopped daemon, waiting out a lock a half-started
+/// child of it still holds.
+fn open_stopped(db: &std::path::Path) -> Result<agentd::Store, String> {
+    let deadline = std::time::Instant::now() + LOCK_WAIT;
+    loop {
+        match agentd::Store::open(db) {
+            Ok(store) => return Ok(store),
+            Err(e)
+                if e.to_string().contains("could not acquire lock")
+                    && std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(e) => return Err(format!("cannot open the stopped daemon's store: {e}")),
+        }
     }
 }
