@@ -55,7 +55,19 @@ fn listener() -> (TcpListener, u16) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_allowed_command_stays_inside_until_run_unsandboxed_is_approved() {
-    let outside = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    // Outside every place the sandbox lets a command write: not the
+    // conversation's directories and not a temp directory (a clone under
+    // /tmp has its target directory there), so the user's home.
+    let Some(home) = std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|h| {
+            h.is_absolute() && !h.starts_with("/tmp") && !h.starts_with(std::env::temp_dir())
+        })
+    else {
+        eprintln!("skipped: no home directory outside the temp directories to write to");
+        return;
+    };
+    let outside = tempfile::tempdir_in(&home).unwrap();
     let (listener, port) = listener();
     let target = outside.path().join("escaped");
     let mut s = Scenario::new()
