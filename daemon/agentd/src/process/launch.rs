@@ -63,19 +63,8 @@ impl Launch {
     }
 
     /// The environment commands start from; None: the daemon's.
-    #[cfg(test)]
     pub(crate) fn env(&self) -> Option<&[(OsString, OsString)]> {
         self.env.as_deref()
-    }
-
-    /// Sets the command's environment to this one; leaves the daemon's
-    /// when there is none. `process::bash_command` calls it first, then
-    /// adds its fixed variables and withholds the daemon's secrets.
-    pub(super) fn apply_env(&self, cmd: &mut tokio::process::Command) {
-        if let Some(env) = &self.env {
-            cmd.env_clear();
-            cmd.envs(env.iter().map(|(k, v)| (k, v)));
-        }
     }
 }
 

@@ -2,6 +2,11 @@ use std::os::unix::process::ExitStatusExt;
 
 use tokio::io::AsyncReadExt;
 
+use std::time::Instant;
+
+use nix::unistd::Pid;
+
+use super::group::{parse_stat, start_ticks};
 use super::*;
 
 /// Live (not zombie) pids in the group, from /proc.
@@ -51,7 +56,7 @@ async fn spawns_bash_in_a_group_of_its_own() {
         None,
     )
     .unwrap();
-    let pid = i32::try_from(spawned.child.id().unwrap()).unwrap();
+    let pid = i32::try_from(spawned.child.id()).unwrap();
     assert_eq!(spawned.group.pgid(), Pid::from_raw(pid));
     // The daemon is not in it: the group is the command's alone.
     assert_ne!(
@@ -79,22 +84,34 @@ async fn spawns_bash_in_a_group_of_its_own() {
 
 #[test]
 fn daemon_credentials_are_not_passed_on() {
-    let cmd = bash_command(
-        OsStr::new("bash"),
-        &Launch::daemon(),
-        "env",
-        Path::new("/"),
-        None,
-    );
-    let removed: Vec<_> = cmd
-        .as_std()
-        .get_envs()
-        .filter(|(_, v)| v.is_none())
+    let mut vars: Vec<(OsString, OsString)> = SECRET_ENV
+        .iter()
+        .map(|name| (OsString::from(name), OsString::from("secret")))
+        .collect();
+    vars.push(("ANTHROPIC_BASE_URL".into(), "http://x".into()));
+    vars.push(("KEEP_ME".into(), "1".into()));
+    vars.push(("PAGER".into(), "less".into()));
+    let env = command_env(&Launch::new(None, Some(vars)));
+    let names: Vec<String> = env
+        .iter()
         .map(|(k, _)| k.to_string_lossy().into_owned())
         .collect();
-    for name in SECRET_ENV {
-        assert!(removed.iter().any(|r| r == name), "{name} is passed on");
+    for name in SECRET_ENV.iter().chain(&["ANTHROPIC_BASE_URL"]) {
+        assert!(!names.iter().any(|n| n == name), "{name} is passed on");
     }
+    let value = |name: &str| {
+        env.iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.to_string_lossy().into_owned())
+    };
+    assert_eq!(value("KEEP_ME").as_deref(), Some("1"));
+    // The fixed additions win over the conversation's.
+    assert_eq!(value("PAGER").as_deref(), Some("cat"));
+    assert_eq!(value("GIT_TERMINAL_PROMPT").as_deref(), Some("0"));
+    // The daemon's own environment, when the conversation has none, loses
+    // its credentials the same way.
+    let daemon = command_env(&Launch::daemon());
+    assert!(daemon.iter().all(|(k, _)| !is_secret_var(k)));
 }
 
 #[test]
@@ -438,4 +455,85 @@ async fn a_conversations_environment_replaces_the_daemons_and_keeps_the_fixed_ad
         read_all(spawned.output).await,
         "bash FOO=bar PAGER=cat key=unset home=unset\n"
     );
+}
+
+/// The daemon ignores SIGPIPE (every Rust program does) and handles
+/// SIGCHLD through tokio; none of that reaches a command: it starts with
+/// nothing blocked and SIGPIPE at its default, as after std's spawn.
+#[tokio::test]
+async fn a_command_starts_with_default_signals_and_an_empty_mask() {
+    let dir = tempfile::tempdir().unwrap();
+    // Make sure the daemon side has a handler installed (tokio's SIGCHLD).
+    let _sigchld = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::child()).unwrap();
+    let mut spawned = spawn_bash(
+        "grep -E '^Sig(Blk|Ign)' /proc/self/status; yes | head -n 1 >/dev/null; \
+         echo \"yes=${PIPESTATUS[0]}\"",
+        dir.path(),
+        OnDrop::Kill,
+        &Launch::daemon(),
+        None,
+    )
+    .unwrap();
+    let text = read_all(spawned.output).await;
+    assert!(spawned.child.wait().await.unwrap().success());
+    let field = |name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(str::trim)
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .to_string()
+    };
+    // `grep` itself: nothing blocked, SIGPIPE not ignored (what else is
+    // ignored came from whoever started the test, as with `posix_spawn`).
+    assert_eq!(field("SigBlk:"), "0000000000000000", "{text}");
+    let ignored = u64::from_str_radix(&field("SigIgn:"), 16).unwrap();
+    assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "{text}");
+    // `yes` died of SIGPIPE (128 + 13), not of a write error.
+    assert_eq!(field("yes="), "141", "{text}");
+}
+
+/// A child dropped before it was waited for is killed (`OnDrop::Kill`) and
+/// reaped: no process and no zombie is left.
+#[tokio::test]
+async fn a_dropped_child_is_killed_and_reaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let spawned = spawn_bash(
+        "sleep 30",
+        dir.path(),
+        OnDrop::Kill,
+        &Launch::daemon(),
+        None,
+    )
+    .unwrap();
+    let pid = i32::try_from(spawned.child.id()).unwrap();
+    drop(spawned);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proc_stat(pid).is_some() {
+        assert!(Instant::now() < deadline, "{pid} is still there");
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// `OnDrop::Leave`: the command goes on after its handle is dropped, and
+/// is still reaped when it ends.
+#[tokio::test]
+async fn a_left_child_runs_on_and_is_reaped_when_it_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let flag = dir.path().join("done");
+    let spawned = spawn_bash(
+        &format!("sleep 0.3; touch {}", flag.display()),
+        dir.path(),
+        OnDrop::Leave,
+        &Launch::daemon(),
+        None,
+    )
+    .unwrap();
+    let pid = i32::try_from(spawned.child.id()).unwrap();
+    drop(spawned.child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proc_stat(pid).is_some() {
+        assert!(Instant::now() < deadline, "{pid} is still there");
+        tokio::time::sleep(POLL).await;
+    }
+    assert!(flag.exists(), "the command was stopped");
 }

@@ -53,7 +53,7 @@ pub(super) async fn pump(mut receiver: pipe::Receiver, shell: Arc<Shell>, persis
 /// lets the reader finish, and records the end.
 pub(super) async fn monitor(
     shell: Arc<Shell>,
-    mut child: tokio::process::Child,
+    mut child: process::Child,
     mut reader: JoinHandle<()>,
     persist: Persist,
     events: broadcast::Sender<ShellEvent>,

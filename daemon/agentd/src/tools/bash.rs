@@ -207,7 +207,7 @@ enum End {
 /// A command running in the foreground: what follows it while it runs.
 struct Running {
     command: String,
-    child: tokio::process::Child,
+    child: process::Child,
     group: Group,
     output: Arc<Mutex<Captured>>,
     started: Instant,

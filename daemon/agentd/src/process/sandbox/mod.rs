@@ -1,6 +1,7 @@
 //! The OS sandbox every command of the model runs in (bash in the
 //! foreground, background shells, hooks): Landlock for the file system,
-//! seccomp for the network, applied in the child between `fork` and `exec`.
+//! seccomp for the network, entered by the child between `clone` and `exec`
+//! (`process::spawn`).
 //!
 //! Modes (`[sandbox] mode`): `workspace-write` (the default) lets a command
 //! read everywhere except the deny list and write only to the
@@ -252,19 +253,11 @@ struct Prepared {
 }
 
 impl Confinement {
-    /// Makes the command confine itself between `fork` and `exec`.
-    #[expect(
-        unsafe_code,
-        reason = "pre_exec is unsafe; the closure only makes async-signal-safe system calls"
-    )]
-    pub(crate) fn install(&self, cmd: &mut tokio::process::Command) {
-        let prepared = Arc::clone(&self.0);
-        // SAFETY: `enter` allocates nothing and takes no lock: it reads
-        // memory prepared before the fork and makes prctl,
-        // landlock_restrict_self and seccomp system calls.
-        unsafe {
-            cmd.pre_exec(move || prepared.enter());
-        }
+    /// Confines the calling process (see [`Prepared::enter`]). For the
+    /// child of `process::spawn`, between `clone` and `exec`:
+    /// async-signal-safe, it allocates nothing and takes no lock.
+    pub(in crate::process) fn enter(&self) -> std::io::Result<()> {
+        self.0.enter()
     }
 }
 
