@@ -4,7 +4,7 @@
 use crate::client::ClientInfo;
 use crate::hooks::HookVerdict;
 use crate::image::ImageRef;
-use crate::message::{ContentBlock, Reply, ToolResult, Usage};
+use crate::message::{ContentBlock, Reply, ToolCall, ToolResult, Usage};
 use crate::permission::Decision;
 use crate::plan::PlanAnswer;
 use crate::state::{ErrorKind, SubAgentResult};
@@ -103,6 +103,9 @@ pub enum Event {
     RetryDue,
     /// A tool finished (successfully or not).
     ToolCompleted { result: ToolResult },
+    /// A tool block of the reply being streamed is complete (its input
+    /// parsed): a read-only call may start before the reply ends.
+    ToolCallStreamed { call: ToolCall },
     /// A user answered a permission request.
     PermissionAnswered {
         request_id: String,
@@ -221,6 +224,7 @@ impl Event {
             Event::LlmAborted { .. } => "LlmAborted",
             Event::RetryDue => "RetryDue",
             Event::ToolCompleted { .. } => "ToolCompleted",
+            Event::ToolCallStreamed { .. } => "ToolCallStreamed",
             Event::PermissionAnswered { .. } => "PermissionAnswered",
             Event::PreToolHooksDecided { .. } => "PreToolHooksDecided",
             Event::StopHooksDecided { .. } => "StopHooksDecided",

@@ -54,6 +54,9 @@ pub enum ConvState {
         /// Set while waiting for a retry timer.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry: Option<RetryWait>,
+        /// Read-only calls of the reply started while it streams.
+        #[serde(default, skip_serializing_if = "EarlyCalls::is_empty")]
+        early: EarlyCalls,
     },
     /// Tools of the last reply run; a permission request may be pending.
     ToolExecuting(ToolRun),
@@ -167,6 +170,35 @@ impl ConvState {
             ConvState::ToolExecuting(run) => run.iteration,
             _ => 0,
         }
+    }
+}
+
+/// The calls of a reply still streaming that started before it ended
+/// (seed 002: a read-only call runs as soon as its block is complete).
+/// Only a leading run of such calls starts early: the first call that
+/// cannot (it changes something, needs a person or a hook, or is a plan
+/// tool) closes the early start for the rest of the reply, which keeps
+/// every mutating call in the model's order and after the reads before it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EarlyCalls {
+    /// The calls started, in the model's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub calls: Vec<ToolCall>,
+    /// Ids of those still running.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<String>,
+    /// Results of those that ended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<ToolResult>,
+    /// A call could not start early: no later one does.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closed: bool,
+}
+
+impl EarlyCalls {
+    /// Nothing started and nothing closed.
+    pub fn is_empty(&self) -> bool {
+        self.calls.is_empty() && !self.closed
     }
 }
 

@@ -21,6 +21,7 @@
 
 mod cancel;
 mod continuation;
+mod early;
 mod lifecycle;
 mod permissions;
 mod plans;
@@ -36,7 +37,7 @@ use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::Event;
 use crate::message::{ContentBlock, Message};
 use crate::permission::{Decision, Mode};
-use crate::state::{ConvContext, ConvState, ErrorKind, ToolRun};
+use crate::state::{ConvContext, ConvState, EarlyCalls, ErrorKind, ToolRun};
 use crate::texts;
 use queue::deliver_queued;
 use std::borrow::Cow;
@@ -335,6 +336,7 @@ fn begin_request(ctx: &Inputs<'_>, iteration: u32) -> Step {
         attempt: 1,
         iteration,
         retry: None,
+        early: EarlyCalls::default(),
     })
     .with(Effect::RequestLlm {
         attempt: 1,
@@ -409,7 +411,11 @@ fn decide(state: &ConvState, ctx: &Inputs<'_>, event: Event) -> Result<Step, Rej
         } => reply::on_failed(state, ctx, failure, jitter_permille),
         Event::LlmAborted { partial } => cancel::on_aborted(state, ctx, partial),
         Event::RetryDue => reply::on_retry_due(state),
-        Event::ToolCompleted { result } => schedule::on_tool_completed(state, ctx, result),
+        Event::ToolCompleted { result } => match state {
+            ConvState::LlmRequesting { .. } => early::on_completed(state, result),
+            _ => schedule::on_tool_completed(state, ctx, result),
+        },
+        Event::ToolCallStreamed { call } => early::on_streamed(state, ctx, call),
         Event::PermissionAnswered {
             request_id,
             decision,

@@ -51,6 +51,7 @@ fn requesting() -> ConvState {
         attempt: 1,
         iteration: 1,
         retry: None,
+        early: Default::default(),
     }
 }
 

@@ -373,6 +373,7 @@ fn queued_images_follow_their_own_text() {
             attempt: 1,
             iteration: 1,
             retry: None,
+            early: Default::default(),
         })
     };
     let reply = agentd_core::Reply {

@@ -42,6 +42,7 @@ fn reply(ctx: &ConvContext, calls: &[(&str, Value)]) -> Transition {
         attempt: 1,
         iteration: 1,
         retry: None,
+        early: Default::default(),
     };
     let event = Event::LlmCompleted {
         reply: Reply {

@@ -490,6 +490,7 @@ mod flow {
             attempt: 1,
             iteration: 1,
             retry: None,
+            early: Default::default(),
         }
     }
 

@@ -260,7 +260,7 @@ proptest! {
     ) {
         let mut p = Parent {
             ctx: ConvContext { now_ms: 1, ..ConvContext::default() },
-            state: ConvState::LlmRequesting { attempt: 1, iteration: 1, retry: None },
+            state: ConvState::LlmRequesting { attempt: 1, iteration: 1, retry: None, early: Default::default() },
             transcript: vec![Message::user(vec![ContentBlock::text("go")], 1)],
             running: Vec::new(),
             spawned: Vec::new(),

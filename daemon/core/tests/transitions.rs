@@ -170,8 +170,20 @@ fn render_state(state: &ConvState) -> String {
             attempt,
             iteration,
             retry,
+            early,
         } => {
             write!(out, " attempt={attempt} iter={iteration}").unwrap();
+            if !early.is_empty() {
+                write!(
+                    out,
+                    " early={} running={} answered={}{}",
+                    early.calls.len(),
+                    early.running.len(),
+                    early.results.len(),
+                    if early.closed { " closed" } else { "" }
+                )
+                .unwrap();
+            }
             if let Some(RetryWait { delay_ms, reason }) = retry {
                 write!(out, " retry_in={delay_ms}ms reason={reason:?}").unwrap();
             }
@@ -601,6 +613,7 @@ fn requesting(attempt: u32, iteration: u32) -> ConvState {
         attempt,
         iteration,
         retry: None,
+        early: Default::default(),
     }
 }
 
@@ -612,6 +625,7 @@ fn waiting_retry(attempt: u32, iteration: u32) -> ConvState {
             delay_ms: 1_500,
             reason: "HTTP 529 overloaded".to_string(),
         }),
+        early: Default::default(),
     }
 }
 

@@ -12,6 +12,7 @@ mod correction;
 mod crash;
 mod data_dir;
 mod durability;
+mod early_tools;
 mod environment;
 mod fake_llm;
 mod foundation;

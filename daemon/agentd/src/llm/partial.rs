@@ -122,6 +122,20 @@ impl PartialReply {
         }
     }
 
+    /// The tool call of block `index` as the finished reply will have it
+    /// (for a block that has ended), or None when that block is no tool
+    /// call.
+    pub(crate) fn tool_call(&self, index: u32) -> Option<agentd_core::ToolCall> {
+        match self.blocks.get(&index)? {
+            Block::ToolUse { id, name, json } => Some(agentd_core::ToolCall {
+                id: id.clone(),
+                name: name.clone(),
+                input: tool_input_from_json(json),
+            }),
+            _ => None,
+        }
+    }
+
     /// The blocks so far, in order. Reasoning has no signature (the stream
     /// events do not carry it) and tool calls may be incomplete; the state
     /// machine drops both from an interrupted reply.

@@ -28,11 +28,19 @@ pub(super) fn on_cancel(state: &ConvState, ctx: &Inputs<'_>) -> Step {
         ConvState::LlmRequesting {
             iteration,
             retry: None,
+            early,
             ..
-        } => Step::new(ConvState::Cancelling {
-            iteration: *iteration,
-        })
-        .with(Effect::AbortLlm),
+        } => {
+            let t = Step::new(ConvState::Cancelling {
+                iteration: *iteration,
+            })
+            .with(Effect::AbortLlm);
+            // The partial reply's calls are not kept: the early ones stop.
+            match super::early::abort_running(early) {
+                Some(abort) => t.with(abort),
+                None => t,
+            }
+        }
         ConvState::ToolExecuting(run) => {
             let mut t = Step::new(ConvState::Idle);
             if !run.running.is_empty() {

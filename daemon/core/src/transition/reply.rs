@@ -13,13 +13,14 @@
 //! turn in `Error`, saying how many attempts failed.
 
 use super::continuation::{self, continuation_purpose, continuation_started};
+use super::early;
 use super::schedule::schedule;
 use super::{Inputs, Step, fail, next_round};
 use crate::effect::{Effect, LlmPurpose, Notice};
 use crate::event::LlmFailure;
 use crate::message::{ContentBlock, Message, MessageKind, Reply, Role, StopReason, ToolCall};
 use crate::state::{
-    ContextExhaustionBehavior, ConvState, ErrorKind, RetryWait, ToolRun,
+    ContextExhaustionBehavior, ConvState, EarlyCalls, ErrorKind, RetryWait, ToolRun,
     should_trigger_continuation, should_warn,
 };
 use crate::texts;
@@ -31,8 +32,9 @@ pub(super) fn on_completed(state: &ConvState, ctx: &Inputs<'_>, reply: Reply) ->
         ConvState::LlmRequesting {
             iteration,
             retry: None,
+            early,
             ..
-        } => Some(on_reply(ctx, *iteration, reply)),
+        } => Some(on_reply(ctx, *iteration, reply, early)),
         ConvState::Cancelling { .. } => Some(super::cancel::finish_cancel(ctx, reply.content)),
         ConvState::AwaitingContinuation { trigger_usage, .. } => {
             Some(continuation::on_summary_reply(ctx, *trigger_usage, &reply))
@@ -54,13 +56,15 @@ pub(super) fn on_failed(
             attempt,
             iteration,
             retry: None,
-        } => Some(on_llm_failed(
-            ctx,
-            *attempt,
-            *iteration,
-            failure,
-            jitter_permille,
-        )),
+            early,
+        } => {
+            // The reply is lost: what started early stops, unused.
+            let step = on_llm_failed(ctx, *attempt, *iteration, failure, jitter_permille);
+            Some(match early::abort_running(early) {
+                Some(abort) => step.prepend(abort),
+                None => step,
+            })
+        }
         ConvState::Cancelling { .. } => Some(super::cancel::finish_cancel(ctx, Vec::new())),
         ConvState::AwaitingContinuation {
             rejected_tool_calls,
@@ -85,11 +89,13 @@ pub(super) fn on_retry_due(state: &ConvState) -> Option<Step> {
             attempt,
             iteration,
             retry: Some(_),
+            ..
         } => Some(
             Step::new(ConvState::LlmRequesting {
                 attempt: *attempt,
                 iteration: *iteration,
                 retry: None,
+                early: EarlyCalls::default(),
             })
             .with(Effect::RequestLlm {
                 attempt: *attempt,
@@ -133,7 +139,7 @@ pub(super) fn on_stop_hooks_decided(
     })
 }
 
-fn on_reply(ctx: &Inputs<'_>, iteration: u32, mut reply: Reply) -> Step {
+fn on_reply(ctx: &Inputs<'_>, iteration: u32, mut reply: Reply, early: &EarlyCalls) -> Step {
     // Providers may stream an empty text block (e.g. before a tool call) but
     // refuse one sent back ("text content blocks must be non-empty"): it
     // must not enter the transcript, or every later request fails.
@@ -162,7 +168,7 @@ fn on_reply(ctx: &Inputs<'_>, iteration: u32, mut reply: Reply) -> Step {
             context_window: ctx.context_window,
         },
     });
-    let t = on_reply_usage_checked(ctx, iteration, reply, calls);
+    let t = on_reply_usage_checked(ctx, iteration, reply, calls, early);
     match warning {
         Some(effect) => t.with(effect),
         None => t,
@@ -174,6 +180,7 @@ fn on_reply_usage_checked(
     iteration: u32,
     reply: Reply,
     calls: Vec<ToolCall>,
+    early: &EarlyCalls,
 ) -> Step {
     if should_trigger_continuation(&reply.usage, ctx.context_window) {
         // The tool calls are not executed, so they must not enter the
@@ -208,6 +215,10 @@ fn on_reply_usage_checked(
                 message: assistant(ctx, kept, &reply.stop_reason, reply.usage),
             });
         }
+        // The calls are not answered: what started early stops, unused.
+        if let Some(abort) = early::abort_running(early) {
+            t = t.prepend(abort);
+        }
         return t;
     }
 
@@ -221,8 +232,10 @@ fn on_reply_usage_checked(
             calls,
             ..ToolRun::default()
         };
-        schedule(ctx, run, Vec::new())
+        let (run, strays) = early::adopt(run, early);
+        schedule(ctx, run, strays.into_iter().collect())
     } else {
+        // No call in the reply, so none can have started early.
         match &reply.stop_reason {
             StopReason::PauseTurn => next_round(ctx, iteration),
             StopReason::EndTurn | StopReason::StopSequence if ctx.hooks.stop_due() => {
@@ -321,6 +334,7 @@ fn on_llm_failed(
                 delay_ms,
                 reason: failure.message.clone(),
             }),
+            early: EarlyCalls::default(),
         })
         .with(Effect::ScheduleRetry {
             attempt: next,

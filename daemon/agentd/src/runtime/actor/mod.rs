@@ -277,7 +277,7 @@ impl Actor {
     async fn handle(&mut self, input: Input) {
         match input {
             Input::Command(cmd) => self.command(cmd).await,
-            Input::LlmStream { call, event } => self.llm_streamed(call, event),
+            Input::LlmStream { call, event } => self.llm_streamed(call, event).await,
             Input::LlmDone { call, result } => self.llm_done(call, result).await,
             Input::ToolOutput {
                 call,

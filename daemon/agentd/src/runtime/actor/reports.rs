@@ -13,8 +13,9 @@ use agentd_core::{Event, Reply};
 
 impl Actor {
     /// A piece of the model's reply: kept for snapshots, and the text and
-    /// thinking shown live.
-    pub(super) fn llm_streamed(&mut self, call: u64, event: StreamEvent) {
+    /// thinking shown live. A tool block that ended goes to the state
+    /// machine, which may start the call before the reply ends.
+    pub(super) async fn llm_streamed(&mut self, call: u64, event: StreamEvent) {
         if !self.work.is_current_llm(call) {
             return;
         }
@@ -22,6 +23,12 @@ impl Actor {
         let kind = match event {
             StreamEvent::TextDelta { index, text } => EventKind::TextDelta { index, text },
             StreamEvent::ThinkingDelta { index, text } => EventKind::ThinkingDelta { index, text },
+            StreamEvent::BlockEnd { index } => {
+                if let Some(call) = self.work.partial.tool_call(index) {
+                    self.apply_internal(Event::ToolCallStreamed { call }).await;
+                }
+                return;
+            }
             _ => return,
         };
         self.emit(kind);

@@ -544,6 +544,7 @@ async fn clients_that_attach_after_a_recovery_are_told_what_it_did() {
         attempt: 1,
         iteration: 1,
         retry: None,
+        early: Default::default(),
     };
     let question = Message::user(vec![ContentBlock::text("still there?")], T0);
     record.message_count = 1;
