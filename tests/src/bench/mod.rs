@@ -6,6 +6,7 @@
 //! shown as met or not met.
 
 pub mod durability;
+pub mod early_tools;
 pub mod fanout;
 pub mod floor;
 pub mod ls_ab;

@@ -18,7 +18,7 @@ use std::time::Instant;
 
 use agent_tests::bench::{self, BenchResult, Settings, procfs, stats::Report};
 
-const SCENARIOS: [&str; 9] = [
+const SCENARIOS: [&str; 10] = [
     "floor",
     "tool-rounds",
     "fanout",
@@ -28,10 +28,11 @@ const SCENARIOS: [&str; 9] = [
     "durability",
     "request-bytes",
     "search",
+    "early-tools",
 ];
 
 const USAGE: &str = "usage: agent-bench SCENARIO [--json] [--runs N] [--quick] [--tree DIR] [--sync kill|power] [--cache-bytes N] [--part NAME] [--client BIN]\n\
-    SCENARIO: floor | tool-rounds | fanout | many | memory | startup | durability | request-bytes | search | all\n\
+    SCENARIO: floor | tool-rounds | fanout | many | memory | startup | durability | request-bytes | search | early-tools | all\n\
     or: ls-ab --client A_BIN --client B_BIN (`agent ls` start-up of two client builds, alternating)";
 
 fn main() -> ExitCode {
@@ -167,6 +168,7 @@ async fn run_one(name: &str, settings: &Settings) -> BenchResult<Report> {
         "request-bytes" => bench::request_bytes::run(settings).await,
         "search" => bench::search::run(settings).await,
         "ls-ab" => bench::ls_ab::run(settings).await,
+        "early-tools" => bench::early_tools::run(settings).await,
         other => Err(format!("unknown scenario {other}")),
     }
 }
