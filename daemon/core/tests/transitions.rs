@@ -4623,3 +4623,21 @@ fn the_end_of_a_shell_is_taken_once_even_when_reported_again() {
     assert!(t.conversation.shell_notes.pending.is_empty());
     assert!(run(t.conversation, &ctx(), shell_ended("sh-a")).is_err());
 }
+
+#[test]
+fn a_message_to_queue_waits_for_a_continuation_the_daemon_owes() {
+    let mut conv: Conversation = ConvState::ContextExhausted {
+        summary: "s".into(),
+        final_usage: Usage::default(),
+    }
+    .into();
+    conv.continuation.pending = true;
+    let t = transition(&conv, &ctx(), user_msg_sent("more", QUEUE_IF_BUSY)).unwrap();
+    assert_eq!(t.effects, [Effect::Enqueue]);
+    assert_eq!(t.conversation.state, conv.state);
+    // Not asked to queue: refused as before.
+    assert_eq!(
+        transition(&conv, &ctx(), user_msg("more")).unwrap_err().to_string(),
+        "context exhausted"
+    );
+}

@@ -1,7 +1,7 @@
 //! Switching models mid-conversation (issue 42 point 5): each model's
 //! usage is counted and priced on its own, `agent send --model` switches
-//! before the message, and a model whose window the conversation no
-//! longer fits is refused with the numbers and reached by a continuation.
+//! before the message, and a switch to a model whose window the
+//! conversation no longer fits continues it there after a summary.
 //!
 //! Prices: claude-test $2/$10 per million input/output tokens,
 //! claude-other $4/$20, claude-small $1/$5 with a window of 500 tokens.
@@ -27,13 +27,20 @@ fn reply(text: &str, input: u64, output: u64) -> Script {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn each_model_is_counted_at_its_price_and_a_window_too_small_is_reached_by_a_continuation() {
+async fn each_model_is_counted_at_its_price_and_a_switch_to_a_window_too_small_continues() {
     let s = Scenario::new()
         .config(CONFIG)
         .scripts([
             reply("first", 1_000, 100),
             reply("second", 500, 50),
-            reply("Summary: the work so far.", 200, 20),
+            // A summary takes a model a while: the message sent with the
+            // switch arrives while it is written.
+            Script::Reply(
+                ReplyScript::new()
+                    .text("Summary: the work so far.")
+                    .usage(200, 20)
+                    .pace(std::time::Duration::from_millis(20)),
+            ),
             reply("going on small", 100, 10),
         ])
         .conversation("")
@@ -93,36 +100,37 @@ async fn each_model_is_counted_at_its_price_and_a_window_too_small_is_reached_by
     assert!(ok, "{err}");
     assert!(json.contains("\"usage_by_model\""), "{json}");
 
-    // 550 tokens of context do not fit claude-small's 500: refused with the
-    // numbers, and the message is not sent.
-    let (ok, _, err) = agent_out(&daemon, &["send", &id, "--model", "claude-small", "three"]).await;
-    assert!(!ok);
-    assert!(
-        err.contains("claude-small has a context window of 500 tokens and this conversation already uses 550 of context"),
-        "{err}"
-    );
-    assert!(
-        err.contains(&format!("agent continue {id} --model claude-small")),
-        "{err}"
-    );
-    assert_eq!(fake.requests().len(), 2);
-    assert_eq!(
-        get(&mut client, &id).await.conversation.unwrap().model,
-        "claude-other"
-    );
-
-    // The way on: a continuation that talks to the small model.
-    let (ok, _, err) = agent_out(&daemon, &["compact", &id]).await;
+    // 550 tokens of context do not fit claude-small's 500: at rest the
+    // switch is a continuation. claude-other (whose window holds them)
+    // writes the summary, the conversation goes on in a new one talking to
+    // claude-small, and the message sent with the switch goes with it.
+    let (ok, out, err) =
+        agent_out(&daemon, &["send", &id, "--model", "claude-small", "three"]).await;
     assert!(ok, "{err}");
-    wait_state(&mut client, &id, pb::StateKind::ContextExhausted).await;
-    let (ok, out, err) = agent_out(&daemon, &["continue", &id, "--model", "claude-small"]).await;
-    assert!(ok, "{err}");
-    let next = out.split_whitespace().last().unwrap().to_string();
+    assert!(out.contains("queued"), "{out}");
+    let mut next = String::new();
+    for _ in 0..300 {
+        next = get(&mut client, &id)
+            .await
+            .conversation
+            .unwrap()
+            .continued_as;
+        if !next.is_empty() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert!(!next.is_empty(), "not continued; log: {}", daemon.log());
     wait_state(&mut client, &next, pb::StateKind::Idle).await;
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 4);
     assert_eq!(reqs[2].body["model"], "claude-other", "the summary");
     assert_eq!(reqs[3].body["model"], "claude-small");
+    let sent = reqs[3].body["messages"].to_string();
+    assert!(sent.contains("Summary: the work so far."), "{sent}");
+    assert!(sent.contains("three"), "{sent}");
+    let old = get(&mut client, &id).await.conversation.unwrap();
+    assert_eq!(old.model, "claude-other", "the old one never talked to it");
     let next = get(&mut client, &next).await.conversation.unwrap();
     assert_eq!(next.model, "claude-small");
 }

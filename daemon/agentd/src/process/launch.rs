@@ -17,7 +17,7 @@ pub(crate) struct Launch {
     program: Option<PathBuf>,
     /// The whole environment the command starts from (the daemon's fixed
     /// additions come on top and its secrets are taken out, see
-    /// `process::bash_command`); None: the daemon's own.
+    /// `process::command_env`); None: the daemon's own.
     env: Option<Arc<[(OsString, OsString)]>>,
 }
 

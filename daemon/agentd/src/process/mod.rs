@@ -17,7 +17,7 @@
 //!
 //! Which shell starts and in which environment is the conversation's
 //! [`Launch`] (`launch.rs`, built by `crate::environment`): every spawn
-//! takes one, and `bash_command` is the one place that turns it into the
+//! takes one, and `command_env` is the one place that turns it into the
 //! child's environment.
 //!
 //! No child inherits the daemon's credentials: every process the daemon

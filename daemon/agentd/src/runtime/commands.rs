@@ -22,7 +22,9 @@ impl Manager {
     }
 
     /// Continues the exhausted conversation `id` in a new one (see
-    /// [`Parent`]), talking to `model` when one is given; `automatic` when
+    /// [`Parent`]), talking to `model` when one is given (else to the model
+    /// a switch too large for the old one asked for, else to its own);
+    /// `automatic` when
     /// the daemon does it by itself. Asked
     /// again, it returns the continuation made the first time: the new
     /// conversation is created under a request id derived from the old
@@ -44,7 +46,9 @@ impl Manager {
         };
         let new = NewConversation {
             cwd: old.cwd.clone(),
-            model: model.unwrap_or_else(|| old.model.clone()),
+            model: model
+                .or_else(|| old.models.continue_on.clone())
+                .unwrap_or_else(|| old.model.clone()),
             mode: Some(old.conversation.mode),
             allow_rules: old.setup.allow_rules.clone(),
             additional_dirs: old.setup.additional_dirs.clone(),

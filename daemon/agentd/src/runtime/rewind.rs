@@ -153,6 +153,8 @@ fn forked_models(
     ModelHistory {
         model_switches,
         usage_by_model,
+        // A continuation a switch asked of `old` is not the fork's.
+        continue_on: None,
     }
 }
 

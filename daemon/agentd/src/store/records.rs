@@ -95,6 +95,11 @@ pub struct ModelHistory {
     /// the rest for the first model.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub usage_by_model: BTreeMap<String, Usage>,
+    /// A switch to this model was asked for while the conversation filled
+    /// more of the context than its window holds: the conversation is
+    /// summarized by the current model and continues on this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub continue_on: Option<String>,
 }
 
 /// From message `at` on, replies come from `to` instead of `from`.

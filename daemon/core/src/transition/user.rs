@@ -38,6 +38,11 @@ pub(super) fn on_user_message(
             });
         }
         ConvState::Cancelling { .. } => Rejected::CancellationInProgress,
+        // The continuation the daemon is about to make takes the queue
+        // with it: a message may wait for it.
+        ConvState::ContextExhausted { .. } if ctx.conv.continuation.pending => {
+            Rejected::ContextExhausted
+        }
         ConvState::ContextExhausted { .. } => return Err(Rejected::ContextExhausted),
         ConvState::AwaitingLlm { .. }
         | ConvState::LlmRequesting { .. }

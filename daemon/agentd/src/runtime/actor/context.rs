@@ -45,7 +45,9 @@ impl Actor {
             sub_agent: self.sub_agent_role(),
             auto_rollback_on_failure: cfg.plan.auto_rollback_on_failure,
             auto_continue: agentd_core::AutoContinue {
-                enabled: cfg.context.auto_continue,
+                // A switch to a model too small for the conversation asked
+                // for its continuation.
+                enabled: cfg.context.auto_continue || self.record.models.continue_on.is_some(),
                 max_hops: cfg.context.max_hops,
             },
             // A sub-agent's turn is its task: a shell's end never starts

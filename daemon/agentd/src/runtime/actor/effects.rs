@@ -98,7 +98,7 @@ impl Actor {
     /// `Notify`: what a client that comes back must not miss is stored
     /// with its number, so a resume replays it; what the recovery after a
     /// restart said is kept for clients that attach later.
-    async fn tell(&mut self, notice: Notice) {
+    pub(super) async fn tell(&mut self, notice: Notice) {
         if let Notice::Recovered { message } = &notice {
             self.recovery_notices.push(message.clone());
         }

@@ -20,9 +20,15 @@ impl Actor {
         let mode = settings
             .mode
             .filter(|m| *m != self.record.conversation.mode);
-        let model = settings.model.filter(|m| *m != self.record.model);
-        if let Some(model) = &model {
-            self.fits(model)?;
+        let mut model = settings.model.filter(|m| *m != self.record.model);
+        // A model whose window cannot hold the conversation: at rest the
+        // switch becomes a continuation on it; mid-turn it is refused.
+        let mut continue_on = None;
+        if let Some((window, used)) = model.as_deref().and_then(|m| self.too_small(m)) {
+            if self.record.conversation.state != agentd_core::ConvState::Idle {
+                return Err(self.does_not_fit(model.as_deref().unwrap_or(""), window, used));
+            }
+            continue_on = model.take().map(|m| (m, window, used));
         }
         let mut dirs = Vec::new();
         for dir in settings.add_dirs {
@@ -34,7 +40,7 @@ impl Actor {
             }
         }
         crate::runtime::too_many_dirs(self.record.setup.additional_dirs.len() + dirs.len())?;
-        if mode.is_none() && model.is_none() && dirs.is_empty() {
+        if mode.is_none() && model.is_none() && dirs.is_empty() && continue_on.is_none() {
             return Ok(self.record.clone());
         }
         let saved = self.record.clone();
@@ -43,6 +49,10 @@ impl Actor {
         }
         if let Some(model) = model {
             self.record.switch_model(model);
+            self.record.models.continue_on = None;
+        }
+        if let Some((model, ..)) = &continue_on {
+            self.record.models.continue_on = Some(model.clone());
         }
         self.record.setup.additional_dirs.extend(dirs);
         self.record.updated_at_ms = self.now_ms();
@@ -58,23 +68,37 @@ impl Actor {
             "settings changed"
         );
         self.announce_settings(settings.by);
+        if let Some((model, window, used)) = continue_on {
+            // The current model, whose window holds the conversation,
+            // writes the summary; the continuation is made on `model` as
+            // soon as it is written (`continue_on` owes it).
+            let message = format!(
+                "{model} has a context window of {window} tokens and this conversation uses {used}: {} summarizes it now, and it continues on {model} in a new conversation",
+                self.record.model
+            );
+            self.tell(agentd_core::Notice::Info { message }).await;
+            self.compact().await?;
+        }
         Ok(self.record.clone())
     }
 
-    /// Refuses a switch to `model` when the conversation's context already
-    /// fills its window past the continuation threshold: its next request
-    /// would fail. The way on is a continuation with that model.
-    fn fits(&self, model: &str) -> Result<(), RuntimeError> {
+    /// The window of `model` and the context in use, when the conversation
+    /// already fills that window past the continuation threshold: its next
+    /// request on `model` would fail.
+    fn too_small(&self, model: &str) -> Option<(u64, u64)> {
         let window = self.shared.config.models.lookup(model).context_window;
         let used = self.record.last_usage;
-        if !agentd_core::state::should_trigger_continuation(&used, window) {
-            return Ok(());
-        }
+        agentd_core::state::should_trigger_continuation(&used, window)
+            .then(|| (window, used.context_tokens()))
+    }
+
+    /// The refusal of a switch to a model too small for the conversation
+    /// while a turn runs (at rest the switch continues on it instead).
+    fn does_not_fit(&self, model: &str, window: u64, used: u64) -> RuntimeError {
         let id = &self.record.id;
-        Err(RuntimeError::NotAllowed(format!(
-            "{model} has a context window of {window} tokens and this conversation already uses {} of context: it would not fit. Continue it in a new conversation with that model: `agent compact {id}`, then `agent continue {id} --model {model}`",
-            used.context_tokens()
-        )))
+        RuntimeError::NotAllowed(format!(
+            "{model} has a context window of {window} tokens and this conversation already uses {used} of context: it would not fit. Switch when the turn has ended (the conversation then continues on {model} after a summary), or `agent compact {id}`, then `agent continue {id} --model {model}`"
+        ))
     }
 
     /// Answers the budget that holds the turn: a raise is written (the
