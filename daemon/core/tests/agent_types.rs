@@ -4,7 +4,6 @@
 //! names a type lists, the spawn tool's schema, and a typed child's call
 //! of a tool its type does not list.
 
-
 use agentd_core::agent_types::{AgentType, parse, tool_names};
 use agentd_core::effect::Effect;
 use agentd_core::event::Event;

@@ -246,6 +246,7 @@ pub(crate) async fn run(
         ),
         checkpoints,
         rings: Default::default(),
+        agent_types: Default::default(),
         store,
         config,
         provider,

@@ -110,6 +110,27 @@ pub(super) async fn list_mcp_servers(
     )))
 }
 
+pub(super) async fn list_agent_types(
+    svc: &Service,
+    request: Request<pb::ListAgentTypesRequest>,
+) -> Result<Response<pb::ListAgentTypesResponse>, Status> {
+    let cwd = request.into_inner().cwd;
+    let cwd = std::path::PathBuf::from(cwd);
+    if !cwd.as_os_str().is_empty() && !cwd.is_absolute() {
+        return Err(Status::invalid_argument(format!(
+            "cwd {} is not absolute",
+            cwd.display()
+        )));
+    }
+    let manager = svc.manager.clone();
+    // Reading files: off the async workers.
+    let listing =
+        crate::tasks::spawn_blocking("list agent types", move || manager.agent_types(&cwd))
+            .await
+            .map_err(|e| Status::internal(format!("listing agent types failed: {e}")))?;
+    Ok(Response::new(convert::agent_types(&listing)))
+}
+
 pub(super) async fn create_token(
     svc: &Service,
     request: Request<pb::CreateTokenRequest>,
