@@ -15,7 +15,9 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-pub use admin::{DaemonCommand, McpCommand, TokenCommand, TokenRole, parse_duration};
+pub use admin::{
+    AgentsCommand, DaemonCommand, McpCommand, TokenCommand, TokenRole, parse_duration,
+};
 pub use conversation::{
     AnswerArgs, AttachArgs, BudgetCommand, NewArgs, PlanAction, PlanArgs, RunArgs, parse_amount,
 };
@@ -375,6 +377,16 @@ pub enum Command {
         global: GlobalArgs,
         #[command(subcommand)]
         command: McpCommand,
+    },
+
+    /// Custom sub-agent types: the project's and yours, as the spawn tool
+    /// offers them
+    Agents {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+        #[command(subcommand)]
+        command: AgentsCommand,
     },
 
     /// Bearer tokens for remote clients (`agentd --listen`); local socket

@@ -1,0 +1,185 @@
+//! Custom sub-agent types (issue 42 point 6): a project type with a
+//! read-only tool list, from a trusted project, and a type of the user's
+//! config directory. The parent's spawn tool lists both; the typed child's
+//! requests offer only its tools and carry its prompt, and its `bash` call
+//! is refused with an error result even with an allow rule for bash;
+//! `agent agents ls` lists both and says why an untrusted project's are
+//! not loaded.
+
+use super::util::{agent_out, assert_valid_chain, create_with, result_of, wait_state};
+use agent_proto::v1 as pb;
+use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
+use agent_tests::harness::Scenario;
+use serde_json::{Value, json};
+
+const REVIEWER: &str = "---\nname: reviewer\ndescription: Reviews code without changing it\ntools: read, grep, glob\n---\nYou are a careful reviewer. REVIEWER-PROMPT\n";
+const SCOUT: &str =
+    "---\nname: scout\ndescription: Finds where things are\ncolor: green\n---\nYou find files.\n";
+
+/// The requests whose first user message contains `marker`.
+fn requests_of(all: &[Recorded], marker: &str) -> Vec<Recorded> {
+    all.iter()
+        .filter(|r| {
+            r.body["messages"][0]["content"]
+                .as_array()
+                .and_then(|b| b.first())
+                .and_then(|b| b["text"].as_str())
+                .is_some_and(|t| t.contains(marker))
+        })
+        .cloned()
+        .collect()
+}
+
+fn offered(req: &Recorded) -> Vec<String> {
+    let mut names: Vec<String> = req.body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+fn tool_text(result: &Value) -> String {
+    match &result["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        other => other.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn a_read_only_project_type_runs_its_child_without_bash_and_is_listed() {
+    let s = Scenario::new().start().await;
+    let (fake, mut client, d) = (s.fake.clone(), s.client.clone(), &s.daemon);
+    let work = s.work.path().canonicalize().unwrap();
+    let dir = work.display().to_string();
+    std::fs::create_dir_all(work.join(".agents/agents")).unwrap();
+    std::fs::write(work.join(".agents/agents/reviewer.md"), REVIEWER).unwrap();
+    let user_types = d.user_config_dir().join("agents");
+    std::fs::create_dir_all(&user_types).unwrap();
+    std::fs::write(user_types.join("scout.md"), SCOUT).unwrap();
+
+    // Untrusted: only the user's type, and a note saying why and what to do.
+    let (ok, out, err) = agent_out(d, &["agents", "ls", &dir]).await;
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("not trusted") && out.contains(&format!("agent trust {dir}")),
+        "{out}"
+    );
+    assert!(
+        out.contains("scout  user") && !out.contains("reviewer  project"),
+        "{out}"
+    );
+
+    let (ok, _, err) = agent_out(d, &["trust", &dir]).await;
+    assert!(ok, "{err}");
+    let (ok, out, err) = agent_out(d, &["agents", "ls", &dir]).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("reviewer  project  parent's model"), "{out}");
+    assert!(
+        out.contains("  tools: read, grep, glob, submit_result"),
+        "{out}"
+    );
+    assert!(out.contains("scout  user"), "{out}");
+    assert!(
+        out.contains("problem: ") && out.contains("unknown key `color` is ignored"),
+        "{out}"
+    );
+    let (ok, out, err) = agent_out(d, &["agents", "ls", &dir, "--json"]).await;
+    assert!(ok, "{err}");
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    let types = listed["types"].as_array().unwrap();
+    assert_eq!(types[0]["name"], "reviewer");
+    assert_eq!(types[0]["origin"], "project");
+    assert_eq!(types[0]["tools"], json!(["read", "grep", "glob"]));
+    assert_eq!(types[1]["name"], "scout");
+    assert_eq!(types[1]["tools"], Value::Null, "the parent's tools");
+
+    // The parent spawns a reviewer; the child tries bash, then submits.
+    std::fs::write(work.join("a.txt"), "alpha\n").unwrap();
+    fake.push(Script::Reply(ReplyScript::new().tool_use(
+        "toolu_spawn",
+        "spawn_agents",
+        json!({"agents": [{"description": "review", "prompt": "[child] review a.txt", "agent_type": "reviewer"}]}),
+    )));
+    fake.push(Script::text("Reviewed."));
+    fake.push_for(
+        "[child]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "b1",
+            "bash",
+            json!({"command": "touch bash-ran"}),
+        )),
+    );
+    fake.push_for(
+        "[child]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "s1",
+            "submit_result",
+            json!({"result": "looks fine", "success": true}),
+        )),
+    );
+    // An allow rule for bash: the type, not a prompt, is what refuses it.
+    let id = create_with(
+        &mut client,
+        &work,
+        "Review it [parent]",
+        &["bash"],
+        pb::PermissionMode::Default,
+    )
+    .await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+
+    let all = fake.requests();
+    let parent = requests_of(&all, "[parent]");
+    assert_eq!(parent.len(), 2, "the parent asked twice");
+    let spawn = parent[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "spawn_agents")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        spawn["input_schema"]["properties"]["agents"]["items"]["properties"]["agent_type"]["enum"],
+        json!(["reviewer", "scout"])
+    );
+    assert!(
+        spawn["description"]
+            .as_str()
+            .unwrap()
+            .contains("- reviewer: Reviews code without changing it")
+    );
+    assert!(offered(&parent[0]).contains(&"bash".to_string()));
+    let answer = tool_text(&result_of(&parent[1], "toolu_spawn"));
+    assert!(answer.contains("looks fine"), "{answer}");
+
+    let child = requests_of(&all, "[child]");
+    assert_eq!(child.len(), 2, "the child asked twice");
+    for req in &child {
+        assert_eq!(offered(req), ["glob", "grep", "read", "submit_result"]);
+        assert!(req.body["system"].to_string().contains("REVIEWER-PROMPT"));
+    }
+    assert!(
+        !parent[0].body["system"]
+            .to_string()
+            .contains("REVIEWER-PROMPT")
+    );
+    let refused = result_of(&child[1], "b1");
+    assert_eq!(refused["is_error"], true, "{refused}");
+    let text = tool_text(&refused);
+    assert!(
+        text.contains("bash is not available to this sub-agent: its type allows only read, grep, glob, submit_result"),
+        "{text}"
+    );
+    assert_valid_chain(&child[1]);
+    assert!(!work.join("bash-ran").exists(), "bash ran");
+}
