@@ -183,3 +183,109 @@ async fn a_read_only_project_type_runs_its_child_without_bash_and_is_listed() {
     assert_valid_chain(&child[1]);
     assert!(!work.join("bash-ran").exists(), "bash ran");
 }
+
+/// A typed child is resumed after a kill -9 with the type it was spawned
+/// as, kept on its record: its file changed meanwhile (bash allowed, a new
+/// prompt) and the request asked again still offers only `read` and carries
+/// the first prompt.
+#[tokio::test]
+async fn a_typed_child_resumes_after_a_crash_with_the_type_it_was_spawned_as() {
+    let mut s = Scenario::new().start().await;
+    let (fake, mut client) = (s.fake.clone(), s.client.clone());
+    let user_types = s.daemon.user_config_dir().join("agents");
+    std::fs::create_dir_all(&user_types).unwrap();
+    let file = user_types.join("reader.md");
+    std::fs::write(
+        &file,
+        "---\nname: reader\ndescription: Reads\ntools: [Read]\n---\nFIRST-PROMPT\n",
+    )
+    .unwrap();
+    fake.push(Script::Reply(ReplyScript::new().tool_use(
+        "toolu_r",
+        "spawn_agents",
+        json!({"agents": [{"description": "read", "prompt": "[held-reader] go", "agent_type": "reader"}]}),
+    )));
+    fake.push(Script::text("Read."));
+    let gate = agent_tests::fake_llm::Gate::new();
+    fake.push_for(
+        "[held-reader]",
+        Script::Reply(
+            ReplyScript::new()
+                .text("working")
+                .hold_after(2, gate.clone()),
+        ),
+    );
+    fake.push_for(
+        "[held-reader]",
+        Script::Reply(ReplyScript::new().tool_use(
+            "s1",
+            "submit_result",
+            json!({"result": "read it", "success": true}),
+        )),
+    );
+    let work = s.work.path().to_path_buf();
+    let id = create_with(
+        &mut client,
+        &work,
+        "Read it [parent-r]",
+        &[],
+        pb::PermissionMode::Default,
+    )
+    .await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while requests_of(&fake.requests(), "[held-reader]").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the child did not start"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    s.daemon.kill9();
+    gate.open();
+    std::fs::write(
+        &file,
+        "---\nname: reader\ndescription: Reads\ntools: [Read, Bash]\n---\nSECOND-PROMPT\n",
+    )
+    .unwrap();
+    s.daemon.restart().await;
+    let mut client = s.daemon.client().await;
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let child = requests_of(&fake.requests(), "[held-reader]");
+    assert!(child.len() >= 2, "the child was not asked again");
+    for req in &child {
+        assert_eq!(offered(req), ["read", "submit_result"]);
+        let system = req.body["system"].to_string();
+        assert!(system.contains("FIRST-PROMPT") && !system.contains("SECOND-PROMPT"));
+    }
+}
+
+/// A spawn that names a type nobody defined ends that child at once with
+/// a result saying so and which types there are; the parent goes on.
+#[tokio::test]
+async fn an_unknown_type_fails_its_child_with_the_types_available() {
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(ReplyScript::new().tool_use(
+                "toolu_n",
+                "spawn_agents",
+                json!({"agents": [{"description": "x", "prompt": "[nobody] go", "agent_type": "nope"}]}),
+            )),
+            Script::text("Noted."),
+        ])
+        .conversation("Spawn a stranger [parent-n]")
+        .start()
+        .await;
+    let (fake, mut client, id) = (s.fake.clone(), s.client.clone(), s.id.clone());
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let all = fake.requests();
+    assert!(requests_of(&all, "[nobody]").is_empty(), "the child ran");
+    let parent = requests_of(&all, "[parent-n]");
+    let result = result_of(&parent[1], "toolu_n");
+    let text = tool_text(&result);
+    assert!(
+        text.contains("there is no sub-agent type `nope` (available: none;"),
+        "{text}"
+    );
+    assert_eq!(result["is_error"], true, "{result}");
+}
