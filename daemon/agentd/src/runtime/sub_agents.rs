@@ -43,7 +43,7 @@ pub(crate) enum SubAgentRequest {
     /// The child `child_id` ended; its end is durable in its record.
     Finished {
         child_id: String,
-        link: SubAgentLink,
+        link: Box<SubAgentLink>,
         end: SubAgentEnd,
     },
     /// The child `child_id` of `parent_id` was found mid-turn at start-up:

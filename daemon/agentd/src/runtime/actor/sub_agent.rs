@@ -93,7 +93,7 @@ impl Actor {
         };
         let _ = self.sub_agents.send(SubAgentRequest::Finished {
             child_id: self.record.id.clone(),
-            link: link.clone(),
+            link: Box::new(link.clone()),
             end,
         });
     }
