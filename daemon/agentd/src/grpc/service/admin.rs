@@ -114,14 +114,22 @@ pub(super) async fn list_agent_types(
     svc: &Service,
     request: Request<pb::ListAgentTypesRequest>,
 ) -> Result<Response<pb::ListAgentTypesResponse>, Status> {
-    let cwd = request.into_inner().cwd;
-    let cwd = std::path::PathBuf::from(cwd);
-    if !cwd.as_os_str().is_empty() && !cwd.is_absolute() {
-        return Err(Status::invalid_argument(format!(
-            "cwd {} is not absolute",
-            cwd.display()
-        )));
-    }
+    let who = caller(&request)?;
+    let raw = request.into_inner().cwd;
+    let cwd = if raw.is_empty() {
+        std::path::PathBuf::new()
+    } else {
+        // A remote caller looks only where it may work.
+        let cwd = super::validate_dir(&raw, "cwd")?;
+        svc.admit(
+            crate::grpc::admission::Source::of(&who),
+            &crate::grpc::admission::Grants {
+                dirs: &[(cwd.as_path(), "cwd")],
+                ..Default::default()
+            },
+        )?;
+        cwd
+    };
     let manager = svc.manager.clone();
     // Reading files: off the async workers.
     let listing =
