@@ -6,7 +6,10 @@
 //! `agent agents ls` lists both and says why an untrusted project's are
 //! not loaded.
 
-use super::util::{agent_out, assert_valid_chain, create_with, result_of, wait_state};
+use super::util::{
+    agent_out, assert_valid_chain, create_with, offered, requests_of, result_of, result_text,
+    wait_state,
+};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
 use agent_tests::harness::Scenario;
@@ -16,43 +19,11 @@ const REVIEWER: &str = "---\nname: reviewer\ndescription: Reviews code without c
 const SCOUT: &str =
     "---\nname: scout\ndescription: Finds where things are\ncolor: green\n---\nYou find files.\n";
 
-/// The requests whose first user message contains `marker`.
-fn requests_of(all: &[Recorded], marker: &str) -> Vec<Recorded> {
-    all.iter()
-        .filter(|r| {
-            r.body["messages"][0]["content"]
-                .as_array()
-                .and_then(|b| b.first())
-                .and_then(|b| b["text"].as_str())
-                .is_some_and(|t| t.contains(marker))
-        })
-        .cloned()
-        .collect()
-}
-
-fn offered(req: &Recorded) -> Vec<String> {
-    let mut names: Vec<String> = req.body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .filter_map(|t| t["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
+/// The names of the tools a request offered, sorted.
+fn offered_sorted(req: &Recorded) -> Vec<String> {
+    let mut names = offered(req);
     names.sort();
     names
-}
-
-fn tool_text(result: &Value) -> String {
-    match &result["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(""),
-        other => other.to_string(),
-    }
 }
 
 #[tokio::test]
@@ -158,14 +129,17 @@ async fn a_read_only_project_type_runs_its_child_without_bash_and_is_listed() {
             .unwrap()
             .contains("- reviewer: Reviews code without changing it")
     );
-    assert!(offered(&parent[0]).contains(&"bash".to_string()));
-    let answer = tool_text(&result_of(&parent[1], "toolu_spawn"));
+    assert!(offered_sorted(&parent[0]).contains(&"bash".to_string()));
+    let answer = result_text(&result_of(&parent[1], "toolu_spawn"));
     assert!(answer.contains("looks fine"), "{answer}");
 
     let child = requests_of(&all, "[child]");
     assert_eq!(child.len(), 2, "the child asked twice");
     for req in &child {
-        assert_eq!(offered(req), ["glob", "grep", "read", "submit_result"]);
+        assert_eq!(
+            offered_sorted(req),
+            ["glob", "grep", "read", "submit_result"]
+        );
         assert!(req.body["system"].to_string().contains("REVIEWER-PROMPT"));
     }
     assert!(
@@ -175,7 +149,7 @@ async fn a_read_only_project_type_runs_its_child_without_bash_and_is_listed() {
     );
     let refused = result_of(&child[1], "b1");
     assert_eq!(refused["is_error"], true, "{refused}");
-    let text = tool_text(&refused);
+    let text = result_text(&refused);
     assert!(
         text.contains("bash is not available to this sub-agent: its type allows only read, grep, glob, submit_result"),
         "{text}"
@@ -254,7 +228,7 @@ async fn a_typed_child_resumes_after_a_crash_with_the_type_it_was_spawned_as() {
     let child = requests_of(&fake.requests(), "[held-reader]");
     assert!(child.len() >= 2, "the child was not asked again");
     for req in &child {
-        assert_eq!(offered(req), ["read", "submit_result"]);
+        assert_eq!(offered_sorted(req), ["read", "submit_result"]);
         let system = req.body["system"].to_string();
         assert!(system.contains("FIRST-PROMPT") && !system.contains("SECOND-PROMPT"));
     }
@@ -282,7 +256,7 @@ async fn an_unknown_type_fails_its_child_with_the_types_available() {
     assert!(requests_of(&all, "[nobody]").is_empty(), "the child ran");
     let parent = requests_of(&all, "[parent-n]");
     let result = result_of(&parent[1], "toolu_n");
-    let text = tool_text(&result);
+    let text = result_text(&result);
     assert!(
         text.contains("there is no sub-agent type `nope` (available: none;"),
         "{text}"
