@@ -97,3 +97,54 @@ fn lines(t: &pb::AgentTypeInfo) -> Vec<String> {
     out.extend(t.problems.iter().map(|p| format!("  problem: {p}")));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_type_reads_as_a_head_and_its_details_and_a_bad_file_as_its_error() {
+        let t = pb::AgentTypeInfo {
+            name: "reviewer".into(),
+            origin: "project".into(),
+            path: "/p/.agents/agents/reviewer.md".into(),
+            description: "Reviews".into(),
+            tools: vec!["read".into(), "grep".into()],
+            problems: vec!["unknown tool `X` is left out".into()],
+            usable: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            lines(&t),
+            [
+                "reviewer  project  parent's model",
+                "  Reviews",
+                "  tools: read, grep, submit_result",
+                "  file: /p/.agents/agents/reviewer.md",
+                "  problem: unknown tool `X` is left out",
+            ]
+        );
+        let shadowed = pb::AgentTypeInfo {
+            model: "m".into(),
+            all_tools: true,
+            usable: false,
+            problems: Vec::new(),
+            ..t
+        };
+        assert_eq!(lines(&shadowed)[0], "reviewer  project  m  (not used)");
+        assert_eq!(lines(&shadowed)[2], "  tools: the parent's");
+        let bad = pb::AgentTypeInfo {
+            origin: "user".into(),
+            path: "/u/a.md".into(),
+            error: "/u/a.md:1: the front matter has no `name`".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            lines(&bad),
+            [
+                "(not loaded)  user  /u/a.md",
+                "  error: /u/a.md:1: the front matter has no `name`"
+            ]
+        );
+    }
+}
