@@ -399,8 +399,9 @@ pub enum Command {
         command: TokenCommand,
     },
 
-    /// Trust a directory: hooks in the `.agentd/config.toml` of projects at
-    /// or under it run (those of other projects never do)
+    /// Trust a directory: hooks in the `.agentd/config.toml` and sub-agent
+    /// types in `.agents/agents/*.md` of projects at or under it are used
+    /// (those of other projects never are)
     Trust {
         /// The global options given at this level (read `Cli::global`).
         #[command(flatten)]
@@ -413,7 +414,8 @@ pub enum Command {
         list: bool,
     },
 
-    /// Stop trusting a directory: its projects' hooks no longer run
+    /// Stop trusting a directory: its projects' hooks no longer run nor
+    /// their sub-agent types
     Untrust {
         /// The global options given at this level (read `Cli::global`).
         #[command(flatten)]

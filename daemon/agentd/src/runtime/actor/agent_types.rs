@@ -15,6 +15,9 @@ use std::sync::Arc;
 /// only when the spawn tool's spec changes.
 #[derive(Debug, Default)]
 pub(super) struct TypeOffer {
+    /// Whether the types were read (a conversation loaded mid-turn, after
+    /// a restart, reads them at its first request).
+    read: bool,
     /// The spawn tool's spec as the types last read give it (`None`: the
     /// plain one).
     spec: Option<ToolSpec>,
@@ -26,6 +29,7 @@ impl TypeOffer {
     /// Keeps `spec` as the spawn tool's; what was made from the one
     /// before is made again.
     fn set_spec(&mut self, spec: Option<ToolSpec>) {
+        self.read = true;
         if self.spec != spec {
             self.spec = spec;
             self.made = Default::default();
@@ -101,9 +105,9 @@ impl Actor {
     /// The built-in tools a turn's request offers (MCP servers' join them
     /// later, through [`Actor::agent_tools`] for a typed child).
     pub(super) fn offered_tools(&mut self, restricted: bool) -> Arc<[ToolSpec]> {
-        let tools = &self.shared.tools;
         if self.record.sub_agent.is_some() {
             let allowed = self.agent_tools();
+            let tools = &self.shared.tools;
             return self.parts.types.offered(restricted, |_| {
                 let base = tools.offered_to_sub_agent(restricted);
                 match allowed {
@@ -112,6 +116,10 @@ impl Actor {
                 }
             });
         }
+        if !self.parts.types.read {
+            self.refresh_agent_types();
+        }
+        let tools = &self.shared.tools;
         self.parts.types.offered(restricted, |spec| {
             let base = tools.offered(restricted);
             match spec {
