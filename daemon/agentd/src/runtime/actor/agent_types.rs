@@ -21,6 +21,9 @@ pub(super) struct TypeOffer {
     /// The spawn tool's spec as the types last read give it (`None`: the
     /// plain one).
     spec: Option<ToolSpec>,
+    /// What the last reading could not load as a whole (an untrusted
+    /// project), told to clients when it changes.
+    notes: Vec<String>,
     /// The tools offered, unrestricted and restricted.
     made: [Option<Arc<[ToolSpec]>>; 2],
 }
@@ -93,13 +96,21 @@ impl Actor {
     }
 
     /// Reads the sub-agent types of this conversation's directory again
-    /// (at a turn's start): the spawn tool lists them from now on.
+    /// (at a turn's start): the spawn tool lists them from now on, and
+    /// clients are told once why a project's are not loaded.
     pub(super) fn refresh_agent_types(&mut self) {
         if self.record.sub_agent.is_some() {
             return;
         }
         let listing = crate::runtime::agent_types::listing(&self.shared, &self.record.cwd);
         self.parts.types.set_spec(listing.spawn_spec());
+        if self.parts.types.notes != listing.notes {
+            for note in &listing.notes {
+                tracing::info!(conversation = %self.record.id, "{note}");
+                self.emit(crate::runtime::events::EventKind::info(note.clone()));
+            }
+            self.parts.types.notes = listing.notes;
+        }
     }
 
     /// The built-in tools a turn's request offers (MCP servers' join them
