@@ -15,9 +15,8 @@ use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
 use agent_tests::harness::Scenario;
 use serde_json::{Value, json};
 
-const REVIEWER: &str = "---\nname: reviewer\ndescription: Reviews code without changing it\ntools: read, grep, glob\n---\nYou are a careful reviewer. REVIEWER-PROMPT\n";
-const SCOUT: &str =
-    "---\nname: scout\ndescription: Finds where things are\ncolor: green\n---\nYou find files.\n";
+const REVIEWER: &str = "---\nname: reviewer\ndescription: Reviews code without changing it\ntools: read, grep, glob\nmodel: claude-haiku-4-5\n---\nYou are a careful reviewer. REVIEWER-PROMPT\n";
+const SCOUT: &str = "---\nname: scout\ndescription: Finds where things are\ncolor: green\nmodel: no-such-model\n---\nYou find files.\n";
 
 /// The names of the tools a request offered, sorted.
 fn offered_sorted(req: &Recorded) -> Vec<String> {
@@ -54,7 +53,11 @@ async fn a_read_only_project_type_runs_its_child_without_bash_and_is_listed() {
     assert!(ok, "{err}");
     let (ok, out, err) = agent_out(d, &["agents", "ls", &dir]).await;
     assert!(ok, "{err}");
-    assert!(out.contains("reviewer  project  parent's model"), "{out}");
+    assert!(out.contains("reviewer  project  claude-haiku-4-5"), "{out}");
+    assert!(
+        out.contains("model no-such-model is not one agentd knows"),
+        "{out}"
+    );
     assert!(
         out.contains("  tools: read, grep, glob, submit_result"),
         "{out}"
@@ -130,12 +133,14 @@ async fn a_read_only_project_type_runs_its_child_without_bash_and_is_listed() {
             .contains("- reviewer: Reviews code without changing it")
     );
     assert!(offered_sorted(&parent[0]).contains(&"bash".to_string()));
+    assert_eq!(parent[0].body["model"], "claude-test");
     let answer = result_text(&result_of(&parent[1], "toolu_spawn"));
     assert!(answer.contains("looks fine"), "{answer}");
 
     let child = requests_of(&all, "[child]");
     assert_eq!(child.len(), 2, "the child asked twice");
     for req in &child {
+        assert_eq!(req.body["model"], "claude-haiku-4-5", "the type's model");
         assert_eq!(
             offered_sorted(req),
             ["glob", "grep", "read", "submit_result"]

@@ -35,13 +35,8 @@ impl Manager {
         };
         let model = match &agent.model {
             Some(m) if self.shared.config.models.lookup(m).known => Some(super::model_name(m)?),
-            Some(m) => {
-                tracing::warn!(
-                    "sub-agent type {name} ({}) names model {m}, which the daemon does not know: the parent's is used",
-                    listed.path.display()
-                );
-                None
-            }
+            // Listed as a problem (`listing`).
+            Some(_) => None,
             None => None,
         };
         Ok(ChildType {
@@ -65,7 +60,18 @@ pub(super) fn listing(shared: &super::Shared, cwd: &Path) -> Listing {
             Vec::new()
         }
     };
-    shared
+    let mut listing = shared
         .agent_types
-        .list(shared.config.user_dir.as_deref(), cwd, &trusted)
+        .list(shared.config.user_dir.as_deref(), cwd, &trusted);
+    for listed in &mut listing.types {
+        if let Ok(agent) = &listed.agent
+            && let Some(model) = &agent.model
+            && !shared.config.models.lookup(model).known
+        {
+            listed.problems.push(format!(
+                "model {model} is not one agentd knows (its table or a [models.\"{model}\"] entry): children get the parent's"
+            ));
+        }
+    }
+    listing
 }
