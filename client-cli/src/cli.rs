@@ -15,7 +15,9 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
-pub use admin::{DaemonCommand, McpCommand, TokenCommand, TokenRole, parse_duration};
+pub use admin::{
+    AgentsCommand, DaemonCommand, McpCommand, TokenCommand, TokenRole, parse_duration,
+};
 pub use conversation::{
     AnswerArgs, AttachArgs, BudgetCommand, NewArgs, PlanAction, PlanArgs, RunArgs, parse_amount,
 };
@@ -377,6 +379,16 @@ pub enum Command {
         command: McpCommand,
     },
 
+    /// Custom sub-agent types: the project's and yours, as the spawn tool
+    /// offers them
+    Agents {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+        #[command(subcommand)]
+        command: AgentsCommand,
+    },
+
     /// Bearer tokens for remote clients (`agentd --listen`); local socket
     /// only
     Token {
@@ -387,8 +399,9 @@ pub enum Command {
         command: TokenCommand,
     },
 
-    /// Trust a directory: hooks in the `.agentd/config.toml` of projects at
-    /// or under it run (those of other projects never do)
+    /// Trust a directory: hooks in the `.agentd/config.toml` and sub-agent
+    /// types in `.agents/agents/*.md` of projects at or under it are used
+    /// (those of other projects never are)
     Trust {
         /// The global options given at this level (read `Cli::global`).
         #[command(flatten)]
@@ -401,7 +414,8 @@ pub enum Command {
         list: bool,
     },
 
-    /// Stop trusting a directory: its projects' hooks no longer run
+    /// Stop trusting a directory: its projects' hooks no longer run nor
+    /// their sub-agent types
     Untrust {
         /// The global options given at this level (read `Cli::global`).
         #[command(flatten)]

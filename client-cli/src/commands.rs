@@ -5,6 +5,7 @@
 //! client's identity, argument conversions, and printing.
 
 mod acp;
+mod agents;
 mod answer;
 mod args;
 mod attach;
@@ -32,7 +33,7 @@ use std::io::Write;
 
 use serde_json::Value;
 
-use crate::cli::{Cli, Command, McpCommand};
+use crate::cli::{AgentsCommand, Cli, Command, McpCommand};
 use crate::connect::socket_path;
 use crate::error::{CliError, Exit};
 use crate::io::Io;
@@ -191,6 +192,10 @@ async fn dispatch(ctx: &Ctx, command: Command, io: &mut Io) -> Result<Exit, CliE
             command: McpCommand::Ls { .. },
             ..
         } => mcp::mcp_ls(ctx, io).await,
+        Command::Agents {
+            command: AgentsCommand::Ls { dir, .. },
+            ..
+        } => agents::agents_ls(ctx, dir, io).await,
         Command::Trust {
             dir, list: true, ..
         } if dir.is_none() => trust::trust(ctx, None, true, io).await,

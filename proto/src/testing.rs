@@ -109,6 +109,7 @@ pub mod rpc {
         RenameConversation: pb::RenameConversationRequest => pb::RenameConversationResponse;
         BackgroundCommand: pb::BackgroundCommandRequest => pb::BackgroundCommandResponse;
         KillCommand: pb::KillCommandRequest => pb::KillCommandResponse;
+        ListAgentTypes: pb::ListAgentTypesRequest => pb::ListAgentTypesResponse;
     }
 }
 
@@ -419,6 +420,13 @@ impl AgentService for FakeAgent {
         request: Request<pb::KillCommandRequest>,
     ) -> Result<Response<pb::KillCommandResponse>, Status> {
         self.unary::<rpc::KillCommand>(request)
+    }
+
+    async fn list_agent_types(
+        &self,
+        request: Request<pb::ListAgentTypesRequest>,
+    ) -> Result<Response<pb::ListAgentTypesResponse>, Status> {
+        self.unary::<rpc::ListAgentTypes>(request)
     }
 
     type AttachStream = Boxed<pb::AttachResponse>;

@@ -1,5 +1,5 @@
 //! The arguments of the subcommands that look after the daemon rather
-//! than a conversation: `daemon`, `token`, `mcp`.
+//! than a conversation: `daemon`, `token`, `mcp`, `agents`.
 
 use std::path::PathBuf;
 
@@ -125,5 +125,21 @@ pub enum McpCommand {
         /// The global options given at this level (read `Cli::global`).
         #[command(flatten)]
         global: GlobalArgs,
+    },
+}
+
+// `agent agents …`.
+#[derive(Debug, Subcommand)]
+pub enum AgentsCommand {
+    /// List the custom sub-agent types a conversation in DIR (default: the
+    /// current directory) can spawn: the trusted project's
+    /// (.agents/agents/*.md) and yours (<config dir>/agents/*.md), with
+    /// their tools, model and problems
+    Ls {
+        /// The global options given at this level (read `Cli::global`).
+        #[command(flatten)]
+        global: GlobalArgs,
+        /// The project directory (default: the current one)
+        dir: Option<PathBuf>,
     },
 }

@@ -1,4 +1,5 @@
-//! `agent trust` and `agent untrust`: which projects' hooks run.
+//! `agent trust` and `agent untrust`: which projects' hooks run and
+//! sub-agent types are used.
 
 use std::path::PathBuf;
 
@@ -57,9 +58,13 @@ pub(super) async fn trust(
         }
         Some(path) => {
             let what = match (trusted, response.changed) {
-                (true, true) => "trusted: its projects' hooks run",
+                (true, true) => {
+                    "trusted: its projects' hooks run and their sub-agent types are used"
+                }
                 (true, false) => "already trusted",
-                (false, true) => "no longer trusted: its projects' hooks do not run",
+                (false, true) => {
+                    "no longer trusted: its projects' hooks do not run nor their sub-agent types"
+                }
                 (false, false) => "was not trusted",
             };
             print_line(io, &format!("{}: {what}", path.display()))?;

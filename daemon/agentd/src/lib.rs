@@ -41,6 +41,7 @@
 //! - [`alloc`], [`logfile`]: idle threads give the allocator's caches back;
 //!   the log kept to a size.
 
+pub(crate) mod agent_types;
 pub(crate) mod alloc;
 pub(crate) mod checkpoints;
 pub(crate) mod cli;

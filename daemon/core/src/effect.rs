@@ -307,6 +307,9 @@ pub enum Effect {
         /// Whether it runs in read-only mode (never wider than the parent).
         #[serde(default)]
         read_only: bool,
+        /// The sub-agent type it runs as (`None`: the general one).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        agent_type: Option<String>,
     },
     /// Cancel running sub-agents; their late results are ignored.
     CancelSubAgents {

@@ -19,6 +19,7 @@
 //! - the same (state, context, event) gives the same result;
 //! - busy states refuse user messages with the seed's texts.
 
+pub mod agent_types;
 pub mod budget;
 pub mod client;
 pub mod conversation;

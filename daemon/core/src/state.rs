@@ -351,6 +351,10 @@ pub struct ConvContext {
     /// Set when this conversation is a sub-agent: no nesting, no mode
     /// upgrade, `submit_result` ends it (REQ-BED-008/009/018).
     pub sub_agent: Option<SubAgentRole>,
+    /// Set for a sub-agent whose type lists its tools
+    /// ([`crate::agent_types`]): a call of any other tool is refused
+    /// (`submit_result` is always allowed).
+    pub agent_tools: Option<Vec<String>>,
     /// `[plan] auto_rollback_on_failure`: a failed plan step puts back the
     /// files the agent changed since it started.
     pub auto_rollback_on_failure: bool,
@@ -396,6 +400,7 @@ impl Default for ConvContext {
             budget: BudgetContext::default(),
             plan_detect: crate::plan::PlanDetect::Off,
             sub_agent: None,
+            agent_tools: None,
             auto_rollback_on_failure: false,
             auto_continue: AutoContinue::default(),
             wake_on_shell_exit: false,

@@ -191,6 +191,15 @@ pub const SUBMIT_ONLY_IN_SUB_AGENTS: &str =
 /// Result of `request_mode_upgrade` called by a sub-agent (REQ-BED-018).
 pub const NO_UPGRADE_IN_SUB_AGENTS: &str =
     "request_mode_upgrade is not available to sub-agents: a sub-agent keeps the mode it was given";
+/// Result of a sub-agent's call of a tool its type does not list.
+pub fn not_in_agent_type(tool: &str, allowed: &[String]) -> String {
+    let mut allowed: Vec<&str> = allowed.iter().map(String::as_str).collect();
+    allowed.push("submit_result");
+    format!(
+        "{tool} is not available to this sub-agent: its type allows only {}",
+        allowed.join(", ")
+    )
+}
 /// Result of an accepted `submit_result`.
 pub const RESULT_SUBMITTED: &str = "Result submitted to the parent conversation.";
 /// Result of a call after `submit_result` in the same reply.

@@ -380,6 +380,45 @@ pub const MAX_AGENTS_PER_CALL: usize = 10;
 /// The spec of `spawn_agents`, offered to conversations that are not
 /// sub-agents.
 pub fn spawn_agents_spec() -> ToolSpec {
+    spawn_agents_spec_with(&[])
+}
+
+/// The spec of `spawn_agents` when sub-agent types are available: each
+/// agent may name one (`agent_type`, an enum of `types`, each `(name,
+/// description)`); the description lists them. Without types it is
+/// [`spawn_agents_spec`].
+pub fn spawn_agents_spec_with(types: &[(String, String)]) -> ToolSpec {
+    let mut spec = spawn_agents_base_spec();
+    if types.is_empty() {
+        return spec;
+    }
+    let listed: Vec<String> = types
+        .iter()
+        .map(|(name, description)| format!("- {name}: {description}"))
+        .collect();
+    let about = format!(
+        "The kind of sub-agent (default: a general one with this conversation's tools). Available types:\n{}",
+        listed.join("\n")
+    );
+    spec.description.push_str(&format!(
+        " An agent may name an `agent_type`, which gives it that type's instructions, tools and model:\n{}",
+        listed.join("\n")
+    ));
+    let names: Vec<&str> = types.iter().map(|(n, _)| n.as_str()).collect();
+    if let Some(props) = spec
+        .input_schema
+        .pointer_mut("/properties/agents/items/properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        props.insert(
+            "agent_type".to_string(),
+            serde_json::json!({"type": "string", "enum": names, "description": about}),
+        );
+    }
+    spec
+}
+
+fn spawn_agents_base_spec() -> ToolSpec {
     ToolSpec {
         name: Tool::SpawnAgents.name().to_string(),
         description: format!(
@@ -435,6 +474,8 @@ Call it once, when the task is done (or cannot be done: success false)."
 pub struct AgentTask {
     pub description: String,
     pub prompt: String,
+    /// The sub-agent type it names (`agent_type`); `None`: the general one.
+    pub agent_type: Option<String>,
 }
 
 /// A `spawn_agents` call's input, checked.
@@ -474,9 +515,21 @@ impl SpawnRequest {
                         "spawn_agents: agents[{i}] needs a non-empty string `{name}`"
                     ))
             };
+            let agent_type = match agent.get("agent_type") {
+                None | Some(serde_json::Value::Null) => None,
+                Some(serde_json::Value::String(t)) if !t.trim().is_empty() => {
+                    Some(t.trim().to_string())
+                }
+                Some(_) => {
+                    return Err(format!(
+                        "spawn_agents: agents[{i}].agent_type must be a non-empty string"
+                    ));
+                }
+            };
             tasks.push(AgentTask {
                 description: field("description")?,
                 prompt: field("prompt")?,
+                agent_type,
             });
         }
         let model = match input.get("model") {

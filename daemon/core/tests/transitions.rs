@@ -487,13 +487,18 @@ fn render_effect(effect: &Effect) -> String {
             description,
             model,
             read_only,
+            agent_type,
         } => format!(
-            "spawn {agent_id} {description:?} {prompt:?}{}{}",
+            "spawn {agent_id} {description:?} {prompt:?}{}{}{}",
             model
                 .as_deref()
                 .map(|m| format!(" model={m}"))
                 .unwrap_or_default(),
-            if *read_only { " read_only" } else { "" }
+            if *read_only { " read_only" } else { "" },
+            agent_type
+                .as_deref()
+                .map(|t| format!(" type={t}"))
+                .unwrap_or_default()
         ),
         Effect::CancelSubAgents { agent_ids } => {
             format!("cancel sub-agents [{}]", agent_ids.join(" "))

@@ -1,6 +1,7 @@
 //! One module per area, and `util`, the one module of helpers they share.
 
 mod acp;
+mod agent_types;
 mod boundaries;
 mod budget;
 mod caching;

@@ -3,7 +3,9 @@
 //! marker in its prompt routes its requests), and their results come back
 //! to the parent's tool_result in the order asked, each with the child's id.
 
-use super::util::{assert_valid_chain, get, result_of, wait_state};
+use super::util::{
+    assert_valid_chain, get, offered, requests_of, result_of, result_text, wait_state,
+};
 use agent_proto::v1 as pb;
 use agent_tests::fake_llm::{Recorded, ReplyScript, Script};
 use agent_tests::harness::Scenario;
@@ -26,32 +28,6 @@ fn submit(result: &str) -> Script {
         "submit_result",
         json!({"result": result, "success": true}),
     ))
-}
-
-/// The requests whose first user message contains `marker`.
-fn requests_of(all: &[Recorded], marker: &str) -> Vec<Recorded> {
-    all.iter()
-        .filter(|r| {
-            r.body["messages"][0]["content"]
-                .as_array()
-                .and_then(|b| b.first())
-                .and_then(|b| b["text"].as_str())
-                .is_some_and(|t| t.contains(marker))
-        })
-        .cloned()
-        .collect()
-}
-
-/// The names of the tools a request offered.
-fn offered(req: &Recorded) -> Vec<String> {
-    req.body["tools"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .filter_map(|t| t["name"].as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 /// The parent spawns three children; each runs a tool round (a slow reply
@@ -227,18 +203,6 @@ async fn three_children_run_concurrently_and_report_in_order() {
 }
 
 /// The text of a tool_result block as recorded (a string or text blocks).
-fn result_text(result: &Value) -> String {
-    match &result["content"] {
-        Value::String(s) => s.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
-}
-
 /// The text blocks of the last message of a recorded request.
 fn last_user_text(req: &Recorded) -> String {
     let last = req.body["messages"].as_array().unwrap().last().unwrap();

@@ -454,3 +454,42 @@ pub(super) fn relative_to(dir: &std::path::Path, reported: &str) -> String {
         .display()
         .to_string()
 }
+
+/// The requests whose first user message contains `marker`.
+pub(super) fn requests_of(all: &[Recorded], marker: &str) -> Vec<Recorded> {
+    all.iter()
+        .filter(|r| {
+            r.body["messages"][0]["content"]
+                .as_array()
+                .and_then(|b| b.first())
+                .and_then(|b| b["text"].as_str())
+                .is_some_and(|t| t.contains(marker))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The names of the tools a request offered.
+pub(super) fn offered(req: &Recorded) -> Vec<String> {
+    req.body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The text of a recorded tool result (its string, or its text blocks).
+pub(super) fn result_text(result: &Value) -> String {
+    match &result["content"] {
+        Value::String(s) => s.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}

@@ -220,16 +220,7 @@ pub(crate) async fn run(
         }
         None => (None, String::new()),
     };
-    let access = Arc::new(crate::grpc::access::Access::new(
-        store.clone(),
-        crate::runtime::Clock::System,
-        remote
-            .as_ref()
-            .map(|(bound, fingerprint, _)| crate::grpc::access::Listening {
-                address: bound.address.to_string(),
-                fingerprint: fingerprint.clone(),
-            }),
-    ));
+    let access = access(&store, remote.as_ref());
     let checkpoints = open_checkpoints(&store, &data_dir, &config)?;
     let own_files = Arc::new(own_files(
         &data_dir,
@@ -246,6 +237,7 @@ pub(crate) async fn run(
         ),
         checkpoints,
         rings: Default::default(),
+        agent_types: Default::default(),
         store,
         config,
         provider,
@@ -289,6 +281,18 @@ pub(crate) async fn run(
     let _ = std::fs::remove_file(&socket);
     tracing::info!("agentd stopped");
     Ok(result?)
+}
+
+/// Who may call: tokens in `store`, and the TCP listener when there is one.
+fn access(store: &Store, remote: Option<&Remote>) -> Arc<crate::grpc::access::Access> {
+    Arc::new(crate::grpc::access::Access::new(
+        store.clone(),
+        crate::runtime::Clock::System,
+        remote.map(|(bound, fingerprint, _)| crate::grpc::access::Listening {
+            address: bound.address.to_string(),
+            fingerprint: fingerprint.clone(),
+        }),
+    ))
 }
 
 /// What the daemon says of itself (`agent status`), as it starts.

@@ -20,7 +20,7 @@ mod runner;
 mod stages;
 
 pub(crate) use ask::{Env, HookReport};
-pub(crate) use pins::pins_under;
+pub(crate) use pins::{check_pin, pins_under, sha256_hex};
 use pins::{project_file, read_pinned};
 pub(crate) use stages::{
     PreToolUse, Prompt, before_prompt, notify, post_tool_use, pre_tool_use, stop,

@@ -16,6 +16,18 @@ pub(super) fn read_pinned<'a>(
     use std::os::unix::fs::MetadataExt;
     let bytes = std::fs::read(file).map_err(|e| e.to_string())?;
     let uid = std::fs::metadata(file).map_err(|e| e.to_string())?.uid();
+    check_pin(file, &sha256_hex(&bytes), uid, trusts)?;
+    String::from_utf8(bytes).map_err(|_| "it is not UTF-8".to_string())
+}
+
+/// Whether one of `trusts` pinned the project file `file` with these
+/// bytes (their SHA-256) and this owner; else why not.
+pub(crate) fn check_pin<'a>(
+    file: &Path,
+    sha256: &str,
+    uid: u32,
+    trusts: impl Iterator<Item = &'a TrustRecord>,
+) -> Result<(), String> {
     let pins: Vec<&FilePin> = trusts
         .flat_map(|t| t.pinned.iter())
         .filter(|p| p.path == file)
@@ -23,7 +35,6 @@ pub(super) fn read_pinned<'a>(
     if pins.is_empty() {
         return Err("it was not there when its directory was trusted".into());
     }
-    let sha256 = sha256_hex(&bytes);
     if !pins.iter().any(|p| p.sha256 == sha256) {
         return Err("it changed since its directory was trusted".into());
     }
@@ -32,7 +43,7 @@ pub(super) fn read_pinned<'a>(
             "its owner changed since its directory was trusted (now uid {uid})"
         ));
     }
-    String::from_utf8(bytes).map_err(|_| "it is not UTF-8".to_string())
+    Ok(())
 }
 
 /// Most project files one `agent trust` pins: a directory with more
@@ -42,7 +53,8 @@ const MAX_PINS: usize = 256;
 /// How deep under a trusted directory project files are looked for.
 const PIN_DEPTH: usize = 8;
 
-/// The project files at or under `dir` (canonical) as they are now, for
+/// The project files (`.agentd/config.toml`, and the sub-agent types in
+/// `.agents/agents/*.md`) at or under `dir` (canonical) as they are now, for
 /// `agent trust`: ripgrep's walker, honouring `.gitignore` so `target/`
 /// and `node_modules/` are not searched, symbolic links not followed, at
 /// most [`PIN_DEPTH`] levels and [`MAX_PINS`] files.
@@ -58,7 +70,7 @@ pub(crate) fn pins_under(dir: &Path) -> Vec<FilePin> {
     let mut pins = Vec::new();
     for entry in walk.flatten() {
         let path = entry.path();
-        if !path.ends_with(PROJECT_FILE) {
+        if !path.ends_with(PROJECT_FILE) && !crate::agent_types::is_project_file(path) {
             continue;
         }
         let (Ok(bytes), Ok(meta)) = (std::fs::read(path), std::fs::symlink_metadata(path)) else {
@@ -79,7 +91,7 @@ pub(crate) fn pins_under(dir: &Path) -> Vec<FilePin> {
     pins
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::{Digest, Sha256};
     Sha256::digest(bytes)
         .iter()

@@ -7,6 +7,7 @@
 //! never behind what clients were told.
 
 mod actor;
+mod agent_types;
 mod archive;
 pub(crate) mod budget;
 pub(crate) mod clock;
@@ -78,6 +79,8 @@ pub(crate) struct Shared {
     pub rings: Arc<Rings>,
     /// The conversations' environments (the user's, per conversation).
     pub environments: crate::environment::Environments,
+    /// The sub-agent type files, as last read.
+    pub agent_types: Arc<crate::agent_types::Catalog>,
 }
 
 /// What the daemon is and where its files are, as `GetDaemonInfo` reports

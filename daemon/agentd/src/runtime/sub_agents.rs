@@ -43,7 +43,7 @@ pub(crate) enum SubAgentRequest {
     /// The child `child_id` ended; its end is durable in its record.
     Finished {
         child_id: String,
-        link: SubAgentLink,
+        link: Box<SubAgentLink>,
         end: SubAgentEnd,
     },
     /// The child `child_id` of `parent_id` was found mid-turn at start-up:
@@ -66,6 +66,8 @@ pub(crate) struct Spawn {
     pub description: String,
     pub model: Option<String>,
     pub read_only: bool,
+    /// The sub-agent type it names (`None`: the general one).
+    pub agent_type: Option<String>,
 }
 
 /// The request id a child is created under: one child per parent and
@@ -249,9 +251,20 @@ async fn create_child(
     key: &str,
 ) -> Result<ConversationRecord, super::RuntimeError> {
     let parent = &spawn.parent;
-    let model = match &spawn.model {
-        Some(name) => super::model_name(name)?,
-        None => parent.model.clone(),
+    // A type is resolved once, here: the record keeps it (a restart finds
+    // the child created and does not come here).
+    let child_type = match &spawn.agent_type {
+        Some(name) => Some(m.child_type(&parent.cwd, name)?),
+        None => None,
+    };
+    // The call's model, else the type's, else the parent's.
+    let model = match (
+        &spawn.model,
+        child_type.as_ref().and_then(|t| t.model.clone()),
+    ) {
+        (Some(name), _) => super::model_name(name)?,
+        (None, Some(of_type)) => of_type,
+        (None, None) => parent.model.clone(),
     };
     let new = NewConversation {
         cwd: parent.cwd.clone(),
@@ -267,6 +280,7 @@ async fn create_child(
             agent_id: spawn.agent_id.clone(),
             description: spawn.description.clone(),
             result: None,
+            agent_type: child_type.map(|t| t.kind),
         }),
         // The parent's (see `Manager::give_environment`).
         environment: None,

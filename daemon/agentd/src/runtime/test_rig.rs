@@ -186,6 +186,7 @@ pub(crate) fn rig_with(configure: impl FnOnce(&mut Config)) -> Rig {
             .unwrap(),
         ),
         rings: Default::default(),
+        agent_types: Default::default(),
     });
     std::fs::create_dir_all(dir.path().join("work")).unwrap();
     Rig {

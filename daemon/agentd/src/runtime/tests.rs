@@ -202,6 +202,7 @@ async fn a_delete_takes_the_sub_agents_and_one_a_crash_cut_short_is_finished_at_
             agent_id: "agent_1_t1".into(),
             description: "d".into(),
             result: None,
+            agent_type: None,
         }),
         ..new_in(&rig)
     };

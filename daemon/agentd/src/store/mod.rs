@@ -34,7 +34,7 @@ pub(crate) use journal::Tree;
 pub(crate) use records::{
     ConversationRecord, FilePin, ForkOrigin, ModelHistory, ModelSwitch, QueuedMessage,
     RememberedRequest, RequestOutcome, RuleScope, Setup, StoredEvent, SubAgentEnd, SubAgentLink,
-    TrustRecord,
+    SubAgentType, TrustRecord,
 };
 
 use agentd_core::Message;

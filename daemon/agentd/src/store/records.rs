@@ -207,6 +207,23 @@ pub struct SubAgentLink {
     /// that ends it, so a restart finds it and reports it to the parent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result: Option<SubAgentEnd>,
+    /// The sub-agent type it runs as, as it was when it was spawned (a
+    /// restart resumes it with the same type, whatever its file says
+    /// now); `None`: the general one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_type: Option<SubAgentType>,
+}
+
+/// A sub-agent type as a child runs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubAgentType {
+    pub name: String,
+    /// The only tools it is offered and may call (with `submit_result`),
+    /// as the daemon calls them; `None`: its parent's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<Vec<String>>,
+    /// Added to its system prompt.
+    pub prompt: String,
 }
 
 /// A sub-agent's end as its parent gets it.

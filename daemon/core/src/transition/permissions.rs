@@ -36,6 +36,11 @@ pub(super) fn verdict(ctx: &Inputs<'_>, run: &ToolRun, call: &ToolCall) -> Optio
         Some(Tool::SpawnAgents | Tool::SubmitResult) => return Some(Verdict::Allow),
         _ => {}
     }
+    if let Some(allowed) = &ctx.agent_tools
+        && !crate::agent_types::allows(allowed, &call.name)
+    {
+        return Some(Verdict::Deny(texts::not_in_agent_type(&call.name, allowed)));
+    }
     if tool == Some(Tool::RequestModeUpgrade)
         && !matches!(ctx.policy.mode, Mode::ReadOnly | Mode::Plan)
     {

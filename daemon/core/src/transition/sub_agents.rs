@@ -101,6 +101,7 @@ pub(super) fn spawn_effect(agent_id: String, task: &AgentTask, request: &SpawnRe
         description: task.description.clone(),
         model: request.model.clone(),
         read_only: request.read_only,
+        agent_type: task.agent_type.clone(),
     }
 }
 

@@ -61,6 +61,7 @@ pub(crate) const fn rule(rpc: Rpc) -> Need {
         // Steering a running command, like a cancel: a driver's.
         Rpc::BackgroundCommand => Need::Role(Driver),
         Rpc::KillCommand => Need::Role(Driver),
+        Rpc::ListAgentTypes => Need::Role(Viewer),
     }
 }
 

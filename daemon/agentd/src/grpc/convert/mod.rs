@@ -3,6 +3,7 @@
 //! quoting client input in errors, runtime errors as gRPC statuses, and the
 //! kind of a tool a call names.
 
+mod agent_types;
 mod clients;
 mod conversations;
 mod environment;
@@ -13,6 +14,7 @@ mod permissions;
 mod shells;
 mod transfer;
 
+pub(crate) use agent_types::agent_types;
 pub(crate) use clients::{audit_entry, client, role, role_from};
 pub(crate) use conversations::{
     budget_stop, checkpoint_turns, code_rewound, error_kind, instructions, mode, mode_from, queued,

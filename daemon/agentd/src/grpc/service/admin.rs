@@ -110,6 +110,35 @@ pub(super) async fn list_mcp_servers(
     )))
 }
 
+pub(super) async fn list_agent_types(
+    svc: &Service,
+    request: Request<pb::ListAgentTypesRequest>,
+) -> Result<Response<pb::ListAgentTypesResponse>, Status> {
+    let who = caller(&request)?;
+    let raw = request.into_inner().cwd;
+    let cwd = if raw.is_empty() {
+        std::path::PathBuf::new()
+    } else {
+        // A remote caller looks only where it may work.
+        let cwd = super::validate_dir(&raw, "cwd")?;
+        svc.admit(
+            crate::grpc::admission::Source::of(&who),
+            &crate::grpc::admission::Grants {
+                dirs: &[(cwd.as_path(), "cwd")],
+                ..Default::default()
+            },
+        )?;
+        cwd
+    };
+    let manager = svc.manager.clone();
+    // Reading files: off the async workers.
+    let listing =
+        crate::tasks::spawn_blocking("list agent types", move || manager.agent_types(&cwd))
+            .await
+            .map_err(|e| Status::internal(format!("listing agent types failed: {e}")))?;
+    Ok(Response::new(convert::agent_types(&listing)))
+}
+
 pub(super) async fn create_token(
     svc: &Service,
     request: Request<pb::CreateTokenRequest>,

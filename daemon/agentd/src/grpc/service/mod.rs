@@ -321,6 +321,13 @@ impl AgentService for Service {
         shells::kill_command(self, request).await
     }
 
+    async fn list_agent_types(
+        &self,
+        request: Request<pb::ListAgentTypesRequest>,
+    ) -> Result<Response<pb::ListAgentTypesResponse>, Status> {
+        admin::list_agent_types(self, request).await
+    }
+
     type ExportConversationsStream = BoxStream<pb::ExportedConversation>;
 
     async fn export_conversations(

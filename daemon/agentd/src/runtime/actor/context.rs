@@ -43,6 +43,7 @@ impl Actor {
             budget: self.budget_context(),
             plan_detect: cfg.plan.detect,
             sub_agent: self.sub_agent_role(),
+            agent_tools: self.agent_tools(),
             auto_rollback_on_failure: cfg.plan.auto_rollback_on_failure,
             auto_continue: agentd_core::AutoContinue {
                 // A switch to a model too small for the conversation asked

@@ -45,7 +45,8 @@ impl Actor {
                 description,
                 model,
                 read_only,
-            } => self.spawn_sub_agent(agent_id, prompt, description, model, read_only),
+                agent_type,
+            } => self.spawn_sub_agent(agent_id, prompt, description, model, read_only, agent_type),
             Effect::CancelSubAgents { agent_ids } => self.cancel_sub_agents(agent_ids),
             // The commit recorded the end.
             Effect::FinishSubAgent { .. } => self.report_sub_agent_end(),

@@ -18,6 +18,7 @@
 //! `model`, `tools`, `hooks`), clients' commands (`commands`, `settings`,
 //! `attach`, `rewind`), reports of spawned work (`reports`) and sub-agents.
 
+mod agent_types;
 mod attach;
 mod audit;
 mod child_requests;

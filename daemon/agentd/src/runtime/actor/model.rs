@@ -28,6 +28,8 @@ pub(super) struct RequestParts {
     /// The base64 of the images the transcript refers to, by SHA-256:
     /// encoded once, shared with every request.
     pub(super) images: crate::images::ImageData,
+    /// The tools turns offer, with the sub-agent types (`agent_types.rs`).
+    pub(super) types: super::agent_types::TypeOffer,
 }
 
 impl RequestParts {
@@ -139,18 +141,12 @@ impl Actor {
         let (call, cancel) = self.work.begin_llm();
         if matches!(purpose, LlmPurpose::Turn) && self.at_turn_start() {
             self.refresh_instructions();
+            self.refresh_agent_types();
         }
         self.emit(EventKind::ReplyBegin { attempt });
         let restricted = matches!(self.record.conversation.mode, Mode::ReadOnly | Mode::Plan);
         let (messages, tools) = match &purpose {
-            LlmPurpose::Turn if self.record.sub_agent.is_some() => (
-                self.transcript.clone(),
-                self.shared.tools.offered_to_sub_agent(restricted),
-            ),
-            LlmPurpose::Turn => (
-                self.transcript.clone(),
-                self.shared.tools.offered(restricted),
-            ),
+            LlmPurpose::Turn => (self.transcript.clone(), self.offered_tools(restricted)),
             LlmPurpose::Continuation { prompt } => {
                 let mut messages = Vec::clone(&self.transcript);
                 messages.push(Message::user(
@@ -203,14 +199,18 @@ impl Actor {
             LlmPurpose::Continuation { .. } => None,
         };
         let cwd = self.record.cwd.clone();
+        let allowed = self.agent_tools();
         crate::tasks::spawn("model request", async move {
             let mut request = request;
             if let Some((hub, servers)) = mcp {
-                let extra = tokio::select! {
+                let mut extra = tokio::select! {
                     extra = hub.offer(&servers, &cwd, restricted) => extra,
                     // The stream below sees the cancel too.
                     _ = cancel.cancelled() => Vec::new(),
                 };
+                if let Some(allowed) = &allowed {
+                    extra = super::agent_types::only(&extra, allowed);
+                }
                 if !extra.is_empty() {
                     request.tools = request.tools.iter().cloned().chain(extra).collect();
                 }
@@ -275,9 +275,17 @@ impl Actor {
         let now = self.now_ms();
         let configured = &self.shared.config.system_prompt;
         let cwd = &self.record.cwd;
-        self.parts.system_prompt(now, || match configured {
-            Some(s) => s.clone(),
-            None => prompt::system_prompt(cwd, now),
+        // A typed sub-agent's type speaks after the daemon's prompt.
+        let of_type = self.agent_type_prompt().map(str::to_string);
+        self.parts.system_prompt(now, || {
+            let base = match configured {
+                Some(s) => s.clone(),
+                None => prompt::system_prompt(cwd, now),
+            };
+            match of_type {
+                Some(of_type) => format!("{base}\n\n{of_type}"),
+                None => base,
+            }
         })
     }
 

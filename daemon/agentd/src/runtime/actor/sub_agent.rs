@@ -93,7 +93,7 @@ impl Actor {
         };
         let _ = self.sub_agents.send(SubAgentRequest::Finished {
             child_id: self.record.id.clone(),
-            link: link.clone(),
+            link: Box::new(link.clone()),
             end,
         });
     }
@@ -200,6 +200,7 @@ impl Actor {
         description: String,
         model: Option<String>,
         read_only: bool,
+        agent_type: Option<String>,
     ) {
         let _ = self.sub_agents.send(SubAgentRequest::Spawn(Box::new(Spawn {
             parent: self.record.clone(),
@@ -208,6 +209,7 @@ impl Actor {
             description,
             model,
             read_only,
+            agent_type,
         })));
     }
 
