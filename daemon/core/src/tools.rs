@@ -75,6 +75,8 @@ tools! {
         /// Ends a sub-agent with its result (REQ-BED-008); offered only to
         /// sub-agents.
         SubmitResult,
+        /// Reads a web page (HTTP(S) GET) as Markdown (issue 42 point 3).
+        WebFetch,
     }
 }
 
@@ -100,6 +102,10 @@ pub enum Subject {
     SearchedDir,
     /// A background shell, by `shell_id`. A rule pattern is the id.
     ShellId,
+    /// The host of the web address in `url`. Rule patterns are
+    /// `domain:HOST` or `domain:*.HOST` (its subdomains); a host no rule
+    /// allows asks, though the tool only reads.
+    Domain,
     /// Nothing a pattern could describe: a rule pattern never matches.
     Nothing,
 }
@@ -110,7 +116,11 @@ impl Subject {
     pub fn writes_files(self) -> bool {
         match self {
             Subject::CommandLine | Subject::WrittenFile | Subject::PatchedFiles => true,
-            Subject::ReadFile | Subject::SearchedDir | Subject::ShellId | Subject::Nothing => false,
+            Subject::ReadFile
+            | Subject::SearchedDir
+            | Subject::ShellId
+            | Subject::Domain
+            | Subject::Nothing => false,
         }
     }
 
@@ -123,6 +133,7 @@ impl Subject {
             | Subject::WrittenFile
             | Subject::PatchedFiles
             | Subject::ShellId
+            | Subject::Domain
             | Subject::Nothing => false,
         }
     }
@@ -194,7 +205,7 @@ impl Tool {
         use Offered::{Always, Restricted, Unrestricted};
         use Runner::{Core, Instant, Spawned};
         use Subject::{
-            CommandLine, Nothing, PatchedFiles, ReadFile, SearchedDir, ShellId, WrittenFile,
+            CommandLine, Domain, Nothing, PatchedFiles, ReadFile, SearchedDir, ShellId, WrittenFile,
         };
         // Name, read-only, subject, runner, offered, kind.
         let (name, read_only, subject, runner, offered, kind) = match self {
@@ -226,6 +237,9 @@ impl Tool {
             // is offered (and allowed) in every mode.
             Tool::SpawnAgents => ("spawn_agents", false, Nothing, Core, Always, Other),
             Tool::SubmitResult => ("submit_result", false, Nothing, Core, Always, Other),
+            // A network read: it runs alongside other reads and in the
+            // restricted modes, but a host no rule allows asks (`Domain`).
+            Tool::WebFetch => ("web_fetch", true, Domain, Spawned, Always, Other),
         };
         Facts {
             name,
@@ -250,8 +264,9 @@ impl Tool {
 
     /// Whether it never changes anything outside the daemon's own
     /// bookkeeping: consecutive calls of such tools run concurrently, a
-    /// call needs no permission unless a rule says so, and the restricted
-    /// modes allow it.
+    /// call needs no permission unless a rule says so (or, for a web
+    /// read, unless a rule allows its host), and the restricted modes
+    /// allow it.
     pub const fn is_read_only(self) -> bool {
         self.facts().read_only
     }

@@ -858,6 +858,44 @@ fn other_tools_and_their_patterns() {
     );
 }
 
+/// A web read asks unless a rule allows its host; the request names the
+/// host so "always" can allow it alone.
+#[test]
+fn web_fetch_is_prompt_free_only_for_allowed_domains() {
+    let fetch = |url: &str| tool("web_fetch", json!({ "url": url }));
+    let r = &[
+        "allow web_fetch(domain:docs.rs)",
+        "allow web_fetch(domain:*.rust-lang.org)",
+        "deny web_fetch(domain:evil.example)",
+    ];
+    check(r, Default, fetch("https://docs.rs/serde"), "allow");
+    check(r, Default, fetch("https://DOCS.rs:443/x"), "allow");
+    check(r, Default, fetch("https://doc.rust-lang.org/std"), "allow");
+    check(
+        r,
+        Default,
+        fetch("https://rust-lang.org/"),
+        "ask ~ web_fetch from rust-lang.org needs permission",
+    );
+    check(r, Default, fetch("https://docs.rs.evil.example/"), "ask");
+    check(r, Default, fetch("https://evil.example/"), "deny");
+    check(r, ReadOnly, fetch("https://docs.rs/"), "allow");
+    check(r, Plan, fetch("https://example.org/"), "ask");
+    check(&[], Bypass, fetch("https://example.org/"), "allow");
+    check(
+        &["allow web_fetch"],
+        Default,
+        fetch("https://example.org/"),
+        "allow",
+    );
+    let call = fetch("http://127.0.0.1:8080/page");
+    assert_eq!(
+        suggest_rule(&call, CWD).map(|r| r.to_string()).as_deref(),
+        Some("web_fetch(domain:127.0.0.1)")
+    );
+    assert_eq!(suggest_rule(&fetch("not a url"), CWD), None);
+}
+
 #[test]
 fn allow_all_is_the_default_policy() {
     let p = Policy::default();
