@@ -60,6 +60,8 @@ tools! {
         Grep,
         /// Ranks files by keywords.
         KeywordSearch,
+        /// Reads a web page (HTTP(S) GET) as Markdown (issue 42 point 3).
+        WebFetch,
         /// A scratchpad: acknowledges a thought.
         Think,
         /// Asks the user to leave a restricted mode (REQ-BED-015).
@@ -75,8 +77,6 @@ tools! {
         /// Ends a sub-agent with its result (REQ-BED-008); offered only to
         /// sub-agents.
         SubmitResult,
-        /// Reads a web page (HTTP(S) GET) as Markdown (issue 42 point 3).
-        WebFetch,
     }
 }
 
@@ -219,6 +219,9 @@ impl Tool {
             Tool::Glob => ("glob", true, SearchedDir, Spawned, Always, Search),
             Tool::Grep => ("grep", true, SearchedDir, Spawned, Always, Search),
             Tool::KeywordSearch => ("keyword_search", true, SearchedDir, Spawned, Always, Search),
+            // A network read: it runs alongside other reads and in the
+            // restricted modes, but a host no rule allows asks (`Domain`).
+            Tool::WebFetch => ("web_fetch", true, Domain, Spawned, Always, Other),
             Tool::Think => ("think", true, Nothing, Instant, Always, Think),
             Tool::RequestModeUpgrade => (
                 "request_mode_upgrade",
@@ -237,9 +240,6 @@ impl Tool {
             // is offered (and allowed) in every mode.
             Tool::SpawnAgents => ("spawn_agents", false, Nothing, Core, Always, Other),
             Tool::SubmitResult => ("submit_result", false, Nothing, Core, Always, Other),
-            // A network read: it runs alongside other reads and in the
-            // restricted modes, but a host no rule allows asks (`Domain`).
-            Tool::WebFetch => ("web_fetch", true, Domain, Spawned, Always, Other),
         };
         Facts {
             name,
