@@ -466,7 +466,13 @@ pub(super) fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate>
                         SessionUpdate::AgentMessageChunk(chunk)
                     });
                 }
-                Some(Block::Text(_) | Block::Thinking(_)) | None => {}
+                // A search the provider ran, as its one line.
+                Some(Block::ServerTool(s)) if !s.summary.is_empty() => {
+                    updates.push(SessionUpdate::AgentThoughtChunk(ContentChunk::new(
+                        ContentBlock::from(s.summary.clone()),
+                    )));
+                }
+                Some(Block::Text(_) | Block::Thinking(_) | Block::ServerTool(_)) | None => {}
             }
         }
     }
