@@ -48,4 +48,5 @@ mod terminal;
 mod thinking;
 mod usage;
 mod util;
+mod web;
 mod workspace;

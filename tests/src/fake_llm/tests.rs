@@ -310,7 +310,11 @@ async fn tool_use_reply_streams_input_json_in_fragments() {
 async fn web_search_streams_server_tool_blocks() {
     let llm = FakeLlm::start().await;
     let script = ReplyScript::new()
-        .web_search("srvtoolu_1", "rust htmd", &[("https://docs.rs/htmd", "htmd")])
+        .web_search(
+            "srvtoolu_1",
+            "rust htmd",
+            &[("https://docs.rs/htmd", "htmd")],
+        )
         .text("Found.");
     llm.push(script.clone().into());
     llm.push(script.into());
@@ -335,12 +339,17 @@ async fn web_search_streams_server_tool_blocks() {
     let query: String = events
         .iter()
         .filter(|e| e.json()["index"] == 0)
-        .filter_map(|e| e.json()["delta"]["partial_json"].as_str().map(str::to_string))
+        .filter_map(|e| {
+            e.json()["delta"]["partial_json"]
+                .as_str()
+                .map(str::to_string)
+        })
         .collect();
     assert_eq!(query, r#"{"query":"rust htmd"}"#);
     assert!(
-        !events.iter().any(|e| e.json()["index"] == 1
-            && e.event.as_deref() == Some("content_block_delta")),
+        !events
+            .iter()
+            .any(|e| e.json()["index"] == 1 && e.event.as_deref() == Some("content_block_delta")),
         "a result has no delta"
     );
     assert!(body.contains(r#""stop_reason":"end_turn""#), "{body}");
@@ -350,7 +359,10 @@ async fn web_search_streams_server_tool_blocks() {
         .text()
         .await
         .unwrap();
-    assert!(!body.contains("srvtoolu_1") && body.contains("Found."), "{body}");
+    assert!(
+        !body.contains("srvtoolu_1") && body.contains("Found."),
+        "{body}"
+    );
 }
 
 #[tokio::test]
