@@ -223,6 +223,7 @@ pub(super) fn tool_kind(kind: pb::ToolKind) -> ToolKind {
         pb::ToolKind::Execute => ToolKind::Execute,
         pb::ToolKind::Think => ToolKind::Think,
         pb::ToolKind::SwitchMode => ToolKind::SwitchMode,
+        pb::ToolKind::Fetch => ToolKind::Fetch,
         pb::ToolKind::Other | pb::ToolKind::Unspecified => ToolKind::Other,
     }
 }

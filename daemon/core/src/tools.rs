@@ -183,6 +183,8 @@ pub enum Kind {
     Think,
     /// Asks to switch to another permission mode.
     SwitchMode,
+    /// Reads from the network.
+    Fetch,
     /// Anything else.
     Other,
 }
@@ -201,7 +203,7 @@ impl Tool {
     /// The one table of what the daemon knows about each tool besides its
     /// spec (which the daemon's tool file writes).
     const fn facts(self) -> Facts {
-        use Kind::{Edit, Execute, Other, Read, Search, SwitchMode, Think};
+        use Kind::{Edit, Execute, Fetch, Other, Read, Search, SwitchMode, Think};
         use Offered::{Always, Restricted, Unrestricted};
         use Runner::{Core, Instant, Spawned};
         use Subject::{
@@ -221,7 +223,7 @@ impl Tool {
             Tool::KeywordSearch => ("keyword_search", true, SearchedDir, Spawned, Always, Search),
             // A network read: it runs alongside other reads and in the
             // restricted modes, but a host no rule allows asks (`Domain`).
-            Tool::WebFetch => ("web_fetch", true, Domain, Spawned, Always, Other),
+            Tool::WebFetch => ("web_fetch", true, Domain, Spawned, Always, Fetch),
             Tool::Think => ("think", true, Nothing, Instant, Always, Think),
             Tool::RequestModeUpgrade => (
                 "request_mode_upgrade",

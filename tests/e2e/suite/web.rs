@@ -105,6 +105,7 @@ async fn loopback_is_refused_unless_a_rule_names_it() {
         let waiting = wait_state(&mut client, &id, pb::StateKind::AwaitingPermission).await;
         let ask = waiting.pending_permission.unwrap();
         assert_eq!(ask.tool_name, "web_fetch");
+        assert_eq!(ask.kind(), pb::ToolKind::Fetch);
         assert!(ask.reason.contains("127.0.0.1"), "{}", ask.reason);
         assert_eq!(ask.suggested_rule, "web_fetch(domain:127.0.0.1)");
         client
