@@ -95,16 +95,17 @@ pub(crate) fn matches(pattern: &str, host: &str) -> bool {
     }
 }
 
-/// Whether an allow rule on `web_fetch` names `host` with a domain pattern.
-/// Only such a rule lets the tool reach a private or loopback address
-/// (`web_fetch(domain:127.0.0.1)`); a bare `web_fetch` rule, or the
-/// `bypass` mode, does not.
+/// Whether an allow rule on `web_fetch` names `host` with a domain pattern,
+/// and no ask or deny rule does. Only then may the tool reach a private or
+/// loopback address at that host (`web_fetch(domain:127.0.0.1)`), or follow
+/// a redirect to it without a call of its own; a bare `web_fetch` rule, or
+/// the `bypass` mode, does not do either.
 pub fn rules_name_host(rules: &[Rule], host: &str) -> bool {
-    rules.iter().any(|r| {
-        r.action == Action::Allow
-            && r.tool == Tool::WebFetch.name()
-            && r.pattern.as_deref().is_some_and(|p| matches(p, host))
-    })
+    let named = |r: &&Rule| {
+        r.tool == Tool::WebFetch.name() && r.pattern.as_deref().is_some_and(|p| matches(p, host))
+    };
+    let mut naming = rules.iter().filter(named);
+    naming.clone().any(|r| r.action == Action::Allow) && naming.all(|r| r.action == Action::Allow)
 }
 
 #[cfg(test)]
@@ -169,5 +170,12 @@ mod tests {
         let rules = vec![rule("web_fetch(domain:127.0.0.1)", Action::Allow)];
         assert!(rules_name_host(&rules, "127.0.0.1"));
         assert!(!rules_name_host(&rules, "127.0.0.2"));
+        // A narrower ask or deny rule wins over a wildcard allow.
+        let rules = vec![
+            rule("web_fetch(domain:*.corp.example)", Action::Allow),
+            rule("web_fetch(domain:vault.corp.example)", Action::Ask),
+        ];
+        assert!(rules_name_host(&rules, "wiki.corp.example"));
+        assert!(!rules_name_host(&rules, "vault.corp.example"));
     }
 }
