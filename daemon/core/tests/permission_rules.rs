@@ -1208,3 +1208,37 @@ fn mcp_wildcards_are_only_for_mcp_names() {
     assert!("allow bash*".parse::<Rule>().is_err());
     assert!("allow mcp__a*b".parse::<Rule>().is_err());
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A web_fetch domain rule allows exactly the hosts it names, whatever
+    /// the rest of the URL says: `domain:H` that host, `domain:*.H` every
+    /// host below it, never `H` itself nor a host that only ends like it.
+    #[test]
+    fn domain_rules_allow_exactly_the_hosts_they_name(
+        host in "[a-z][a-z0-9-]{0,8}(\\.[a-z][a-z0-9-]{0,8}){1,2}",
+        sub in "[a-z][a-z0-9]{0,6}",
+        port in prop::option::of(1u16..),
+        path in "(/[a-zA-Z0-9._@:-]{0,8}){0,3}",
+        query in prop::option::of("[a-z=&@/]{0,10}"),
+    ) {
+        let url = |h: &str| {
+            let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+            let query = query.as_ref().map(|q| format!("?{q}")).unwrap_or_default();
+            format!("https://{h}{port}{path}{query}")
+        };
+        let fetch = |h: &str| tool("web_fetch", json!({ "url": url(h) }));
+        let verdict = |rule: &str, h: &str| policy(Mode::Default, &[rule]).evaluate(&fetch(h));
+        let exact = format!("allow web_fetch(domain:{host})");
+        let below = format!("allow web_fetch(domain:*.{host})");
+        let subdomain = format!("{sub}.{host}");
+        let lookalike = format!("{sub}{host}");
+        prop_assert_eq!(verdict(&exact, &host), Verdict::Allow);
+        prop_assert!(matches!(verdict(&exact, &subdomain), Verdict::Ask(_)));
+        prop_assert_eq!(verdict(&below, &subdomain), Verdict::Allow);
+        prop_assert!(matches!(verdict(&below, &host), Verdict::Ask(_)));
+        prop_assert!(matches!(verdict(&below, &lookalike), Verdict::Ask(_)));
+        prop_assert_eq!(agentd_core::permission::url_host(&url(&host)), Some(host.clone()));
+    }
+}
