@@ -260,6 +260,9 @@ pub fn content_block(b: &pb::ContentBlock) -> Value {
             v
         }
         Some(Block::Image(i)) => image(i),
+        Some(Block::ServerTool(s)) => {
+            json!({"type": "server_tool", "json": s.json, "summary": s.summary})
+        }
     }
 }
 

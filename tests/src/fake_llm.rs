@@ -22,6 +22,13 @@
 //! On `/v1/chat/completions` thinking streams as `reasoning_content` deltas
 //! and redacted blocks are left out.
 //!
+//! Server tools (Anthropic): a script's [`web_search`](ReplyScript::web_search)
+//! streams a `server_tool_use` block (`content_block_start` with `"input":{}`,
+//! the `{"query":…}` input as `input_json_delta`s, `content_block_stop`) and
+//! a `web_search_tool_result` block that starts whole and stops with no
+//! delta, as the API does when it ran a search. `/v1/chat/completions`
+//! leaves both out.
+//!
 //! A request whose first user message contains a marker given to
 //! [`push_for`](FakeLlm::push_for) takes the next script queued for that
 //! marker: each conversation (a sub-agent's, say) can be scripted on its

@@ -223,6 +223,7 @@ pub(super) fn tool_kind(kind: pb::ToolKind) -> ToolKind {
         pb::ToolKind::Execute => ToolKind::Execute,
         pb::ToolKind::Think => ToolKind::Think,
         pb::ToolKind::SwitchMode => ToolKind::SwitchMode,
+        pb::ToolKind::Fetch => ToolKind::Fetch,
         pb::ToolKind::Other | pb::ToolKind::Unspecified => ToolKind::Other,
     }
 }
@@ -466,7 +467,13 @@ pub(super) fn replay(messages: &[pb::Message], cwd: &Path) -> Vec<SessionUpdate>
                         SessionUpdate::AgentMessageChunk(chunk)
                     });
                 }
-                Some(Block::Text(_) | Block::Thinking(_)) | None => {}
+                // A search the provider ran, as its one line.
+                Some(Block::ServerTool(s)) if !s.summary.is_empty() => {
+                    updates.push(SessionUpdate::AgentThoughtChunk(ContentChunk::new(
+                        ContentBlock::from(s.summary.clone()),
+                    )));
+                }
+                Some(Block::Text(_) | Block::Thinking(_) | Block::ServerTool(_)) | None => {}
             }
         }
     }

@@ -310,6 +310,11 @@ fn read_block(o: &Obj<'_>) -> Result<pb::ContentBlock, JsonError> {
                 images: o.objects("images", read_image)?,
             }),
             "image" => Block::Image(read_image(o)?),
+            "server_tool" => Block::ServerTool(pb::ServerToolBlock {
+                json: o.string("json")?,
+                // The daemon writes the line; it reads none from an import.
+                summary: String::new(),
+            }),
             other => return Err(o.err("type", format!("unknown content block type {other:?}"))),
         }),
         Some(other) => {

@@ -83,7 +83,7 @@ impl<W: Write> Renderer<W> {
                     self.tool_uses
                         .insert(t.id.clone(), tool_use_summary(&t.name, &t.input_json));
                 }
-                Some(Block::ToolResult(_) | Block::Image(_)) | None => {}
+                Some(Block::ToolResult(_) | Block::Image(_) | Block::ServerTool(_)) | None => {}
             }
         }
         Ok(())
@@ -121,10 +121,16 @@ impl<W: Write> Renderer<W> {
                             self.tool_begin(&t.id, &summary)?;
                         }
                     }
+                    // A search the provider ran: one line, never streamed.
+                    Some(Block::ServerTool(s)) if !s.summary.is_empty() => {
+                        let text = self.paint(DIM, &format!("  {}", s.summary));
+                        self.line(&text)?;
+                    }
                     Some(
                         Block::Text(_)
                         | Block::Thinking(_)
                         | Block::ToolResult(_)
+                        | Block::ServerTool(_)
                         | Block::Image(_),
                     )
                     | None => {}
@@ -158,7 +164,7 @@ impl<W: Write> Renderer<W> {
                     let line = self.paint(DIM, &format!("  [image: {}]", image_description(i)));
                     writeln!(self.out, "{line}")?;
                 }
-                Some(Block::Thinking(_) | Block::ToolUse(_)) | None => {}
+                Some(Block::Thinking(_) | Block::ToolUse(_) | Block::ServerTool(_)) | None => {}
             }
         }
         Ok(())

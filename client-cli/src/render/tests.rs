@@ -158,6 +158,42 @@ fn the_transcript_view_shows_thinking_whole() {
     assert!(!out.contains("second line"), "one line: {out}");
 }
 
+/// A search the provider ran shows as its one line, live (after the
+/// streamed text) and in the transcript; the call itself shows nothing.
+#[test]
+fn a_web_search_is_one_line() {
+    let server = |json: &str, summary: &str| pb::ContentBlock {
+        block: Some(pb::content_block::Block::ServerTool(pb::ServerToolBlock {
+            json: json.into(),
+            summary: summary.into(),
+        })),
+    };
+    let reply = pb::Message {
+        seq: 2,
+        role: pb::Role::Assistant as i32,
+        content: vec![
+            server(r#"{"type":"server_tool_use"}"#, ""),
+            server(
+                r#"{"type":"web_search_tool_result"}"#,
+                "searched: serde derive (2 results)",
+            ),
+            text("Done."),
+        ],
+        ..Default::default()
+    };
+    for live in [false, true] {
+        let mut r = Renderer::new(Vec::new(), false);
+        r.message(&reply, live).unwrap();
+        let out = String::from_utf8(r.into_inner()).unwrap();
+        assert_eq!(
+            out.matches("searched: serde derive (2 results)").count(),
+            1,
+            "{out}"
+        );
+        assert!(!out.contains("server_tool_use"), "{out}");
+    }
+}
+
 #[test]
 fn thinking_is_dimmed_with_colour() {
     let mut r = Renderer::new(Vec::new(), true);

@@ -33,6 +33,7 @@ pub mod message;
 pub mod permission;
 pub mod plan;
 pub mod prune;
+pub mod server_tools;
 pub mod state;
 pub mod texts;
 pub mod thinking;

@@ -47,6 +47,12 @@ pub enum ContentBlock {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         images: Vec<ImageRef>,
     },
+    /// A block of a tool the provider runs itself (Anthropic's server
+    /// tools: a `server_tool_use` call, a `web_search_tool_result`), as the
+    /// provider sent it. It is no tool call of ours: nothing runs it and
+    /// no result answers it; it is stored and sent back unchanged (see
+    /// `crate::server_tools`).
+    ServerTool { block: Value },
 }
 
 impl ContentBlock {

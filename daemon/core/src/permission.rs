@@ -36,6 +36,7 @@
 //! matches rules against them and settles each part's outcome; `shell.rs`
 //! reads bash lines, `paths.rs` paths and globs, `rule.rs` the rules.
 
+mod domain;
 mod judge;
 mod parts;
 mod paths;
@@ -44,6 +45,7 @@ mod sandbox;
 pub(crate) mod shell;
 mod suggest;
 
+pub use domain::{rules_name_host, url_host};
 pub use paths::{glob_search_dir, patch_paths, split_glob};
 pub use rule::{Action, Rule, RuleError};
 pub use sandbox::{RUN_UNSANDBOXED, Sandboxed, needs_network, sandbox_hint};
@@ -402,7 +404,7 @@ impl Policy {
                     );
                 }
             }
-            Some(Subject::ShellId | Subject::Nothing) | None => {}
+            Some(Subject::ShellId | Subject::Domain | Subject::Nothing) | None => {}
         }
         out
     }
@@ -455,6 +457,9 @@ fn rule_concerns(rule: &Rule, tool: &str, subject: Option<Subject>) -> bool {
     match rule.kind() {
         PatternKind::WrittenPath => subject.writes_files(),
         PatternKind::ReadPath => subject.reads_files(),
-        PatternKind::Command | PatternKind::ShellId | PatternKind::Nothing => false,
+        PatternKind::Command
+        | PatternKind::ShellId
+        | PatternKind::Domain
+        | PatternKind::Nothing => false,
     }
 }

@@ -241,6 +241,7 @@ pub fn goes_back(block: &ContentBlock) -> bool {
         ContentBlock::Text { .. }
         | ContentBlock::ToolUse { .. }
         | ContentBlock::ToolResult { .. }
+        | ContentBlock::ServerTool { .. }
         | ContentBlock::Image(_) => true,
     }
 }

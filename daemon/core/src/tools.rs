@@ -60,6 +60,8 @@ tools! {
         Grep,
         /// Ranks files by keywords.
         KeywordSearch,
+        /// Reads a web page (HTTP(S) GET) as Markdown (issue 42 point 3).
+        WebFetch,
         /// A scratchpad: acknowledges a thought.
         Think,
         /// Asks the user to leave a restricted mode (REQ-BED-015).
@@ -100,6 +102,10 @@ pub enum Subject {
     SearchedDir,
     /// A background shell, by `shell_id`. A rule pattern is the id.
     ShellId,
+    /// The host of the web address in `url`. Rule patterns are
+    /// `domain:HOST` or `domain:*.HOST` (its subdomains); a host no rule
+    /// allows asks, though the tool only reads.
+    Domain,
     /// Nothing a pattern could describe: a rule pattern never matches.
     Nothing,
 }
@@ -110,7 +116,11 @@ impl Subject {
     pub fn writes_files(self) -> bool {
         match self {
             Subject::CommandLine | Subject::WrittenFile | Subject::PatchedFiles => true,
-            Subject::ReadFile | Subject::SearchedDir | Subject::ShellId | Subject::Nothing => false,
+            Subject::ReadFile
+            | Subject::SearchedDir
+            | Subject::ShellId
+            | Subject::Domain
+            | Subject::Nothing => false,
         }
     }
 
@@ -123,6 +133,7 @@ impl Subject {
             | Subject::WrittenFile
             | Subject::PatchedFiles
             | Subject::ShellId
+            | Subject::Domain
             | Subject::Nothing => false,
         }
     }
@@ -172,6 +183,8 @@ pub enum Kind {
     Think,
     /// Asks to switch to another permission mode.
     SwitchMode,
+    /// Reads from the network.
+    Fetch,
     /// Anything else.
     Other,
 }
@@ -190,11 +203,11 @@ impl Tool {
     /// The one table of what the daemon knows about each tool besides its
     /// spec (which the daemon's tool file writes).
     const fn facts(self) -> Facts {
-        use Kind::{Edit, Execute, Other, Read, Search, SwitchMode, Think};
+        use Kind::{Edit, Execute, Fetch, Other, Read, Search, SwitchMode, Think};
         use Offered::{Always, Restricted, Unrestricted};
         use Runner::{Core, Instant, Spawned};
         use Subject::{
-            CommandLine, Nothing, PatchedFiles, ReadFile, SearchedDir, ShellId, WrittenFile,
+            CommandLine, Domain, Nothing, PatchedFiles, ReadFile, SearchedDir, ShellId, WrittenFile,
         };
         // Name, read-only, subject, runner, offered, kind.
         let (name, read_only, subject, runner, offered, kind) = match self {
@@ -208,6 +221,9 @@ impl Tool {
             Tool::Glob => ("glob", true, SearchedDir, Spawned, Always, Search),
             Tool::Grep => ("grep", true, SearchedDir, Spawned, Always, Search),
             Tool::KeywordSearch => ("keyword_search", true, SearchedDir, Spawned, Always, Search),
+            // A network read: it runs alongside other reads and in the
+            // restricted modes, but a host no rule allows asks (`Domain`).
+            Tool::WebFetch => ("web_fetch", true, Domain, Spawned, Always, Fetch),
             Tool::Think => ("think", true, Nothing, Instant, Always, Think),
             Tool::RequestModeUpgrade => (
                 "request_mode_upgrade",
@@ -250,8 +266,9 @@ impl Tool {
 
     /// Whether it never changes anything outside the daemon's own
     /// bookkeeping: consecutive calls of such tools run concurrently, a
-    /// call needs no permission unless a rule says so, and the restricted
-    /// modes allow it.
+    /// call needs no permission unless a rule says so (or, for a web
+    /// read, unless a rule allows its host), and the restricted modes
+    /// allow it.
     pub const fn is_read_only(self) -> bool {
         self.facts().read_only
     }

@@ -858,6 +858,44 @@ fn other_tools_and_their_patterns() {
     );
 }
 
+/// A web read asks unless a rule allows its host; the request names the
+/// host so "always" can allow it alone.
+#[test]
+fn web_fetch_is_prompt_free_only_for_allowed_domains() {
+    let fetch = |url: &str| tool("web_fetch", json!({ "url": url }));
+    let r = &[
+        "allow web_fetch(domain:docs.rs)",
+        "allow web_fetch(domain:*.rust-lang.org)",
+        "deny web_fetch(domain:evil.example)",
+    ];
+    check(r, Default, fetch("https://docs.rs/serde"), "allow");
+    check(r, Default, fetch("https://DOCS.rs:443/x"), "allow");
+    check(r, Default, fetch("https://doc.rust-lang.org/std"), "allow");
+    check(
+        r,
+        Default,
+        fetch("https://rust-lang.org/"),
+        "ask ~ web_fetch from rust-lang.org needs permission",
+    );
+    check(r, Default, fetch("https://docs.rs.evil.example/"), "ask");
+    check(r, Default, fetch("https://evil.example/"), "deny");
+    check(r, ReadOnly, fetch("https://docs.rs/"), "allow");
+    check(r, Plan, fetch("https://example.org/"), "ask");
+    check(&[], Bypass, fetch("https://example.org/"), "allow");
+    check(
+        &["allow web_fetch"],
+        Default,
+        fetch("https://example.org/"),
+        "allow",
+    );
+    let call = fetch("http://127.0.0.1:8080/page");
+    assert_eq!(
+        suggest_rule(&call, CWD).map(|r| r.to_string()).as_deref(),
+        Some("web_fetch(domain:127.0.0.1)")
+    );
+    assert_eq!(suggest_rule(&fetch("not a url"), CWD), None);
+}
+
 #[test]
 fn allow_all_is_the_default_policy() {
     let p = Policy::default();
@@ -1169,4 +1207,38 @@ fn mcp_wildcards_are_only_for_mcp_names() {
     assert!(!all.names("read"));
     assert!("allow bash*".parse::<Rule>().is_err());
     assert!("allow mcp__a*b".parse::<Rule>().is_err());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    /// A web_fetch domain rule allows exactly the hosts it names, whatever
+    /// the rest of the URL says: `domain:H` that host, `domain:*.H` every
+    /// host below it, never `H` itself nor a host that only ends like it.
+    #[test]
+    fn domain_rules_allow_exactly_the_hosts_they_name(
+        host in "[a-z][a-z0-9-]{0,8}(\\.[a-z][a-z0-9-]{0,8}){1,2}",
+        sub in "[a-z][a-z0-9]{0,6}",
+        port in prop::option::of(1u16..),
+        path in "(/[a-zA-Z0-9._@:-]{0,8}){0,3}",
+        query in prop::option::of("[a-z=&@/]{0,10}"),
+    ) {
+        let url = |h: &str| {
+            let port = port.map(|p| format!(":{p}")).unwrap_or_default();
+            let query = query.as_ref().map(|q| format!("?{q}")).unwrap_or_default();
+            format!("https://{h}{port}{path}{query}")
+        };
+        let fetch = |h: &str| tool("web_fetch", json!({ "url": url(h) }));
+        let verdict = |rule: &str, h: &str| policy(Mode::Default, &[rule]).evaluate(&fetch(h));
+        let exact = format!("allow web_fetch(domain:{host})");
+        let below = format!("allow web_fetch(domain:*.{host})");
+        let subdomain = format!("{sub}.{host}");
+        let lookalike = format!("{sub}{host}");
+        prop_assert_eq!(verdict(&exact, &host), Verdict::Allow);
+        prop_assert!(matches!(verdict(&exact, &subdomain), Verdict::Ask(_)));
+        prop_assert_eq!(verdict(&below, &subdomain), Verdict::Allow);
+        prop_assert!(matches!(verdict(&below, &host), Verdict::Ask(_)));
+        prop_assert!(matches!(verdict(&below, &lookalike), Verdict::Ask(_)));
+        prop_assert_eq!(agentd_core::permission::url_host(&url(&host)), Some(host.clone()));
+    }
 }

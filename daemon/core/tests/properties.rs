@@ -1608,6 +1608,7 @@ fn dump(transcript: &[Message]) -> String {
                 ContentBlock::Text { text } => format!("text {text:?}"),
                 ContentBlock::Thinking { .. } => "thinking".to_string(),
                 ContentBlock::RedactedThinking { .. } => "redacted".to_string(),
+                ContentBlock::ServerTool { block } => format!("server {block}"),
                 ContentBlock::Image(image) => format!("image {}", image.sha256),
                 ContentBlock::ToolUse { id, name, .. } => format!("tool_use {id} {name}"),
                 ContentBlock::ToolResult {

@@ -340,6 +340,7 @@ fn render_block(block: &ContentBlock) -> String {
             signature,
         } => format!("thinking {thinking:?} sig={signature:?}"),
         ContentBlock::RedactedThinking { data } => format!("redacted {data:?}"),
+        ContentBlock::ServerTool { block } => format!("server {block}"),
         ContentBlock::Image(image) => format!("image {} {}", image.describe(), image.sha256),
         ContentBlock::ToolUse { id, name, input } => format!("tool_use {id} {name} {input}"),
         ContentBlock::ToolResult {

@@ -50,4 +50,5 @@ mod terminal;
 mod thinking;
 mod usage;
 mod util;
+mod web;
 mod workspace;

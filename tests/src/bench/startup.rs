@@ -264,6 +264,7 @@ fn prost_len(m: &pb::Message) -> usize {
             Some(pb::content_block::Block::ToolResult(t)) => t.content.len(),
             Some(pb::content_block::Block::Thinking(t)) => t.thinking.len(),
             Some(pb::content_block::Block::Image(i)) => i.sha256.len(),
+            Some(pb::content_block::Block::ServerTool(s)) => s.json.len(),
             None => 0,
         })
         .sum()

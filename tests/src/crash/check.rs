@@ -51,7 +51,7 @@ pub fn blocks_of(m: &pb::Message) -> Vec<Block> {
         .filter_map(|b| match b.block.as_ref()? {
             B::Text(t) => Some(Block::Text(t.text.clone())),
             // Crash checks are about text, calls and results.
-            B::Image(_) => None,
+            B::Image(_) | B::ServerTool(_) => None,
             B::Thinking(t) => Some(Block::Thinking(t.thinking.clone(), t.signature.clone())),
             B::ToolUse(t) => Some(Block::ToolUse {
                 id: t.id.clone(),

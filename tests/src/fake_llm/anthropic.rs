@@ -19,7 +19,7 @@ enum Event<'a> {
     },
     ContentBlockStart {
         index: usize,
-        content_block: BlockHead<'a>,
+        content_block: StartBlock<'a>,
     },
     ContentBlockDelta {
         index: usize,
@@ -77,6 +77,15 @@ enum BlockHead<'a> {
         name: &'a str,
         input: serde_json::Map<String, serde_json::Value>,
     },
+}
+
+/// A block as `content_block_start` carries it: one the encoder writes,
+/// or a server tool's, as scripted.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum StartBlock<'a> {
+    Known(BlockHead<'a>),
+    Server(&'a serde_json::Value),
 }
 
 /// The variants are named for their wire `type` (`text_delta`, ...).
@@ -146,7 +155,7 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
         },
         Step::BlockStart(i) => Event::ContentBlockStart {
             index: *i,
-            content_block: match &plan.script.blocks[*i] {
+            content_block: StartBlock::Known(match &plan.script.blocks[*i] {
                 Block::Text(_) | Block::Deltas { .. } => BlockHead::Text { text: "" },
                 Block::Thinking { .. } => BlockHead::Thinking {
                     thinking: "",
@@ -158,7 +167,8 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
                     name,
                     input: serde_json::Map::new(),
                 },
-            },
+                Block::Server { head, .. } => return frame_start(*i, head),
+            }),
         },
         Step::Delta { block, range } => {
             let text = plan.delta_text(*block, range);
@@ -170,7 +180,9 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
                     Block::Thinking { .. } | Block::Redacted(_) => Delta::Thinking {
                         thinking: stamped(),
                     },
-                    Block::ToolUse { .. } => Delta::InputJson { partial_json: text },
+                    Block::ToolUse { .. } | Block::Server { .. } => {
+                        Delta::InputJson { partial_json: text }
+                    }
                 },
             }
         }
@@ -205,6 +217,15 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
         Event::Error { .. } => "error",
     };
     frame(name, &event)
+}
+
+/// The `content_block_start` of a server tool's block, as scripted.
+fn frame_start(index: usize, head: &serde_json::Value) -> Bytes {
+    let event = Event::ContentBlockStart {
+        index,
+        content_block: StartBlock::Server(head),
+    };
+    frame("content_block_start", &event)
 }
 
 /// The mid-stream `event: error` (after an HTTP 200).
@@ -254,6 +275,13 @@ pub(crate) fn full_message(plan: &Plan) -> serde_json::Value {
                 let input = serde_json::from_str::<serde_json::Value>(raw_json)
                     .unwrap_or_else(|_| serde_json::Value::String(raw_json.clone()));
                 json!({"type": "tool_use", "id": id, "name": name, "input": input})
+            }
+            Block::Server { head, raw_json } => {
+                let mut block = head.clone();
+                if let Ok(input) = serde_json::from_str::<serde_json::Value>(raw_json) {
+                    block["input"] = input;
+                }
+                block
             }
         })
         .collect();

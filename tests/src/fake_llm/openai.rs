@@ -92,8 +92,8 @@ pub(crate) fn finish_reason(stop_reason: &str) -> &str {
 }
 
 /// Whether `step` produces a chunk in this format. Block starts of text
-/// and thinking, block stops, signatures and the empty first tool fragment
-/// have no OpenAI counterpart.
+/// and thinking, block stops, signatures, the empty first tool fragment
+/// and server tools' blocks have no OpenAI counterpart.
 pub(crate) fn emits(plan: &Plan, step: &Step) -> bool {
     match step {
         Step::MessageStart
@@ -102,9 +102,11 @@ pub(crate) fn emits(plan: &Plan, step: &Step) -> bool {
         | Step::MessageDelta
         | Step::MessageStop => true,
         Step::BlockStart(i) => matches!(plan.script.blocks[*i], Block::ToolUse { .. }),
-        Step::Delta { block, range } => {
-            !(range.is_empty() && matches!(plan.script.blocks[*block], Block::ToolUse { .. }))
-        }
+        Step::Delta { block, range } => match plan.script.blocks[*block] {
+            Block::Server { .. } => false,
+            Block::ToolUse { .. } => !range.is_empty(),
+            _ => true,
+        },
         Step::Signature(_) | Step::BlockStop(_) => false,
     }
 }
@@ -152,6 +154,8 @@ pub(crate) fn encode(plan: &Plan, step: &Step, stamp: Option<u128>) -> Bytes {
                 Block::Thinking { .. } | Block::Redacted(_) => {
                     delta.reasoning_content = Some(stamp_text(text, stamp))
                 }
+                // Never emitted (see `emits`).
+                Block::Server { .. } => {}
                 Block::ToolUse { .. } => {
                     delta.tool_calls = Some([ToolCall {
                         index: plan.tool_ordinal[*block],
@@ -230,8 +234,9 @@ pub(crate) fn full_completion(plan: &Plan) -> serde_json::Value {
             Block::Text(text) => content.push_str(text),
             Block::Deltas { n, each } => content.push_str(&each.repeat(*n)),
             Block::Thinking { text, .. } => reasoning.push_str(text),
-            // Chat completions have no encrypted reasoning.
-            Block::Redacted(_) => {}
+            // Chat completions have no encrypted reasoning, nor server
+            // tools.
+            Block::Redacted(_) | Block::Server { .. } => {}
             Block::ToolUse { id, name, raw_json } => tool_calls.push(json!({
                 "id": id,
                 "type": "function",

@@ -92,6 +92,15 @@ impl Plan {
                     let n = script.json_chunk_chars.unwrap_or(DEFAULT_JSON_CHUNK_CHARS);
                     steps.extend(deltas(split_chars(raw_json, n)));
                 }
+                Block::Server { raw_json, .. } if !raw_json.is_empty() => {
+                    steps.push(Step::Delta {
+                        block: i,
+                        range: 0..0,
+                    });
+                    let n = script.json_chunk_chars.unwrap_or(DEFAULT_JSON_CHUNK_CHARS);
+                    steps.extend(deltas(split_chars(raw_json, n)));
+                }
+                Block::Server { .. } => {}
             }
             steps.push(Step::BlockStop(i));
         }
@@ -121,7 +130,7 @@ impl Plan {
             Block::Deltas { each, .. } => each,
             Block::Thinking { text, .. } => text,
             Block::Redacted(data) => data,
-            Block::ToolUse { raw_json, .. } => raw_json,
+            Block::ToolUse { raw_json, .. } | Block::Server { raw_json, .. } => raw_json,
         };
         &source[range.clone()]
     }

@@ -145,6 +145,14 @@ pub(crate) enum Block {
         name: String,
         raw_json: String,
     },
+    /// A server tool's block (`server_tool_use`, `web_search_tool_result`):
+    /// `head` is its `content_block_start` block; a non-empty `raw_json`
+    /// (a call's input) follows as `input_json_delta` fragments. Not sent
+    /// on `/v1/chat/completions`.
+    Server {
+        head: serde_json::Value,
+        raw_json: String,
+    },
 }
 
 /// What ends a reply early.
@@ -233,6 +241,34 @@ impl ReplyScript {
             id: id.to_string(),
             name: name.to_string(),
             raw_json: raw_json.to_string(),
+        });
+        self
+    }
+
+    /// A web search the API ran, as Anthropic streams it: a
+    /// `server_tool_use` block `{"type":"server_tool_use","id":ID,
+    /// "name":"web_search","input":{}}` whose input `{"query":QUERY}` comes
+    /// as `input_json_delta`s, then a `web_search_tool_result` block that
+    /// starts whole (`{"tool_use_id":ID,"content":[{"type":
+    /// "web_search_result","url":…,"title":…,"encrypted_content":…,
+    /// "page_age":null}]}`) and stops with no delta. Neither changes the
+    /// default stop reason (they are no calls for the client).
+    pub fn web_search(mut self, id: &str, query: &str, results: &[(&str, &str)]) -> Self {
+        self.blocks.push(Block::Server {
+            head: json!({"type": "server_tool_use", "id": id, "name": "web_search", "input": {}}),
+            raw_json: json!({ "query": query }).to_string(),
+        });
+        let content: Vec<serde_json::Value> = results
+            .iter()
+            .enumerate()
+            .map(|(i, (url, title))| {
+                json!({"type": "web_search_result", "url": url, "title": title,
+                       "encrypted_content": format!("RW5jcnlwdGVk{i}"), "page_age": null})
+            })
+            .collect();
+        self.blocks.push(Block::Server {
+            head: json!({"type": "web_search_tool_result", "tool_use_id": id, "content": content}),
+            raw_json: String::new(),
         });
         self
     }

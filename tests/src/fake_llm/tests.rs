@@ -307,6 +307,65 @@ async fn tool_use_reply_streams_input_json_in_fragments() {
 }
 
 #[tokio::test]
+async fn web_search_streams_server_tool_blocks() {
+    let llm = FakeLlm::start().await;
+    let script = ReplyScript::new()
+        .web_search(
+            "srvtoolu_1",
+            "rust htmd",
+            &[("https://docs.rs/htmd", "htmd")],
+        )
+        .text("Found.");
+    llm.push(script.clone().into());
+    llm.push(script.into());
+    let body = post(&llm, "/v1/messages", &anthropic_request(true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let events = parse_sse(&body);
+    let starts: Vec<serde_json::Value> = events
+        .iter()
+        .filter(|e| e.event.as_deref() == Some("content_block_start"))
+        .map(|e| e.json()["content_block"].clone())
+        .collect();
+    assert_eq!(
+        starts[0],
+        json!({"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}})
+    );
+    assert_eq!(starts[1]["type"], "web_search_tool_result");
+    assert_eq!(starts[1]["tool_use_id"], "srvtoolu_1");
+    assert_eq!(starts[1]["content"][0]["url"], "https://docs.rs/htmd");
+    let query: String = events
+        .iter()
+        .filter(|e| e.json()["index"] == 0)
+        .filter_map(|e| {
+            e.json()["delta"]["partial_json"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .collect();
+    assert_eq!(query, r#"{"query":"rust htmd"}"#);
+    assert!(
+        !events
+            .iter()
+            .any(|e| e.json()["index"] == 1 && e.event.as_deref() == Some("content_block_delta")),
+        "a result has no delta"
+    );
+    assert!(body.contains(r#""stop_reason":"end_turn""#), "{body}");
+    // Chat completions have no server tools: only the text goes out.
+    let body = post(&llm, "/v1/chat/completions", &openai_request())
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !body.contains("srvtoolu_1") && body.contains("Found."),
+        "{body}"
+    );
+}
+
+#[tokio::test]
 async fn thinking_ping_and_unknown_events() {
     let llm = FakeLlm::start().await;
     llm.push(

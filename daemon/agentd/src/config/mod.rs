@@ -3,6 +3,7 @@
 
 mod agent;
 mod daemon;
+mod web;
 
 pub(crate) use agent::{
     BudgetSection, CheckpointsSection, ContextSection, ImagesSection, InstructionsSection,
@@ -10,6 +11,7 @@ pub(crate) use agent::{
     RetrySection, ShellsSection, SubAgentsSection,
 };
 pub(crate) use daemon::{GrpcSection, LogSection, RemoteSection, RuntimeSection, StoreSection};
+pub(crate) use web::WebSection;
 
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
@@ -95,6 +97,8 @@ pub(crate) struct FileConfig {
     pub checkpoints: CheckpointsSection,
     /// The sandbox commands run in (README "Sandbox").
     pub sandbox: crate::process::sandbox::SandboxSection,
+    /// `web_fetch` and web search (README "The web").
+    pub web: WebSection,
 }
 
 /// The effective configuration.
@@ -165,6 +169,8 @@ pub(crate) struct Config {
     pub checkpoints: CheckpointsSection,
     /// The sandbox commands run in.
     pub sandbox: crate::process::sandbox::SandboxSection,
+    /// `web_fetch` and web search.
+    pub web: WebSection,
 }
 
 impl Config {
@@ -258,6 +264,7 @@ impl Config {
             },
             checkpoints: file.checkpoints,
             sandbox: file.sandbox,
+            web: file.web,
             model,
             provider: file.provider,
             base_url,
@@ -282,6 +289,7 @@ fn check_limits(file: &FileConfig) -> Result<(), ConfigError> {
     }
     file.grpc.validate()?;
     file.store.validate()?;
+    file.web.validate()?;
     file.images.validate()
 }
 

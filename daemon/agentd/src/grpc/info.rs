@@ -153,6 +153,7 @@ async fn check(manager: &Manager) -> pb::ModelCheck {
         max_tokens: 16,
         cache: Default::default(),
         images: Default::default(),
+        web_search: None,
     };
     let started = Instant::now();
     let cancel = CancellationToken::new();

@@ -512,6 +512,7 @@ mod tests {
             max_tokens: 1,
             cache: Default::default(),
             images: Default::default(),
+            web_search: None,
         };
         let err = provider
             .stream(&request, &mut |_| {}, CancellationToken::new())

@@ -73,6 +73,9 @@ pub(crate) struct LlmRequest {
     /// The base64 of the images the transcript refers to, by SHA-256 (an
     /// image not found here is sent as a note saying so).
     pub images: crate::images::ImageData,
+    /// Offer the provider's own web search, at most this many searches a
+    /// reply (`[web] search`; Anthropic only, others ignore it).
+    pub web_search: Option<u32>,
 }
 
 /// Encoded transcript prefix shared by the requests of one conversation.

@@ -47,6 +47,8 @@ pub(crate) use summary::summarize_call;
 mod think;
 use crate::truncate;
 mod walk;
+mod web_fetch;
+pub(crate) use web_fetch::{PageCache, WebAccess};
 mod write;
 
 use std::panic::AssertUnwindSafe;
@@ -144,6 +146,8 @@ pub(crate) struct ToolContext {
     /// The sandbox `bash` runs its commands in (see
     /// [`crate::process::sandbox`]).
     pub sandboxes: Arc<crate::process::sandbox::Sandboxes>,
+    /// What `web_fetch` reaches the web with.
+    pub web: WebAccess,
 }
 
 impl ToolContext {
@@ -165,6 +169,7 @@ impl ToolContext {
             own_files: Arc::default(),
             launch: Arc::default(),
             sandboxes: Arc::default(),
+            web: WebAccess::default(),
         }
     }
 
@@ -367,6 +372,11 @@ fn handler(tool: Tool) -> Handler {
         Tool::SubmitResult => {
             Handler::new(agentd_core::tools::submit_result_spec, Core, summary::name)
         }
+        Tool::WebFetch => Handler::new(
+            web_fetch::spec,
+            Async(|i, c| Box::pin(web_fetch::run(i, c))),
+            web_fetch::summary,
+        ),
     }
 }
 
@@ -394,6 +404,8 @@ pub(crate) struct Registry {
     /// (REQ-BED-018), with `submit_result`.
     offer_child_all: Arc<[ToolSpec]>,
     offer_child_restricted: Arc<[ToolSpec]>,
+    /// Pages `web_fetch` read lately, shared by every conversation.
+    pages: Arc<PageCache>,
 }
 
 impl Default for Registry {
@@ -427,7 +439,13 @@ impl Registry {
             offer_child_all: offer(false, true),
             offer_child_restricted: offer(true, true),
             specs,
+            pages: Arc::default(),
         }
+    }
+
+    /// The daemon's cache of fetched pages, for the tools' contexts.
+    pub(crate) fn page_cache(&self) -> Arc<PageCache> {
+        self.pages.clone()
     }
 
     /// Specs (name, description, JSON schema) of the tools this registry
@@ -612,6 +630,7 @@ mod tests {
                 "glob",
                 "grep",
                 "keyword_search",
+                "web_fetch",
                 "think"
             ]
         );
@@ -624,6 +643,7 @@ mod tests {
                 "glob",
                 "grep",
                 "keyword_search",
+                "web_fetch",
                 "think"
             ]
         );

@@ -66,7 +66,7 @@ impl Policy {
             PatternKind::WrittenPath | PatternKind::ReadPath => {
                 Compiled::Path(PathGlob::new(pattern, &self.cwd))
             }
-            PatternKind::ShellId | PatternKind::Nothing => {
+            PatternKind::ShellId | PatternKind::Domain | PatternKind::Nothing => {
                 Compiled::Text(pattern.trim().to_string())
             }
         }
@@ -85,7 +85,8 @@ impl Policy {
             Part::Command(_) => rule.kind() == PatternKind::Command,
             Part::File { write: true, .. } => rule.kind() == PatternKind::WrittenPath,
             Part::File { write: false, .. } => rule.kind() == PatternKind::ReadPath,
-            Part::ShellId(_) => !rule.is_path_rule() && rule.kind() != PatternKind::Command,
+            Part::ShellId(_) => rule.kind() == PatternKind::ShellId,
+            Part::Domain(_) => rule.kind() == PatternKind::Domain,
             // Only rules on the whole line (`bash`, an exact line) hold it.
             Part::Arithmetic(_) => false,
         };
@@ -125,6 +126,13 @@ impl Policy {
             },
             (Compiled::Text(text), Part::ShellId(id)) => {
                 if text == id {
+                    Match::Yes
+                } else {
+                    Match::No
+                }
+            }
+            (Compiled::Text(pattern), Part::Domain(host)) => {
+                if super::domain::matches(pattern, host) {
                     Match::Yes
                 } else {
                     Match::No
@@ -174,6 +182,12 @@ impl Policy {
     fn default_outcome(&self, call: &ToolCall, part: Option<&Part>) -> Outcome {
         let tool = call.name.as_str();
         let known = Tool::from_name(tool);
+        // A web read is a read, but what it reads is anyone's: a host no
+        // rule allows asks (the request names the host, so "always" can
+        // allow it).
+        if let Some(p @ Part::Domain(_)) = part {
+            return Outcome::Ask(format!("{tool} from {p} needs permission"));
+        }
         if self.is_read_only(tool) || self.runs_sandboxed_unasked(call) {
             return Outcome::Allow;
         }

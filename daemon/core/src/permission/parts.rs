@@ -23,6 +23,8 @@ pub(super) enum Part {
     },
     /// A background shell's id.
     ShellId(String),
+    /// The host a web read fetches from (as `domain::url_host` reads it).
+    Domain(String),
     /// An arithmetic expression of a bash line (`((i++))`, `$((n + 1))`):
     /// a variable's value can run a command there.
     Arithmetic(String),
@@ -39,7 +41,7 @@ impl fmt::Display for Part {
                 write!(f, "`{}`", text.join(" "))
             }
             Part::File { shown, .. } => f.write_str(shown),
-            Part::ShellId(id) => f.write_str(id),
+            Part::ShellId(id) | Part::Domain(id) => f.write_str(id),
             Part::Arithmetic(text) => write!(f, "the arithmetic `{text}`"),
             Part::Wrapped(inner) => inner.fmt(f),
         }
@@ -173,6 +175,10 @@ impl Policy {
             }
             Some(Subject::ShellId) => input_str(call, "shell_id")
                 .map(|id| vec![Part::ShellId(id.to_string())])
+                .unwrap_or_default(),
+            Some(Subject::Domain) => input_str(call, "url")
+                .and_then(super::domain::url_host)
+                .map(|host| vec![Part::Domain(host)])
                 .unwrap_or_default(),
             Some(Subject::Nothing) | None => Vec::new(),
         }

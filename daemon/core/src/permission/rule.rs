@@ -70,6 +70,8 @@ pub(crate) enum PatternKind {
     ReadPath,
     /// A background shell's id.
     ShellId,
+    /// A web host: `domain:HOST` or `domain:*.HOST`.
+    Domain,
     /// Nothing the tool's input holds, so the pattern never matches: tools
     /// without a subject, and names the daemon does not have.
     Nothing,
@@ -83,6 +85,7 @@ impl PatternKind {
             Some(Subject::WrittenFile | Subject::PatchedFiles) => PatternKind::WrittenPath,
             Some(Subject::ReadFile | Subject::SearchedDir) => PatternKind::ReadPath,
             Some(Subject::ShellId) => PatternKind::ShellId,
+            Some(Subject::Domain) => PatternKind::Domain,
             Some(Subject::Nothing) | None => PatternKind::Nothing,
         }
     }
@@ -91,7 +94,10 @@ impl PatternKind {
     pub(crate) fn is_path(self) -> bool {
         match self {
             PatternKind::WrittenPath | PatternKind::ReadPath => true,
-            PatternKind::Command | PatternKind::ShellId | PatternKind::Nothing => false,
+            PatternKind::Command
+            | PatternKind::ShellId
+            | PatternKind::Domain
+            | PatternKind::Nothing => false,
         }
     }
 }
@@ -114,6 +120,8 @@ impl PatternKind {
 /// - `read(/etc/**)`, likewise for `glob`, `grep`, `keyword_search`: a glob
 ///   over the file read or the directory searched.
 /// - `kill_shell(sh-1)`, `bash_output(sh-1)`: that shell id.
+/// - `web_fetch(domain:docs.rs)`: fetches from that host;
+///   `web_fetch(domain:*.rust-lang.org)`: from any host below it.
 /// - any other tool: the pattern never matches (its input has nothing
 ///   the pattern could describe).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -311,6 +319,7 @@ impl Rule {
             PatternKind::WrittenPath | PatternKind::ReadPath => {
                 paths::check_pattern(pattern).map_err(invalid)?;
             }
+            PatternKind::Domain => super::domain::check_pattern(pattern).map_err(invalid)?,
             PatternKind::ShellId | PatternKind::Nothing => {}
         }
         Ok(())
@@ -448,6 +457,8 @@ mod tests {
             "edit(*.md)",
             "read(/etc/**)",
             "kill_shell(sh-1)",
+            "web_fetch(domain:docs.rs)",
+            "web_fetch(domain:*.rust-lang.org)",
             "mcp__github.create_issue",
             "bash(echo \"a && b\")",
             "bash(echo \")\")",
@@ -488,6 +499,7 @@ mod tests {
         assert!(err("bash(echo 'a)").contains("unterminated single quote"));
         assert!(err("write(../x/**)").contains("`..`"));
         assert!(err("write(~/x)").contains("`~`"));
+        assert!(err("web_fetch(docs.rs)").contains("`domain:HOST`"));
         assert!(err("write(src/[a)").starts_with("invalid pattern in rule `write(src/[a)`"));
         assert_eq!(
             "bash(git status)".parse::<Rule>().unwrap_err().to_string(),

@@ -23,6 +23,7 @@ const SUBCOMMAND_PROGRAMS: &[&str] = &[
 /// - write/edit/patch: `edit(src/**)` for files below a directory of `cwd`
 ///   (their deepest common one), `edit(notes.md)` for one file at its top,
 ///   `edit(**)` for several there, and absolute patterns outside it;
+/// - web_fetch: `web_fetch(domain:HOST)`, the host of its URL;
 /// - anything else: the tool name.
 ///
 /// When no narrow rule can be made (a bash call without a command or with
@@ -53,6 +54,11 @@ pub fn suggest_rule(call: &ToolCall, cwd: &str) -> Option<Rule> {
                 let files: Vec<&str> = files.iter().map(String::as_str).collect();
                 format!("{edit}({})", files_suggestion(&files, cwd)?)
             }
+            Subject::Domain => format!(
+                "{tool}({}{})",
+                super::domain::DOMAIN_PREFIX,
+                super::domain::url_host(input("url")?)?
+            ),
             Subject::ReadFile | Subject::SearchedDir | Subject::ShellId | Subject::Nothing => {
                 tool.name().to_string()
             }

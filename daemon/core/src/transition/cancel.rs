@@ -122,8 +122,11 @@ pub(super) fn finish_cancel(ctx: &Inputs<'_>, partial: Vec<ContentBlock>) -> Ste
             ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {
                 crate::thinking::goes_back(b)
             }
+            // A search cut short may lack its result, which the API
+            // requires after its call.
             ContentBlock::ToolUse { .. }
             | ContentBlock::ToolResult { .. }
+            | ContentBlock::ServerTool { .. }
             | ContentBlock::Image(_) => false,
         })
         .collect();

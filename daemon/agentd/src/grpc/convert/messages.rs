@@ -13,7 +13,7 @@ pub(crate) fn message(seq: u64, m: &Message) -> pb::Message {
             Role::User => pb::Role::User,
             Role::Assistant => pb::Role::Assistant,
         } as i32,
-        content: m.content.iter().map(block).collect(),
+        content: m.content.iter().map(|b| block_in(b, &m.content)).collect(),
         created_at_ms: m.created_at_ms,
         usage: m.usage.as_ref().map(usage),
         stop_reason: m
@@ -69,6 +69,12 @@ fn message_kind_from(k: i32) -> Result<MessageKind, Status> {
 }
 
 pub(crate) fn block(b: &ContentBlock) -> pb::ContentBlock {
+    block_in(b, std::slice::from_ref(b))
+}
+
+/// [`block`] of a block of the message whose blocks are `content` (a
+/// search's line names the query its call in the same message asked).
+fn block_in(b: &ContentBlock, content: &[ContentBlock]) -> pb::ContentBlock {
     use pb::content_block::Block;
     let block = match b {
         ContentBlock::Text { text } => Block::Text(pb::TextBlock { text: text.clone() }),
@@ -103,6 +109,10 @@ pub(crate) fn block(b: &ContentBlock) -> pb::ContentBlock {
             images: images.iter().map(image).collect(),
         }),
         ContentBlock::Image(i) => Block::Image(image(i)),
+        ContentBlock::ServerTool { block } => Block::ServerTool(pb::ServerToolBlock {
+            json: block.to_string(),
+            summary: agentd_core::server_tools::line(content, block).unwrap_or_default(),
+        }),
     };
     pb::ContentBlock { block: Some(block) }
 }
@@ -152,7 +162,29 @@ pub(crate) fn block_from(b: &pb::ContentBlock) -> Result<ContentBlock, Status> {
             images: t.images.iter().map(image_from).collect::<Result<_, _>>()?,
         }),
         Some(Block::Image(i)) => Ok(ContentBlock::Image(image_from(i)?)),
+        Some(Block::ServerTool(s)) => server_block_from(&s.json),
         None => Err(Status::invalid_argument("content block without a kind")),
+    }
+}
+
+/// A server tool's block from its JSON: an object whose `type` is one of a
+/// server tool's.
+fn server_block_from(json: &str) -> Result<ContentBlock, Status> {
+    let block: serde_json::Value = serde_json::from_str(json).map_err(|e| {
+        Status::invalid_argument(format!(
+            "server tool block {}: invalid JSON: {e}",
+            brief(json)
+        ))
+    })?;
+    match block.get("type").and_then(serde_json::Value::as_str) {
+        Some(kind) if agentd_core::server_tools::is_server_block(kind) => {
+            Ok(ContentBlock::ServerTool { block })
+        }
+        _ => Err(Status::invalid_argument(format!(
+            "server tool block {}: its `type` is not a server tool's \
+             (server_tool_use or …_tool_result)",
+            brief(json)
+        ))),
     }
 }
 
@@ -277,6 +309,49 @@ mod tests {
             panic!("{shown:?}");
         };
         assert_eq!(t.thinking, REDACTED);
+    }
+
+    #[test]
+    fn server_tool_blocks_survive_an_export_and_are_shown_in_a_line() {
+        let call = ContentBlock::ServerTool {
+            block: serde_json::json!({"type": "server_tool_use", "id": "srv_1",
+                "name": "web_search", "input": {"query": "htmd"}}),
+        };
+        let result = ContentBlock::ServerTool {
+            block: serde_json::json!({"type": "web_search_tool_result", "tool_use_id": "srv_1",
+                "content": [{"type": "web_search_result", "url": "https://x", "encrypted_content": "Eo8=", "title": "t"}]}),
+        };
+        let m = Message {
+            role: Role::Assistant,
+            content: vec![call.clone(), result.clone()],
+            created_at_ms: 1,
+            usage: None,
+            stop_reason: None,
+            interrupted: false,
+            kind: MessageKind::Ordinary,
+        };
+        let shown = message(2, &m);
+        let summary = |b: &pb::ContentBlock| match &b.block {
+            Some(pb::content_block::Block::ServerTool(s)) => s.summary.clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(summary(&shown.content[0]), "");
+        assert_eq!(summary(&shown.content[1]), "searched: htmd (1 result)");
+        assert_eq!(message_from(&shown).unwrap(), m);
+        let bad = |json: &str| pb::ContentBlock {
+            block: Some(pb::content_block::Block::ServerTool(pb::ServerToolBlock {
+                json: json.into(),
+                summary: String::new(),
+            })),
+        };
+        assert!(
+            block_from(&bad("{"))
+                .unwrap_err()
+                .message()
+                .contains("invalid JSON")
+        );
+        let err = block_from(&bad(r#"{"type":"tool_use"}"#)).unwrap_err();
+        assert!(err.message().contains("not a server tool's"), "{err}");
     }
 
     #[test]

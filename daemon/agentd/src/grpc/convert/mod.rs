@@ -110,6 +110,7 @@ pub(crate) fn tool_kind(name: &str) -> i32 {
         Kind::Execute => pb::ToolKind::Execute,
         Kind::Think => pb::ToolKind::Think,
         Kind::SwitchMode => pb::ToolKind::SwitchMode,
+        Kind::Fetch => pb::ToolKind::Fetch,
         Kind::Other => pb::ToolKind::Other,
     };
     kind as i32
@@ -171,6 +172,7 @@ mod tests {
         assert_eq!(kind("bash"), pb::ToolKind::Execute);
         assert_eq!(kind("think"), pb::ToolKind::Think);
         assert_eq!(kind("request_mode_upgrade"), pb::ToolKind::SwitchMode);
+        assert_eq!(kind("web_fetch"), pb::ToolKind::Fetch);
         assert_eq!(kind("propose_plan"), pb::ToolKind::Other);
         assert_eq!(kind("mcp__github__create_issue"), pb::ToolKind::Other);
         assert_eq!(kind("doom_loop"), pb::ToolKind::Other);

@@ -25,7 +25,7 @@ pub(super) fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Erro
         }]
     });
     let last_tool = req.tools.len().checked_sub(1);
-    let tools = req
+    let tools: Vec<WireTool<'_>> = req
         .tools
         .iter()
         .enumerate()
@@ -35,6 +35,14 @@ pub(super) fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Erro
             input_schema: &t.input_schema,
             cache_control: (Some(i) == last_tool).then_some(EPHEMERAL),
         })
+        .collect();
+    // The server tool goes first, so the breakpoint on the last tool
+    // covers it too.
+    let tools = req
+        .web_search
+        .map(|max_uses| WireToolOut::Server(WebSearchTool::new(max_uses)))
+        .into_iter()
+        .chain(tools.into_iter().map(WireToolOut::Client))
         .collect();
     let (thinking, output_config) = thinking(req.thinking);
     let mut body = serde_json::to_vec(&WireRequest {
@@ -48,7 +56,7 @@ pub(super) fn request_body(req: &LlmRequest) -> Result<Vec<u8>, serde_json::Erro
     // `{...}` → `{...,"messages":[...],"stream":true}`
     body.pop();
     body.extend_from_slice(b",\"messages\":[");
-    let groups = message_groups(&req.messages);
+    let groups = message_groups(&req.messages, req.web_search.is_some());
     // Every group but the last is followed by one of the other role, so
     // no later message can join it: its encoding is final, and cached.
     let settled = groups.len().saturating_sub(1);
@@ -99,7 +107,7 @@ struct WireRequest<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     system: Option<[WireText<'a>; 1]>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    tools: Vec<WireTool<'a>>,
+    tools: Vec<WireToolOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     thinking: Option<WireThinking>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,6 +186,34 @@ struct WireTool<'a> {
     cache_control: Option<CacheControl>,
 }
 
+/// A tool as offered: one of ours, or one the API runs itself.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolOut<'a> {
+    Client(WireTool<'a>),
+    Server(WebSearchTool),
+}
+
+/// Anthropic's server-side web search (`[web] search`):
+/// `{"type":"web_search_20250305","name":"web_search","max_uses":N}`.
+#[derive(Serialize)]
+struct WebSearchTool {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    name: &'static str,
+    max_uses: u32,
+}
+
+impl WebSearchTool {
+    fn new(max_uses: u32) -> Self {
+        WebSearchTool {
+            kind: "web_search_20250305",
+            name: "web_search",
+            max_uses,
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct WireMessageOut<'a> {
     role: &'static str,
@@ -189,7 +225,10 @@ struct WireMessageOut<'a> {
 #[derive(Serialize)]
 struct WireBlockOut<'a> {
     #[serde(flatten)]
-    block: BlockOut<'a>,
+    block: Option<BlockOut<'a>>,
+    /// A server tool's block, sent as it came (`block` is then `None`).
+    #[serde(flatten)]
+    server: Option<&'a serde_json::Map<String, Value>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     cache_control: Option<CacheControl>,
 }
@@ -288,6 +327,8 @@ impl<'a> BlockOut<'a> {
                 signature,
             },
             ContentBlock::RedactedThinking { data } => BlockOut::RedactedThinking { data },
+            // `Group::encode` sends these as they are; never reached.
+            ContentBlock::ServerTool { .. } => BlockOut::Text { text: "" },
             ContentBlock::ToolUse { id, name, input } => BlockOut::ToolUse {
                 id,
                 name,
@@ -350,12 +391,27 @@ impl<'a> Group<'a> {
         }
         let mut content: Vec<WireBlockOut<'a>> = blocks
             .into_iter()
-            .map(|b| WireBlockOut {
-                block: BlockOut::of(b, images),
-                cache_control: None,
+            .map(|b| match b {
+                ContentBlock::ServerTool {
+                    block: Value::Object(server),
+                } => WireBlockOut {
+                    block: None,
+                    server: Some(server),
+                    cache_control: None,
+                },
+                _ => WireBlockOut {
+                    block: Some(BlockOut::of(b, images)),
+                    server: None,
+                    cache_control: None,
+                },
             })
             .collect();
-        if last && let Some(block) = content.iter_mut().rev().find(|b| b.block.cacheable()) {
+        if last
+            && let Some(block) = content
+                .iter_mut()
+                .rev()
+                .find(|b| b.block.as_ref().is_some_and(BlockOut::cacheable))
+        {
             block.cache_control = Some(EPHEMERAL);
         }
         let role = match self.role {
@@ -367,11 +423,13 @@ impl<'a> Group<'a> {
 }
 
 /// The transcript in groups as the API accepts it: empty messages and
-/// blocks dropped, runs of one role merged.
-fn message_groups(messages: &[Message]) -> Vec<Group<'_>> {
+/// blocks dropped, runs of one role merged. Server tools' blocks go back
+/// when the request offers the server tool (`search`), and are left out
+/// when it does not (the API knows no call of a tool it was not given).
+fn message_groups(messages: &[Message], search: bool) -> Vec<Group<'_>> {
     let mut merged: Vec<Group<'_>> = Vec::new();
     for (i, message) in messages.iter().enumerate() {
-        let blocks = message.content.iter().filter(|b| is_sendable(b));
+        let blocks = message.content.iter().filter(|b| is_sendable(b, search));
         match merged.last_mut() {
             Some(group) if group.role == message.role => {
                 group.blocks.extend(blocks);
@@ -395,8 +453,9 @@ fn message_groups(messages: &[Message]) -> Vec<Group<'_>> {
 /// Whether the API would accept the block: it rejects empty text blocks,
 /// and a thinking block without its signature cannot be verified (such
 /// blocks come from other providers or from an interrupted stream).
-fn is_sendable(block: &ContentBlock) -> bool {
+fn is_sendable(block: &ContentBlock, search: bool) -> bool {
     match block {
+        ContentBlock::ServerTool { block } => search && block.is_object(),
         ContentBlock::Text { text } => !text.is_empty(),
         ContentBlock::Thinking { .. } | ContentBlock::RedactedThinking { .. } => {
             agentd_core::thinking::goes_back(block)
@@ -437,6 +496,7 @@ pub(crate) mod tests {
             tools: tools.into(),
             cache: Default::default(),
             images: Default::default(),
+            web_search: None,
             max_tokens: 1024,
         }
     }
@@ -447,6 +507,53 @@ pub(crate) mod tests {
             description: format!("{name} things"),
             input_schema: json!({ "type": "object", "properties": {} }),
         }
+    }
+
+    /// With `[web] search`, the server tool is offered first and a reply's
+    /// search blocks go back as they came; without it, they are left out.
+    #[test]
+    fn web_search_is_offered_and_its_blocks_go_back_unchanged() {
+        let call = json!({"type": "server_tool_use", "id": "srv_1", "name": "web_search",
+            "input": {"query": "q"}});
+        let result = json!({"type": "web_search_tool_result", "tool_use_id": "srv_1",
+            "content": [{"type": "web_search_result", "url": "https://a", "encrypted_content": "Eo=="}]});
+        let mut req = request(
+            vec![
+                message(Role::User, vec![ContentBlock::text("look it up")]),
+                message(
+                    Role::Assistant,
+                    vec![
+                        ContentBlock::ServerTool {
+                            block: call.clone(),
+                        },
+                        ContentBlock::ServerTool {
+                            block: result.clone(),
+                        },
+                        ContentBlock::text("Done."),
+                    ],
+                ),
+                message(Role::User, vec![ContentBlock::text("thanks")]),
+            ],
+            vec![spec("read")],
+        );
+        req.web_search = Some(3);
+        let body = request_body(&req);
+        assert_eq!(
+            body["tools"][0],
+            json!({"type": "web_search_20250305", "name": "web_search", "max_uses": 3})
+        );
+        assert_eq!(body["tools"][1]["name"], "read");
+        assert_eq!(body["tools"][1]["cache_control"]["type"], "ephemeral");
+        assert_eq!(body["messages"][1]["content"][0], call);
+        assert_eq!(body["messages"][1]["content"][1], result);
+        req.web_search = None;
+        req.cache = Default::default();
+        let body = request_body(&req);
+        assert_eq!(body["tools"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            body["messages"][1]["content"],
+            json!([{"type": "text", "text": "Done."}])
+        );
     }
 
     #[test]

@@ -21,7 +21,7 @@ struct MessageStart {
 #[derive(Deserialize)]
 struct ContentBlockStart {
     index: u32,
-    content_block: WireBlock,
+    content_block: serde_json::Value,
 }
 
 #[derive(Deserialize)]
@@ -152,8 +152,14 @@ enum Block {
         name: String,
         json: String,
     },
-    /// A block type this version does not know (server tools, citations…):
-    /// its events are ignored and it is left out of the reply.
+    /// A server tool's block (`agentd_core::server_tools`): kept as it
+    /// came, with the input its `input_json_delta`s bring (a call's).
+    Server {
+        block: serde_json::Value,
+        json: String,
+    },
+    /// A block type this version does not know: its events are ignored
+    /// and it is left out of the reply.
     Ignored,
 }
 
@@ -175,7 +181,7 @@ impl AnthropicStream {
     fn start_block(
         &mut self,
         index: u32,
-        block: WireBlock,
+        raw: serde_json::Value,
         emit: &mut dyn FnMut(StreamEvent),
     ) -> Result<(), LlmError> {
         if self.blocks.contains_key(&index) {
@@ -183,6 +189,17 @@ impl AnthropicStream {
                 "content block {index} started twice"
             )));
         }
+        let kind = raw.get("type").and_then(serde_json::Value::as_str);
+        if kind.is_some_and(agentd_core::server_tools::is_server_block) {
+            let block = Block::Server {
+                block: raw,
+                json: String::new(),
+            };
+            self.blocks.insert(index, Slot { block, open: true });
+            return Ok(());
+        }
+        let block: WireBlock = serde_json::from_value(raw)
+            .map_err(|e| LlmError::decode(format!("content block {index} cannot be read: {e}")))?;
         let block = match block {
             WireBlock::Text { text } => {
                 if !text.is_empty() {
@@ -259,6 +276,9 @@ impl AnthropicStream {
                     partial_json,
                 });
             }
+            (Block::Server { json, .. }, WireDelta::InputJsonDelta { partial_json }) => {
+                json.push_str(&partial_json);
+            }
             (Block::Ignored, _) => {}
             (_, WireDelta::Other) => {
                 tracing::debug!(index, "ignoring an Anthropic delta of an unknown type");
@@ -299,12 +319,13 @@ fn block_kind(block: &Block) -> &'static str {
         Block::Thinking { .. } => "thinking",
         Block::Redacted(_) => "redacted_thinking",
         Block::ToolUse { .. } => "tool_use",
+        Block::Server { .. } => "server tool",
         Block::Ignored => "unknown",
     }
 }
 
 fn close(index: u32, slot: &mut Slot, emit: &mut dyn FnMut(StreamEvent)) {
-    if slot.open && !matches!(slot.block, Block::Ignored) {
+    if slot.open && !matches!(slot.block, Block::Ignored | Block::Server { .. }) {
         emit(StreamEvent::BlockEnd { index });
     }
     slot.open = false;
@@ -413,6 +434,7 @@ impl StreamParser for AnthropicStream {
                     name,
                     input: tool_input_from_json(&json),
                 }),
+                Block::Server { block, json } => Some(server_block(block, &json)),
                 Block::Ignored => None,
             })
             .collect();
@@ -426,6 +448,18 @@ impl StreamParser for AnthropicStream {
             usage: self.usage,
         })
     }
+}
+
+/// A server tool's block as it goes into the transcript: as it started,
+/// with the input its deltas streamed (a search's query) in place of the
+/// empty one it started with.
+fn server_block(mut block: serde_json::Value, json: &str) -> ContentBlock {
+    if !json.trim().is_empty()
+        && let Some(fields) = block.as_object_mut()
+    {
+        fields.insert("input".to_string(), tool_input_from_json(json));
+    }
+    ContentBlock::ServerTool { block }
 }
 
 #[cfg(test)]
@@ -479,7 +513,7 @@ pub(crate) mod tests {
         "event: content_block_stop\n",
         "data: {\"type\":\"content_block_stop\",\"index\":3}\n\n",
         "event: content_block_start\n",
-        "data: {\"type\":\"content_block_start\",\"index\":4,\"content_block\":{\"type\":\"server_tool_use\",\"id\":\"srv_1\",\"name\":\"web_search\",\"input\":{}}}\n\n",
+        "data: {\"type\":\"content_block_start\",\"index\":4,\"content_block\":{\"type\":\"mystery_block\",\"id\":\"m_1\"}}\n\n",
         "event: content_block_delta\n",
         "data: {\"type\":\"content_block_delta\",\"index\":4,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{}\"}}\n\n",
         "event: content_block_stop\n",
@@ -599,6 +633,48 @@ pub(crate) mod tests {
             StopReason::Other("brand_new_reason".into())
         );
         assert_eq!(events.last(), Some(&StreamEvent::BlockEnd { index: 0 }));
+    }
+
+    /// A web search the API ran: its call (input streamed as JSON deltas)
+    /// and its result are kept as they came, and are no calls of ours.
+    #[tokio::test]
+    async fn server_tool_blocks_are_kept_as_they_came() {
+        let stream = concat!(
+            "data: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"server_tool_use\",\"id\":\"srvtoolu_1\",\"name\":\"web_search\",\"input\":{}}}\n\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"query\\\": \\\"htmd\"}}\n\n",
+            "data: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\" crate\\\"}\"}}\n\n",
+            "data: {\"type\":\"content_block_stop\",\"index\":0}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":1,\"content_block\":{\"type\":\"web_search_tool_result\",\"tool_use_id\":\"srvtoolu_1\",\"content\":[{\"type\":\"web_search_result\",\"title\":\"htmd\",\"url\":\"https://docs.rs/htmd\",\"encrypted_content\":\"EqgfCioIARgB\",\"page_age\":null}]}}\n\n",
+            "data: {\"type\":\"content_block_stop\",\"index\":1}\n\n",
+            "data: {\"type\":\"content_block_start\",\"index\":2,\"content_block\":{\"type\":\"text\",\"text\":\"Found it.\"}}\n\n",
+            "data: {\"type\":\"content_block_stop\",\"index\":2}\n\n",
+            "data: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"end_turn\"}}\n\n",
+            "data: {\"type\":\"message_stop\"}\n\n",
+        );
+        let (events, reply) = testkit::parse(AnthropicStream::default(), stream, 64).await;
+        let reply = reply.unwrap();
+        assert_eq!(
+            reply.content,
+            vec![
+                ContentBlock::ServerTool {
+                    block: json!({"type": "server_tool_use", "id": "srvtoolu_1",
+                        "name": "web_search", "input": {"query": "htmd crate"}}),
+                },
+                ContentBlock::ServerTool {
+                    block: json!({"type": "web_search_tool_result", "tool_use_id": "srvtoolu_1",
+                        "content": [{"type": "web_search_result", "title": "htmd",
+                            "url": "https://docs.rs/htmd", "encrypted_content": "EqgfCioIARgB",
+                            "page_age": null}]}),
+                },
+                ContentBlock::text("Found it."),
+            ]
+        );
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, StreamEvent::ToolUseBegin { .. })),
+            "{events:?}"
+        );
     }
 
     fn tool_use_named(id: &str, name: &str, input: Value) -> ContentBlock {

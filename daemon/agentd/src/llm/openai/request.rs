@@ -196,6 +196,7 @@ pub(crate) mod tests {
             tools: tools.into(),
             cache: Default::default(),
             images: Default::default(),
+            web_search: None,
             max_tokens: 512,
         }
     }

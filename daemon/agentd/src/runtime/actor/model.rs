@@ -186,6 +186,10 @@ impl Actor {
             thinking: thinking.params,
             cache: self.parts.request_cache.clone(),
             images: self.parts.images.clone(),
+            // The provider's own search joins a turn's requests, not a
+            // summary's.
+            web_search: (self.shared.config.web.search && matches!(purpose, LlmPurpose::Turn))
+                .then_some(self.shared.config.web.search_max_uses),
         };
         let provider = self.shared.provider.clone();
         let tx = self.tx.clone();

@@ -130,6 +130,11 @@ impl Actor {
             own_files: self.shared.daemon.own_files.clone(),
             launch: self.shared.environments.launch(&self.record.id),
             sandboxes: self.shared.daemon.sandboxes.clone(),
+            web: crate::tools::WebAccess::new(
+                self.shared.tools.page_cache(),
+                &config.web,
+                self.permissions.rules(),
+            ),
         }
     }
 
