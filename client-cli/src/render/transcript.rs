@@ -65,6 +65,9 @@ impl<W: Write> Renderer<W> {
         if let Some(partial) = &s.partial_reply {
             self.partial_reply(partial)?;
         }
+        if let Some(list) = s.plan.as_ref().filter(|p| p.phase == "todo") {
+            self.todo_snapshot(list)?;
+        }
         if let Some(request) = &s.pending_permission {
             self.permission_request(request)?;
         }

@@ -53,6 +53,9 @@ pub struct Conversation {
     /// the shells it has heard of.
     #[serde(flatten)]
     pub shell_notes: ShellNotes,
+    /// The current turn's tool calls, for the todo-list reminder.
+    #[serde(flatten)]
+    pub todo_tally: crate::plan::TodoTally,
 }
 
 impl Conversation {
