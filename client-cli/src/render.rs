@@ -45,7 +45,7 @@ pub use status::{error_kind_text, mode_name, state_text};
 pub use tables::{
     conversation_table, conversation_tree, cost_text, shell_table, tokens_text, usage_table,
 };
-pub use todo::todo_panel_lines;
+pub use todo::{todo_panel_lines, todo_status};
 pub use tools::{OUTPUT_LINES, abbreviate, tool_use_summary};
 pub use transcript::{SNAPSHOT_TAIL, checkpoint_lines};
 
@@ -203,13 +203,13 @@ impl<W: Write> Renderer<W> {
     }
 
     /// How the todo list is shown: redrawn in place (a terminal written
-    /// directly), printed at each update (the interactive session), or
-    /// once as it ends (piped, the default).
+    /// directly), or once as the turn ends (piped, the default, and the
+    /// interactive session, whose spinner line follows the list).
     pub fn with_todo_panel(mut self, terminal: bool, interactive: bool) -> Self {
-        self.todo.mode = match (terminal, interactive) {
-            (_, true) => todo::PanelMode::EveryUpdate,
-            (true, false) => todo::PanelMode::InPlace,
-            (false, false) => todo::PanelMode::Final,
+        self.todo.mode = if terminal && !interactive {
+            todo::PanelMode::InPlace
+        } else {
+            todo::PanelMode::Final
         };
         self
     }

@@ -1,13 +1,15 @@
 //! The model's todo list as a panel: a `☐`/`◐`/`☒` line per item, wrapped
 //! at word boundaries with a hanging indent to the screen's width.
 //!
-//! On a terminal the panel is drawn again in place at each update when it
-//! is still the last thing on the screen (the cursor goes back up over it),
-//! and drawn anew below otherwise. Piped, it is printed once, as the list
-//! stands when the turn ends (or the output does). In the interactive
-//! session, whose output goes through the line editor's printer, each
-//! update prints the panel.
+//! Written straight to a terminal, the panel is drawn again in place at
+//! each update when it is still the last thing on the screen (the cursor
+//! goes back up over it), and drawn anew below otherwise. Piped, and in the
+//! interactive session (whose output goes through the line editor's
+//! printer, and whose spinner line shows the item in progress as it
+//! changes, `repl/status.rs`), it is printed once, as the list stands when
+//! the turn ends (or the output does).
 
+use std::collections::HashSet;
 use std::io::{self, Write};
 
 use agent_proto::v1 as pb;
@@ -23,8 +25,6 @@ pub(super) enum PanelMode {
     Final,
     /// Redrawn in place on a terminal.
     InPlace,
-    /// Printed at every update.
-    EveryUpdate,
 }
 
 /// The list and what of it is on the screen.
@@ -38,7 +38,13 @@ pub(super) struct TodoPanel {
     /// The panel on the screen: the output's length in bytes right after
     /// it, and its lines (redrawn in place while nothing followed it).
     drawn: Option<(u64, usize)>,
+    /// `update_plan` calls seen live: the panel (or the plan's step lines)
+    /// shows what they did, so they get no `⏺` line unless they fail.
+    pub(super) quiet: HashSet<String>,
 }
+
+/// The tool whose calls the panel and the plan's step lines stand for.
+pub(super) const UPDATE_PLAN: &str = "update_plan";
 
 /// A writer that counts the bytes written through it, so the panel knows
 /// whether anything was printed after it.
@@ -96,6 +102,32 @@ pub fn todo_panel_lines(list: &pb::Plan, width: usize) -> Vec<(String, &'static 
     lines
 }
 
+/// The list in a few words for a status line: the item in progress (or
+/// the next one) and how many are done; empty when there is no list.
+pub fn todo_status(list: &pb::Plan) -> String {
+    let done = list
+        .steps
+        .iter()
+        .filter(|s| s.status == "completed")
+        .count();
+    let current = list
+        .steps
+        .iter()
+        .find(|s| s.status == "in_progress")
+        .map(|s| format!("◐ {}", s.title))
+        .or_else(|| {
+            list.steps
+                .iter()
+                .find(|s| s.status == "pending")
+                .map(|s| format!("☐ {}", s.title))
+        });
+    match current {
+        Some(item) => format!("{item} ({done}/{})", list.steps.len()),
+        None if list.steps.is_empty() => String::new(),
+        None => format!("☒ all {} done", list.steps.len()),
+    }
+}
+
 impl<W: Write> Renderer<W> {
     /// The list was replaced (or a snapshot carries it).
     pub(super) fn todo_updated(&mut self, list: &pb::Plan) -> io::Result<()> {
@@ -103,8 +135,18 @@ impl<W: Write> Renderer<W> {
         self.todo.shown = false;
         match self.todo.mode {
             PanelMode::Final => Ok(()),
-            PanelMode::InPlace | PanelMode::EveryUpdate => self.draw_todo(),
+            PanelMode::InPlace => self.draw_todo(),
         }
+    }
+
+    /// Whether the end of call `id` is shown by the panel: a live
+    /// `update_plan` call that succeeded (it is then ended here).
+    pub(super) fn quiet_end(&mut self, id: &str, is_error: bool) -> bool {
+        if is_error || !self.todo.quiet.contains(id) {
+            return false;
+        }
+        self.ended.insert(id.to_string());
+        true
     }
 
     /// The list a snapshot carries: shown unless it is the one shown.
@@ -129,8 +171,7 @@ impl<W: Write> Renderer<W> {
             return Ok(());
         };
         self.end_line()?;
-        if self.todo.mode == PanelMode::InPlace
-            && let Some((end, lines)) = self.todo.drawn
+        if let Some((end, lines)) = self.todo.drawn
             && end == self.out.written
             && lines > 0
         {
@@ -192,6 +233,18 @@ mod tests {
             "Todo list · 1/3 done\n  ☒ Read the parser\n  ◐ Fix the off-by-one in the tokenizer\n    that drops the last character of\n    every quoted string\n  ☐ Run the tests\n"
         );
         assert!(lines.iter().all(|(t, _)| t.chars().count() <= 40));
+    }
+
+    #[test]
+    fn the_status_names_the_item_in_progress() {
+        let l = list(&[("a", "completed"), ("b", "in_progress"), ("c", "pending")]);
+        assert_eq!(todo_status(&l), "◐ b (1/3)");
+        assert_eq!(
+            todo_status(&list(&[("a", "completed"), ("c", "pending")])),
+            "☐ c (1/2)"
+        );
+        assert_eq!(todo_status(&list(&[("a", "completed")])), "☒ all 1 done");
+        assert_eq!(todo_status(&list(&[])), "");
     }
 
     #[test]

@@ -46,6 +46,7 @@ mod streams;
 mod sub_agents;
 mod terminal;
 mod thinking;
+mod todos;
 mod usage;
 mod util;
 mod workspace;
