@@ -336,3 +336,18 @@ pub fn shell_ended(note: &crate::conversation::ShellNote) -> String {
     }
     text
 }
+
+/// The block that attaches a file a user's message mentions (`@path`).
+pub fn mention_contents(path: &str, content: &str) -> String {
+    format!("Contents of {path}:\n{content}")
+}
+
+/// The text before the image a user's message mentions (`@path`).
+pub fn mention_image(path: &str) -> String {
+    format!("Image {path}:")
+}
+
+/// The note that a mentioned file was not attached, and why.
+pub fn mention_refused(path: &str, reason: &str) -> String {
+    format!("[{path} was not attached: {reason}]")
+}

@@ -25,6 +25,7 @@ mod images;
 mod limits;
 mod live_output;
 mod mcp;
+mod mentions;
 mod model_switch;
 mod ops;
 mod permissions;

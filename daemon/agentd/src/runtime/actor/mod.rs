@@ -29,6 +29,7 @@ mod effects;
 mod hooks;
 mod inputs;
 mod labels;
+mod mentions;
 mod model;
 mod permissions;
 mod queue;
