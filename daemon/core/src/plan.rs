@@ -32,7 +32,7 @@ pub use detect::{PLAN_THRESHOLD, PlanScore, file_mentions, plan_score, should_cr
 pub use input::updates_from_input;
 pub use specs::{propose_plan_spec, update_plan_spec};
 pub use text::{format_draft_line, parse_steps_text};
-pub use todo::{TODO_INTENT, TODO_STATUSES, TodoTally};
+pub use todo::{TODO_INTENT, TODO_STATUSES, TodoTally, is_todo_input};
 
 use input::check_drafts;
 use serde::{Deserialize, Serialize};

@@ -306,3 +306,49 @@ fn update_plan_keeps_a_todo_list_in_default_mode() {
     .unwrap();
     assert_eq!(t.conversation.plan.unwrap().steps.len(), 1);
 }
+
+#[test]
+fn a_finished_plan_takes_step_updates_and_gives_way_to_a_titled_list() {
+    let c = ctx();
+    let mut plan = Plan::from_input(
+        &json!({"intent": "x", "risk": "low", "steps": [{"title": "only", "kind": "edit"}]}),
+        "p1",
+    )
+    .unwrap();
+    plan.phase = PlanPhase::Approved;
+    plan.steps[0].status = StepStatus::Completed;
+    let conv = Conversation {
+        plan: Some(plan),
+        ..requesting(1)
+    };
+    // A step update is still the plan's (and refused as such).
+    let t = transition(
+        &conv,
+        &c,
+        reply_calling(&[(
+            "u1".to_string(),
+            "update_plan",
+            json!({"steps": [{"id": "1", "status": "in_progress"}]}),
+        )]),
+    )
+    .unwrap();
+    assert!(
+        appended(&t)
+            .iter()
+            .any(|t| t.contains("step `1` is already completed")),
+        "{:?}",
+        appended(&t)
+    );
+    // Titled items start a todo list.
+    let t = transition(
+        &conv,
+        &c,
+        reply_calling(&[(
+            "u2".to_string(),
+            "update_plan",
+            json!({"steps": [{"title": "next task", "status": "in_progress"}]}),
+        )]),
+    )
+    .unwrap();
+    assert!(t.conversation.plan.unwrap().is_todo());
+}

@@ -39,7 +39,7 @@ pub fn update_plan_spec() -> crate::tools::ToolSpec {
     crate::tools::ToolSpec {
         name: crate::tools::Tool::UpdatePlan.name().to_string(),
         description: "Keep your todo list, or report progress on an approved plan.\n\
-Todo list (no approved plan under way): for a task of several steps, send the whole list each time as `steps`, each {title, status} with status pending, in_progress or completed; keep exactly one item in_progress while you work and mark items completed as soon as they are done. The user sees the list. Skip it for simple one-step tasks.\n\
+Todo list (no approved plan, or every step of it done): for a task of several steps, send the whole list each time as `steps`, each {title, status} with status pending, in_progress or completed; keep exactly one item in_progress while you work and mark items completed as soon as they are done. The user sees the list. Skip it for simple one-step tasks.\n\
 Approved plan: mark a step in_progress when you start it (by its id), then completed or failed (with a note). A step starts only after its dependencies completed; steps that depend on a failed step are skipped.".to_string(),
         input_schema: serde_json::json!({
             "type": "object",

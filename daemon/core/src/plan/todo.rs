@@ -89,6 +89,19 @@ impl Plan {
     }
 }
 
+/// Whether an `update_plan` input reads as a todo list (its items have
+/// titles) rather than as changes to a plan's steps (ids and statuses).
+pub fn is_todo_input(input: &serde_json::Value) -> bool {
+    input
+        .get("steps")
+        .and_then(|v| v.as_array())
+        .is_some_and(|items| {
+            items
+                .iter()
+                .any(|i| i.get("title").is_some() || i.get("content").is_some())
+        })
+}
+
 /// One item of a todo list, at 1-based `position`.
 fn todo_item(item: &serde_json::Value, position: usize) -> Result<PlanStep, PlanError> {
     let title = item

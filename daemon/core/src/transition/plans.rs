@@ -65,11 +65,17 @@ pub(super) fn answer_plan_tool(
 
 /// Answers an `update_plan` call: its result, and when the plan changed,
 /// the new plan with one `PlanChanged` effect per step that changed. With
-/// an approved plan still under way it moves the plan's steps; otherwise
-/// the call's steps are the whole todo list.
+/// an approved plan it moves the plan's steps, unless every step is done
+/// and the call sends titled items: then, as with no approved plan, the
+/// call's steps are the whole todo list.
 fn update_plan(plan: Option<&Plan>, call: &ToolCall) -> (ToolResult, Option<(Plan, Vec<Effect>)>) {
     let plan = match plan {
-        Some(p) if p.phase == PlanPhase::Approved && !p.is_finished() => p,
+        Some(p)
+            if p.phase == PlanPhase::Approved
+                && !(p.is_finished() && crate::plan::is_todo_input(&call.input)) =>
+        {
+            p
+        }
         _ => return update_todo(call),
     };
     let applied = crate::plan::updates_from_input(&call.input).and_then(|ups| plan.apply(&ups));
