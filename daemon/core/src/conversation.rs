@@ -204,6 +204,9 @@ pub struct QueuedMessage {
     /// The thinking its sender asked for, should it start a turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<crate::thinking::Thinking>,
+    /// The files its `@path` mentions attach, read when it was queued.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<crate::mention::Mentioned>,
 }
 
 impl QueuedMessage {
@@ -216,6 +219,7 @@ impl QueuedMessage {
             from: None,
             images: Vec::new(),
             thinking: None,
+            mentions: Vec::new(),
         }
     }
 }

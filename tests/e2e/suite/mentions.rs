@@ -94,3 +94,45 @@ async fn a_mentioned_file_is_attached_and_an_outside_one_is_not() {
         .unwrap_or_default();
     assert_eq!(texts(&again)[1], t[1]);
 }
+
+/// A message queued while a turn runs attaches its files too: read when it
+/// is queued, delivered with it at the next request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_message_attaches_its_files() {
+    use agent_tests::fake_llm::{Gate, ReplyScript};
+    let gate = Gate::new();
+    let s = Scenario::new()
+        .scripts([
+            Script::Reply(
+                ReplyScript::new()
+                    .text("working")
+                    .hold_after(0, gate.clone()),
+            ),
+            Script::text("read both"),
+        ])
+        .conversation("")
+        .start()
+        .await;
+    let (fake, mut client, work, id) = (s.fake, s.client, s.work, s.id);
+    std::fs::write(work.path().join("b.txt"), "queued file\n").unwrap();
+    send(&mut client, &id, "start").await;
+    wait_state(&mut client, &id, pb::StateKind::LlmRequesting).await;
+    client
+        .send_message(pb::SendMessageRequest {
+            conversation_id: id.clone(),
+            text: "also @b.txt".into(),
+            queue_if_busy: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    gate.open();
+    wait_state(&mut client, &id, pb::StateKind::Idle).await;
+    let reqs = fake.requests();
+    let t = texts(&last_user_blocks(&reqs.last().unwrap().body));
+    assert!(
+        t.contains(&"also @b.txt".to_string())
+            && t.contains(&"Contents of b.txt:\n     1\tqueued file\n".to_string()),
+        "{t:#?}"
+    );
+}
