@@ -264,6 +264,21 @@ mod tests {
     }
 
     #[test]
+    fn agent_show_prints_the_panel() {
+        let mut r = Renderer::new(Vec::new(), false);
+        r.transcript(&pb::GetConversationResponse {
+            plan: Some(list(&[("a", "completed"), ("b", "in_progress")])),
+            ..Default::default()
+        })
+        .unwrap();
+        let out = String::from_utf8(r.into_inner()).unwrap();
+        assert!(
+            out.ends_with("\nTodo list · 1/2 done\n  ☒ a\n  ◐ b\n"),
+            "{out:?}"
+        );
+    }
+
+    #[test]
     fn piped_the_list_is_printed_once_as_it_ends() {
         let mut r = Renderer::new(Vec::new(), false);
         r.todo_updated(&list(&[("a", "in_progress")])).unwrap();
