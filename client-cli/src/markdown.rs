@@ -147,6 +147,16 @@ enum Piece {
     Break,
 }
 
+/// Plain text wrapped at `width` columns, never inside a word (a word
+/// longer than the line stays whole).
+pub(crate) fn wrap_text(text: &str, width: usize) -> Vec<String> {
+    wrap::wrap(
+        &[Piece::Text(text.to_string(), Look::default())],
+        width,
+        Style::plain(width),
+    )
+}
+
 /// Text made safe for a terminal (model replies, command output): control
 /// characters (an escape could move the cursor or change the title) become
 /// `�`, tabs `tab`.

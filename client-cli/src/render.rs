@@ -28,6 +28,7 @@ mod plans;
 mod status;
 mod tables;
 mod thinking;
+mod todo;
 mod tools;
 mod transcript;
 
@@ -44,6 +45,7 @@ pub use status::{error_kind_text, mode_name, state_text};
 pub use tables::{
     conversation_table, conversation_tree, cost_text, shell_table, tokens_text, usage_table,
 };
+pub use todo::{todo_panel_lines, todo_status};
 pub use tools::{OUTPUT_LINES, abbreviate, tool_use_summary};
 pub use transcript::{SNAPSHOT_TAIL, checkpoint_lines};
 
@@ -79,7 +81,7 @@ enum Stream {
 /// arriving twice — in a snapshot after a reconnect, as a durable message
 /// after streamed deltas — is shown once.
 pub struct Renderer<W: Write> {
-    out: W,
+    out: todo::Counted<W>,
     color: bool,
     /// The cursor is not at the start of a line.
     line_open: bool,
@@ -144,13 +146,18 @@ pub struct Renderer<W: Write> {
     last_result: Option<(String, pb::ToolResultBlock)>,
     /// How reasoning is shown (collapsed or whole).
     thinking: thinking::ThinkingLine,
+    /// The model's todo list and what of it is on the screen.
+    todo: todo::TodoPanel,
 }
 
 impl<W: Write> Renderer<W> {
     /// A renderer writing into `out`, with ANSI colour when `color`.
     pub fn new(out: W, color: bool) -> Self {
         Renderer {
-            out,
+            out: todo::Counted {
+                inner: out,
+                written: 0,
+            },
             color,
             line_open: false,
             stream: Stream::None,
@@ -184,6 +191,7 @@ impl<W: Write> Renderer<W> {
             full_output: false,
             last_result: None,
             thinking: thinking::ThinkingLine::default(),
+            todo: todo::TodoPanel::default(),
         }
     }
 
@@ -191,6 +199,18 @@ impl<W: Write> Renderer<W> {
     /// terminal).
     pub fn with_live_thinking(mut self, in_place: bool) -> Self {
         self.thinking.in_place = in_place;
+        self
+    }
+
+    /// How the todo list is shown: redrawn in place (a terminal written
+    /// directly), or once as the turn ends (piped, the default, and the
+    /// interactive session, whose spinner line follows the list).
+    pub fn with_todo_panel(mut self, terminal: bool, interactive: bool) -> Self {
+        self.todo.mode = if terminal && !interactive {
+            todo::PanelMode::InPlace
+        } else {
+            todo::PanelMode::Final
+        };
         self
     }
 
@@ -251,12 +271,12 @@ impl<W: Write> Renderer<W> {
 
     /// The writer, back.
     pub fn into_inner(self) -> W {
-        self.out
+        self.out.inner
     }
 
     /// The writer, to write something the renderer does not know about.
     pub fn writer(&mut self) -> &mut W {
-        &mut self.out
+        &mut self.out.inner
     }
 
     /// This client's id (known after the snapshot).
@@ -410,6 +430,11 @@ impl<W: Write> Renderer<W> {
             | Event::PlanStepFailed(s)
             | Event::PlanStepSkipped(s) => self.plan_step(s)?,
             Event::PlanSuggested(s) => self.notice(&plan_suggested_text(s))?,
+            Event::TodoUpdated(t) => {
+                if let Some(list) = &t.plan {
+                    self.todo_updated(list)?;
+                }
+            }
             Event::SubAgentStarted(_)
             | Event::SubAgentStateChanged(_)
             | Event::SubAgentToolCallBegin(_)

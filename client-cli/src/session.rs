@@ -169,6 +169,7 @@ pub(crate) async fn session_outcome(
             SessionKind::Interactive => config.sent_prompt.is_none(),
         })
         .with_live_thinking(color)
+        .with_todo_panel(color, ui.is_some())
         .with_own_name(&config.client_name)
         .with_keys(ui.is_none())
         .with_auto_allow(config.yes);
@@ -209,6 +210,7 @@ pub(crate) async fn session_outcome(
     };
     let outcome = session.run().await;
     let _ = session.render.end_line();
+    let _ = session.render.todo_final();
     let _ = session.render.flush();
     let outcome = outcome?;
     let detached = session.detached();

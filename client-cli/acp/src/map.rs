@@ -14,12 +14,14 @@ use serde_json::Value;
 
 /// A plan as an ACP plan: every step an entry, the whole list each time (the
 /// editor replaces its plan with each update). ACP has no failed or skipped
-/// status: such steps are completed entries that say so.
+/// status: such steps are completed entries that say so. The model's todo
+/// list (phase `todo`) is sent the same way, its items of medium priority.
 pub(super) fn plan(p: &pb::Plan) -> agent_client_protocol::v1::schema::Plan {
     use agent_client_protocol::v1::schema::{PlanEntry, PlanEntryPriority, PlanEntryStatus};
-    let priority = match p.risk.as_str() {
-        "high" => PlanEntryPriority::High,
-        "low" => PlanEntryPriority::Low,
+    let priority = match (p.phase.as_str(), p.risk.as_str()) {
+        ("todo", _) => PlanEntryPriority::Medium,
+        (_, "high") => PlanEntryPriority::High,
+        (_, "low") => PlanEntryPriority::Low,
         _ => PlanEntryPriority::Medium,
     };
     let entries = p
@@ -595,6 +597,18 @@ mod tests {
             acp.entries
                 .iter()
                 .all(|e| e.priority == PlanEntryPriority::High)
+        );
+        // The todo list (risk "low" on the wire) is of medium priority.
+        let todo = pb::Plan {
+            phase: "todo".into(),
+            risk: "low".into(),
+            ..p
+        };
+        assert!(
+            plan(&todo)
+                .entries
+                .iter()
+                .all(|e| e.priority == PlanEntryPriority::Medium)
         );
     }
 

@@ -189,7 +189,8 @@ impl Pump {
             | Event::PlanStepStarted(pb::PlanStepChanged { plan: Some(p), .. })
             | Event::PlanStepCompleted(pb::PlanStepChanged { plan: Some(p), .. })
             | Event::PlanStepFailed(pb::PlanStepChanged { plan: Some(p), .. })
-            | Event::PlanStepSkipped(pb::PlanStepChanged { plan: Some(p), .. }) => {
+            | Event::PlanStepSkipped(pb::PlanStepChanged { plan: Some(p), .. })
+            | Event::TodoUpdated(pb::TodoUpdated { plan: Some(p) }) => {
                 self.notify(SessionUpdate::Plan(map::plan(&p)));
             }
             _ => {}

@@ -62,6 +62,7 @@ pub fn event_type(event: &Event) -> &'static str {
         Event::CorrectionAttempt(_) => "correction_attempt",
         Event::CorrectionSuccess(_) => "correction_success",
         Event::CorrectionFailed(_) => "correction_failed",
+        Event::TodoUpdated(_) => "todo_updated",
     }
 }
 
@@ -118,6 +119,7 @@ fn event_body(event: &Event) -> Value {
         Event::CorrectionAttempt(c) => correction_attempt(c),
         Event::CorrectionSuccess(c) => json!({"attempts": c.attempts, "tool": c.tool}),
         Event::CorrectionFailed(c) => correction_failed(c),
+        Event::TodoUpdated(t) => json!({"plan": opt(t.plan.as_ref(), plan)}),
     }
 }
 

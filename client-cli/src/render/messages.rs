@@ -117,6 +117,9 @@ impl<W: Write> Renderer<W> {
                     Some(Block::ToolUse(t)) => {
                         let summary = tool_use_summary(&t.name, &t.input_json);
                         self.tool_uses.insert(t.id.clone(), summary.clone());
+                        if live && t.name == super::todo::UPDATE_PLAN {
+                            self.todo.quiet.insert(t.id.clone());
+                        }
                         if !live && !self.begun.contains(&t.id) {
                             self.tool_begin(&t.id, &summary)?;
                         }

@@ -28,6 +28,7 @@ impl<W: Write> Renderer<W> {
             }
             StateKind::Idle => {
                 self.end_line()?;
+                self.todo_final()?;
                 self.last_error = None;
                 self.cancel_said = false;
             }

@@ -1456,3 +1456,93 @@ fn correction_events_are_one_line_each() {
          ! self-correction gave up: edit failed again after 3 attempts; the turn ended\n"
     );
 }
+
+/// A live turn that keeps a todo list: the `update_plan` calls get no
+/// lines of their own, and on a terminal the panel is drawn again in place
+/// while nothing else was printed after it.
+#[test]
+fn todo_updates_redraw_the_panel_in_place_and_their_calls_are_quiet() {
+    let list = |status: &str| pb::Plan {
+        phase: "todo".into(),
+        steps: vec![pb::PlanStep {
+            id: "1".into(),
+            title: "Read the parser".into(),
+            status: status.into(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let input = r#"{"steps":[{"title":"Read the parser","status":"in_progress"}]}"#;
+    let mut r = Renderer::new(Vec::new(), false)
+        .with_live_thinking(true)
+        .with_todo_panel(true, false);
+    let events = [
+        E::ReplyBegin(pb::ReplyBegin { attempt: 1 }),
+        appended(msg(
+            2,
+            Role::Assistant,
+            vec![tool_use("t1", "update_plan", input)],
+        )),
+        appended(msg(
+            3,
+            Role::User,
+            vec![tool_result(
+                "t1",
+                "Todo list updated.\n[>] 1. Read the parser\n",
+                false,
+            )],
+        )),
+        E::StateChanged(pb::StateChanged {
+            state: Some(state(StateKind::LlmRequesting)),
+        }),
+        E::TodoUpdated(pb::TodoUpdated {
+            plan: Some(list("in_progress")),
+        }),
+        E::ReplyBegin(pb::ReplyBegin { attempt: 1 }),
+        appended(msg(
+            4,
+            Role::Assistant,
+            vec![tool_use("t2", "update_plan", input)],
+        )),
+        appended(msg(
+            5,
+            Role::User,
+            vec![tool_result("t2", "Todo list updated.", false)],
+        )),
+        E::StateChanged(pb::StateChanged {
+            state: Some(state(StateKind::LlmRequesting)),
+        }),
+        E::TodoUpdated(pb::TodoUpdated {
+            plan: Some(list("completed")),
+        }),
+        appended(msg(6, Role::Assistant, vec![text("Done.")])),
+        E::StateChanged(pb::StateChanged {
+            state: Some(state(StateKind::Idle)),
+        }),
+    ];
+    for e in events {
+        r.event(&ev(e)).unwrap();
+    }
+    let out = String::from_utf8(r.into_inner()).unwrap();
+    assert_eq!(
+        out,
+        "Todo list · 0/1 done\n  ◐ Read the parser\n\x1b[2A\r\x1b[JTodo list · 1/1 done\n  ☒ Read the parser\nDone.\n"
+    );
+    // A refused update is shown, with its error.
+    let out = render(vec![
+        appended(msg(
+            2,
+            Role::Assistant,
+            vec![tool_use("t3", "update_plan", input)],
+        )),
+        appended(msg(
+            3,
+            Role::User,
+            vec![tool_result("t3", "The todo list was not updated: no", true)],
+        )),
+    ]);
+    assert_eq!(
+        out,
+        "⏺ update_plan: todo list, 1 items, 0 done\n  ⎿ error: The todo list was not updated: no\n"
+    );
+}

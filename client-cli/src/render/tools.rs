@@ -40,6 +40,11 @@ impl<W: Write> Renderer<W> {
         };
         self.tool_uses
             .insert(t.tool_use_id.clone(), summary.clone());
+        if t.tool_name == super::todo::UPDATE_PLAN {
+            // Shown when it ends only if it fails.
+            self.todo.quiet.insert(t.tool_use_id.clone());
+            return Ok(());
+        }
         if matches!(t.kind(), pb::ToolKind::Read | pb::ToolKind::Search) {
             // One line with its result, when it ends.
             self.begun.insert(t.tool_use_id.clone());
@@ -58,6 +63,9 @@ impl<W: Write> Renderer<W> {
     }
 
     pub(super) fn tool_end(&mut self, t: &pb::ToolCallEnd) -> io::Result<()> {
+        if self.quiet_end(&t.tool_use_id, t.is_error) {
+            return Ok(());
+        }
         if !self.begun.contains(&t.tool_use_id) {
             let summary = self
                 .tool_uses
@@ -317,7 +325,7 @@ impl<W: Write> Renderer<W> {
             .cloned()
             .unwrap_or_else(|| format!("tool call {}", r.tool_use_id));
         self.last_result = Some((summary.clone(), r.clone()));
-        if self.ended.contains(&r.tool_use_id) {
+        if self.ended.contains(&r.tool_use_id) || self.quiet_end(&r.tool_use_id, r.is_error) {
             return Ok(());
         }
         if !self.begun.contains(&r.tool_use_id) {
@@ -374,6 +382,11 @@ pub fn tool_use_summary(name: &str, input_json: &str) -> String {
     ];
     let value: serde_json::Value =
         serde_json::from_str(input_json).unwrap_or(serde_json::Value::Null);
+    if name == super::todo::UPDATE_PLAN
+        && let Some(steps) = value["steps"].as_array()
+    {
+        return format!("{name}: {}", update_plan_summary(steps));
+    }
     if let Some(obj) = value.as_object() {
         for key in KEYS {
             if let Some(s) = obj.get(key).and_then(|v| v.as_str()) {
@@ -390,6 +403,30 @@ pub fn tool_use_summary(name: &str, input_json: &str) -> String {
     } else {
         format!("{name}: {}", one_line(input_json, 100))
     }
+}
+
+/// What an `update_plan` call says: a todo list's size and progress, or
+/// a plan's steps and their new statuses.
+fn update_plan_summary(steps: &[serde_json::Value]) -> String {
+    if steps.iter().any(|s| s.get("title").is_some()) {
+        let done = steps.iter().filter(|s| s["status"] == "completed").count();
+        return format!("todo list, {} items, {done} done", steps.len());
+    }
+    let changes: Vec<String> = steps
+        .iter()
+        .map(|s| {
+            let id = match &s["id"] {
+                serde_json::Value::String(id) => id.clone(),
+                other => other.to_string(),
+            };
+            format!(
+                "{} {}",
+                one_line(&id, 10),
+                one_line(s["status"].as_str().unwrap_or("?"), 12)
+            )
+        })
+        .collect();
+    changes.join(", ")
 }
 
 /// A tool result in one line: its first line, and how many more there are.

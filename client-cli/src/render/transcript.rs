@@ -65,6 +65,9 @@ impl<W: Write> Renderer<W> {
         if let Some(partial) = &s.partial_reply {
             self.partial_reply(partial)?;
         }
+        if let Some(list) = s.plan.as_ref().filter(|p| p.phase == "todo") {
+            self.todo_snapshot(list)?;
+        }
         if let Some(request) = &s.pending_permission {
             self.permission_request(request)?;
         }
@@ -143,7 +146,11 @@ impl<W: Write> Renderer<W> {
                 _ => {}
             }
         }
-        if let Some(plan) = r.plan.as_ref().filter(|p| p.phase != "proposed") {
+        if let Some(list) = r.plan.as_ref().filter(|p| p.phase == "todo") {
+            writeln!(self.out)?;
+            self.todo_updated(list)?;
+            self.todo_final()?;
+        } else if let Some(plan) = r.plan.as_ref().filter(|p| p.phase != "proposed") {
             writeln!(self.out)?;
             let line = self.paint(BOLD, &format!("plan ({}): {}", plan.phase, plan.intent));
             self.line(&line)?;

@@ -51,6 +51,9 @@ pub struct Status {
     pub additional_dirs: Vec<String>,
     /// When the agent last started working (ms on the link's clock).
     pub busy_since_ms: u64,
+    /// The model's todo list in a few words (`render::todo_status`),
+    /// shown after what the agent does while it works.
+    pub todo: String,
 }
 
 impl Status {
@@ -118,7 +121,10 @@ impl Status {
         if streamed > 0 {
             tail.push_str(&format!(" ↓{}", count(streamed)));
         }
-        let doing = self.doing(now_ms);
+        let mut doing = self.doing(now_ms);
+        if !self.todo.is_empty() {
+            doing = format!("{doing} · {}", self.todo);
+        }
         // The frame and its space, and at least one column of what it does.
         let room = width.saturating_sub(2 + tail.chars().count());
         if room == 0 {
@@ -271,6 +277,17 @@ mod tests {
                 .left(1_000, 80)
                 .contains("waiting for your answer")
         );
+    }
+
+    #[test]
+    fn the_spinner_follows_the_todo_list() {
+        let mut s = busy(StateKind::LlmRequesting);
+        s.todo = "◐ Fix the parser (1/3)".into();
+        assert_eq!(
+            s.left(4_200, 80),
+            "⠹ thinking · ◐ Fix the parser (1/3) 3.2s "
+        );
+        assert!(s.left(4_200, 30).chars().count() <= 31);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use agent_proto::v1::{self as pb, StateKind, attach_response::Event};
 
 use super::Session;
-use crate::render::mode_name;
+use crate::render::{mode_name, todo_status};
 use crate::repl::status::Status;
 
 /// A turn at least this long rings the bell when it ends.
@@ -70,6 +70,9 @@ fn follow_event(s: &mut Status, event: &Event, now: u64, own: &Own<'_>) {
             });
         }
         Event::ToolCallEnd(_) => s.tool = None,
+        Event::TodoUpdated(t) => {
+            s.todo = t.plan.as_ref().map(todo_status).unwrap_or_default();
+        }
         Event::Retrying(r) => {
             s.retry = Some((r.attempt, r.max_attempts, now + r.delay_ms));
         }
@@ -124,6 +127,9 @@ fn follow_snapshot(s: &mut Status, snap: &pb::Snapshot, now: u64) {
         .count();
     if let Some(u) = snap.messages.iter().rev().find_map(|m| m.usage.as_ref()) {
         s.context_used = context_tokens(u);
+    }
+    if let Some(list) = snap.plan.as_ref().filter(|p| p.phase == "todo") {
+        s.todo = todo_status(list);
     }
 }
 

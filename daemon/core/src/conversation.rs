@@ -53,6 +53,9 @@ pub struct Conversation {
     /// the shells it has heard of.
     #[serde(flatten)]
     pub shell_notes: ShellNotes,
+    /// The current turn's tool calls, for the todo-list reminder.
+    #[serde(flatten)]
+    pub todo_tally: crate::plan::TodoTally,
 }
 
 impl Conversation {
@@ -201,6 +204,9 @@ pub struct QueuedMessage {
     /// The thinking its sender asked for, should it start a turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<crate::thinking::Thinking>,
+    /// The files its `@path` mentions attach, read when it was queued.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<crate::mention::Mentioned>,
 }
 
 impl QueuedMessage {
@@ -213,6 +219,7 @@ impl QueuedMessage {
             from: None,
             images: Vec::new(),
             thinking: None,
+            mentions: Vec::new(),
         }
     }
 }

@@ -34,7 +34,7 @@ pub enum RuleScope {
 }
 
 /// How a user message was sent, as far as the core decides by it.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Sending {
     /// While a turn runs (or a cancel completes) the message waits in the
     /// queue ([`Effect::Enqueue`]) instead of being refused as busy.
@@ -53,6 +53,10 @@ pub struct Sending {
     /// model's configured thinking).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub thinking: Option<crate::thinking::Thinking>,
+    /// The files its `@path` mentions attach, as the daemon found them
+    /// (read once the message is taken): blocks after its text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mentions: Vec<crate::mention::Mentioned>,
 }
 
 /// Where a user message stands with the hooks that check a message before

@@ -29,6 +29,7 @@ pub mod event;
 pub mod hooks;
 pub mod image;
 pub mod loops;
+pub mod mention;
 pub mod message;
 pub mod permission;
 pub mod plan;

@@ -19,17 +19,20 @@
 //! [`should_create_plan`] is the seed's plan detection heuristic, a pure
 //! function of the user's text (`detect.rs`). Reading the tools' input is
 //! in `input.rs`, the editable text format of the steps in `text.rs`, the
-//! tools' specs in `specs.rs`.
+//! tools' specs in `specs.rs`; the todo list (`update_plan` with no
+//! approved plan, a plan in the `todo` phase) in `todo.rs`.
 
 mod detect;
 mod input;
 mod specs;
 mod text;
+mod todo;
 
 pub use detect::{PLAN_THRESHOLD, PlanScore, file_mentions, plan_score, should_create_plan};
 pub use input::updates_from_input;
 pub use specs::{propose_plan_spec, update_plan_spec};
 pub use text::{format_draft_line, parse_steps_text};
+pub use todo::{TODO_INTENT, TODO_STATUSES, TodoTally, is_todo_input};
 
 use input::check_drafts;
 use serde::{Deserialize, Serialize};
@@ -193,6 +196,9 @@ pub enum PlanPhase {
     Approved,
     /// Rejected: the model was asked to revise it.
     Rejected,
+    /// Not a plan but the model's todo list (`update_plan` with no
+    /// approved plan): no approval, the whole list replaced each time.
+    Todo,
 }
 
 impl PlanPhase {
@@ -202,6 +208,7 @@ impl PlanPhase {
             PlanPhase::Proposed => "proposed",
             PlanPhase::Approved => "approved",
             PlanPhase::Rejected => "rejected",
+            PlanPhase::Todo => "todo",
         }
     }
 }
@@ -559,6 +566,8 @@ pub enum PlanEvent {
     /// A step's status changed: `plan_step_started` (to in_progress),
     /// `plan_step_completed`, `plan_step_failed`, or skipped.
     Step(StepChange),
+    /// The todo list was replaced (`update_plan` with no approved plan).
+    TodoUpdated,
 }
 
 /// Whether a request's plan detection is off, suggests plan mode, or

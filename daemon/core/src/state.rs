@@ -365,6 +365,9 @@ pub struct ConvContext {
     /// turn when the conversation is idle (otherwise its note waits for
     /// the next model request).
     pub wake_on_shell_exit: bool,
+    /// `[plan] todo_reminder_after`: a turn that made this many tool calls
+    /// without a todo list is reminded once to keep one (0: never).
+    pub todo_reminder_after: u32,
 }
 
 /// Whether the daemon continues a conversation whose context is exhausted
@@ -404,6 +407,7 @@ impl Default for ConvContext {
             auto_rollback_on_failure: false,
             auto_continue: AutoContinue::default(),
             wake_on_shell_exit: false,
+            todo_reminder_after: 0,
         }
     }
 }

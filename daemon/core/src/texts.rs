@@ -178,9 +178,24 @@ pub fn plan_update_refused(why: &str) -> String {
     format!("The plan was not updated: {why}")
 }
 
-/// Result of `update_plan` when there is no plan to update.
-pub const NO_PLAN: &str =
-    "There is no approved plan to update. Propose one with propose_plan first.";
+/// Result of an `update_plan` call that replaced the todo list.
+pub fn todo_updated(checklist: &str) -> String {
+    if checklist.is_empty() {
+        "Todo list cleared.".to_string()
+    } else {
+        format!("Todo list updated.\n{checklist}")
+    }
+}
+
+/// Result of an `update_plan` call whose todo list was refused.
+pub fn todo_refused(why: &str) -> String {
+    format!("The todo list was not updated: {why}")
+}
+
+/// Added once per turn to the tool results of a turn that made many tool
+/// calls without a todo list (issue 42 point 4), in the spirit of the
+/// seed's bracketed warnings.
+pub const TODO_REMINDER: &str = "[REMINDER: This turn has made many tool calls and there is no todo list.]\n[If the task has several steps, call update_plan with the whole list (each item {title, status}, one in_progress at a time) and keep it current as you work.]\n[Ignore this if the task is simple.]";
 
 /// Result of `spawn_agents` called by a sub-agent (no nesting, REQ-BED-008).
 pub const NO_NESTING: &str =
@@ -329,4 +344,19 @@ pub fn shell_ended(note: &crate::conversation::ShellNote) -> String {
         ));
     }
     text
+}
+
+/// The block that attaches a file a user's message mentions (`@path`).
+pub fn mention_contents(path: &str, content: &str) -> String {
+    format!("Contents of {path}:\n{content}")
+}
+
+/// The text before the image a user's message mentions (`@path`).
+pub fn mention_image(path: &str) -> String {
+    format!("Image {path}:")
+}
+
+/// The note that a mentioned file was not attached, and why.
+pub fn mention_refused(path: &str, reason: &str) -> String {
+    format!("[{path} was not attached: {reason}]")
 }

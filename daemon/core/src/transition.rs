@@ -73,6 +73,8 @@ struct Step {
     corrections: Option<Corrections>,
     /// The turn's thinking, when a new turn starts.
     thinking: Option<Option<crate::thinking::Thinking>>,
+    /// The turn's tool calls (todo-list reminder), when a round counted.
+    todo_tally: Option<crate::plan::TodoTally>,
 }
 
 impl Step {
@@ -85,6 +87,7 @@ impl Step {
             notes_delivered: false,
             corrections: None,
             thinking: None,
+            todo_tally: None,
         }
     }
 
@@ -136,6 +139,7 @@ impl Step {
                     },
                     noted: before.shell_notes.noted.clone(),
                 },
+                todo_tally: self.todo_tally.unwrap_or(before.todo_tally),
             },
             effects: self.effects,
         }

@@ -719,14 +719,25 @@ mod flow {
             "{}",
             res[1].1
         );
-        // Without a plan.
+        // Without a plan the steps are a todo list (issue 42 point 4): a
+        // plan-style update naming a step but no title is refused.
         let t = transition(
             &requesting().into(),
             &ctx(Mode::Default),
-            reply_calling(&[("u", "update_plan", json!({"steps": []}))]),
+            reply_calling(&[(
+                "u",
+                "update_plan",
+                json!({"steps": [{"id": "1", "status": "in_progress"}]}),
+            )]),
         )
         .unwrap();
-        assert!(results(&t)[0].2);
+        let res = results(&t);
+        assert!(
+            res[0].2 && res[0].1.contains("`title` must be a non-empty string"),
+            "{}",
+            res[0].1
+        );
+        assert_eq!(t.conversation.plan, None);
     }
 
     /// The effects that move files as steps start and fail, in order,

@@ -1021,6 +1021,7 @@ const QUEUE_IF_BUSY: Sending = Sending {
     hooks: PromptHooks::Passed,
     other_in_hooks: false,
     thinking: None,
+    mentions: Vec::new(),
 };
 
 #[test]
@@ -1079,7 +1080,7 @@ fn a_message_whose_prompt_hooks_are_due_asks_for_them_and_changes_nothing() {
     check(
         ConvState::Idle,
         &ctx(),
-        user_msg_sent("fix it", due),
+        user_msg_sent("fix it", due.clone()),
         "Idle\n+ run prompt hooks",
     );
     // A turn runs: the hooks do not run; it is queued as asked.
@@ -1100,7 +1101,7 @@ fn another_message_in_its_prompt_hooks_counts_as_a_running_turn() {
     check(
         ConvState::Idle,
         &ctx(),
-        user_msg_sent("me too", other),
+        user_msg_sent("me too", other.clone()),
         "REJECT agent is busy",
     );
     check(
@@ -1110,7 +1111,7 @@ fn another_message_in_its_prompt_hooks_counts_as_a_running_turn() {
             "me too",
             Sending {
                 queue_if_busy: true,
-                ..other
+                ..other.clone()
             },
         ),
         "Idle\n+ enqueue",

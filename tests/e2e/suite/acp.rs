@@ -697,3 +697,75 @@ async fn acp_says_when_its_bridge_cannot_run_and_the_bridge_serves_only_acp() {
         "{err}"
     );
 }
+
+/// The model's todo list (issue 42 point 4) reaches the editor as the ACP
+/// `plan` session update, the whole list each time, with the statuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_todo_list_is_sent_as_the_acp_plan() {
+    use agent_client_protocol::v1::schema::PlanEntryStatus;
+    let s = Scenario::new()
+        .scripts([
+            tool(
+                "t1",
+                "update_plan",
+                json!({"steps": [
+                    {"title": "Read the parser", "status": "completed"},
+                    {"title": "Fix the off-by-one", "status": "in_progress"},
+                    {"title": "Run the tests", "status": "pending"}
+                ]}),
+            ),
+            Script::text("Working on it."),
+        ])
+        .start()
+        .await;
+    let mut editor = Editor::start(&s.daemon).await;
+    let created = editor
+        .cx
+        .send_request(NewSessionRequest::new(s.work.path().to_path_buf()))
+        .block_task()
+        .await
+        .expect("session/new");
+    let session = created.session_id.0.to_string();
+    let stop = tokio::time::timeout(
+        WAIT,
+        editor
+            .cx
+            .send_request(prompt("fix the parser", &session))
+            .block_task(),
+    )
+    .await
+    .expect("the prompt returns")
+    .expect("the prompt succeeds");
+    assert_eq!(stop.stop_reason, StopReason::EndTurn);
+    let mut updates = editor.drain();
+    if !updates.iter().any(|u| matches!(u, SessionUpdate::Plan(_))) {
+        updates.extend(
+            editor
+                .updates_until(|u| matches!(u, SessionUpdate::Plan(_)))
+                .await,
+        );
+    }
+    let plans: Vec<Vec<(String, PlanEntryStatus)>> = updates
+        .iter()
+        .filter_map(|u| match u {
+            SessionUpdate::Plan(p) => Some(
+                p.entries
+                    .iter()
+                    .map(|e| (e.content.clone(), e.status.clone()))
+                    .collect(),
+            ),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        plans,
+        [vec![
+            ("Read the parser".to_string(), PlanEntryStatus::Completed),
+            (
+                "Fix the off-by-one".to_string(),
+                PlanEntryStatus::InProgress
+            ),
+            ("Run the tests".to_string(), PlanEntryStatus::Pending),
+        ]]
+    );
+}

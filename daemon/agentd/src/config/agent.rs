@@ -263,7 +263,7 @@ impl ImagesSection {
 }
 
 /// Plans (README "Plans"): what a request that deserves a plan does.
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub(crate) struct PlanSection {
     /// `off`, `suggest` (the default: clients ask whether to plan first) or
@@ -272,6 +272,19 @@ pub(crate) struct PlanSection {
     /// When a step of an approved plan fails, restore the files the agent
     /// changed since that step started (README "Checkpoints and rewind").
     pub auto_rollback_on_failure: bool,
+    /// A turn that made this many tool calls without a todo list gets one
+    /// reminder to keep one (README "Todo list"; 0: never).
+    pub todo_reminder_after: u32,
+}
+
+impl Default for PlanSection {
+    fn default() -> Self {
+        PlanSection {
+            detect: agentd_core::plan::PlanDetect::default(),
+            auto_rollback_on_failure: false,
+            todo_reminder_after: 8,
+        }
+    }
 }
 
 /// Checkpoints (README "Checkpoints and rewind"): what the daemon keeps of

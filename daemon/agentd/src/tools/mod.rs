@@ -33,7 +33,7 @@ pub(crate) use live::{LiveOutput, OutputChunk, OutputPreview};
 mod own;
 pub(crate) use own::OwnFiles;
 mod patch;
-mod paths;
+pub(crate) mod paths;
 pub(crate) use paths::resolve_real;
 mod preview;
 pub(crate) use preview::planned_paths;

@@ -129,10 +129,12 @@ pub(super) fn update_plan(tool: Tool, input: &Value) -> Option<String> {
         let parts: Vec<String> = ups
             .iter()
             .map(|u| {
-                let id = match u.get("id") {
-                    Some(Value::String(s)) => one_line(s, 10),
-                    Some(other) => one_line(&other.to_string(), 10),
-                    None => "?".to_string(),
+                // A plan step by its id, a todo item by its title.
+                let id = match (u.get("id"), u.get("title").and_then(Value::as_str)) {
+                    (Some(Value::String(s)), _) => one_line(s, 10),
+                    (None, Some(title)) => one_line(title, 24),
+                    (Some(other), _) => one_line(&other.to_string(), 10),
+                    (None, None) => "?".to_string(),
                 };
                 let status = u.get("status").and_then(Value::as_str).unwrap_or("?");
                 format!("{id} {}", one_line(status, 12))

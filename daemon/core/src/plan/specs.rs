@@ -33,24 +33,29 @@ pub fn propose_plan_spec() -> crate::tools::ToolSpec {
     }
 }
 
-/// The spec of `update_plan`.
+/// The spec of `update_plan`: the approved plan's progress, or the todo
+/// list when no approved plan is under way (one vocabulary, two uses).
 pub fn update_plan_spec() -> crate::tools::ToolSpec {
     crate::tools::ToolSpec {
         name: crate::tools::Tool::UpdatePlan.name().to_string(),
-        description: "Report progress on the approved plan: mark a step in_progress when you start it, then completed or failed (with a note). A step starts only after its dependencies completed; steps that depend on a failed step are skipped.".to_string(),
+        description: "Keep your todo list, or report progress on an approved plan.\n\
+Todo list (no approved plan, or every step of it done): for a task of several steps, send the whole list each time as `steps`, each {title, status} with status pending, in_progress or completed; keep exactly one item in_progress while you work and mark items completed as soon as they are done. The user sees the list. Skip it for simple one-step tasks.\n\
+Approved plan: mark a step in_progress when you start it (by its id), then completed or failed (with a note). A step starts only after its dependencies completed; steps that depend on a failed step are skipped.".to_string(),
         input_schema: serde_json::json!({
             "type": "object",
             "required": ["steps"],
             "properties": {
                 "steps": {
                     "type": "array",
+                    "description": "Todo list: every item, in order. Approved plan: the steps whose status changed.",
                     "items": {
                         "type": "object",
-                        "required": ["id", "status"],
+                        "required": ["status"],
                         "properties": {
-                            "id": {"type": "string"},
-                            "status": {"type": "string", "enum": ["in_progress", "completed", "failed", "skipped"]},
-                            "note": {"type": "string", "description": "Why it failed or was skipped"}
+                            "id": {"type": "string", "description": "The plan step's id (optional for a todo item)"},
+                            "title": {"type": "string", "description": "A todo item's text"},
+                            "status": {"type": "string", "enum": ["pending", "in_progress", "completed", "failed", "skipped"]},
+                            "note": {"type": "string", "description": "Why a plan step failed or was skipped"}
                         }
                     }
                 }

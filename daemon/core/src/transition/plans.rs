@@ -64,10 +64,19 @@ pub(super) fn answer_plan_tool(
 }
 
 /// Answers an `update_plan` call: its result, and when the plan changed,
-/// the new plan with one `PlanChanged` effect per step that changed.
+/// the new plan with one `PlanChanged` effect per step that changed. With
+/// an approved plan it moves the plan's steps, unless every step is done
+/// and the call sends titled items: then, as with no approved plan, the
+/// call's steps are the whole todo list.
 fn update_plan(plan: Option<&Plan>, call: &ToolCall) -> (ToolResult, Option<(Plan, Vec<Effect>)>) {
-    let Some(plan) = plan else {
-        return (ToolResult::new(&call.id, texts::NO_PLAN, true), None);
+    let plan = match plan {
+        Some(p)
+            if p.phase == PlanPhase::Approved
+                && !(p.is_finished() && crate::plan::is_todo_input(&call.input)) =>
+        {
+            p
+        }
+        _ => return update_todo(call),
     };
     let applied = crate::plan::updates_from_input(&call.input).and_then(|ups| plan.apply(&ups));
     match applied {
@@ -90,6 +99,27 @@ fn update_plan(plan: Option<&Plan>, call: &ToolCall) -> (ToolResult, Option<(Pla
             (
                 ToolResult::new(&call.id, content, false),
                 Some((next, effects)),
+            )
+        }
+    }
+}
+
+/// Answers an `update_plan` call that replaces the todo list.
+fn update_todo(call: &ToolCall) -> (ToolResult, Option<(Plan, Vec<Effect>)>) {
+    match Plan::todo_from_input(&call.input, &call.id) {
+        Err(e) => (
+            ToolResult::new(&call.id, texts::todo_refused(&e.0), true),
+            None,
+        ),
+        Ok(list) => {
+            let content = texts::todo_updated(&list.checklist());
+            let effect = Effect::PlanChanged {
+                plan: list.clone(),
+                change: PlanEvent::TodoUpdated,
+            };
+            (
+                ToolResult::new(&call.id, content, false),
+                Some((list, vec![effect])),
             )
         }
     }

@@ -45,6 +45,7 @@ pub(super) fn deliver_queued(
             std::iter::once(ContentBlock::text(q.text.clone()))
                 .filter(|b| !matches!(b, ContentBlock::Text { text } if text.is_empty()))
                 .chain(q.images.iter().cloned().map(ContentBlock::Image))
+                .chain(crate::mention::blocks(&q.mentions))
         });
         notes.chain(queued)
     };

@@ -112,6 +112,7 @@ fn waiting(run: ToolRun, effects: Vec<Effect>) -> Step {
         notes_delivered: false,
         corrections: None,
         thinking: None,
+        todo_tally: None,
     }
 }
 
@@ -232,6 +233,7 @@ fn answered(ctx: &Inputs<'_>, mut run: ToolRun, mut effects: Vec<Effect>) -> Ste
             notes_delivered: false,
             corrections: None,
             thinking: None,
+            todo_tally: None,
         };
     }
     let results = answer_all(&run, |_| texts::SKIPPED_AFTER_INTERRUPT);
@@ -269,6 +271,7 @@ fn corrected(
     mut blocks: Vec<ContentBlock>,
     mut effects: Vec<Effect>,
 ) -> Step {
+    let tally = todo_tally(ctx, run, &effects, &mut blocks);
     let assessment =
         crate::correction::assess(&ctx.conv.corrections, &run.calls, &run.results, ctx.now_ms);
     let (notice, corrections, mut t) = match assessment {
@@ -333,5 +336,34 @@ fn corrected(
     effects.append(&mut t.effects);
     t.effects = effects;
     t.corrections = corrections;
+    t.todo_tally = Some(tally);
     t
+}
+
+/// Counts the run's calls in the turn's tally; the round that reaches the
+/// threshold with no list adds the reminder to `blocks` (once per turn).
+fn todo_tally(
+    ctx: &Inputs<'_>,
+    run: &ToolRun,
+    effects: &[Effect],
+    blocks: &mut Vec<ContentBlock>,
+) -> crate::plan::TodoTally {
+    let plan = effects
+        .iter()
+        .rev()
+        .find_map(|e| match e {
+            Effect::PlanChanged { plan, .. } => Some(plan),
+            _ => None,
+        })
+        .or(ctx.conv.plan.as_ref());
+    let (tally, nudge) = ctx.conv.todo_tally.after_round(
+        run.iteration,
+        run.calls.len(),
+        plan.is_some_and(Plan::keeps_list),
+        ctx.todo_reminder_after,
+    );
+    if nudge {
+        blocks.push(ContentBlock::text(texts::TODO_REMINDER));
+    }
+    tally
 }

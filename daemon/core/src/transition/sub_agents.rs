@@ -90,6 +90,7 @@ pub(super) fn spawn(
         notes_delivered: false,
         corrections: None,
         thinking: None,
+        todo_tally: None,
     }
 }
 

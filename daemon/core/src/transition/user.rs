@@ -34,7 +34,7 @@ pub(super) fn on_user_message(
         ConvState::Idle | ConvState::Error { .. } | ConvState::BudgetStopped { .. } => {
             return Ok(match sending.hooks {
                 PromptHooks::Due => Step::unchanged(state).with(Effect::RunPromptHooks),
-                PromptHooks::Passed => start_turn(ctx, text, images, sending.thinking),
+                PromptHooks::Passed => start_turn(ctx, text, images, sending),
             });
         }
         ConvState::Cancelling { .. } => Rejected::CancellationInProgress,
@@ -60,12 +60,7 @@ pub(super) fn on_user_message(
 
 /// A user message that starts a turn: with plan detection, the request
 /// self-corrections count against, and the first model request.
-fn start_turn(
-    ctx: &Inputs<'_>,
-    text: String,
-    images: Vec<ImageRef>,
-    thinking: Option<crate::thinking::Thinking>,
-) -> Step {
+fn start_turn(ctx: &Inputs<'_>, text: String, images: Vec<ImageRef>, sending: Sending) -> Step {
     let detected = detect_plan(ctx, &text);
     // The request this turn works on: self-corrections count
     // against it.
@@ -76,6 +71,8 @@ fn start_turn(
     if !text.trim().is_empty() {
         content.push(ContentBlock::text(text));
     }
+    // The files it mentions, each in its own block after it.
+    content.extend(crate::mention::blocks(&sending.mentions));
     let mut t = begin_request(ctx, 1).prepend(Effect::AppendMessage {
         message: Message::user(content, ctx.now_ms),
     });
@@ -84,7 +81,7 @@ fn start_turn(
         t.effects.insert(0, Effect::Notify { notice });
     }
     t.corrections = Some(corrections);
-    t.thinking = Some(thinking);
+    t.thinking = Some(sending.thinking);
     t
 }
 

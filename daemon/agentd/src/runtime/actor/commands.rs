@@ -68,6 +68,7 @@ impl Actor {
             hooks,
             other_in_hooks: self.work.prompt_checking(),
             thinking,
+            mentions: Vec::new(),
         }
     }
 
@@ -75,8 +76,13 @@ impl Actor {
     /// request.
     pub(super) async fn send_now(&mut self, message: NewMessage) -> Result<Sent, RuntimeError> {
         let message_seq = self.transcript.len() as u64 + 1;
+        let attached = self.read_mentions(&message.text).await;
         self.store_images(&message.images)?;
+        self.store_images(&attached.images)?;
         let sender = super::audit::sender(&message);
+        // Past its hooks it is taken or refused, not queued.
+        let mut sending = self.sending(false, PromptHooks::Passed, message.thinking);
+        sending.mentions = attached.mentioned;
         self.apply_request(
             message.client_request_id,
             RequestOutcome::Sent { message_seq },
@@ -84,8 +90,7 @@ impl Actor {
             Event::UserMessage {
                 text: message.text,
                 images: message.images.into_iter().map(|i| i.image).collect(),
-                // Past its hooks it is taken or refused, not queued.
-                sending: self.sending(false, PromptHooks::Passed, message.thinking),
+                sending,
             },
         )
         .await?;

@@ -54,6 +54,7 @@ impl Actor {
             // A sub-agent's turn is its task: a shell's end never starts
             // another.
             wake_on_shell_exit: cfg.shells.wake_on_exit && self.record.sub_agent.is_none(),
+            todo_reminder_after: cfg.plan.todo_reminder_after,
         }
     }
 

@@ -30,6 +30,7 @@ mod effects;
 mod hooks;
 mod inputs;
 mod labels;
+mod mentions;
 mod model;
 mod permissions;
 mod queue;

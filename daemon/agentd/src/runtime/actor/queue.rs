@@ -40,7 +40,13 @@ impl<'r> Queue<'r> {
     }
 
     /// Queues `message` (its images stored already) as `number`.
-    fn push(&mut self, number: u64, message: NewMessage, at_ms: i64) {
+    fn push(
+        &mut self,
+        number: u64,
+        message: NewMessage,
+        mentions: Vec<agentd_core::mention::Mentioned>,
+        at_ms: i64,
+    ) {
         self.queued.push(QueuedMessage {
             id: queued_id(number),
             text: message.text,
@@ -48,6 +54,7 @@ impl<'r> Queue<'r> {
             from: message.from.map(|c| (c.id, c.name)),
             images: message.images.into_iter().map(|i| i.image).collect(),
             thinking: message.thinking,
+            mentions,
         });
     }
 
@@ -78,12 +85,16 @@ impl Actor {
             true,
             now,
         );
-        if let Err(e) = self.store_images(&message.images) {
+        let attached = self.read_mentions(&message.text).await;
+        let stored = self
+            .store_images(&message.images)
+            .and_then(|()| self.store_images(&attached.images));
+        if let Err(e) = stored {
             self.record = saved;
             return Err(e);
         }
         let sender = super::audit::sender(&message);
-        Queue::of(&mut self.record).push(number, message, now);
+        Queue::of(&mut self.record).push(number, message, attached.mentioned, now);
         self.persist_queue(saved).await?;
         let id = queued_id(number);
         if let Some((client, text)) = sender {
@@ -153,7 +164,7 @@ mod tests {
         };
         for text in ["one", "two"] {
             let number = queue.reserve().unwrap();
-            queue.push(number, message(text), clock.now_ms());
+            queue.push(number, message(text), Vec::new(), clock.now_ms());
             tokio::time::advance(Duration::from_millis(40)).await;
         }
         assert_eq!(ids(&queued), ["q0", "q1"]);
@@ -170,7 +181,7 @@ mod tests {
         };
         for _ in 0..MAX_QUEUED {
             let number = queue.reserve().unwrap();
-            queue.push(number, message("m"), 0);
+            queue.push(number, message("m"), Vec::new(), 0);
         }
         assert!(matches!(queue.reserve(), Err(RuntimeError::QueueFull(_))));
         assert!(queue.drop_one("q3"));
@@ -190,7 +201,7 @@ mod tests {
         };
         for _ in 0..4 {
             let number = queue.reserve().unwrap();
-            queue.push(number, message("m"), 0);
+            queue.push(number, message("m"), Vec::new(), 0);
         }
         // The core delivers the oldest (a transition leaves the queue
         // without it; `agentd_core::transition`).

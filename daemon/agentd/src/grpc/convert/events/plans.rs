@@ -1,5 +1,6 @@
-//! Plan events: a plan generated, confirmed, rejected, and its steps'
-//! progress (a suggestion to plan is a notice).
+//! Plan events: a plan generated, confirmed, rejected, its steps'
+//! progress, and the todo list replaced (a suggestion to plan is a
+//! notice).
 
 use crate::grpc::convert::{mode, plan};
 use crate::runtime::EventKind;
@@ -37,6 +38,7 @@ pub(super) fn plan_event(change: &PlanEvent, p: &Plan) -> pb::attach_response::E
                 StepStatus::Skipped | StepStatus::Pending => E::PlanStepSkipped(step),
             }
         }
+        PlanEvent::TodoUpdated => E::TodoUpdated(pb::TodoUpdated { plan: wire }),
     }
 }
 
