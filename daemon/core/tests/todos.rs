@@ -168,6 +168,7 @@ fn requesting(iteration: u32) -> Conversation {
         attempt: 1,
         iteration,
         retry: None,
+        early: Default::default(),
     }
     .into()
 }

@@ -4644,7 +4644,9 @@ fn a_message_to_queue_waits_for_a_continuation_the_daemon_owes() {
     assert_eq!(t.conversation.state, conv.state);
     // Not asked to queue: refused as before.
     assert_eq!(
-        transition(&conv, &ctx(), user_msg("more")).unwrap_err().to_string(),
+        transition(&conv, &ctx(), user_msg("more"))
+            .unwrap_err()
+            .to_string(),
         "context exhausted"
     );
 }
