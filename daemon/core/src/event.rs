@@ -109,7 +109,11 @@ pub enum Event {
     ToolCompleted { result: ToolResult },
     /// A tool block of the reply being streamed is complete (its input
     /// parsed): a read-only call may start before the reply ends.
-    ToolCallStreamed { call: ToolCall },
+    /// `preceding`: the ids of the reply's tool calls before it.
+    ToolCallStreamed {
+        call: ToolCall,
+        preceding: Vec<String>,
+    },
     /// A user answered a permission request.
     PermissionAnswered {
         request_id: String,

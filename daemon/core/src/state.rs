@@ -175,10 +175,10 @@ impl ConvState {
 
 /// The calls of a reply still streaming that started before it ended
 /// (seed 002: a read-only call runs as soon as its block is complete).
-/// Only a leading run of such calls starts early: the first call that
-/// cannot (it changes something, needs a person or a hook, or is a plan
-/// tool) closes the early start for the rest of the reply, which keeps
-/// every mutating call in the model's order and after the reads before it.
+/// Only a leading run of such calls starts early: a call after one that
+/// could not (it changes something, needs a person or a hook, or is a plan
+/// tool) waits for the reply, which keeps every mutating call in the
+/// model's order and after the reads before it.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct EarlyCalls {
     /// The calls started, in the model's order.
@@ -190,15 +190,12 @@ pub struct EarlyCalls {
     /// Results of those that ended.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<ToolResult>,
-    /// A call could not start early: no later one does.
-    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
-    pub closed: bool,
 }
 
 impl EarlyCalls {
-    /// Nothing started and nothing closed.
+    /// Nothing started.
     pub fn is_empty(&self) -> bool {
-        self.calls.is_empty() && !self.closed
+        self.calls.is_empty()
     }
 }
 

@@ -419,7 +419,9 @@ fn decide(state: &ConvState, ctx: &Inputs<'_>, event: Event) -> Result<Step, Rej
             ConvState::LlmRequesting { .. } => early::on_completed(state, result),
             _ => schedule::on_tool_completed(state, ctx, result),
         },
-        Event::ToolCallStreamed { call } => early::on_streamed(state, ctx, call),
+        Event::ToolCallStreamed { call, preceding } => {
+            early::on_streamed(state, ctx, call, &preceding)
+        }
         Event::PermissionAnswered {
             request_id,
             decision,

@@ -3,6 +3,8 @@
 //! is cancelled, and (property) that every call is answered exactly once
 //! and no mutating call ever starts before the reply has ended.
 
+#![expect(clippy::unwrap_used)]
+
 use agentd_core::Conversation;
 use agentd_core::effect::Effect;
 use agentd_core::event::{Event, LlmFailure};
@@ -135,8 +137,14 @@ fn failure(message: &str, retryable: bool) -> LlmFailure {
     }
 }
 
+/// Call `tN`'s block is complete; the reply's calls before it are t1 to
+/// t(N-1).
 fn streamed(call: &ToolCall) -> Event {
-    Event::ToolCallStreamed { call: call.clone() }
+    let n: usize = call.id.trim_start_matches('t').parse().unwrap();
+    Event::ToolCallStreamed {
+        call: call.clone(),
+        preceding: (1..n).map(|i| format!("t{i}")).collect(),
+    }
 }
 
 #[test]

@@ -176,11 +176,10 @@ fn render_state(state: &ConvState) -> String {
             if !early.is_empty() {
                 write!(
                     out,
-                    " early={} running={} answered={}{}",
+                    " early={} running={} answered={}",
                     early.calls.len(),
                     early.running.len(),
                     early.results.len(),
-                    if early.closed { " closed" } else { "" }
                 )
                 .unwrap();
             }

@@ -1,8 +1,9 @@
 //! Read-only tools start while the reply streams (issue 42 point 2, seed
 //! 002's flow): the fake holds the stream open before `message_stop` and
-//! the tools' side effects (the MCP server's call log) appear first; a
-//! stream that fails after they started aborts them, and the retried
-//! request carries a valid chain without them.
+//! the tools' side effects (the MCP server's call log) appear first, while
+//! clients hear of the calls only after the reply is in the transcript; a
+//! stream that fails after they started aborts them unannounced, and the
+//! retried request carries a valid chain without them.
 
 use super::util::{Attached, assert_valid_chain, is_idle, result_of, send};
 use agent_proto::v1 as pb;
@@ -71,7 +72,28 @@ async fn two_reads_run_before_the_reply_ends_and_their_results_go_back_in_order(
     assert!(!gate.is_open());
     assert_eq!(fake.requests().len(), 1);
     gate.open();
-    a.until(WAIT, is_idle).await;
+    let frames = a.until(WAIT, is_idle).await;
+    // Clients see what they always saw: the reply, then its calls.
+    use pb::attach_response::Event as Ev;
+    let order: Vec<String> = frames
+        .iter()
+        .filter_map(|f| match &f.event {
+            Some(Ev::MessageAppended(m)) => Some(format!(
+                "message {}",
+                m.message.as_ref().map(|m| m.role).unwrap_or_default()
+            )),
+            Some(Ev::ToolCallBegin(b)) => Some(format!("begin {}", b.tool_use_id)),
+            Some(Ev::ToolCallEnd(e)) => Some(format!("end {}", e.tool_use_id)),
+            _ => None,
+        })
+        .collect();
+    let assistant = format!("message {}", pb::Role::Assistant as i32);
+    let at = |s: &str| order.iter().position(|o| o == s).unwrap_or(usize::MAX);
+    assert!(at(&assistant) < at("begin c1"), "{order:?}");
+    assert!(
+        at("begin c1") < at("end c1") && at("end c2") < usize::MAX,
+        "{order:?}"
+    );
 
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2);
@@ -113,15 +135,18 @@ async fn a_stream_that_fails_after_early_calls_started_aborts_them_and_the_retry
         "log: {}",
         daemon.log()
     );
+    // Their reply never made it into the transcript, so clients never
+    // heard of them: no begin, no end.
     use pb::attach_response::Event as Ev;
-    let interrupted: Vec<&str> = frames
+    let announced: Vec<&str> = frames
         .iter()
         .filter_map(|f| match &f.event {
-            Some(Ev::ToolCallEnd(e)) if e.summary == "interrupted" => Some(e.tool_use_id.as_str()),
+            Some(Ev::ToolCallBegin(b)) => Some(b.tool_use_id.as_str()),
+            Some(Ev::ToolCallEnd(e)) => Some(e.tool_use_id.as_str()),
             _ => None,
         })
         .collect();
-    assert_eq!(interrupted, ["c1", "c2"], "log: {}", daemon.log());
+    assert!(announced.is_empty(), "{announced:?}");
 
     let reqs = fake.requests();
     assert_eq!(reqs.len(), 2, "log: {}", daemon.log());

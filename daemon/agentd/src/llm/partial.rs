@@ -136,6 +136,17 @@ impl PartialReply {
         }
     }
 
+    /// The ids of the tool calls in the blocks before `index`, in order.
+    pub(crate) fn tool_ids_before(&self, index: u32) -> Vec<String> {
+        self.blocks
+            .range(..index)
+            .filter_map(|(_, b)| match b {
+                Block::ToolUse { id, .. } => Some(id.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The blocks so far, in order. Reasoning has no signature (the stream
     /// events do not carry it) and tool calls may be incomplete; the state
     /// machine drops both from an interrupted reply.

@@ -23,8 +23,14 @@ use crate::permission::Verdict;
 use crate::state::{ConvState, EarlyCalls, ToolRun};
 use crate::tools::Tool;
 
-/// A tool block of the streaming reply is complete.
-pub(super) fn on_streamed(state: &ConvState, ctx: &Inputs<'_>, call: ToolCall) -> Option<Step> {
+/// A tool block of the streaming reply is complete; `preceding` are the
+/// ids of the reply's calls before it.
+pub(super) fn on_streamed(
+    state: &ConvState,
+    ctx: &Inputs<'_>,
+    call: ToolCall,
+    preceding: &[String],
+) -> Option<Step> {
     let ConvState::LlmRequesting {
         attempt,
         iteration,
@@ -34,30 +40,26 @@ pub(super) fn on_streamed(state: &ConvState, ctx: &Inputs<'_>, call: ToolCall) -
     else {
         return None;
     };
-    if early.closed || early.calls.iter().any(|c| c.id == call.id) {
+    let all_before_started = early.calls.len() == preceding.len()
+        && early.calls.iter().zip(preceding).all(|(c, id)| c.id == *id);
+    if !all_before_started || !may_start_early(ctx, *iteration, early, &call) {
         return None;
     }
     let mut early = early.clone();
-    let starts = may_start_early(ctx, *iteration, &early, &call);
-    let mut effects = Vec::new();
-    if starts {
-        early.running.push(call.id.clone());
-        early.calls.push(call.clone());
-        effects.push(Effect::ExecuteTool {
+    early.running.push(call.id.clone());
+    early.calls.push(call.clone());
+    Some(
+        Step::new(ConvState::LlmRequesting {
+            attempt: *attempt,
+            iteration: *iteration,
+            retry: None,
+            early,
+        })
+        .with(Effect::ExecuteTool {
             call,
             background: false,
-        });
-    } else {
-        early.closed = true;
-    }
-    let mut step = Step::new(ConvState::LlmRequesting {
-        attempt: *attempt,
-        iteration: *iteration,
-        retry: None,
-        early,
-    });
-    step.effects = effects;
-    Some(step)
+        }),
+    )
 }
 
 /// Whether `call` may run before the reply has ended: read-only, not a

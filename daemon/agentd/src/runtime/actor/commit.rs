@@ -89,6 +89,9 @@ struct Committed {
     mode_changed: bool,
     /// Whether it delivered queued messages.
     queue_changed: bool,
+    /// The held events of early calls the appended reply adopts, and the
+    /// index of that reply among `appended` (they follow it).
+    held: (Vec<EventKind>, usize),
 }
 
 impl Actor {
@@ -230,7 +233,26 @@ impl Actor {
                 self.record_sub_agent_end(outcome, &appended);
             }
         }
-        self.persist(base, &appended, effects, state_changed, flush_now)?;
+        // Calls that started while their reply streamed are announced right
+        // after it (or never, see `early.rs`): their numbers come after the
+        // reply's.
+        let held = self
+            .work
+            .held
+            .settle(&self.record.conversation.state, effects);
+        let held_after = appended
+            .iter()
+            .position(|m| m.role == Role::Assistant)
+            .filter(|_| !held.is_empty())
+            .map(|i| (i, held.len()));
+        self.persist(
+            base,
+            &appended,
+            effects,
+            state_changed,
+            flush_now,
+            held_after,
+        )?;
         if flush_now {
             self.shared.store.flush().await?;
         }
@@ -241,13 +263,14 @@ impl Actor {
             state_changed,
             mode_changed,
             queue_changed,
+            held: (held, held_after.map_or(0, |(i, _)| i)),
         })
     }
 
     /// Tells clients what a commit changed, and does what a turn's end or
     /// an exhausted context calls for.
     fn announce_commit(&mut self, c: Committed) {
-        self.announce(c.base, c.appended, c.state_changed);
+        self.announce(c.base, c.appended, c.state_changed, c.held);
         if c.mode_changed {
             self.announce_settings(String::new());
         }
@@ -286,7 +309,13 @@ impl Actor {
 
     /// Tells clients about a committed transition: its messages (and usage),
     /// then its state.
-    fn announce(&mut self, base: u64, appended: Vec<Message>, state_changed: bool) {
+    fn announce(
+        &mut self,
+        base: u64,
+        appended: Vec<Message>,
+        state_changed: bool,
+        (mut held, after): (Vec<EventKind>, usize),
+    ) {
         for (i, m) in appended.into_iter().enumerate() {
             let usage = m.usage;
             Arc::make_mut(&mut self.transcript).push(m.clone());
@@ -300,6 +329,11 @@ impl Actor {
                     total: self.record.usage,
                     cost_usd: self.shared.config.models.conversation_cost(&self.record),
                 });
+            }
+            if i == after {
+                for event in std::mem::take(&mut held) {
+                    self.emit(event);
+                }
             }
         }
         if state_changed {
@@ -322,6 +356,7 @@ impl Actor {
         effects: &[Effect],
         state_changed: bool,
         write_record: bool,
+        held_after: Option<(usize, usize)>,
     ) -> Result<(), StoreError> {
         self.update_record(appended);
         let numbered: Vec<(u64, &Message)> = appended
@@ -341,6 +376,11 @@ impl Actor {
                 },
             ));
             seq += if m.usage.is_some() { 2 } else { 1 };
+            if let Some((after, held)) = held_after
+                && after == i
+            {
+                seq += held as u64;
+            }
         }
         if state_changed {
             durable.push((
@@ -422,7 +462,7 @@ impl Actor {
     /// the event its result makes.
     fn finish_instant(&mut self, call: ToolCall, mut output: ToolOutput) -> Event {
         self.announce_call(&call);
-        self.emit(EventKind::ToolCallEnd {
+        let end = EventKind::ToolCallEnd {
             tool_use_id: call.id.clone(),
             name: call.name,
             is_error: output.is_error,
@@ -430,7 +470,8 @@ impl Actor {
             diff: output.diff.take(),
             duration_ms: 0,
             preview: output.preview.take(),
-        });
+        };
+        self.announce_tool(&call.id, end);
         Event::ToolCompleted {
             result: self.tool_result(call.id, output),
         }

@@ -82,7 +82,10 @@ impl Actor {
     /// end as interrupted.
     fn abort_tools(&mut self, tool_use_ids: Vec<String>) {
         for id in tool_use_ids {
-            if let Some(ran) = self.work.abort_tool(&id) {
+            let unannounced = self.work.held.was_dropped(&id) || self.work.held.holds(&id);
+            if let Some(ran) = self.work.abort_tool(&id)
+                && !unannounced
+            {
                 self.emit(EventKind::ToolCallEnd {
                     tool_use_id: id.clone(),
                     name: String::new(),

@@ -26,6 +26,7 @@ mod commands;
 mod commit;
 mod context;
 mod continuation;
+mod early;
 mod effects;
 mod hooks;
 mod inputs;
@@ -449,6 +450,22 @@ impl Actor {
 
     /// Sends an event to every attached client (never blocks, never
     /// writes to the store).
+    /// Announces an event of tool call `id`, unless the call started
+    /// while its reply streams: then it waits for the reply (`early.rs`).
+    fn announce_tool(&mut self, id: &str, kind: EventKind) {
+        let early = match &self.record.conversation.state {
+            agentd_core::ConvState::LlmRequesting { early, .. } => {
+                early.calls.iter().any(|c| c.id == id)
+            }
+            _ => false,
+        };
+        if early || self.work.held.holds(id) {
+            self.work.held.hold(id, kind);
+        } else {
+            self.emit(kind);
+        }
+    }
+
     fn emit(&mut self, kind: EventKind) {
         if self.record.sub_agent.is_some() {
             self.forward_to_parent(&kind);

@@ -25,7 +25,9 @@ impl Actor {
             StreamEvent::ThinkingDelta { index, text } => EventKind::ThinkingDelta { index, text },
             StreamEvent::BlockEnd { index } => {
                 if let Some(call) = self.work.partial.tool_call(index) {
-                    self.apply_internal(Event::ToolCallStreamed { call }).await;
+                    let preceding = self.work.partial.tool_ids_before(index);
+                    self.apply_internal(Event::ToolCallStreamed { call, preceding })
+                        .await;
                 }
                 return;
             }
@@ -57,11 +59,13 @@ impl Actor {
     /// A running tool printed something.
     pub(super) fn tool_output(&mut self, call: u64, tool_use_id: String, chunk: OutputChunk) {
         if self.work.is_current_tool(call, &tool_use_id) {
-            self.emit(EventKind::ToolOutputDelta {
+            let id = tool_use_id.clone();
+            let delta = EventKind::ToolOutputDelta {
                 tool_use_id,
                 text: chunk.text,
                 skipped_bytes: chunk.skipped_bytes,
-            });
+            };
+            self.announce_tool(&id, delta);
         }
     }
 
@@ -79,7 +83,7 @@ impl Actor {
             return;
         }
         let name = self.tool_name(&tool_use_id);
-        self.emit(EventKind::ToolCallEnd {
+        let end = EventKind::ToolCallEnd {
             tool_use_id: tool_use_id.clone(),
             name,
             is_error: output.is_error,
@@ -87,7 +91,8 @@ impl Actor {
             diff: output.diff.clone(),
             duration_ms,
             preview: output.preview.clone(),
-        });
+        };
+        self.announce_tool(&tool_use_id, end);
         let result = self.tool_result(tool_use_id, output);
         self.apply_internal(Event::ToolCompleted { result }).await;
     }

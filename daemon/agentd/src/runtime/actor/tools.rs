@@ -148,12 +148,13 @@ impl Actor {
 
     /// Announces a tool call, as every start of one is.
     pub(super) fn announce_call(&mut self, call: &ToolCall) {
-        self.emit(crate::runtime::events::EventKind::ToolCallBegin {
+        let begin = crate::runtime::events::EventKind::ToolCallBegin {
             tool_use_id: call.id.clone(),
             name: call.name.clone(),
             summary: crate::tools::summarize_call(&call.name, &call.input),
             input_json: call.input.to_string(),
-        });
+        };
+        self.announce_tool(&call.id, begin);
     }
 
     /// The transcript's result of a tool's `output`. Images it returned are
@@ -179,17 +180,19 @@ impl Actor {
         result
     }
 
-    /// The name of the call `tool_use_id` of the run in progress.
+    /// The name of the call `tool_use_id` of the run in progress (or of
+    /// the reply streaming, for a call that started early).
     pub(super) fn tool_name(&self, tool_use_id: &str) -> String {
-        match &self.record.conversation.state {
-            agentd_core::ConvState::ToolExecuting(run) => run
-                .calls
-                .iter()
-                .find(|c| c.id == tool_use_id)
-                .map(|c| c.name.clone())
-                .unwrap_or_default(),
-            _ => String::new(),
-        }
+        let calls = match &self.record.conversation.state {
+            agentd_core::ConvState::ToolExecuting(run) => &run.calls,
+            agentd_core::ConvState::LlmRequesting { early, .. } => &early.calls,
+            _ => return String::new(),
+        };
+        calls
+            .iter()
+            .find(|c| c.id == tool_use_id)
+            .map(|c| c.name.clone())
+            .unwrap_or_default()
     }
 }
 

@@ -29,6 +29,9 @@ pub(super) struct Work {
     llm: Option<InFlight>,
     /// What the model request in flight has streamed so far.
     pub(super) partial: PartialReply,
+    /// What clients are not told yet of the calls that started while the
+    /// reply streams.
+    pub(super) held: super::early::HeldCalls,
     /// Running tools by tool_use id, with their start.
     tools: HashMap<String, (InFlight, Instant)>,
     retry: Option<(u64, tokio::task::JoinHandle<()>)>,
