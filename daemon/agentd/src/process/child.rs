@@ -1,6 +1,6 @@
-//! A process [`super::spawn`] started, followed through its pidfd: waited
-//! for without a signal handler and without naming a pid that may have
-//! been reused, and never left a zombie.
+//! A process [`super::spawn`] started, followed through its pidfd (waited
+//! for without a signal handler), or on a kernel without pidfds by SIGCHLD
+//! and `waitpid`; never left a zombie.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
@@ -24,13 +24,50 @@ pub(crate) enum OnDrop {
     Leave,
 }
 
+/// How a running child's end is noticed.
+#[derive(Debug)]
+enum Follow {
+    /// Its pidfd becomes readable.
+    Pidfd(AsyncFd<OwnedFd>),
+    /// A SIGCHLD arrives, then `waitpid` tells whether it was this child's
+    /// (kernels before 5.2).
+    Signal(tokio::signal::unix::Signal),
+}
+
+impl Follow {
+    /// Waits until the process `pid` has exited and reaps it.
+    async fn reap(&mut self, pid: Pid) -> std::io::Result<ExitStatus> {
+        loop {
+            match self {
+                Follow::Pidfd(fd) => {
+                    let mut ready = fd.readable().await?;
+                    match reap(|| Id::PIDFd(fd.get_ref().as_fd()))? {
+                        Some(status) => return Ok(status),
+                        None => ready.clear_ready(),
+                    }
+                }
+                Follow::Signal(sigchld) => {
+                    // The stream was made before the child could end, so
+                    // no SIGCHLD of it is missed between check and wait.
+                    if let Some(status) = reap(|| Id::Pid(pid))? {
+                        return Ok(status);
+                    }
+                    if sigchld.recv().await.is_none() {
+                        return Err(std::io::Error::other("SIGCHLD is no longer delivered"));
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// A started process. Dropped before it was reaped, it is killed or left
 /// running as [`OnDrop`] says, and reaped in the background either way.
 #[derive(Debug)]
 pub(crate) struct Child {
     pid: Pid,
     /// None once the process is reaped.
-    pidfd: Option<AsyncFd<OwnedFd>>,
+    follow: Option<Follow>,
     on_drop: OnDrop,
     /// The pipe to the process's stdin, when it has one ([`super::spawn_piped`]).
     pub(crate) stdin: Option<pipe::Sender>,
@@ -41,19 +78,26 @@ pub(crate) struct Child {
 }
 
 impl Child {
-    /// Follows the process `pid` through `pidfd`. Needs a tokio runtime
-    /// (the pidfd registers with its reactor).
+    /// Follows the process `pid` through `pidfd`, or by SIGCHLD without
+    /// one. Needs a tokio runtime (either registers with it).
     #[expect(unsafe_code, reason = "AsyncFd::register_with_interest")]
-    pub(super) fn new(pid: Pid, pidfd: OwnedFd, on_drop: OnDrop) -> std::io::Result<Self> {
+    pub(super) fn new(pid: Pid, pidfd: Option<OwnedFd>, on_drop: OnDrop) -> std::io::Result<Self> {
         // Registering outside a runtime would panic.
         tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
-        // SAFETY: the `OwnedFd` is a valid descriptor the `AsyncFd` owns,
-        // open and the same until it is dropped.
-        let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, Interest::READABLE) }
-            .map_err(std::io::Error::from)?;
+        let follow = match pidfd {
+            // SAFETY: the `OwnedFd` is a valid descriptor the `AsyncFd`
+            // owns, open and the same until it is dropped.
+            Some(fd) => Follow::Pidfd(
+                unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }
+                    .map_err(std::io::Error::from)?,
+            ),
+            None => Follow::Signal(tokio::signal::unix::signal(
+                tokio::signal::unix::SignalKind::child(),
+            )?),
+        };
         Ok(Child {
             pid,
-            pidfd: Some(pidfd),
+            follow: Some(follow),
             on_drop,
             stdin: None,
             stdout: None,
@@ -72,31 +116,25 @@ impl Child {
     /// same kind of answer at once (the status is not kept, callers read
     /// it once).
     pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
-        let Some(pidfd) = &self.pidfd else {
+        let Some(follow) = &mut self.follow else {
             return Err(std::io::Error::other("the process was already waited for"));
         };
-        loop {
-            let mut ready = pidfd.readable().await?;
-            match reap(pidfd.get_ref(), WaitPidFlag::WNOHANG)? {
-                Some(status) => {
-                    self.pidfd = None;
-                    return Ok(status);
-                }
-                None => ready.clear_ready(),
-            }
-        }
+        let status = follow.reap(self.pid).await?;
+        self.follow = None;
+        Ok(status)
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        let Some(pidfd) = self.pidfd.take() else {
+        let Some(mut follow) = self.follow.take() else {
             return;
         };
+        let pid = self.pid;
         if self.on_drop == OnDrop::Kill {
-            let _ = nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
         }
-        if let Ok(Some(_)) = reap(pidfd.get_ref(), WaitPidFlag::WNOHANG) {
+        if let Ok(Some(_)) = reap(|| Id::Pid(pid)) {
             return;
         }
         // Still running (or dying): reaped when it exits. Until it is
@@ -104,25 +142,17 @@ impl Drop for Child {
         // reach this process.
         if tokio::runtime::Handle::try_current().is_ok() {
             crate::tasks::spawn("process reaper", async move {
-                loop {
-                    let Ok(mut ready) = pidfd.readable().await else {
-                        return;
-                    };
-                    match reap(pidfd.get_ref(), WaitPidFlag::WNOHANG) {
-                        Ok(None) => ready.clear_ready(),
-                        Ok(Some(_)) | Err(_) => return,
-                    }
-                }
+                let _ = follow.reap(pid).await;
             });
         }
     }
 }
 
-/// Reaps the process of `pidfd` if it has exited (with `WNOHANG`; blocks
-/// otherwise): its status, or None while it runs.
-fn reap(pidfd: &OwnedFd, flags: WaitPidFlag) -> std::io::Result<Option<ExitStatus>> {
+/// Reaps the process `id` names if it has exited: its status, or None
+/// while it runs.
+fn reap<'a>(id: impl Fn() -> Id<'a>) -> std::io::Result<Option<ExitStatus>> {
     let status = loop {
-        match waitid(Id::PIDFd(pidfd.as_fd()), WaitPidFlag::WEXITED | flags) {
+        match waitid(id(), WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG) {
             Err(nix::errno::Errno::EINTR) => continue,
             other => break other?,
         }

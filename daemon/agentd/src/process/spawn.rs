@@ -19,8 +19,9 @@
 //! `_exit`s.
 //!
 //! The clone also asks for a pidfd (`CLONE_PIDFD`, Linux 5.2): the handle
-//! [`super::child::Child`] waits on and signals by, which cannot name a
-//! reused pid.
+//! [`super::child::Child`] waits on. An older kernel refuses the flag
+//! (EINVAL); the daemon then clones without it from that spawn on, and the
+//! child is followed by SIGCHLD and `waitpid` instead.
 
 use std::ffi::{CString, OsStr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -51,18 +52,53 @@ pub(super) struct Spec<'a> {
     pub(super) sandbox: Option<&'a Confinement>,
 }
 
-/// A started process: its pid and its pidfd.
+/// A started process: its pid and its pidfd (None on a kernel without
+/// `CLONE_PIDFD`).
 pub(super) struct Started {
     pub(super) pid: Pid,
-    pub(super) pidfd: OwnedFd,
+    pub(super) pidfd: Option<OwnedFd>,
 }
+
+/// Set once the kernel refused `CLONE_PIDFD`.
+static NO_PIDFD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Starts `spec` in a new process group of its own (the child leads it).
 /// The error is the one the child met (`chdir`, the sandbox, `execve`) or
 /// the one `clone` returned.
 pub(super) fn spawn(spec: &Spec<'_>) -> std::io::Result<Started> {
     let prepared = Prepared::new(spec)?;
-    prepared.run()
+    if NO_PIDFD.load(Ordering::Relaxed) {
+        return prepared.run(false).map_err(Failure::into_inner);
+    }
+    match prepared.run(true) {
+        Err(Failure::Clone(e)) if e.raw_os_error() == Some(libc::EINVAL) => {
+            // Before Linux 5.2: no pidfds; follow children by SIGCHLD.
+            NO_PIDFD.store(true, Ordering::Relaxed);
+            tracing::info!("the kernel has no CLONE_PIDFD: commands are followed by SIGCHLD");
+            prepared.run(false).map_err(Failure::into_inner)
+        }
+        other => other.map_err(Failure::into_inner),
+    }
+}
+
+/// Why a start failed: `clone` itself, or the child before `exec`.
+enum Failure {
+    Clone(std::io::Error),
+    Child(std::io::Error),
+}
+
+impl Failure {
+    fn into_inner(self) -> std::io::Error {
+        match self {
+            Failure::Clone(e) | Failure::Child(e) => e,
+        }
+    }
+}
+
+/// [`spawn`] as on a kernel without `CLONE_PIDFD`.
+#[cfg(test)]
+pub(super) fn spawn_without_pidfd(spec: &Spec<'_>) -> std::io::Result<Started> {
+    Prepared::new(spec)?.run(false).map_err(Failure::into_inner)
 }
 
 /// `spec` in the form the child uses: C strings, and the pointer arrays
@@ -140,10 +176,14 @@ impl<'a> Prepared<'a> {
         unsafe_code,
         reason = "clone(CLONE_VM | CLONE_VFORK) and the signal mask around it"
     )]
-    fn run(self) -> std::io::Result<Started> {
+    fn run(&self, with_pidfd: bool) -> Result<Started, Failure> {
         let mut stack = vec![0u8; STACK_BYTES];
         let mut pidfd: libc::c_int = -1;
-        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD | libc::SIGCHLD;
+        let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+        if with_pidfd {
+            flags |= libc::CLONE_PIDFD;
+        }
+        self.error.store(0, Ordering::Relaxed);
         // SAFETY: `all` and `old` are plain sigset_t values; every signal
         // is blocked for this thread only, and restored below.
         let old = unsafe {
@@ -164,7 +204,7 @@ impl<'a> Prepared<'a> {
                 child_main,
                 top.cast(),
                 flags,
-                std::ptr::from_ref(&self).cast_mut().cast(),
+                std::ptr::from_ref(self).cast_mut().cast(),
                 &mut pidfd as *mut libc::c_int,
             )
         };
@@ -175,16 +215,18 @@ impl<'a> Prepared<'a> {
         }
         drop(stack);
         if pid < 0 {
-            return Err(clone_error);
+            return Err(Failure::Clone(clone_error));
         }
         // SAFETY: with CLONE_PIDFD the kernel stored a new descriptor,
         // ours to own, in `pidfd`.
-        let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+        let pidfd = with_pidfd.then(|| unsafe { OwnedFd::from_raw_fd(pidfd) });
         let child_error = self.error.load(Ordering::Acquire);
         if child_error != 0 {
             // The child has exited: reap it so it leaves no zombie.
             let _ = nix::sys::wait::waitpid(Pid::from_raw(pid), None);
-            return Err(std::io::Error::from_raw_os_error(child_error));
+            return Err(Failure::Child(std::io::Error::from_raw_os_error(
+                child_error,
+            )));
         }
         Ok(Started {
             pid: Pid::from_raw(pid),

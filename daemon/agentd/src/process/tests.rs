@@ -537,3 +537,39 @@ async fn a_left_child_runs_on_and_is_reaped_when_it_ends() {
     }
     assert!(flag.exists(), "the command was stopped");
 }
+
+/// Starts `bash -c command` the way a kernel without `CLONE_PIDFD` makes
+/// the daemon: followed by SIGCHLD and `waitpid`.
+fn spawn_without_pidfd(command: &str, on_drop: OnDrop) -> Child {
+    let null = dev_null().unwrap();
+    let fd = null.as_raw_fd();
+    let args = [OsStr::new("bash"), OsStr::new("-c"), OsStr::new(command)];
+    let env = command_env(&Launch::daemon());
+    let spec = spawn::Spec {
+        program: OsStr::new("bash"),
+        args: &args,
+        env: &env,
+        cwd: Path::new("/"),
+        stdio: [fd, fd, fd],
+        sandbox: None,
+    };
+    let started = spawn::spawn_without_pidfd(&spec).unwrap();
+    assert!(started.pidfd.is_none());
+    Child::new(started.pid, None, on_drop).unwrap()
+}
+
+/// Before Linux 5.2 there are no pidfds: a child is still waited for with
+/// its status, and one dropped is killed and reaped.
+#[tokio::test]
+async fn without_pidfds_children_are_waited_for_and_reaped_by_sigchld() {
+    let mut child = spawn_without_pidfd("sleep 0.2; exit 3", OnDrop::Kill);
+    assert_eq!(child.wait().await.unwrap().code(), Some(3));
+    let dropped = spawn_without_pidfd("sleep 30", OnDrop::Kill);
+    let pid = i32::try_from(dropped.id()).unwrap();
+    drop(dropped);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while proc_stat(pid).is_some() {
+        assert!(Instant::now() < deadline, "{pid} is still there");
+        tokio::time::sleep(POLL).await;
+    }
+}
