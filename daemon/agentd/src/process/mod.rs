@@ -177,44 +177,7 @@ pub(crate) fn spawn_bash(
     sandbox: Option<&Confinement>,
 ) -> Result<Spawned, SpawnError> {
     with_shell(launch, |program| {
-        spawn_bash_with(program, launch, command, cwd, on_drop, sandbox)
-    })
-}
-
-fn spawn_bash_with(
-    program: &OsStr,
-    launch: &Launch,
-    command: &str,
-    cwd: &Path,
-    on_drop: OnDrop,
-    sandbox: Option<&Confinement>,
-) -> Result<Spawned, SpawnError> {
-    let (read_end, write_end) = new_pipe()?;
-    let null = dev_null().map_err(SpawnError::Pipe)?;
-    let stdio = [
-        null.as_raw_fd(),
-        write_end.as_raw_fd(),
-        write_end.as_raw_fd(),
-    ];
-    let bash = Bash {
-        program,
-        launch,
-        command,
-        cwd,
-        sandbox,
-    };
-    let (child, group) = bash.start(stdio, on_drop)?;
-    // Our copy of the write end goes, so end-of-file means every process
-    // of the command has closed it.
-    drop(write_end);
-    let output = pipe::Receiver::from_owned_fd(read_end).map_err(|e| {
-        group.signal(Signal::SIGKILL);
-        SpawnError::Output(e)
-    })?;
-    Ok(Spawned {
-        child,
-        group,
-        output,
+        Bash::new(program, launch, command, cwd, sandbox).with_output_pipe(on_drop)
     })
 }
 
@@ -241,49 +204,8 @@ pub(crate) fn spawn_piped(
     sandbox: Option<&Confinement>,
 ) -> Result<Piped, SpawnError> {
     with_shell(launch, |program| {
-        spawn_piped_with(program, launch, command, cwd, sandbox)
+        Bash::new(program, launch, command, cwd, sandbox).with_pipes()
     })
-}
-
-fn spawn_piped_with(
-    program: &OsStr,
-    launch: &Launch,
-    command: &str,
-    cwd: &Path,
-    sandbox: Option<&Confinement>,
-) -> Result<Piped, SpawnError> {
-    let (in_read, in_write) = new_pipe()?;
-    let (out_read, out_write) = new_pipe()?;
-    let (err_read, err_write) = new_pipe()?;
-    let stdio = [
-        in_read.as_raw_fd(),
-        out_write.as_raw_fd(),
-        err_write.as_raw_fd(),
-    ];
-    let bash = Bash {
-        program,
-        launch,
-        command,
-        cwd,
-        sandbox,
-    };
-    let (mut child, group) = bash.start(stdio, OnDrop::Kill)?;
-    drop((in_read, out_write, err_write));
-    let ends = pipe::Sender::from_owned_fd(in_write).and_then(|stdin| {
-        Ok((
-            stdin,
-            pipe::Receiver::from_owned_fd(out_read)?,
-            pipe::Receiver::from_owned_fd(err_read)?,
-        ))
-    });
-    let (stdin, stdout, stderr) = ends.map_err(|e| {
-        group.signal(Signal::SIGKILL);
-        SpawnError::Output(e)
-    })?;
-    child.stdin = Some(stdin);
-    child.stdout = Some(stdout);
-    child.stderr = Some(stderr);
-    Ok(Piped { child, group })
 }
 
 /// A new pipe, both ends close-on-exec and above the standard streams'
@@ -313,7 +235,77 @@ struct Bash<'a> {
     sandbox: Option<&'a Confinement>,
 }
 
-impl Bash<'_> {
+impl<'a> Bash<'a> {
+    fn new(
+        program: &'a OsStr,
+        launch: &'a Launch,
+        command: &'a str,
+        cwd: &'a Path,
+        sandbox: Option<&'a Confinement>,
+    ) -> Self {
+        Bash {
+            program,
+            launch,
+            command,
+            cwd,
+            sandbox,
+        }
+    }
+
+    /// Starts it with stdin empty and stdout and stderr to one new pipe.
+    fn with_output_pipe(&self, on_drop: OnDrop) -> Result<Spawned, SpawnError> {
+        let (read_end, write_end) = new_pipe()?;
+        let null = dev_null().map_err(SpawnError::Pipe)?;
+        let stdio = [
+            null.as_raw_fd(),
+            write_end.as_raw_fd(),
+            write_end.as_raw_fd(),
+        ];
+        let (child, group) = self.start(stdio, on_drop)?;
+        // Our copy of the write end goes, so end-of-file means every
+        // process of the command has closed it.
+        drop(write_end);
+        let output = pipe::Receiver::from_owned_fd(read_end).map_err(|e| {
+            group.signal(Signal::SIGKILL);
+            SpawnError::Output(e)
+        })?;
+        Ok(Spawned {
+            child,
+            group,
+            output,
+        })
+    }
+
+    /// Starts it with stdin, stdout and stderr piped separately; killed
+    /// when its handle is dropped.
+    fn with_pipes(&self) -> Result<Piped, SpawnError> {
+        let (in_read, in_write) = new_pipe()?;
+        let (out_read, out_write) = new_pipe()?;
+        let (err_read, err_write) = new_pipe()?;
+        let stdio = [
+            in_read.as_raw_fd(),
+            out_write.as_raw_fd(),
+            err_write.as_raw_fd(),
+        ];
+        let (mut child, group) = self.start(stdio, OnDrop::Kill)?;
+        drop((in_read, out_write, err_write));
+        let ends = pipe::Sender::from_owned_fd(in_write).and_then(|stdin| {
+            Ok((
+                stdin,
+                pipe::Receiver::from_owned_fd(out_read)?,
+                pipe::Receiver::from_owned_fd(err_read)?,
+            ))
+        });
+        let (stdin, stdout, stderr) = ends.map_err(|e| {
+            group.signal(Signal::SIGKILL);
+            SpawnError::Output(e)
+        })?;
+        child.stdin = Some(stdin);
+        child.stdout = Some(stdout);
+        child.stderr = Some(stderr);
+        Ok(Piped { child, group })
+    }
+
     /// Starts it with `stdio` as its stdin, stdout and stderr, as the
     /// leader of a new process group; the process and the group's handle.
     fn start(&self, stdio: [RawFd; 3], on_drop: OnDrop) -> Result<(Child, Group), SpawnError> {
