@@ -68,6 +68,8 @@ pub(crate) struct Child {
     pid: Pid,
     /// None once the process is reaped.
     follow: Option<Follow>,
+    /// Its status, once reaped.
+    status: Option<ExitStatus>,
     on_drop: OnDrop,
     /// The pipe to the process's stdin, when it has one ([`super::spawn_piped`]).
     pub(crate) stdin: Option<pipe::Sender>,
@@ -98,6 +100,7 @@ impl Child {
         Ok(Child {
             pid,
             follow: Some(follow),
+            status: None,
             on_drop,
             stdin: None,
             stdout: None,
@@ -112,15 +115,18 @@ impl Child {
     }
 
     /// Waits for the process to exit and reaps it; its status. Safe to
-    /// cancel and to call again: after the first success it returns the
-    /// same kind of answer at once (the status is not kept, callers read
-    /// it once).
+    /// cancel and to call again: once reaped, it answers with the same
+    /// status at once.
     pub(crate) async fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
         let Some(follow) = &mut self.follow else {
-            return Err(std::io::Error::other("the process was already waited for"));
+            return Err(std::io::Error::other("the process is not followed"));
         };
         let status = follow.reap(self.pid).await?;
         self.follow = None;
+        self.status = Some(status);
         Ok(status)
     }
 }

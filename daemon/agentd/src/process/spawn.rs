@@ -313,7 +313,7 @@ unsafe fn reset_signals() {
     unsafe {
         let mut default: libc::sigaction = std::mem::zeroed();
         default.sa_sigaction = libc::SIG_DFL;
-        for signal in 1..libc::SIGRTMAX() {
+        for signal in 1..=libc::SIGRTMAX() {
             if signal == libc::SIGKILL || signal == libc::SIGSTOP {
                 continue;
             }

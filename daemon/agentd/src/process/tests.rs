@@ -564,6 +564,8 @@ fn spawn_without_pidfd(command: &str, on_drop: OnDrop) -> Child {
 async fn without_pidfds_children_are_waited_for_and_reaped_by_sigchld() {
     let mut child = spawn_without_pidfd("sleep 0.2; exit 3", OnDrop::Kill);
     assert_eq!(child.wait().await.unwrap().code(), Some(3));
+    // Asked again, the same status.
+    assert_eq!(child.wait().await.unwrap().code(), Some(3));
     let dropped = spawn_without_pidfd("sleep 30", OnDrop::Kill);
     let pid = i32::try_from(dropped.id()).unwrap();
     drop(dropped);
