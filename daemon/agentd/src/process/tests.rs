@@ -38,6 +38,12 @@ fn dead(pid: i32) -> bool {
     proc_stat(pid).is_none_or(|s| !s.is_alive())
 }
 
+/// `command` started the usual way in `dir`: the daemon's environment, no
+/// sandbox, killed when dropped.
+fn bash_in(command: &str, dir: &Path) -> Spawned {
+    spawn_bash(command, dir, OnDrop::Kill, &Launch::daemon(), None).unwrap()
+}
+
 async fn read_all(mut output: pipe::Receiver) -> String {
     let mut bytes = Vec::new();
     output.read_to_end(&mut bytes).await.unwrap();
@@ -48,14 +54,10 @@ async fn read_all(mut output: pipe::Receiver) -> String {
 async fn spawns_bash_in_a_group_of_its_own() {
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path().canonicalize().unwrap();
-    let mut spawned = spawn_bash(
+    let mut spawned = bash_in(
         "echo $$; pwd; echo err >&2; cat; echo \"key=${ANTHROPIC_API_KEY-unset}\"",
         &cwd,
-        OnDrop::Kill,
-        &Launch::daemon(),
-        None,
-    )
-    .unwrap();
+    );
     let pid = i32::try_from(spawned.child.id()).unwrap();
     assert_eq!(spawned.group.pgid(), Pid::from_raw(pid));
     // The daemon is not in it: the group is the command's alone.
@@ -180,14 +182,7 @@ fn bash_is_found_on_path_as_execvp_would() {
 async fn a_remembered_bash_that_moved_away_is_looked_for_again() {
     let dir = tempfile::tempdir().unwrap();
     *BASH.lock().unwrap() = Some(dir.path().join("gone/bash"));
-    let spawned = spawn_bash(
-        "echo $0 ok",
-        dir.path(),
-        OnDrop::Kill,
-        &Launch::daemon(),
-        None,
-    )
-    .unwrap();
+    let spawned = bash_in("echo $0 ok", dir.path());
     assert_eq!(read_all(spawned.output).await, "bash ok\n");
     let found = BASH.lock().unwrap().clone();
     // Another test may have moved it away meanwhile; any path it holds is
@@ -231,14 +226,7 @@ async fn a_missing_directory_is_a_start_error() {
 async fn sigterm_ignored_means_sigkill_after_the_grace() {
     let dir = tempfile::tempdir().unwrap();
     // The ignored SIGTERM is inherited by the sleeps.
-    let mut spawned = spawn_bash(
-        "trap '' TERM; sleep 300 & sleep 300; wait",
-        dir.path(),
-        OnDrop::Kill,
-        &Launch::daemon(),
-        None,
-    )
-    .unwrap();
+    let mut spawned = bash_in("trap '' TERM; sleep 300 & sleep 300; wait", dir.path());
     let pgid = spawned.group.pgid();
     let pids = wait_for_members(pgid, 3).await;
 
@@ -258,14 +246,7 @@ async fn sigterm_ignored_means_sigkill_after_the_grace() {
 #[tokio::test]
 async fn sigterm_ends_a_willing_group_before_the_grace() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spawned = spawn_bash(
-        "sleep 300",
-        dir.path(),
-        OnDrop::Kill,
-        &Launch::daemon(),
-        None,
-    )
-    .unwrap();
+    let mut spawned = bash_in("sleep 300", dir.path());
     let pgid = spawned.group.pgid();
     wait_for_members(pgid, 1).await;
     // A grace far beyond what the test may take: SIGTERM must do it.
@@ -279,14 +260,10 @@ async fn sigterm_ends_a_willing_group_before_the_grace() {
 async fn a_grandchild_is_killed_with_the_group() {
     let dir = tempfile::tempdir().unwrap();
     // bash, a subshell and the sleep it starts, plus a sleep of bash's own.
-    let mut spawned = spawn_bash(
+    let mut spawned = bash_in(
         "(trap '' TERM; sleep 300; true) & sleep 300; wait",
         dir.path(),
-        OnDrop::Kill,
-        &Launch::daemon(),
-        None,
-    )
-    .unwrap();
+    );
     let pgid = spawned.group.pgid();
     let pids = wait_for_members(pgid, 4).await;
     let leader = pgid.as_raw();
@@ -319,14 +296,7 @@ async fn a_grandchild_is_killed_with_the_group() {
 async fn a_spawned_group_has_its_leaders_start_time() {
     let dir = tempfile::tempdir().unwrap();
     for _ in 0..20 {
-        let mut spawned = spawn_bash(
-            "sleep 30",
-            dir.path(),
-            OnDrop::Kill,
-            &Launch::daemon(),
-            None,
-        )
-        .unwrap();
+        let mut spawned = bash_in("sleep 30", dir.path());
         let piped = spawn_piped("sleep 30", dir.path(), &Launch::daemon(), None).unwrap();
         for group in [spawned.group, piped.group] {
             let pid = group.pgid().as_raw();
@@ -345,14 +315,7 @@ async fn a_spawned_group_has_its_leaders_start_time() {
 #[tokio::test]
 async fn a_start_time_mismatch_refuses_to_signal() {
     let dir = tempfile::tempdir().unwrap();
-    let mut spawned = spawn_bash(
-        "sleep 300",
-        dir.path(),
-        OnDrop::Kill,
-        &Launch::daemon(),
-        None,
-    )
-    .unwrap();
+    let mut spawned = bash_in("sleep 300", dir.path());
     let real = spawned.group;
     wait_for_members(real.pgid(), 1).await;
     // The same number, but a leader that started at another time: as if
@@ -497,14 +460,7 @@ async fn a_command_starts_with_default_signals_and_an_empty_mask() {
 #[tokio::test]
 async fn a_dropped_child_is_killed_and_reaped() {
     let dir = tempfile::tempdir().unwrap();
-    let spawned = spawn_bash(
-        "sleep 30",
-        dir.path(),
-        OnDrop::Kill,
-        &Launch::daemon(),
-        None,
-    )
-    .unwrap();
+    let spawned = bash_in("sleep 30", dir.path());
     let pid = i32::try_from(spawned.child.id()).unwrap();
     drop(spawned);
     let deadline = Instant::now() + Duration::from_secs(10);
